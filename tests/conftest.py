@@ -1,0 +1,45 @@
+"""Shared test setup: one torch thread (the suite runs on 2 cores), deterministic seeds, tiny model fixtures."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def byte_tokenizer():
+    """A byte-level tokenizer (one token per byte) built locally."""
+    from verl.utils.tiny_models import make_byte_tokenizer
+
+    return make_byte_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A directory holding a tiny random Llama and its byte tokenizer, usable as a model path."""
+    from verl.utils.tiny_models import make_tiny_model_dir
+
+    return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_llama")))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory) -> str:
+    """A directory holding a tiny random Qwen2 (tied embeddings) and its byte tokenizer."""
+    from verl.utils.tiny_models import TinyModelSpec, make_tiny_model_dir
+
+    spec = TinyModelSpec(arch="qwen2", tie_word_embeddings=True)
+    return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_qwen2")), spec=spec)
