@@ -1,1 +1,25 @@
+"""Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``."""
 
+from verl.workers.reward_manager.abstract import (
+    AbstractRewardManager,
+    RewardComputationError,
+    RewardTimeoutError,
+    call_with_timeout,
+)
+from verl.workers.reward_manager.batch import BatchRewardManager
+from verl.workers.reward_manager.dapo import DAPORewardManager
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
+
+__all__ = [
+    "AbstractRewardManager",
+    "BatchRewardManager",
+    "DAPORewardManager",
+    "NaiveRewardManager",
+    "REWARD_MANAGER_REGISTRY",
+    "RewardComputationError",
+    "RewardTimeoutError",
+    "call_with_timeout",
+    "get_reward_manager_cls",
+    "register",
+]

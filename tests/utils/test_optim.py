@@ -1,0 +1,72 @@
+"""AdamW construction and the warmup / cosine schedules against hand-computed learning rates."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.utils.optim import (
+    build_lr_scheduler,
+    build_optimizer,
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+)
+
+
+def _opt(lr: float = 1.0) -> torch.optim.Optimizer:
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+
+
+def _lrs(sched, steps: int) -> list[float]:
+    out = []
+    for _ in range(steps):
+        out.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    return out
+
+
+def test_build_optimizer_reads_config() -> None:
+    cfg = OmegaConf.create({"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1})
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
+    group = opt.param_groups[0]
+    assert isinstance(opt, torch.optim.AdamW)
+    assert group["lr"] == 3e-4 and group["betas"] == (0.8, 0.95) and group["eps"] == 1e-6
+    assert group["weight_decay"] == 0.1
+
+
+def test_build_optimizer_rejects_unknown() -> None:
+    with pytest.raises(ValueError, match="optim.optimizer"):
+        build_optimizer([torch.nn.Parameter(torch.zeros(1))], {"optimizer": "Lion"})
+
+
+def test_constant_with_warmup() -> None:
+    sched = get_constant_schedule_with_warmup(_opt(2.0), num_warmup_steps=4)
+    assert _lrs(sched, 6) == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.0])
+
+
+def test_cosine_with_warmup_and_min_ratio() -> None:
+    sched = get_cosine_schedule_with_warmup(_opt(1.0), num_warmup_steps=2, num_training_steps=6, min_lr_ratio=0.1)
+    # Warmup 0, 0.5; then progress p = (t-2)/4: factor 0.1 + 0.9 * 0.5 * (1 + cos(pi p)).
+    expected = [0.0, 0.5, 1.0, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)), 0.55]
+    expected += [0.1 + 0.9 * 0.5 * (1 + math.cos(3 * math.pi / 4)), 0.1, 0.1]
+    assert _lrs(sched, 8) == pytest.approx(expected)
+
+
+def test_build_lr_scheduler_warmup_ratio_and_style() -> None:
+    cfg = {"lr_warmup_steps": -1, "lr_warmup_steps_ratio": 0.25, "warmup_style": "constant"}
+    sched = build_lr_scheduler(_opt(1.0), cfg, total_training_steps=8)  # warmup int(0.25 * 8) = 2
+    assert _lrs(sched, 3) == pytest.approx([0.0, 0.5, 1.0])
+    cfg = {"lr_warmup_steps": 1, "lr_warmup_steps_ratio": 0.5, "warmup_style": "cosine", "min_lr_ratio": 0.0}
+    sched = build_lr_scheduler(_opt(1.0), cfg, total_training_steps=3)  # explicit steps win over the ratio
+    assert _lrs(sched, 4) == pytest.approx([0.0, 1.0, 0.5, 0.0])
+
+
+def test_build_lr_scheduler_errors() -> None:
+    with pytest.raises(ValueError, match="warmup_style"):
+        build_lr_scheduler(_opt(), {"warmup_style": "linear"}, 10)
+    with pytest.raises(ValueError, match="total_training_steps"):
+        build_lr_scheduler(_opt(), {"warmup_style": "cosine"}, -1)

@@ -1,0 +1,222 @@
+"""Turn a training checkpoint into a Hugging Face model directory that ``from_pretrained`` loads.
+
+Accepted inputs (``local_dir``):
+
+- an actor/critic role dir ``global_step_N/actor`` holding ``huggingface/`` (config + tokenizer, usually the full
+  weights) and optionally per-rank shards ``model_world_size_W_rank_R.safetensors`` with their index; shards,
+  when present, win over the full weights (they are what the training ranks held);
+- optionally ``lora_adapter/`` inside that dir: the adapter is merged into the weights (``merge_lora=True``) or
+  copied next to them;
+- a bare LoRA adapter dir (``adapter_model.safetensors`` + ``adapter_config.json``), whose base model is
+  ``base_model_name_or_path`` from the adapter config or the ``base_model_path`` argument;
+- a plain Hugging Face dir (``config.json`` + weights), e.g. to change its dtype.
+
+The target directory is written atomically: it appears complete or not at all, and an existing one is only
+replaced once the new one is fully written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import torch
+
+from verl.utils.checkpoint.sharded_state import find_shard_index, reassemble_full_state_dict
+from verl.utils.fs import atomic_directory
+
+__all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]
+
+HF_SUBDIR = "huggingface"
+LORA_SUBDIR = "lora_adapter"
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _hf_weights_state_dict(hf_dir: str) -> dict[str, torch.Tensor] | None:
+    """Full weights stored in a Hugging Face dir (single or indexed safetensors), or None if there are none."""
+    from safetensors.torch import load_file
+
+    single = os.path.join(hf_dir, "model.safetensors")
+    if os.path.isfile(single):
+        return load_file(single)
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map", {})
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            shard_path = os.path.join(hf_dir, shard)
+            if not os.path.isfile(shard_path):
+                raise FileNotFoundError(f"{index} lists {shard}, which is missing from {hf_dir}")
+            state.update(load_file(shard_path))
+        return state
+    return None
+
+
+def load_full_state_dict(local_dir: str) -> dict[str, torch.Tensor] | None:
+    """The full model state dict of a role dir: reassembled rank shards if present, else ``huggingface/`` weights.
+
+    Returns None when the directory holds neither (e.g. a LoRA-only save whose base weights live elsewhere).
+    """
+    if find_shard_index(local_dir) is not None:
+        return reassemble_full_state_dict(local_dir)
+    hf_dir = os.path.join(local_dir, HF_SUBDIR)
+    return _hf_weights_state_dict(hf_dir if os.path.isdir(hf_dir) else local_dir)
+
+
+def _model_class(config: Any) -> Any:
+    import transformers
+
+    for name in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    return transformers.AutoModelForCausalLM
+
+
+def _build_model(config_dir: str, state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """Instantiate the config's architecture with exactly ``state_dict`` (missing/unexpected keys are errors)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(config_dir)
+    floating = [t.dtype for t in state_dict.values() if t.is_floating_point()]
+    load_dtype = floating[0] if floating else torch.float32
+    cls = _model_class(config)
+    model, info = cls.from_pretrained(
+        None, config=config, state_dict=state_dict, dtype=load_dtype, output_loading_info=True
+    )
+    ties = getattr(model, "all_tied_weights_keys", None) or {}
+    missing = [k for k in info.get("missing_keys", []) if k not in ties]
+    unexpected = list(info.get("unexpected_keys", []))
+    mismatched = list(info.get("mismatched_keys", []))
+    if missing or unexpected or mismatched:
+        raise ValueError(
+            f"checkpoint weights do not match {config_dir}/config.json ({cls.__name__}): missing {missing[:8]}, "
+            f"unexpected {unexpected[:8]}, shape mismatches {mismatched[:8]}"
+        )
+    return model
+
+
+def _copy_side_files(src_dir: str | None, dst_dir: str) -> None:
+    """Copy tokenizer/generation files (everything but weights and config.json) not already in ``dst_dir``."""
+    if not src_dir or not os.path.isdir(src_dir):
+        return
+    for name in os.listdir(src_dir):
+        src = os.path.join(src_dir, name)
+        if (
+            not os.path.isfile(src)
+            or name == "config.json"
+            or name.endswith(_WEIGHT_SUFFIXES)
+            or name in _WEIGHT_INDEXES
+            or name.startswith("adapter_")
+            or os.path.exists(os.path.join(dst_dir, name))
+        ):
+            continue
+        shutil.copy2(src, os.path.join(dst_dir, name))
+
+
+def _read_adapter_base(adapter_dir: str, base_model_path: str | None) -> str:
+    cfg_path = os.path.join(adapter_dir, "adapter_config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        base = base_model_path or json.load(f).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{cfg_path} has no base_model_name_or_path; pass base_model_path / --base_model")
+    if not os.path.isdir(base):
+        raise FileNotFoundError(
+            f"base model {base!r} of adapter {adapter_dir} is not a local directory; pass base_model_path / "
+            "--base_model pointing at the base Hugging Face dir"
+        )
+    return base
+
+
+def merge_checkpoint(
+    local_dir: str,
+    target_dir: str,
+    dtype: str | torch.dtype | None = None,
+    merge_lora: bool = True,
+    base_model_path: str | None = None,
+) -> str:
+    """Write the model in ``local_dir`` (see the module docstring) to ``target_dir`` as a Hugging Face dir.
+
+    Args:
+        local_dir: ``global_step_N/actor`` (or critic), a LoRA adapter dir, or a Hugging Face dir.
+        target_dir: output directory (replaced atomically if it exists).
+        dtype: ``bfloat16`` | ``float16`` | ``float32`` (or a torch dtype); None keeps the stored dtype.
+        merge_lora: merge a LoRA adapter into the weights (``merge_and_unload``); if False the base weights are
+            written and the adapter is copied to ``<target_dir>/lora_adapter``.
+        base_model_path: base model dir for LoRA, overriding the adapter config's ``base_model_name_or_path``.
+
+    Returns:
+        ``target_dir``.
+    """
+    torch_dtype = _parse_dtype(dtype)
+    if not os.path.isdir(local_dir):
+        raise FileNotFoundError(f"checkpoint directory {local_dir} does not exist")
+    if os.path.abspath(local_dir) == os.path.abspath(target_dir):
+        raise ValueError(f"target_dir must differ from local_dir ({local_dir})")
+
+    adapter_dir: str | None = None
+    if os.path.isfile(os.path.join(local_dir, "adapter_config.json")):
+        adapter_dir = local_dir
+    elif os.path.isfile(os.path.join(local_dir, LORA_SUBDIR, "adapter_config.json")):
+        adapter_dir = os.path.join(local_dir, LORA_SUBDIR)
+
+    if adapter_dir == local_dir:  # a bare adapter: the base comes from elsewhere
+        config_dir = _read_adapter_base(adapter_dir, base_model_path)
+        state_dict = _hf_weights_state_dict(config_dir)
+        side_dirs = [adapter_dir, config_dir]
+    else:
+        hf_dir = os.path.join(local_dir, HF_SUBDIR)
+        config_dir = hf_dir if os.path.isdir(hf_dir) else local_dir
+        if not os.path.isfile(os.path.join(config_dir, "config.json")):
+            raise FileNotFoundError(
+                f"{local_dir} is not a checkpoint: expected {os.path.join(hf_dir, 'config.json')} (written by rank "
+                "0 at save), or adapter_config.json for a LoRA adapter"
+            )
+        state_dict = load_full_state_dict(local_dir)
+        if state_dict is None and adapter_dir is not None:
+            config_dir = _read_adapter_base(adapter_dir, base_model_path)
+            state_dict = _hf_weights_state_dict(config_dir)
+        side_dirs = [os.path.join(local_dir, HF_SUBDIR), config_dir]
+    if state_dict is None:
+        raise FileNotFoundError(
+            f"no weights found for {local_dir}: expected model_world_size_W_rank_R.safetensors shards with "
+            f"model_world_size_W_index.json, or model.safetensors (or its index) in {config_dir}"
+        )
+
+    model = _build_model(config_dir, state_dict)
+    del state_dict
+    if adapter_dir is not None and merge_lora:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    if torch_dtype is not None:
+        model = model.to(torch_dtype)
+    model.config.dtype = model.dtype if torch_dtype is None else torch_dtype
+
+    with atomic_directory(target_dir) as tmp:
+        model.save_pretrained(tmp)
+        for d in side_dirs:
+            _copy_side_files(d, tmp)
+        if adapter_dir is not None and not merge_lora:
+            shutil.copytree(adapter_dir, os.path.join(tmp, LORA_SUBDIR))
+    return target_dir

@@ -1,0 +1,808 @@
+"""DataProto: the one data currency between the driver and the workers.
+
+A ``DataProto`` bundles three things that travel together through an RL step:
+
+- ``batch``: a ``tensordict.TensorDict`` whose tensors share the leading batch dimension ``N``
+  (e.g. ``input_ids [N, seq_len]``, ``response_mask [N, response_len]``);
+- ``non_tensor_batch``: a dict of numpy arrays (usually ``dtype=object``) of length ``N`` holding per-sample
+  python values (``uid``, ``data_source``, ``reward_model`` dicts, ...);
+- ``meta_info``: a plain dict of batch-level values (``eos_token_id``, ``temperature``, ``metrics``, ...).
+
+Every row operation (index, slice, chunk, repeat, reorder, concat) is applied to ``batch`` and
+``non_tensor_batch`` together, so the i-th tensor row and the i-th python value always describe the same sample.
+Names and semantics follow open-source verl's ``verl.protocol`` so existing driver and worker code carries over.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+__all__ = [
+    "DataProto",
+    "DataProtoItem",
+    "DataProtoFuture",
+    "pad_dataproto_to_divisor",
+    "unpad_dataproto",
+    "union_tensor_dict",
+    "union_numpy_dict",
+    "collate_fn",
+]
+
+_SAVE_FORMAT = "verl.DataProto"
+_SAVE_VERSION = 1
+_ARRAY_TAG = "__ndarray__"
+# numpy kinds whose ``tolist()`` yields only bool/int/float/str, all of which torch.load(weights_only=True) accepts
+_PLAIN_NUMPY_KINDS = frozenset("biufU")
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------------------
+def _object_array(values: Sequence[Any]) -> np.ndarray:
+    """Build a 1-D object array of ``len(values)`` without numpy turning equal-length inner lists into a 2-D array."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
+
+
+def _compact(tensor: torch.Tensor) -> torch.Tensor:
+    """Return ``tensor`` backed by a storage of exactly its own size.
+
+    A view (a chunk or slice of a larger batch) otherwise drags its whole parent storage through pickle and
+    ``torch.save``, so shipping one chunk to a worker would cost as much as shipping the full batch.
+    """
+    needed = tensor.numel() * tensor.element_size()
+    if not tensor.is_contiguous() or tensor.untyped_storage().nbytes() != needed:
+        return tensor.contiguous().clone()
+    return tensor
+
+
+def _plain_tensor_dict(td: TensorDict, where: str, to_cpu: bool) -> dict[str, Any]:
+    """Flatten a TensorDict into nested plain dicts of compact tensors; non-tensor leaves raise ValueError."""
+    out: dict[str, Any] = {}
+    for key, value in td.items():
+        if isinstance(value, TensorDict):
+            out[key] = _plain_tensor_dict(value, f"{where}.{key}", to_cpu)
+        elif isinstance(value, torch.Tensor):
+            value = value.cpu() if to_cpu else value
+            out[key] = _compact(value)
+        else:
+            raise ValueError(f"batch key {where}.{key!r} holds a {type(value).__name__}, not a tensor")
+    return out
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    """Element equality that treats NaN == NaN and compares arrays / tensors by content."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        try:
+            return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
+        except TypeError:  # equal_nan is unsupported for object dtype
+            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype != object and b.dtype != object:
+        return _values_equal(a, b)
+    return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
+
+
+def _to_plain(value: Any, where: str) -> Any:
+    """Convert a value into types ``torch.load(weights_only=True)`` can rebuild; raise ValueError naming ``where``."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, np.generic):
+        return _to_plain(value.item(), where)
+    if isinstance(value, torch.Tensor):
+        return _compact(value.detach().cpu())
+    if isinstance(value, np.ndarray):
+        return _encode_array(value, where)
+    if isinstance(value, (list, tuple)):
+        items = [_to_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        if _ARRAY_TAG in value:
+            raise ValueError(f"{where}: dict key {_ARRAY_TAG!r} is reserved by DataProto.save_to_disk")
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                raise ValueError(f"{where}: dict key {k!r} of type {type(k).__name__} cannot be saved safely")
+            out[k] = _to_plain(v, f"{where}[{k!r}]")
+        return out
+    raise ValueError(
+        f"{where}: value of type {type(value).__name__} cannot be saved safely (allowed: None, bool, int, float, "
+        "str, bytes, list, tuple, dict, numpy arrays/scalars, tensors)"
+    )
+
+
+def _encode_array(arr: np.ndarray, where: str) -> dict[str, Any]:
+    if arr.dtype.kind in _PLAIN_NUMPY_KINDS:
+        values = arr.reshape(-1).tolist()
+    else:
+        values = [_to_plain(v, f"{where}[{i}]") for i, v in enumerate(arr.reshape(-1))]
+    dtype = "object" if arr.dtype.kind not in _PLAIN_NUMPY_KINDS else arr.dtype.str
+    return {_ARRAY_TAG: True, "dtype": dtype, "shape": list(arr.shape), "values": values}
+
+
+def _from_plain(value: Any) -> Any:
+    """Inverse of ``_to_plain``: rebuild numpy arrays from their tagged dicts."""
+    if isinstance(value, dict):
+        if value.get(_ARRAY_TAG) is True:
+            return _decode_array(value)
+        return {k: _from_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_from_plain(v) for v in value)
+    return value
+
+
+def _decode_array(enc: dict[str, Any]) -> np.ndarray:
+    shape = tuple(enc["shape"])
+    if enc["dtype"] == "object":
+        flat = _object_array([_from_plain(v) for v in enc["values"]])
+        return flat.reshape(shape)
+    return np.array(enc["values"], dtype=np.dtype(enc["dtype"])).reshape(shape)
+
+
+def _as_key_list(keys: str | Sequence[str] | None, what: str) -> list[str] | None:
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return [keys]
+    if not isinstance(keys, (list, tuple)):
+        raise TypeError(f"{what} must be a str or a list of str, got {type(keys).__name__}")
+    return list(keys)
+
+
+def _merge_metrics(metric_dicts: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Merge per-worker ``{name: value | list}`` dicts into ``{name: [values from every worker, in order]}``."""
+    merged: dict[str, list[Any]] = {}
+    for metrics in metric_dicts:
+        for name, value in metrics.items():
+            bucket = merged.setdefault(name, [])
+            if isinstance(value, (list, tuple)):
+                bucket.extend(value)
+            else:
+                bucket.append(value)
+    return merged
+
+
+# ---- union helpers ---------------------------------------------------------------------------------------------------
+def union_tensor_dict(tensor_dict1: TensorDict | None, tensor_dict2: TensorDict | None) -> TensorDict | None:
+    """Add the keys of ``tensor_dict2`` to ``tensor_dict1`` (in place) and return it.
+
+    Both must have the same ``batch_size``; a key present in both must hold equal tensors, otherwise a ValueError
+    names the key. ``None`` stands for "no tensors" and yields the other argument.
+    """
+    if tensor_dict1 is None:
+        return tensor_dict2
+    if tensor_dict2 is None:
+        return tensor_dict1
+    if tensor_dict1.batch_size != tensor_dict2.batch_size:
+        raise ValueError(
+            f"cannot union batches of different sizes: {list(tensor_dict1.batch_size)} vs "
+            f"{list(tensor_dict2.batch_size)}"
+        )
+    for key, value in tensor_dict2.items(include_nested=True, leaves_only=True):
+        if key in tensor_dict1.keys(include_nested=True, leaves_only=True):
+            mine = tensor_dict1.get(key)
+            same = mine.shape == value.shape and mine.dtype == value.dtype and torch.equal(mine, value.to(mine.device))
+            if not same:
+                raise ValueError(f"union conflict on batch key {key!r}: both sides hold it with different values")
+        else:
+            tensor_dict1.set(key, value)
+    return tensor_dict1
+
+
+def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Add the arrays of ``tensor_dict2`` to ``tensor_dict1`` (in place) and return it.
+
+    A key present in both must hold equal arrays (element-wise, NaN equal to NaN), otherwise ValueError naming it.
+    """
+    for key, value in tensor_dict2.items():
+        if key in tensor_dict1:
+            if not _arrays_equal(np.asarray(tensor_dict1[key]), np.asarray(value)):
+                raise ValueError(f"union conflict on non-tensor key {key!r}: both sides hold it with different values")
+        else:
+            tensor_dict1[key] = value
+    return tensor_dict1
+
+
+def _union_meta(meta1: dict[str, Any], meta2: dict[str, Any]) -> dict[str, Any]:
+    for key, value in meta2.items():
+        if key in meta1:
+            if not _values_equal(meta1[key], value):
+                raise ValueError(f"union conflict on meta_info key {key!r}: {meta1[key]!r} vs {value!r}")
+        else:
+            meta1[key] = value
+    return meta1
+
+
+# ---- DataProtoItem / DataProto ---------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class DataProtoItem:
+    """One sample of a DataProto: its batch row (a TensorDict with ``batch_size=[]``), its non-tensor values and
+    the meta_info of the batch it came from."""
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class DataProto:
+    """A batch of ``N`` samples: tensors (``batch``), per-sample python values (``non_tensor_batch``) and
+    batch-level values (``meta_info``). See the module docstring."""
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.check_consistency()
+
+    # ---- construction -----------------------------------------------------------------------------------------
+    def check_consistency(self) -> None:
+        """Check that ``batch`` has a leading batch dim and that every non-tensor array has that length.
+
+        Raises TypeError for wrongly typed fields and ValueError naming the key and both sizes on a mismatch.
+        """
+        if self.batch is not None:
+            if not isinstance(self.batch, TensorDict):
+                raise TypeError(f"DataProto.batch must be a TensorDict, got {type(self.batch).__name__}")
+            if len(self.batch.batch_size) == 0:
+                raise ValueError("DataProto.batch must have at least one batch dimension, got batch_size=[]")
+        if not isinstance(self.non_tensor_batch, dict):
+            raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
+        if not isinstance(self.meta_info, dict):
+            raise TypeError(f"meta_info must be a dict, got {type(self.meta_info).__name__}")
+        ref_key, ref_len = None, None
+        if self.batch is not None:
+            ref_key, ref_len = "batch", int(self.batch.batch_size[0])
+        for key, value in self.non_tensor_batch.items():
+            if not isinstance(value, np.ndarray):
+                raise TypeError(
+                    f"non_tensor_batch[{key!r}] must be a numpy array, got {type(value).__name__} "
+                    "(use DataProto.from_dict / from_single_dict to convert lists)"
+                )
+            if value.ndim == 0:
+                raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per sample")
+            if ref_len is None:
+                ref_key, ref_len = f"non_tensor_batch[{key!r}]", len(value)
+            elif len(value) != ref_len:
+                raise ValueError(
+                    f"non_tensor_batch[{key!r}] has length {len(value)} but {ref_key} has batch size {ref_len}"
+                )
+
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: dict[str, torch.Tensor] | None = None,
+        non_tensors: dict[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+    ) -> DataProto:
+        """Build a DataProto whose batch size is the first ``num_batch_dims`` dims of the tensors.
+
+        Non-tensor lists are converted to 1-D object arrays. Tensors with differing leading dims raise ValueError
+        naming the key and both shapes.
+        """
+        tensors = dict(tensors or {})
+        non_tensors = dict(non_tensors or {})
+        if num_batch_dims < 1:
+            raise ValueError(f"num_batch_dims must be >= 1, got {num_batch_dims}")
+        batch = None
+        if tensors:
+            first_key = next(iter(tensors))
+            batch_size: torch.Size | None = None
+            for key, tensor in tensors.items():
+                if not isinstance(tensor, torch.Tensor):
+                    raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(tensor).__name__}")
+                if tensor.dim() < num_batch_dims:
+                    raise ValueError(f"tensors[{key!r}] has {tensor.dim()} dims, fewer than {num_batch_dims=}")
+                if batch_size is None:
+                    batch_size = tensor.shape[:num_batch_dims]
+                elif tensor.shape[:num_batch_dims] != batch_size:
+                    raise ValueError(
+                        f"tensors[{key!r}] has leading shape {list(tensor.shape[:num_batch_dims])} but "
+                        f"tensors[{first_key!r}] has {list(batch_size)}"
+                    )
+            batch = TensorDict(tensors, batch_size=batch_size)
+        converted = {
+            key: value if isinstance(value, np.ndarray) else _object_array(list(value))
+            for key, value in non_tensors.items()
+        }
+        return cls(batch=batch, non_tensor_batch=converted, meta_info=dict(meta_info or {}))
+
+    @classmethod
+    def from_single_dict(cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
+        """Build a DataProto from one dict: tensors go to ``batch``, numpy arrays / lists / tuples to
+        ``non_tensor_batch``; any other value raises ValueError naming the key."""
+        tensors, non_tensors = {}, {}
+        for key, value in data.items():
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value
+            elif isinstance(value, (np.ndarray, list, tuple)):
+                non_tensors[key] = value
+            else:
+                raise ValueError(
+                    f"from_single_dict: key {key!r} holds a {type(value).__name__}; expected a tensor, a numpy "
+                    "array or a list (put batch-level values in meta_info)"
+                )
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+    # ---- size and indexing ------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        if self.batch is not None:
+            return int(self.batch.batch_size[0])
+        if self.non_tensor_batch:
+            return len(next(iter(self.non_tensor_batch.values())))
+        return 0
+
+    def __getitem__(self, item: Any) -> DataProto | DataProtoItem:
+        """``data[i]`` -> DataProtoItem; ``data[slice]``, ``data[indices]`` and ``data[bool_mask]`` -> DataProto."""
+        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            n = len(self)
+            i = int(item)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} out of range for DataProto of length {n}")
+            i %= n
+            return DataProtoItem(
+                batch=self.batch[i] if self.batch is not None else None,
+                non_tensor_batch={k: v[i] for k, v in self.non_tensor_batch.items()},
+                meta_info=self.meta_info,
+            )
+        if isinstance(item, slice):
+            return self.slice(item.start, item.stop, item.step)
+        if isinstance(item, (list, tuple, np.ndarray, torch.Tensor)):
+            return self.select_idxs(item)
+        raise TypeError(f"DataProto indices must be int, slice, list, np.ndarray or torch.Tensor, not {type(item)}")
+
+    def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
+        """Rows ``start:end:step`` (views of the tensors, like python slicing)."""
+        s = slice(start, end, step)
+        return DataProto(
+            batch=self.batch[s] if self.batch is not None else None,
+            non_tensor_batch={k: v[s] for k, v in self.non_tensor_batch.items()},
+            meta_info=dict(self.meta_info),
+        )
+
+    def select_idxs(self, idxs: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Rows at integer positions ``idxs`` (any order, repeats allowed) or where the bool mask ``idxs`` is true."""
+        idx = idxs.detach().cpu().numpy() if isinstance(idxs, torch.Tensor) else np.asarray(idxs)
+        if idx.dtype == bool:
+            if idx.shape != (len(self),):
+                raise ValueError(f"boolean mask has shape {list(idx.shape)} but the batch has {len(self)} rows")
+            idx = np.flatnonzero(idx)
+        elif idx.size == 0:
+            idx = idx.astype(np.int64)
+        elif idx.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers or booleans, got dtype {idx.dtype}")
+        idx = idx.reshape(-1).astype(np.int64)
+        return DataProto(
+            batch=self.batch[torch.from_numpy(idx)] if self.batch is not None else None,
+            non_tensor_batch={k: v[idx] for k, v in self.non_tensor_batch.items()},
+            meta_info=dict(self.meta_info),
+        )
+
+    # ---- key-level operations ---------------------------------------------------------------------------------
+    def select(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
+        """A DataProto holding only the named keys (``None`` keeps every key of that part).
+
+        Without ``deepcopy`` the tensors and arrays are shared with ``self``. A missing key raises KeyError.
+        """
+        batch_keys = _as_key_list(batch_keys, "batch_keys")
+        nt_keys = _as_key_list(non_tensor_batch_keys, "non_tensor_batch_keys")
+        meta_keys = _as_key_list(meta_info_keys, "meta_info_keys")
+        batch = self.batch
+        if batch_keys is not None:
+            if batch is None:
+                if batch_keys:
+                    raise KeyError(f"batch keys {batch_keys} requested but this DataProto has no tensors")
+            else:
+                missing = [k for k in batch_keys if k not in batch.keys()]
+                if missing:
+                    raise KeyError(f"batch keys {missing} not found; available: {sorted(batch.keys())}")
+                batch = batch.select(*batch_keys)
+        non_tensor = self._pick(self.non_tensor_batch, nt_keys, "non_tensor_batch")
+        meta = self._pick(self.meta_info, meta_keys, "meta_info")
+        if deepcopy:
+            batch = batch.clone() if batch is not None else None
+            non_tensor, meta = copy.deepcopy(non_tensor), copy.deepcopy(meta)
+        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    @staticmethod
+    def _pick(source: dict[str, Any], keys: list[str] | None, what: str) -> dict[str, Any]:
+        if keys is None:
+            return dict(source)
+        missing = [k for k in keys if k not in source]
+        if missing:
+            raise KeyError(f"{what} keys {missing} not found; available: {sorted(source)}")
+        return {k: source[k] for k in keys}
+
+    def pop(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+    ) -> DataProto:
+        """Remove the named keys from ``self`` and return them as a new DataProto (missing key -> KeyError)."""
+        batch_keys = _as_key_list(batch_keys, "batch_keys") or []
+        nt_keys = _as_key_list(non_tensor_batch_keys, "non_tensor_batch_keys") or []
+        meta_keys = _as_key_list(meta_info_keys, "meta_info_keys") or []
+        # validate everything first so a bad key leaves self untouched
+        popped = self.select(batch_keys=batch_keys, non_tensor_batch_keys=nt_keys, meta_info_keys=meta_keys)
+        if self.batch is not None:
+            for key in batch_keys:
+                del self.batch[key]
+        for key in nt_keys:
+            del self.non_tensor_batch[key]
+        for key in meta_keys:
+            del self.meta_info[key]
+        if not batch_keys:
+            popped.batch = None
+        return popped
+
+    def rename(
+        self, old_keys: str | Sequence[str] | None = None, new_keys: str | Sequence[str] | None = None
+    ) -> DataProto:
+        """Rename batch keys ``old_keys[i] -> new_keys[i]`` in place and return ``self``."""
+        old = _as_key_list(old_keys, "old_keys") or []
+        new = _as_key_list(new_keys, "new_keys") or []
+        if len(old) != len(new):
+            raise ValueError(f"rename needs as many new keys as old keys, got {old} -> {new}")
+        if old and self.batch is None:
+            raise KeyError(f"cannot rename {old}: this DataProto has no tensors")
+        for o, n in zip(old, new):
+            if o not in self.batch.keys():
+                raise KeyError(f"rename: batch key {o!r} not found; available: {sorted(self.batch.keys())}")
+            self.batch.rename_key_(o, n)
+        return self
+
+    def union(self, other: DataProto) -> DataProto:
+        """Merge ``other``'s keys into ``self`` (in place) and return ``self``.
+
+        Batch sizes must match; a key present on both sides with different values raises ValueError naming it.
+        """
+        if not self._is_empty() and not other._is_empty() and len(self) != len(other):
+            raise ValueError(f"cannot union DataProtos of different batch sizes: {len(self)} vs {len(other)}")
+        self.batch = union_tensor_dict(self.batch, other.batch)
+        self.non_tensor_batch = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
+        self.meta_info = _union_meta(self.meta_info, other.meta_info)
+        self.check_consistency()
+        return self
+
+    def _is_empty(self) -> bool:
+        return self.batch is None and not self.non_tensor_batch
+
+    # ---- row-level operations ---------------------------------------------------------------------------------
+    @staticmethod
+    def concat(data: list[DataProto]) -> DataProto:
+        """Concatenate along the batch dim. meta_info comes from ``data[0]``, except ``meta_info["metrics"]``:
+        every part's metrics dict (``{name: value | list}``) is merged into ``{name: [values in part order]}``."""
+        if not data:
+            raise ValueError("DataProto.concat needs at least one DataProto")
+        has_batch = [d.batch is not None for d in data]
+        if any(has_batch) and not all(has_batch):
+            raise ValueError(f"cannot concat DataProtos with and without tensors (has batch: {has_batch})")
+        for i, d in enumerate(data[1:], start=1):
+            for what, mine, first in (
+                ("batch", d.batch, data[0].batch),
+                ("non-tensor", d.non_tensor_batch, data[0].non_tensor_batch),
+            ):
+                if mine is not None and set(mine.keys()) != set(first.keys()):
+                    raise ValueError(
+                        f"cannot concat: part {i} has {what} keys {sorted(mine.keys())}, "
+                        f"part 0 has {sorted(first.keys())}"
+                    )
+        batch = torch.cat([d.batch for d in data], dim=0) if all(has_batch) else None
+        non_tensor = {
+            k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0) for k in data[0].non_tensor_batch
+        }
+        meta = dict(data[0].meta_info)
+        metric_dicts = [d.meta_info["metrics"] for d in data if d.meta_info.get("metrics") is not None]
+        for m in metric_dicts:
+            if not isinstance(m, dict):
+                raise ValueError(f"meta_info['metrics'] must be a dict of name -> value, got {type(m).__name__}")
+        if metric_dicts:
+            meta["metrics"] = _merge_metrics(metric_dicts)
+        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """Split into ``chunks`` equal parts (views). The batch size must be divisible by ``chunks``."""
+        if not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+        n = len(self)
+        if n % chunks != 0:
+            raise ValueError(
+                f"cannot chunk a batch of size {n} into {chunks} equal chunks ({n} % {chunks} = {n % chunks}); "
+                f"pad it first with pad_dataproto_to_divisor(data, {chunks}) and unpad the result"
+            )
+        size = n // chunks
+        return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+
+    def split(self, split_size: int) -> list[DataProto]:
+        """Split into consecutive parts of ``split_size`` rows; the last part may be smaller."""
+        if not isinstance(split_size, int) or split_size < 1:
+            raise ValueError(f"split_size must be a positive int, got {split_size!r}")
+        return [self.slice(i, i + split_size) for i in range(0, len(self), split_size)]
+
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
+        """Repeat every row ``repeat_times`` times: rows ``[a, b]`` become ``[a, a, b, b]`` with ``interleave``
+        (the GRPO layout, samples of one prompt adjacent) and ``[a, b, a, b]`` without."""
+        if repeat_times < 1:
+            raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
+        base = np.arange(len(self))
+        idx = np.repeat(base, repeat_times) if interleave else np.tile(base, repeat_times)
+        return self.select_idxs(idx)
+
+    def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Repeat row i ``repeat_times[i]`` times, keeping repeats adjacent (rows ``[a, b]``, times ``[2, 1]``
+        -> ``[a, a, b]``)."""
+        counts = np.asarray(repeat_times.cpu() if isinstance(repeat_times, torch.Tensor) else repeat_times)
+        if counts.shape != (len(self),) or (counts < 0).any():
+            raise ValueError(f"repeat_times must be {len(self)} non-negative ints, got {counts.tolist()}")
+        return self.select_idxs(np.repeat(np.arange(len(self)), counts))
+
+    def reorder(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> None:
+        """Permute the rows in place: row ``i`` becomes old row ``indices[i]``."""
+        reordered = self.select_idxs(indices)
+        self.batch = reordered.batch
+        self.non_tensor_batch = reordered.non_tensor_batch
+
+    def to(self, device: str | torch.device) -> DataProto:
+        """Move the tensors to ``device`` (in place) and return ``self``."""
+        if self.batch is not None:
+            self.batch = self.batch.to(device)
+        return self
+
+    def make_iterator(
+        self,
+        mini_batch_size: int,
+        epochs: int,
+        seed: int | None = None,
+        dataloader_kwargs: dict[str, Any] | None = None,
+    ) -> Iterator[DataProto]:
+        """Yield ``epochs * len(self) // mini_batch_size`` mini-batches of ``mini_batch_size`` rows.
+
+        ``dataloader_kwargs`` accepts ``shuffle`` (default False; a new permutation each epoch drawn from a
+        ``torch.Generator`` seeded with ``seed``) and ``drop_last`` (default False: the batch size must then be
+        divisible by ``mini_batch_size``).
+        """
+        kwargs = dict(dataloader_kwargs or {})
+        unknown = set(kwargs) - {"shuffle", "drop_last"}
+        if unknown:
+            raise ValueError(f"make_iterator: unsupported dataloader_kwargs {sorted(unknown)} (use shuffle/drop_last)")
+        if mini_batch_size < 1 or epochs < 0:
+            raise ValueError(
+                f"make_iterator needs mini_batch_size >= 1 and epochs >= 0, got {mini_batch_size}, {epochs}"
+            )
+        n = len(self)
+        if n % mini_batch_size != 0 and not kwargs.get("drop_last", False):
+            raise ValueError(
+                f"batch size {n} is not divisible by mini_batch_size {mini_batch_size}; pass drop_last=True in "
+                "dataloader_kwargs or pad the batch"
+            )
+        shuffle = bool(kwargs.get("shuffle", False))
+        generator = torch.Generator()
+        if seed is not None:
+            generator.manual_seed(seed)
+        else:
+            generator.seed()
+
+        def _iterate() -> Iterator[DataProto]:
+            for _ in range(epochs):
+                order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+                for start in range(0, n - mini_batch_size + 1, mini_batch_size):
+                    yield self.select_idxs(order[start : start + mini_batch_size])
+
+        return _iterate()
+
+    # ---- persistence ------------------------------------------------------------------------------------------
+    def _payload(self, to_cpu: bool) -> dict[str, Any]:
+        batch = None if self.batch is None else _plain_tensor_dict(self.batch, "batch", to_cpu)
+        batch_size = None if self.batch is None else list(self.batch.batch_size)
+        return {"batch": batch, "batch_size": batch_size}
+
+    def save_to_disk(self, filepath: str | os.PathLike) -> None:
+        """Write the DataProto to ``filepath`` in a format ``torch.load(weights_only=True)`` reads back.
+
+        Tensors are stored on CPU; non-tensors and meta_info are converted to python lists / dicts / scalars (numpy
+        arrays are tagged so they come back as arrays). A value with no safe encoding raises ValueError naming its
+        key, before anything is written. The write is atomic (temporary file, then ``os.replace``).
+        """
+        payload = {"format": _SAVE_FORMAT, "version": _SAVE_VERSION, **self._payload(to_cpu=True)}
+        payload["non_tensor_batch"] = {
+            k: _encode_array(v, f"non_tensor_batch[{k!r}]") for k, v in self.non_tensor_batch.items()
+        }
+        payload["meta_info"] = {k: _to_plain(v, f"meta_info[{k!r}]") for k, v in self.meta_info.items()}
+        path = os.fspath(filepath)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".dataproto.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    @staticmethod
+    def load_from_disk(filepath: str | os.PathLike) -> DataProto:
+        """Read a file written by ``save_to_disk`` (tensors land on CPU) without unpickling arbitrary objects."""
+        path = os.fspath(filepath)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise ValueError(f"{path}: not a DataProto file readable with weights_only=True ({exc})") from exc
+        if not isinstance(payload, dict) or payload.get("format") != _SAVE_FORMAT:
+            raise ValueError(f"{path}: not a DataProto file (missing format tag {_SAVE_FORMAT!r})")
+        if payload.get("version") != _SAVE_VERSION:
+            raise ValueError(f"{path}: unsupported DataProto file version {payload.get('version')!r}")
+        batch = None
+        if payload["batch"] is not None:
+            batch = TensorDict(payload["batch"], batch_size=payload["batch_size"])
+        non_tensor = {k: _decode_array(v) for k, v in payload["non_tensor_batch"].items()}
+        meta = {k: _from_plain(v) for k, v in payload["meta_info"].items()}
+        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A plain dict of compact tensors pickles much faster than a TensorDict and never drags parent storages.
+        state = self._payload(to_cpu=False)
+        state["device"] = None if self.batch is None or self.batch.device is None else str(self.batch.device)
+        state["non_tensor_batch"] = self.non_tensor_batch
+        state["meta_info"] = self.meta_info
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        batch = None
+        if state["batch"] is not None:
+            batch = TensorDict(state["batch"], batch_size=state["batch_size"], device=state.get("device"))
+        self.batch = batch
+        self.non_tensor_batch = state["non_tensor_batch"]
+        self.meta_info = state["meta_info"]
+
+    # ---- debugging --------------------------------------------------------------------------------------------
+    def get_data_info(self) -> str:
+        """A multi-line summary: batch size, every key with its shape / dtype, and the tensor bytes in MB."""
+        lines = [f"DataProto(len={len(self)})"]
+        tensor_bytes = 0
+        if self.batch is not None:
+            for key, value in self.batch.items(include_nested=True, leaves_only=True):
+                tensor_bytes += value.numel() * value.element_size()
+                lines.append(f"  batch[{key!r}]: {tuple(value.shape)} {value.dtype} on {value.device}")
+        for key, value in self.non_tensor_batch.items():
+            lines.append(f"  non_tensor_batch[{key!r}]: {value.shape} {value.dtype}")
+        if self.meta_info:
+            lines.append(f"  meta_info keys: {sorted(map(str, self.meta_info))}")
+        lines.append(f"  tensor size: {tensor_bytes / 1024**2:.3f} MB")
+        return "\n".join(lines)
+
+    def print_size(self, prefix: str = "") -> None:
+        """Print ``get_data_info()`` (for debugging)."""
+        print(prefix + self.get_data_info())
+
+
+# ---- module functions ------------------------------------------------------------------------------------------------
+def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
+    """Append ``pad_size`` rows so that ``len(padded) % size_divisor == 0``; the padding repeats rows from the start
+    (row 0, 1, ..., cycling if ``pad_size > len(data)``). Returns ``(padded, pad_size)``."""
+    if not isinstance(size_divisor, int) or size_divisor < 1:
+        raise ValueError(f"size_divisor must be a positive int, got {size_divisor!r}")
+    n = len(data)
+    if n == 0 or n % size_divisor == 0:
+        return data, 0
+    pad_size = size_divisor - n % size_divisor
+    padding = data.select_idxs(np.arange(pad_size) % n)
+    return DataProto.concat([data, padding]), pad_size
+
+
+def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
+    """Drop the last ``pad_size`` rows added by ``pad_dataproto_to_divisor``.
+
+    A DataProto without rows (e.g. a worker's metrics-only output of a padded call) is returned unchanged.
+    """
+    if data._is_empty() and pad_size >= 0:
+        return data
+    if pad_size < 0 or pad_size > len(data):
+        raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
+    return data[: len(data) - pad_size] if pad_size else data
+
+
+def collate_fn(data_items: list[DataProtoItem]) -> DataProto:
+    """Stack a list of DataProtoItems (e.g. from a torch DataLoader over a DataProto) back into a DataProto;
+    meta_info comes from the first item."""
+    if not data_items:
+        raise ValueError("collate_fn needs at least one DataProtoItem")
+    batch = None
+    if data_items[0].batch is not None:
+        batch = torch.stack([item.batch for item in data_items]).contiguous()
+    non_tensor = {
+        k: _object_array([item.non_tensor_batch[k] for item in data_items]) for k in data_items[0].non_tensor_batch
+    }
+    return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(data_items[0].meta_info))
+
+
+# ---- DataProtoFuture -------------------------------------------------------------------------------------------------
+def _select_chunk(data: DataProto, index: int, chunks: int) -> DataProto:
+    return data.chunk(chunks)[index]
+
+
+@dataclass(eq=False)
+class DataProtoFuture:
+    """A DataProto that is not computed yet: ``get()`` resolves ``futures``, merges them with ``collect_fn`` and
+    applies ``dispatch_fn`` (e.g. "take chunk i") if set. Lets the driver pass one step's output to the next step
+    without waiting for it."""
+
+    collect_fn: Callable[[list[Any]], Any]
+    futures: list[Any]
+    dispatch_fn: Callable[[Any], Any] | None = None
+
+    @staticmethod
+    def concat(data: list[Any]) -> DataProtoFuture:
+        """A future that concatenates the DataProtos behind ``data`` (object refs, futures or values)."""
+        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
+
+    def chunk(self, chunks: int) -> list[DataProtoFuture]:
+        """``chunks`` futures; the i-th resolves to ``self.get().chunk(chunks)[i]``."""
+        previous = self.dispatch_fn
+
+        def make(i: int) -> Callable[[Any], Any]:
+            def dispatch(x: Any) -> Any:
+                return _select_chunk(previous(x) if previous is not None else x, i, chunks)
+
+            return dispatch
+
+        return [DataProtoFuture(self.collect_fn, self.futures, make(i)) for i in range(chunks)]
+
+    def get(self) -> Any:
+        """Resolve every future (``ray.ObjectRef`` via one ``ray.get``, ``concurrent.futures.Future`` via
+        ``.result()``, anything else as is), then apply ``collect_fn`` and ``dispatch_fn``."""
+        values = list(self.futures)
+        # ray is imported only if the caller already did: no ObjectRef can exist otherwise
+        ray = sys.modules.get("ray")
+        if ray is not None:
+            ref_positions = [i for i, v in enumerate(values) if isinstance(v, ray.ObjectRef)]
+            if ref_positions:
+                resolved = ray.get([values[i] for i in ref_positions])
+                for i, v in zip(ref_positions, resolved):
+                    values[i] = v
+        values = [v.result() if isinstance(v, Future) else v for v in values]
+        output = self.collect_fn(values)
+        if self.dispatch_fn is not None:
+            output = self.dispatch_fn(output)
+        return output

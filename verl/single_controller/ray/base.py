@@ -1,0 +1,262 @@
+"""The Ray backend: one Ray actor per rank, placed on placement-group bundles of a ``RayResourcePool``.
+
+The actors of a group get torchrun's variables through ``runtime_env`` so that they can join one
+torch.distributed group: ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK`` and, for ranks > 0, the
+``MASTER_ADDR``/``MASTER_PORT`` that rank 0 chose (its node IP and a free port). GPU actors see only their own
+device (Ray sets ``CUDA_VISIBLE_DEVICES``), so their ``LOCAL_RANK`` is 0, the index of that device; the position
+of the actor among the node's bundles is in ``RAY_LOCAL_RANK``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from verl.single_controller.base.colocate import create_colocated_worker_class
+from verl.single_controller.base.worker import BACKEND_ENV_KEY, ELECT_MASTER_ENV_KEY, Worker
+from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
+
+
+class RayResourcePool:
+    """Bundles for ``sum(process_on_nodes)`` workers: one placement group per node, one bundle per worker.
+
+    A bundle holds ``cpus_per_bundle`` CPUs plus one GPU when ``use_gpu``. Up to ``max_colocate_count`` worker
+    groups can share the pool: each of their actors asks for ``1 / max_colocate_count`` of a bundle.
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = True,
+        max_colocate_count: int = 10,
+        name_prefix: str = "",
+        cpus_per_bundle: float = 1.0,
+        detached: bool = False,
+        placement_timeout_s: float = 120.0,
+    ) -> None:
+        process_on_nodes = [1] if process_on_nodes is None else list(process_on_nodes)
+        if not process_on_nodes or any(not isinstance(n, int) or n < 1 for n in process_on_nodes):
+            raise ValueError(f"process_on_nodes must be a non-empty list of positive ints, got {process_on_nodes}")
+        if max_colocate_count < 1:
+            raise ValueError(f"max_colocate_count must be >= 1, got {max_colocate_count}")
+        if cpus_per_bundle <= 0:
+            raise ValueError(f"cpus_per_bundle must be > 0, got {cpus_per_bundle}")
+        self.store = process_on_nodes
+        self.use_gpu = bool(use_gpu)
+        self.max_colocate_count = int(max_colocate_count)
+        self.name_prefix = name_prefix or f"verl_{uuid.uuid4().hex[:8]}"
+        self.cpus_per_bundle = float(cpus_per_bundle)
+        self.detached = detached
+        self.placement_timeout_s = placement_timeout_s
+        self.pgs: list[PlacementGroup] | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Total number of workers (bundles) in the pool."""
+        return sum(self.store)
+
+    def bundle(self) -> dict[str, float]:
+        """The resources of one bundle."""
+        return {"CPU": self.cpus_per_bundle, **({"GPU": 1.0} if self.use_gpu else {})}
+
+    def actor_resources(self) -> dict[str, float]:
+        """``num_cpus``/``num_gpus`` of one actor: an equal share of a bundle among ``max_colocate_count``."""
+        share = {"num_cpus": self.cpus_per_bundle / self.max_colocate_count}
+        share["num_gpus"] = 1.0 / self.max_colocate_count if self.use_gpu else 0
+        return share
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK") -> list[PlacementGroup]:
+        """Create (once) and wait for one placement group per node; a clear error if the cluster is too small."""
+        if self.pgs is not None:
+            return self.pgs
+        lifetime = "detached" if self.detached else None
+        pgs = [
+            placement_group([self.bundle()] * n, strategy=strategy, name=f"{self.name_prefix}_pg{i}", lifetime=lifetime)
+            for i, n in enumerate(self.store)
+        ]
+        ready, _ = ray.wait([pg.ready() for pg in pgs], num_returns=len(pgs), timeout=self.placement_timeout_s)
+        if len(ready) != len(pgs):
+            for pg in pgs:
+                remove_placement_group(pg)
+            raise RuntimeError(
+                f"RayResourcePool {self.name_prefix!r}: placement groups for process_on_nodes={self.store} with "
+                f"bundles {self.bundle()} were not ready after {self.placement_timeout_s:.0f}s; the cluster has "
+                f"{ray.cluster_resources()} in total and {ray.available_resources()} free"
+            )
+        self.pgs = pgs
+        return pgs
+
+    def remove(self) -> None:
+        """Release the placement groups (actors still placed on them are killed by Ray)."""
+        for pg in self.pgs or []:
+            remove_placement_group(pg)
+        self.pgs = None
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A worker class (plain, or already ``ray.remote``) with its init arguments and Ray actor options."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self._options: dict[str, Any] = {}
+
+    def update_options(self, options: Mapping[str, Any]) -> RayClassWithInitArgs:
+        """Add Ray actor options (``runtime_env``, ``num_cpus``, ``num_gpus``, ``max_concurrency``, ...)."""
+        self._options.update(options)
+        return self
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The Ray actor options given so far."""
+        return dict(self._options)
+
+    @property
+    def remote_cls(self) -> Any:
+        """The ``ray.remote`` actor class (wrapping a plain class on first use)."""
+        if hasattr(self.cls, "__ray_actor_class__"):
+            return self.cls
+        return ray.remote(self.cls)
+
+
+def _merge_runtime_env(base: Mapping[str, Any] | None, env_vars: Mapping[str, str]) -> dict[str, Any]:
+    runtime_env = dict(base or {})
+    runtime_env["env_vars"] = {**dict(runtime_env.get("env_vars") or {}), **env_vars}
+    return runtime_env
+
+
+class RayWorkerGroup(WorkerGroup):
+    """One Ray actor per bundle of ``resource_pool``, each an instance of ``ray_cls_with_init``'s class.
+
+    Rank order is node by node, bundle by bundle. ``worker_env`` adds environment variables to every actor.
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool,
+        ray_cls_with_init: RayClassWithInitArgs,
+        name_prefix: str | None = None,
+        auto_padding: bool = False,
+        worker_env: Mapping[str, str] | None = None,
+        **_: Any,
+    ) -> None:
+        if not isinstance(resource_pool, RayResourcePool):
+            raise TypeError(f"resource_pool must be a RayResourcePool, got {type(resource_pool).__name__}")
+        if not isinstance(ray_cls_with_init, ClassWithInitArgs):
+            raise TypeError(f"ray_cls_with_init must be a RayClassWithInitArgs, got {type(ray_cls_with_init)}")
+        if not isinstance(ray_cls_with_init, RayClassWithInitArgs):
+            ray_cls_with_init = RayClassWithInitArgs(
+                ray_cls_with_init.cls, *ray_cls_with_init.args, **ray_cls_with_init.kwargs
+            )
+        super().__init__(world_size=resource_pool.world_size, auto_padding=auto_padding)
+        user_cls = ray_cls_with_init.user_cls
+        if not issubclass(user_cls, Worker):
+            raise TypeError(f"{user_cls.__name__} must derive from verl.single_controller.base.Worker")
+        if not ray.is_initialized():
+            raise RuntimeError("RayWorkerGroup needs a running Ray: call ray.init(...) first")
+        self._user_cls = user_cls
+        self.resource_pool = resource_pool
+        self.name_prefix = name_prefix or f"{resource_pool.name_prefix}_{uuid.uuid4().hex[:6]}"
+        self._owns_pool = False
+        self.workers: list[Any] = []
+        self.worker_names: list[str] = []
+        self._create_actors(ray_cls_with_init, dict(worker_env or {}))
+        self._bind_worker_methods(user_cls)
+
+    def _create_actors(self, cia: RayClassWithInitArgs, worker_env: dict[str, str]) -> None:
+        pool = self.resource_pool
+        pgs = pool.get_placement_groups()
+        placements = [(pg, idx, n) for pg, n in zip(pgs, pool.store) for idx in range(n)]
+        user_options = cia.options
+        remote_cls = cia.remote_cls
+        master: dict[str, str] = {}
+        for rank, (pg, bundle_index, local_world_size) in enumerate(placements):
+            env = {
+                **worker_env,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(self._world_size),
+                "LOCAL_WORLD_SIZE": str(local_world_size),
+                "LOCAL_RANK": "0" if pool.use_gpu else str(bundle_index),
+                "RAY_LOCAL_RANK": str(bundle_index),
+                "WG_PREFIX": self.name_prefix,
+                BACKEND_ENV_KEY: "ray",
+                **(master if rank else {ELECT_MASTER_ENV_KEY: "1"}),
+            }
+            name = f"{self.name_prefix}_{self._user_cls.__name__}_{rank}"
+            options: dict[str, Any] = {
+                **pool.actor_resources(),
+                "name": name,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=bundle_index
+                ),
+                **{k: v for k, v in user_options.items() if k != "runtime_env"},
+                "runtime_env": _merge_runtime_env(user_options.get("runtime_env"), env),
+            }
+            if pool.detached:
+                options["lifetime"] = "detached"
+            actor = remote_cls.options(**options).remote(*cia.args, **cia.kwargs)
+            self.workers.append(actor)
+            self.worker_names.append(name)
+            if rank == 0:
+                # Waiting here also surfaces an exception from the worker's __init__ right away.
+                addr, port = ray.get(actor.get_master_addr_port.remote())
+                master = {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
+        # Make construction errors of the other ranks appear now rather than at the first call.
+        ray.get([w.get_master_addr_port.remote() for w in self.workers[1:]])
+
+    def _worker_user_cls(self) -> type:
+        return self._user_cls
+
+    def _call_rank_async(self, rank: int, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return getattr(self.workers[rank], method_name).remote(*args, **kwargs)
+
+    def _wait(self, futures: list[Any]) -> list[Any]:
+        return list(ray.get(list(futures)))
+
+    @property
+    def master_address_port(self) -> tuple[str, str]:
+        """``(MASTER_ADDR, MASTER_PORT)`` of the group's torch.distributed rendezvous."""
+        addr, port = ray.get(self.workers[0].get_master_addr_port.remote())
+        return str(addr), str(port)
+
+    def shutdown(self) -> None:
+        """Kill the actors (shared with groups made by ``spawn``), and the pool if this group created it."""
+        for actor in self.workers:
+            ray.kill(actor)
+        self.workers = []
+        if self._owns_pool:
+            self.resource_pool.remove()
+
+
+def create_colocated_worker_cls(class_dict: Mapping[str, ClassWithInitArgs]) -> RayClassWithInitArgs:
+    """A ``RayClassWithInitArgs`` whose actors hold every role of ``class_dict`` (role -> class with init args).
+
+    Give it to ``RayWorkerGroup`` and call ``group.spawn(prefix_set=class_dict.keys())`` for role -> group. Ray
+    options of the roles are merged (``runtime_env`` env vars combined); conflicting values are an error.
+    """
+    cls, role_inits = create_colocated_worker_class(class_dict)
+    merged = RayClassWithInitArgs(cls, role_inits)
+    options: dict[str, Any] = {}
+    env_vars: dict[str, str] = {}
+    for role, cia in class_dict.items():
+        role_options = cia.options if isinstance(cia, RayClassWithInitArgs) else {}
+        for key, value in role_options.items():
+            if key == "runtime_env":
+                for var, val in (value or {}).get("env_vars", {}).items():
+                    if env_vars.get(var, val) != val:
+                        raise ValueError(f"role {role!r} sets env var {var}={val!r}, another role {env_vars[var]!r}")
+                    env_vars[var] = val
+                extra = {k: v for k, v in (value or {}).items() if k != "env_vars"}
+                for k, v in extra.items():
+                    options.setdefault("runtime_env", {})[k] = v
+            elif options.get(key, value) != value:
+                raise ValueError(f"role {role!r} sets Ray option {key}={value!r}, another role {options[key]!r}")
+            else:
+                options[key] = value
+    if env_vars:
+        options["runtime_env"] = _merge_runtime_env(options.get("runtime_env"), env_vars)
+    return merged.update_options(options)

@@ -1,0 +1,226 @@
+"""Build a trainer config: packaged YAML defaults <- optional user YAML <- ``key=value`` overrides, then validate.
+
+Override grammar (verl/Hydra-style, one string each):
+
+* ``a.b.c=value``  set an existing key; ``value`` is parsed as YAML (``16``, ``1e-5``, ``true``, ``null``,
+  ``[a,b]``, ``{k: v}``, ``'quoted string'``, ``${other.key}``); an empty value is the empty string.
+* ``+a.b.new=value``  add a key that is not in the defaults (an error if it exists); such keys are exempt from the
+  unknown-key check.
+* ``++a.b.key=value``  set the key, adding it when missing.
+* ``~a.b.key``  delete a key.
+
+The same loader serves every entry point: SFT, DPO and KTO pass their own ``config_name`` and ``schema``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl.trainer.config.schema import PPOConfig
+from verl.trainer.config.validation import ConfigError, validate_config
+
+CONFIG_PACKAGE = "verl.trainer.config"
+
+# Top-level keys of a Hydra-style user YAML that belong to Hydra, not to the trainer: verl's example YAMLs start
+# with `defaults: [ppo_trainer, _self_]`, which is exactly what this loader always does.
+_HYDRA_ONLY_KEYS = ("defaults", "hydra")
+
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
+
+OverrideOp = Literal["set", "add", "force_add", "delete"]
+
+
+@dataclass(frozen=True)
+class Override:
+    """One parsed command-line override: ``op`` on dotted ``key`` with the YAML-parsed ``value``."""
+
+    op: OverrideOp
+    key: str
+    value: Any
+    text: str
+
+
+def parse_override(text: str) -> Override:
+    """Parse ``[+|++|~]a.b.c[=value]`` into an :class:`Override` (value parsed as YAML).
+
+    Raises:
+        ConfigError: naming the override when the key or the value cannot be parsed.
+    """
+    body = text.strip()
+    if body.startswith("~"):
+        key = body[1:]
+        if "=" in key:
+            raise ConfigError(f"override {text!r}: a deletion takes no value; write ~{key.split('=', 1)[0]}")
+        _check_key(key, text)
+        return Override("delete", key, None, text)
+    op: OverrideOp = "set"
+    if body.startswith("++"):
+        op, body = "force_add", body[2:]
+    elif body.startswith("+"):
+        op, body = "add", body[1:]
+    if "=" not in body:
+        raise ConfigError(f"override {text!r}: expected key=value (e.g. data.train_batch_size=32)")
+    key, raw = body.split("=", 1)
+    key = key.strip()
+    _check_key(key, text)
+    return Override(op, key, parse_value(raw, text), text)
+
+
+def _check_key(key: str, text: str) -> None:
+    if not _KEY_RE.match(key):
+        raise ConfigError(f"override {text!r}: {key!r} is not a dotted key like data.train_batch_size")
+
+
+def parse_value(raw: str, text: str | None = None) -> Any:
+    """Parse the value of an override as YAML: ``'16'`` -> 16, ``'[a,b]'`` -> ['a', 'b'], ``''`` -> ``''``.
+
+    ``${...}`` interpolations are kept as strings (resolved later with the whole config).
+    """
+    if raw == "":
+        return ""
+    where = f"override {text!r}" if text is not None else f"value {raw!r}"
+    if "\n" in raw:
+        raise ConfigError(f"{where}: a value cannot contain a newline")
+    try:
+        # OmegaConf's YAML loader (unlike plain PyYAML) reads 1e-5 as a float, as the defaults file does.
+        parsed = OmegaConf.create("value: " + raw)
+    except Exception as e:  # yaml.YAMLError and OmegaConf's errors share no base class
+        raise ConfigError(f"{where}: cannot parse {raw!r} as a YAML value ({_first_line(e)})") from e
+    return OmegaConf.to_container(parsed, resolve=False)["value"]
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str] | list[Override]) -> set[str]:
+    """Apply overrides to ``cfg`` in order; returns the dotted keys added with ``+``/``++`` (exempt from checks).
+
+    Raises:
+        ConfigError: listing every override that could not be applied.
+    """
+    added: set[str] = set()
+    problems: list[str] = []
+    for item in overrides:
+        try:
+            ov = item if isinstance(item, Override) else parse_override(item)
+            if _apply_one(cfg, ov):
+                added.add(ov.key)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return added
+
+
+def _apply_one(cfg: DictConfig, ov: Override) -> bool:
+    """Apply one override; returns True when it added a key that was not there."""
+    parts = ov.key.split(".")
+    parent: Any = cfg
+    for i, part in enumerate(parts[:-1]):
+        if part not in parent:
+            if ov.op == "delete":
+                raise ConfigError(f"override {ov.text!r}: {'.'.join(parts[: i + 1])} does not exist")
+            break  # OmegaConf.update creates the missing sections
+        try:
+            parent = parent[part]
+        except OmegaConfBaseException:  # a ??? value or a broken interpolation: not a section either way
+            parent = None
+        if not isinstance(parent, DictConfig):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"override {ov.text!r}: {where} is a value, not a section, so it has no key {parts[-1]}")
+    exists = OmegaConf.select(cfg, ov.key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
+    if ov.op == "delete":
+        if not exists:
+            raise ConfigError(f"override {ov.text!r}: {ov.key} does not exist")
+        del parent[parts[-1]]
+        return False
+    if ov.op == "add" and exists:
+        raise ConfigError(
+            f"override {ov.text!r}: {ov.key} already exists; drop the + to change it (or use ++ to set-or-add)"
+        )
+    OmegaConf.update(cfg, ov.key, ov.value, merge=False, force_add=True)
+    return ov.op in ("add", "force_add") and not exists
+
+
+_ABSENT = object()
+
+
+def packaged_config_names(package: str = CONFIG_PACKAGE) -> list[str]:
+    """The names of the YAML files shipped in ``package`` (``ppo_trainer``, ...)."""
+    root = resources.files(package)
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def packaged_config_text(config_name: str, package: str = CONFIG_PACKAGE) -> str:
+    """The text of the packaged ``<config_name>.yaml`` (read through importlib.resources, so it works installed)."""
+    name = config_name[: -len(".yaml")] if config_name.endswith(".yaml") else config_name
+    res = resources.files(package).joinpath(f"{name}.yaml")
+    if not res.is_file():
+        known = ", ".join(packaged_config_names(package)) or "none"
+        raise ConfigError(f"no packaged config {name!r} in {package} (available: {known})")
+    return res.read_text(encoding="utf-8")
+
+
+def load_user_yaml(path: str) -> DictConfig:
+    """Load a user YAML file as a mapping, dropping Hydra's own top-level keys (``defaults``, ``hydra``)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path}: not found")
+    try:
+        user = OmegaConf.load(path)
+    except Exception as e:  # yaml.YAMLError or OmegaConf errors; the message carries line and column
+        raise ConfigError(f"config file {path}: invalid YAML: {' '.join(str(e).split())}") from e
+    if not isinstance(user, DictConfig):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of sections, got a list")
+    for key in _HYDRA_ONLY_KEYS:
+        if key in user:
+            del user[key]
+    return user
+
+
+def load_config(
+    overrides: list[str] | None = None,
+    config_name: str = "ppo_trainer",
+    config_file: str | None = None,
+    schema: type | None = PPOConfig,
+    package: str = CONFIG_PACKAGE,
+) -> DictConfig:
+    """Build, resolve and validate a trainer config.
+
+    Layers, later wins: the packaged ``<package>/<config_name>.yaml`` defaults, then ``config_file`` (a user YAML
+    deep-merged on top), then ``overrides`` (see the module docstring for the grammar). ``${...}`` interpolations
+    are resolved after all layers, so ``data.max_response_length=32`` also moves ``rollout.response_length``.
+    The result is validated against the dataclass ``schema`` (skipped when ``schema`` is None); its warnings are
+    emitted as :class:`ConfigWarning`.
+
+    Returns:
+        The resolved ``DictConfig`` (not in struct mode: the trainer may fill in runtime keys).
+
+    Raises:
+        ConfigError: every problem found, one per line (bad override, unknown key, wrong type, bad arithmetic...).
+    """
+    cfg = OmegaConf.create(packaged_config_text(config_name, package))
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"packaged config {config_name!r}: the top level must be a mapping")
+    if config_file is not None:
+        cfg = OmegaConf.merge(cfg, load_user_yaml(config_file))
+    added = apply_overrides(cfg, list(overrides or []))
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot resolve interpolation: {' '.join(str(e).split())}") from e
+    if schema is not None:
+        validate_config(cfg, schema, extra_keys=added)
+    return cfg
+
+
+def config_to_yaml(cfg: DictConfig) -> str:
+    """The config as YAML text, interpolations resolved (what ``--cfg job`` prints)."""
+    return OmegaConf.to_yaml(cfg, resolve=True)

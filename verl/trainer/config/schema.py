@@ -1,0 +1,435 @@
+"""Typed schema of ``ppo_trainer.yaml``: one dataclass per section, with verl's key names.
+
+The YAML file is the source of the defaults; the dataclass defaults mirror its *resolved* values (a test keeps the
+two identical, key for key and value for value) so ``PPOConfig()`` is a usable default config in code. Interpolated
+keys (``rollout.response_length`` follows ``data.max_response_length``, ...) only follow their source when the config
+is built by :func:`verl.trainer.config.loader.load_config`; the dataclass default is the resolved value.
+
+Type conventions read by :mod:`verl.trainer.config.validation`:
+
+* ``Optional[X]``: ``null`` is allowed.
+* ``Literal[...]``: a closed set of choices.
+* ``list[X]``: a YAML list whose items are ``X``.
+* ``dict[str, Any]``: a free-form mapping (``override_config``, ``reward_kwargs``); any keys are accepted.
+* a dataclass: a nested section, checked key by key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+WarmupStyle = Literal["constant", "cosine"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+CheckpointContent = Literal["model", "optimizer", "extra", "hf_model"]
+
+
+def _list(*items: Any) -> Any:
+    """A dataclass ``default_factory`` returning a fresh list of ``items`` (lists are mutable defaults)."""
+    return field(default_factory=lambda: list(items))
+
+
+def _dict() -> Any:
+    """A dataclass ``default_factory`` returning a fresh empty dict."""
+    return field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    """``data``: where prompts come from and how they are tokenized and batched."""
+
+    tokenizer: Optional[str] = None
+    train_files: Union[str, list[str]] = "bundled://arithmetic/train.parquet"
+    val_files: Union[str, list[str]] = "bundled://arithmetic/test.parquet"
+    prompt_key: str = "prompt"
+    reward_fn_key: str = "data_source"
+    max_prompt_length: int = 64
+    max_response_length: int = 16
+    train_batch_size: int = 16
+    val_batch_size: Optional[int] = None
+    val_max_samples: int = 64
+    return_raw_chat: bool = False
+    shuffle: bool = True
+    seed: int = 42
+    filter_overlong_prompts: bool = True
+    truncation: Literal["error", "left", "right"] = "error"
+    apply_chat_template: bool = True
+    dataloader_num_workers: int = 0
+
+
+# ---------------------------------------------------------------------------------------------- actor/rollout/ref
+@dataclass
+class ModelConfig:
+    """``actor_rollout_ref.model``: the policy model shared by actor, rollout and reference."""
+
+    path: str = "smollm2-135m-instruct"
+    tokenizer_path: Optional[str] = None
+    trust_remote_code: bool = False
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Union[str, list[str]] = "all-linear"
+    override_config: dict[str, Any] = _dict()
+
+
+@dataclass
+class PolicyLossConfig:
+    """``actor.policy_loss``: which policy loss to use and the knobs of the Clip-Cov / KL-Cov variants."""
+
+    loss_mode: str = "vanilla"
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+
+
+@dataclass
+class OptimConfig:
+    """``actor.optim`` / ``critic.optim``: AdamW and its learning-rate schedule."""
+
+    lr: float = 1.0e-5
+    weight_decay: float = 0.0
+    betas: list[float] = _list(0.9, 0.999)
+    eps: float = 1.0e-8
+    lr_warmup_steps: int = 0
+    lr_warmup_steps_ratio: float = 0.0
+    warmup_style: WarmupStyle = "constant"
+    min_lr_ratio: float = 0.0
+    total_training_steps: int = -1
+
+
+@dataclass
+class CheckpointContentsConfig:
+    """``actor.checkpoint``: which parts a checkpoint saves and which a resume loads."""
+
+    save_contents: list[CheckpointContent] = _list("model", "optimizer", "extra")
+    load_contents: list[CheckpointContent] = _list("model", "optimizer", "extra")
+
+
+@dataclass
+class FSDPConfig:
+    """``fsdp_config`` of a trained model (actor, critic): offloading and resharding."""
+
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    reshard_after_forward: bool = True
+
+
+@dataclass
+class RefFSDPConfig:
+    """``ref.fsdp_config``: the reference model is never trained, so it has no optimizer to offload."""
+
+    param_offload: bool = False
+    reshard_after_forward: bool = True
+
+
+@dataclass
+class ActorConfig:
+    """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer)."""
+
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp"
+    ppo_mini_batch_size: int = 16
+    ppo_micro_batch_size_per_gpu: int = 16
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    grad_clip: float = 1.0
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig:
+    """``actor_rollout_ref.ref``: the frozen reference policy (log-probs for the KL term)."""
+
+    log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)
+
+
+@dataclass
+class ValKwargsConfig:
+    """``rollout.val_kwargs``: sampling used during validation (greedy by default)."""
+
+    do_sample: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+
+
+@dataclass
+class RolloutConfig:
+    """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
+
+    name: Literal["hf", "vllm"] = "hf"
+    mode: Literal["sync", "async"] = "sync"
+    n: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+    response_length: int = 16  # YAML: ${data.max_response_length}
+    prompt_length: int = 64  # YAML: ${data.max_prompt_length}
+    min_new_tokens: int = 0
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = 1
+    max_num_seqs: int = 256
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    calculate_log_probs: bool = False
+    log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    seed: int = 0
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    """``actor_rollout_ref``: the section handed to ``ActorRolloutRefWorker``."""
+
+    hybrid_engine: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+# ------------------------------------------------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig:
+    """``critic.model``: the value model (by default initialised from the policy checkpoint)."""
+
+    path: str = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
+    tokenizer_path: Optional[str] = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    override_config: dict[str, Any] = _dict()
+
+
+@dataclass
+class CriticConfig:
+    """``critic``: the value function trained for GAE (section handed to ``CriticWorker``)."""
+
+    enable: Optional[bool] = None
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp"
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    ppo_mini_batch_size: int = 16  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+    ppo_micro_batch_size_per_gpu: int = 16
+    forward_micro_batch_size_per_gpu: int = 32
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = 1  # YAML: ${actor_rollout_ref.actor.ppo_epochs}
+    rollout_n: int = 4  # YAML: ${actor_rollout_ref.rollout.n}
+    shuffle: bool = False
+    cliprange_value: float = 0.5
+    loss_agg_mode: LossAggMode = "token-mean"
+    grad_clip: float = 1.0
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+# ------------------------------------------------------------------------------------------------------- reward
+@dataclass
+class RewardModelModelConfig:
+    """``reward_model.model``: a model-based scorer (sequence classifier) when ``reward_model.enable``."""
+
+    path: Optional[str] = None
+    input_tokenizer: Optional[str] = None
+
+
+@dataclass
+class OverlongBufferConfig:
+    """``reward_model.overlong_buffer``: DAPO's soft length penalty (dapo reward manager only)."""
+
+    enable: bool = False
+    len: int = 8
+    penalty_factor: float = 1.0
+    log: bool = False
+
+
+@dataclass
+class RemoteRewardConfig:
+    """``reward_model.remote``: a reward function served over HTTP (POST json -> ``{"score": float}``)."""
+
+    url: Optional[str] = None
+    timeout_s: float = 10.0
+    max_retries: int = 3
+    max_concurrency: int = 8
+
+
+@dataclass
+class RewardModelConfig:
+    """``reward_model``: the reward model and the reward manager that turns responses into token-level scores."""
+
+    enable: bool = False
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    micro_batch_size_per_gpu: int = 16
+    max_length: Optional[int] = None
+    reward_manager: Literal["naive", "batch", "dapo"] = "naive"
+    launch_reward_fn_async: bool = False
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    on_error: Literal["fail", "zero"] = "fail"
+    timeout_s: float = 30.0
+    remote: RemoteRewardConfig = field(default_factory=RemoteRewardConfig)
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    """``custom_reward_function``: a user ``compute_score`` loaded from a Python file."""
+
+    path: Optional[str] = None
+    name: str = "compute_score"
+    reward_kwargs: dict[str, Any] = _dict()
+
+
+# ---------------------------------------------------------------------------------------------------- algorithm
+@dataclass
+class KLControlConfig:
+    """``algorithm.kl_ctrl``: the KL-in-reward coefficient, fixed or adaptive (Ziegler et al. 2019)."""
+
+    type: Literal["fixed", "adaptive"] = "fixed"
+    kl_coef: float = 0.001
+    horizon: int = 10000
+    target_kl: float = 0.1
+
+
+@dataclass
+class FilterGroupsConfig:
+    """``algorithm.filter_groups``: DAPO dynamic sampling (drop groups whose metric is equal for all members)."""
+
+    enable: bool = False
+    metric: str = "acc"
+    max_num_gen_batches: int = 0
+
+
+@dataclass
+class AlgorithmConfig:
+    """``algorithm``: advantage estimation and the KL-in-reward penalty."""
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    adv_estimator: str = "grpo"  # checked against core_algos.ADV_ESTIMATOR_REGISTRY
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+# ------------------------------------------------------------------------------------------------------ trainer
+@dataclass
+class TrainerConfig:
+    """``trainer``: the driver loop (backend, world size, steps, validation, checkpoints, logging)."""
+
+    backend: Literal["local", "ray"] = "local"
+    project_name: str = "verl"
+    experiment_name: str = "demo"
+    namespace: Optional[str] = None
+    logger: list[str] = _list("console", "file", "tensorboard")
+    log_dir: Optional[str] = None
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    total_epochs: int = 1
+    total_training_steps: Optional[int] = 12
+    critic_warmup: int = 0
+    test_freq: int = 12
+    val_before_train: bool = True
+    val_only: bool = False
+    save_freq: int = -1
+    max_actor_ckpt_to_keep: Optional[int] = 2
+    max_critic_ckpt_to_keep: Optional[int] = 2
+    resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
+    resume_from_path: Optional[str] = None
+    default_local_dir: str = "outputs/verl/demo"  # YAML: outputs/${trainer.project_name}/${trainer.experiment_name}
+    rollout_data_dir: Optional[str] = None
+    validation_data_dir: Optional[str] = None
+    balance_batch: bool = True
+    export_hf: bool = True
+    plot: bool = True
+    seed: int = 1
+    deterministic: bool = False
+    torch_threads: Optional[int] = None
+    enable_profiling: bool = False
+    profile_steps: list[int] = _list()
+    enable_debug_mode: bool = False
+    allow_unsafe_operations: bool = False
+
+
+# ------------------------------------------------------------------------------------------------------ top level
+@dataclass
+class PPOConfig:
+    """The whole ``ppo_trainer.yaml``: what ``python -m verl.trainer.main_ppo`` runs."""
+
+    # The YAML file with the defaults of this schema, inside the ``verl.trainer.config`` package.
+    config_name: ClassVar[str] = "ppo_trainer"
+
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    @classmethod
+    def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
+        """Checks that span several keys (batch-size arithmetic, ...): returns ``(errors, warnings)``."""
+        from verl.trainer.config.ppo_checks import check_ppo_config
+
+        return check_ppo_config(cfg)
+
+
+def to_dataclass(cfg: Any, cls: type) -> Any:
+    """Build a ``cls`` instance from a validated mapping (a ``DictConfig`` section or a plain dict).
+
+    Nested sections become their dataclasses, lists and free-form dicts become plain Python containers; keys that
+    are not fields of ``cls`` (added with ``+key=value``) are left out. Run :func:`validate_config` first: this only
+    converts, it does not check types.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    hints = _type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+            value = to_dataclass(value, tp)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved field annotations of a dataclass (annotations are strings under ``from __future__``)."""
+    import typing
+
+    return typing.get_type_hints(cls)

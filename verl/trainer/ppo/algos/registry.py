@@ -1,0 +1,159 @@
+"""Name -> function registries for advantage estimators and policy losses, and config access helpers.
+
+Users extend verl by decorating their own function with :func:`register_adv_est` or :func:`register_policy_loss`
+and selecting it by name in the config (``algorithm.adv_estimator=...``,
+``actor_rollout_ref.actor.policy_loss.loss_mode=...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import torch
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
+AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+class AdvantageEstimator(str, Enum):
+    """Names of the built-in advantage estimators (the values of ``algorithm.adv_estimator``)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    GRPO_PASSK = "grpo_passk"
+    RLOO = "rloo"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    OPO = "opo"
+    GPG = "gpg"
+
+
+ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}
+POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+
+
+def _key(name: str | Enum) -> str:
+    if isinstance(name, Enum):
+        return str(name.value)
+    if not isinstance(name, str):
+        raise TypeError(f"registry names are str or Enum members, got {type(name).__name__}: {name!r}")
+    return name
+
+
+def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    """True for the same object, or the same definition re-executed (module re-import, notebook cell re-run)."""
+    if a is b:
+        return True
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if code_a is None or code_b is None:
+        return False
+    return (
+        getattr(a, "__module__", None) == getattr(b, "__module__", None)
+        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+        and code_a.co_filename == code_b.co_filename
+        and code_a.co_firstlineno == code_b.co_firstlineno
+    )
+
+
+def _register(registry: dict[str, Callable[..., Any]], kind: str, name: str, fn: Callable[..., Any]) -> None:
+    existing = registry.get(name)
+    if existing is not None and not _same_function(existing, fn):
+        raise ValueError(
+            f"{kind} {name!r} is already registered to {existing.__module__}.{existing.__qualname__}; "
+            f"refusing to replace it with {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)!s}"
+        )
+    registry[name] = fn
+
+
+def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
+    """Decorator registering an advantage estimator under ``name_or_enum`` (a str or an AdvantageEstimator).
+
+    The function is returned unchanged. Registering another function under a taken name raises ValueError.
+    """
+    name = _key(name_or_enum)
+
+    def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
+        _register(ADV_ESTIMATOR_REGISTRY, "advantage estimator", name, fn)
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvEstimatorFn:
+    """The advantage estimator registered under ``name_or_enum``; ValueError listing the known names if none."""
+    name = _key(name_or_enum)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(
+            f"Unknown advantage estimator {name!r} (algorithm.adv_estimator). "
+            f"Registered: {sorted(ADV_ESTIMATOR_REGISTRY)}"
+        )
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under ``name`` (selected by ``actor.policy_loss.loss_mode``).
+
+    The function must take ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+    config=None, rollout_is_weights=None)`` and return ``(pg_loss, metrics)``.
+    """
+    key = _key(name)
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        _register(POLICY_LOSS_REGISTRY, "policy loss", key, fn)
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The policy loss registered under ``name``; ValueError listing the known names if none."""
+    key = _key(name)
+    if key not in POLICY_LOSS_REGISTRY:
+        raise ValueError(
+            f"Unknown policy loss {key!r} (actor_rollout_ref.actor.policy_loss.loss_mode). "
+            f"Registered: {sorted(POLICY_LOSS_REGISTRY)}"
+        )
+    return POLICY_LOSS_REGISTRY[key]
+
+
+_MISSING = object()
+
+
+def get_config_value(config: Any, path: str, default: Any = None) -> Any:
+    """Read ``path`` (dotted, e.g. ``"policy_loss.clip_cov_ratio"``) from a DictConfig, dict, dataclass or object.
+
+    Attribute and key access both work; a missing key, a ``None`` config or a ``None`` value yields ``default``.
+    """
+    node = config
+    for part in path.split("."):
+        if node is None:
+            return default
+        value = _MISSING
+        if isinstance(node, dict):
+            value = node.get(part, _MISSING)
+        else:
+            try:
+                value = getattr(node, part)
+            except (AttributeError, KeyError):
+                getter = getattr(node, "get", None)
+                if callable(getter):
+                    try:
+                        value = getter(part, _MISSING)
+                    except Exception:  # noqa: BLE001 - any mapping-like failure means "absent"
+                        value = _MISSING
+        if value is _MISSING:
+            return default
+        node = value
+    return default if node is None else node
+
+
+def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:
+    """An estimator parameter: the explicit keyword if given (not None), else ``config.<name>``, else ``default``."""
+    if explicit is not None:
+        return explicit
+    return get_config_value(config, name, default)

@@ -1,0 +1,599 @@
+"""The PPO/GRPO driver: ``RayPPOTrainer.fit()`` reads top to bottom like the algorithm.
+
+One step: prompts -> repeat ``rollout.n`` times with a group id ``uid`` -> generate -> reward -> old log-probs ->
+reference log-probs (when a KL is used) -> values (PPO) -> KL in reward -> advantages -> update critic -> update
+actor -> (the rollout engine follows the actor's weights). The heavy work runs in worker groups; the driver only
+moves DataProto batches between them, so the same code runs on the local backend (one process) and on Ray.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    flatten_validation_metrics,
+    marked_timer,
+    memory_metrics,
+    process_validation_metrics,
+    reduce_metrics,
+)
+from verl.utils.torch_functional import masked_mean
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------- pure step parts
+def apply_kl_penalty(
+    data: DataProto, kl_ctrl: core_algos.AdaptiveKLController | core_algos.FixedKLController, kl_penalty: str = "kl"
+) -> tuple[DataProto, dict[str, float]]:
+    """token_level_rewards = token_level_scores - beta * KL(old || ref) per token, then update the KL controller.
+
+    Shapes: all tensors ``[batch, response_len]``. The controller sees the batch mean of the per-sequence mean KL
+    (Ziegler et al. 2019).
+    """
+    response_mask = data.batch["response_mask"]
+    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def _call_with_supported_kwargs(fn: Callable, **kwargs: Any):
+    """Call ``fn`` with the subset of ``kwargs`` its signature accepts (all of them if it takes ``**kwargs``)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(**kwargs)
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+def compute_advantage(data: DataProto, adv_estimator: str, algorithm_config: DictConfig | None = None) -> DataProto:
+    """Fill ``advantages`` and ``returns`` ``[batch, response_len]`` with the registered estimator ``adv_estimator``.
+
+    Every estimator is called by keyword with what it may need: ``token_level_rewards``, ``response_mask``,
+    ``index`` (the ``uid`` group ids), ``values``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``,
+    ``reward_baselines`` and ``config``; a user estimator receives the subset its signature names.
+    """
+    algorithm_config = algorithm_config or OmegaConf.create({})
+    fn = core_algos.get_adv_estimator_fn(adv_estimator)
+    kwargs: dict[str, Any] = {
+        "token_level_rewards": data.batch["token_level_rewards"],
+        "response_mask": data.batch["response_mask"],
+        "index": data.non_tensor_batch["uid"],
+        "gamma": float(algorithm_config.get("gamma", 1.0)),
+        "lam": float(algorithm_config.get("lam", 1.0)),
+        "norm_adv_by_std_in_grpo": bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)),
+        "config": algorithm_config,
+    }
+    if "values" in data.batch.keys():
+        kwargs["values"] = data.batch["values"]
+    if "reward_baselines" in data.batch.keys():
+        kwargs["reward_baselines"] = data.batch["reward_baselines"]
+    advantages, returns = _call_with_supported_kwargs(fn, **kwargs)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
+
+
+def filter_uniform_groups(data: DataProto, metric_values: np.ndarray) -> tuple[DataProto, int]:
+    """DAPO dynamic sampling: drop every group (same ``uid``) whose responses all have the same metric value.
+
+    Such groups have zero advantage under group baselines and only dilute the batch. Returns the kept rows and the
+    number of kept groups.
+    """
+    uids = data.non_tensor_batch["uid"]
+    by_uid: dict[Any, list[float]] = {}
+    for uid, value in zip(uids, metric_values):
+        by_uid.setdefault(uid, []).append(float(value))
+    kept = {uid for uid, values in by_uid.items() if np.std(values) > 0 or len(values) == 1}
+    keep_idx = [i for i, uid in enumerate(uids) if uid in kept]
+    return data[keep_idx], len(kept)
+
+
+# ----------------------------------------------------------------------------------------------------- trainer
+class RayPPOTrainer:
+    """Driver of PPO-family training (PPO with a critic, GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, DAPO settings).
+
+    ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
+    :func:`verl.trainer.ppo.runner.run_ppo` or passed in by the Python API; ``worker_groups`` lets a caller supply
+    already created groups (``{"actor_rollout": wg, "critic": wg, "rm": wg}``).
+    """
+
+    def __init__(
+        self,
+        config: DictConfig,
+        tokenizer,
+        reward_fn: Callable | None = None,
+        val_reward_fn: Callable | None = None,
+        train_dataset=None,
+        val_dataset=None,
+        collate_fn: Callable | None = None,
+        train_sampler=None,
+        worker_groups: dict[str, Any] | None = None,
+    ):
+        from verl.trainer.config import critic_enabled, need_reference_policy
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.reward_fn = reward_fn
+        self.val_reward_fn = val_reward_fn or reward_fn
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        self.collate_fn = collate_fn
+        self.train_sampler = train_sampler
+        self.use_critic = critic_enabled(config)
+        self.use_reference_policy = need_reference_policy(config)
+        self.use_rm = bool(config.reward_model.get("enable", False))
+        self.algorithm = config.algorithm
+        self.kl_ctrl_in_reward = (
+            core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        )
+        self.n_ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+        self.global_steps = 0
+        self.namespace = config.trainer.get("namespace")
+        self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
+        self.worker_groups = worker_groups or {}
+        self.evaluators: list[Any] = []
+        self.val_history: list[tuple[int, dict[str, float]]] = []
+        self.step_hooks: list[Callable[[int, dict[str, float]], None]] = []
+        self.train_dataloader = None
+        self.val_dataloader = None
+        self.total_training_steps = 0
+        self._tracker = None
+        self._data_iter: Iterator | None = None
+        self._epoch = 0
+        if train_dataset is not None:
+            self._create_dataloaders()
+
+    # ------------------------------------------------------------------------------------------------- set-up
+    def _namespaced(self, path: str) -> str:
+        from verl.utils.fs import namespaced_path
+
+        return namespaced_path(path, self.namespace)
+
+    def _create_dataloaders(self) -> None:
+        from verl.utils.dataset.dataloader import StatefulDataLoader
+        from verl.utils.dataset.rl_dataset import collate_fn as default_collate
+
+        data_cfg = self.config.data
+        collate = self.collate_fn or default_collate
+        self.train_dataloader = StatefulDataLoader(
+            self.train_dataset,
+            batch_size=int(data_cfg.train_batch_size),
+            sampler=self.train_sampler,
+            collate_fn=collate,
+            drop_last=True,
+        )
+        if len(self.train_dataloader) == 0:
+            raise ValueError(
+                f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
+                f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
+            )
+        if self.val_dataset is not None and len(self.val_dataset) > 0:
+            val_bs = data_cfg.get("val_batch_size") or len(self.val_dataset)
+            self.val_dataloader = StatefulDataLoader(
+                self.val_dataset, batch_size=int(val_bs), sampler=None, collate_fn=collate, drop_last=False
+            )
+        steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+        # an explicit step budget wins (verl's rule); the run still ends when the epochs run out
+        if self.config.trainer.get("total_training_steps"):
+            steps = int(self.config.trainer.total_training_steps)
+        self.total_training_steps = steps
+
+    def init_workers(self) -> None:
+        """Create the worker groups (colocated in one process per rank) and load the models."""
+        from verl.single_controller import create_colocated_worker_groups
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+
+        # schedulers need the horizon before the optimizers are built
+        for section in (self.config.actor_rollout_ref.actor.optim, self.config.critic.optim):
+            OmegaConf.set_struct(section, False)
+            section.total_training_steps = self.total_training_steps
+        if not self.worker_groups:
+            actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
+            roles: dict[str, tuple[type, dict[str, Any]]] = {
+                "actor_rollout": (ActorRolloutRefWorker, {"config": self.config.actor_rollout_ref, "role": actor_role})
+            }
+            if self.use_critic:
+                roles["critic"] = (CriticWorker, {"config": self.config.critic})
+            if self.use_rm:
+                roles["rm"] = (RewardModelWorker, {"config": self.config.reward_model})
+            self.worker_groups = create_colocated_worker_groups(
+                backend=self.config.trainer.backend,
+                roles=roles,
+                world_size=self.n_ranks,
+                use_gpu=self._use_gpu(),
+                name_prefix=self._namespaced_prefix(),
+            )
+        for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
+            if name in self.worker_groups:
+                self.worker_groups[name].init_model()
+        self.actor_rollout_wg = self.worker_groups["actor_rollout"]
+        self.critic_wg = self.worker_groups.get("critic")
+        self.rm_wg = self.worker_groups.get("rm")
+
+    def _use_gpu(self) -> bool:
+        from verl.utils.device import get_device_name
+
+        return get_device_name(self.config.trainer.get("device", "auto")) == "cuda"
+
+    def _namespaced_prefix(self) -> str:
+        return f"{self.namespace}_" if self.namespace else "verl_"
+
+    # ---------------------------------------------------------------------------------------------- one step
+    def _prompt_batch_meta(self) -> dict[str, Any]:
+        return {
+            "eos_token_id": self.tokenizer.eos_token_id,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "global_steps": self.global_steps,
+        }
+
+    def _generate(self, gen_batch: DataProto) -> DataProto:
+        """Generate through the actor group; batches that do not divide over the ranks are padded then unpadded."""
+        padded, pad_size = pad_dataproto_to_divisor(gen_batch, self.actor_rollout_wg.world_size)
+        output = self.actor_rollout_wg.generate_sequences(padded)
+        return unpad_dataproto(output, pad_size)
+
+    def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
+        """Repeat prompts, generate, and attach ``token_level_scores`` (plus ReMax baselines when needed)."""
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
+        gen_batch = batch.pop(batch_keys=gen_keys)
+        gen_batch.meta_info.update(self._prompt_batch_meta())
+        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+        with marked_timer("gen", timing):
+            gen_output = self._generate(gen_batch)
+        if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+            with marked_timer("gen_max", timing):
+                greedy = gen_batch.select(batch_keys=gen_keys, meta_info_keys=list(gen_batch.meta_info))
+                greedy.meta_info["do_sample"] = False
+                baseline = batch.repeat(repeat_times=n, interleave=True).union(self._generate(greedy))
+                baseline_scores, _ = self._compute_scores(baseline)
+                reward_baselines = baseline_scores.sum(dim=-1)
+        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
+        if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+            batch.batch["reward_baselines"] = reward_baselines
+        with marked_timer("reward", timing):
+            if self.use_rm:
+                batch = batch.union(self.rm_wg.compute_rm_score(batch))
+            scores, extra = self._compute_scores(batch)
+        batch.batch["token_level_scores"] = scores
+        for key, values in extra.items():
+            if len(values) == len(batch):
+                batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
+            elif key.startswith("reward/"):
+                metrics[key] = float(np.sum(values))
+        return batch
+
+    def _compute_scores(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list]]:
+        from verl.trainer.ppo.reward import compute_reward
+
+        if self.reward_fn is None:
+            if "rm_scores" in batch.batch.keys():
+                return batch.batch["rm_scores"], {}
+            raise ValueError("no reward function and no reward model: set custom_reward_function or reward_model")
+        return compute_reward(batch, self.reward_fn)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        """Reorder rows so every data-parallel rank gets a similar number of tokens (equal row counts)."""
+        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+
+        world = self.actor_rollout_wg.world_size
+        if world <= 1 or len(batch) % world != 0:
+            return
+        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world, equal_size=True)
+        order = torch.tensor([i for part in partitions for i in sorted(part)])
+        batch.reorder(order)
+        metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix="global_seqlen"))
+
+    def _next_training_batch(self) -> DataProto | None:
+        """The next prompt batch from the data loader, moving to the next epoch when one is exhausted."""
+        while True:
+            if self._data_iter is None:
+                self._data_iter = iter(self.train_dataloader)
+            try:
+                return DataProto.from_single_dict(next(self._data_iter))
+            except StopIteration:
+                self._data_iter = None
+                self._epoch += 1
+                if self._epoch >= int(self.config.trainer.total_epochs):
+                    return None
+
+    def _collect_filtered_batch(self, batch: DataProto, timing: dict, metrics: dict) -> DataProto:
+        """DAPO dynamic sampling: keep generating until ``train_batch_size`` groups with varied rewards exist."""
+        cfg = self.algorithm.filter_groups
+        target = int(self.config.data.train_batch_size)
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        kept: DataProto | None = None
+        num_groups, num_gen = 0, 0
+        while True:
+            num_gen += 1
+            scored = self._rollout_and_score(batch, timing, metrics)
+            metric_name = cfg.get("metric", "acc")
+            if metric_name in scored.non_tensor_batch:
+                values = np.asarray(scored.non_tensor_batch[metric_name], dtype=np.float64)
+            else:
+                values = scored.batch["token_level_scores"].sum(-1).numpy()
+            filtered, groups = filter_uniform_groups(scored, values)
+            kept = filtered if kept is None else DataProto.concat([kept, filtered])
+            num_groups += groups
+            max_gen = int(cfg.get("max_num_gen_batches", 0))
+            if num_groups >= target or (max_gen > 0 and num_gen >= max_gen):
+                break
+            batch = self._next_training_batch()
+            if batch is None:
+                break
+        metrics["train/num_gen_batches"] = num_gen
+        metrics["train/num_kept_groups"] = num_groups
+        keep_groups = min(num_groups, target)
+        # a whole number of groups, divisible over the ranks
+        while keep_groups > 0 and (keep_groups * n) % self.actor_rollout_wg.world_size != 0:
+            keep_groups -= 1
+        if keep_groups == 0:
+            raise RuntimeError(
+                f"dynamic sampling kept no group with varied rewards after {num_gen} generation batches; "
+                "every group scored the same (increase algorithm.filter_groups.max_num_gen_batches or rollout.n)"
+            )
+        return kept[: keep_groups * n]
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """One full PPO iteration on a batch of prompts; returns the step's metrics."""
+        timing: dict[str, float] = {}
+        metrics: dict[str, Any] = {}
+        with marked_timer("step", timing):
+            if self.algorithm.filter_groups.get("enable", False):
+                batch = self._collect_filtered_batch(batch, timing, metrics)
+            else:
+                batch = self._rollout_and_score(batch, timing, metrics)
+            batch.meta_info["global_steps"] = self.global_steps
+            if self.config.trainer.get("balance_batch", True):
+                self._balance_batch(batch, metrics)
+            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+
+            with marked_timer("old_log_prob", timing):
+                old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
+                entropys = old_log_prob.batch.pop("entropys", None) if "entropys" in old_log_prob.batch.keys() else None
+                if entropys is not None:
+                    metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+                batch = batch.union(old_log_prob)
+            if self.use_reference_policy:
+                with marked_timer("ref", timing):
+                    batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+            if self.use_critic:
+                with marked_timer("values", timing):
+                    batch = batch.union(self.critic_wg.compute_values(batch))
+
+            with marked_timer("adv", timing):
+                if self.kl_ctrl_in_reward is not None:
+                    batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, self.algorithm.kl_penalty)
+                    metrics.update(kl_metrics)
+                else:
+                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+                batch = compute_advantage(batch, self.algorithm.adv_estimator, self.algorithm)
+
+            if self.use_critic:
+                with marked_timer("update_critic", timing):
+                    metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
+            if int(self.config.trainer.critic_warmup) <= self.global_steps:
+                with marked_timer("update_actor", timing):
+                    metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+            if self.config.trainer.get("rollout_data_dir"):
+                self._dump_rollout(batch)
+
+        metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
+        metrics.update(memory_metrics())
+        self.last_batch = batch
+        return metrics
+
+    def _dump_rollout(self, batch: DataProto) -> None:
+        from verl.utils.tracking import dump_rollout_jsonl
+
+        prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+        responses = [
+            self.tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
+            for row, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
+        ]
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
+        extra = {}
+        if "reward_model" in batch.non_tensor_batch:
+            extra["ground_truth"] = [str(x.get("ground_truth")) for x in batch.non_tensor_batch["reward_model"]]
+        dump_rollout_jsonl(
+            self._namespaced(self.config.trainer.rollout_data_dir), self.global_steps, prompts, responses, scores, extra
+        )
+
+    # ------------------------------------------------------------------------------------------- validation
+    def _validate(self) -> dict[str, float]:
+        """Greedy (``rollout.val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
+        if self.val_dataloader is None or self.val_reward_fn is None:
+            return {}
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        n = int(val_kwargs.get("n", 1))
+        max_samples = int(self.config.data.get("val_max_samples", -1) or -1)
+        sources: list[str] = []
+        uids: list[str] = []
+        infos: dict[str, list] = {"reward": []}
+        seen = 0
+        for batch_dict in self.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict)
+            if max_samples > 0:
+                if seen >= max_samples:
+                    break
+                batch = batch[: max_samples - seen]
+            seen += len(batch)
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
+            gen_batch = batch.pop(batch_keys=gen_keys)
+            gen_batch.meta_info.update(self._prompt_batch_meta())
+            gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
+            gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+            batch = batch.repeat(repeat_times=n, interleave=True).union(self._generate(gen_batch))
+            if self.use_rm:
+                batch = batch.union(self.rm_wg.compute_rm_score(batch))
+            from verl.trainer.ppo.reward import compute_reward
+
+            scores, extra = compute_reward(batch, self.val_reward_fn)
+            infos["reward"].extend(scores.sum(-1).tolist())
+            for key, values in extra.items():
+                if len(values) == len(batch):
+                    infos.setdefault(key, []).extend(values)
+            sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
+            uids.extend(batch.non_tensor_batch["uid"].tolist())
+        infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
+        return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.checkpoint_dir, f"global_step_{step}")
+
+    def save_checkpoint(self, path: str | None = None) -> str:
+        """Write ``global_step_N/{actor,critic}`` and the data loader state atomically, then update the
+        ``latest_checkpointed_iteration.txt`` marker and apply retention."""
+        from verl.utils.checkpoint.checkpoint_manager import remove_old_checkpoints
+        from verl.utils.fs import atomic_directory, atomic_write_text
+
+        final_dir = path or self._step_dir(self.global_steps)
+        with atomic_directory(final_dir) as tmp_dir:
+            self.actor_rollout_wg.save_checkpoint(os.path.join(tmp_dir, "actor"), self.global_steps)
+            if self.use_critic:
+                self.critic_wg.save_checkpoint(os.path.join(tmp_dir, "critic"), self.global_steps)
+            torch.save(self._driver_state(), os.path.join(tmp_dir, "data.pt"))
+        if path is None:
+            atomic_write_text(
+                os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt"), str(self.global_steps)
+            )
+            trainer_cfg = self.config.trainer
+            remove_old_checkpoints(self.checkpoint_dir, int(trainer_cfg.get("max_actor_ckpt_to_keep") or 0))
+        return final_dir
+
+    def _driver_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch}
+        if self.train_dataloader is not None:
+            state["dataloader"] = self.train_dataloader.state_dict()
+        if self.kl_ctrl_in_reward is not None:
+            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
+        return state
+
+    def load_checkpoint(self) -> int:
+        """Resume per ``trainer.resume_mode``; returns the restored global step (0 when starting fresh)."""
+        from verl.utils.checkpoint.checkpoint_manager import resolve_resume_path
+
+        path = resolve_resume_path(self.config.trainer, self.checkpoint_dir)
+        if path is None:
+            return 0
+        logger.info("resuming from %s", path)
+        data_file = os.path.join(path, "data.pt")
+        if not os.path.exists(data_file):
+            raise FileNotFoundError(f"checkpoint {path!r} is incomplete: {data_file!r} is missing")
+        state = torch.load(data_file, weights_only=True)
+        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
+        self.global_steps = int(state["global_steps"])
+        self._epoch = int(state.get("epoch", 0))
+        if self.train_dataloader is not None and "dataloader" in state:
+            self.train_dataloader.load_state_dict(state["dataloader"])
+        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
+            self.kl_ctrl_in_reward.value = state["kl_coef"]
+        return self.global_steps
+
+    # -------------------------------------------------------------------------------------------------- fit
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self._tracker is not None:
+            self._tracker.log(data=metrics, step=step)
+        for hook in self.step_hooks:
+            hook(step, metrics)
+
+    def _make_tracker(self):
+        from verl.utils.tracking import Tracking
+
+        trainer_cfg = self.config.trainer
+        log_dir = trainer_cfg.get("log_dir") or os.path.join(self.checkpoint_dir, "logs")
+        return Tracking(
+            project_name=trainer_cfg.project_name,
+            experiment_name=trainer_cfg.experiment_name,
+            default_backend=list(trainer_cfg.logger),
+            config=OmegaConf.to_container(self.config, resolve=True),
+            log_dir=log_dir,
+        )
+
+    def fit(self) -> dict[str, float]:
+        """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
+        from verl.utils.tracking import ProgressBar
+
+        trainer_cfg = self.config.trainer
+        self._tracker = self._make_tracker()
+        self.load_checkpoint()
+        val_metrics: dict[str, float] = {}
+        if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
+            val_metrics = self._timed_validate()
+            self._log(val_metrics, step=0)
+            if trainer_cfg.get("val_only", False):
+                return val_metrics
+        progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
+        save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
+        try:
+            while self.global_steps < self.total_training_steps:
+                batch = self._next_training_batch()
+                if batch is None:
+                    break
+                self.global_steps += 1
+                metrics = self.train_step(batch)
+                is_last = self.global_steps >= self.total_training_steps
+                if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
+                    val_metrics = self._timed_validate()
+                    metrics.update(val_metrics)
+                if (save_freq > 0 and self.global_steps % save_freq == 0) or (is_last and save_freq != 0):
+                    timing: dict[str, float] = {}
+                    with marked_timer("save_checkpoint", timing):
+                        self.save_checkpoint()
+                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                for evaluator in self.evaluators:
+                    metrics.update(evaluator.evaluate(self))
+                metrics["training/global_step"] = self.global_steps
+                metrics["training/epoch"] = self._epoch
+                self._log(metrics, step=self.global_steps)
+                progress.update(metrics)
+        finally:
+            progress.close()
+            self._tracker.finish()
+        return val_metrics
+
+    def _timed_validate(self) -> dict[str, float]:
+        timing: dict[str, float] = {}
+        with marked_timer("testing", timing):
+            metrics = self._validate()
+        if metrics:
+            metrics["timing_s/testing"] = timing["testing"]
+            self.val_history.append((self.global_steps, dict(metrics)))
+        return metrics
+
+    def export_hf(self, target_dir: str) -> str:
+        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
+        from verl.model_merger import merge_checkpoint
+
+        step_dir = self._step_dir(self.global_steps)
+        if not os.path.isdir(step_dir):
+            step_dir = self.save_checkpoint()
+        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
+        return target_dir
+
+from verl.trainer.ppo.runner import run_ppo  # noqa: E402  (re-exported: main_ppo imports it from here)

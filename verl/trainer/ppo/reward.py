@@ -1,0 +1,156 @@
+"""Build the reward function of a PPO run from its config, and apply it to a batch.
+
+``custom_reward_function.path`` / ``.name`` name a Python file and a function in it with the contract
+``fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict`` (``reward_kwargs`` are
+bound with functools.partial). Otherwise ``reward_model.remote.url`` selects an HTTP scorer, and failing both the
+rule scorers of ``verl.utils.reward_score.default_compute_score`` are used.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _section(config: Any, key: str) -> Any:
+    value = config.get(key) if hasattr(config, "get") else getattr(config, key, None)
+    return value if value is not None else {}
+
+
+def _plain(value: Any) -> Any:
+    """DictConfig -> plain containers (so reward functions receive ordinary dicts)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, DictConfig | ListConfig):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
+    """Import the Python file at ``path`` and return its attribute ``name`` (must be callable).
+
+    Errors name the file and the function.
+    """
+    file_path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(file_path):
+        raise FileNotFoundError(f"custom_reward_function.path: reward function file {file_path} does not exist")
+    module_name = f"custom_reward_module_{abs(hash(file_path))}"
+    spec = importlib.util.spec_from_file_location(module_name, file_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"custom_reward_function.path: cannot import {file_path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so pickling (Ray) and dataclasses inside the file can find the module by name.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(module_name, None)
+        raise ImportError(f"custom_reward_function.path: importing {file_path} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, name):
+        available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise AttributeError(
+            f"custom_reward_function.name: reward function {name!r} not found in {file_path}; callables there: "
+            f"{available}"
+        )
+    fn = getattr(module, name)
+    if not callable(fn):
+        raise TypeError(f"custom_reward_function.name: {name!r} in {file_path} is not callable")
+    return fn
+
+
+def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:
+    """The user's reward function from ``custom_reward_function`` (``path``, ``name``, ``reward_kwargs``), with
+    ``reward_kwargs`` bound by functools.partial; None when no path is set."""
+    section = _section(config, "custom_reward_function")
+    path = section.get("path") if hasattr(section, "get") else None
+    if not path:
+        return None
+    name = section.get("name") or "compute_score"
+    fn = load_function_from_file(str(path), str(name))
+    reward_kwargs = dict(_plain(section.get("reward_kwargs") or {}))
+    if not reward_kwargs:
+        return fn
+    wrapped = functools.partial(fn, **reward_kwargs)
+    functools.update_wrapper(wrapped, fn)
+    return wrapped
+
+
+def takes_batch(fn: Callable[..., Any]) -> bool:
+    """True when ``fn`` follows the batch contract (a ``solution_strs`` or ``data_sources`` parameter)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "solution_strs" in params or "data_sources" in params
+
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
+    """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
+
+    The scoring function is, in order: the custom function (``custom_reward_function.path``), the remote scorer
+    (``reward_model.remote.url``), or ``default_compute_score``; setting both a custom function and a remote URL
+    is an error. ``on_error``, ``timeout_s``, ``data.reward_fn_key`` and (for dapo) ``overlong_buffer`` with
+    ``data.max_response_length`` come from the config; ``reward_kwargs`` go to the manager's constructor.
+    """
+    from verl.workers.reward_manager import get_reward_manager_cls
+    from verl.workers.reward_manager.batch import BatchRewardManager, per_sample_to_batch
+    from verl.workers.reward_manager.dapo import DAPORewardManager
+
+    rm_cfg = _section(config, "reward_model")
+    data_cfg = _section(config, "data")
+    name = rm_cfg.get("reward_manager", "naive") or "naive"
+    manager_cls = get_reward_manager_cls(str(name))
+    is_batch = issubclass(manager_cls, BatchRewardManager)
+
+    compute_score = get_custom_reward_fn(config)
+    remote_cfg = rm_cfg.get("remote") or {}
+    remote_url = remote_cfg.get("url") if hasattr(remote_cfg, "get") else None
+    if remote_url:
+        if compute_score is not None:
+            raise ValueError(
+                "both custom_reward_function.path and reward_model.remote.url are set; choose one reward source"
+            )
+        from verl.utils.reward_score.remote import make_remote_compute_score
+
+        client = make_remote_compute_score(remote_cfg)
+        compute_score = client.compute_score_batch if is_batch else client
+    elif compute_score is not None and is_batch and not takes_batch(compute_score):
+        # A per-sample function given to the batch manager is looped over.
+        compute_score = per_sample_to_batch(compute_score)
+
+    kwargs: dict[str, Any] = {
+        "compute_score": compute_score,
+        "reward_fn_key": data_cfg.get("reward_fn_key", "data_source") or "data_source",
+        "on_error": rm_cfg.get("on_error", "fail") or "fail",
+        "timeout_s": rm_cfg.get("timeout_s", None),
+    }
+    if issubclass(manager_cls, DAPORewardManager):
+        kwargs["max_resp_len"] = data_cfg.get("max_response_length", None)
+        kwargs["overlong_buffer_cfg"] = _plain(rm_cfg.get("overlong_buffer", None))
+    kwargs.update(reward_kwargs)
+    return manager_cls(tokenizer, num_examine, **kwargs)
+
+
+def compute_reward(data: Any, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list[Any]]]:
+    """Apply a reward manager to a batch: ``(reward_tensor [bs, response_len], reward_extra_infos_dict)``.
+
+    Errors of the reward function propagate (they are never swallowed into a silent zero reward).
+    """
+    result = reward_fn(data, return_dict=True)
+    if isinstance(result, torch.Tensor):
+        return result, {}
+    if not isinstance(result, dict) or "reward_tensor" not in result:
+        raise TypeError(
+            f"reward function returned {type(result).__name__}; expected a tensor or a dict with 'reward_tensor'"
+        )
+    return result["reward_tensor"], dict(result.get("reward_extra_info") or {})

@@ -1,0 +1,112 @@
+"""``run_ppo(config)``: build everything a PPO/GRPO run needs from a validated config, train, export, plot.
+
+This is what ``python -m verl.trainer.main_ppo`` and ``make demo`` execute.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+logger = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed python, numpy and torch; optionally ask torch for deterministic kernels."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
+    """Threads and the debug switch, applied to the driver and inherited by local workers."""
+    threads = trainer_cfg.get("torch_threads")
+    if threads:
+        torch.set_num_threads(int(threads))
+        os.environ["VERL_TORCH_THREADS"] = str(int(threads))
+    if trainer_cfg.get("enable_debug_mode", False):
+        torch.autograd.set_detect_anomaly(True)
+        logging.getLogger("verl").setLevel(logging.DEBUG)
+    device = trainer_cfg.get("device", "auto")
+    if device != "auto":
+        os.environ["VERL_DEVICE"] = device
+
+
+def _score_summary(metrics: dict[str, float]) -> str:
+    core = {k: v for k, v in metrics.items() if k.startswith("val-core/") and "/mean@" in k}
+    return ", ".join(f"{k} = {v:.4f}" for k, v in sorted(core.items())) or "(no validation metrics)"
+
+
+def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
+    """Train dataset, validation dataset (or None) and the resumable train sampler."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset, create_rl_sampler
+
+    data_cfg = config.data
+    train_dataset = RLHFDataset(data_cfg.train_files, tokenizer, data_cfg)
+    val_dataset = RLHFDataset(data_cfg.val_files, tokenizer, data_cfg) if data_cfg.get("val_files") else None
+    sampler = create_rl_sampler(data_cfg, train_dataset)
+    return train_dataset, val_dataset, sampler
+
+
+def run_ppo(config: DictConfig) -> dict[str, Any]:
+    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.reward import load_reward_manager
+    from verl.utils.model_loader import load_tokenizer, resolve_model_path
+
+    trainer_cfg = config.trainer
+    seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
+    apply_runtime_switches(trainer_cfg)
+    if trainer_cfg.backend == "ray":
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=True)
+
+    tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
+    tokenizer = load_tokenizer(resolve_model_path(tokenizer_path or config.actor_rollout_ref.model.path))
+    train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
+    reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
+
+    trainer = RayPPOTrainer(
+        config=config,
+        tokenizer=tokenizer,
+        reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn,
+        train_dataset=train_dataset,
+        val_dataset=val_dataset,
+        train_sampler=sampler,
+    )
+    trainer.init_workers()
+    trainer.fit()
+
+    result: dict[str, Any] = {"output_dir": trainer.checkpoint_dir, "hf_dir": None, "plot": None}
+    history = trainer.val_history
+    result["val_before"] = history[0][1] if history and history[0][0] == 0 else {}
+    result["val_after"] = history[-1][1] if history and history[-1][0] > 0 else {}
+    if result["val_before"]:
+        print(f"validation before training (step 0): {_score_summary(result['val_before'])}")
+    if result["val_after"]:
+        print(f"validation after training (step {history[-1][0]}): {_score_summary(result['val_after'])}")
+
+    if trainer_cfg.get("export_hf", False) and trainer.global_steps > 0:
+        result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
+        print(f"Hugging Face export: {result['hf_dir']}")
+    if trainer_cfg.get("plot", False):
+        from verl.utils.plotting import plot_metrics
+
+        log_dir = trainer_cfg.get("log_dir") or os.path.join(trainer.checkpoint_dir, "logs")
+        jsonl = os.path.join(log_dir, "metrics.jsonl")
+        if os.path.exists(jsonl):
+            result["plot"] = plot_metrics(jsonl, os.path.join(trainer.checkpoint_dir, "metrics.png"))
+            print(f"plot: {os.path.join(trainer.checkpoint_dir, 'metrics.png')}")
+    return result

@@ -1,0 +1,278 @@
+"""Prompt dataset for RL (PPO/GRPO): parquet files in verl's schema -> left-padded prompt tensors.
+
+Schema of a row (verl's): ``data_source`` (str), ``prompt`` (list of chat messages ``{"role", "content"}``),
+``ability`` (str, optional), ``reward_model`` (``{"style", "ground_truth"}``), ``extra_info`` (dict, optional).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.utils.dataset.bundled import resolve_data_path
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("data_source", "reward_model")
+TRUNCATION_MODES = ("error", "left", "right")
+
+
+def _cfg_get(config: Any, key: str, default: Any) -> Any:
+    """Read ``key`` from a DictConfig / dict / dataclass section, falling back to ``default``."""
+    if config is None:
+        return default
+    if hasattr(config, "get"):
+        value = config.get(key, default)
+    else:
+        value = getattr(config, key, default)
+    return default if value is None and default is not None else value
+
+
+def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded sequence: ``clamp(cumsum(mask) - 1, min=0)``, same shape as the mask."""
+    return torch.clamp(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
+
+
+def _object_array(values: Sequence[Any]) -> np.ndarray:
+    """1-D numpy object array holding ``values`` as-is (np.array would turn equal-length lists into a 2-D array)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
+def collate_fn(data_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """Batch dataset items: tensors are stacked (``[bs, ...]``), every other value becomes a numpy object array.
+
+    The result feeds ``DataProto.from_single_dict``.
+    """
+    if not data_list:
+        raise ValueError("collate_fn got an empty list of samples")
+    keys = list(data_list[0].keys())
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = []
+        for i, item in enumerate(data_list):
+            if key not in item:
+                raise ValueError(f"collate_fn: sample {i} lacks key {key!r} present in sample 0")
+            values.append(item[key])
+        if isinstance(values[0], torch.Tensor):
+            out[key] = torch.stack(values, dim=0)
+        else:
+            out[key] = _object_array(values)
+    return out
+
+
+def _to_plain(value: Any) -> Any:
+    """Turn numpy arrays / scalars read back from parquet into plain Python lists / scalars."""
+    if isinstance(value, np.ndarray):
+        return [_to_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+class RLHFDataset(torch.utils.data.Dataset):
+    """Prompts from parquet files, tokenised with the chat template and left-padded to ``max_prompt_length``.
+
+    Args:
+        data_files: one parquet path or a list (local paths, ``~``, or ``bundled://<name>``).
+        tokenizer: a Hugging Face tokenizer. Without a pad token, the EOS token is used for padding.
+        config: the ``data`` config section (keys: ``prompt_key``, ``max_prompt_length``, ``return_raw_chat``,
+            ``filter_overlong_prompts``, ``truncation``, ``apply_chat_template``, optional ``max_samples``).
+        processor: multimodal processor (not supported yet; must be None).
+
+    ``__getitem__`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (1-D ``[max_prompt_length]``,
+    left-padded), ``raw_prompt_ids`` (list of ids, unpadded), ``raw_prompt`` (the messages, when
+    ``return_raw_chat``), ``data_source``, ``reward_model``, ``extra_info``, ``ability`` and ``index``.
+    """
+
+    def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:
+        if processor is not None:
+            raise NotImplementedError("RLHFDataset: multimodal processors are not supported yet (processor != None)")
+        if isinstance(data_files, str):
+            data_files = [data_files]
+        else:
+            data_files = list(data_files)
+        if not data_files:
+            raise ValueError("RLHFDataset: data_files is empty")
+        self.data_files = [resolve_data_path(str(f)) for f in data_files]
+        self.tokenizer = tokenizer
+        self.config = config
+        self.prompt_key: str = _cfg_get(config, "prompt_key", "prompt")
+        self.max_prompt_length: int = int(_cfg_get(config, "max_prompt_length", 1024))
+        self.return_raw_chat: bool = bool(_cfg_get(config, "return_raw_chat", False))
+        self.filter_overlong_prompts: bool = bool(_cfg_get(config, "filter_overlong_prompts", True))
+        self.truncation: str = str(_cfg_get(config, "truncation", "error"))
+        self.apply_chat_template: bool = bool(_cfg_get(config, "apply_chat_template", True))
+        max_samples = _cfg_get(config, "max_samples", -1)
+        self.max_samples: int = -1 if max_samples is None else int(max_samples)
+        if self.max_prompt_length <= 0:
+            raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")
+        if self.truncation not in TRUNCATION_MODES:
+            raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
+
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_token_id is None:
+            raise ValueError("RLHFDataset: the tokenizer has neither a pad token nor an EOS token to pad with")
+        self.use_chat_template = self.apply_chat_template and bool(getattr(tokenizer, "chat_template", None))
+
+        rows: list[dict[str, Any]] = []
+        origins: list[tuple[str, int]] = []
+        for path in self.data_files:
+            file_rows = self._read_file(path)
+            rows.extend(file_rows)
+            origins.extend((path, i) for i in range(len(file_rows)))
+        if 0 < self.max_samples < len(rows):
+            rows, origins = rows[: self.max_samples], origins[: self.max_samples]
+
+        # Tokenise once up front: filtering needs the lengths, and it surfaces template errors at load time.
+        token_ids = [self._tokenize(row, origin) for row, origin in zip(rows, origins)]
+        positions = list(range(len(rows)))
+        self.num_filtered = 0
+        if self.filter_overlong_prompts:
+            keep = [i for i, ids in enumerate(token_ids) if len(ids) <= self.max_prompt_length]
+            self.num_filtered = len(rows) - len(keep)
+            if self.num_filtered:
+                logger.warning(
+                    "RLHFDataset: filtered %d of %d prompts longer than max_prompt_length=%d",
+                    self.num_filtered,
+                    len(rows),
+                    self.max_prompt_length,
+                )
+            rows = [rows[i] for i in keep]
+            origins = [origins[i] for i in keep]
+            token_ids = [token_ids[i] for i in keep]
+            positions = [positions[i] for i in keep]
+        self._rows = rows
+        self._origins = origins
+        self._token_ids = token_ids
+        # Position of each kept row in the concatenated files, the fallback ``index`` when extra_info has none.
+        self._global_index = positions
+
+    # ------------------------------------------------------------------ loading and validation
+    def _read_file(self, path: str) -> list[dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        if not os.path.isfile(path):
+            raise ValueError(f"RLHFDataset: data file {path} does not exist")
+        try:
+            table = pq.read_table(path)
+        except Exception as e:
+            raise ValueError(f"RLHFDataset: cannot read parquet file {path}: {type(e).__name__}: {e}") from e
+        if table.num_rows == 0:
+            raise ValueError(f"RLHFDataset: data file {path} has no rows")
+        columns = set(table.column_names)
+        for col in (self.prompt_key, *REQUIRED_COLUMNS):
+            if col not in columns:
+                raise ValueError(f"RLHFDataset: data file {path} has no column {col!r} (columns: {sorted(columns)})")
+        rows = [_to_plain(r) for r in table.to_pylist()]
+        for i, row in enumerate(rows):
+            self._validate_row(row, path, i)
+        return rows
+
+    def _validate_row(self, row: dict[str, Any], path: str, i: int) -> None:
+        where = f"RLHFDataset: {path} row {i}"
+        messages = row.get(self.prompt_key)
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(
+                f"{where} column {self.prompt_key!r}: expected a non-empty list of chat messages "
+                f"{{'role', 'content'}}, got {type(messages).__name__}: {messages!r:.200}"
+            )
+        for j, msg in enumerate(messages):
+            if (
+                not isinstance(msg, dict)
+                or not isinstance(msg.get("role"), str)
+                or not isinstance(msg.get("content"), str)
+            ):
+                raise ValueError(
+                    f"{where} column {self.prompt_key!r}: message {j} must be a dict with string 'role' and "
+                    f"'content', got {msg!r:.200}"
+                )
+        if not isinstance(row.get("data_source"), str):
+            raise ValueError(f"{where} column 'data_source': expected a string, got {row.get('data_source')!r}")
+        rm = row.get("reward_model")
+        if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+            raise ValueError(
+                f"{where} column 'reward_model': expected a dict with key 'ground_truth' (and 'style'), got {rm!r}"
+            )
+        extra = row.get("extra_info")
+        if extra is not None and not isinstance(extra, dict):
+            raise ValueError(f"{where} column 'extra_info': expected a dict or null, got {type(extra).__name__}")
+        ability = row.get("ability")
+        if ability is not None and not isinstance(ability, str):
+            raise ValueError(f"{where} column 'ability': expected a string or null, got {ability!r}")
+
+    def _prompt_text(self, messages: list[dict[str, str]]) -> str:
+        if self.use_chat_template:
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # No template: the raw message contents, one per line.
+        return "\n".join(m["content"] for m in messages)
+
+    def _tokenize(self, row: dict[str, Any], origin: tuple[str, int]) -> list[int]:
+        messages = row[self.prompt_key]
+        try:
+            text = self._prompt_text(messages)
+        except Exception as e:
+            raise ValueError(f"RLHFDataset: {origin[0]} row {origin[1]}: applying the chat template failed: {e}") from e
+        # The chat template already carries any BOS it wants; raw text gets the tokenizer's special tokens.
+        ids = self.tokenizer(text, add_special_tokens=not self.use_chat_template)["input_ids"]
+        return list(ids)
+
+    # ------------------------------------------------------------------ dataset protocol
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _truncate(self, ids: list[int], item: int) -> list[int]:
+        limit = self.max_prompt_length
+        if len(ids) <= limit:
+            return ids
+        if self.truncation == "left":
+            return ids[-limit:]
+        if self.truncation == "right":
+            return ids[:limit]
+        path, row = self._origins[item]
+        raise ValueError(
+            f"RLHFDataset: {path} row {row}: prompt is {len(ids)} tokens, longer than data.max_prompt_length="
+            f"{limit}; set data.filter_overlong_prompts=true or data.truncation=left|right"
+        )
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        """Return one left-padded prompt and its metadata (see the class docstring)."""
+        row = self._rows[item]
+        ids = self._truncate(self._token_ids[item], item)
+        pad = self.max_prompt_length - len(ids)
+        input_ids = torch.tensor([self.pad_token_id] * pad + ids, dtype=torch.long)
+        attention_mask = torch.tensor([0] * pad + [1] * len(ids), dtype=torch.long)
+        extra_info = row.get("extra_info") or {}
+        index = extra_info.get("index")
+        if index is None or (isinstance(index, float) and math.isnan(index)):
+            index = self._global_index[item]
+        out: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_ids(attention_mask),
+            "raw_prompt_ids": list(ids),
+            "data_source": row["data_source"],
+            "reward_model": row["reward_model"],
+            "extra_info": extra_info,
+            "ability": row.get("ability"),
+            "index": index,
+        }
+        if self.return_raw_chat:
+            out["raw_prompt"] = row[self.prompt_key]
+        return out
+
+    def origin(self, item: int) -> tuple[str, int]:
+        """Return ``(file, row)`` that dataset item ``item`` was read from (for error messages)."""
+        return self._origins[item]

@@ -1,0 +1,67 @@
+"""Device selection and torch.distributed set-up that work the same on CPU (gloo) and GPU (nccl)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def get_device_name(preference: str = "auto") -> str:
+    """``"cuda"`` when a GPU is usable (and not disabled), else ``"cpu"``.
+
+    ``preference`` is ``auto``, ``cpu`` or ``cuda``; ``VERL_DEVICE`` in the environment overrides ``auto``.
+    Asking for ``cuda`` without one is an error rather than a silent fallback.
+    """
+    preference = os.environ.get("VERL_DEVICE", preference) if preference == "auto" else preference
+    if preference == "cpu":
+        return "cpu"
+    if preference == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("trainer.device=cuda but torch.cuda.is_available() is False on this machine")
+        return "cuda"
+    if preference != "auto":
+        raise ValueError(f"unknown device {preference!r}; expected auto, cpu or cuda")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def get_torch_device(device_name: str) -> torch.device:
+    """The ``torch.device`` of this process: ``cuda:<LOCAL_RANK>`` on GPU, ``cpu`` otherwise."""
+    if device_name == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def distributed_backend(device_name: str) -> str:
+    """nccl for GPUs, gloo for CPUs."""
+    return "nccl" if device_name == "cuda" else "gloo"
+
+
+def init_distributed_if_needed(device_name: str) -> bool:
+    """Initialise the default process group from RANK/WORLD_SIZE/MASTER_* when WORLD_SIZE > 1.
+
+    Returns True when a process group is (now) active.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return False
+    if not torch.distributed.is_initialized():
+        if device_name == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group(backend=distributed_backend(device_name))
+    return True
+
+
+def autocast_dtype(name: str) -> torch.dtype:
+    """Map a config dtype name (``bfloat16``/``bf16``, ``float16``/``fp16``, ``float32``/``fp32``) to torch."""
+    table = {
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "float32": torch.float32,
+        "fp32": torch.float32,
+    }
+    if name not in table:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(table)}")
+    return table[name]

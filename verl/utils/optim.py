@@ -1,0 +1,135 @@
+"""Optimizer and learning-rate schedules built from an ``optim`` config section (``actor.optim``, ``critic.optim``).
+
+Keys (verl's names): ``lr``, ``betas``, ``eps``, ``weight_decay``, ``lr_warmup_steps``, ``lr_warmup_steps_ratio``,
+``warmup_style`` (``constant`` | ``cosine``; ``lr_scheduler_type`` is accepted as its newer name), ``min_lr_ratio``,
+``num_cycles``, ``total_training_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    """Read ``key`` from a DictConfig, a mapping or a dataclass, with a default when absent or None."""
+    if config is None:
+        return default
+    if is_dataclass(config) and not isinstance(config, type):
+        config = asdict(config)
+    if isinstance(config, Mapping) or hasattr(config, "get"):
+        value = config.get(key, default)
+    else:
+        value = getattr(config, key, default)
+    return default if value is None else value
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: Any) -> Optimizer:
+    """AdamW (Loshchilov & Hutter, 2019) over ``params`` with ``lr``, ``betas``, ``eps``, ``weight_decay``.
+
+    An ``optimizer`` key, when present, must name AdamW (the only optimizer built here).
+    """
+    name = str(_get(optim_config, "optimizer", "AdamW"))
+    if name.lower() not in ("adamw", "adamw_torch"):
+        raise ValueError(f"optim.optimizer={name!r} is not supported; use 'AdamW'")
+    lr = float(_get(optim_config, "lr", 1e-5))
+    betas_raw = _get(optim_config, "betas", (0.9, 0.999))
+    betas = tuple(float(b) for b in betas_raw)
+    if len(betas) != 2:
+        raise ValueError(f"optim.betas must have two values, got {list(betas_raw)}")
+    eps = float(_get(optim_config, "eps", 1e-8))
+    weight_decay = float(_get(optim_config, "weight_decay", 0.0))
+    if lr < 0:
+        raise ValueError(f"optim.lr must be >= 0, got {lr}")
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
+    """Linear warmup then constant: ``lr(step) = base_lr * min(1, step / num_warmup_steps)``.
+
+    ``step`` counts scheduler steps (0 before the first ``scheduler.step()``); with no warmup the factor is 1.
+    """
+
+    def lr_lambda(step: int) -> float:
+        if num_warmup_steps > 0 and step < num_warmup_steps:
+            return float(step) / float(num_warmup_steps)
+        return 1.0
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
+
+
+def get_cosine_schedule_with_warmup(
+    optimizer: Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+) -> LambdaLR:
+    """Linear warmup, then cosine decay from ``base_lr`` to ``min_lr_ratio * base_lr`` (Loshchilov & Hutter, SGDR).
+
+    Factor at scheduler step ``t`` (``w`` warmup steps, ``T`` training steps, ``r`` = min_lr_ratio):
+    ``t / w`` for ``t < w``; otherwise with ``p = min(1, (t - w) / max(1, T - w))``:
+    ``r + (1 - r) * 0.5 * (1 + cos(2 * pi * num_cycles * p))``. ``num_cycles=0.5`` is one half-cosine ending at
+    ``r``; ``p`` is clamped so training past ``T`` stays at the end value.
+    """
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+
+    def lr_lambda(step: int) -> float:
+        if num_warmup_steps > 0 and step < num_warmup_steps:
+            return float(step) / float(num_warmup_steps)
+        progress = min(1.0, float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps)))
+        cosine = 0.5 * (1.0 + math.cos(2.0 * math.pi * float(num_cycles) * progress))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
+
+
+def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
+    """``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio * total_training_steps)`` (0 if no ratio)."""
+    steps = int(_get(optim_config, "lr_warmup_steps", 0))
+    if steps > 0:
+        return steps
+    ratio = float(_get(optim_config, "lr_warmup_steps_ratio", 0.0))
+    if ratio < 0:
+        raise ValueError(f"optim.lr_warmup_steps_ratio must be >= 0, got {ratio}")
+    if ratio > 0:
+        if total_training_steps <= 0:
+            raise ValueError(
+                f"optim.lr_warmup_steps_ratio={ratio} needs total_training_steps > 0, got {total_training_steps}"
+            )
+        return int(ratio * total_training_steps)
+    return 0
+
+
+def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_steps: int | None = None) -> LambdaLR:
+    """The scheduler named by ``warmup_style`` (or ``lr_scheduler_type``): ``constant`` or ``cosine``.
+
+    ``total_training_steps`` defaults to ``optim_config.total_training_steps``; warmup comes from
+    :func:`resolve_warmup_steps`. The cosine schedule needs a positive total.
+    """
+    total = total_training_steps
+    if total is None or total <= 0:
+        total = int(_get(optim_config, "total_training_steps", -1))
+    warmup = resolve_warmup_steps(optim_config, total)
+    style = str(_get(optim_config, "lr_scheduler_type", _get(optim_config, "warmup_style", "constant")))
+    if style == "constant":
+        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+    if style == "cosine":
+        if total <= 0:
+            raise ValueError(f"optim.warmup_style=cosine needs total_training_steps > 0, got {total}")
+        return get_cosine_schedule_with_warmup(
+            optimizer,
+            num_warmup_steps=warmup,
+            num_training_steps=total,
+            min_lr_ratio=float(_get(optim_config, "min_lr_ratio", 0.0)),
+            num_cycles=float(_get(optim_config, "num_cycles", 0.5)),
+        )
+    raise ValueError(f"optim.warmup_style={style!r} is not supported; expected 'constant' or 'cosine'")

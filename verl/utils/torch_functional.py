@@ -1,0 +1,273 @@
+"""Tensor helpers shared by the actor, the critic and ``core_algos``.
+
+The log-prob and entropy functions are the memory hot spot of RL post-training: a naive
+``log_softmax(logits.float())`` over ``[tokens, vocab]`` allocates a float32 copy of the whole logits tensor (8192
+tokens x 152k vocab is ~5 GB) and keeps it alive for the backward pass. Here both run over chunks of flattened tokens
+with a custom autograd ``Function``: only one ``[chunk, vocab]`` float32 block exists at a time, forward and
+backward, and the saved state is the input logits (already alive) plus one float per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+# Elements of one float32 [chunk, vocab] working block (~128 MiB) when the caller gives no chunk size.
+_AUTO_CHUNK_ELEMENTS = 1 << 25
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; every narrower float type is computed in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _resolve_chunk_size(chunk_size: int | None, vocab: int) -> int:
+    if chunk_size is None:
+        return max(1, _AUTO_CHUNK_ELEMENTS // max(vocab, 1))
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be a positive number of tokens, got {chunk_size!r}")
+    return int(chunk_size)
+
+
+class _ChunkedLogProbs(torch.autograd.Function):
+    """log p(label) = logits[label] - logsumexp(logits), chunked over tokens.
+
+    Backward: d log p(y) / d logits_j = 1[j == y] - softmax(logits)_j, rebuilt per chunk from the saved logsumexp.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
+        n_tokens = logits.shape[0]
+        cdtype = _compute_dtype(logits.dtype)
+        out = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
+        lse = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
+        for start in range(0, n_tokens, chunk_size):
+            end = min(start + chunk_size, n_tokens)
+            block = logits[start:end].to(cdtype)
+            block_lse = torch.logsumexp(block, dim=-1)
+            lse[start:end] = block_lse
+            out[start:end] = block.gather(-1, labels[start:end].unsqueeze(-1)).squeeze(-1) - block_lse
+            del block
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
+        logits, labels, lse = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        chunk_size: int = ctx.chunk_size
+        grad_logits = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], chunk_size):
+            end = min(start + chunk_size, logits.shape[0])
+            g = grad_out[start:end].to(lse.dtype).unsqueeze(-1)
+            block = logits[start:end].to(lse.dtype, copy=True)
+            # -g * softmax, computed in place on the chunk's fp32 copy to keep one block alive.
+            block.sub_(lse[start:end].unsqueeze(-1)).exp_().mul_(-g)
+            block.scatter_add_(-1, labels[start:end].unsqueeze(-1), g)
+            grad_logits[start:end] = block.to(logits.dtype)
+            del block
+        return grad_logits, None, None
+
+
+class _ChunkedEntropy(torch.autograd.Function):
+    """H = logsumexp(x) - sum_j p_j x_j with p = softmax(x), chunked over tokens.
+
+    Backward: dH/dx_j = p_j * (E_p[x] - x_j); the per-token logsumexp and E_p[x] are saved.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
+        n_tokens = logits.shape[0]
+        cdtype = _compute_dtype(logits.dtype)
+        lse = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
+        mean_x = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
+        for start in range(0, n_tokens, chunk_size):
+            end = min(start + chunk_size, n_tokens)
+            block = logits[start:end].to(cdtype)
+            block_lse = torch.logsumexp(block, dim=-1)
+            probs = torch.exp(block - block_lse.unsqueeze(-1))
+            lse[start:end] = block_lse
+            mean_x[start:end] = (probs * block).sum(dim=-1)
+            del block, probs
+        ctx.save_for_backward(logits, lse, mean_x)
+        ctx.chunk_size = chunk_size
+        return lse - mean_x
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None]:  # type: ignore[override]
+        logits, lse, mean_x = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        chunk_size: int = ctx.chunk_size
+        grad_logits = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], chunk_size):
+            end = min(start + chunk_size, logits.shape[0])
+            block = logits[start:end].to(lse.dtype, copy=True)
+            probs = torch.exp(block - lse[start:end].unsqueeze(-1))
+            # p * (E[x] - x) * g, reusing the block buffer for (E[x] - x).
+            block.neg_().add_(mean_x[start:end].unsqueeze(-1)).mul_(probs)
+            block.mul_(grad_out[start:end].to(lse.dtype).unsqueeze(-1))
+            grad_logits[start:end] = block.to(logits.dtype)
+            del block, probs
+        return grad_logits, None
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int | None = None,
+    inplace_backward: bool = True,
+) -> torch.Tensor:
+    """Log-probability of each label under the softmax of its logits, ``log softmax(logits)[label]``.
+
+    Args:
+        logits: ``[..., vocab]`` in any float dtype (bf16/fp16 are upcast per chunk, never as a whole).
+        labels: ``[...]`` integer token ids in ``[0, vocab)``.
+        chunk_size: tokens per float32 working block; ``None`` picks ~32M elements per block (about 650 tokens
+            at a 50k vocab). Peak extra memory is one ``[chunk_size, vocab]`` block in float32.
+        inplace_backward: accepted for verl compatibility (its flash-attn path); the chunked backward here
+            always writes the logits gradient into one preallocated buffer.
+
+    Returns:
+        ``[...]`` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
+    """
+    del inplace_backward
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"logprobs_from_logits: logits {tuple(logits.shape)} must be labels {tuple(labels.shape)} + [vocab]"
+        )
+    batch_shape = labels.shape
+    vocab = logits.shape[-1]
+    flat_logits = logits.reshape(-1, vocab)
+    flat_labels = labels.reshape(-1).long()
+    out = _ChunkedLogProbs.apply(flat_logits, flat_labels, _resolve_chunk_size(chunk_size, vocab))
+    return out.view(batch_shape)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+    """Entropy of the softmax distribution, ``H = logsumexp(x) - sum_j softmax(x)_j * x_j``.
+
+    Args:
+        logits: ``[..., vocab]`` in any float dtype; computed per token chunk in float32.
+        chunk_size: tokens per float32 working block (``None``: automatic, as in :func:`logprobs_from_logits`).
+
+    Returns:
+        ``[...]`` entropies (nats) in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
+    """
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    out = _ChunkedEntropy.apply(flat, _resolve_chunk_size(chunk_size, vocab))
+    return out.view(logits.shape[:-1])
+
+
+def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
+    """verl's name for chunked entropy; same computation as :func:`entropy_from_logits`. ``[..., V] -> [...]``."""
+    return entropy_from_logits(logits, chunk_size=chunk_size)
+
+
+def _dims(axis: int | Sequence[int]) -> int | tuple[int, ...]:
+    return axis if isinstance(axis, int) else tuple(axis)
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | Sequence[int] | None = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is non-zero (masked entries, even NaN/inf, contribute nothing).
+
+    ``values`` and ``mask`` broadcast together (e.g. both ``[batch, response_len]``); ``axis=None`` sums all.
+    """
+    valid = torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+    weighted = valid * mask.to(values.dtype)
+    return weighted.sum() if axis is None else weighted.sum(dim=_dims(axis))
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | Sequence[int] | None = None) -> torch.Tensor:
+    """Mean of ``values`` over the entries where ``mask`` is non-zero: ``sum(v * m) / (sum(m) + 1e-8)``.
+
+    Shapes broadcast (typically ``[batch, response_len]``); ``axis`` reduces one/several dims, ``None`` all.
+    An all-zero mask gives 0 rather than NaN.
+    """
+    mask_f = mask.to(values.dtype)
+    denom = mask_f.sum() if axis is None else mask_f.sum(dim=_dims(axis))
+    return masked_sum(values, mask, axis) / (denom + 1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries of ``values`` (scalar), with Bessel's n/(n-1) correction when ``unbiased``.
+
+    Raises ValueError when the mask selects no element, or a single one with ``unbiased=True``.
+    """
+    n_valid = mask.sum()
+    if n_valid.item() == 0:
+        raise ValueError("masked_var: the mask selects no element; at least one entry of the mask must be 1")
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        if n_valid.item() == 1:
+            raise ValueError("masked_var: the mask selects a single element; the unbiased variance is undefined")
+        variance = variance * (n_valid / (n_valid - 1)).to(variance.dtype)
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Whiten ``values`` with the masked mean and unbiased variance: ``(v - mean) / sqrt(var + 1e-8)``.
+
+    With ``shift_mean=False`` the mean is added back (scale only). Shape of ``values`` is kept.
+    """
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor, tensor_max: torch.Tensor) -> torch.Tensor:
+    """Element-wise clamp of ``x`` into ``[tensor_min, tensor_max]`` with tensor bounds (broadcasting)."""
+    return torch.maximum(torch.minimum(x, tensor_max), tensor_min)
+
+
+def get_response_mask(
+    response_id: torch.Tensor, eos_token: int | Sequence[int] = 2, dtype: torch.dtype = torch.int64
+) -> torch.Tensor:
+    """Mask of the response tokens up to and including the first EOS.
+
+    Args:
+        response_id: ``[batch, response_len]`` generated token ids.
+        eos_token: one EOS id or a list of ids (any of them ends the response).
+        dtype: dtype of the returned mask.
+
+    Returns:
+        ``[batch, response_len]``: 1 before and at the first EOS of each row, 0 after it; all ones if no EOS.
+    """
+    eos_ids = torch.as_tensor(eos_token, device=response_id.device, dtype=response_id.dtype).reshape(-1)
+    is_eos = torch.isin(response_id, eos_ids).to(torch.int64)
+    # EOS tokens strictly before position t; zero means t is at or before the first EOS.
+    eos_before = is_eos.cumsum(dim=-1) - is_eos
+    return eos_before.eq(0).to(dtype)
+
+
+def pad_sequence_to_length(
+    tensors: torch.Tensor, max_seq_len: int, pad_token_id: int | float, left_pad: bool = False
+) -> torch.Tensor:
+    """Pad the last dim of ``tensors`` (``[..., seq]``) with ``pad_token_id`` to ``max_seq_len``.
+
+    Tensors already at least ``max_seq_len`` long are returned unchanged.
+    """
+    missing = max_seq_len - tensors.shape[-1]
+    if missing <= 0:
+        return tensors
+    pad = (missing, 0) if left_pad else (0, missing)
+    return F.pad(tensors, pad, mode="constant", value=pad_token_id)
+
+
+def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids from an attention mask ``[batch, seq]``: ``clamp(cumsum(mask) - 1, min=0)``.
+
+    Left padding gets position 0; the first real token is 0 and each later real token counts up.
+    """
+    return torch.clamp(torch.cumsum(mask, dim=-1) - 1, min=0)

@@ -1,0 +1,327 @@
+"""The PPO actor of one data-parallel rank: response log-probs and the clipped policy-gradient update.
+
+The module may be a plain ``nn.Module``, a transformers model, or either sharded with FSDP2: gradients of all
+ranks are averaged by the sharding wrapper, so this file only sees its own share of the batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDict
+
+from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.model_loader import forward_logits
+from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.workers.actor.base import BasePPOActor
+from verl.workers.actor.micro_batching import (
+    as_dict_config,
+    autocast_context,
+    check_finite_loss,
+    clip_grad_and_step,
+    current_lr,
+    enable_input_grads_for_checkpointing,
+    iter_mini_batches,
+    loss_share,
+    module_device,
+    response_mask_of,
+    restore_order,
+    split_micro_batches,
+)
+
+if TYPE_CHECKING:
+    from verl.protocol import DataProto
+
+
+def _require_meta(data: DataProto, key: str, who: str) -> Any:
+    if key not in data.meta_info:
+        raise KeyError(f"{who}: data.meta_info has no {key!r} (keys: {sorted(data.meta_info)}); the worker sets it")
+    return data.meta_info[key]
+
+
+def _require_keys(batch: TensorDict, keys: list[str], who: str) -> None:
+    missing = [k for k in keys if k not in batch.keys()]
+    if missing:
+        raise KeyError(f"{who}: data.batch lacks {missing}; it has {sorted(batch.keys())}")
+
+
+def response_logits_forward(
+    module: torch.nn.Module,
+    micro: TensorDict,
+    temperature: float,
+    calculate_entropy: bool,
+    entropy_requires_grad: bool,
+    use_remove_padding: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs and entropies of the response tokens of one micro-batch.
+
+    The logits at position ``t`` predict token ``t + 1``, so the response tokens (the last ``response_len``
+    columns of ``input_ids``) are scored by the logits at columns ``[-response_len - 1, -1)``. Logits are divided by
+    ``temperature`` first (the sampling distribution of the rollout). With ``use_remove_padding`` the valid tokens
+    are packed into one row (see :mod:`verl.utils.padding`) and only the scoring positions are evaluated.
+
+    Args:
+        module: causal LM called through ``forward_logits``.
+        micro: TensorDict with ``input_ids``, ``attention_mask``, ``position_ids`` ``[bs, seqlen]`` and
+            ``responses`` ``[bs, response_len]``.
+        temperature: positive logit divisor.
+        calculate_entropy: also return the entropy of the tempered distribution.
+        entropy_requires_grad: keep the entropy in the graph (entropy bonus); otherwise it is computed detached.
+        use_remove_padding: pack the valid tokens and run without padding.
+
+    Returns:
+        ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32; values at padded response
+        positions are meaningless and must be masked by the caller.
+    """
+    input_ids = micro["input_ids"]
+    attention_mask = micro["attention_mask"]
+    responses = micro["responses"]
+    bs, seqlen = input_ids.shape
+    response_len = responses.shape[-1]
+
+    def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
+        if not calculate_entropy:
+            return None
+        if entropy_requires_grad:
+            return entropy_from_logits(logits)
+        with torch.no_grad():
+            return entropy_from_logits(logits.detach())
+
+    if use_remove_padding:
+        packed = pack_padded_batch(input_ids, attention_mask)
+        logits = forward_logits(module, packed.input_ids, None, packed.position_ids)[0]  # [total_tokens, vocab]
+        labels = next_token_labels(packed.input_ids)[0]
+        # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
+        cols = packed.indices % seqlen
+        keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
+        keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
+        logits = logits.index_select(0, keep_idx) / temperature
+        positions = packed.indices.index_select(0, keep_idx)
+        log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx))
+        log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
+        entropy = entropy_of(logits)
+        if entropy is not None:
+            entropy = unpack_to_padded(entropy, positions, bs, seqlen)[:, -response_len - 1 : -1]
+        return log_probs, entropy
+
+    position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
+    logits = forward_logits(module, input_ids, attention_mask, position_ids)
+    logits = logits[:, -response_len - 1 : -1, :] / temperature
+    log_probs = logprobs_from_logits(logits, responses)
+    return log_probs, entropy_of(logits)
+
+
+class DataParallelPPOActor(BasePPOActor):
+    """PPO actor on one data-parallel rank (verl's ``dp_actor``).
+
+    Batch sizes are per rank and in sequences: ``config.ppo_mini_batch_size`` is the number of sequences per
+    mini-batch on this rank. The worker converts the user's value (prompts) before building the actor:
+    ``ppo_mini_batch_size * rollout.n // world_size``. ``ppo_micro_batch_size_per_gpu`` counts sequences per
+    forward/backward; with ``use_dynamic_bsz`` micro-batches are instead packed to ``ppo_max_token_len_per_gpu``
+    valid tokens.
+
+    Args:
+        config: the ``actor_rollout_ref.actor`` section (DictConfig, dict or dataclass).
+        actor_module: the policy; any module accepted by ``verl.utils.model_loader.forward_logits``.
+        actor_optimizer: needed for ``update_policy`` only (a reference policy has none).
+        lr_scheduler: reported in ``actor/lr``; the worker steps it.
+        use_remove_padding: pack valid tokens into one row (``actor_rollout_ref.model.use_remove_padding``); the
+            config key ``use_remove_padding`` is read when this is None. Needs a transformers model.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        actor_module: torch.nn.Module,
+        actor_optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any | None = None,
+        use_remove_padding: bool | None = None,
+    ) -> None:
+        super().__init__(as_dict_config(config, "actor"))
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self.lr_scheduler = lr_scheduler
+        if use_remove_padding is None:
+            use_remove_padding = bool(self.config.get("use_remove_padding", False))
+        self.use_remove_padding = bool(use_remove_padding)
+        enable_input_grads_for_checkpointing(actor_module)
+
+    # ------------------------------------------------------------------------------------------------ forward
+    def _forward_micro_batch(
+        self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_requires_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        device = module_device(self.actor_module)
+        with autocast_context(device, str(self.config.get("dtype", "float32"))):
+            return response_logits_forward(
+                self.actor_module,
+                micro,
+                temperature,
+                calculate_entropy,
+                entropy_requires_grad,
+                self.use_remove_padding,
+            )
+
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of ``responses`` under the tempered policy, without gradients.
+
+        Reads ``input_ids``, ``attention_mask``, ``position_ids`` ``[bs, seqlen]`` and ``responses``
+        ``[bs, response_len]`` from ``data.batch``; ``temperature`` (required), ``micro_batch_size``,
+        ``use_dynamic_bsz`` and ``max_token_len`` from ``data.meta_info``.
+
+        Returns:
+            ``(log_probs [bs, response_len], entropys [bs, response_len] | None)`` in the input row order,
+            ``log p(y_t) = log_softmax(logits_{t-1} / temperature)[y_t]``.
+        """
+        who = "DataParallelPPOActor.compute_log_prob"
+        temperature = float(_require_meta(data, "temperature", who))
+        if temperature <= 0:
+            raise ValueError(f"{who}: meta_info['temperature'] must be > 0 for log-probs, got {temperature}")
+        keys = ["input_ids", "attention_mask", "responses"]
+        _require_keys(data.batch, keys, who)
+        if "position_ids" in data.batch.keys():
+            keys.append("position_ids")
+        batch = data.batch.select(*keys)
+        use_dynamic_bsz = bool(data.meta_info.get("use_dynamic_bsz", False))
+        micro_batches, order = split_micro_batches(
+            batch,
+            data.meta_info.get("micro_batch_size"),
+            use_dynamic_bsz,
+            data.meta_info.get("max_token_len"),
+        )
+        device = module_device(self.actor_module)
+        was_training = self.actor_module.training
+        self.actor_module.eval()
+        log_probs, entropys = [], []
+        try:
+            with torch.no_grad():
+                for micro in micro_batches:
+                    lp, ent = self._forward_micro_batch(micro.to(device), temperature, calculate_entropy)
+                    log_probs.append(lp)
+                    if ent is not None:
+                        entropys.append(ent)
+        finally:
+            self.actor_module.train(was_training)
+        log_prob = restore_order(torch.cat(log_probs, dim=0), order)
+        entropy = restore_order(torch.cat(entropys, dim=0), order) if calculate_entropy else None
+        return log_prob, entropy
+
+    # ------------------------------------------------------------------------------------------------- update
+    def _micro_loss(
+        self, micro: TensorDict, temperature: float, loss_agg_mode: str
+    ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
+        """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics."""
+        cfg = self.config
+        entropy_coeff = float(cfg.get("entropy_coeff", 0.0))
+        response_mask = response_mask_of(micro).to(torch.float32)
+        log_prob, entropy = self._forward_micro_batch(
+            micro, temperature, calculate_entropy=True, entropy_requires_grad=entropy_coeff != 0
+        )
+        loss_mode = str((cfg.get("policy_loss") or {}).get("loss_mode", "vanilla"))
+        pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
+            old_log_prob=micro["old_log_probs"],
+            log_prob=log_prob,
+            advantages=micro["advantages"],
+            response_mask=response_mask,
+            loss_agg_mode=loss_agg_mode,
+            config=cfg,
+            rollout_is_weights=micro["rollout_is_weights"] if "rollout_is_weights" in micro.keys() else None,
+        )
+        policy_loss = pg_loss
+        entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+        if entropy_coeff != 0:
+            # Entropy bonus: maximising entropy means subtracting it from the loss.
+            policy_loss = policy_loss - entropy_coeff * entropy_loss
+        kl_loss = None
+        if bool(cfg.get("use_kl_loss", False)):
+            kld = kl_penalty(log_prob, micro["ref_log_prob"], str(cfg.get("kl_loss_type", "low_var_kl")))
+            kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            policy_loss = policy_loss + float(cfg.get("kl_loss_coef", 0.001)) * kl_loss
+        metrics: dict[str, float] = {"actor/pg_loss": float(pg_loss.detach().item())}
+        metrics["actor/entropy"] = float(entropy_loss.detach().item())
+        if kl_loss is not None:
+            metrics["actor/kl_loss"] = float(kl_loss.detach().item())
+            metrics["actor/kl_coef"] = float(cfg.get("kl_loss_coef", 0.001))
+        for name, value in (pg_metrics or {}).items():
+            key = name if name.startswith("actor/") else f"actor/{name}"
+            metrics[key] = float(value.detach().float().mean().item()) if torch.is_tensor(value) else float(value)
+        parts = {"pg_loss": pg_loss.detach(), "kl_loss": kl_loss, "entropy": entropy_loss.detach()}
+        return policy_loss, metrics, parts
+
+    def update_policy(self, data: DataProto) -> dict[str, list[float]]:
+        """``ppo_epochs`` x mini-batches x micro-batches of PPO, one optimizer step per mini-batch.
+
+        Loss per micro-batch: ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl(log_prob, ref_log_prob)``,
+        each term aggregated with ``loss_agg_mode``; it is scaled by the micro-batch's share of the mini-batch
+        (tokens for ``token-mean``, sequences otherwise) so accumulated gradients equal those of the whole
+        mini-batch. The gradient norm is clipped to ``grad_clip``; a non-finite norm skips the step (counted in
+        ``actor/grad_norm_nonfinite``); a non-finite loss raises RuntimeError.
+
+        Reads ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``old_log_probs``, ``advantages``,
+        ``response_mask`` (and ``ref_log_prob`` with ``use_kl_loss``, ``rollout_is_weights`` if present) from
+        ``data.batch``; ``temperature`` and ``global_steps`` from ``data.meta_info``.
+
+        Returns:
+            metric name -> list of values: per mini-batch for the losses (mini-batch values), ``actor/grad_norm``,
+            ``actor/pg_clipfrac`` etc.; once per call for ``actor/lr`` and ``actor/grad_norm_nonfinite``.
+        """
+        who = "DataParallelPPOActor.update_policy"
+        if self.actor_optimizer is None:
+            raise RuntimeError(f"{who}: this actor was built without an optimizer (a reference policy?)")
+        cfg = self.config
+        temperature = float(_require_meta(data, "temperature", who))
+        if temperature <= 0:
+            raise ValueError(f"{who}: meta_info['temperature'] must be > 0, got {temperature}")
+        global_step = data.meta_info.get("global_steps", "unknown")
+        keys = ["responses", "input_ids", "attention_mask", "old_log_probs", "advantages"]
+        if bool(cfg.get("use_kl_loss", False)):
+            keys.append("ref_log_prob")
+        _require_keys(data.batch, keys, who)
+        for optional in ("position_ids", "response_mask", "rollout_is_weights"):
+            if optional in data.batch.keys():
+                keys.append(optional)
+        batch = data.batch.select(*keys)
+
+        loss_agg_mode = str(cfg.get("loss_agg_mode", "token-mean"))
+        mini_batch_size = int(cfg.get("ppo_mini_batch_size", len(data)))
+        use_dynamic_bsz = bool(cfg.get("use_dynamic_bsz", False))
+        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu", None)
+        max_token_len = cfg.get("ppo_max_token_len_per_gpu", None)
+        device = module_device(self.actor_module)
+        seed = int(global_step) if isinstance(global_step, int) else 0
+
+        self.actor_module.train()
+        metrics: dict[str, list[float]] = defaultdict(list)
+        skipped = 0
+        for epoch in range(int(cfg.get("ppo_epochs", 1))):
+            for mini_idx, mini in iter_mini_batches(
+                batch, mini_batch_size, epoch, bool(cfg.get("shuffle", False)), seed
+            ):
+                mini_mask = response_mask_of(mini)
+                mini_tokens = float(mini_mask.sum().item())
+                micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                mini_metrics: dict[str, float] = defaultdict(float)
+                for micro_idx, micro in enumerate(micro_batches):
+                    micro = micro.to(device)
+                    share = loss_share(response_mask_of(micro), mini_tokens, len(mini), loss_agg_mode)
+                    policy_loss, micro_metrics, parts = self._micro_loss(micro, temperature, loss_agg_mode)
+                    check_finite_loss(policy_loss, "actor", global_step, epoch, mini_idx, micro_idx, **parts)
+                    (policy_loss * share).backward()
+                    for name, value in micro_metrics.items():
+                        mini_metrics[name] += share * value
+                grad_norm, stepped = clip_grad_and_step(self.actor_module, self.actor_optimizer, cfg.get("grad_clip"))
+                skipped += 0 if stepped else 1
+                for name, value in mini_metrics.items():
+                    metrics[name].append(value)
+                metrics["actor/grad_norm"].append(grad_norm)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        metrics["actor/grad_norm_nonfinite"].append(float(skipped))
+        lr = current_lr(self.actor_optimizer, self.lr_scheduler)
+        if lr is not None:
+            metrics["actor/lr"].append(lr)
+        return dict(metrics)

@@ -1,0 +1,181 @@
+"""Plumbing shared by the actor and the critic of one data-parallel rank.
+
+Micro-batch splitting (fixed size or token-budgeted), the loss share that makes gradient accumulation reproduce the
+mini-batch loss exactly, autocast, and the clipped optimizer step that skips non-finite gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
+
+from verl.utils.device import autocast_dtype
+from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+
+# Aggregation modes whose mini-batch value is a mean over tokens; every other mode averages over sequences.
+_TOKEN_MEAN_MODES = ("token-mean",)
+
+
+def as_dict_config(config: Any, what: str) -> DictConfig:
+    """``config`` as an omegaconf DictConfig (accepts DictConfig, a mapping or a dataclass instance)."""
+    if isinstance(config, DictConfig):
+        return config
+    if is_dataclass(config) and not isinstance(config, type):
+        return OmegaConf.create(asdict(config))
+    if isinstance(config, Mapping):
+        return OmegaConf.create(dict(config))
+    raise TypeError(f"{what} config must be a DictConfig, a dict or a dataclass; got {type(config).__name__}")
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Device of the module's first parameter (CPU for a parameterless module)."""
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def autocast_context(device: torch.device, dtype_name: str) -> AbstractContextManager:
+    """bf16 autocast on ``device`` for ``dtype_name='bfloat16'``; nothing for float32.
+
+    Master weights and optimizer state stay in float32 either way; only matmuls run in bf16. float16 is refused:
+    it would need a gradient scaler, which the actor and critic do not run.
+    """
+    dtype = autocast_dtype(str(dtype_name))
+    if dtype == torch.float32:
+        return nullcontext()
+    if dtype == torch.float16:
+        raise ValueError("dtype=float16 is not supported for training (no gradient scaler); use bfloat16 or float32")
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def split_micro_batches(
+    batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
+) -> tuple[list[TensorDict], list[int] | None]:
+    """Micro-batches of ``batch``: fixed ``micro_batch_size`` rows, or packed to ``max_token_len`` valid tokens.
+
+    Returns ``(micro_batches, order)``; ``order`` is None for fixed splits (input order is kept) and otherwise the
+    input row of each concatenated micro-batch row, to be undone with :func:`restore_order`.
+    """
+    if use_dynamic_bsz:
+        if max_token_len is None or int(max_token_len) <= 0:
+            raise ValueError(f"use_dynamic_bsz needs a positive max_token_len, got {max_token_len!r}")
+        micro_batches, partitions = rearrange_micro_batches(batch, int(max_token_len))
+        return micro_batches, [i for p in partitions for i in p]
+    n = int(batch.batch_size[0])
+    size = n if micro_batch_size is None else int(micro_batch_size)
+    if size <= 0:
+        raise ValueError(f"micro batch size must be a positive number of sequences, got {micro_batch_size!r}")
+    return list(batch.split(size)), None
+
+
+def restore_order(concatenated: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    """Undo the row permutation of dynamic micro-batching: row ``i`` of the result is input row ``i``."""
+    if order is None:
+        return concatenated
+    reverse = torch.tensor(get_reverse_idx(order), dtype=torch.long, device=concatenated.device)
+    return concatenated[reverse]
+
+
+def response_mask_of(batch: TensorDict) -> torch.Tensor:
+    """``response_mask`` ``[bs, response_len]``, or the response part of ``attention_mask`` when it is absent."""
+    if "response_mask" in batch.keys():
+        return batch["response_mask"]
+    response_length = batch["responses"].shape[-1]
+    return batch["attention_mask"][:, -response_length:]
+
+
+def loss_share(micro_mask: torch.Tensor, mini_tokens: float, mini_seqs: int, loss_agg_mode: str) -> float:
+    """Weight of a micro-batch's aggregated loss in its mini-batch loss.
+
+    For ``token-mean`` the mini-batch loss is ``sum(loss * mask) / mini_tokens`` and a micro-batch's token-mean is
+    ``sum_micro / micro_tokens``, so the weight is ``micro_tokens / mini_tokens``; for the sequence-mean modes the
+    weight is ``micro_seqs / mini_seqs``. Summing weighted micro-batch gradients then equals the gradient of the
+    mini-batch loss, whatever the micro-batch split (fixed or dynamic).
+    """
+    if loss_agg_mode in _TOKEN_MEAN_MODES:
+        return float(micro_mask.sum().item()) / max(float(mini_tokens), 1.0)
+    return float(micro_mask.shape[0]) / float(max(mini_seqs, 1))
+
+
+def check_finite_loss(loss: torch.Tensor, who: str, global_step: Any, epoch: int, mini: int, micro: int, **parts):
+    """Raise RuntimeError when ``loss`` is NaN/inf, naming the step, epoch, mini- and micro-batch and loss parts."""
+    if bool(torch.isfinite(loss).all()):
+        return
+    detail = ", ".join(f"{k}={float(v):.6g}" for k, v in parts.items() if v is not None)
+    raise RuntimeError(
+        f"{who}: non-finite loss {float(loss.detach().float().item())} at global step {global_step}, epoch {epoch}, "
+        f"mini-batch {mini}, micro-batch {micro} ({detail}); check the inputs (advantages, log-probs, values) and "
+        f"the learning rate"
+    )
+
+
+def clip_grad_and_step(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float | None
+) -> tuple[float, bool]:
+    """Clip the global gradient norm to ``grad_clip`` and step; a non-finite norm skips the step.
+
+    Returns ``(grad_norm, stepped)``. The norm is computed over all trainable parameters (sharded DTensor
+    parameters give the global norm); ``grad_clip`` None or <= 0 only measures it. After a skip the gradients are
+    zeroed so they cannot leak into the next step.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    max_norm = float(grad_clip) if grad_clip is not None and float(grad_clip) > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    norm = float(grad_norm.item()) if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+    if not math.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        return norm, False
+    optimizer.step()
+    return norm, True
+
+
+def current_lr(optimizer: torch.optim.Optimizer | None, lr_scheduler: Any | None) -> float | None:
+    """The learning rate in use: the scheduler's last value, else the optimizer's first param group."""
+    if lr_scheduler is not None and hasattr(lr_scheduler, "get_last_lr"):
+        return float(lr_scheduler.get_last_lr()[0])
+    if optimizer is not None and optimizer.param_groups:
+        return float(optimizer.param_groups[0]["lr"])
+    return None
+
+
+def iter_mini_batches(
+    batch: TensorDict, mini_batch_size: int, epoch: int, shuffle: bool, seed: int
+) -> Iterator[tuple[int, TensorDict]]:
+    """Consecutive mini-batches of ``mini_batch_size`` rows (the last may be smaller), optionally shuffled per epoch.
+
+    The shuffle permutation comes from a generator seeded by ``(seed, epoch)`` so all ranks and reruns agree.
+    """
+    n = int(batch.batch_size[0])
+    if mini_batch_size <= 0:
+        raise ValueError(f"ppo_mini_batch_size must be a positive number of sequences, got {mini_batch_size}")
+    if shuffle:
+        gen = torch.Generator().manual_seed(int(seed) * 1000003 + epoch)
+        batch = batch[torch.randperm(n, generator=gen)]
+    for idx, start in enumerate(range(0, n, mini_batch_size)):
+        yield idx, batch[start : start + mini_batch_size]
+
+
+def enable_input_grads_for_checkpointing(module: torch.nn.Module) -> None:
+    """Make reentrant gradient checkpointing see a grad-requiring input when the embeddings are frozen (LoRA).
+
+    With ``use_reentrant=True`` a checkpointed block whose inputs do not require grad produces outputs without a
+    graph, silently dropping the gradients of the parameters inside it; transformers' ``enable_input_require_grads``
+    marks the embedding output as requiring grad to prevent that.
+    """
+    if not getattr(module, "is_gradient_checkpointing", False):
+        return
+    get_emb = getattr(module, "get_input_embeddings", None)
+    emb = get_emb() if callable(get_emb) else None
+    if emb is None or any(p.requires_grad for p in emb.parameters()):
+        return
+    if hasattr(module, "enable_input_require_grads"):
+        module.enable_input_require_grads()

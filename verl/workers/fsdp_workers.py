@@ -1,0 +1,511 @@
+"""The workers the driver calls: actor/rollout/reference, critic and reward model, on FSDP2 (or one process).
+
+Each public method is registered with a dispatch mode, so a WorkerGroup can split a DataProto across ranks, run
+the method on every rank and merge the results. One worker class serves several roles (verl's hybrid engine):
+``actor_rollout_ref`` trains the actor, generates with the same parameters and computes reference log-probs, all in
+one process per rank with no second copy of the actor's weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from verl.protocol import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils import fsdp_utils
+from verl.utils.checkpoint import checkpoint_manager as ckpt
+from verl.utils.device import autocast_dtype, get_device_name, get_torch_device, init_distributed_if_needed
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+def _mutable_copy(config: DictConfig) -> DictConfig:
+    """A resolved, writable copy: workers adjust batch sizes per rank without touching the driver's config."""
+    return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+
+
+def _per_rank_sequences(prompts: int, n: int, world_size: int, what: str) -> int:
+    """Turn a count of prompts into a count of sequences on one rank (verl's convention), explaining failures."""
+    sequences = prompts * n
+    if sequences % world_size != 0 or sequences // world_size == 0:
+        raise ValueError(
+            f"{what}={prompts} prompts x rollout.n={n} = {sequences} sequences cannot be split evenly over "
+            f"{world_size} ranks; choose {what} so that {what} * n is a positive multiple of {world_size}"
+        )
+    return sequences // world_size
+
+
+def _set_torch_threads() -> None:
+    threads = os.environ.get("VERL_TORCH_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+class _ModelHolder:
+    """Builds the torch objects of one trainable role (model, optimizer, scheduler) the same way for all roles."""
+
+    @staticmethod
+    def build_optimizer(module: torch.nn.Module, optim_config: DictConfig):
+        from verl.utils.optim import build_lr_scheduler, build_optimizer
+
+        params = [p for p in module.parameters() if p.requires_grad]
+        optimizer = build_optimizer(params, optim_config)
+        scheduler = build_lr_scheduler(optimizer, optim_config, int(optim_config.get("total_training_steps", -1)))
+        return optimizer, scheduler
+
+
+class ActorRolloutRefWorker(Worker):
+    """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
+
+    ``config`` is the ``actor_rollout_ref`` section; ``role`` one of :data:`ROLES`. With LoRA
+    (``model.lora_rank > 0``) the reference policy is the actor with its adapters disabled: no second model.
+    """
+
+    def __init__(self, config: DictConfig, role: str):
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+        _set_torch_threads()
+        self.config = _mutable_copy(config)
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._is_lora = int(self.config.model.get("lora_rank", 0)) > 0
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.device = get_torch_device(self.device_name)
+
+        n = int(self.config.rollout.n)
+        if self._is_actor:
+            actor = self.config.actor
+            actor.ppo_mini_batch_size = _per_rank_sequences(
+                int(actor.ppo_mini_batch_size), n, self.world_size, "actor_rollout_ref.actor.ppo_mini_batch_size"
+            )
+        self.actor_module: torch.nn.Module | None = None
+        self.ref_module: torch.nn.Module | None = None
+        self.actor = None
+        self.ref_policy = None
+        self.rollout = None
+        self.tokenizer = None
+        self.actor_optimizer = None
+        self.actor_lr_scheduler = None
+
+    # ----------------------------------------------------------------------------------------------- building
+    def _load_policy(self, path: str, trainable: bool) -> torch.nn.Module:
+        from verl.utils.model_loader import load_causal_lm
+
+        model_cfg = self.config.model
+        module = load_causal_lm(
+            path,
+            dtype=torch.float32,
+            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+            override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
+        )
+        module.to(self.device)
+        if not trainable:
+            module.requires_grad_(False)
+            module.eval()
+            return module
+        if self._is_lora:
+            from peft import LoraConfig, TaskType, get_peft_model
+
+            target = model_cfg.get("target_modules", "all-linear")
+            lora = LoraConfig(
+                task_type=TaskType.CAUSAL_LM,
+                r=int(model_cfg.lora_rank),
+                lora_alpha=int(model_cfg.get("lora_alpha", 16)),
+                target_modules=target if isinstance(target, str) else list(target),
+                bias="none",
+            )
+            module = get_peft_model(module, lora)
+        if model_cfg.get("enable_gradient_checkpointing", False):
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(module, "enable_input_require_grads"):
+                module.enable_input_require_grads()
+        return module
+
+    def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
+        if self.world_size <= 1:
+            return module
+        return fsdp_utils.apply_fsdp2(module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load tokenizer and models, shard them, and build the actor, the rollout engine and the reference."""
+        from verl.utils.model_loader import load_tokenizer, resolve_model_path
+        from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+        model_cfg = self.config.model
+        self.model_path = resolve_model_path(model_cfg.path)
+        self.tokenizer = load_tokenizer(
+            resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path),
+            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+        )
+        use_remove_padding = bool(model_cfg.get("use_remove_padding", False))
+
+        if self._is_actor or self._is_rollout:
+            self.actor_module = self._maybe_shard(
+                self._load_policy(self.model_path, trainable=self._is_actor), self.config.actor.fsdp_config
+            )
+        if self._is_actor:
+            self.actor_optimizer, self.actor_lr_scheduler = _ModelHolder.build_optimizer(
+                self.actor_module, self.config.actor.optim
+            )
+            self.actor = DataParallelPPOActor(
+                config=self.config.actor,
+                actor_module=self.actor_module,
+                actor_optimizer=self.actor_optimizer,
+                lr_scheduler=self.actor_lr_scheduler,
+                use_remove_padding=use_remove_padding,
+            )
+        if self._is_rollout:
+            self._build_rollout()
+        if self._is_ref:
+            if self._is_lora and self.actor_module is not None:
+                # the frozen base under the adapters is the reference policy
+                self.ref_policy = DataParallelPPOActor(
+                    config=self.config.actor, actor_module=self.actor_module, use_remove_padding=use_remove_padding
+                )
+            else:
+                self.ref_module = self._maybe_shard(
+                    self._load_policy(self.model_path, trainable=False), self.config.ref.fsdp_config
+                )
+                self.ref_policy = DataParallelPPOActor(
+                    config=self.config.actor, actor_module=self.ref_module, use_remove_padding=use_remove_padding
+                )
+
+    def _build_rollout(self) -> None:
+        from verl.workers.rollout.base import get_rollout_class
+
+        name = self.config.rollout.name
+        rollout_cls = get_rollout_class(name)
+        if name == "hf":
+            # hybrid engine: generation runs on the very module the actor trains
+            self.rollout = rollout_cls(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
+        else:
+            self.rollout = rollout_cls(self.model_path, self.config.rollout, tokenizer=self.tokenizer)
+            self._sync_rollout_weights()
+
+    def _rollout_weights(self):
+        """Full actor weights under the plain transformers names (LoRA adapters merged in)."""
+        module = self.actor_module
+        if self._is_lora:
+            module.merge_adapter()
+            try:
+                base = module.get_base_model()
+                state = {}
+                for name, tensor in base.state_dict().items():
+                    if "lora_" in name:
+                        continue
+                    state[name.replace(".base_layer.", ".")] = tensor.detach().clone().cpu()
+            finally:
+                module.unmerge_adapter()
+            return state
+        return fsdp_utils.get_full_model_state_dict(module)
+
+    def _sync_rollout_weights(self) -> None:
+        if self.rollout is None or self.config.rollout.name == "hf":
+            return
+        state = self._rollout_weights()
+        if self.rank == 0 or not dist.is_initialized():
+            self.rollout.update_weights(iter(state.items()))
+
+    # ------------------------------------------------------------------------------------------------ compute
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per prompt row (the driver repeats prompts ``rollout.n`` times beforehand)."""
+        prompts = prompts.to(self.device)
+        prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
+        prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        gather = fsdp_utils.full_params(self.actor_module) if self.config.rollout.name == "hf" else nullcontext()
+        with gather, torch.no_grad():
+            output = self.rollout.generate_sequences(prompts)
+        return output.to("cpu")
+
+    def _log_prob_meta(self, data: DataProto, section: DictConfig) -> None:
+        data.meta_info["micro_batch_size"] = int(section.log_prob_micro_batch_size_per_gpu)
+        data.meta_info["max_token_len"] = int(section.log_prob_max_token_len_per_gpu)
+        data.meta_info["use_dynamic_bsz"] = bool(section.log_prob_use_dynamic_bsz)
+        data.meta_info["temperature"] = float(self.config.rollout.temperature)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
+        data = data.to(self.device)
+        self._log_prob_meta(data, self.config.rollout)
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        tensors = {"old_log_probs": log_probs}
+        if entropys is not None:
+            tensors["entropys"] = entropys
+        return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
+        data = data.to(self.device)
+        self._log_prob_meta(data, self.config.ref)
+        context = self.actor_module.disable_adapter() if self._is_lora and self.ref_module is None else nullcontext()
+        with context:
+            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
+        data = data.to(self.device)
+        data.meta_info["temperature"] = float(self.config.rollout.temperature)
+        metrics = self.actor.update_policy(data)
+        if self.actor_lr_scheduler is not None:
+            metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+            self.actor_lr_scheduler.step()
+        self._sync_rollout_weights()
+        return DataProto(meta_info={"metrics": metrics})
+
+    # -------------------------------------------------------------------------------------------- checkpoints
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
+        """Write ``huggingface/`` (full weights + config + tokenizer), ``optim.pt`` and per-rank extra state."""
+        _save_trainable(
+            self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> None:
+        _load_trainable(
+            self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
+        )
+        self._sync_rollout_weights()
+
+
+def _save_trainable(worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig) -> None:
+    """Checkpoint one trainable role. Collective under FSDP: every rank calls it."""
+    contents = set(section.get("checkpoint", {}).get("save_contents", ["model", "optimizer", "extra"]))
+    os.makedirs(path, exist_ok=True)
+    if "model" in contents:
+        if hasattr(module, "peft_config"):
+            if worker.rank == 0:
+                module.save_pretrained(os.path.join(path, "huggingface"))
+                worker_tok = getattr(worker, "tokenizer", None)
+                if worker_tok is not None:
+                    worker_tok.save_pretrained(os.path.join(path, "huggingface"))
+        else:
+            state = fsdp_utils.get_full_model_state_dict(module)
+            if worker.rank == 0:
+                ckpt.save_model_hf(module, getattr(worker, "tokenizer", None), os.path.join(path, "huggingface"), state)
+    if "optimizer" in contents and optimizer is not None:
+        optim_state = fsdp_utils.get_full_optimizer_state_dict(module, optimizer)
+        if worker.rank == 0:
+            torch.save(optim_state, os.path.join(path, "optim.pt"))
+    if "extra" in contents:
+        extra = {"lr_scheduler": scheduler.state_dict() if scheduler is not None else None}
+        ckpt.save_extra_state(path, worker.rank, worker.world_size, extra_state=extra, rng_state=ckpt.get_rng_state())
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _load_trainable(worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig) -> None:
+    """Inverse of :func:`_save_trainable`; files are read with ``weights_only=True`` (no arbitrary unpickling)."""
+    contents = set(section.get("checkpoint", {}).get("load_contents", ["model", "optimizer", "extra"]))
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"checkpoint directory {path!r} does not exist")
+    if "model" in contents:
+        hf_dir = os.path.join(path, "huggingface")
+        if hasattr(module, "peft_config"):
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            adapter_file = os.path.join(hf_dir, "adapter_model.safetensors")
+            if not os.path.exists(adapter_file):
+                raise FileNotFoundError(f"checkpoint {path!r} has no LoRA adapter file {adapter_file!r}")
+            set_peft_model_state_dict(module, load_file(adapter_file))
+        else:
+            state = ckpt.load_model_state_dict(hf_dir) if (worker.rank == 0 or not dist.is_initialized()) else {}
+            fsdp_utils.set_full_model_state_dict(module, state)
+    if "optimizer" in contents and optimizer is not None:
+        optim_file = os.path.join(path, "optim.pt")
+        if not os.path.exists(optim_file):
+            raise FileNotFoundError(f"checkpoint {path!r} has no optimizer state {optim_file!r}")
+        state = torch.load(optim_file, weights_only=True) if (worker.rank == 0 or not dist.is_initialized()) else {}
+        fsdp_utils.set_full_optimizer_state_dict(module, optimizer, state)
+    if "extra" in contents:
+        extra = ckpt.load_extra_state(path, worker.rank, worker.world_size)
+        if scheduler is not None and extra.get("extra_state", {}).get("lr_scheduler") is not None:
+            scheduler.load_state_dict(extra["extra_state"]["lr_scheduler"])
+        if extra.get("rng_state") is not None:
+            ckpt.set_rng_state(extra["rng_state"])
+    if dist.is_initialized():
+        dist.barrier()
+
+
+class CriticWorker(Worker):
+    """Value model (LM backbone + scalar head) of one data-parallel rank. ``config`` is the ``critic`` section."""
+
+    def __init__(self, config: DictConfig):
+        super().__init__()
+        _set_torch_threads()
+        self.config = _mutable_copy(config)
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.device = get_torch_device(self.device_name)
+        n = int(self.config.get("rollout_n", 1))
+        self.config.ppo_mini_batch_size = _per_rank_sequences(
+            int(self.config.ppo_mini_batch_size), n, self.world_size, "critic.ppo_mini_batch_size"
+        )
+        self.tokenizer = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.utils.model_loader import load_tokenizer, load_value_model, resolve_model_path
+        from verl.workers.critic.dp_critic import DataParallelPPOCritic
+
+        model_cfg = self.config.model
+        path = resolve_model_path(model_cfg.path)
+        self.tokenizer = load_tokenizer(resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path))
+        module = load_value_model(path, dtype=torch.float32).to(self.device)
+        if model_cfg.get("enable_gradient_checkpointing", False):
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.world_size > 1:
+            module = fsdp_utils.apply_fsdp2(
+                module, reshard_after_forward=bool(self.config.fsdp_config.get("reshard_after_forward", True))
+            )
+        self.critic_module = module
+        self.critic_optimizer, self.critic_lr_scheduler = _ModelHolder.build_optimizer(module, self.config.optim)
+        self.critic = DataParallelPPOCritic(
+            config=self.config,
+            critic_module=module,
+            critic_optimizer=self.critic_optimizer,
+            lr_scheduler=self.critic_lr_scheduler,
+            use_remove_padding=bool(model_cfg.get("use_remove_padding", False)),
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values`` ``[batch, response_len]`` of the current value model."""
+        data = data.to(self.device)
+        data.meta_info["micro_batch_size"] = int(self.config.forward_micro_batch_size_per_gpu)
+        data.meta_info["max_token_len"] = int(self.config.ppo_max_token_len_per_gpu)
+        data.meta_info["use_dynamic_bsz"] = bool(self.config.use_dynamic_bsz)
+        values = self.critic.compute_values(data)
+        return DataProto.from_dict(tensors={"values": values}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        data = data.to(self.device)
+        metrics = self.critic.update_critic(data)
+        if self.critic_lr_scheduler is not None:
+            metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
+            self.critic_lr_scheduler.step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
+        _save_trainable(
+            self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> None:
+        _load_trainable(
+            self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
+        )
+
+
+class RewardModelWorker(Worker):
+    """A sequence classifier that scores (prompt, response) pairs. ``config`` is the ``reward_model`` section.
+
+    The score of a sequence is the classifier output at its last valid token, written at the last valid response
+    position of ``rm_scores`` ``[batch, response_len]``. When the policy's tokenizer differs from the reward
+    model's, responses are decoded and re-tokenised with the reward model's own tokenizer (and chat template).
+    """
+
+    def __init__(self, config: DictConfig):
+        super().__init__()
+        _set_torch_threads()
+        self.config = _mutable_copy(config)
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.device = get_torch_device(self.device_name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.utils.model_loader import load_sequence_classifier, load_tokenizer, resolve_model_path
+
+        path = resolve_model_path(self.config.model.path)
+        self.tokenizer = load_tokenizer(path)
+        input_tok = self.config.model.get("input_tokenizer")
+        self.input_tokenizer = load_tokenizer(resolve_model_path(input_tok)) if input_tok else None
+        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.device).eval()
+        self.module.requires_grad_(False)
+
+    def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Classifier output at the last valid token of each row: ``[batch]``."""
+        micro = int(self.config.get("micro_batch_size_per_gpu", 16))
+        dtype = autocast_dtype("bfloat16")
+        scores = []
+        for start in range(0, input_ids.shape[0], micro):
+            ids = input_ids[start : start + micro]
+            mask = attention_mask[start : start + micro]
+            position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            with torch.autocast(self.device.type, dtype=dtype):
+                logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+            last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
+            scores.append(logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
+                          if logits.dim() == 3 else logits[:, 0].float())
+        return torch.cat(scores)
+
+    def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+        src = self.input_tokenizer
+        prompts, responses = data.batch["prompts"], data.batch["responses"]
+        response_mask = data.batch["response_mask"]
+        prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]]
+        texts = []
+        for i in range(prompts.shape[0]):
+            prompt = src.decode(prompts[i][prompt_mask[i].bool()], skip_special_tokens=True)
+            response = src.decode(responses[i][response_mask[i].bool()], skip_special_tokens=True)
+            chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            if getattr(self.tokenizer, "chat_template", None):
+                texts.append(self.tokenizer.apply_chat_template(chat, tokenize=False))
+            else:
+                texts.append(prompt + response)
+        max_length = self.config.get("max_length") or None
+        enc = self.tokenizer(
+            texts, return_tensors="pt", padding=True, truncation=max_length is not None, max_length=max_length
+        )
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        data = data.to(self.device)
+        if self.input_tokenizer is not None and self.input_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            input_ids, attention_mask = self._retokenize(data)
+        else:
+            input_ids, attention_mask = data.batch["input_ids"], data.batch["attention_mask"]
+        with torch.no_grad():
+            scores = self._score_rows(input_ids, attention_mask)
+        response_mask = data.batch["response_mask"]
+        rm_scores = torch.zeros_like(response_mask, dtype=torch.float32)
+        last = (response_mask.sum(-1) - 1).clamp(min=0).long()
+        rm_scores[torch.arange(rm_scores.shape[0], device=rm_scores.device), last] = scores
+        return DataProto.from_dict(tensors={"rm_scores": rm_scores}).to("cpu")
+
+
+def worker_init_kwargs(config: DictConfig, role: str) -> dict[str, Any]:
+    """Constructor arguments of each worker role from the full PPO config (used by the driver)."""
+    if role in ROLES:
+        return {"config": config.actor_rollout_ref, "role": role}
+    if role == "critic":
+        return {"config": config.critic}
+    if role == "rm":
+        return {"config": config.reward_model}
+    raise ValueError(f"unknown worker role {role!r}")
