@@ -50,7 +50,10 @@ def _usage() -> str:
         lines.append(f"  {name:<{width}}  {sub.help} ({sub.module})")
     lines.append(f"  {'config':<{width}}  print the default config of a trainer: verl config [ppo|sft|dpo|kto]")
     lines.append(f"  {'version':<{width}}  print the verl version")
-    lines += ["", "'verl <command> --help' shows the options of a command; e.g. verl ppo --cfg job data.train_batch_size=32"]
+    lines += [
+        "",
+        "'verl <command> --help' shows the options of a command; e.g. verl ppo --cfg job data.train_batch_size=32",
+    ]
     return "\n".join(lines)
 
 

@@ -20,7 +20,9 @@ def ray_session() -> Iterator[None]:
             log_to_driver=False,
             configure_logging=False,
             # One torch/OMP thread per actor: the test machine has 2 cores shared by many processes.
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+            runtime_env={
+                "env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+            },
         )
     yield
     if started:

@@ -44,12 +44,10 @@ class ToyWorker(Worker):
         return {"rank": self.rank, "world_size": self.world_size, "tag": tag, "offset": self.offset}
 
     @register(Dispatch.ONE_TO_ALL)
-    def dist_env(self) -> dict[str, str]:
+    def read_env(self) -> dict[str, str]:
         keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-        return {k: v for k, v in self.dist_env_snapshot().items() if k in keys}
-
-    def dist_env_snapshot(self) -> dict[str, str]:
-        return dict(self.dist_env) if self._in_process else dict(os.environ)
+        source = self._dist_env_vars() if self._in_process else os.environ
+        return {k: v for k, v in source.items() if k in keys}
 
     @register(Dispatch.ALL_TO_ALL)
     def add_rank(self, x: int) -> int:
@@ -77,7 +75,9 @@ class ToyWorker(Worker):
 
     @register(Dispatch.DP_COMPUTE_PROTO, blocking=False)
     def triple_async(self, data: DataProto) -> DataProto:
-        return DataProto.from_dict(tensors={"x": data.batch["x"] * 3}, non_tensors={"src": data.non_tensor_batch["src"]})
+        return DataProto.from_dict(
+            tensors={"x": data.batch["x"] * 3}, non_tensors={"src": data.non_tensor_batch["src"]}
+        )
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
     def ping_async(self, x: int) -> int:
@@ -108,7 +108,9 @@ class ToyWorker(Worker):
 def _batch(n: int, auto_padding: bool = False) -> DataProto:
     meta = {"_verl_auto_padding": True} if auto_padding else {}
     return DataProto.from_dict(
-        tensors={"x": torch.arange(n)}, non_tensors={"src": np.array([f"r{i}" for i in range(n)], dtype=object)}, meta_info=meta
+        tensors={"x": torch.arange(n)},
+        non_tensors={"src": np.array([f"r{i}" for i in range(n)], dtype=object)},
+        meta_info=meta,
     )
 
 
@@ -149,7 +151,7 @@ def test_one_to_all_and_worker_placement(group: Any) -> None:
         {"rank": 0, "world_size": 2, "tag": "t", "offset": 7},
         {"rank": 1, "world_size": 2, "tag": "t", "offset": 7},
     ]
-    env = group.dist_env()
+    env = group.read_env()
     assert [e["RANK"] for e in env] == ["0", "1"]
     assert all(e["WORLD_SIZE"] == "2" and e["LOCAL_WORLD_SIZE"] == "2" for e in env)
     assert [e["LOCAL_RANK"] for e in env] == ["0", "1"]
@@ -197,7 +199,9 @@ def test_proto_with_func_and_metric(group: Any) -> None:
     assert out.batch["y"].tolist() == [0, 1, 3, 4]
     assert group.metrics(_batch(6)) == [{"rank": 0, "sum": 0 + 1 + 2}, {"rank": 1, "sum": 3 + 4 + 5}]
     # the base Worker's generic helper uses the same mode
-    out = group.execute_with_func_generator(lambda w, d: DataProto.from_dict(tensors={"y": d.batch["x"] * w.rank}), _batch(2))
+    out = group.execute_with_func_generator(
+        lambda w, d: DataProto.from_dict(tensors={"y": d.batch["x"] * w.rank}), _batch(2)
+    )
     assert out.batch["y"].tolist() == [0, 1]
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.sharded_state import find_shard_index, reassemble_full_state_dict
+from verl.utils.checkpoint.sharded_state import hf_weights_state_dict, load_full_state_dict
 from verl.utils.fs import atomic_directory
 
-__all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]
+__all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]  # load_full_state_dict re-exported
 
 HF_SUBDIR = "huggingface"
 LORA_SUBDIR = "lora_adapter"
@@ -49,38 +49,6 @@ def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
-
-
-def _hf_weights_state_dict(hf_dir: str) -> dict[str, torch.Tensor] | None:
-    """Full weights stored in a Hugging Face dir (single or indexed safetensors), or None if there are none."""
-    from safetensors.torch import load_file
-
-    single = os.path.join(hf_dir, "model.safetensors")
-    if os.path.isfile(single):
-        return load_file(single)
-    index = os.path.join(hf_dir, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f).get("weight_map", {})
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            shard_path = os.path.join(hf_dir, shard)
-            if not os.path.isfile(shard_path):
-                raise FileNotFoundError(f"{index} lists {shard}, which is missing from {hf_dir}")
-            state.update(load_file(shard_path))
-        return state
-    return None
-
-
-def load_full_state_dict(local_dir: str) -> dict[str, torch.Tensor] | None:
-    """The full model state dict of a role dir: reassembled rank shards if present, else ``huggingface/`` weights.
-
-    Returns None when the directory holds neither (e.g. a LoRA-only save whose base weights live elsewhere).
-    """
-    if find_shard_index(local_dir) is not None:
-        return reassemble_full_state_dict(local_dir)
-    hf_dir = os.path.join(local_dir, HF_SUBDIR)
-    return _hf_weights_state_dict(hf_dir if os.path.isdir(hf_dir) else local_dir)
 
 
 def _model_class(config: Any) -> Any:
@@ -182,7 +150,7 @@ def merge_checkpoint(
 
     if adapter_dir == local_dir:  # a bare adapter: the base comes from elsewhere
         config_dir = _read_adapter_base(adapter_dir, base_model_path)
-        state_dict = _hf_weights_state_dict(config_dir)
+        state_dict = hf_weights_state_dict(config_dir)
         side_dirs = [adapter_dir, config_dir]
     else:
         hf_dir = os.path.join(local_dir, HF_SUBDIR)
@@ -195,7 +163,7 @@ def merge_checkpoint(
         state_dict = load_full_state_dict(local_dir)
         if state_dict is None and adapter_dir is not None:
             config_dir = _read_adapter_base(adapter_dir, base_model_path)
-            state_dict = _hf_weights_state_dict(config_dir)
+            state_dict = hf_weights_state_dict(config_dir)
         side_dirs = [os.path.join(local_dir, HF_SUBDIR), config_dir]
     if state_dict is None:
         raise FileNotFoundError(

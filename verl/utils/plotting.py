@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from verl.utils.fs import atomic_write_bytes
 
-__all__ = ["plot_metrics", "read_metrics_jsonl"]
+__all__ = ["collect_series", "plot_metrics", "read_metrics_jsonl"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,29 @@ def read_metrics_jsonl(jsonl_path: str) -> list[tuple[int, dict[str, float | Non
     return rows
 
 
+def collect_series(
+    rows: list[tuple[int, dict[str, float | None]]], keys: Sequence[str]
+) -> dict[str, tuple[list[int], list[float], bool]]:
+    """Per key present in ``rows``: ``(steps, values, sparse)``; ``sparse`` when logged at fewer steps than the run.
+
+    ``null``/non-finite values are dropped; keys with no finite value are left out.
+    """
+    all_steps = {step for step, _ in rows}
+    series: dict[str, tuple[list[int], list[float], bool]] = {}
+    for key in keys:
+        xs, ys, logged_at = [], [], set()
+        for step, metrics in rows:
+            if key in metrics:  # a null (non-finite) entry still counts as logged for density
+                logged_at.add(step)
+            value = metrics.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                xs.append(step)
+                ys.append(float(value))
+        if xs:
+            series[key] = (xs, ys, len(logged_at) < len(all_steps))
+    return series
+
+
 def plot_metrics(
     jsonl_path: str,
     png_path: str,
@@ -60,27 +83,16 @@ def plot_metrics(
 
     import matplotlib.pyplot as plt
 
-    rows = read_metrics_jsonl(jsonl_path)
-    all_steps = {step for step, _ in rows}
-    series: dict[str, tuple[list[int], list[float]]] = {}
+    series = collect_series(read_metrics_jsonl(jsonl_path), keys)
     for key in keys:
-        xs, ys = [], []
-        for step, metrics in rows:
-            value = metrics.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                xs.append(step)
-                ys.append(float(value))
-        if xs:
-            series[key] = (xs, ys)
-        else:
+        if key not in series:
             logger.warning("plot_metrics: key %r not found in %s; skipping it", key, jsonl_path)
     if not series:
         logger.warning("plot_metrics: none of %s in %s; no plot written", list(keys), jsonl_path)
         return None
 
     fig, axes = plt.subplots(len(series), 1, figsize=(7, 2.6 * len(series)), sharex=True, squeeze=False)
-    for ax, (key, (xs, ys)) in zip(axes[:, 0], series.items()):
-        sparse = len(set(xs)) < len(all_steps)
+    for ax, (key, (xs, ys, sparse)) in zip(axes[:, 0], series.items()):
         if sparse:
             ax.plot(xs, ys, marker="o", linestyle="-", linewidth=0.8)
         else:

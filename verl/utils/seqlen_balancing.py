@@ -86,7 +86,7 @@ def get_seqlen_balanced_partitions(seqlen_list: list[int], k_partitions: int, eq
         heapq.heappush(heap, (-merged.spread, next(counter), merged))
     final = heap[0][2]
     partitions = [sorted(s) for s in final.sets]
-    partitions.sort(key=lambda p: (p[0] if p else math.inf))
+    partitions.sort(key=lambda p: p[0] if p else math.inf)
     return partitions
 
 

@@ -69,7 +69,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             # -g * softmax, computed in place on the chunk's fp32 copy to keep one block alive.
             block.sub_(lse[start:end].unsqueeze(-1)).exp_().mul_(-g)
             block.scatter_add_(-1, labels[start:end].unsqueeze(-1), g)
-            grad_logits[start:end] = block.to(logits.dtype)
+            grad_logits[start:end].copy_(block)  # casts without a temporary
             del block
         return grad_logits, None, None
 
@@ -90,9 +90,9 @@ class _ChunkedEntropy(torch.autograd.Function):
             end = min(start + chunk_size, n_tokens)
             block = logits[start:end].to(cdtype)
             block_lse = torch.logsumexp(block, dim=-1)
-            probs = torch.exp(block - block_lse.unsqueeze(-1))
+            probs = torch.sub(block, block_lse.unsqueeze(-1)).exp_()
             lse[start:end] = block_lse
-            mean_x[start:end] = (probs * block).sum(dim=-1)
+            mean_x[start:end] = probs.mul_(block).sum(dim=-1)
             del block, probs
         ctx.save_for_backward(logits, lse, mean_x)
         ctx.chunk_size = chunk_size
@@ -113,7 +113,7 @@ class _ChunkedEntropy(torch.autograd.Function):
             # p * (E[x] - x) * g, reusing the block buffer for (E[x] - x).
             block.neg_().add_(mean_x[start:end].unsqueeze(-1)).mul_(probs)
             block.mul_(grad_out[start:end].to(lse.dtype).unsqueeze(-1))
-            grad_logits[start:end] = block.to(logits.dtype)
+            grad_logits[start:end].copy_(block)  # casts without a temporary
             del block, probs
         return grad_logits, None
 

@@ -307,6 +307,7 @@ class Tracking:
         self.log_dir = namespaced_path(base, namespace)
         config_dict = _config_to_dict(config)
         self.logger: dict[str, Any] = {}
+        self._metrics_path = os.path.join(self.log_dir, "metrics.jsonl") if "file" in backends else None
         try:
             for name in dict.fromkeys(backends):  # de-duplicate, keep order
                 self.logger[name] = self._make(name, config_dict)
@@ -328,9 +329,8 @@ class Tracking:
 
     @property
     def metrics_path(self) -> str | None:
-        """Path of the JSONL metrics file when the ``file`` backend is on, else None."""
-        backend = self.logger.get("file")
-        return backend.path if backend is not None else None
+        """Path of the JSONL metrics file when the ``file`` backend is on (also after ``finish``), else None."""
+        return self._metrics_path
 
     def log(self, data: Mapping[str, Any], step: int, backend: str | Iterable[str] | None = None) -> None:
         """Log ``data`` (metric name -> scalar) at ``step`` to all backends, or only to ``backend`` if given."""

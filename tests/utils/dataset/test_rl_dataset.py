@@ -182,7 +182,7 @@ def test_collate_fn_types(tmp_path, byte_tokenizer):
     assert isinstance(batch["input_ids"], torch.Tensor) and batch["input_ids"].shape == (2, 40)
     for key in ("raw_prompt_ids", "raw_prompt", "data_source", "reward_model", "extra_info", "index"):
         assert isinstance(batch[key], np.ndarray) and batch[key].dtype == object and batch[key].shape == (2,)
-    assert batch["raw_prompt_ids"][1] == list("<|user|>cd\n<|assistant|>".encode())
+    assert batch["raw_prompt_ids"][1] == list(b"<|user|>cd\n<|assistant|>")
     assert batch["reward_model"][0]["ground_truth"] == "1"
 
 

@@ -296,3 +296,17 @@ def test_missing_inputs_have_clear_errors(model) -> None:
     actor.actor_optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     with pytest.raises(KeyError, match="old_log_probs"):
         actor.update_policy(data)
+
+
+def test_reentrant_checkpointing_with_frozen_embeddings_still_trains_layers(model) -> None:
+    """LoRA-like setup: frozen embeddings + reentrant checkpointing must not silently drop layer gradients."""
+    module = copy.deepcopy(model)
+    module.get_input_embeddings().weight.requires_grad_(False)
+    module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    module.train()
+    layer_param = module.model.layers[0].mlp.up_proj.weight
+    before = layer_param.detach().clone()
+    opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1.0)
+    actor = DataParallelPPOActor(actor_config(), module, opt)
+    actor.update_policy(perturbed_data(model))
+    assert (layer_param.detach() - before).abs().max() > 1e-6

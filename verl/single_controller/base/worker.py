@@ -104,7 +104,7 @@ class Worker:
             # Write back so that workers built later in the same process (colocated roles) agree on the port,
             # and so libraries reading torchrun's variables see them. A stand-alone worker leaves the caller's
             # environment alone until init_distributed.
-            source.update(self.dist_env)
+            source.update(self._dist_env_vars())
             source.pop(ELECT_MASTER_ENV_KEY, None)
 
     @property
@@ -130,6 +130,10 @@ class Worker:
     @property
     def dist_env(self) -> dict[str, str]:
         """The torch.distributed ``env://`` variables of this worker (MASTER_* only once known)."""
+        return self._dist_env_vars()
+
+    def _dist_env_vars(self) -> dict[str, str]:
+        # Internal code calls this rather than the property, which a subclass may shadow.
         env = {
             "RANK": str(self._rank),
             "WORLD_SIZE": str(self._world_size),
@@ -181,7 +185,7 @@ class Worker:
                 f"rank {self._rank} has no MASTER_ADDR/MASTER_PORT; start it through a WorkerGroup or set them"
             )
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        os.environ.update(self.dist_env)
+        os.environ.update(self._dist_env_vars())
         if backend == "nccl":
             torch.cuda.set_device(self.device)
         dist.init_process_group(

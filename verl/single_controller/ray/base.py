@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl.single_controller.base.colocate import create_colocated_worker_class
-from verl.single_controller.base.worker import BACKEND_ENV_KEY, ELECT_MASTER_ENV_KEY, Worker
+from verl.single_controller.base.worker import BACKEND_ENV_KEY, ELECT_MASTER_ENV_KEY, Worker, find_free_port
 from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
 
 
@@ -173,7 +173,7 @@ class RayWorkerGroup(WorkerGroup):
         placements = [(pg, idx, n) for pg, n in zip(pgs, pool.store) for idx in range(n)]
         user_options = cia.options
         remote_cls = cia.remote_cls
-        master: dict[str, str] = {}
+        master = self._master_from_driver(pgs[0])
         for rank, (pg, bundle_index, local_world_size) in enumerate(placements):
             env = {
                 **worker_env,
@@ -184,7 +184,7 @@ class RayWorkerGroup(WorkerGroup):
                 "RAY_LOCAL_RANK": str(bundle_index),
                 "WG_PREFIX": self.name_prefix,
                 BACKEND_ENV_KEY: "ray",
-                **(master if rank else {ELECT_MASTER_ENV_KEY: "1"}),
+                **(master or {ELECT_MASTER_ENV_KEY: "1"}),
             }
             name = f"{self.name_prefix}_{self._user_cls.__name__}_{rank}"
             options: dict[str, Any] = {
@@ -201,12 +201,24 @@ class RayWorkerGroup(WorkerGroup):
             actor = remote_cls.options(**options).remote(*cia.args, **cia.kwargs)
             self.workers.append(actor)
             self.worker_names.append(name)
-            if rank == 0:
-                # Waiting here also surfaces an exception from the worker's __init__ right away.
+            if not master:
+                # Rank 0 is on another node: the other ranks need the address it picks. Waiting here also
+                # surfaces an exception from the worker's __init__ right away.
                 addr, port = ray.get(actor.get_master_addr_port.remote())
                 master = {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
-        # Make construction errors of the other ranks appear now rather than at the first call.
-        ray.get([w.get_master_addr_port.remote() for w in self.workers[1:]])
+        # Make construction errors appear now rather than at the first call.
+        ray.get([w.get_master_addr_port.remote() for w in self.workers])
+
+    @staticmethod
+    def _master_from_driver(pg: PlacementGroup) -> dict[str, str]:
+        """MASTER_ADDR/PORT picked by the driver when rank 0's bundle is on the driver's node, else ``{}``.
+
+        Knowing them up front lets all actors start in parallel instead of rank 0 first.
+        """
+        bundle_nodes = placement_group_table(pg).get("bundles_to_node_id", {})
+        if bundle_nodes.get(0) != ray.get_runtime_context().get_node_id():
+            return {}
+        return {"MASTER_ADDR": ray.util.get_node_ip_address(), "MASTER_PORT": str(find_free_port())}
 
     def _worker_user_cls(self) -> type:
         return self._user_cls

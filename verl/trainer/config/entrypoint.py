@@ -36,7 +36,9 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--config", metavar="FILE.yaml", help="a YAML file merged over the packaged defaults")
-    parser.add_argument("--config-path", metavar="DIR", help="Hydra-style: directory of the YAML named by --config-name")
+    parser.add_argument(
+        "--config-path", metavar="DIR", help="Hydra-style: directory of the YAML named by --config-name"
+    )
     parser.add_argument(
         "--config-name",
         metavar="NAME",

@@ -9,6 +9,7 @@ So one rank sees ``ppo_mini_batch_size * n / W`` sequences per mini-batch, which
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Iterable
 from typing import Any
@@ -51,7 +52,11 @@ def registered_names(module: str, attr: str) -> list[str] | None:
 def _check_registered(value: str, path: str, module: str, attr: str, errors: list[str]) -> None:
     names = registered_names(module, attr)
     if names is not None and str(value) not in names:
-        errors.append(f"{path}: {value!r} is not a registered name; registered in {module}.{attr}: {', '.join(names)}")
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        errors.append(
+            f"{path}: {value!r} is not a registered name; registered in {module}.{attr}: {', '.join(names)}{hint}"
+        )
 
 
 def _check_positive(cfg: DictConfig, paths: Iterable[str], errors: list[str], minimum: int = 1) -> None:

@@ -67,7 +67,7 @@ def _is_exempt(path: str, extra_keys: frozenset[str]) -> bool:
 
 def _check_section(node: Any, schema: type, prefix: str, extra_keys: frozenset[str], errors: list[str]) -> None:
     """Check one dataclass-typed section ``node`` (at dotted path ``prefix``) and recurse into sub-sections."""
-    where = prefix or "<root>"
+    where = prefix.rstrip(".") or "<root>"
     if not isinstance(node, DictConfig):
         errors.append(f"{where}: expected a section (mapping) of {schema.__name__}, got {_show(node)}")
         return

@@ -112,14 +112,16 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     manager_cls = get_reward_manager_cls(str(name))
     is_batch = issubclass(manager_cls, BatchRewardManager)
 
-    compute_score = get_custom_reward_fn(config)
     remote_cfg = rm_cfg.get("remote") or {}
     remote_url = remote_cfg.get("url") if hasattr(remote_cfg, "get") else None
+    custom_path = _section(config, "custom_reward_function").get("path")
+    if remote_url and custom_path:
+        raise ValueError(
+            f"both custom_reward_function.path ({custom_path}) and reward_model.remote.url ({remote_url}) are set; "
+            "choose one reward source"
+        )
+    compute_score = get_custom_reward_fn(config)
     if remote_url:
-        if compute_score is not None:
-            raise ValueError(
-                "both custom_reward_function.path and reward_model.remote.url are set; choose one reward source"
-            )
         from verl.utils.reward_score.remote import make_remote_compute_score
 
         client = make_remote_compute_score(remote_cfg)

@@ -95,10 +95,12 @@ def safe_torch_load(path: str, what: str, map_location: str | torch.device = "cp
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        raise ValueError(
-            f"{path} ({what}) holds objects that weights_only loading refuses (only tensors and plain Python "
-            f"types are allowed): {e}"
-        ) from e
+        if "Unsupported global" in str(e):
+            raise ValueError(
+                f"{path} ({what}) holds objects that weights_only loading refuses (only tensors and plain Python "
+                f"types are allowed): {e}"
+            ) from e
+        raise ValueError(f"{path} ({what}) is corrupt or not a torch.save file: {e}") from e
     except (RuntimeError, EOFError) as e:
         raise ValueError(f"{path} ({what}) is corrupt or truncated: {e}") from e
 

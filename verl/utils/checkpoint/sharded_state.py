@@ -33,6 +33,8 @@ __all__ = [
     "INDEX_FORMAT",
     "ShardSpec",
     "find_shard_index",
+    "hf_weights_state_dict",
+    "load_full_state_dict",
     "load_model_shard",
     "model_shard_filename",
     "reassemble_full_state_dict",
@@ -239,3 +241,35 @@ def reassemble_full_state_dict(path: str) -> dict[str, torch.Tensor]:
             raise ValueError(f"{path}: tensor {name!r} has dtype {tensor.dtype}, index says {spec.dtype}")
         full[name] = tensor.contiguous()
     return full
+
+
+def hf_weights_state_dict(hf_dir: str) -> dict[str, torch.Tensor] | None:
+    """Full weights stored in a Hugging Face dir (single or indexed safetensors), or None if there are none."""
+    from safetensors.torch import load_file
+
+    single = os.path.join(hf_dir, "model.safetensors")
+    if os.path.isfile(single):
+        return load_file(single)
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map", {})
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            shard_path = os.path.join(hf_dir, shard)
+            if not os.path.isfile(shard_path):
+                raise FileNotFoundError(f"{index} lists {shard}, which is missing from {hf_dir}")
+            state.update(load_file(shard_path))
+        return state
+    return None
+
+
+def load_full_state_dict(local_dir: str) -> dict[str, torch.Tensor] | None:
+    """The full model state dict of a role dir: reassembled rank shards if present, else ``huggingface/`` weights.
+
+    Returns None when the directory holds neither (e.g. a LoRA-only save whose base weights live elsewhere).
+    """
+    if find_shard_index(local_dir) is not None:
+        return reassemble_full_state_dict(local_dir)
+    hf_dir = os.path.join(local_dir, "huggingface")
+    return hf_weights_state_dict(hf_dir if os.path.isdir(hf_dir) else local_dir)

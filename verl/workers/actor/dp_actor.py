@@ -98,7 +98,9 @@ def response_logits_forward(
         cols = packed.indices % seqlen
         keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
         keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
-        logits = logits.index_select(0, keep_idx) / temperature
+        logits = logits.index_select(0, keep_idx)
+        if temperature != 1.0:
+            logits = logits / temperature
         positions = packed.indices.index_select(0, keep_idx)
         log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx))
         log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
@@ -109,7 +111,9 @@ def response_logits_forward(
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
     logits = forward_logits(module, input_ids, attention_mask, position_ids)
-    logits = logits[:, -response_len - 1 : -1, :] / temperature
+    logits = logits[:, -response_len - 1 : -1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
     log_probs = logprobs_from_logits(logits, responses)
     return log_probs, entropy_of(logits)
 

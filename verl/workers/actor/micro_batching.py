@@ -108,7 +108,9 @@ def check_finite_loss(loss: torch.Tensor, who: str, global_step: Any, epoch: int
     """Raise RuntimeError when ``loss`` is NaN/inf, naming the step, epoch, mini- and micro-batch and loss parts."""
     if bool(torch.isfinite(loss).all()):
         return
-    detail = ", ".join(f"{k}={float(v):.6g}" for k, v in parts.items() if v is not None)
+    detail = ", ".join(
+        f"{k}={float(v.detach()) if torch.is_tensor(v) else float(v):.6g}" for k, v in parts.items() if v is not None
+    )
     raise RuntimeError(
         f"{who}: non-finite loss {float(loss.detach().float().item())} at global step {global_step}, epoch {epoch}, "
         f"mini-batch {mini}, micro-batch {micro} ({detail}); check the inputs (advantages, log-probs, values) and "
@@ -169,9 +171,11 @@ def enable_input_grads_for_checkpointing(module: torch.nn.Module) -> None:
 
     With ``use_reentrant=True`` a checkpointed block whose inputs do not require grad produces outputs without a
     graph, silently dropping the gradients of the parameters inside it; transformers' ``enable_input_require_grads``
-    marks the embedding output as requiring grad to prevent that.
+    marks the embedding output as requiring grad to prevent that. transformers 5.x already does this inside
+    ``gradient_checkpointing_enable`` (it keeps the hook in ``_require_grads_hook``); this covers modules where the
+    checkpointing was switched on otherwise, without registering a second hook.
     """
-    if not getattr(module, "is_gradient_checkpointing", False):
+    if not getattr(module, "is_gradient_checkpointing", False) or hasattr(module, "_require_grads_hook"):
         return
     get_emb = getattr(module, "get_input_embeddings", None)
     emb = get_emb() if callable(get_emb) else None

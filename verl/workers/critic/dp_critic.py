@@ -190,9 +190,7 @@ class DataParallelPPOCritic(BasePPOCritic):
                     mini_metrics["critic/vf_clipfrac"] += share * float(clipfrac)
                     vpred_mean = masked_mean(vpreds.detach(), response_mask)
                     mini_metrics["critic/vpred_mean"] += share * float(vpred_mean.item())
-                grad_norm, stepped = clip_grad_and_step(
-                    self.critic_module, self.critic_optimizer, cfg.get("grad_clip")
-                )
+                grad_norm, stepped = clip_grad_and_step(self.critic_module, self.critic_optimizer, cfg.get("grad_clip"))
                 skipped += 0 if stepped else 1
                 for name, value in mini_metrics.items():
                     metrics[name].append(value)

@@ -1,0 +1,205 @@
+"""Reward wiring from the config: custom reward function files, manager selection, remote URL, compute_reward."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
+from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
+
+CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "verl", "trainer", "config", "ppo_trainer.yaml")
+
+
+def _config(**overrides):
+    cfg = OmegaConf.load(CONFIG_PATH)
+    cfg.merge_with(OmegaConf.from_dotlist([f"{k}={v}" for k, v in overrides.items()]))
+    return cfg
+
+
+def _batch(tok, responses, ground_truths, resp_len=8) -> DataProto:
+    bs = len(responses)
+    pad, eos = tok.pad_token_id, tok.eos_token_id
+    prompts = torch.tensor([list(b"Q:")] * bs)
+    r_ids = torch.full((bs, resp_len), pad)
+    r_mask = torch.zeros((bs, resp_len), dtype=torch.long)
+    for i, r in enumerate(responses):
+        ids = (list(r.encode()) + [eos])[:resp_len]
+        r_ids[i, : len(ids)] = torch.tensor(ids)
+        r_mask[i, : len(ids)] = 1
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": r_ids,
+            "attention_mask": torch.cat([torch.ones_like(prompts), r_mask], dim=1),
+            "response_mask": r_mask,
+        },
+        non_tensors={
+            "data_source": ["arithmetic"] * bs,
+            "reward_model": [{"style": "rule", "ground_truth": g} for g in ground_truths],
+            "extra_info": [{"index": i} for i in range(bs)],
+        },
+    )
+
+
+CUSTOM_REWARD = textwrap.dedent(
+    """
+    def my_reward(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0, **kwargs):
+        correct = solution_str.strip() == ground_truth
+        return {"score": float(correct) + bonus, "length": len(solution_str)}
+
+    def batch_reward(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+        return [len(s) for s in solution_strs]
+
+    NOT_CALLABLE = 3
+    """
+)
+
+
+@pytest.fixture
+def reward_file(tmp_path):
+    path = tmp_path / "my_reward.py"
+    path.write_text(CUSTOM_REWARD)
+    return str(path)
+
+
+def test_custom_function_with_kwargs(reward_file):
+    cfg = _config(**{"custom_reward_function.path": reward_file, "custom_reward_function.name": "my_reward"})
+    cfg.custom_reward_function.reward_kwargs = {"bonus": 0.5}
+    fn = get_custom_reward_fn(cfg)
+    assert fn("arithmetic", "4", "4") == {"score": 1.5, "length": 1}
+    assert fn.__name__ == "my_reward"
+    assert get_custom_reward_fn(_config()) is None
+
+
+def test_custom_function_errors_name_file_and_function(reward_file, tmp_path):
+    with pytest.raises(AttributeError, match=r"'missing' not found in .*my_reward\.py.*my_reward"):
+        get_custom_reward_fn(
+            _config(**{"custom_reward_function.path": reward_file, "custom_reward_function.name": "missing"})
+        )
+    with pytest.raises(TypeError, match="'NOT_CALLABLE'.*not callable"):
+        get_custom_reward_fn(
+            _config(**{"custom_reward_function.path": reward_file, "custom_reward_function.name": "NOT_CALLABLE"})
+        )
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.py does not exist"):
+        get_custom_reward_fn(_config(**{"custom_reward_function.path": str(tmp_path / "nowhere.py")}))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    with pytest.raises(ImportError, match=r"importing .*broken\.py failed: SyntaxError"):
+        get_custom_reward_fn(_config(**{"custom_reward_function.path": str(broken)}))
+
+
+def test_load_default_naive_and_compute_reward(byte_tokenizer):
+    manager = load_reward_manager(_config(), byte_tokenizer, num_examine=0)
+    assert isinstance(manager, NaiveRewardManager) and manager.on_error == "fail" and manager.timeout_s == 30.0
+    data = _batch(byte_tokenizer, ["5", "six"], ["5", "6"])
+    reward, extra = compute_reward(data, manager)
+    expected = torch.zeros(2, 8)
+    expected[0, 1] = 1.0
+    assert torch.equal(reward, expected) and extra == {}
+
+
+def test_load_custom_function_into_managers(byte_tokenizer, reward_file):
+    base = {"custom_reward_function.path": reward_file, "custom_reward_function.name": "my_reward"}
+    data = _batch(byte_tokenizer, ["5", "abc"], ["5", "6"])
+    naive = load_reward_manager(_config(**base, **{"reward_model.on_error": "zero"}), byte_tokenizer, 0)
+    reward, extra = compute_reward(data, naive)
+    assert reward.sum(-1).tolist() == [1.0, 0.0]
+    assert extra["length"] == [1, 3] and extra["reward_error"] == [0, 0]
+    # a per-sample custom function given to the batch manager is looped over
+    batch = load_reward_manager(_config(**base, **{"reward_model.reward_manager": "batch"}), byte_tokenizer, 0)
+    assert isinstance(batch, BatchRewardManager)
+    assert compute_reward(data, batch)[0].sum(-1).tolist() == [1.0, 0.0]
+    # a batch-contract custom function is called with lists
+    batch_fn_cfg = _config(
+        **{
+            "custom_reward_function.path": reward_file,
+            "custom_reward_function.name": "batch_reward",
+            "reward_model.reward_manager": "batch",
+        }
+    )
+    assert compute_reward(data, load_reward_manager(batch_fn_cfg, byte_tokenizer, 0))[0].sum(-1).tolist() == [1, 3]
+
+
+def test_load_dapo_with_overlong(byte_tokenizer):
+    cfg = _config(
+        **{
+            "reward_model.reward_manager": "dapo",
+            "reward_model.overlong_buffer.enable": True,
+            "reward_model.overlong_buffer.len": 4,
+            "data.max_response_length": 8,
+        }
+    )
+    manager = load_reward_manager(cfg, byte_tokenizer, 0)
+    assert isinstance(manager, DAPORewardManager) and manager.max_resp_len == 8 and manager.overlong_len == 4
+    reward, extra = compute_reward(_batch(byte_tokenizer, ["123456"], ["123456"]), manager)
+    assert reward.sum().item() == pytest.approx(1.0 - (7 - 4) / 4)  # 7 valid tokens, factor 1.0
+    assert extra["acc"] == [1.0]
+    with pytest.raises(ValueError, match="unknown reward manager 'nope'"):
+        load_reward_manager(_config(**{"reward_model.reward_manager": "nope"}), byte_tokenizer, 0)
+    with pytest.raises(TypeError, match="unknown arguments"):
+        load_reward_manager(_config(), byte_tokenizer, 0, typo_kwarg=1)
+
+
+def test_remote_url_config(byte_tokenizer, reward_file):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            out = json.dumps({"score": float(body["solution_str"] == body["ground_truth"]) * 2}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/score"
+        data = _batch(byte_tokenizer, ["5", "7"], ["5", "6"])
+        for name in ("naive", "batch"):
+            cfg = _config(**{"reward_model.remote.url": url, "reward_model.reward_manager": name})
+            reward, _ = compute_reward(data, load_reward_manager(cfg, byte_tokenizer, 0))
+            assert reward.sum(-1).tolist() == [2.0, 0.0]
+        both = _config(**{"reward_model.remote.url": url, "custom_reward_function.path": reward_file})
+        with pytest.raises(ValueError, match="choose one"):
+            load_reward_manager(both, byte_tokenizer, 0)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_compute_reward_accepts_plain_tensor_functions():
+    data = DataProto.from_dict(tensors={"responses": torch.zeros(2, 3, dtype=torch.long)})
+    reward, extra = compute_reward(data, lambda d, return_dict=False: torch.ones(2, 3))
+    assert reward.shape == (2, 3) and extra == {}
+    with pytest.raises(TypeError, match="reward_tensor"):
+        compute_reward(data, lambda d, return_dict=False: {"scores": 1})
+
+
+def test_docs_custom_reward_example_runs(tmp_path, byte_tokenizer):
+    """The custom reward example of docs/data_and_rewards.md works as written, through load_reward_manager."""
+    docs = os.path.join(os.path.dirname(CONFIG_PATH), "..", "..", "..", "docs", "data_and_rewards.md")
+    text = open(docs, encoding="utf-8").read()
+    section = text.split("### A custom reward function", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my_reward.py"
+    path.write_text(code)
+    cfg = _config(**{"custom_reward_function.path": str(path)})
+    cfg.custom_reward_function.reward_kwargs = {"length_penalty": 0.1}
+    reward, extra = compute_reward(
+        _batch(byte_tokenizer, ["it is 12", "3"], ["12", "4"]), load_reward_manager(cfg, byte_tokenizer, 0)
+    )
+    # "it is 12" is 8 characters but the response is cut at 8 tokens with no room for EOS: text is "it is 12"
+    assert reward.sum(-1).tolist() == pytest.approx([1.0 - 0.1 * 8, 0.0 - 0.1 * 1])
+    assert extra["correct"] == [True, False]

@@ -1,0 +1,110 @@
+"""Rule scorers: gsm8k (strict / flexible), MATH boxed answers, arithmetic, and default_compute_score routing."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.utils.reward_score import default_compute_score, gsm8k
+from verl.utils.reward_score import math as math_score
+from verl.utils.reward_score.arithmetic import compute_score as arith_score
+from verl.utils.reward_score.arithmetic import extract_last_number
+
+
+# ----------------------------------------------------------------------------------------------- gsm8k
+def test_gsm8k_strict():
+    assert gsm8k.extract_solution("3 + 4 = 7\n#### 7") == "7"
+    assert gsm8k.extract_solution("#### 5 then fixed it #### 1,234.") == "1234"
+    assert gsm8k.extract_solution("the answer is 7") is None
+    assert gsm8k.compute_score("so #### 72", "72") == 1.0
+    assert gsm8k.compute_score("so #### 71", "72") == 0.0
+    assert gsm8k.compute_score("so #### 71", "72", format_score=0.1) == 0.1
+    assert gsm8k.compute_score("so 72", "72") == 0.0  # strict needs ####
+    assert gsm8k.compute_score("#### $1,000", "1000") == 1.0
+    assert gsm8k.compute_score("#### 18.0", "18") == 1.0
+
+
+def test_gsm8k_flexible():
+    assert gsm8k.extract_solution("first 12 then 30.", method="flexible") == "30"
+    assert gsm8k.compute_score("It costs $1,500 in total.", "1500", method="flexible") == 1.0
+    assert gsm8k.compute_score("12 then -3", "-3", method="flexible") == 1.0
+    assert gsm8k.compute_score("no digits here", "3", method="flexible") == 0.0
+    # only the tail is searched: an early answer followed by 300+ chars of text is not found
+    assert gsm8k.compute_score("#### 5" + " blah" * 100, "5") == 0.0
+    with pytest.raises(ValueError, match="method"):
+        gsm8k.extract_solution("x", method="loose")
+
+
+# ----------------------------------------------------------------------------------------------- math
+def test_last_boxed_with_nested_braces():
+    text = r"First \boxed{1}. Finally $\boxed{\frac{\sqrt{3}}{2}}$ done."
+    assert math_score.last_boxed_content(text) == r"\frac{\sqrt{3}}{2}"
+    assert math_score.last_boxed_content(r"\fbox{x^{2}}") == "x^{2}"
+    assert math_score.last_boxed_content(r"answer \boxed 5$") == "5"
+    assert math_score.last_boxed_content(r"\boxed{unclosed {") is None
+    assert math_score.last_boxed_content("no box") is None
+
+
+@pytest.mark.parametrize(
+    "answer, reference",
+    [
+        (r"\dfrac{1}{2}", r"\frac12"),
+        ("0.5", r"\frac{1}{2}"),
+        ("1/2", r"\frac{1}{2}"),
+        (r"\left( 1, 2 \right)", "(1,2)"),
+        (r"90^\circ", "90"),
+        (r"5\%", "5"),
+        (r"x = 3", "3"),
+        (r"\text{(B)}", "(B)"),
+        (".75", "0.75"),
+        ("1,000", "1000"),
+        (r"2\sqrt2", r"2\sqrt{2}"),
+        (r"-\frac{3}{4}", "-0.75"),
+    ],
+)
+def test_math_equivalent_forms(answer, reference):
+    assert math_score.compute_score(rf"so \boxed{{{answer}}}", reference) == 1.0
+
+
+@pytest.mark.parametrize("answer, reference", [("3", "4"), (r"\frac{1}{3}", "0.33"), ("(1,2)", "(2,1)"), ("x", "y")])
+def test_math_different_answers(answer, reference):
+    assert math_score.compute_score(rf"\boxed{{{answer}}}", reference) == 0.0
+
+
+def test_math_reference_with_boxed_and_missing_box():
+    assert math_score.compute_score(r"\boxed{7}", r"We get \boxed{7}.") == 1.0
+    assert math_score.compute_score("7", "7") == 0.0  # no boxed answer in the response
+
+
+# ----------------------------------------------------------------------------------------------- arithmetic
+def test_arithmetic_scorer():
+    assert arith_score("42", "42") == 1.0
+    assert arith_score("23 + 19 = 42.", "42") == 1.0
+    assert arith_score("The answer is 42, not 41", "42") == 0.0  # last number counts
+    assert arith_score("12-4", "4") == 1.0  # hyphen after a digit is not a sign
+    assert arith_score("It is -4", "-4") == 1.0
+    assert arith_score("2,500", "2500") == 1.0
+    assert arith_score("42.0", "42") == 1.0
+    assert arith_score("42.5", "42") == 0.0
+    assert arith_score("forty-two", "42") == 0.0
+    assert arith_score("", "42") == 0.0
+    assert extract_last_number("a 1 b 22 c") == 22
+    with pytest.raises(ValueError, match="ground_truth 'abc'"):
+        arith_score("1", "abc")
+
+
+def test_arithmetic_never_evaluates_expressions():
+    # "6*7" must be read as the numbers 6 and 7, never computed to 42
+    assert arith_score("6*7", "42") == 0.0
+    assert arith_score("__import__('os')", "0") == 0.0
+
+
+# ----------------------------------------------------------------------------------------------- routing
+def test_default_compute_score_routing():
+    assert default_compute_score("openai/gsm8k", "#### 10", "10") == 1.0
+    assert default_compute_score("openai/gsm8k", "it is 10", "10", method="flexible") == 1.0
+    assert default_compute_score("openai/gsm8k", "#### 9", "10", format_score=0.2) == 0.2
+    for source in ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"):
+        assert default_compute_score(source, r"\boxed{\frac{2}{4}}", r"\frac{1}{2}") == 1.0
+    assert default_compute_score("arithmetic", "7", "7", extra_info={"index": 1}, sandbox_fusion_url=None) == 1.0
+    with pytest.raises(NotImplementedError, match=r"data_source='my/data'.*known sources.*arithmetic"):
+        default_compute_score("my/data", "x", "y")

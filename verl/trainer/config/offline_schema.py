@@ -1,0 +1,219 @@
+"""Typed schemas of the offline trainers' YAML defaults: ``sft_trainer.yaml``, ``dpo_trainer.yaml``, ``kto_trainer.yaml``.
+
+Same conventions as :mod:`verl.trainer.config.schema` (``Optional`` allows null, ``Literal`` is a closed choice, a
+nested dataclass is a section); the dataclass defaults mirror the YAML files (a test keeps them identical). Batch
+sizes count examples (SFT rows, DPO pairs, KTO rows): ``data.train_batch_size`` per optimizer step over all ranks,
+``data.micro_batch_size_per_gpu`` per forward/backward on one rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
+
+from verl.trainer.config.schema import OptimConfig
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+DPOLossType = Literal["sigmoid", "ipo", "hinge"]
+
+
+def _list(*items: Any) -> Any:
+    return field(default_factory=lambda: list(items))
+
+
+@dataclass
+class OfflineDataConfig:
+    """``data``: files, field names, length limits and batch sizes shared by SFT, DPO and KTO."""
+
+    train_files: Optional[Union[str, list[str]]] = None
+    val_files: Optional[Union[str, list[str]]] = None
+    prompt_key: str = "prompt"
+    max_length: int = 1024
+    max_prompt_length: Optional[int] = None
+    truncation: Literal["error", "right"] = "right"
+    train_batch_size: int = 8
+    micro_batch_size_per_gpu: int = 2
+    shuffle: bool = True
+    seed: int = 42
+
+
+@dataclass
+class SFTDataConfig(OfflineDataConfig):
+    """``data`` of SFT: ``{prompt, response}`` rows, or ``{messages}`` conversations."""
+
+    response_key: str = "response"
+    messages_key: str = "messages"
+
+
+@dataclass
+class DPODataConfig(OfflineDataConfig):
+    """``data`` of DPO: ``{prompt, chosen, rejected}`` rows."""
+
+    chosen_key: str = "chosen"
+    rejected_key: str = "rejected"
+
+
+@dataclass
+class KTODataConfig(OfflineDataConfig):
+    """``data`` of KTO: ``{prompt, completion, label}`` rows."""
+
+    completion_key: str = "completion"
+    label_key: str = "label"
+
+
+@dataclass
+class OfflineModelConfig:
+    """``model``: the policy being trained (fp32 master weights, ``dtype`` autocast for compute)."""
+
+    path: str = "smollm2-135m-instruct"
+    tokenizer_path: Optional[str] = None
+    trust_remote_code: bool = False
+    enable_gradient_checkpointing: bool = False
+    override_config: dict[str, Any] = field(default_factory=dict)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+@dataclass
+class RefModelConfig:
+    """``ref``: the frozen reference policy of DPO/KTO (a copy of ``model.path`` unless ``path`` is set)."""
+
+    path: Optional[str] = None
+    precompute_ref_log_probs: bool = False
+
+
+@dataclass
+class OfflineOptimConfig(OptimConfig):
+    """``optim``: AdamW + schedule (as ``actor.optim`` of PPO) and the gradient-norm clip."""
+
+    clip_grad: float = 1.0
+
+
+@dataclass
+class OfflineTrainerConfig:
+    """``trainer``: epochs/steps, logging, checkpoints, export."""
+
+    project_name: str = "verl"
+    experiment_name: str = "offline"
+    namespace: Optional[str] = None
+    logger: list[str] = _list("console", "file")
+    log_dir: Optional[str] = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    total_epochs: int = 1
+    total_training_steps: Optional[int] = None
+    logging_steps: int = 1
+    save_freq: int = -1
+    test_freq: int = -1
+    max_ckpt_to_keep: Optional[int] = 2
+    resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
+    resume_from_path: Optional[str] = None
+    default_local_dir: str = "outputs/verl/offline"
+    export_hf: bool = True
+    seed: int = 1
+    torch_threads: Optional[int] = None
+
+
+def _common_checks(cfg: DictConfig) -> list[str]:
+    """Cross-field checks shared by the offline schemas (types were checked already)."""
+    errors: list[str] = []
+    data, optim, trainer = cfg.data, cfg.optim, cfg.trainer
+    if data.max_length < 2:
+        errors.append(f"data.max_length: must be >= 2, got {data.max_length}")
+    if data.max_prompt_length is not None and not 0 < data.max_prompt_length < data.max_length:
+        errors.append(
+            f"data.max_prompt_length: must be in [1, data.max_length={data.max_length}), got {data.max_prompt_length}"
+        )
+    for key in ("train_batch_size", "micro_batch_size_per_gpu"):
+        if data[key] < 1:
+            errors.append(f"data.{key}: must be >= 1, got {data[key]}")
+    if optim.lr < 0:
+        errors.append(f"optim.lr: must be >= 0, got {optim.lr}")
+    if optim.clip_grad <= 0:
+        errors.append(f"optim.clip_grad: must be > 0, got {optim.clip_grad}")
+    if trainer.total_epochs < 1:
+        errors.append(f"trainer.total_epochs: must be >= 1, got {trainer.total_epochs}")
+    if trainer.total_training_steps is not None and trainer.total_training_steps < 1:
+        errors.append(f"trainer.total_training_steps: must be >= 1 or null, got {trainer.total_training_steps}")
+    if trainer.logging_steps < 1:
+        errors.append(f"trainer.logging_steps: must be >= 1, got {trainer.logging_steps}")
+    if trainer.namespace is not None:
+        from verl.utils.fs import validate_namespace
+
+        try:
+            validate_namespace(trainer.namespace)
+        except ValueError as e:
+            errors.append(f"trainer.namespace: {e}")
+    return errors
+
+
+@dataclass
+class SFTConfig:
+    """The whole ``sft_trainer.yaml``: what ``python -m verl.trainer.main_sft`` runs."""
+
+    config_name: ClassVar[str] = "sft_trainer"
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
+    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="sft", default_local_dir="outputs/verl/sft"))
+
+    @classmethod
+    def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
+        """``(errors, warnings)`` of the checks spanning several keys."""
+        return _common_checks(cfg), []
+
+
+@dataclass
+class DPOConfig:
+    """The whole ``dpo_trainer.yaml``: what ``python -m verl.trainer.main_dpo`` runs."""
+
+    config_name: ClassVar[str] = "dpo_trainer"
+
+    data: DPODataConfig = field(default_factory=DPODataConfig)
+    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    ref: RefModelConfig = field(default_factory=RefModelConfig)
+    optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
+    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="dpo", default_local_dir="outputs/verl/dpo"))
+    beta: float = 0.1
+    loss_type: DPOLossType = "sigmoid"
+    label_smoothing: float = 0.0
+
+    @classmethod
+    def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
+        """``(errors, warnings)``: the shared checks plus ``beta > 0`` and label smoothing (sigmoid only)."""
+        errors = _common_checks(cfg)
+        if cfg.beta <= 0:
+            errors.append(f"beta: must be > 0, got {cfg.beta}")
+        if not 0.0 <= cfg.label_smoothing < 0.5:
+            errors.append(f"label_smoothing: must be in [0, 0.5), got {cfg.label_smoothing}")
+        if cfg.label_smoothing > 0 and cfg.loss_type != "sigmoid":
+            errors.append(f"label_smoothing: only applies to loss_type=sigmoid, got loss_type={cfg.loss_type}")
+        return errors, []
+
+
+@dataclass
+class KTOConfig:
+    """The whole ``kto_trainer.yaml``: what ``python -m verl.trainer.main_kto`` runs."""
+
+    config_name: ClassVar[str] = "kto_trainer"
+
+    data: KTODataConfig = field(default_factory=KTODataConfig)
+    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    ref: RefModelConfig = field(default_factory=RefModelConfig)
+    optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
+    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="kto", default_local_dir="outputs/verl/kto"))
+    beta: float = 0.1
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
+
+    @classmethod
+    def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
+        """``(errors, warnings)``: the shared checks plus ``beta > 0`` and positive class weights."""
+        errors = _common_checks(cfg)
+        if cfg.beta <= 0:
+            errors.append(f"beta: must be > 0, got {cfg.beta}")
+        for key in ("desirable_weight", "undesirable_weight"):
+            if cfg[key] <= 0:
+                errors.append(f"{key}: must be > 0, got {cfg[key]}")
+        return errors, []

@@ -1,0 +1,483 @@
+"""The loop shared by the offline trainers (SFT, DPO, KTO): data order, micro-batching, optimizer step, logging,
+evaluation, checkpoints, resume and the final Hugging Face export.
+
+A subclass supplies its dataset (``_make_dataset``), how many loss units a micro-batch holds (``_count_units``:
+tokens, pairs or rows) and its loss (``_compute_loss`` -> :class:`LossOutput`); DPO/KTO also supply the reference
+log-prob precomputation. The step's loss is ``sum over micro-batches of loss_sum / units in the step``, so gradient
+accumulation gives exactly the gradient of the whole batch. Under torch.distributed (world size > 1) the policy is
+sharded with FSDP2, each rank takes every ``world``-th row of a batch, and the per-rank loss is scaled by the
+world size because FSDP averages gradients over ranks.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.validation import ConfigError
+from verl.trainer.offline import checkpoint as ckpt
+from verl.trainer.offline.common import LossOutput, build_offline_config
+from verl.utils.checkpoint.layout import resolve_resume_path
+from verl.utils.device import autocast_dtype, get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.fs import namespaced_path
+from verl.utils.model_loader import load_causal_lm, load_tokenizer
+from verl.utils.optim import build_lr_scheduler, build_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+class OfflineTrainer:
+    """Base of :class:`SFTTrainer`, :class:`DPOTrainer` and :class:`KTOTrainer` (see the module docstring).
+
+    Args:
+        model: a model path (local HF dir, bundled name, cached hub id) or a ``torch.nn.Module`` (trained in place;
+            its floating-point weights are kept in fp32).
+        tokenizer: a Hugging Face tokenizer; loaded from the model path when None.
+        dataset / eval_dataset: a ``datasets.Dataset``, parquet/jsonl/json path(s), a DataFrame or a list of dicts.
+        namespace: checkpoints, logs and the export go under ``<output_dir>/<namespace>``.
+        config: extra config keys, dotted (``{"optim.weight_decay": 0.1}``) or nested (``{"optim": {...}}``), or a
+            whole ``DictConfig``; applied after the constructor arguments.
+        overrides: config keys set by the subclass from its own arguments.
+    """
+
+    config_schema: ClassVar[type]
+    uses_reference: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        model: torch.nn.Module | str,
+        tokenizer: Any = None,
+        dataset: Any = None,
+        eval_dataset: Any = None,
+        namespace: str | None = None,
+        config: dict[str, Any] | DictConfig | None = None,
+        overrides: dict[str, Any] | None = None,
+        ref_model: torch.nn.Module | None = None,
+    ) -> None:
+        layer: dict[str, Any] = dict(overrides or {})
+        if namespace is not None:
+            layer["trainer.namespace"] = namespace
+        self._model_path: str | None = None
+        if isinstance(model, (str, os.PathLike)):
+            self._model_path = str(model)
+            layer["model.path"] = self._model_path
+        elif isinstance(model, torch.nn.Module):
+            name = getattr(getattr(model, "config", None), "name_or_path", None)
+            layer["model.path"] = str(name) if name else f"<{type(model).__name__} object>"
+        else:
+            raise TypeError(f"model must be a model path (str) or a torch.nn.Module, got {type(model).__name__}")
+        self.config: DictConfig = build_offline_config(self.config_schema, layer, config)
+
+        self.device_name = get_device_name(self.config.trainer.device)
+        init_distributed_if_needed(self.device_name)
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.device = get_torch_device(self.device_name)
+        self.compute_dtype = autocast_dtype(str(self.config.model.dtype))
+        if self.config.trainer.torch_threads:
+            torch.set_num_threads(int(self.config.trainer.torch_threads))
+
+        self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer(model)
+        self.model = self._load_policy(model)
+        self.train_dataset = self._make_dataset(dataset) if dataset is not None else None
+        self.eval_dataset = self._make_dataset(eval_dataset) if eval_dataset is not None else None
+
+        self.ref_model: torch.nn.Module | None = ref_model
+        # True until the first optimizer step or checkpoint load: the policy still equals the reference.
+        self._policy_is_initial = True
+        if self.uses_reference and self.ref_model is None and self._needs_live_reference():
+            self.ref_model = self._build_reference()
+        if self.ref_model is not None:
+            self.ref_model = self._prepare_frozen(self.ref_model)
+        self.model.to(self.device)
+        if self.world_size > 1:
+            from verl.utils.fsdp_utils import apply_fsdp2
+
+            apply_fsdp2(self.model)
+        self.global_step = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler: Any = None
+
+    # ------------------------------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(cls, config: DictConfig) -> OfflineTrainer:
+        """Build a trainer from a full config (as ``python -m verl.trainer.main_*`` loads it)."""
+        if not config.data.train_files:
+            raise ConfigError("data.train_files: no training data given; set data.train_files=<parquet or jsonl path>")
+        return cls(
+            model=config.model.path,
+            dataset=config.data.train_files,
+            eval_dataset=config.data.val_files or None,
+            config=config,
+        )
+
+    def _load_tokenizer(self, model: Any) -> Any:
+        path = self.config.model.tokenizer_path or self._model_path
+        if path is None:
+            name = getattr(getattr(model, "config", None), "name_or_path", None)
+            if not name or not os.path.isdir(str(name)):
+                raise ValueError("tokenizer=None needs a model path; pass tokenizer= when model is a torch module")
+            path = str(name)
+        return load_tokenizer(path, trust_remote_code=bool(self.config.model.trust_remote_code), padding_side="right")
+
+    def _load_policy(self, model: Any) -> torch.nn.Module:
+        mcfg = self.config.model
+        if isinstance(model, torch.nn.Module):
+            module = model
+            if any(p.is_floating_point() and p.dtype != torch.float32 for p in module.parameters()):
+                module.float()  # master weights in fp32; compute dtype comes from autocast
+        else:
+            module = load_causal_lm(
+                str(model),
+                dtype=torch.float32,
+                trust_remote_code=bool(mcfg.trust_remote_code),
+                override_config=OmegaConf.to_container(mcfg.override_config),
+            )
+        if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
+            module.gradient_checkpointing_enable()
+        module.train()
+        return module
+
+    def _needs_live_reference(self) -> bool:
+        """A reference model is kept when some dataset lacks reference log-probs and they are not precomputed."""
+        if self.config.ref.precompute_ref_log_probs:
+            return False
+        datasets = [d for d in (self.train_dataset, self.eval_dataset) if d is not None]
+        return not datasets or any(not d.has_reference for d in datasets)
+
+    def _build_reference(self) -> torch.nn.Module:
+        """The frozen reference: ``ref.path``, else the model path, else a copy of the (still initial) policy."""
+        path = self.config.ref.path or self._model_path
+        if path is not None:
+            return load_causal_lm(str(path), dtype=torch.float32, trust_remote_code=bool(self.config.model.trust_remote_code))
+        if not self._policy_is_initial:
+            raise ValueError(
+                "reference log-probs are needed but the policy has been trained already and there is no reference "
+                "model: pass ref_model=, set ref.path, or add reference log-prob columns to the dataset"
+            )
+        return copy.deepcopy(self.model)
+
+    def _prepare_frozen(self, module: torch.nn.Module) -> torch.nn.Module:
+        module.requires_grad_(False)
+        module.eval()
+        module.to(self.device)
+        if self.world_size > 1:
+            from verl.utils.fsdp_utils import apply_fsdp2, is_fsdp_module
+
+            if not is_fsdp_module(module):
+                apply_fsdp2(module)
+        return module
+
+    def _ensure_reference(self, dataset: Any) -> None:
+        """Make sure reference log-probs for ``dataset`` will be available.
+
+        With ``ref.precompute_ref_log_probs`` they are computed once now and stored in the dataset (by the given
+        ``ref_model``, else by the policy itself while it is still untrained, else by a reference loaded for the
+        occasion); otherwise a frozen reference model is kept for the loss to call.
+        """
+        if not self.uses_reference or dataset.has_reference:
+            return
+        if not self.config.ref.precompute_ref_log_probs:
+            if self.ref_model is None:
+                self.ref_model = self._prepare_frozen(self._build_reference())
+            return
+        if self.ref_model is not None:
+            ref = self.ref_model
+        elif self._policy_is_initial and not self.config.ref.path:
+            ref = self.model
+        else:
+            ref = self._prepare_frozen(self._build_reference())
+        was_training = ref.training
+        ref.eval()
+        with torch.no_grad():
+            self._precompute_reference(dataset, ref)
+        ref.train(was_training)
+        dataset.has_reference = True
+
+    # ------------------------------------------------------------------------------------- subclass interface
+    def _make_dataset(self, source: Any) -> Any:
+        raise NotImplementedError
+
+    def _count_units(self, batch: dict[str, torch.Tensor]) -> float:
+        raise NotImplementedError
+
+    def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
+        raise NotImplementedError
+
+    def _precompute_reference(self, dataset: Any, ref: torch.nn.Module) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------- paths, state
+    @property
+    def output_root(self) -> str:
+        """``<trainer.default_local_dir>[/<trainer.namespace>]``: where checkpoints, logs and the export go."""
+        return namespaced_path(str(self.config.trainer.default_local_dir), self.config.trainer.namespace)
+
+    def _update_config(self, updates: dict[str, Any]) -> None:
+        self.config = build_offline_config(self.config_schema, self.config, updates)
+
+    def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
+        size = int(self.config.data.micro_batch_size_per_gpu)
+        out = []
+        for start in range(0, len(items), size):
+            batch = dataset.collate(list(items[start : start + size]))
+            out.append({k: v.to(self.device) for k, v in batch.items()})
+        return out
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def _reduce_stats(self, stats: dict[str, tuple[float, float]]) -> dict[str, float]:
+        names = sorted(stats)
+        flat = self._all_reduce([x for n in names for x in stats[n]])
+        return {n: flat[2 * i] / flat[2 * i + 1] for i, n in enumerate(names) if flat[2 * i + 1] > 0}
+
+    # --------------------------------------------------------------------------------------------- the step
+    def _train_step(self, items: Sequence[dict[str, Any]]) -> dict[str, float]:
+        assert self.optimizer is not None
+        batches = self._micro_batches(items, self.train_dataset)
+        units = self._all_reduce([sum(self._count_units(b) for b in batches)])[0]
+        if units <= 0:
+            raise ValueError("a training batch holds no loss units (no response tokens / examples)")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats: dict[str, tuple[float, float]] = {}
+        for batch in batches:
+            out = self._compute_loss(batch)
+            # FSDP averages gradients over ranks; scaling by world keeps the global sum / global units.
+            (out.loss_sum * (self.world_size / units)).backward()
+            for name, (s, c) in out.stats.items():
+                old = stats.get(name, (0.0, 0.0))
+                stats[name] = (old[0] + s, old[1] + c)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, float(self.config.optim.clip_grad))
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        else:  # a non-finite gradient would poison the weights and Adam's moments: skip this update
+            logger.warning("step %d: non-finite gradient norm %s, update skipped", self.global_step + 1, grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.lr_scheduler.step()
+        self._policy_is_initial = False
+        metrics = self._reduce_stats(stats)
+        metrics.update({"grad_norm": grad_norm, "lr": lr})
+        return metrics
+
+    # --------------------------------------------------------------------------------------------- evaluate
+    def evaluate(self, dataset: Any = None) -> dict[str, float]:
+        """Mean metrics of the loss over ``dataset`` (default: the eval dataset) without updating the model.
+
+        Returns ``{"eval/<metric>": value}`` (e.g. ``eval/loss``, ``eval/rewards/accuracies``).
+        """
+        ds = self._make_dataset(dataset) if dataset is not None else self.eval_dataset
+        if ds is None:
+            raise ValueError("evaluate() needs a dataset: pass one or give eval_dataset= / data.val_files")
+        self._ensure_reference(ds)
+        indices = list(range(len(ds)))[self.rank :: self.world_size]
+        was_training = self.model.training
+        self.model.eval()
+        stats: dict[str, tuple[float, float]] = {}
+        with torch.no_grad():
+            for batch in self._micro_batches([ds[i] for i in indices], ds):
+                for name, (s, c) in self._compute_loss(batch).stats.items():
+                    old = stats.get(name, (0.0, 0.0))
+                    stats[name] = (old[0] + s, old[1] + c)
+        self.model.train(was_training)
+        return {f"eval/{k}": v for k, v in self._reduce_stats(stats).items()}
+
+    # ------------------------------------------------------------------------------------------------ train
+    def train(
+        self,
+        num_train_epochs: int = 1,
+        per_device_train_batch_size: int = 2,
+        learning_rate: float | None = None,
+        output_dir: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        logging_steps: int = 1,
+        save_steps: int | None = None,
+        max_steps: int | None = None,
+        resume_from_checkpoint: bool | str = False,
+    ) -> dict[str, float]:
+        """Train (Hugging Face Trainer-style arguments) and return the final metrics.
+
+        One optimizer step sees ``per_device_train_batch_size * gradient_accumulation_steps * world_size``
+        examples; ``max_steps`` (when set) replaces ``num_train_epochs``; ``save_steps=None`` saves only at the
+        end; ``learning_rate=None`` keeps ``optim.lr``; ``output_dir=None`` keeps ``trainer.default_local_dir``.
+        ``resume_from_checkpoint``: False starts fresh, True resumes from the latest checkpoint in the output
+        directory, a path resumes from that ``global_step_N`` directory.
+        """
+        updates: dict[str, Any] = {
+            "trainer.total_epochs": int(num_train_epochs),
+            "data.micro_batch_size_per_gpu": int(per_device_train_batch_size),
+            "data.train_batch_size": int(per_device_train_batch_size * gradient_accumulation_steps * self.world_size),
+            "trainer.logging_steps": int(logging_steps),
+            "trainer.save_freq": int(save_steps) if save_steps else -1,
+            "trainer.total_training_steps": int(max_steps) if max_steps else None,
+        }
+        if learning_rate is not None:
+            updates["optim.lr"] = float(learning_rate)
+        if output_dir is not None:
+            updates["trainer.default_local_dir"] = str(output_dir)
+        if isinstance(resume_from_checkpoint, str):
+            updates.update({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": resume_from_checkpoint})
+        else:
+            updates["trainer.resume_mode"] = "auto" if resume_from_checkpoint else "disable"
+        self._update_config(updates)
+        return self.fit()
+
+    def _plan(self) -> tuple[int, int]:
+        """``(steps per epoch, total steps)``. Single process keeps a last partial batch; several ranks drop it
+        so that every rank runs the same number of collective steps."""
+        n, bsz = len(self.train_dataset), int(self.config.data.train_batch_size)
+        per_epoch = n // bsz if self.world_size > 1 else math.ceil(n / bsz)
+        if per_epoch < 1:
+            raise ConfigError(f"data.train_batch_size={bsz} is larger than the training set ({n} rows)")
+        total = self.config.trainer.total_training_steps or int(self.config.trainer.total_epochs) * per_epoch
+        return per_epoch, int(total)
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        n = len(self.train_dataset)
+        if not self.config.data.shuffle:
+            return list(range(n))
+        gen = torch.Generator().manual_seed(int(self.config.data.seed) + epoch)
+        return torch.randperm(n, generator=gen).tolist()
+
+    def _make_tracker(self) -> Any:
+        from verl.utils.tracking import Tracking
+
+        tcfg = self.config.trainer
+        log_dir = tcfg.log_dir or os.path.join(self.output_root, "logs")
+        return Tracking(
+            project_name=str(tcfg.project_name),
+            experiment_name=str(tcfg.experiment_name),
+            default_backend=list(tcfg.logger),
+            config=OmegaConf.to_container(self.config, resolve=True),
+            log_dir=str(log_dir),
+            namespace=tcfg.namespace if tcfg.log_dir else None,
+        )
+
+    def _seed(self) -> None:
+        seed = int(self.config.trainer.seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _save(self, epoch: int) -> None:
+        ckpt.save_checkpoint(
+            self.output_root,
+            self.global_step,
+            self.model,
+            self.tokenizer,
+            self.optimizer,
+            self.lr_scheduler,
+            extra={"global_step": self.global_step, "epoch": epoch},
+            max_to_keep=self.config.trainer.max_ckpt_to_keep,
+        )
+
+    def _resume(self) -> None:
+        tcfg = self.config.trainer
+        path = resolve_resume_path(
+            {
+                "default_local_dir": tcfg.default_local_dir,
+                "namespace": tcfg.namespace,
+                "resume_mode": tcfg.resume_mode,
+                "resume_from_path": tcfg.resume_from_path,
+            }
+        )
+        if path is None:
+            return
+        extra = ckpt.load_checkpoint(path, self.model, self.optimizer, self.lr_scheduler)
+        self.global_step = int(extra.get("global_step", 0))
+        self._policy_is_initial = False
+        logger.info("resumed from %s at step %d", path, self.global_step)
+
+    def fit(self) -> dict[str, float]:
+        """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:
+        the last logged training metrics, ``global_step``, and ``eval/*`` when there is an eval dataset."""
+        if self.train_dataset is None:
+            raise ValueError("no training dataset: pass dataset= to the trainer (or data.train_files)")
+        from verl.utils.tracking import ProgressBar
+
+        tcfg = self.config.trainer
+        self._seed()
+        per_epoch, total = self._plan()
+        self._ensure_reference(self.train_dataset)
+        if self.eval_dataset is not None:
+            self._ensure_reference(self.eval_dataset)
+        optim_cfg = OmegaConf.to_container(self.config.optim)
+        optim_cfg["total_training_steps"] = total
+        self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], optim_cfg)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_cfg, total_training_steps=total)
+        self.global_step = 0
+        self._resume()
+        saved_at = self.global_step if self.global_step > 0 else -1
+        tracker = self._make_tracker() if self.rank == 0 else None
+        bar = ProgressBar(total=total, initial=self.global_step, desc=type(self).__name__) if self.rank == 0 else None
+        bsz, logging_steps = int(self.config.data.train_batch_size), int(tcfg.logging_steps)
+        save_freq, test_freq = int(tcfg.save_freq), int(tcfg.test_freq)
+        final: dict[str, float] = {}
+        window: list[dict[str, float]] = []
+        epoch, first_batch = divmod(self.global_step, per_epoch)
+        try:
+            while self.global_step < total:
+                order = self._epoch_order(epoch)
+                for b in range(first_batch, per_epoch):
+                    if self.global_step >= total:
+                        break
+                    t0 = time.perf_counter()
+                    rows = order[b * bsz : (b + 1) * bsz][self.rank :: self.world_size]
+                    metrics = self._train_step([self.train_dataset[i] for i in rows])
+                    self.global_step += 1
+                    metrics["epoch"] = epoch + (b + 1) / per_epoch
+                    metrics["timing_s/step"] = time.perf_counter() - t0
+                    window.append(metrics)
+                    if self.global_step % logging_steps == 0 or self.global_step == total:
+                        final = {k: float(np.mean([m[k] for m in window if k in m])) for k in window[-1]}
+                        window = []
+                        if tracker is not None:
+                            tracker.log(final, step=self.global_step)
+                    if bar is not None:
+                        bar.update(metrics, step=self.global_step)
+                    is_last = self.global_step == total
+                    if self.eval_dataset is not None and test_freq > 0 and self.global_step % test_freq == 0:
+                        if not is_last:  # the final evaluation follows the loop
+                            eval_metrics = self.evaluate()
+                            if tracker is not None:
+                                tracker.log(eval_metrics, step=self.global_step)
+                    if save_freq > 0 and self.global_step % save_freq == 0:
+                        self._save(epoch)
+                        saved_at = self.global_step
+                first_batch = 0
+                epoch += 1
+            if self.eval_dataset is not None:
+                eval_metrics = self.evaluate()
+                final.update(eval_metrics)
+                if tracker is not None:
+                    tracker.log(eval_metrics, step=self.global_step)
+            if saved_at != self.global_step:
+                self._save(epoch)
+            if tcfg.export_hf:
+                ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+        finally:
+            if bar is not None:
+                bar.close()
+            if tracker is not None:
+                tracker.finish()
+        final["global_step"] = float(self.global_step)
+        return final

@@ -1,0 +1,103 @@
+"""Pieces shared by the offline trainers: their config (defaults <- dict overrides), sequence log-probs, loss outputs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl.trainer.config.loader import packaged_config_text
+from verl.trainer.config.validation import ConfigError, validate_config
+from verl.utils.model_loader import forward_logits
+from verl.utils.torch_functional import logprobs_from_logits
+
+
+def build_offline_config(schema: type, *layers: Mapping[str, Any] | DictConfig | None) -> DictConfig:
+    """The packaged defaults of ``schema.config_name`` with ``layers`` applied in order, resolved and validated.
+
+    A layer maps dotted keys (``"optim.lr"``) or section names (``"optim": {"lr": 1e-5}``) to values; a
+    ``DictConfig`` layer (a whole config, as the CLI builds it) is merged as is. Unknown keys and bad values
+    raise :class:`ConfigError` naming the key.
+    """
+    cfg = OmegaConf.create(packaged_config_text(schema.config_name))
+    for layer in layers:
+        if layer is None:
+            continue
+        if isinstance(layer, DictConfig):
+            cfg = OmegaConf.merge(cfg, layer)
+            continue
+        if not isinstance(layer, Mapping):
+            raise ConfigError(f"config must be a dict of key -> value, got {type(layer).__name__}")
+        for key, value in layer.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"config key {key!r} must be a non-empty string")
+            try:
+                OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+            except OmegaConfBaseException as e:
+                raise ConfigError(f"{key}: cannot set {value!r:.100}: {' '.join(str(e).split())}") from e
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot resolve interpolation: {' '.join(str(e).split())}") from e
+    validate_config(cfg, schema)
+    return cfg
+
+
+@dataclass
+class LossOutput:
+    """What one micro-batch contributes to a step.
+
+    ``loss_sum`` is the differentiable loss *summed* over the micro-batch's units (tokens for SFT, pairs for DPO,
+    rows for KTO), so that dividing by the step's total units gives the exact step mean under gradient
+    accumulation. ``stats`` maps a metric name to ``(sum, count)``; the logged value is ``sum / count`` over the
+    step (over all ranks).
+    """
+
+    loss_sum: torch.Tensor
+    stats: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def add_stat(stats: dict[str, tuple[float, float]], name: str, values: torch.Tensor) -> None:
+    """Record the sum and count of ``values`` (any shape) under ``name``; an empty tensor records nothing."""
+    if values.numel() == 0:
+        return
+    s, c = stats.get(name, (0.0, 0.0))
+    stats[name] = (s + float(values.detach().float().sum().item()), c + float(values.numel()))
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Mixed-precision compute in ``dtype`` (no-op for float32); parameters stay in their own (fp32) dtype."""
+    if dtype == torch.float32:
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield
+
+
+def token_log_probs(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of each next token and the response mask aligned with them.
+
+    ``batch`` holds right-padded ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask`` of shape
+    ``[n, seq]``. Returns ``(log_probs, mask)`` of shape ``[n, seq - 1]``: ``log_probs[:, t] =
+    log p(input_ids[:, t + 1] | input_ids[:, :t + 1])`` (float32) and ``mask[:, t] = loss_mask[:, t + 1]``.
+    """
+    with autocast(device, dtype):
+        logits = forward_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+    log_probs = logprobs_from_logits(logits[:, :-1, :], batch["input_ids"][:, 1:])
+    return log_probs, batch["loss_mask"][:, 1:].to(log_probs.dtype)
+
+
+def sequence_log_probs(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """Sequence log-prob ``[n]``: the sum of the token log-probs over the response tokens (``loss_mask == 1``)."""
+    log_probs, mask = token_log_probs(model, batch, device, dtype)
+    return (log_probs * mask).sum(dim=-1)

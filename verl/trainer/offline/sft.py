@@ -1,0 +1,99 @@
+"""Supervised fine-tuning: cross entropy on the response tokens only (the prompt is masked out of the loss)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import DictConfig
+
+from verl.trainer.config.offline_schema import SFTConfig
+from verl.trainer.offline.base import OfflineTrainer
+from verl.trainer.offline.common import LossOutput, add_stat, token_log_probs
+from verl.utils.dataset.sft_dataset import SFTDataset
+from verl.utils.torch_functional import logprobs_from_logits
+
+
+def sft_loss(
+    logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    """Next-token cross entropy over the response tokens only.
+
+    ``loss = -sum_{b,t: loss_mask[b,t]=1} log softmax(logits[b, t-1])[input_ids[b, t]]``, divided by the number of
+    such tokens for ``reduction="mean"`` (``"sum"`` returns the sum). Token ``t`` is predicted from the logits at
+    position ``t - 1``, so the first token of a sequence is never a target.
+
+    Args:
+        logits: ``[batch, seq, vocab]``.
+        input_ids: ``[batch, seq]``.
+        loss_mask: ``[batch, seq]``, 1 on response tokens, 0 on prompt and padding.
+    """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"sft_loss: reduction must be 'mean' or 'sum', got {reduction!r}")
+    log_probs = logprobs_from_logits(logits[:, :-1, :], input_ids[:, 1:])
+    mask = loss_mask[:, 1:].to(log_probs.dtype)
+    total = -(log_probs * mask).sum()
+    if reduction == "sum":
+        return total
+    return total / mask.sum().clamp(min=1.0)
+
+
+class SFTTrainer(OfflineTrainer):
+    """Supervised fine-tuning on ``{prompt, response}`` rows (or ``{messages}`` conversations).
+
+    ``SFTTrainer(model=..., tokenizer=None, dataset=..., max_length=1024).train(num_train_epochs=1,
+    per_device_train_batch_size=2, learning_rate=1e-5, output_dir="out")``. Logged: ``loss`` (mean cross
+    entropy per response token), ``ppl`` is not logged (it is ``exp(loss)``), ``grad_norm``, ``lr``, ``epoch``.
+    """
+
+    config_schema: ClassVar[type] = SFTConfig
+
+    def __init__(
+        self,
+        model: torch.nn.Module | str,
+        tokenizer: Any = None,
+        dataset: Any = None,
+        eval_dataset: Any = None,
+        max_length: int = 1024,
+        max_prompt_length: int | None = None,
+        namespace: str | None = None,
+        config: dict[str, Any] | DictConfig | None = None,
+    ) -> None:
+        super().__init__(
+            model=model,
+            tokenizer=tokenizer,
+            dataset=dataset,
+            eval_dataset=eval_dataset,
+            namespace=namespace,
+            config=config,
+            overrides={"data.max_length": max_length, "data.max_prompt_length": max_prompt_length},
+        )
+
+    def _make_dataset(self, source: Any) -> SFTDataset:
+        d = self.config.data
+        ds = SFTDataset(
+            source,
+            self.tokenizer,
+            max_length=int(d.max_length),
+            max_prompt_length=d.max_prompt_length,
+            truncation=str(d.truncation),
+            prompt_key=str(d.prompt_key),
+            response_key=str(d.response_key),
+            messages_key=str(d.messages_key),
+        )
+        return ds
+
+    def _count_units(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["loss_mask"][:, 1:].sum().item())
+
+    def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
+        log_probs, mask = token_log_probs(self.model, batch, self.device, self.compute_dtype)
+        loss_sum = -(log_probs * mask).sum()
+        stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(mask.sum().item()))}
+        add_stat(stats, "response_length", mask.sum(-1))
+        return LossOutput(loss_sum=loss_sum, stats=stats)
+
+
+def run_sft(config: DictConfig) -> dict[str, float]:
+    """Train from a full ``sft_trainer`` config (the CLI's run function)."""
+    return SFTTrainer.from_config(config).fit()

@@ -1,0 +1,293 @@
+"""Rollout with transformers ``generate`` on the actor's own module (the hybrid engine: one copy of the weights).
+
+The actor trains ``module`` and this engine generates with the very same parameter tensors, so there is nothing
+to synchronise after an update. Generation runs in eval mode under ``torch.no_grad`` with a KV cache, autocast
+in ``rollout.dtype``, micro-batched by ``rollout.max_num_seqs`` rows; the module's train/eval mode and its
+gradient-checkpointing state are restored afterwards.
+
+Modules without a transformers ``generate`` (any ``forward(input_ids, attention_mask=None) -> logits`` module)
+are decoded by a plain sampling loop without a KV cache, with the same sampling semantics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.device import autocast_dtype
+from verl.utils.model_loader import forward_logits
+from verl.utils.torch_functional import pad_sequence_to_length
+from verl.workers.rollout.base import (
+    BaseRollout,
+    SamplingSettings,
+    build_rollout_output,
+    check_prompts,
+    config_get,
+    register_rollout,
+    resolve_sampling,
+    resolve_special_ids,
+)
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
+    """Mask ``logits [bs, vocab]`` to ``-inf`` outside the top-k tokens and outside the nucleus of mass ``top_p``.
+
+    Nucleus sampling (Holtzman et al., 2020): keep the smallest set of most likely tokens whose cumulative
+    probability reaches ``top_p``; a token is dropped when the mass of the tokens ranked above it already
+    exceeds ``top_p``, so the most likely token is always kept. ``top_k <= 0`` and ``top_p >= 1`` are off.
+    """
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_above = probs.cumsum(dim=-1) - probs
+        drop_sorted = mass_above > top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _token_log_probs(step_logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log softmax(logits / temperature)`` at ``tokens``: ``[bs, T, vocab]``, ``[bs, T]`` -> ``[bs, T]``."""
+    log_probs = torch.log_softmax(step_logits.float() / temperature, dim=-1)
+    return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _generation_owner(module: torch.nn.Module) -> Any:
+    """The object whose ``generation_config`` ``generate`` reads (the base model under a PEFT wrapper)."""
+    get_base = getattr(module, "get_base_model", None)
+    return get_base() if callable(get_base) else module
+
+
+def _supports_hf_generate(module: torch.nn.Module) -> bool:
+    owner = _generation_owner(module)
+    return callable(getattr(module, "generate", None)) and getattr(owner, "generation_config", None) is not None
+
+
+@register_rollout("hf")
+class HFRollout(BaseRollout):
+    """Generate with transformers on the actor's module.
+
+    Args:
+        module: the causal LM the actor trains (a transformers model, a PEFT/FSDP-wrapped one, or any module whose
+            ``forward`` returns logits).
+        config: the ``actor_rollout_ref.rollout`` section (DictConfig or dict): ``temperature``, ``top_p``,
+            ``top_k``, ``do_sample``, ``response_length``, ``min_new_tokens``, ``max_num_seqs``, ``dtype``,
+            ``calculate_log_probs``, ``seed``, ``val_kwargs``.
+        tokenizer: used for the EOS/pad ids when ``meta_info`` does not carry them.
+        gather_params: optional factory of a context manager entered around generation, see
+            :meth:`gather_params`.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        config: Any,
+        tokenizer: Any = None,
+        gather_params: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        self.module = module
+        self.config = config
+        self.tokenizer = tokenizer
+        self._gather_params_factory = gather_params
+        self._num_calls = 0
+
+    @contextlib.contextmanager
+    def gather_params(self) -> Iterator[None]:
+        """Hook around each ``generate_sequences`` call; by default it does nothing.
+
+        A sharded actor (FSDP) holds only a slice of each parameter; the worker passes ``gather_params`` (e.g. a
+        context that unshards the full parameters and reshards them on exit) so generation, which runs a
+        different number of forward steps per rank, sees full weights without collectives and the memory is
+        released right after. Subclasses may override this method instead.
+        """
+        if self._gather_params_factory is None:
+            yield
+            return
+        with self._gather_params_factory():
+            yield
+
+    def _device(self) -> torch.device:
+        for param in self.module.parameters():
+            return param.device
+        return torch.device("cpu")
+
+    @contextlib.contextmanager
+    def _generation_mode(self) -> Iterator[None]:
+        """Eval mode for generation (no dropout, no checkpointing); restore mode and checkpointing after."""
+        module = self.module
+        was_training = module.training
+        had_checkpointing = bool(getattr(module, "is_gradient_checkpointing", False))
+        module.eval()
+        try:
+            yield
+        finally:
+            module.train(was_training)
+            if had_checkpointing and not getattr(module, "is_gradient_checkpointing", False):
+                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def _seed_for_call(self, meta_info: dict[str, Any]) -> int | None:
+        """``meta_info["seed"]`` as is, else ``rollout.seed`` plus the call index (fresh samples each step)."""
+        if meta_info.get("seed") is not None:
+            return int(meta_info["seed"])
+        seed = config_get(self.config, "seed", None)
+        return None if seed is None else int(seed) + self._num_calls
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per prompt row (see :mod:`verl.workers.rollout.base` for the layout)."""
+        settings = resolve_sampling(self.config, prompts.meta_info)
+        input_ids, attention_mask, position_ids = check_prompts(prompts)
+        owner = _generation_owner(self.module)
+        model_eos = getattr(getattr(owner, "generation_config", None), "eos_token_id", None)
+        eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=model_eos)
+        device = self._device()
+        micro = max(1, int(config_get(self.config, "max_num_seqs", 256)))
+        dtype = autocast_dtype(str(config_get(self.config, "dtype", "bfloat16")))
+        seed = self._seed_for_call(prompts.meta_info)
+        self._num_calls += 1
+
+        rng_devices = (
+            [device.index if device.index is not None else torch.cuda.current_device()]
+            if (device.type == "cuda")
+            else []
+        )
+        responses, log_probs = [], []
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._generation_mode())
+            stack.enter_context(self.gather_params())
+            stack.enter_context(torch.no_grad())
+            stack.enter_context(torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32))
+            if seed is not None:
+                stack.enter_context(torch.random.fork_rng(devices=rng_devices))
+                torch.manual_seed(seed)
+            for start in range(0, input_ids.shape[0], micro):
+                rows = slice(start, start + micro)
+                resp, lp = self._generate_micro_batch(
+                    input_ids[rows].to(device),
+                    attention_mask[rows].to(device),
+                    position_ids[rows].to(device),
+                    settings,
+                    eos_ids,
+                    pad_id,
+                )
+                responses.append(pad_sequence_to_length(resp, settings.response_length, pad_id))
+                if lp is not None:
+                    log_probs.append(pad_sequence_to_length(lp, settings.response_length, 0.0))
+        return build_rollout_output(
+            prompts,
+            torch.cat(responses, dim=0),
+            eos_ids,
+            pad_id,
+            settings.response_length,
+            log_probs=torch.cat(log_probs, dim=0) if log_probs else None,
+        )
+
+    def _generate_micro_batch(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        settings: SamplingSettings,
+        eos_ids: Sequence[int],
+        pad_id: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # Columns that are padding in every row cost compute and change nothing: drop them.
+        first_real = int(attention_mask.any(dim=0).long().argmax())
+        input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
+        position_ids = position_ids[:, first_real:]
+        if _supports_hf_generate(self.module):
+            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id)
+        return self._decode_loop(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id)
+
+    def _hf_generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        settings: SamplingSettings,
+        eos_ids: Sequence[int],
+        pad_id: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``."""
+        from transformers import GenerationConfig
+
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=settings.response_length,
+            min_new_tokens=settings.min_new_tokens,
+            do_sample=not settings.greedy,
+            num_beams=1,
+            num_return_sequences=1,
+            eos_token_id=list(eos_ids),
+            pad_token_id=pad_id,
+            use_cache=True,
+            repetition_penalty=1.0,
+            return_dict_in_generate=True,
+            output_logits=settings.calculate_log_probs,
+        )
+        if not settings.greedy:
+            kwargs.update(
+                temperature=settings.temperature, top_p=settings.top_p, top_k=max(settings.top_k, 0), min_p=None
+            )
+        generation_config = GenerationConfig(**kwargs)
+        # generate() fills unset fields from the model's own generation_config (hub defaults such as
+        # repetition_penalty or top_k); sampling must follow the rollout config only, so swap in a bare one.
+        owner = _generation_owner(self.module)
+        saved = owner.generation_config
+        owner.generation_config = GenerationConfig(eos_token_id=list(eos_ids), pad_token_id=pad_id)
+        try:
+            out = self.module.generate(
+                input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config
+            )
+        finally:
+            owner.generation_config = saved
+        responses = out.sequences[:, input_ids.shape[1] :]
+        log_probs = None
+        if settings.calculate_log_probs:
+            step_logits = torch.stack(out.logits, dim=1)
+            log_probs = _token_log_probs(step_logits, responses, settings.logprob_temperature)
+        return responses, log_probs
+
+    def _decode_loop(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        settings: SamplingSettings,
+        eos_ids: Sequence[int],
+        pad_id: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token-by-token sampling for modules without ``generate`` (full forward each step, no KV cache)."""
+        bs = input_ids.shape[0]
+        device = input_ids.device
+        eos = torch.tensor(list(eos_ids), device=device, dtype=input_ids.dtype)
+        finished = torch.zeros(bs, dtype=torch.bool, device=device)
+        tokens, token_log_probs = [], []
+        for step in range(settings.response_length):
+            logits = forward_logits(self.module, input_ids, attention_mask, position_ids)[:, -1, :].float()
+            scores = logits.clone()
+            if step < settings.min_new_tokens:
+                scores[:, eos] = float("-inf")
+            if settings.greedy:
+                next_tokens = scores.argmax(dim=-1)
+            else:
+                filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
+                next_tokens = torch.multinomial(torch.softmax(filtered, dim=-1), 1).squeeze(-1)
+            next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_id), next_tokens)
+            tokens.append(next_tokens)
+            if settings.calculate_log_probs:
+                lp = torch.log_softmax(logits / settings.logprob_temperature, dim=-1)
+                token_log_probs.append(lp.gather(-1, next_tokens.unsqueeze(-1)).squeeze(-1))
+            finished = finished | torch.isin(next_tokens, eos)
+            input_ids = torch.cat([input_ids, next_tokens.unsqueeze(-1).to(input_ids.dtype)], dim=-1)
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
+            position_ids = torch.cat([position_ids, position_ids[:, -1:] + 1], dim=-1)
+            if bool(finished.all()):
+                break
+        responses = torch.stack(tokens, dim=1)
+        return responses, torch.stack(token_log_probs, dim=1) if token_log_probs else None

