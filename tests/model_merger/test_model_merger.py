@@ -153,3 +153,20 @@ def test_lora_in_actor_dir_without_merge(tmp_path, tiny_model_dir, byte_tokenize
     merged = AutoModelForCausalLM.from_pretrained(merge_checkpoint(str(actor), str(tmp_path / "m")))
     with torch.no_grad():
         torch.testing.assert_close(merged(PROMPT).logits, peft_model(PROMPT).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_rejects_unknown_backend(tmp_path, capsys) -> None:
+    argv = ["merge", "--backend", "megatron", "--local_dir", str(tmp_path), "--target_dir", str(tmp_path / "o")]
+    assert merger_main(argv) == 2
+    assert "'megatron' is not supported" in capsys.readouterr().err
+
+
+def test_lora_adapter_saved_in_huggingface_subdir(tmp_path, tiny_model_dir, byte_tokenizer) -> None:
+    """A worker that calls PEFT's save_pretrained into actor/huggingface/ (adapter only, no config.json)."""
+    peft_model = _lora_model(tiny_model_dir)
+    actor = tmp_path / "global_step_2" / "actor"
+    save_model_hf(peft_model, byte_tokenizer, str(actor / "huggingface"), base_model_path=tiny_model_dir)
+    merged = AutoModelForCausalLM.from_pretrained(merge_checkpoint(str(actor), str(tmp_path / "m")))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(PROMPT).logits, peft_model(PROMPT).logits, rtol=1e-4, atol=1e-5)
+    assert os.path.isfile(tmp_path / "m" / "tokenizer.json")

@@ -96,6 +96,12 @@ class ToyWorker(Worker):
         return sum(items) * (self.rank + 1)
 
     @register(Dispatch.ONE_TO_ALL)
+    def fail_on_rank_one(self) -> int:
+        if self.rank == 1:
+            raise ValueError("rank 1 fails on purpose")
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
     def all_reduce(self, value: float) -> float:
         import torch.distributed as dist
 
@@ -220,6 +226,13 @@ def test_non_blocking_futures_chain(group: Any) -> None:
     assert isinstance(pings, list) and len(pings) == 2
     # a list of per-rank futures is materialized before ALL_TO_ALL: rank r gets 5 + r, then + 10 r
     assert group.add_rank(pings) == [5, 16]
+
+
+def test_worker_errors_reach_the_driver(group: Any) -> None:
+    with pytest.raises(ValueError, match="rank 1 fails on purpose"):
+        group.fail_on_rank_one()
+    # the group is still usable afterwards
+    assert group.add_rank([0, 0]) == [0, 10]
 
 
 def test_local_and_ray_agree(local_group: Any, ray_group: Any) -> None:

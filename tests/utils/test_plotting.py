@@ -35,8 +35,10 @@ def test_plot_writes_png_with_dense_and_sparse_keys(tmp_path, caplog) -> None:
     assert out == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "missing/key" in caplog.text
-    series = collect_series(read_metrics_jsonl(str(jsonl)), ["critic/score/mean", "response_length/mean",
-                                                             "val-core/gsm8k/acc/mean@1", "missing/key"])
+    series = collect_series(
+        read_metrics_jsonl(str(jsonl)),
+        ["critic/score/mean", "response_length/mean", "val-core/gsm8k/acc/mean@1", "missing/key"],
+    )
     assert series["critic/score/mean"][:2] == ([1, 2, 4, 5, 6], [0.1, 0.2, 0.4, 0.5, 0.6])  # null dropped
     assert series["critic/score/mean"][2] is False  # still a dense series
     assert series["response_length/mean"] == ([1, 2, 3, 4, 5, 6], [21.0, 22.0, 23.0, 24.0, 25.0, 26.0], False)

@@ -150,3 +150,41 @@ def test_padding_positions_and_clip() -> None:
     assert torch.equal(verl_F.compute_position_id_with_mask(attn), torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 2, 2]]))
     clipped = verl_F.clip_by_value(torch.tensor([-1.0, 0.5, 3.0]), torch.zeros(3), torch.ones(3))
     assert torch.equal(clipped, torch.tensor([0.0, 0.5, 1.0]))
+
+
+@pytest.mark.parametrize("chunk_size", [2, 3, 64])
+def test_strided_slice_is_read_in_place(chunk_size: int) -> None:
+    full = torch.randn(3, 6, 13, requires_grad=True)
+    labels = torch.randint(0, 13, (3, 6))[:, 1:]
+    ref_full = full.detach().clone().requires_grad_(True)
+    upstream = torch.randn(3, 5)
+    (_naive_logprobs(ref_full[:, :-1], labels) * upstream).sum().backward()
+    (_naive_entropy(ref_full[:, :-1]) * upstream).sum().backward()
+
+    storages: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 3:
+            storages.append(t.untyped_storage().data_ptr())
+        return t
+
+    sliced = full[:, :-1]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        got = verl_F.logprobs_from_logits(sliced, labels, chunk_size=chunk_size)
+        ent = verl_F.entropy_from_logits(sliced, chunk_size=chunk_size)
+    ((got + ent) * upstream).sum().backward()
+    torch.testing.assert_close(got, _naive_logprobs(sliced.detach(), labels), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ent, _naive_entropy(sliced.detach()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(full.grad, ref_full.grad, rtol=1e-5, atol=1e-5)
+    # The saved logits are the caller's storage, not a contiguous copy of the slice.
+    assert storages and all(ptr == full.untyped_storage().data_ptr() for ptr in storages)
+
+
+def test_four_dim_logits() -> None:
+    logits = torch.randn(2, 3, 4, 9)
+    labels = torch.randint(0, 9, (2, 3, 4))
+    got = verl_F.logprobs_from_logits(logits, labels, chunk_size=5)
+    torch.testing.assert_close(got, _naive_logprobs(logits, labels))
+    torch.testing.assert_close(
+        verl_F.entropy_from_logits(logits, chunk_size=5), _naive_entropy(logits), atol=1e-5, rtol=1e-5
+    )

@@ -5,8 +5,9 @@ Accepted inputs (``local_dir``):
 - an actor/critic role dir ``global_step_N/actor`` holding ``huggingface/`` (config + tokenizer, usually the full
   weights) and optionally per-rank shards ``model_world_size_W_rank_R.safetensors`` with their index; shards,
   when present, win over the full weights (they are what the training ranks held);
-- optionally ``lora_adapter/`` inside that dir: the adapter is merged into the weights (``merge_lora=True``) or
-  copied next to them;
+- optionally a LoRA adapter inside that dir (``lora_adapter/``, or ``huggingface/`` itself when PEFT saved there):
+  it is merged into the weights (``merge_lora=True``) or copied next to them; with no full weights saved, the
+  base weights come from the adapter's base model;
 - a bare LoRA adapter dir (``adapter_model.safetensors`` + ``adapter_config.json``), whose base model is
   ``base_model_name_or_path`` from the adapter config or the ``base_model_path`` argument;
 - a plain Hugging Face dir (``config.json`` + weights), e.g. to change its dtype.
@@ -142,29 +143,33 @@ def merge_checkpoint(
     if os.path.abspath(local_dir) == os.path.abspath(target_dir):
         raise ValueError(f"target_dir must differ from local_dir ({local_dir})")
 
-    adapter_dir: str | None = None
-    if os.path.isfile(os.path.join(local_dir, "adapter_config.json")):
-        adapter_dir = local_dir
-    elif os.path.isfile(os.path.join(local_dir, LORA_SUBDIR, "adapter_config.json")):
-        adapter_dir = os.path.join(local_dir, LORA_SUBDIR)
-
-    if adapter_dir == local_dir:  # a bare adapter: the base comes from elsewhere
+    # The adapter may sit in the dir itself, in lora_adapter/, or in huggingface/ (a PEFT save_pretrained there).
+    adapter_dir = next(
+        (
+            d
+            for d in (local_dir, os.path.join(local_dir, LORA_SUBDIR), os.path.join(local_dir, HF_SUBDIR))
+            if os.path.isfile(os.path.join(d, "adapter_config.json"))
+        ),
+        None,
+    )
+    hf_dir = next(
+        (d for d in (os.path.join(local_dir, HF_SUBDIR), local_dir) if os.path.isfile(os.path.join(d, "config.json"))),
+        None,
+    )
+    if hf_dir is None and adapter_dir is None:
+        raise FileNotFoundError(
+            f"{local_dir} is not a checkpoint: expected {os.path.join(local_dir, HF_SUBDIR, 'config.json')} "
+            "(written by rank 0 at save), or adapter_config.json for a LoRA adapter"
+        )
+    state_dict = load_full_state_dict(local_dir) if hf_dir is not None else None
+    if hf_dir is not None and state_dict is not None:
+        config_dir = hf_dir
+    elif adapter_dir is not None:  # adapter only: the base weights come from the adapter's base model
         config_dir = _read_adapter_base(adapter_dir, base_model_path)
         state_dict = hf_weights_state_dict(config_dir)
-        side_dirs = [adapter_dir, config_dir]
     else:
-        hf_dir = os.path.join(local_dir, HF_SUBDIR)
-        config_dir = hf_dir if os.path.isdir(hf_dir) else local_dir
-        if not os.path.isfile(os.path.join(config_dir, "config.json")):
-            raise FileNotFoundError(
-                f"{local_dir} is not a checkpoint: expected {os.path.join(hf_dir, 'config.json')} (written by rank "
-                "0 at save), or adapter_config.json for a LoRA adapter"
-            )
-        state_dict = load_full_state_dict(local_dir)
-        if state_dict is None and adapter_dir is not None:
-            config_dir = _read_adapter_base(adapter_dir, base_model_path)
-            state_dict = hf_weights_state_dict(config_dir)
-        side_dirs = [os.path.join(local_dir, HF_SUBDIR), config_dir]
+        config_dir = hf_dir or local_dir
+    side_dirs = [d for d in (adapter_dir, os.path.join(local_dir, HF_SUBDIR), config_dir) if d is not None]
     if state_dict is None:
         raise FileNotFoundError(
             f"no weights found for {local_dir}: expected model_world_size_W_rank_R.safetensors shards with "

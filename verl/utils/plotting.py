@@ -34,7 +34,7 @@ def read_metrics_jsonl(jsonl_path: str) -> list[tuple[int, dict[str, float | Non
                     raise TypeError("'metrics' is not an object")
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise ValueError(
-                    f"{jsonl_path}:{lineno}: not a metrics record (expected {{\"step\": N, \"metrics\": {{...}}}}): {e}"
+                    f'{jsonl_path}:{lineno}: not a metrics record (expected {{"step": N, "metrics": {{...}}}}): {e}'
                 ) from e
             rows.append((step, metrics))
     return rows

@@ -2,14 +2,14 @@
 
 The log-prob and entropy functions are the memory hot spot of RL post-training: a naive
 ``log_softmax(logits.float())`` over ``[tokens, vocab]`` allocates a float32 copy of the whole logits tensor (8192
-tokens x 152k vocab is ~5 GB) and keeps it alive for the backward pass. Here both run over chunks of flattened tokens
-with a custom autograd ``Function``: only one ``[chunk, vocab]`` float32 block exists at a time, forward and
+tokens x 152k vocab is ~5 GB) and keeps it alive for the backward pass. Here both run over chunks of tokens with a
+custom autograd ``Function``: only one ``[chunk, vocab]`` float32 block exists at a time, forward and
 backward, and the saved state is the input logits (already alive) plus one float per token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,24 +31,47 @@ def _resolve_chunk_size(chunk_size: int | None, vocab: int) -> int:
     return int(chunk_size)
 
 
+def _chunks(rows: int, length: int, chunk_size: int) -> Iterator[tuple[slice, slice]]:
+    """(row, token) slices of a ``[rows, length]`` grid with about ``chunk_size`` tokens each.
+
+    Short rows are grouped several per chunk; long rows are split along the token axis.
+    """
+    if length >= chunk_size:
+        for r in range(rows):
+            for t in range(0, length, chunk_size):
+                yield slice(r, r + 1), slice(t, min(t + chunk_size, length))
+    else:
+        per_chunk = max(1, chunk_size // max(length, 1))
+        for r in range(0, rows, per_chunk):
+            yield slice(r, min(r + per_chunk, rows)), slice(0, length)
+
+
+def _as_3d(x: torch.Tensor) -> torch.Tensor:
+    """``[..., T, V] -> [B, T, V]`` as a view where the strides allow it (e.g. a ``logits[:, :-1]`` slice),
+    so a non-contiguous input is never copied as a whole."""
+    if x.dim() == 2:
+        return x.unsqueeze(0)
+    if x.dim() == 3:
+        return x
+    return x.flatten(0, -3)
+
+
 class _ChunkedLogProbs(torch.autograd.Function):
-    """log p(label) = logits[label] - logsumexp(logits), chunked over tokens.
+    """log p(label) = logits[label] - logsumexp(logits) on ``[B, T, V]`` logits, chunked over tokens.
 
     Backward: d log p(y) / d logits_j = 1[j == y] - softmax(logits)_j, rebuilt per chunk from the saved logsumexp.
     """
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
-        n_tokens = logits.shape[0]
         cdtype = _compute_dtype(logits.dtype)
-        out = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
-        lse = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
-        for start in range(0, n_tokens, chunk_size):
-            end = min(start + chunk_size, n_tokens)
-            block = logits[start:end].to(cdtype)
+        out = torch.empty(labels.shape, dtype=cdtype, device=logits.device)
+        lse = torch.empty(labels.shape, dtype=cdtype, device=logits.device)
+        for rows, toks in _chunks(labels.shape[0], labels.shape[1], chunk_size):
+            block = logits[rows, toks].to(cdtype)
             block_lse = torch.logsumexp(block, dim=-1)
-            lse[start:end] = block_lse
-            out[start:end] = block.gather(-1, labels[start:end].unsqueeze(-1)).squeeze(-1) - block_lse
+            lse[rows, toks] = block_lse
+            out[rows, toks] = block.gather(-1, labels[rows, toks].unsqueeze(-1)).squeeze(-1) - block_lse
             del block
         ctx.save_for_backward(logits, labels, lse)
         ctx.chunk_size = chunk_size
@@ -60,39 +83,35 @@ class _ChunkedLogProbs(torch.autograd.Function):
         logits, labels, lse = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None
-        chunk_size: int = ctx.chunk_size
-        grad_logits = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], chunk_size):
-            end = min(start + chunk_size, logits.shape[0])
-            g = grad_out[start:end].to(lse.dtype).unsqueeze(-1)
-            block = logits[start:end].to(lse.dtype, copy=True)
-            # -g * softmax, computed in place on the chunk's fp32 copy to keep one block alive.
-            block.sub_(lse[start:end].unsqueeze(-1)).exp_().mul_(-g)
-            block.scatter_add_(-1, labels[start:end].unsqueeze(-1), g)
-            grad_logits[start:end].copy_(block)  # casts without a temporary
+        grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for rows, toks in _chunks(labels.shape[0], labels.shape[1], ctx.chunk_size):
+            g = grad_out[rows, toks].to(lse.dtype).unsqueeze(-1)
+            block = logits[rows, toks].to(lse.dtype, copy=True)
+            # -g * softmax, computed in place on the chunk's fp32 copy so one block is alive at a time.
+            block.sub_(lse[rows, toks].unsqueeze(-1)).exp_().mul_(-g)
+            block.scatter_add_(-1, labels[rows, toks].unsqueeze(-1), g)
+            grad_logits[rows, toks].copy_(block)  # casts without a temporary
             del block
         return grad_logits, None, None
 
 
 class _ChunkedEntropy(torch.autograd.Function):
-    """H = logsumexp(x) - sum_j p_j x_j with p = softmax(x), chunked over tokens.
+    """H = logsumexp(x) - sum_j p_j x_j with p = softmax(x) on ``[B, T, V]`` logits, chunked over tokens.
 
     Backward: dH/dx_j = p_j * (E_p[x] - x_j); the per-token logsumexp and E_p[x] are saved.
     """
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
-        n_tokens = logits.shape[0]
         cdtype = _compute_dtype(logits.dtype)
-        lse = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
-        mean_x = torch.empty(n_tokens, dtype=cdtype, device=logits.device)
-        for start in range(0, n_tokens, chunk_size):
-            end = min(start + chunk_size, n_tokens)
-            block = logits[start:end].to(cdtype)
+        lse = torch.empty(logits.shape[:-1], dtype=cdtype, device=logits.device)
+        mean_x = torch.empty(logits.shape[:-1], dtype=cdtype, device=logits.device)
+        for rows, toks in _chunks(logits.shape[0], logits.shape[1], chunk_size):
+            block = logits[rows, toks].to(cdtype)
             block_lse = torch.logsumexp(block, dim=-1)
             probs = torch.sub(block, block_lse.unsqueeze(-1)).exp_()
-            lse[start:end] = block_lse
-            mean_x[start:end] = probs.mul_(block).sum(dim=-1)
+            lse[rows, toks] = block_lse
+            mean_x[rows, toks] = probs.mul_(block).sum(dim=-1)
             del block, probs
         ctx.save_for_backward(logits, lse, mean_x)
         ctx.chunk_size = chunk_size
@@ -104,16 +123,14 @@ class _ChunkedEntropy(torch.autograd.Function):
         logits, lse, mean_x = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None
-        chunk_size: int = ctx.chunk_size
-        grad_logits = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], chunk_size):
-            end = min(start + chunk_size, logits.shape[0])
-            block = logits[start:end].to(lse.dtype, copy=True)
-            probs = torch.exp(block - lse[start:end].unsqueeze(-1))
+        grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for rows, toks in _chunks(logits.shape[0], logits.shape[1], ctx.chunk_size):
+            block = logits[rows, toks].to(lse.dtype, copy=True)
+            probs = torch.sub(block, lse[rows, toks].unsqueeze(-1)).exp_()
             # p * (E[x] - x) * g, reusing the block buffer for (E[x] - x).
-            block.neg_().add_(mean_x[start:end].unsqueeze(-1)).mul_(probs)
-            block.mul_(grad_out[start:end].to(lse.dtype).unsqueeze(-1))
-            grad_logits[start:end].copy_(block)  # casts without a temporary
+            block.neg_().add_(mean_x[rows, toks].unsqueeze(-1)).mul_(probs)
+            block.mul_(grad_out[rows, toks].to(lse.dtype).unsqueeze(-1))
+            grad_logits[rows, toks].copy_(block)  # casts without a temporary
             del block, probs
         return grad_logits, None
 
@@ -127,7 +144,8 @@ def logprobs_from_logits(
     """Log-probability of each label under the softmax of its logits, ``log softmax(logits)[label]``.
 
     Args:
-        logits: ``[..., vocab]`` in any float dtype (bf16/fp16 are upcast per chunk, never as a whole).
+        logits: ``[..., vocab]`` in any float dtype (bf16/fp16 are upcast per chunk, never as a whole). A strided
+            view such as ``logits[:, :-1]`` is read in place, not copied.
         labels: ``[...]`` integer token ids in ``[0, vocab)``.
         chunk_size: tokens per float32 working block; ``None`` picks ~32M elements per block (about 650 tokens
             at a 50k vocab). Peak extra memory is one ``[chunk_size, vocab]`` block in float32.
@@ -138,16 +156,15 @@ def logprobs_from_logits(
         ``[...]`` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
     """
     del inplace_backward
-    if logits.shape[:-1] != labels.shape:
+    if logits.dim() < 2 or logits.shape[:-1] != labels.shape:
         raise ValueError(
             f"logprobs_from_logits: logits {tuple(logits.shape)} must be labels {tuple(labels.shape)} + [vocab]"
         )
-    batch_shape = labels.shape
     vocab = logits.shape[-1]
-    flat_logits = logits.reshape(-1, vocab)
-    flat_labels = labels.reshape(-1).long()
-    out = _ChunkedLogProbs.apply(flat_logits, flat_labels, _resolve_chunk_size(chunk_size, vocab))
-    return out.view(batch_shape)
+    logits3 = _as_3d(logits)
+    labels3 = labels.long().reshape(logits3.shape[:-1])
+    out = _ChunkedLogProbs.apply(logits3, labels3, _resolve_chunk_size(chunk_size, vocab))
+    return out.reshape(labels.shape)
 
 
 def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
@@ -160,10 +177,10 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> 
     Returns:
         ``[...]`` entropies (nats) in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
     """
-    vocab = logits.shape[-1]
-    flat = logits.reshape(-1, vocab)
-    out = _ChunkedEntropy.apply(flat, _resolve_chunk_size(chunk_size, vocab))
-    return out.view(logits.shape[:-1])
+    if logits.dim() == 1:
+        return entropy_from_logits(logits.unsqueeze(0), chunk_size).squeeze(0)
+    out = _ChunkedEntropy.apply(_as_3d(logits), _resolve_chunk_size(chunk_size, logits.shape[-1]))
+    return out.reshape(logits.shape[:-1])
 
 
 def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:

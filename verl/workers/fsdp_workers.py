@@ -64,15 +64,41 @@ class _ModelHolder:
         return optimizer, scheduler
 
 
+def _is_already_placed(module: torch.nn.Module) -> bool:
+    """True when the owner already distributed ``module`` (FSDP wrapper or DTensor parameters): never re-shard it."""
+    if fsdp_utils.is_fsdp_module(module) or any(fsdp_utils.is_fsdp_module(m) for m in module.modules()):
+        return True
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
 class ActorRolloutRefWorker(Worker):
     """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
 
     ``config`` is the ``actor_rollout_ref`` section; ``role`` one of :data:`ROLES`. With LoRA
     (``model.lora_rank > 0``) the reference policy is the actor with its adapters disabled: no second model.
+
+    The Python API (``verl.api``) passes the user's own objects so they are trained in place instead of being
+    reloaded from ``model.path``: ``actor_module`` (any causal LM module), ``tokenizer``, ``ref_module`` (default:
+    a frozen deep copy of ``actor_module`` taken before training) and ``rollout`` (a ready :class:`BaseRollout`,
+    e.g. one wrapping an existing vLLM engine). Such objects only make sense on the local backend (same process).
     """
 
-    def __init__(self, config: DictConfig, role: str):
+    def __init__(
+        self,
+        config: DictConfig,
+        role: str,
+        actor_module: torch.nn.Module | None = None,
+        tokenizer: Any = None,
+        ref_module: torch.nn.Module | None = None,
+        rollout: Any = None,
+    ):
         super().__init__()
+        self._given_actor_module = actor_module
+        self._given_tokenizer = tokenizer
+        self._given_ref_module = ref_module
+        self._given_rollout = rollout
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         _set_torch_threads()
@@ -84,7 +110,7 @@ class ActorRolloutRefWorker(Worker):
         self._is_lora = int(self.config.model.get("lora_rank", 0)) > 0
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
-        self.device = get_torch_device(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
 
         n = int(self.config.rollout.n)
         if self._is_actor:
@@ -102,17 +128,20 @@ class ActorRolloutRefWorker(Worker):
         self.actor_lr_scheduler = None
 
     # ----------------------------------------------------------------------------------------------- building
-    def _load_policy(self, path: str, trainable: bool) -> torch.nn.Module:
+    def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
+        """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
         from verl.utils.model_loader import load_causal_lm
 
         model_cfg = self.config.model
-        module = load_causal_lm(
-            path,
-            dtype=torch.float32,
-            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
-            override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
-        )
-        module.to(self.device)
+        if module is None:
+            module = load_causal_lm(
+                path,
+                dtype=torch.float32,
+                trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+                override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
+            )
+        if not _is_already_placed(module):
+            module.to(self.compute_device)
         if not trainable:
             module.requires_grad_(False)
             module.eval()
@@ -136,7 +165,7 @@ class ActorRolloutRefWorker(Worker):
         return module
 
     def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
-        if self.world_size <= 1:
+        if self.world_size <= 1 or _is_already_placed(module):
             return module
         return fsdp_utils.apply_fsdp2(module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)))
 
@@ -147,16 +176,27 @@ class ActorRolloutRefWorker(Worker):
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         model_cfg = self.config.model
-        self.model_path = resolve_model_path(model_cfg.path)
-        self.tokenizer = load_tokenizer(
-            resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path),
-            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
-        )
+        given = self._given_actor_module
+        # a given module is used in place: the path is only resolved when something is loaded from it
+        self.model_path = resolve_model_path(model_cfg.path) if given is None else model_cfg.path
+        if self._given_tokenizer is not None:
+            self.tokenizer = self._given_tokenizer
+        else:
+            self.tokenizer = load_tokenizer(
+                resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path),
+                trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+            )
         use_remove_padding = bool(model_cfg.get("use_remove_padding", False))
+        ref_source = self._given_ref_module
+        if given is not None and self._is_ref and ref_source is None and not self._is_lora:
+            import copy
+
+            ref_source = copy.deepcopy(given)  # the reference is the policy as it was before any update
 
         if self._is_actor or self._is_rollout:
             self.actor_module = self._maybe_shard(
-                self._load_policy(self.model_path, trainable=self._is_actor), self.config.actor.fsdp_config
+                self._load_policy(self.model_path, trainable=self._is_actor, module=given),
+                self.config.actor.fsdp_config,
             )
         if self._is_actor:
             self.actor_optimizer, self.actor_lr_scheduler = _ModelHolder.build_optimizer(
@@ -179,7 +219,7 @@ class ActorRolloutRefWorker(Worker):
                 )
             else:
                 self.ref_module = self._maybe_shard(
-                    self._load_policy(self.model_path, trainable=False), self.config.ref.fsdp_config
+                    self._load_policy(self.model_path, trainable=False, module=ref_source), self.config.ref.fsdp_config
                 )
                 self.ref_policy = DataParallelPPOActor(
                     config=self.config.actor, actor_module=self.ref_module, use_remove_padding=use_remove_padding
@@ -189,6 +229,10 @@ class ActorRolloutRefWorker(Worker):
         from verl.workers.rollout.base import get_rollout_class
 
         name = self.config.rollout.name
+        if self._given_rollout is not None:
+            self.rollout = self._given_rollout
+            self._sync_rollout_weights()
+            return
         rollout_cls = get_rollout_class(name)
         if name == "hf":
             # hybrid engine: generation runs on the very module the actor trains
@@ -225,7 +269,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row (the driver repeats prompts ``rollout.n`` times beforehand)."""
-        prompts = prompts.to(self.device)
+        prompts = prompts.to(self.compute_device)
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         gather = fsdp_utils.full_params(self.actor_module) if self.config.rollout.name == "hf" else nullcontext()
@@ -242,7 +286,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         self._log_prob_meta(data, self.config.rollout)
         log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs}
@@ -253,7 +297,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         self._log_prob_meta(data, self.config.ref)
         context = self.actor_module.disable_adapter() if self._is_lora and self.ref_module is None else nullcontext()
         with context:
@@ -263,7 +307,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
         metrics = self.actor.update_policy(data)
         if self.actor_lr_scheduler is not None:
@@ -274,10 +318,20 @@ class ActorRolloutRefWorker(Worker):
 
     # -------------------------------------------------------------------------------------------- checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
-        """Write ``huggingface/`` (full weights + config + tokenizer), ``optim.pt`` and per-rank extra state."""
+    def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
+        """Write ``huggingface/`` (full weights + config + tokenizer), ``optim.pt`` and per-rank extra state.
+
+        ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) overrides ``actor.checkpoint.save_contents``
+        for this call (the Python API's ``save_optimizer`` / ``save_training_state`` flags).
+        """
         _save_trainable(
-            self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
+            self,
+            local_path,
+            self.actor_module,
+            self.actor_optimizer,
+            self.actor_lr_scheduler,
+            self.config.actor,
+            contents=save_contents,
         )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -288,28 +342,25 @@ class ActorRolloutRefWorker(Worker):
         self._sync_rollout_weights()
 
 
-def _save_trainable(worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig) -> None:
+def _save_trainable(
+    worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig, contents: list[str] | None = None
+) -> None:
     """Checkpoint one trainable role. Collective under FSDP: every rank calls it."""
-    contents = set(section.get("checkpoint", {}).get("save_contents", ["model", "optimizer", "extra"]))
+    if contents is None:
+        contents = section.get("checkpoint", {}).get("save_contents", ["model", "optimizer", "extra"])
+    contents = set(contents)
     os.makedirs(path, exist_ok=True)
     if "model" in contents:
-        if hasattr(module, "peft_config"):
-            if worker.rank == 0:
-                module.save_pretrained(os.path.join(path, "huggingface"))
-                worker_tok = getattr(worker, "tokenizer", None)
-                if worker_tok is not None:
-                    worker_tok.save_pretrained(os.path.join(path, "huggingface"))
-        else:
-            state = fsdp_utils.get_full_model_state_dict(module)
-            if worker.rank == 0:
-                ckpt.save_model_hf(module, getattr(worker, "tokenizer", None), os.path.join(path, "huggingface"), state)
+        state = fsdp_utils.get_full_model_state_dict(module)
+        if worker.rank == 0:
+            tokenizer = getattr(worker, "tokenizer", None)
+            ckpt.save_model_hf(module, tokenizer, os.path.join(path, "huggingface"), state_dict=state)
     if "optimizer" in contents and optimizer is not None:
         optim_state = fsdp_utils.get_full_optimizer_state_dict(module, optimizer)
         if worker.rank == 0:
             torch.save(optim_state, os.path.join(path, "optim.pt"))
     if "extra" in contents:
-        extra = {"lr_scheduler": scheduler.state_dict() if scheduler is not None else None}
-        ckpt.save_extra_state(path, worker.rank, worker.world_size, extra_state=extra, rng_state=ckpt.get_rng_state())
+        ckpt.save_extra_state(path, worker.rank, worker.world_size, lr_scheduler=scheduler)
     if dist.is_initialized():
         dist.barrier()
 
@@ -339,11 +390,7 @@ def _load_trainable(worker: Worker, path: str, module, optimizer, scheduler, sec
         state = torch.load(optim_file, weights_only=True) if (worker.rank == 0 or not dist.is_initialized()) else {}
         fsdp_utils.set_full_optimizer_state_dict(module, optimizer, state)
     if "extra" in contents:
-        extra = ckpt.load_extra_state(path, worker.rank, worker.world_size)
-        if scheduler is not None and extra.get("extra_state", {}).get("lr_scheduler") is not None:
-            scheduler.load_state_dict(extra["extra_state"]["lr_scheduler"])
-        if extra.get("rng_state") is not None:
-            ckpt.set_rng_state(extra["rng_state"])
+        ckpt.load_extra_state(path, worker.rank, worker.world_size, lr_scheduler=scheduler)
     if dist.is_initialized():
         dist.barrier()
 
@@ -351,13 +398,16 @@ def _load_trainable(worker: Worker, path: str, module, optimizer, scheduler, sec
 class CriticWorker(Worker):
     """Value model (LM backbone + scalar head) of one data-parallel rank. ``config`` is the ``critic`` section."""
 
-    def __init__(self, config: DictConfig):
+    def __init__(self, config: DictConfig, critic_module: torch.nn.Module | None = None, tokenizer: Any = None):
+        """``critic_module`` / ``tokenizer``: the Python API's own value model and tokenizer, used in place."""
         super().__init__()
+        self._given_critic_module = critic_module
+        self._given_tokenizer = tokenizer
         _set_torch_threads()
         self.config = _mutable_copy(config)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
-        self.device = get_torch_device(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
         n = int(self.config.get("rollout_n", 1))
         self.config.ppo_mini_batch_size = _per_rank_sequences(
             int(self.config.ppo_mini_batch_size), n, self.world_size, "critic.ppo_mini_batch_size"
@@ -370,12 +420,18 @@ class CriticWorker(Worker):
         from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
         model_cfg = self.config.model
-        path = resolve_model_path(model_cfg.path)
-        self.tokenizer = load_tokenizer(resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path))
-        module = load_value_model(path, dtype=torch.float32).to(self.device)
+        module = self._given_critic_module
+        if self._given_tokenizer is not None:
+            self.tokenizer = self._given_tokenizer
+        else:
+            self.tokenizer = load_tokenizer(resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path))
+        if module is None:
+            module = load_value_model(resolve_model_path(model_cfg.path), dtype=torch.float32).to(self.compute_device)
+        elif not _is_already_placed(module):
+            module = module.to(self.compute_device)
         if model_cfg.get("enable_gradient_checkpointing", False):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if self.world_size > 1:
+        if self.world_size > 1 and not _is_already_placed(module):
             module = fsdp_utils.apply_fsdp2(
                 module, reshard_after_forward=bool(self.config.fsdp_config.get("reshard_after_forward", True))
             )
@@ -392,7 +448,7 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``[batch, response_len]`` of the current value model."""
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         data.meta_info["micro_batch_size"] = int(self.config.forward_micro_batch_size_per_gpu)
         data.meta_info["max_token_len"] = int(self.config.ppo_max_token_len_per_gpu)
         data.meta_info["use_dynamic_bsz"] = bool(self.config.use_dynamic_bsz)
@@ -401,7 +457,7 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         metrics = self.critic.update_critic(data)
         if self.critic_lr_scheduler is not None:
             metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
@@ -409,9 +465,15 @@ class CriticWorker(Worker):
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
+    def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
         _save_trainable(
-            self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
+            self,
+            local_path,
+            self.critic_module,
+            self.critic_optimizer,
+            self.critic_lr_scheduler,
+            self.config,
+            contents=save_contents,
         )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -435,7 +497,7 @@ class RewardModelWorker(Worker):
         self.config = _mutable_copy(config)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
-        self.device = get_torch_device(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -445,7 +507,7 @@ class RewardModelWorker(Worker):
         self.tokenizer = load_tokenizer(path)
         input_tok = self.config.model.get("input_tokenizer")
         self.input_tokenizer = load_tokenizer(resolve_model_path(input_tok)) if input_tok else None
-        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.device).eval()
+        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
         self.module.requires_grad_(False)
 
     def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -457,7 +519,7 @@ class RewardModelWorker(Worker):
             ids = input_ids[start : start + micro]
             mask = attention_mask[start : start + micro]
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            with torch.autocast(self.device.type, dtype=dtype):
+            with torch.autocast(self.compute_device.type, dtype=dtype):
                 logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
             last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
             scores.append(logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
@@ -482,11 +544,11 @@ class RewardModelWorker(Worker):
         enc = self.tokenizer(
             texts, return_tensors="pt", padding=True, truncation=max_length is not None, max_length=max_length
         )
-        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        return enc["input_ids"].to(self.compute_device), enc["attention_mask"].to(self.compute_device)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
-        data = data.to(self.device)
+        data = data.to(self.compute_device)
         if self.input_tokenizer is not None and self.input_tokenizer.get_vocab() != self.tokenizer.get_vocab():
             input_ids, attention_mask = self._retokenize(data)
         else:

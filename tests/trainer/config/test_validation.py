@@ -131,7 +131,6 @@ def test_optional_fields_accept_null() -> None:
             "token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm",
         ),
         ("critic.loss_agg_mode", "sum", "token-mean, seq-mean-token-sum"),
-        ("reward_model.reward_manager", "prime", "naive, batch, dapo"),
         ("reward_model.on_error", "ignore", "fail, zero"),
         ("algorithm.kl_ctrl.type", "pid", "fixed, adaptive"),
     ],

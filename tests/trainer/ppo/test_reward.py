@@ -203,3 +203,15 @@ def test_docs_custom_reward_example_runs(tmp_path, byte_tokenizer):
     # "it is 12" is 8 characters but the response is cut at 8 tokens with no room for EOS: text is "it is 12"
     assert reward.sum(-1).tolist() == pytest.approx([1.0 - 0.1 * 8, 0.0 - 0.1 * 1])
     assert extra["correct"] == [True, False]
+
+
+def test_compute_reward_async(byte_tokenizer):
+    from verl.trainer.ppo.reward import compute_reward_async
+
+    manager = load_reward_manager(_config(), byte_tokenizer, 0)
+    future = compute_reward_async(_batch(byte_tokenizer, ["5"], ["5"]), manager)
+    reward, extra = future.result(timeout=30)
+    assert reward.sum().item() == 1.0 and extra == {}
+    failing = compute_reward_async(_batch(byte_tokenizer, ["5"], ["5"]), lambda d, return_dict=False: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failing.result(timeout=30)

@@ -16,6 +16,7 @@ from verl.utils.checkpoint.checkpoint_manager import (
     extra_state_filename,
     get_rng_state,
     load_extra_state,
+    load_model_state_dict,
     load_optimizer,
     safe_torch_load,
     save_extra_state,
@@ -143,6 +144,10 @@ def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:
     for k, v in model.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[k], v, rtol=0, atol=0)
     assert AutoTokenizer.from_pretrained(out)("hi").input_ids == byte_tokenizer("hi").input_ids
+    reread = load_model_state_dict(out)
+    assert set(reread) == set(gathered) and torch.equal(reread["lm_head.weight"], gathered["lm_head.weight"])
+    with pytest.raises(FileNotFoundError, match="no weights in"):
+        load_model_state_dict(str(tmp_path))
 
 
 def test_save_model_hf_tied_weights_stored_once(tmp_path, byte_tokenizer) -> None:

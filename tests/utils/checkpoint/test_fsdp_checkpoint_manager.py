@@ -39,8 +39,13 @@ def test_save_load_resume_plain_model(tmp_path, byte_tokenizer) -> None:
     finalize_checkpoint(str(tmp_path), 1)
     assert find_latest_ckpt_path(str(tmp_path)) == os.path.dirname(actor)
     names = set(os.listdir(actor))
-    assert {"model_world_size_1_rank_0.safetensors", "model_world_size_1_index.json", "huggingface",
-            "optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt"} <= names
+    assert {
+        "model_world_size_1_rank_0.safetensors",
+        "model_world_size_1_index.json",
+        "huggingface",
+        "optim_world_size_1_rank_0.pt",
+        "extra_state_world_size_1_rank_0.pt",
+    } <= names
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(actor, "huggingface"))
     torch.testing.assert_close(hf.lm_head.weight, model.lm_head.weight, rtol=0, atol=0)
 

@@ -96,7 +96,8 @@ def test_retention_keeps_newest_n(tmp_path) -> None:
         assert (tmp_path / f"global_step_{step}" / "actor").is_dir()
     for other in ("global_step_x", "global_step_3_backup", "other"):
         assert (tmp_path / other / "actor").is_dir()
-    # Removing the critic too leaves empty step dirs, which are deleted.
+    (tmp_path / "global_step_2" / "data.pt").write_bytes(b"driver state")
+    # Removing the critic too leaves step dirs without any role (only files), which are deleted.
     remove_old_checkpoints(str(tmp_path), 2, subdir="critic", current_step=5)
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith("global_step_")) == [
         "global_step_3_backup",
@@ -136,6 +137,8 @@ def test_resolve_resume_modes(tmp_path) -> None:
     assert resolve_resume_path(_trainer_cfg(default_local_dir=str(root), resume_mode="disable")) is None
     cfg_path = _trainer_cfg(default_local_dir=str(root), resume_mode="resume_path", resume_from_path=latest)
     assert resolve_resume_path(cfg_path) == os.path.abspath(latest)
+    # an explicit, already namespaced root wins over default_local_dir + namespace
+    assert resolve_resume_path(cfg, str(root)) == str(root / "global_step_9")
     # dict configs work too
     assert resolve_resume_path({"default_local_dir": str(root), "resume_mode": "auto"}) == str(root / "global_step_9")
 
@@ -143,8 +146,9 @@ def test_resolve_resume_modes(tmp_path) -> None:
 def test_resolve_resume_errors(tmp_path) -> None:
     missing = str(tmp_path / "global_step_3")
     with pytest.raises(FileNotFoundError, match="global_step_3 does not exist"):
-        resolve_resume_path(_trainer_cfg(default_local_dir=str(tmp_path), resume_mode="resume_path",
-                                         resume_from_path=missing))
+        resolve_resume_path(
+            _trainer_cfg(default_local_dir=str(tmp_path), resume_mode="resume_path", resume_from_path=missing)
+        )
     with pytest.raises(ValueError, match="needs trainer.resume_from_path"):
         resolve_resume_path(_trainer_cfg(default_local_dir=str(tmp_path), resume_mode="resume_path"))
     os.makedirs(tmp_path / "notastep")

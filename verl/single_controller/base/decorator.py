@@ -12,7 +12,9 @@ Contract of the functions in the registry (also for modes users add with ``regis
   keyword value is a list with one entry per rank (``len == worker_group.world_size``). A dispatch function may
   add the integer keyword ``PADDING_SIZE_KEY``; the group strips it before calling the workers and hands it to
   the collect function as ``padding_size=``.
-- ``collect_fn(worker_group, outputs: list) -> Any``: ``outputs[r]`` is what rank ``r`` returned.
+- ``collect_fn(worker_group, outputs: list) -> Any``: ``outputs[r]`` is what rank ``r`` returned. For a
+  non-blocking call the collect runs later, in ``DataProtoFuture.get``, and receives a ``GroupInfo`` snapshot
+  (``world_size``, ``auto_padding``) instead of the group.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from verl.single_controller.base.decorator import (
@@ -23,6 +24,17 @@ from verl.single_controller.base.futures import resolve_args
 
 # Class attribute of a colocated worker class (see colocate.py): role name -> the role's user class.
 COLOCATED_ROLES_ATTR = "__verl_colocated_roles__"
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """What a collect function may read about its group when it runs later, inside ``DataProtoFuture.get``.
+
+    A snapshot instead of the group itself keeps futures small and picklable (they may travel to workers).
+    """
+
+    world_size: int
+    auto_padding: bool
 
 
 class ClassWithInitArgs:
@@ -189,8 +201,9 @@ class WorkerGroup(abc.ABC):
             if fns.returns_proto:
                 from verl.protocol import DataProtoFuture
 
+                info = GroupInfo(self._world_size, self.auto_padding)
                 return DataProtoFuture(
-                    collect_fn=functools.partial(fns.collect_fn, self, **collect_extra), futures=futures
+                    collect_fn=functools.partial(fns.collect_fn, info, **collect_extra), futures=futures
                 )
             return futures
 

@@ -160,7 +160,9 @@ class RayWorkerGroup(WorkerGroup):
             raise RuntimeError("RayWorkerGroup needs a running Ray: call ray.init(...) first")
         self._user_cls = user_cls
         self.resource_pool = resource_pool
-        self.name_prefix = name_prefix or f"{resource_pool.name_prefix}_{uuid.uuid4().hex[:6]}"
+        self.name_prefix = name_prefix or resource_pool.name_prefix
+        # Actor names must be unique in the Ray namespace even when a prefix is reused (a second trainer run).
+        self._name_suffix = uuid.uuid4().hex[:6]
         self._owns_pool = False
         self.workers: list[Any] = []
         self.worker_names: list[str] = []
@@ -186,7 +188,7 @@ class RayWorkerGroup(WorkerGroup):
                 BACKEND_ENV_KEY: "ray",
                 **(master or {ELECT_MASTER_ENV_KEY: "1"}),
             }
-            name = f"{self.name_prefix}_{self._user_cls.__name__}_{rank}"
+            name = f"{self.name_prefix}_{self._user_cls.__name__}_{rank}_{self._name_suffix}"
             options: dict[str, Any] = {
                 **pool.actor_resources(),
                 "name": name,

@@ -1,4 +1,4 @@
-"""Typed schemas of the offline trainers' YAML defaults: ``sft_trainer.yaml``, ``dpo_trainer.yaml``, ``kto_trainer.yaml``.
+"""Typed schemas of the offline trainers' defaults: ``sft_trainer.yaml``, ``dpo_trainer.yaml``, ``kto_trainer.yaml``.
 
 Same conventions as :mod:`verl.trainer.config.schema` (``Optional`` allows null, ``Literal`` is a closed choice, a
 nested dataclass is a section); the dataclass defaults mirror the YAML files (a test keeps them identical). Batch
@@ -156,7 +156,9 @@ class SFTConfig:
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
     optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
-    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="sft", default_local_dir="outputs/verl/sft"))
+    trainer: OfflineTrainerConfig = field(
+        default_factory=lambda: OfflineTrainerConfig(experiment_name="sft", default_local_dir="outputs/verl/sft")
+    )
 
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
@@ -174,7 +176,9 @@ class DPOConfig:
     model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
-    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="dpo", default_local_dir="outputs/verl/dpo"))
+    trainer: OfflineTrainerConfig = field(
+        default_factory=lambda: OfflineTrainerConfig(experiment_name="dpo", default_local_dir="outputs/verl/dpo")
+    )
     beta: float = 0.1
     loss_type: DPOLossType = "sigmoid"
     label_smoothing: float = 0.0
@@ -202,7 +206,9 @@ class KTOConfig:
     model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
-    trainer: OfflineTrainerConfig = field(default_factory=lambda: OfflineTrainerConfig(experiment_name="kto", default_local_dir="outputs/verl/kto"))
+    trainer: OfflineTrainerConfig = field(
+        default_factory=lambda: OfflineTrainerConfig(experiment_name="kto", default_local_dir="outputs/verl/kto")
+    )
     beta: float = 0.1
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0

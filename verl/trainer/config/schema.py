@@ -290,7 +290,7 @@ class RewardModelConfig:
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: int = 16
     max_length: Optional[int] = None
-    reward_manager: Literal["naive", "batch", "dapo"] = "naive"
+    reward_manager: str = "naive"  # naive | batch | dapo | any name registered with reward_manager.register
     launch_reward_fn_async: bool = False
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     on_error: Literal["fail", "zero"] = "fail"

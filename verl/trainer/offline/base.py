@@ -115,12 +115,18 @@ class OfflineTrainer:
         """Build a trainer from a full config (as ``python -m verl.trainer.main_*`` loads it)."""
         if not config.data.train_files:
             raise ConfigError("data.train_files: no training data given; set data.train_files=<parquet or jsonl path>")
-        return cls(
-            model=config.model.path,
-            dataset=config.data.train_files,
-            eval_dataset=config.data.val_files or None,
-            config=config,
-        )
+        try:
+            return cls(
+                model=config.model.path,
+                dataset=config.data.train_files,
+                eval_dataset=config.data.val_files or None,
+                config=config,
+            )
+        except ConfigError:
+            raise
+        except (ValueError, FileNotFoundError) as e:
+            # Bad data or a bad model path on the command line: report it like a config error (exit code 2).
+            raise ConfigError(str(e)) from e
 
     def _load_tokenizer(self, model: Any) -> Any:
         path = self.config.model.tokenizer_path or self._model_path
@@ -160,7 +166,9 @@ class OfflineTrainer:
         """The frozen reference: ``ref.path``, else the model path, else a copy of the (still initial) policy."""
         path = self.config.ref.path or self._model_path
         if path is not None:
-            return load_causal_lm(str(path), dtype=torch.float32, trust_remote_code=bool(self.config.model.trust_remote_code))
+            return load_causal_lm(
+                str(path), dtype=torch.float32, trust_remote_code=bool(self.config.model.trust_remote_code)
+            )
         if not self._policy_is_initial:
             raise ValueError(
                 "reference log-probs are needed but the policy has been trained already and there is no reference "
@@ -243,7 +251,7 @@ class OfflineTrainer:
         return t.tolist()
 
     def _reduce_stats(self, stats: dict[str, tuple[float, float]]) -> dict[str, float]:
-        names = sorted(stats)
+        names = list(stats)  # insertion order: the loss first, as the console shows the first few metrics
         flat = self._all_reduce([x for n in names for x in stats[n]])
         return {n: flat[2 * i] / flat[2 * i + 1] for i, n in enumerate(names) if flat[2 * i + 1] > 0}
 
@@ -445,7 +453,7 @@ class OfflineTrainer:
                     metrics = self._train_step([self.train_dataset[i] for i in rows])
                     self.global_step += 1
                     metrics["epoch"] = epoch + (b + 1) / per_epoch
-                    metrics["timing_s/step"] = time.perf_counter() - t0
+                    metrics["perf/time_per_step"] = time.perf_counter() - t0
                     window.append(metrics)
                     if self.global_step % logging_steps == 0 or self.global_step == total:
                         final = {k: float(np.mean([m[k] for m in window if k in m])) for k in window[-1]}

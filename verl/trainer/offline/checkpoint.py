@@ -102,7 +102,9 @@ def _read_weights(role_dir: str) -> dict[str, torch.Tensor]:
     plain = os.path.join(role_dir, PLAIN_WEIGHTS_FILE)
     files = [plain] if os.path.isfile(plain) else sorted(glob.glob(os.path.join(role_dir, HF_SUBDIR, "*.safetensors")))
     if not files:
-        raise FileNotFoundError(f"checkpoint {role_dir} has no weights ({HF_SUBDIR}/*.safetensors or {PLAIN_WEIGHTS_FILE})")
+        raise FileNotFoundError(
+            f"checkpoint {role_dir} has no weights ({HF_SUBDIR}/*.safetensors or {PLAIN_WEIGHTS_FILE})"
+        )
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(f))

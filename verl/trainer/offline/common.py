@@ -1,4 +1,4 @@
-"""Pieces shared by the offline trainers: their config (defaults <- dict overrides), sequence log-probs, loss outputs."""
+"""Shared by the offline trainers: their config (defaults <- dict overrides), sequence log-probs, loss outputs."""
 
 from __future__ import annotations
 
@@ -63,9 +63,10 @@ class LossOutput:
 
 
 def add_stat(stats: dict[str, tuple[float, float]], name: str, values: torch.Tensor) -> None:
-    """Record the sum and count of ``values`` (any shape) under ``name``; an empty tensor records nothing."""
-    if values.numel() == 0:
-        return
+    """Add the sum and count of ``values`` (any shape) to ``stats[name]``.
+
+    An empty tensor still registers the name with count 0, so every rank reduces the same list of metrics.
+    """
     s, c = stats.get(name, (0.0, 0.0))
     stats[name] = (s + float(values.detach().float().sum().item()), c + float(values.numel()))
 

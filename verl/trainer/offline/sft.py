@@ -9,8 +9,9 @@ from omegaconf import DictConfig
 
 from verl.trainer.config.offline_schema import SFTConfig
 from verl.trainer.offline.base import OfflineTrainer
-from verl.trainer.offline.common import LossOutput, add_stat, token_log_probs
+from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.utils.dataset.sft_dataset import SFTDataset
+from verl.utils.model_loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
 
@@ -43,7 +44,7 @@ class SFTTrainer(OfflineTrainer):
 
     ``SFTTrainer(model=..., tokenizer=None, dataset=..., max_length=1024).train(num_train_epochs=1,
     per_device_train_batch_size=2, learning_rate=1e-5, output_dir="out")``. Logged: ``loss`` (mean cross
-    entropy per response token), ``ppl`` is not logged (it is ``exp(loss)``), ``grad_norm``, ``lr``, ``epoch``.
+    entropy per response token), ``response_length``, ``grad_norm``, ``lr``, ``epoch``.
     """
 
     config_schema: ClassVar[type] = SFTConfig
@@ -87,10 +88,12 @@ class SFTTrainer(OfflineTrainer):
         return float(batch["loss_mask"][:, 1:].sum().item())
 
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
-        log_probs, mask = token_log_probs(self.model, batch, self.device, self.compute_dtype)
-        loss_sum = -(log_probs * mask).sum()
-        stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(mask.sum().item()))}
-        add_stat(stats, "response_length", mask.sum(-1))
+        with autocast(self.device, self.compute_dtype):
+            logits = forward_logits(self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+        loss_sum = sft_loss(logits, batch["input_ids"], batch["loss_mask"], reduction="sum")
+        lengths = batch["loss_mask"][:, 1:].sum(-1)
+        stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(lengths.sum().item()))}
+        add_stat(stats, "response_length", lengths)
         return LossOutput(loss_sum=loss_sum, stats=stats)
 
 

@@ -467,8 +467,8 @@ class RayPPOTrainer:
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write ``global_step_N/{actor,critic}`` and the data loader state atomically, then update the
         ``latest_checkpointed_iteration.txt`` marker and apply retention."""
-        from verl.utils.checkpoint.checkpoint_manager import remove_old_checkpoints
-        from verl.utils.fs import atomic_directory, atomic_write_text
+        from verl.utils.checkpoint.layout import finalize_checkpoint, remove_old_checkpoints
+        from verl.utils.fs import atomic_directory
 
         final_dir = path or self._step_dir(self.global_steps)
         with atomic_directory(final_dir) as tmp_dir:
@@ -477,11 +477,12 @@ class RayPPOTrainer:
                 self.critic_wg.save_checkpoint(os.path.join(tmp_dir, "critic"), self.global_steps)
             torch.save(self._driver_state(), os.path.join(tmp_dir, "data.pt"))
         if path is None:
-            atomic_write_text(
-                os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt"), str(self.global_steps)
-            )
+            finalize_checkpoint(self.checkpoint_dir, self.global_steps)
             trainer_cfg = self.config.trainer
-            remove_old_checkpoints(self.checkpoint_dir, int(trainer_cfg.get("max_actor_ckpt_to_keep") or 0))
+            for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
+                remove_old_checkpoints(
+                    self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
+                )
         return final_dir
 
     def _driver_state(self) -> dict[str, Any]:
@@ -494,7 +495,7 @@ class RayPPOTrainer:
 
     def load_checkpoint(self) -> int:
         """Resume per ``trainer.resume_mode``; returns the restored global step (0 when starting fresh)."""
-        from verl.utils.checkpoint.checkpoint_manager import resolve_resume_path
+        from verl.utils.checkpoint.layout import resolve_resume_path
 
         path = resolve_resume_path(self.config.trainer, self.checkpoint_dir)
         if path is None:

@@ -14,6 +14,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -156,3 +157,16 @@ def compute_reward(data: Any, reward_fn: Callable[..., Any]) -> tuple[torch.Tens
             f"reward function returned {type(result).__name__}; expected a tensor or a dict with 'reward_tensor'"
         )
     return result["reward_tensor"], dict(result.get("reward_extra_info") or {})
+
+
+_ASYNC_POOL: ThreadPoolExecutor | None = None
+
+
+def compute_reward_async(data: Any, reward_fn: Callable[..., Any]) -> Future:
+    """Start ``compute_reward(data, reward_fn)`` in a background thread (``reward_model.launch_reward_fn_async``)
+    so the driver can compute log-probs meanwhile; ``future.result()`` gives ``(reward_tensor, extra_infos)`` or
+    re-raises the reward function's error. One worker thread: batches are scored in submission order."""
+    global _ASYNC_POOL
+    if _ASYNC_POOL is None:
+        _ASYNC_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-async")
+    return _ASYNC_POOL.submit(compute_reward, data, reward_fn)

@@ -11,6 +11,7 @@ from verl.utils.checkpoint.checkpoint_manager import (
     save_optimizer,
     set_rng_state,
 )
+from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 from verl.utils.checkpoint.layout import (
     checkpoint_root,
     finalize_checkpoint,
@@ -28,6 +29,7 @@ from verl.utils.checkpoint.sharded_state import (
 )
 
 __all__ = [
+    "FSDPCheckpointManager",
     "check_checkpoint_files",
     "checkpoint_root",
     "finalize_checkpoint",

@@ -47,6 +47,7 @@ __all__ = [
     "get_rng_state",
     "is_peft_model",
     "load_extra_state",
+    "load_model_state_dict",
     "load_optimizer",
     "optimizer_filename",
     "safe_torch_load",
@@ -250,6 +251,18 @@ def save_model_hf(
     return path
 
 
+def load_model_state_dict(hf_dir: str) -> dict[str, torch.Tensor]:
+    """The full state dict stored in a Hugging Face dir (``model.safetensors`` or its sharded index), on CPU."""
+    from verl.utils.checkpoint.sharded_state import hf_weights_state_dict
+
+    state = hf_weights_state_dict(hf_dir)
+    if state is None:
+        raise FileNotFoundError(
+            f"no weights in {hf_dir}: expected model.safetensors or model.safetensors.index.json with its shards"
+        )
+    return state
+
+
 # ---------------------------------------------------------------------------------------------------- optimizer
 
 
@@ -309,7 +322,10 @@ def load_optimizer(optimizer: torch.optim.Optimizer, path: str, rank: int, world
                     # such as Adam's ``step`` stay plain.
                     if isinstance(value, torch.Tensor) and value.shape == param.to_local().shape and value.dim() > 0:
                         sd["state"][idx][key] = DTensor.from_local(
-                            value.to(param.device), param.device_mesh, param.placements, shape=param.shape,
+                            value.to(param.device),
+                            param.device_mesh,
+                            param.placements,
+                            shape=param.shape,
                             stride=param.stride(),
                         )
     optimizer.load_state_dict(sd)

@@ -142,7 +142,9 @@ class FSDPCheckpointManager:
             for key, ref in current.items():
                 value = local[key].to(ref.device)
                 if DTensor is not None and isinstance(ref, DTensor):
-                    value = DTensor.from_local(value, ref.device_mesh, ref.placements, shape=ref.shape, stride=ref.stride())
+                    value = DTensor.from_local(
+                        value, ref.device_mesh, ref.placements, shape=ref.shape, stride=ref.stride()
+                    )
                 new_sd[key] = value
             self.model.load_state_dict(new_sd)
             return

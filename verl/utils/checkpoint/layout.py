@@ -176,7 +176,8 @@ def remove_old_checkpoints(
 
     Never removed: the step just written (``current_step``), the step the tracker points at, and anything that
     is not a ``global_step_N`` directory. ``max_to_keep`` of None or <= 0 keeps everything. A step directory
-    left with nothing but its marker is removed too. Returns the removed paths.
+    left without any role sub-directory (only files such as the marker or the driver's ``data.pt``) is removed
+    too. Returns the removed paths.
     """
     if max_to_keep is None or max_to_keep <= 0:
         return []
@@ -191,8 +192,8 @@ def remove_old_checkpoints(
         target = os.path.join(step_dir, subdir)
         _remove_dir_safely(target)
         removed.append(target)
-        leftovers = [n for n in os.listdir(step_dir) if n != COMPLETE_MARKER]
-        if not leftovers:
+        # With no role directory left, the files beside them (marker, driver state) restore nothing.
+        if not any(os.path.isdir(os.path.join(step_dir, n)) for n in os.listdir(step_dir)):
             _remove_dir_safely(step_dir)
     return removed
 
@@ -211,11 +212,12 @@ def checkpoint_root(trainer_config: Any) -> str:
     return namespaced_path(str(base), _cfg_get(trainer_config, "namespace"))
 
 
-def resolve_resume_path(trainer_config: Any) -> str | None:
+def resolve_resume_path(trainer_config: Any, default_local_dir: str | None = None) -> str | None:
     """Which checkpoint to resume from, per ``trainer.resume_mode``.
 
     - ``disable``: None (train from scratch).
-    - ``auto``: the latest complete checkpoint under :func:`checkpoint_root`, or None if there is none.
+    - ``auto``: the latest complete checkpoint under ``default_local_dir`` when given (taken as the final,
+      already namespaced root), else under :func:`checkpoint_root`; None if there is none.
     - ``resume_path``: ``trainer.resume_from_path`` (a ``global_step_N`` dir); a missing value or path raises.
     """
     mode = _cfg_get(trainer_config, "resume_mode", "auto")
@@ -224,7 +226,7 @@ def resolve_resume_path(trainer_config: Any) -> str | None:
     if mode == "disable":
         return None
     if mode == "auto":
-        return find_latest_ckpt_path(checkpoint_root(trainer_config))
+        return find_latest_ckpt_path(default_local_dir or checkpoint_root(trainer_config))
     path = _cfg_get(trainer_config, "resume_from_path")
     if not path:
         raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N dir)")

@@ -91,7 +91,9 @@ def write_model_shard(local_tensors: Mapping[str, torch.Tensor], path: str, rank
     # safetensors refuses views that share storage; a contiguous CPU copy per tensor is what goes to disk anyway.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in local_tensors.items()}
     target = os.path.join(path, model_shard_filename(rank, world_size))
-    atomic_write_bytes(target, save(tensors, metadata={"format": "pt", "rank": str(rank), "world_size": str(world_size)}))
+    atomic_write_bytes(
+        target, save(tensors, metadata={"format": "pt", "rank": str(rank), "world_size": str(world_size)})
+    )
     return target
 
 
@@ -170,7 +172,9 @@ def _read_index(index_path: str) -> tuple[int, dict[str, ShardSpec]]:
     specs = {}
     for name, spec in body["tensors"].items():
         try:
-            specs[name] = ShardSpec(shape=[int(s) for s in spec["shape"]], dtype=spec["dtype"], placement=spec["placement"])
+            specs[name] = ShardSpec(
+                shape=[int(s) for s in spec["shape"]], dtype=spec["dtype"], placement=spec["placement"]
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{index_path}: tensor {name!r} has a malformed entry {spec!r}") from e
         if specs[name].placement not in ("shard0", "replicate"):
@@ -193,7 +197,9 @@ def load_model_shard(path: str, rank: int, world_size: int) -> dict[str, torch.T
                     f"; the checkpoint was saved with world size {saved_ws}, not {world_size} (resume from "
                     "huggingface/ or merge it with `python -m verl.model_merger merge`)"
                 )
-        raise FileNotFoundError(f"missing model shard {target} (expected {model_shard_filename(rank, world_size)}){hint}")
+        raise FileNotFoundError(
+            f"missing model shard {target} (expected {model_shard_filename(rank, world_size)}){hint}"
+        )
     return load_file(target)
 
 

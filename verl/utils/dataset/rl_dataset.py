@@ -16,6 +16,10 @@ import numpy as np
 import torch
 
 from verl.utils.dataset.bundled import resolve_data_path
+from verl.utils.dataset.sampler import create_rl_sampler
+
+# create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
+__all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
 
 logger = logging.getLogger(__name__)
 

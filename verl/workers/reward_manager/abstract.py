@@ -163,12 +163,13 @@ class AbstractRewardManager:
     # ------------------------------------------------------------------ shared flow
     def _decode_samples(self, data: Any) -> list[Sample]:
         batch = data.batch
-        prompts = batch["prompts"]
-        responses = batch["responses"]
+        # Decoding is per row on the host: one device-to-host copy instead of one sync per row.
+        prompts = batch["prompts"].cpu()
+        responses = batch["responses"].cpu()
         prompt_len = prompts.shape[-1]
-        attention_mask = batch["attention_mask"]
+        attention_mask = batch["attention_mask"].cpu()
         if "response_mask" in batch.keys():
-            response_mask = batch["response_mask"]
+            response_mask = batch["response_mask"].cpu()
         else:
             response_mask = attention_mask[:, prompt_len:]
         valid_prompt_mask = attention_mask[:, :prompt_len].bool()

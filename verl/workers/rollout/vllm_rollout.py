@@ -70,6 +70,36 @@ def _cpu_kv_cache_bytes(hf_config: dict[str, Any], max_num_seqs: int, max_model_
     return int(min(max(need, _GIB // 4), 4 * _GIB))
 
 
+def find_tied_parameters(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """``(alias, source)`` names of parameters that are the same tensor (e.g. ``lm_head.weight`` tied to
+    ``model.embed_tokens.weight``); ``source`` is the name a checkpoint loads."""
+    first_name: dict[int, str] = {}
+    aliases: list[tuple[str, str]] = []
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first_name:
+            aliases.append((name, first_name[id(param)]))
+        else:
+            first_name[id(param)] = name
+    return aliases
+
+
+def retie_parameters(model: torch.nn.Module, aliases: list[tuple[str, str]]) -> None:
+    """Point each alias back at its source parameter and re-run the alias layer's weight processing.
+
+    An in-place reload replaces the source tensor but restores the alias layer's previous tensors (nothing in the
+    checkpoint names it), which would leave a tied ``lm_head`` computing with the old embeddings; on CPU the
+    layer also caches a packed copy of its weight, rebuilt by ``process_weights_after_loading``.
+    """
+    for alias, source in aliases:
+        alias_module_name, _, alias_attr = alias.rpartition(".")
+        source_module_name, _, source_attr = source.rpartition(".")
+        alias_module = model.get_submodule(alias_module_name)
+        setattr(alias_module, alias_attr, getattr(model.get_submodule(source_module_name), source_attr))
+        quant_method = getattr(alias_module, "quant_method", None)
+        if quant_method is not None and hasattr(quant_method, "process_weights_after_loading"):
+            quant_method.process_weights_after_loading(alias_module)
+
+
 @register_rollout("vllm")
 class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
     """A vLLM ``LLM`` engine behind the rollout interface.
@@ -124,6 +154,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         start = time.perf_counter()
         self.llm = vllm.LLM(**args)
         self.engine_start_s = time.perf_counter() - start
+        self._tied_aliases: list[tuple[str, str]] = self.llm.apply_model(find_tied_parameters)[0]
         self.last_weight_sync_s: float | None = None
         self._asleep_tags: set[str] = set()
         if self._sleep_enabled:
@@ -157,6 +188,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             if not (self.tie_word_embeddings and name == "lm_head.weight")
         ]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        if self._tied_aliases:
+            aliases = self._tied_aliases
+            self.llm.apply_model(lambda model: retie_parameters(model, aliases))
         self.llm.reset_prefix_cache()
         self.last_weight_sync_s = time.perf_counter() - start
 

@@ -1,0 +1,32 @@
+"""The offline YAML defaults and their dataclass schemas agree key for key and value for value."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl.trainer.config import load_config
+from verl.trainer.config.offline_schema import DPOConfig, KTOConfig, SFTConfig
+
+
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+def test_yaml_defaults_match_dataclass(schema) -> None:
+    cfg = load_config([], config_name=schema.config_name, schema=schema)
+    assert OmegaConf.to_container(cfg, resolve=True) == dataclasses.asdict(schema())
+
+
+def test_cross_field_checks() -> None:
+    from verl.trainer.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(
+            ["label_smoothing=0.1", "loss_type=hinge", "data.max_prompt_length=2048", "trainer.namespace=../x"],
+            config_name="dpo_trainer",
+            schema=DPOConfig,
+        )
+    text = str(err.value)
+    assert "label_smoothing: only applies to loss_type=sigmoid" in text
+    assert "data.max_prompt_length" in text
+    assert "trainer.namespace" in text

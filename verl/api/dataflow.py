@@ -1,0 +1,194 @@
+"""The dataflow form of a PPO step: ``actor.sample() >> reward_model.score() >> ppo.update()``.
+
+This is a small pipeline of the *same* worker calls that :meth:`RayPPOTrainer.train_step` makes, run by the same
+single controller (the trainer's worker groups); it is not a separate execution engine. The stages:
+
+* :class:`SampleStage` (``actor.sample()``): uid + repeat ``rollout.n`` + ``generate_sequences``;
+* :class:`ScoreStage` (``reward_model.score()``): reward model worker / reward function -> ``token_level_scores``;
+* :class:`UpdateStage` (``ppo.update()``): ``compute_log_prob`` -> ``compute_ref_log_prob`` -> ``compute_values``
+  -> KL-in-reward and advantages (``core_algos``) -> ``update_critic`` -> ``update_actor``.
+
+``pipeline.run(prompts)`` (or ``pipeline(prompts)``) builds the prompt batch like :meth:`PPOTrainer.step` and
+passes each stage's DataProto to the next; it returns the update's metrics (with the documents' names) and keeps
+every stage's output in ``pipeline.outputs``. Stages are independent of each other, so a pipeline may also stop
+early (``actor.sample() >> reward.score()`` returns the scored batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from verl.protocol import DataProto
+
+if TYPE_CHECKING:
+    from verl.api.models import ActorModel, RewardModel
+    from verl.api.ppo import PPOTrainer
+
+
+class Stage:
+    """One step of a pipeline: ``run(trainer, data) -> DataProto | dict``. ``a >> b`` chains stages."""
+
+    name = "stage"
+
+    def run(self, trainer: PPOTrainer, data: DataProto) -> Any:
+        raise NotImplementedError
+
+    def bound_trainer(self) -> PPOTrainer | None:
+        """The trainer this stage belongs to, when it knows one."""
+        return None
+
+    def __rshift__(self, other: Stage | Pipeline) -> Pipeline:
+        return Pipeline([self]) >> other
+
+
+class SampleStage(Stage):
+    """Generate ``rollout.n`` responses per prompt with ``actor`` (``sampling`` overrides e.g. ``temperature``)."""
+
+    name = "sample"
+
+    def __init__(self, actor: ActorModel, sampling: dict[str, Any] | None = None) -> None:
+        self.actor = actor
+        self.sampling = dict(sampling or {})
+
+    def run(self, trainer: PPOTrainer, data: DataProto) -> DataProto:
+        if trainer.actor_model is not self.actor:
+            raise ValueError("actor.sample(): this actor is not the trainer's actor_model; build the trainer with it")
+        sampling = dict(self.sampling)
+        n = sampling.pop("n", None)
+        return trainer.rollout_manager.generate(data, n=n, **sampling)
+
+
+class ScoreStage(Stage):
+    """Score the rollouts: with ``reward`` when given, else the trainer's own reward (function and/or model)."""
+
+    name = "score"
+
+    def __init__(self, reward: RewardModel | None = None) -> None:
+        self.reward = reward
+
+    def run(self, trainer: PPOTrainer, data: DataProto) -> DataProto:
+        if self.reward is None or self.reward is trainer.reward_model:
+            return trainer.rollout_manager.score(data)
+        from verl.trainer.ppo.reward import compute_reward
+
+        scores, _ = compute_reward(data, self.reward.as_reward_manager(trainer.tokenizer))
+        data.batch["token_level_scores"] = scores
+        return data
+
+
+class UpdateStage(Stage):
+    """One PPO update on a scored batch; returns the step's metrics."""
+
+    name = "update"
+
+    def __init__(self, trainer: PPOTrainer) -> None:
+        self.trainer = trainer
+
+    def bound_trainer(self) -> PPOTrainer:
+        return self.trainer
+
+    def run(self, trainer: PPOTrainer, data: DataProto) -> dict[str, float]:
+        return ppo_update(trainer, data)
+
+
+def ppo_update(trainer: PPOTrainer, batch: DataProto) -> dict[str, float]:
+    """The post-scoring half of a PPO step on ``batch`` (rollouts with ``token_level_scores``), as in
+    :meth:`RayPPOTrainer.train_step`: old log-probs, reference log-probs, values, ``token_level_rewards``
+    (``scores - beta * KL`` with KL in the reward), advantages, critic and actor updates. Returns the metrics
+    (verl's names: ``actor/pg_loss``, ``critic/score/mean``, ``timing_s/*`` ...)."""
+    from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_timing_metrics, marked_timer, reduce_metrics
+    from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
+    from verl.utils.torch_functional import masked_mean
+
+    driver = trainer.driver
+    if "token_level_scores" not in batch.batch.keys():
+        raise ValueError("ppo.update() needs scored rollouts (token_level_scores): put a score stage before it")
+    timing: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
+    with marked_timer("step", timing):
+        batch.meta_info["global_steps"] = driver.global_steps
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        with marked_timer("old_log_prob", timing):
+            old = driver.actor_rollout_wg.compute_log_prob(batch)
+            entropys = old.batch.pop("entropys") if "entropys" in old.batch.keys() else None
+            if entropys is not None:
+                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+            batch = batch.union(old)
+        if driver.use_reference_policy:
+            with marked_timer("ref", timing):
+                batch = batch.union(driver.actor_rollout_wg.compute_ref_log_prob(batch))
+        if driver.use_critic:
+            with marked_timer("values", timing):
+                batch = batch.union(driver.critic_wg.compute_values(batch))
+        with marked_timer("adv", timing):
+            if driver.kl_ctrl_in_reward is not None:
+                batch, kl_metrics = apply_kl_penalty(batch, driver.kl_ctrl_in_reward, driver.algorithm.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = compute_advantage(batch, driver.algorithm.adv_estimator, driver.algorithm)
+        if driver.use_critic:
+            with marked_timer("update_critic", timing):
+                metrics.update(reduce_metrics(driver.critic_wg.update_critic(batch).meta_info["metrics"]))
+        if int(driver.config.trainer.critic_warmup) <= driver.global_steps:
+            with marked_timer("update_actor", timing):
+                metrics.update(reduce_metrics(driver.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+    metrics.update(compute_data_metrics(batch, use_critic=driver.use_critic))
+    metrics.update(compute_timing_metrics(batch, timing))
+    driver.last_batch = batch
+    return metrics
+
+
+class Pipeline:
+    """An ordered list of stages run through one trainer's worker groups."""
+
+    def __init__(self, stages: list[Stage], trainer: PPOTrainer | None = None) -> None:
+        self.stages = list(stages)
+        self.trainer = trainer
+        self.outputs: dict[str, Any] = {}
+
+    def __rshift__(self, other: Stage | Pipeline) -> Pipeline:
+        more = other.stages if isinstance(other, Pipeline) else [other]
+        if not all(isinstance(s, Stage) for s in more):
+            raise TypeError(f"a pipeline chains stages, got {type(other).__name__}")
+        return Pipeline(self.stages + list(more), trainer=self.trainer or getattr(other, "trainer", None))
+
+    def bind(self, trainer: PPOTrainer) -> Pipeline:
+        """Run this pipeline through ``trainer`` (needed when no ``ppo.update()`` stage names it)."""
+        self.trainer = trainer
+        return self
+
+    def _trainer(self) -> PPOTrainer:
+        if self.trainer is not None:
+            return self.trainer
+        for stage in self.stages:
+            bound = stage.bound_trainer()
+            if bound is not None:
+                return bound
+        raise ValueError("this pipeline has no trainer: end it with ppo.update() or call .bind(trainer)")
+
+    def run(self, prompts: Any, attention_mask: Any = None) -> Any:
+        """Run every stage on the prompt batch; returns the last stage's result (metrics after an update).
+
+        A pipeline ending with an update counts as one training step (``global_steps`` + 1, evaluators and
+        exporters run as after :meth:`PPOTrainer.step`).
+        """
+        trainer = self._trainer()
+        data: Any = trainer.make_batch(prompts, attention_mask)
+        updates = any(isinstance(s, UpdateStage) for s in self.stages)
+        if updates:
+            trainer.driver.global_steps += 1
+        self.outputs = {}
+        for i, stage in enumerate(self.stages):
+            if not isinstance(data, DataProto):
+                raise TypeError(f"stage {i} ({stage.name}) needs a DataProto, got {type(data).__name__}")
+            data = stage.run(trainer, data)
+            self.outputs[f"{i}:{stage.name}"] = data
+        if updates and isinstance(data, dict):
+            return trainer._finish_step(data)
+        return data
+
+    __call__ = run
+
+    def __repr__(self) -> str:
+        return " >> ".join(f"{s.name}()" for s in self.stages)

@@ -1,0 +1,555 @@
+"""``PPOTrainer``: the documents' PPO/GRPO API as a thin layer over the ``main_ppo`` driver and workers.
+
+Nothing here re-implements the algorithm. The trainer builds a validated ``ppo_trainer`` config from the
+documents' keys (see :data:`DOC_KEYS` and ``docs/api.md``), creates the same worker groups as
+``python -m verl.trainer.main_ppo`` (local backend) around the user's own model objects, and runs each step through
+:meth:`verl.trainer.ppo.ray_trainer.RayPPOTrainer.train_step` on a left-padded prompt batch it builds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl.api.data import encode_prompts
+from verl.api.models import ActorModel, CriticModel, RewardModel, TextRewardManager, as_actor_model
+from verl.api.rollout import RolloutManager, vLLMActor
+from verl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+# document metric name -> verl metric names, first present wins
+DOC_METRIC_NAMES: dict[str, tuple[str, ...]] = {
+    "reward": ("critic/score/mean",),
+    "kl": ("actor/reward_kl_penalty", "actor/kl_loss", "actor/ppo_kl"),
+    "policy_loss": ("actor/pg_loss",),
+    "value_loss": ("critic/vf_loss",),
+    "entropy": ("actor/entropy",),
+    "response_length": ("response_length/mean",),
+    "lr": ("actor/lr",),
+    "grad_norm": ("actor/grad_norm",),
+}
+
+# ------------------------------------------------------------------------------------------------- config
+# document key -> the main_ppo keys it sets (kl_coef and algorithm are handled by build_ppo_config)
+DOC_KEYS: dict[str, tuple[str, ...]] = {
+    "batch_size": ("actor_rollout_ref.actor.ppo_mini_batch_size",),
+    "rollout_batch_size": ("data.train_batch_size",),
+    "lr": ("actor_rollout_ref.actor.optim.lr",),
+    "critic_lr": ("critic.optim.lr",),
+    "num_samples": ("actor_rollout_ref.rollout.n",),
+    "max_prompt_length": ("data.max_prompt_length",),
+    "max_response_length": ("data.max_response_length",),
+    "max_new_tokens": ("data.max_response_length",),
+    "temperature": ("actor_rollout_ref.rollout.temperature",),
+    "ppo_epochs": ("actor_rollout_ref.actor.ppo_epochs",),
+    "micro_batch_size": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
+    "clip_ratio": ("actor_rollout_ref.actor.clip_ratio",),
+    "entropy_coeff": ("actor_rollout_ref.actor.entropy_coeff",),
+    "gamma": ("algorithm.gamma",),
+    "lam": ("algorithm.lam",),
+    "seed": ("trainer.seed",),
+    "total_steps": ("trainer.total_training_steps",),
+    "output_dir": ("trainer.default_local_dir",),
+    "device": ("trainer.device",),
+    "enable_profiling": ("trainer.enable_profiling",),
+    "enable_debug_mode": ("trainer.enable_debug_mode",),
+    "allow_unsafe_operations": ("trainer.allow_unsafe_operations",),
+}
+SPECIAL_DOC_KEYS = ("algorithm", "kl_coef")
+# the documents' algorithm names -> algorithm.adv_estimator (registered estimator names are accepted as they are)
+ALGORITHM_ALIASES = {"ppo": "gae", "reinforce++": "reinforce_plus_plus", "reinforce": "reinforce_plus_plus"}
+# API defaults, below the user's keys: one process, the local backend, no console/file loggers (use exporters)
+API_DEFAULTS: dict[str, Any] = {
+    "trainer.backend": "local",
+    "trainer.nnodes": 1,
+    "trainer.n_gpus_per_node": 1,
+    "trainer.logger": [],
+    "trainer.val_before_train": False,
+    "trainer.export_hf": False,
+    "trainer.plot": False,
+    "trainer.default_local_dir": "outputs/verl_api",
+}
+
+
+def build_ppo_config(
+    user: Mapping[str, Any] | DictConfig,
+    has_critic: bool = False,
+    namespace: str | None = None,
+    kl_in_reward: bool = False,
+    rollout_engine: str | None = None,
+) -> DictConfig:
+    """The validated ``ppo_trainer`` config for the given document keys and dotted ``main_ppo`` keys.
+
+    Layers, later wins: ``ppo_trainer.yaml`` < :data:`API_DEFAULTS` < document keys (:data:`DOC_KEYS`,
+    ``algorithm``, ``kl_coef``) < dotted keys. ``algorithm`` defaults to ``ppo`` with a critic and ``grpo``
+    without; ``ppo`` uses ``rollout.n = 1``. ``kl_coef`` sets the KL-in-reward coefficient
+    (``algorithm.kl_ctrl.kl_coef``, ``use_kl_in_reward``) for ``ppo`` or when ``kl_in_reward`` (the built-in KL
+    reward), else the actor's KL loss (``kl_loss_coef``, ``use_kl_loss``). A missing ``batch_size`` /
+    ``rollout_batch_size`` takes the other one's value. Raises :class:`verl.trainer.config.ConfigError` naming every
+    bad key or value.
+    """
+    from verl.trainer.config import ConfigError, PPOConfig, validate_config
+    from verl.trainer.config.loader import Override, apply_overrides, packaged_config_text
+    from verl.trainer.ppo.algos.registry import AdvantageEstimator
+
+    if isinstance(user, DictConfig):
+        user = OmegaConf.to_container(user, resolve=True)  # type: ignore[assignment]
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"PPOTrainer config must be a mapping of keys to values, got {type(user).__name__}")
+    doc = {k: v for k, v in user.items() if "." not in k}
+    dotted = {k: v for k, v in user.items() if "." in k}
+    unknown = [k for k in doc if k not in DOC_KEYS and k not in SPECIAL_DOC_KEYS]
+    if unknown:
+        raise ConfigError(
+            [
+                f"config key {k!r} is neither a document key ({', '.join(sorted([*DOC_KEYS, *SPECIAL_DOC_KEYS]))}) "
+                "nor a dotted main_ppo key such as 'actor_rollout_ref.rollout.n'"
+                for k in unknown
+            ]
+        )
+    settings: dict[str, Any] = dict(API_DEFAULTS)
+    algo = str(doc.get("algorithm", "ppo" if has_critic else "grpo")).lower()
+    estimator = ALGORITHM_ALIASES.get(algo, algo)
+    known = sorted({e.value for e in AdvantageEstimator} | set(ALGORITHM_ALIASES))
+    if estimator not in {e.value for e in AdvantageEstimator}:
+        raise ConfigError(f"config algorithm={doc.get('algorithm')!r}: unknown; expected one of {', '.join(known)}")
+    settings["algorithm.adv_estimator"] = estimator
+    if estimator == "gae":
+        settings["actor_rollout_ref.rollout.n"] = 1
+    if rollout_engine is not None:
+        settings["actor_rollout_ref.rollout.name"] = rollout_engine
+    for key, value in doc.items():
+        for target in DOC_KEYS.get(key, ()):
+            settings[target] = value
+    if "batch_size" in doc and "rollout_batch_size" not in doc:
+        settings["data.train_batch_size"] = doc["batch_size"]
+    if "rollout_batch_size" in doc and "batch_size" not in doc:
+        settings["actor_rollout_ref.actor.ppo_mini_batch_size"] = doc["rollout_batch_size"]
+    kl_coef = doc.get("kl_coef")
+    if kl_in_reward or (kl_coef is not None and estimator == "gae"):
+        settings["algorithm.use_kl_in_reward"] = True
+        if kl_coef is not None:
+            settings["algorithm.kl_ctrl.kl_coef"] = kl_coef
+    elif kl_coef is not None:
+        settings["actor_rollout_ref.actor.use_kl_loss"] = float(kl_coef) > 0
+        settings["actor_rollout_ref.actor.kl_loss_coef"] = kl_coef
+    if namespace is not None:
+        settings["trainer.namespace"] = namespace
+    settings.update(dotted)
+
+    cfg = OmegaConf.create(packaged_config_text("ppo_trainer"))
+    added = apply_overrides(cfg, [Override("set", k, v, f"{k}={v!r}") for k, v in settings.items()])
+    OmegaConf.resolve(cfg)
+    _fit_micro_batches(cfg, explicit=set(settings) - set(API_DEFAULTS))
+    validate_config(cfg, PPOConfig, extra_keys=added)
+    return cfg
+
+
+def _fit_micro_batches(cfg: DictConfig, explicit: set[str]) -> None:
+    """Micro-batch sizes the user did not set are lowered to fit the mini-batch: the largest divisor of the
+    sequences per mini-batch (``ppo_mini_batch_size * rollout.n / world``) not above the default."""
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    for section, key in ((cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor"), (cfg.critic, "critic")):
+        if f"{key}.ppo_micro_batch_size_per_gpu" in explicit:
+            continue
+        per_rank = int(section.ppo_mini_batch_size) * n // max(world, 1)
+        current = int(section.ppo_micro_batch_size_per_gpu)
+        if per_rank > 0 and per_rank % current != 0:
+            section.ppo_micro_batch_size_per_gpu = max(
+                d for d in range(1, min(current, per_rank) + 1) if per_rank % d == 0
+            )
+
+
+# driver attributes readable on the PPOTrainer (for evaluators written against RayPPOTrainer)
+DRIVER_ATTRS = (
+    "actor_rollout_wg",
+    "critic_wg",
+    "rm_wg",
+    "worker_groups",
+    "reward_fn",
+    "val_reward_fn",
+    "val_dataloader",
+    "use_reference_policy",
+    "use_critic",
+    "last_batch",
+)
+
+BUILTIN_REWARDS = ("kl", "length")
+
+
+def _zero_reward(prompts: list[str], responses: list[str]) -> list[float]:
+    """The KL-only default: no task score (the KL penalty in the reward is the whole signal)."""
+    return [0.0] * len(responses)
+
+
+def _length_reward_fn(tokenizer: Any, max_len: int) -> Callable[[list[str], list[str]], list[float]]:
+    def length_reward(prompts: list[str], responses: list[str]) -> list[float]:
+        """Fraction of the response budget used: ``len(tokens) / max_response_length`` in [0, 1]."""
+        return [min(1.0, len(tokenizer.encode(r, add_special_tokens=False)) / max_len) for r in responses]
+
+    return length_reward
+
+
+def _takes_verl_sample_contract(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "solution_str" in params or "solution_strs" in params
+
+
+def _is_reward_manager(fn: Any) -> bool:
+    import inspect
+
+    from verl.workers.reward_manager.abstract import AbstractRewardManager
+
+    if isinstance(fn, (AbstractRewardManager, TextRewardManager)):
+        return True
+    try:
+        return "return_dict" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class PPOTrainer:
+    """PPO-family training of a user's model objects (PPO with a critic, GRPO, RLOO, REINFORCE++, ...).
+
+    Args:
+        actor_model: an :class:`ActorModel` (or any causal LM module, wrapped), trained in place.
+        critic_model: a :class:`CriticModel` (or a causal LM, given a value head); selects ``algorithm="ppo"`` by
+            default. Without one the default algorithm is GRPO.
+        tokenizer: the policy's tokenizer (default: ``actor_model.tokenizer``); pad/eos are aligned with the model.
+        config: document keys (``batch_size``, ``rollout_batch_size``, ``kl_coef``, ``lr``, ``algorithm``, ...) and
+            any dotted ``main_ppo`` key (``"actor_rollout_ref.rollout.n": 4``); see ``docs/api.md``.
+        data_provider: a :class:`verl.api.data.DataProvider` (or any iterable of prompt batches) for :meth:`train`.
+        reward_fn: ``fn(prompts: list[str], responses: list[str]) -> list[float]``; or verl's per-sample contract
+            ``fn(data_source, solution_str, ground_truth, extra_info=None)``; or a reward manager
+            (``fn(data, return_dict=True)``); or a :class:`RewardModel`; or a built-in name: ``"kl"`` (default:
+            no task score, the reward is ``-kl_coef * KL(policy || reference)`` per token) or ``"length"``.
+        namespace: isolates runs sharing a machine: checkpoints and logs go under ``<dir>/<namespace>/``.
+        reward_model: alternative spelling of a :class:`RewardModel` reward.
+    """
+
+    def __init__(
+        self,
+        actor_model: torch.nn.Module,
+        critic_model: torch.nn.Module | None = None,
+        tokenizer: Any = None,
+        config: Mapping[str, Any] | DictConfig | None = None,
+        data_provider: Any = None,
+        reward_fn: Any = None,
+        namespace: str | None = None,
+        reward_model: RewardModel | None = None,
+    ) -> None:
+        from verl.trainer.ppo.runner import apply_runtime_switches, seed_everything
+        from verl.utils.security import SecurityPolicy, set_security_policy
+
+        tokenizer = tokenizer if tokenizer is not None else getattr(actor_model, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError("PPOTrainer needs a tokenizer: PPOTrainer(..., tokenizer=tok) or an Actor with one")
+        self.actor_model: ActorModel = as_actor_model(actor_model, tokenizer)
+        self.tokenizer = tokenizer
+        if critic_model is not None and not isinstance(critic_model, CriticModel):
+            critic_model = CriticModel(critic_model)
+        self.critic_model: CriticModel | None = critic_model
+        if reward_fn is None and reward_model is not None:
+            reward_fn = reward_model
+        reward_name = reward_fn if isinstance(reward_fn, str) else ("kl" if reward_fn is None else None)
+        if reward_name is not None and reward_name not in BUILTIN_REWARDS:
+            raise ValueError(f"reward_fn={reward_name!r}: built-in rewards are {list(BUILTIN_REWARDS)}")
+        self.config: DictConfig = build_ppo_config(
+            config or {},
+            has_critic=critic_model is not None,
+            namespace=namespace,
+            kl_in_reward=reward_name == "kl",
+            rollout_engine="vllm" if isinstance(self.actor_model, vLLMActor) else None,
+        )
+        self.namespace = self.config.trainer.get("namespace")
+        trainer_cfg = self.config.trainer
+        seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
+        apply_runtime_switches(trainer_cfg)
+        self.security = SecurityPolicy.from_config(self.config)
+        set_security_policy(self.security)
+
+        self.reward_model, reward_manager = self._build_reward(reward_fn, reward_name)
+        self.data_provider = data_provider
+        self.evaluators: list[tuple[Any, int]] = []
+        self.exporters: list[Any] = []
+        self.history: list[dict[str, float]] = []
+        self._grad_hooks: list[Any] = []
+        self._driver = self._build_driver(reward_manager)
+        self.rollout_manager = RolloutManager(self._driver)
+        self._install_data_parallel()
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    def _build_reward(self, reward_fn: Any, builtin: str | None) -> tuple[RewardModel | None, Any]:
+        """The user-facing :class:`RewardModel` (or None) and the reward manager the driver calls."""
+        tok = self.tokenizer
+        if builtin == "kl":
+            reward = RewardModel(_zero_reward)
+        elif builtin == "length":
+            reward = RewardModel(_length_reward_fn(tok, int(self.config.data.max_response_length)))
+        elif isinstance(reward_fn, RewardModel):
+            reward = reward_fn
+        elif not callable(reward_fn):
+            raise TypeError(f"reward_fn must be callable, a RewardModel or a built-in name, got {reward_fn!r}")
+        elif _is_reward_manager(reward_fn):
+            return None, reward_fn
+        elif _takes_verl_sample_contract(reward_fn):
+            from verl.trainer.ppo.reward import load_reward_manager
+
+            return None, load_reward_manager(self.config, tok, num_examine=0, compute_score=reward_fn)
+        else:
+            reward = RewardModel(reward_fn)
+        return reward, reward.as_reward_manager(tok)
+
+    def _build_driver(self, reward_manager: Any) -> Any:
+        """The ``main_ppo`` driver with worker groups built around the user's objects (local backend)."""
+        from verl.single_controller import create_colocated_worker_groups
+        from verl.trainer.config import critic_enabled, need_reference_policy
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+        cfg = self.config
+        steps = int(cfg.trainer.get("total_training_steps") or 1)
+        for section in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
+            section.total_training_steps = steps  # the LR scheduler's horizon, read when the workers are built
+        if critic_enabled(cfg) and self.critic_model is None:
+            raise ValueError(
+                f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} trains a critic: pass critic_model="
+            )
+        actor_role = "actor_rollout_ref" if need_reference_policy(cfg) else "actor_rollout"
+        rollout = None
+        if isinstance(self.actor_model, vLLMActor):
+            rollout = self.actor_model.build_rollout(cfg.actor_rollout_ref.rollout)
+        roles: dict[str, tuple[type, dict[str, Any]]] = {
+            "actor_rollout": (
+                ActorRolloutRefWorker,
+                {
+                    "config": cfg.actor_rollout_ref,
+                    "role": actor_role,
+                    "actor_module": self.actor_model,
+                    "tokenizer": self.tokenizer,
+                    "rollout": rollout,
+                },
+            )
+        }
+        if critic_enabled(cfg):
+            roles["critic"] = (
+                CriticWorker,
+                {"config": cfg.critic, "critic_module": self.critic_model, "tokenizer": self.tokenizer},
+            )
+        driver = RayPPOTrainer(config=cfg, tokenizer=self.tokenizer, reward_fn=reward_manager)
+        driver.worker_groups = create_colocated_worker_groups(
+            backend="local", roles=roles, world_size=1, name_prefix=driver._namespaced_prefix()
+        )
+        driver.init_workers()
+        return driver
+
+    def _install_data_parallel(self) -> None:
+        from verl.api.device_mesh import data_parallel_mesh, install_gradient_averaging
+
+        self.dp_mesh = data_parallel_mesh(self.actor_model.device_meshes)
+        if self.dp_mesh is not None:
+            self._grad_hooks = install_gradient_averaging(self.actor_model, self.dp_mesh)
+            if self.critic_model is not None:
+                self._grad_hooks += install_gradient_averaging(self.critic_model, self.dp_mesh)
+
+    # ---------------------------------------------------------------------------------------------- accessors
+    @property
+    def actor_tokenizer(self) -> Any:
+        """The policy tokenizer (pad/eos aligned with the actor)."""
+        return self.tokenizer
+
+    @property
+    def global_steps(self) -> int:
+        """Steps taken so far."""
+        return int(self._driver.global_steps)
+
+    def __getattr__(self, name: str) -> Any:
+        # evaluators written for the driver (verl.api.evaluation) read these attributes of "the trainer"
+        if name in DRIVER_ATTRS and "_driver" in self.__dict__:
+            return getattr(self._driver, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def driver(self) -> Any:
+        """The underlying :class:`RayPPOTrainer` (same object ``main_ppo`` runs)."""
+        return self._driver
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """``trainer.default_local_dir`` with the namespace applied."""
+        return self._driver.checkpoint_dir
+
+    # ---------------------------------------------------------------------------------------------- steps
+    def make_batch(self, prompts: Any, attention_mask: torch.Tensor | None = None) -> DataProto:
+        """Left-padded ``input_ids``/``attention_mask``/``position_ids`` ``[batch, prompt_len]`` of ``prompts``
+        (token ids, strings, chat messages, a DataProvider batch or a DataProto), sliced to this rank's share when
+        a data-parallel mesh is set."""
+        data_cfg = self.config.data
+        batch = encode_prompts(
+            prompts,
+            self.tokenizer,
+            attention_mask=attention_mask,
+            prompt_key=str(data_cfg.get("prompt_key", "prompt")),
+            max_prompt_length=int(data_cfg.max_prompt_length),
+            truncation=str(data_cfg.get("truncation", "error")),
+            apply_chat_template=bool(data_cfg.get("apply_chat_template", True)),
+        )
+        if self.dp_mesh is not None and self.dp_mesh.size > 1:
+            rows = self.dp_mesh.shard(len(batch))
+            batch = batch.slice(rows.start, rows.stop)
+        return batch
+
+    def _profiler(self) -> Any:
+        policy = self.security
+        step = self._driver.global_steps
+        if not policy.enable_profiling or (policy.profile_steps and step not in policy.profile_steps):
+            return nullcontext()
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        return profile(activities=activities, record_shapes=False)
+
+    def step(self, prompts: Any, attention_mask: torch.Tensor | None = None) -> dict[str, float]:
+        """One full PPO iteration (rollout -> reward -> log-probs -> advantages -> updates) on ``prompts``.
+
+        Returns the step's metrics under verl's names (``actor/pg_loss``, ``critic/score/mean``, ...) plus the
+        documents' names (:data:`DOC_METRIC_NAMES`) and ``loss``: the actor's objective
+        ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl_loss`` (the last term with ``use_kl_loss``).
+        """
+        batch = self.make_batch(prompts, attention_mask)
+        self._driver.global_steps += 1
+        profiler = self._profiler()
+        with profiler:
+            metrics = self._driver.train_step(batch)
+        if profiler.__class__ is not nullcontext:
+            trace_dir = os.path.join(self.checkpoint_dir, "profile")
+            os.makedirs(trace_dir, exist_ok=True)
+            profiler.export_chrome_trace(os.path.join(trace_dir, f"step_{self.global_steps}.json"))
+        return self._finish_step(metrics)
+
+    def _finish_step(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """Add the document names, run evaluators and exporters, record the step."""
+        out = dict(metrics)
+        out.update(self.document_metrics(metrics))
+        step = self.global_steps
+        out["step"] = step
+        for evaluator, every in self.evaluators:
+            if step % every == 0:
+                result = evaluator.evaluate(self)
+                if not isinstance(result, Mapping):
+                    raise TypeError(f"{type(evaluator).__name__}.evaluate returned {type(result).__name__}, not a dict")
+                out.update(result)
+        for exporter in self.exporters:
+            exporter.export(out, step)
+        self.history.append(out)
+        return out
+
+    def document_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """The documents' metric names computed from verl's metrics of one step (see :data:`DOC_METRIC_NAMES`)."""
+        out: dict[str, float] = {}
+        for name, sources in DOC_METRIC_NAMES.items():
+            for src in sources:
+                if src in metrics:
+                    out[name] = float(metrics[src])
+                    break
+        actor = self.config.actor_rollout_ref.actor
+        loss = float(metrics.get("actor/pg_loss", float("nan")))
+        loss -= float(actor.entropy_coeff) * float(metrics.get("actor/entropy", 0.0))
+        if actor.use_kl_loss:
+            loss += float(actor.kl_loss_coef) * float(metrics.get("actor/kl_loss", 0.0))
+        out["loss"] = loss
+        return out
+
+    def train(self, num_steps: int | None = None, epochs: int | None = None) -> Iterator[dict[str, float]]:
+        """Step over the data provider's batches, yielding each step's metrics (see :meth:`step`).
+
+        Runs ``epochs`` passes (default ``trainer.total_epochs``) and stops early after ``num_steps`` steps.
+        """
+        if self.data_provider is None:
+            raise ValueError("PPOTrainer.train() needs a data_provider (PPOTrainer(..., data_provider=...))")
+        epochs = int(self.config.trainer.total_epochs if epochs is None else epochs)
+        done = 0
+        for _ in range(epochs):
+            for batch in self.data_provider:
+                if num_steps is not None and done >= num_steps:
+                    return
+                yield self.step(batch)
+                done += 1
+
+    # ------------------------------------------------------------------------------------------- plugins
+    def register_evaluator(self, evaluator: Any, every_n_steps: int = 1) -> None:
+        """Call ``evaluator.evaluate(trainer) -> dict`` every ``every_n_steps`` steps; its values join the metrics."""
+        if not callable(getattr(evaluator, "evaluate", None)):
+            raise TypeError(f"{type(evaluator).__name__} has no evaluate(trainer) method")
+        if int(every_n_steps) < 1:
+            raise ValueError(f"every_n_steps={every_n_steps!r} must be >= 1")
+        self.evaluators.append((evaluator, int(every_n_steps)))
+
+    def add_metrics_exporter(self, exporter: Any) -> None:
+        """Call ``exporter.export(metrics: dict, step: int)`` after every step."""
+        if not callable(getattr(exporter, "export", None)):
+            raise TypeError(f"{type(exporter).__name__} has no export(metrics, step) method")
+        self.exporters.append(exporter)
+
+    # ---------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(
+        self, path: str | None = None, save_optimizer: bool = True, save_training_state: bool = True
+    ) -> str:
+        """Write ``<path>/actor`` (and ``critic``): the weights in Hugging Face format, plus ``optim.pt`` when
+        ``save_optimizer`` and the scheduler/RNG state and ``data.pt`` (global step, KL coefficient, data
+        position) when ``save_training_state``. ``path`` defaults to ``<checkpoint_dir>/global_step_N``; a
+        namespace is appended to an explicit path too. Written atomically; returns the directory."""
+        from verl.utils.fs import atomic_directory, namespaced_path
+
+        final = namespaced_path(path, self.namespace) if path else self._driver._step_dir(self.global_steps)
+        contents = ["model"] + (["optimizer"] if save_optimizer else []) + (["extra"] if save_training_state else [])
+        driver = self._driver
+        with atomic_directory(final) as tmp:
+            driver.actor_rollout_wg.save_checkpoint(
+                os.path.join(tmp, "actor"), self.global_steps, save_contents=contents
+            )
+            if driver.use_critic:
+                driver.critic_wg.save_checkpoint(os.path.join(tmp, "critic"), self.global_steps, save_contents=contents)
+            if save_training_state:
+                state = driver._driver_state()
+                provider = self.data_provider
+                if provider is not None and hasattr(provider, "batches_served"):
+                    state["data_provider"] = {"epoch": int(provider.epoch), "batches": int(provider.batches_served)}
+                torch.save(state, os.path.join(tmp, "data.pt"))
+        return final
+
+    def close(self) -> None:
+        """Release the workers and remove the gradient hooks; exporters with ``close()`` are closed."""
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks = []
+        for exporter in self.exporters:
+            if callable(getattr(exporter, "close", None)):
+                exporter.close()
+        for group in self._driver.worker_groups.values():
+            if callable(getattr(group, "shutdown", None)):
+                group.shutdown()
+
+    # ------------------------------------------------------------------------------------------ dataflow
+    def update(self) -> Any:
+        """The dataflow stage that turns scored rollouts into one PPO update (see :mod:`verl.api.dataflow`)."""
+        from verl.api.dataflow import UpdateStage
+
+        return UpdateStage(trainer=self)
+
+    def __repr__(self) -> str:
+        algo = self.config.algorithm.adv_estimator
+        return f"PPOTrainer(algorithm={algo!r}, steps={self.global_steps}, namespace={self.namespace!r})"

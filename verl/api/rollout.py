@@ -1,0 +1,149 @@
+"""Rollout coordination of the Python API: ``RolloutManager`` (generate + score) and ``vLLMActor``.
+
+``RolloutManager`` drives the same worker calls as :meth:`verl.trainer.ppo.ray_trainer.RayPPOTrainer.train_step`:
+prompts get a group id ``uid``, are repeated ``rollout.n`` times, go through the actor group's
+``generate_sequences`` (hf or vLLM engine), and are scored by the reward model worker and/or the reward function
+into ``token_level_scores [batch * n, response_len]``.
+
+``vLLMActor(llm)`` makes an existing ``vllm.LLM`` the rollout engine of an actor. The engine's weights follow the
+trained actor after every update through the same mechanism as ``rollout.name=vllm``
+(:meth:`verl.workers.rollout.vllm_rollout.vLLMRollout.update_weights`: ``collective_rpc("reload_weights")``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from verl.api.models import ActorModel
+from verl.protocol import DataProto
+
+if TYPE_CHECKING:
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+
+class RolloutManager:
+    """Generation and scoring over the rollout engines of a driver (:class:`RayPPOTrainer`).
+
+    Every method takes and returns a :class:`DataProto`; the batch layouts are those of ``docs/design.md``.
+    """
+
+    def __init__(self, driver: RayPPOTrainer) -> None:
+        self.driver = driver
+
+    def generate(self, batch: DataProto, n: int | None = None, **meta: Any) -> DataProto:
+        """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (``responses``, ``response_mask``, full ``input_ids``
+        ...), each prompt repeated ``n`` times in a row (default ``rollout.n``) and tagged with its ``uid``.
+
+        ``meta`` (e.g. ``do_sample=False``, ``temperature=0.7``) overrides the sampling settings of this call.
+        """
+        driver = self.driver
+        n = int(driver.config.actor_rollout_ref.rollout.n if n is None else n)
+        batch = DataProto(
+            batch=batch.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info)
+        )
+        if "uid" not in batch.non_tensor_batch:
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
+        gen_batch = batch.select(batch_keys=gen_keys, non_tensor_batch_keys=[], meta_info_keys=[])
+        rest = batch.select(batch_keys=[k for k in batch.batch.keys() if k not in gen_keys], deepcopy=False)
+        gen_batch.meta_info.update(driver._prompt_batch_meta())
+        gen_batch.meta_info.update(meta)
+        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+        output = driver._generate(gen_batch)
+        return rest.repeat(repeat_times=n, interleave=True).union(output)
+
+    def score(self, batch: DataProto) -> DataProto:
+        """Add ``token_level_scores [bs, response_len]`` (reward model scores and/or the reward function's) and the
+        reward function's extra per-sample values as non-tensor columns."""
+        driver = self.driver
+        if driver.use_rm and "rm_scores" not in batch.batch.keys():
+            batch = batch.union(driver.rm_wg.compute_rm_score(batch))
+        scores, extra = driver._compute_scores(batch)
+        batch.batch["token_level_scores"] = scores
+        for key, values in extra.items():
+            if len(values) == len(batch):
+                batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
+        return batch
+
+    def rollout(self, batch: DataProto, n: int | None = None) -> DataProto:
+        """:meth:`generate` then :meth:`score`."""
+        return self.score(self.generate(batch, n=n))
+
+
+# ------------------------------------------------------------------------------------------------ vLLM
+def _existing_llm_rollout_cls() -> type:
+    """A :class:`vLLMRollout` that adopts an already running ``vllm.LLM`` instead of starting one."""
+    from verl.workers.rollout.vllm_rollout import import_vllm, vLLMRollout
+
+    class ExistingLLMRollout(vLLMRollout):
+        def __init__(self, llm: Any, config: Any, tokenizer: Any = None) -> None:
+            # vLLMRollout.__init__ starts an engine from a path; everything else of it is reused unchanged.
+            self._vllm = import_vllm()
+            self.llm = llm
+            self.config = config
+            self.tokenizer = tokenizer
+            hf_config = llm.llm_engine.model_config.hf_config
+            self.model_path = llm.llm_engine.model_config.model
+            self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+            self._model_eos = getattr(hf_config, "eos_token_id", None)
+            self._sleep_enabled = False
+            self._asleep_tags: set[str] = set()
+            self.engine_start_s = 0.0
+            self.last_weight_sync_s: float | None = None
+
+    return ExistingLLMRollout
+
+
+class vLLMActor(ActorModel):  # noqa: N801 - the documents' name
+    """An actor whose rollouts come from an existing ``vllm.LLM`` engine.
+
+    Args:
+        llm: the running ``vllm.LLM``.
+        model: the trainable copy of the policy (a causal LM with the same architecture and weight names); default:
+            loaded from the engine's model path (vLLM keeps inference weights only, which cannot be trained).
+        tokenizer: default: the engine's tokenizer.
+    """
+
+    def __init__(self, llm: Any, model: torch.nn.Module | None = None, tokenizer: Any = None) -> None:
+        from verl.workers.rollout.vllm_rollout import import_vllm
+
+        import_vllm()  # a clear ImportError when vLLM is missing
+        if not hasattr(llm, "generate") or not hasattr(llm, "llm_engine"):
+            raise TypeError(f"vLLMActor needs a vllm.LLM, got {type(llm).__name__}")
+        if tokenizer is None:
+            tokenizer = llm.get_tokenizer()
+        if model is None:
+            from verl.utils.model_loader import load_causal_lm
+
+            model = load_causal_lm(llm.llm_engine.model_config.model, dtype=torch.float32)
+        super().__init__(model=model, tokenizer=tokenizer)
+        self.llm = llm
+
+    def build_rollout(self, rollout_config: Any) -> Any:
+        """The rollout engine over this actor's ``llm`` for the ``actor_rollout_ref.rollout`` section."""
+        return _existing_llm_rollout_cls()(self.llm, rollout_config, tokenizer=self.tokenizer)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 64, **kwargs: Any) -> torch.Tensor:
+        """Greedy (or ``temperature``-sampled) continuation with vLLM: ``[batch, prompt_len + new]`` token ids,
+        right-padded with the pad id. ``attention_mask`` (left padding) is honoured."""
+        vllm = self._vllm_module()
+        mask = kwargs.pop("attention_mask", None)
+        ids = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
+        mask = torch.ones_like(ids) if mask is None else mask
+        params = vllm.SamplingParams(max_tokens=int(max_new_tokens), temperature=float(kwargs.get("temperature", 0.0)))
+        requests = [{"prompt_token_ids": row[m.bool()].tolist()} for row, m in zip(ids.cpu(), mask.cpu())]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        seqs = [r["prompt_token_ids"] + list(o.outputs[0].token_ids) for r, o in zip(requests, outputs)]
+        width = max(len(s) for s in seqs)
+        pad = int(self.tokenizer.pad_token_id)
+        return torch.tensor([s + [pad] * (width - len(s)) for s in seqs], dtype=torch.long)
+
+    @staticmethod
+    def _vllm_module() -> Any:
+        from verl.workers.rollout.vllm_rollout import import_vllm
+
+        return import_vllm()

@@ -1,0 +1,40 @@
+"""Kahneman-Tversky optimisation: ``python -m verl.trainer.main_kto key=value ...``.
+
+The defaults are ``verl/trainer/config/kto_trainer.yaml`` (typed by ``KTOConfig``); e.g.
+``python -m verl.trainer.main_kto data.train_files=train.parquet model.path=smollm2-135m-instruct optim.lr=1e-6``.
+See docs/offline_trainers.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verl.trainer.config.entrypoint import run_entrypoint
+from verl.trainer.config.offline_schema import KTOConfig
+
+
+def _load_run() -> Callable[[DictConfig], Any]:
+    # Imported only when training: torch and transformers are not needed to print or check a config.
+    from verl.trainer.offline.kto import run_kto
+
+    return run_kto
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run KTO from command-line arguments (``sys.argv[1:]`` when ``argv`` is None); returns the exit code."""
+    return run_entrypoint(
+        argv,
+        prog="python -m verl.trainer.main_kto",
+        description="Kahneman-Tversky optimisation (defaults in kto_trainer.yaml).",
+        config_name=KTOConfig.config_name,
+        schema=KTOConfig,
+        load_run_fn=_load_run,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Direct preference optimisation (Rafailov et al., 2023) and its IPO / hinge variants, on paired preferences."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from verl.trainer.config.offline_schema import DPOConfig
+from verl.trainer.offline.base import OfflineTrainer
+from verl.trainer.offline.common import LossOutput, add_stat, sequence_log_probs
+from verl.utils.dataset.preference_dataset import PreferenceDataset
+
+DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-pair DPO-family losses and implicit rewards; all inputs are sequence log-probs of shape ``[batch]``.
+
+    With ``h = (log pi(y_w|x) - log ref(y_w|x)) - (log pi(y_l|x) - log ref(y_l|x))``:
+
+    - ``sigmoid`` (DPO, Rafailov et al. 2023): ``-(1 - eps) log sigma(beta h) - eps log sigma(-beta h)``, where
+      ``eps = label_smoothing`` is the conservative-DPO flip rate (0 gives plain DPO).
+    - ``ipo`` (Azar et al. 2023): ``(h - 1 / (2 beta))^2``.
+    - ``hinge`` (SLiC, Zhao et al. 2023): ``relu(1 - beta h)``.
+
+    Returns:
+        ``(losses, chosen_rewards, rejected_rewards)``, each ``[batch]``; the rewards are
+        ``beta * (log pi - log ref)`` of the chosen / rejected response, detached.
+    """
+    if beta <= 0:
+        raise ValueError(f"dpo_loss: beta must be > 0, got {beta}")
+    chosen_ratio = policy_chosen_logps - ref_chosen_logps
+    rejected_ratio = policy_rejected_logps - ref_rejected_logps
+    h = chosen_ratio - rejected_ratio
+    if loss_type == "sigmoid":
+        losses = -F.logsigmoid(beta * h) * (1.0 - label_smoothing) - F.logsigmoid(-beta * h) * label_smoothing
+    elif loss_type == "ipo":
+        losses = (h - 1.0 / (2.0 * beta)) ** 2
+    elif loss_type == "hinge":
+        losses = torch.relu(1.0 - beta * h)
+    else:
+        raise ValueError(f"dpo_loss: unknown loss_type {loss_type!r}; expected one of {list(DPO_LOSS_TYPES)}")
+    return losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+
+
+class DPOTrainer(OfflineTrainer):
+    """DPO on ``{prompt, chosen, rejected}`` rows (strings or chat messages).
+
+    ``DPOTrainer(model=..., tokenizer=None, dataset=..., beta=0.1, max_length=1024).train(...)``. The reference is
+    a frozen copy of the model (``ref_model=`` to pass one), unless the dataset has ``ref_chosen_logps`` /
+    ``ref_rejected_logps`` columns or ``precompute_ref_log_probs=True`` computes them once before training.
+    Logged: ``loss``, ``rewards/chosen``, ``rewards/rejected``, ``rewards/accuracies``, ``rewards/margins``,
+    ``logps/chosen``, ``logps/rejected``, ``grad_norm``, ``lr``, ``epoch``.
+    """
+
+    config_schema: ClassVar[type] = DPOConfig
+    uses_reference: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        model: torch.nn.Module | str,
+        tokenizer: Any = None,
+        dataset: Any = None,
+        eval_dataset: Any = None,
+        beta: float = 0.1,
+        max_length: int = 1024,
+        max_prompt_length: int | None = None,
+        loss_type: str = "sigmoid",
+        label_smoothing: float = 0.0,
+        ref_model: torch.nn.Module | None = None,
+        precompute_ref_log_probs: bool = False,
+        namespace: str | None = None,
+        config: dict[str, Any] | DictConfig | None = None,
+    ) -> None:
+        super().__init__(
+            model=model,
+            tokenizer=tokenizer,
+            dataset=dataset,
+            eval_dataset=eval_dataset,
+            namespace=namespace,
+            config=config,
+            ref_model=ref_model,
+            overrides={
+                "beta": float(beta),
+                "loss_type": loss_type,
+                "label_smoothing": float(label_smoothing),
+                "data.max_length": max_length,
+                "data.max_prompt_length": max_prompt_length,
+                "ref.precompute_ref_log_probs": bool(precompute_ref_log_probs),
+            },
+        )
+
+    def _make_dataset(self, source: Any) -> PreferenceDataset:
+        d = self.config.data
+        return PreferenceDataset(
+            source,
+            self.tokenizer,
+            max_length=int(d.max_length),
+            max_prompt_length=d.max_prompt_length,
+            truncation=str(d.truncation),
+            prompt_key=str(d.prompt_key),
+            chosen_key=str(d.chosen_key),
+            rejected_key=str(d.rejected_key),
+        )
+
+    def _count_units(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["input_ids"].shape[0] // 2)
+
+    def _pair_logps(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chosen and rejected sequence log-probs ``[batch]`` from one forward over the ``[2 * batch]`` rows."""
+        logps = sequence_log_probs(model, batch, self.device, self.compute_dtype)
+        n = logps.shape[0] // 2
+        return logps[:n], logps[n:]
+
+    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if "ref_chosen_logps" in batch:
+            return batch["ref_chosen_logps"], batch["ref_rejected_logps"]
+        if self.ref_model is None:
+            raise RuntimeError("DPO needs reference log-probs: no reference model and no ref_*_logps in the batch")
+        with torch.no_grad():
+            return self._pair_logps(self.ref_model, batch)
+
+    def _precompute_reference(self, dataset: PreferenceDataset, ref: torch.nn.Module) -> None:
+        size = int(self.config.data.micro_batch_size_per_gpu)
+        for start in range(0, len(dataset), size):
+            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
+            batch = {k: v.to(self.device) for k, v in dataset.collate(items).items()}
+            chosen, rejected = self._pair_logps(ref, batch)
+            for item, c, r in zip(items, chosen.tolist(), rejected.tolist()):
+                item["ref_chosen_logps"], item["ref_rejected_logps"] = c, r
+
+    def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
+        policy_chosen, policy_rejected = self._pair_logps(self.model, batch)
+        ref_chosen, ref_rejected = self._reference_logps(batch)
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            policy_chosen,
+            policy_rejected,
+            ref_chosen.to(policy_chosen.dtype),
+            ref_rejected.to(policy_rejected.dtype),
+            beta=float(self.config.beta),
+            loss_type=str(self.config.loss_type),
+            label_smoothing=float(self.config.label_smoothing),
+        )
+        stats: dict[str, tuple[float, float]] = {}
+        add_stat(stats, "loss", losses)
+        add_stat(stats, "rewards/chosen", chosen_rewards)
+        add_stat(stats, "rewards/rejected", rejected_rewards)
+        add_stat(stats, "rewards/accuracies", (chosen_rewards > rejected_rewards).float())
+        add_stat(stats, "rewards/margins", chosen_rewards - rejected_rewards)
+        add_stat(stats, "logps/chosen", policy_chosen)
+        add_stat(stats, "logps/rejected", policy_rejected)
+        return LossOutput(loss_sum=losses.sum(), stats=stats)
+
+
+def run_dpo(config: DictConfig) -> dict[str, float]:
+    """Train from a full ``dpo_trainer`` config (the CLI's run function)."""
+    return DPOTrainer.from_config(config).fit()

@@ -1,0 +1,170 @@
+"""Profiling and debug dumps of training steps (``trainer.enable_profiling`` / ``trainer.enable_debug_mode``).
+
+- :class:`StepProfiler`: ``with profiler.step(global_step):`` records a ``torch.profiler`` trace of the configured
+  steps and writes it as a Chrome trace (open in ``chrome://tracing`` or https://ui.perfetto.dev);
+- :func:`dump_step_debug`: one JSON file per step with the step's metrics and the shape, dtype and statistics of
+  every tensor of the batch (verbose per-step dumps of debug mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.utils.fs import atomic_write_text, makedirs
+
+__all__ = ["StepProfiler", "dump_step_debug", "tensor_summary"]
+
+
+class StepProfiler:
+    """Trace selected training steps with ``torch.profiler``.
+
+    Args:
+        enabled: master switch (``trainer.enable_profiling``); when off, :meth:`step` costs nothing.
+        steps: the global steps to trace (``trainer.profile_steps``); empty means every step.
+        out_dir: where ``step_<N>.json`` Chrome traces are written.
+        record_shapes / profile_memory / with_stack: passed to ``torch.profiler.profile``.
+
+    Example::
+
+        profiler = StepProfiler(True, [2, 3], "outputs/profile")
+        with profiler.step(2):
+            train_step()
+        profiler.traces  # ["outputs/profile/step_2.json"]
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        steps: Iterable[int] = (),
+        out_dir: str = "profile",
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+    ) -> None:
+        self.enabled = bool(enabled)
+        try:
+            self.steps = frozenset(int(s) for s in (steps or ()))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"profile steps must be integers, got {steps!r}") from e
+        self.out_dir = out_dir
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.traces: list[str] = []
+
+    @classmethod
+    def from_config(cls, trainer_config: Any, out_dir: str) -> StepProfiler:
+        """Build from the ``trainer`` section (``enable_profiling``, ``profile_steps``)."""
+        get = trainer_config.get if hasattr(trainer_config, "get") else lambda k, d=None: getattr(trainer_config, k, d)
+        return cls(bool(get("enable_profiling", False)), list(get("profile_steps", None) or []), out_dir)
+
+    def should_profile(self, step: int) -> bool:
+        """Whether ``step`` is traced."""
+        return self.enabled and (not self.steps or int(step) in self.steps)
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Trace the body when ``step`` is selected; the trace is written even if the body raises."""
+        if not self.should_profile(step):
+            yield
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        prof = profile(
+            activities=activities,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+        )
+        prof.__enter__()
+        try:
+            yield
+        finally:
+            prof.__exit__(None, None, None)
+            makedirs(self.out_dir)
+            path = os.path.join(self.out_dir, f"step_{int(step)}.json")
+            # export to a temp name then rename, so a reader never sees a half-written trace
+            tmp = f"{path}.tmp-{os.getpid()}"
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, path)
+            self.traces.append(path)
+
+
+def _finite_or_str(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def tensor_summary(t: torch.Tensor) -> dict[str, Any]:
+    """Shape, dtype, device and (for numeric tensors) min/max/mean/std over finite values plus NaN/Inf counts."""
+    out: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device)}
+    if t.numel() == 0 or t.dtype == torch.bool or t.is_complex():
+        if t.dtype == torch.bool and t.numel():
+            out["true_fraction"] = float(t.float().mean().item())
+        return out
+    x = t.detach().float()
+    finite = torch.isfinite(x)
+    out["nan_count"] = int(torch.isnan(x).sum().item())
+    out["inf_count"] = int(torch.isinf(x).sum().item())
+    vals = x[finite]
+    if vals.numel():
+        out.update(
+            min=_finite_or_str(vals.min().item()),
+            max=_finite_or_str(vals.max().item()),
+            mean=_finite_or_str(vals.mean().item()),
+            std=_finite_or_str(vals.std(unbiased=False).item()),
+        )
+    return out
+
+
+def _metric_value(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        v = v.detach().float().mean().item() if v.numel() else None
+    elif isinstance(v, (np.ndarray, list, tuple)):
+        arr = np.asarray(v, dtype=np.float64).reshape(-1) if len(v) else np.asarray([])
+        v = float(arr.mean()) if arr.size else None
+    elif isinstance(v, (np.generic,)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v if isinstance(v, (int, float, str, bool)) or v is None else repr(v)
+
+
+def dump_step_debug(batch: Any, metrics: Mapping[str, Any] | None, out_dir: str, step: int) -> str:
+    """Write ``<out_dir>/step_<N>.json`` summarising one step and return its path.
+
+    ``batch`` may be a DataProto (its ``batch`` tensors, ``non_tensor_batch`` arrays and ``meta_info`` keys are
+    summarised), a mapping of name -> tensor, or None. Tensors ``[batch, ...]`` become :func:`tensor_summary`
+    dicts; non-tensor columns their length and dtype; metrics their scalar values (lists averaged, non-finite
+    values as strings so the file stays strict JSON).
+    """
+    record: dict[str, Any] = {"step": int(step), "metrics": {}, "tensors": {}, "non_tensors": {}, "meta_info": []}
+    for key, value in (metrics or {}).items():
+        record["metrics"][str(key)] = _metric_value(value)
+    tensors: Mapping[str, Any] = {}
+    if batch is not None and hasattr(batch, "batch") and hasattr(batch, "non_tensor_batch"):
+        tensors = dict(batch.batch.items()) if batch.batch is not None else {}
+        for key, arr in batch.non_tensor_batch.items():
+            record["non_tensors"][key] = {"len": len(arr), "dtype": str(getattr(arr, "dtype", type(arr).__name__))}
+        record["meta_info"] = sorted(str(k) for k in batch.meta_info)
+    elif isinstance(batch, Mapping):
+        tensors = batch
+    elif batch is not None:
+        raise TypeError(f"dump_step_debug: batch must be a DataProto, a dict of tensors or None, got {type(batch)}")
+    for key, value in tensors.items():
+        if isinstance(value, torch.Tensor):
+            record["tensors"][str(key)] = tensor_summary(value)
+    makedirs(out_dir)
+    path = os.path.join(out_dir, f"step_{int(step)}.json")
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True))
+    return path
