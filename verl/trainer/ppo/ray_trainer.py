@@ -219,6 +219,7 @@ class RayPPOTrainer:
                 world_size=self.n_ranks,
                 use_gpu=self._use_gpu(),
                 name_prefix=self._namespaced_prefix(),
+                nnodes=int(self.config.trainer.nnodes),
             )
         for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
             if name in self.worker_groups:
