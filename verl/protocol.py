@@ -28,6 +28,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.utils.safe_serialization import compact_tensor as _compact
+from verl.utils.safe_serialization import decode_array as _decode_array
+from verl.utils.safe_serialization import encode_array as _encode_array
+from verl.utils.safe_serialization import from_plain as _from_plain
+from verl.utils.safe_serialization import object_array as _object_array
+from verl.utils.safe_serialization import to_plain as _to_plain
+
 __all__ = [
     "DataProto",
     "DataProtoItem",
@@ -41,32 +48,9 @@ __all__ = [
 
 _SAVE_FORMAT = "verl.DataProto"
 _SAVE_VERSION = 1
-_ARRAY_TAG = "__ndarray__"
-# numpy kinds whose ``tolist()`` yields only bool/int/float/str, all of which torch.load(weights_only=True) accepts
-_PLAIN_NUMPY_KINDS = frozenset("biufU")
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------------
-def _object_array(values: Sequence[Any]) -> np.ndarray:
-    """Build a 1-D object array of ``len(values)`` without numpy turning equal-length inner lists into a 2-D array."""
-    out = np.empty(len(values), dtype=object)
-    for i, value in enumerate(values):
-        out[i] = value
-    return out
-
-
-def _compact(tensor: torch.Tensor) -> torch.Tensor:
-    """Return ``tensor`` backed by a storage of exactly its own size.
-
-    A view (a chunk or slice of a larger batch) otherwise drags its whole parent storage through pickle and
-    ``torch.save``, so shipping one chunk to a worker would cost as much as shipping the full batch.
-    """
-    needed = tensor.numel() * tensor.element_size()
-    if not tensor.is_contiguous() or tensor.untyped_storage().nbytes() != needed:
-        return tensor.contiguous().clone()
-    return tensor
-
-
 def _plain_tensor_dict(td: TensorDict, where: str, to_cpu: bool) -> dict[str, Any]:
     """Flatten a TensorDict into nested plain dicts of compact tensors; non-tensor leaves raise ValueError."""
     out: dict[str, Any] = {}
@@ -108,64 +92,6 @@ def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype != object and b.dtype != object:
         return _values_equal(a, b)
     return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
-
-
-def _to_plain(value: Any, where: str) -> Any:
-    """Convert a value into types ``torch.load(weights_only=True)`` can rebuild; raise ValueError naming ``where``."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
-    if isinstance(value, np.generic):
-        return _to_plain(value.item(), where)
-    if isinstance(value, torch.Tensor):
-        return _compact(value.detach().cpu())
-    if isinstance(value, np.ndarray):
-        return _encode_array(value, where)
-    if isinstance(value, (list, tuple)):
-        items = [_to_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        if _ARRAY_TAG in value:
-            raise ValueError(f"{where}: dict key {_ARRAY_TAG!r} is reserved by DataProto.save_to_disk")
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise ValueError(f"{where}: dict key {k!r} of type {type(k).__name__} cannot be saved safely")
-            out[k] = _to_plain(v, f"{where}[{k!r}]")
-        return out
-    raise ValueError(
-        f"{where}: value of type {type(value).__name__} cannot be saved safely (allowed: None, bool, int, float, "
-        "str, bytes, list, tuple, dict, numpy arrays/scalars, tensors)"
-    )
-
-
-def _encode_array(arr: np.ndarray, where: str) -> dict[str, Any]:
-    if arr.dtype.kind in _PLAIN_NUMPY_KINDS:
-        values = arr.reshape(-1).tolist()
-    else:
-        values = [_to_plain(v, f"{where}[{i}]") for i, v in enumerate(arr.reshape(-1))]
-    dtype = "object" if arr.dtype.kind not in _PLAIN_NUMPY_KINDS else arr.dtype.str
-    return {_ARRAY_TAG: True, "dtype": dtype, "shape": list(arr.shape), "values": values}
-
-
-def _from_plain(value: Any) -> Any:
-    """Inverse of ``_to_plain``: rebuild numpy arrays from their tagged dicts."""
-    if isinstance(value, dict):
-        if value.get(_ARRAY_TAG) is True:
-            return _decode_array(value)
-        return {k: _from_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_from_plain(v) for v in value)
-    return value
-
-
-def _decode_array(enc: dict[str, Any]) -> np.ndarray:
-    shape = tuple(enc["shape"])
-    if enc["dtype"] == "object":
-        flat = _object_array([_from_plain(v) for v in enc["values"]])
-        return flat.reshape(shape)
-    return np.array(enc["values"], dtype=np.dtype(enc["dtype"])).reshape(shape)
 
 
 def _as_key_list(keys: str | Sequence[str] | None, what: str) -> list[str] | None:

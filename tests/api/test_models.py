@@ -96,8 +96,14 @@ def test_reward_model_function_and_classifier(byte_tokenizer):
     assert scores.tolist() == [2.0, 0.0]
 
     cfg = LlamaConfig(
-        vocab_size=259, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-        intermediate_size=64, num_labels=1, pad_token_id=byte_tokenizer.pad_token_id,
+        vocab_size=259,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+        pad_token_id=byte_tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     clf = LlamaForSequenceClassification(cfg).eval()
@@ -110,6 +116,15 @@ def test_reward_model_function_and_classifier(byte_tokenizer):
         assert math.isclose(value, want, rel_tol=1e-4, abs_tol=1e-5)
 
 
+def ascii_fraction_reward(data, return_dict: bool = False):
+    """A reward manager (verl's contract): fraction of ASCII tokens in the response, at its last token."""
+    responses, mask = data.batch["responses"], data.batch["response_mask"]
+    score = ((responses < 128) * mask).sum(-1).float() / mask.sum(-1).clamp(min=1)
+    tensor = torch.zeros_like(responses, dtype=torch.float32)
+    tensor[torch.arange(len(score)), mask.sum(-1) - 1] = score
+    return {"reward_tensor": tensor, "reward_extra_info": {}} if return_dict else tensor
+
+
 def test_non_transformers_actor_subclass_trains(byte_tokenizer):
     from verl import PPOTrainer
 
@@ -119,15 +134,21 @@ def test_non_transformers_actor_subclass_trains(byte_tokenizer):
     trainer = PPOTrainer(
         actor_model=actor,
         tokenizer=byte_tokenizer,
-        reward_fn=lambda prompts, responses: [float(r.count("a")) for r in responses],
+        reward_fn=ascii_fraction_reward,
         config={
-            "algorithm": "grpo", "batch_size": 2, "lr": 1e-2, "max_new_tokens": 6, "num_samples": 4,
-            "actor_rollout_ref.actor.dtype": "float32", "actor_rollout_ref.rollout.dtype": "float32",
+            "algorithm": "grpo",
+            "batch_size": 2,
+            "lr": 1e-2,
+            "max_new_tokens": 6,
+            "num_samples": 4,
+            "actor_rollout_ref.actor.dtype": "float32",
+            "actor_rollout_ref.rollout.dtype": "float32",
             "trainer.default_local_dir": "/tmp/verl_api_test_char",
         },
     )
     out = trainer.step(["ab", "ba"])
     assert math.isfinite(out["loss"])
+    assert out["critic/score/max"] > out["critic/score/min"], out  # varied rewards -> non-zero advantages
     assert trainer.actor_model is actor
     changed = [k for k, v in actor.state_dict().items() if not torch.equal(v, before[k])]
     assert changed, "the user's own module must be updated in place"

@@ -468,10 +468,41 @@ class RewardModel:
         prompt_texts = prompts if prompts is not None else [""] * len(texts)
         return torch.tensor(self.score_texts(list(prompt_texts), texts), dtype=torch.float32)
 
-    def as_reward_manager(self, policy_tokenizer: Any) -> TextRewardManager:
-        """The trainer's reward-manager contract: decode with the policy tokenizer, then :meth:`score_texts`."""
+    def score_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[float]:
+        """Classifier scores of token ids ``[batch, seq]`` (any padding side): output at the last valid token."""
+        param = next(self.model.parameters(), None)
+        device = param.device if param is not None else torch.device("cpu")
+        ids, mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids)
+        logits = out.logits if hasattr(out, "logits") else out
+        if logits.dim() == 3:
+            last = (mask * torch.arange(mask.shape[1], device=device)).argmax(-1)
+            logits = logits[torch.arange(logits.shape[0], device=device), last]
+        return logits[:, 0].float().cpu().tolist()
+
+    def as_reward_manager(self, policy_tokenizer: Any) -> Any:
+        """The trainer's reward-manager contract ``manager(data, return_dict=True)``.
+
+        A classifier sharing the policy's vocabulary scores the rollout token ids directly (``input_ids``,
+        ``attention_mask`` of prompt + response); otherwise texts are decoded with the policy tokenizer and scored
+        by :meth:`score_texts` (re-tokenised with the classifier's own tokenizer).
+        """
         self.policy_tokenizer = policy_tokenizer
-        return TextRewardManager(self.score_texts, policy_tokenizer, name=type(self.model).__name__)
+        name = getattr(self.model, "__name__", type(self.model).__name__)
+        same_vocab = not self.is_function and (
+            self.tokenizer is policy_tokenizer or self.tokenizer.get_vocab() == policy_tokenizer.get_vocab()
+        )
+        if not same_vocab:
+            return TextRewardManager(self.score_texts, policy_tokenizer, name=name)
+
+        def manager(data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+            scores = self.score_ids(data.batch["input_ids"], data.batch["attention_mask"])
+            tensor = _last_token_scores(scores, data.batch["response_mask"], f"reward model {name}")
+            return {"reward_tensor": tensor, "reward_extra_info": {}} if return_dict else tensor
+
+        return manager
 
     def score(self) -> ScoreStage:
         """The dataflow stage scoring rollouts with this reward (see :mod:`verl.api.dataflow`)."""

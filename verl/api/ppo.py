@@ -481,13 +481,15 @@ class PPOTrainer:
         if self.data_provider is None:
             raise ValueError("PPOTrainer.train() needs a data_provider (PPOTrainer(..., data_provider=...))")
         epochs = int(self.config.trainer.total_epochs if epochs is None else epochs)
+        if num_steps is not None and num_steps <= 0:
+            return
         done = 0
         for _ in range(epochs):
             for batch in self.data_provider:
-                if num_steps is not None and done >= num_steps:
-                    return
                 yield self.step(batch)
                 done += 1
+                if num_steps is not None and done >= num_steps:
+                    return
 
     # ------------------------------------------------------------------------------------------- plugins
     def register_evaluator(self, evaluator: Any, every_n_steps: int = 1) -> None:

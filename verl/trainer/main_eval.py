@@ -404,7 +404,9 @@ def _compute_score_fn(cfg: DictConfig) -> Callable[..., Any]:
         return default_compute_score
 
     def call(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
-        return custom(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info)
+        return custom(
+            data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
+        )
 
     return call
 
@@ -423,9 +425,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     else:
         rows = read_generations(str(cfg.data.path), cfg.data)
     try:
-        result = score_generations(
-            rows, _compute_score_fn(cfg), cfg.metrics.k, float(cfg.metrics.correct_threshold)
-        )
+        result = score_generations(rows, _compute_score_fn(cfg), cfg.metrics.k, float(cfg.metrics.correct_threshold))
     except (ValueError, NotImplementedError) as e:
         raise ConfigError(f"{cfg.data.path}: {e}") from e
     result = {"mode": mode, "data_path": str(cfg.data.path), "model_path": cfg.model.path, **result}

@@ -31,7 +31,7 @@ __all__ = ["SandboxResult", "network_namespace_command", "run_python_sandboxed"]
 
 # Runs in the child before the user's code. It keeps `socket` importable (plenty of harmless code imports it) but
 # makes every way of creating a socket raise, then runs the user's file as __main__.
-_LAUNCHER = r'''
+_LAUNCHER = r"""
 import sys
 
 def _no_network(*args, **kwargs):
@@ -56,7 +56,7 @@ import runpy
 _target = sys.argv[1]
 sys.argv = [_target]
 runpy.run_path(_target, run_name="__main__")
-'''
+"""
 
 
 @dataclass

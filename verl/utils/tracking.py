@@ -45,6 +45,9 @@ _CONSOLE_KEYS: tuple[tuple[str, str], ...] = (
     ("actor/ppo_kl", "ppo_kl"),
     ("actor/kl_loss", "kl_loss"),
     ("critic/vf_loss", "vf_loss"),
+    ("loss", "loss"),
+    ("rewards/margins", "margins"),
+    ("rewards/accuracies", "acc"),
     ("perf/throughput", "tok/s"),
     ("timing_s/step", "step_s"),
 )

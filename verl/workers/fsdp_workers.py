@@ -127,6 +127,19 @@ class ActorRolloutRefWorker(Worker):
         self.actor_optimizer = None
         self.actor_lr_scheduler = None
 
+    def _require(self, part: Any, method: str, roles: tuple[str, ...]) -> Any:
+        """``part`` (actor, rollout or reference), or a clear error when this worker's role does not build it."""
+        if part is None:
+            built = "" if self._role_has(roles) else f"; it needs one of the roles {roles}"
+            raise RuntimeError(
+                f"{method} is not available on an ActorRolloutRefWorker with role {self.role!r}{built}"
+                + ("" if built else "; call init_model() first")
+            )
+        return part
+
+    def _role_has(self, roles: tuple[str, ...]) -> bool:
+        return self.role in roles
+
     # ----------------------------------------------------------------------------------------------- building
     def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
         """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
@@ -272,9 +285,10 @@ class ActorRolloutRefWorker(Worker):
         prompts = prompts.to(self.compute_device)
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
         gather = fsdp_utils.full_params(self.actor_module) if self.config.rollout.name == "hf" else nullcontext()
         with gather, torch.no_grad():
-            output = self.rollout.generate_sequences(prompts)
+            output = rollout.generate_sequences(prompts)
         return output.to("cpu")
 
     def _log_prob_meta(self, data: DataProto, section: DictConfig) -> None:
@@ -286,9 +300,10 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
+        actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
         data = data.to(self.compute_device)
         self._log_prob_meta(data, self.config.rollout)
-        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs}
         if entropys is not None:
             tensors["entropys"] = entropys
@@ -297,19 +312,21 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
+        ref_policy = self._require(self.ref_policy, "compute_ref_log_prob", ("ref", "actor_rollout_ref"))
         data = data.to(self.compute_device)
         self._log_prob_meta(data, self.config.ref)
         context = self.actor_module.disable_adapter() if self._is_lora and self.ref_module is None else nullcontext()
         with context:
-            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+            log_probs, _ = ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
+        actor = self._require(self.actor, "update_actor", ("actor", "actor_rollout", "actor_rollout_ref"))
         data = data.to(self.compute_device)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
-        metrics = self.actor.update_policy(data)
+        metrics = actor.update_policy(data)
         if self.actor_lr_scheduler is not None:
             metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
             self.actor_lr_scheduler.step()

@@ -131,3 +131,11 @@ def test_bad_arguments_are_named(tiny_model_dir, pref_rows, fast) -> None:
         DPOTrainer(model=tiny_model_dir, dataset=pref_rows, beta=0.0, config=fast)
     with pytest.raises(ValueError, match=r"row 2: missing field 'prompt'"):
         DPOTrainer(model=tiny_model_dir, dataset=pref_rows[:2] + [{"chosen": "a", "rejected": "b"}], config=fast)
+
+
+def test_public_api_reexports() -> None:
+    import verl
+    from verl.api.offline import KTOTrainer, SFTTrainer
+
+    assert verl.DPOTrainer is DPOTrainer
+    assert verl.KTOTrainer is KTOTrainer and verl.SFTTrainer is SFTTrainer

@@ -157,6 +157,8 @@ class RayPPOTrainer:
         self._tracker = None
         self._data_iter: Iterator | None = None
         self._epoch = 0
+        # generation calls so far; checkpointed, so a resumed run seeds its samples as an uninterrupted one
+        self._gen_calls = 0
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -245,7 +247,16 @@ class RayPPOTrainer:
         }
 
     def _generate(self, gen_batch: DataProto) -> DataProto:
-        """Generate through the actor group; batches that do not divide over the ranks are padded then unpadded."""
+        """Generate through the actor group; batches that do not divide over the ranks are padded then unpadded.
+
+        With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``. The driver numbers
+        the calls (not the rollout engine) because the count is part of the checkpointed driver state: a resumed
+        run then draws exactly the samples the uninterrupted run drew.
+        """
+        seed = self.config.actor_rollout_ref.rollout.get("seed")
+        if seed is not None and gen_batch.meta_info.get("seed") is None:
+            gen_batch.meta_info["seed"] = int(seed) + self._gen_calls
+        self._gen_calls += 1
         padded, pad_size = pad_dataproto_to_divisor(gen_batch, self.actor_rollout_wg.world_size)
         output = self.actor_rollout_wg.generate_sequences(padded)
         return unpad_dataproto(output, pad_size)
@@ -487,7 +498,7 @@ class RayPPOTrainer:
         return final_dir
 
     def _driver_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch}
+        state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
         if self.train_dataloader is not None:
             state["dataloader"] = self.train_dataloader.state_dict()
         if self.kl_ctrl_in_reward is not None:
@@ -511,6 +522,7 @@ class RayPPOTrainer:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         self.global_steps = int(state["global_steps"])
         self._epoch = int(state.get("epoch", 0))
+        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
         if self.train_dataloader is not None and "dataloader" in state:
             self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and "kl_coef" in state:

@@ -24,7 +24,7 @@ from typing import Any
 from verl.utils.sandbox import run_python_sandboxed
 from verl.utils.security import SecurityPolicy, require_unsafe
 
-__all__ = ["CodeTest", "compute_score", "extract_code", "parse_test_cases"]
+__all__ = ["CodeTest", "compute_score", "extract_code", "parse_test_cases", "reward_function"]
 
 _FENCE_RE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -152,3 +152,12 @@ def compute_score(
         if not ok and not first_error:
             first_error = error
     return {"score": passed / len(tests), "passed": passed, "total": len(tests), "error": first_error}
+
+
+def reward_function(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """:func:`compute_score` with verl's reward-function contract, for
+    ``custom_reward_function.path=<this file> custom_reward_function.name=reward_function``; ``reward_kwargs``
+    (``timeout_s``, ``memory_mb``) pass through."""
+    return compute_score(solution_str, ground_truth, extra_info, **kwargs)

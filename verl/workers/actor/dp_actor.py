@@ -23,6 +23,7 @@ from verl.workers.actor.micro_batching import (
     check_finite_loss,
     clip_grad_and_step,
     current_lr,
+    dp_mean_token_count,
     enable_input_grads_for_checkpointing,
     iter_mini_batches,
     loss_share,
@@ -306,7 +307,7 @@ class DataParallelPPOActor(BasePPOActor):
                 batch, mini_batch_size, epoch, bool(cfg.get("shuffle", False)), seed
             ):
                 mini_mask = response_mask_of(mini)
-                mini_tokens = float(mini_mask.sum().item())
+                mini_tokens = dp_mean_token_count(mini_mask)
                 micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 mini_metrics: dict[str, float] = defaultdict(float)

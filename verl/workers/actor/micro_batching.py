@@ -104,6 +104,27 @@ def loss_share(micro_mask: torch.Tensor, mini_tokens: float, mini_seqs: int, los
     return float(micro_mask.shape[0]) / float(max(mini_seqs, 1))
 
 
+def dp_mean_token_count(mask: torch.Tensor) -> float:
+    """Valid tokens of a mini-batch (``mask`` ``[bs, response_len]``) averaged over the data-parallel ranks.
+
+    Used as ``mini_tokens`` in :func:`loss_share` so that ``token-mean`` is a mean over the *global* mini-batch:
+    FSDP averages the ranks' gradients, so rank ``r`` must weigh its token sum by ``world / global_tokens``, i.e.
+    divide by ``global_tokens / world``. Dividing by the local count instead would give each rank's tokens a
+    weight inversely proportional to that rank's token count whenever ranks hold responses of different lengths.
+    Without torch.distributed (one process) this is just ``mask.sum()``. Collective: every rank calls it once per
+    mini-batch.
+    """
+    local = float(mask.sum().item())
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return local
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return local
+    total = torch.tensor([local], dtype=torch.float64, device=mask.device)
+    torch.distributed.all_reduce(total)
+    return float(total.item()) / world
+
+
 def check_finite_loss(loss: torch.Tensor, who: str, global_step: Any, epoch: int, mini: int, micro: int, **parts):
     """Raise RuntimeError when ``loss`` is NaN/inf, naming the step, epoch, mini- and micro-batch and loss parts."""
     if bool(torch.isfinite(loss).all()):

@@ -18,6 +18,7 @@ from verl.workers.actor.micro_batching import (
     check_finite_loss,
     clip_grad_and_step,
     current_lr,
+    dp_mean_token_count,
     enable_input_grads_for_checkpointing,
     iter_mini_batches,
     loss_share,
@@ -166,7 +167,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             for mini_idx, mini in iter_mini_batches(
                 batch, mini_batch_size, epoch, bool(cfg.get("shuffle", False)), seed
             ):
-                mini_tokens = float(response_mask_of(mini).sum().item())
+                mini_tokens = dp_mean_token_count(response_mask_of(mini))
                 micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 mini_metrics: dict[str, float] = defaultdict(float)

@@ -1,0 +1,341 @@
+"""The registered worker methods, called through a one-rank ``LocalWorkerGroup`` on tiny fp32 models.
+
+Expected numbers come from plain transformers forwards of the saved model directories, never from the workers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller import create_worker_group
+from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+
+PROMPT_LEN, RESPONSE_LEN, BATCH, PAD = 5, 4, 4, 256
+
+
+def _config(model_dir: str, *extra: str):
+    from verl.trainer.config.loader import load_config
+
+    return load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.rollout.n=1",
+            f"data.train_batch_size={BATCH}",
+            f"data.max_response_length={RESPONSE_LEN}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.dtype=float32",
+            "actor_rollout_ref.actor.optim.lr=0.01",  # large enough to move a tiny model visibly in one step
+            "actor_rollout_ref.rollout.dtype=float32",
+            "algorithm.adv_estimator=gae",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "critic.dtype=float32",
+            "critic.optim.lr=0.001",
+            *extra,
+        ]
+    )
+
+
+def _actor_group(model_dir: str, role: str = "actor_rollout_ref", *extra: str):
+    cfg = _config(model_dir, *extra)
+    group = create_worker_group("local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": role})
+    group.init_model()
+    return group
+
+
+def _prompts() -> DataProto:
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 256, (BATCH, PROMPT_LEN), generator=gen)
+    mask = torch.ones(BATCH, PROMPT_LEN, dtype=torch.long)
+    mask[1, :2] = 0  # one left-padded prompt
+    ids[1, :2] = PAD
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    )
+
+
+def _scored_batch() -> DataProto:
+    """A hand-built rollout: responses with 4, 2, 3, 1 valid tokens, fixed advantages and returns."""
+    gen = torch.Generator().manual_seed(5)
+    prompts = _prompts().batch
+    lengths = [4, 2, 3, 1]
+    responses = torch.full((BATCH, RESPONSE_LEN), PAD)
+    response_mask = torch.zeros(BATCH, RESPONSE_LEN, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        responses[i, :n] = torch.randint(0, 256, (n,), generator=gen)
+        response_mask[i, :n] = 1
+    attention_mask = torch.cat([prompts["attention_mask"], response_mask], dim=1)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts["input_ids"],
+            "responses": responses,
+            "input_ids": torch.cat([prompts["input_ids"], responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "response_mask": response_mask,
+            "advantages": torch.randn(BATCH, RESPONSE_LEN, generator=gen) * response_mask,
+            "returns": torch.randn(BATCH, RESPONSE_LEN, generator=gen) * response_mask,
+        },
+        meta_info={"global_steps": 3},
+    )
+
+
+def _hf_response_log_probs(model: torch.nn.Module, data: DataProto) -> torch.Tensor:
+    b = data.batch
+    with torch.no_grad():
+        logits = model(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
+        ).logits[:, -RESPONSE_LEN - 1 : -1]
+    lp = torch.log_softmax(logits.float(), -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+    return lp * b["response_mask"]
+
+
+def _base_model(model_dir: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def _with_old_log_probs(group, data: DataProto) -> DataProto:
+    return data.union(group.compute_log_prob(data).select(batch_keys=["old_log_probs"]))
+
+
+def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+# --------------------------------------------------------------------------------------------- actor / rollout / ref
+def test_actor_rollout_ref_shapes_keys_and_update(tiny_model_dir: str) -> None:
+    group = _actor_group(tiny_model_dir)
+    out = group.generate_sequences(_prompts())
+    shapes = {k: tuple(v.shape) for k, v in out.batch.items()}
+    full = PROMPT_LEN + RESPONSE_LEN
+    for key, shape in {
+        "prompts": (BATCH, PROMPT_LEN),
+        "responses": (BATCH, RESPONSE_LEN),
+        "input_ids": (BATCH, full),
+        "attention_mask": (BATCH, full),
+        "position_ids": (BATCH, full),
+        "response_mask": (BATCH, RESPONSE_LEN),
+    }.items():
+        assert shapes[key] == shape, key
+    assert torch.equal(out.batch["input_ids"][:, :PROMPT_LEN], _prompts().batch["input_ids"])
+
+    data = _scored_batch()
+    expected = _hf_response_log_probs(_base_model(tiny_model_dir), data)
+    lp = group.compute_log_prob(data)
+    assert set(lp.batch.keys()) == {"old_log_probs", "entropys"}
+    assert lp.batch["entropys"].shape == (BATCH, RESPONSE_LEN)
+    mask = data.batch["response_mask"]
+    torch.testing.assert_close(lp.batch["old_log_probs"] * mask, expected, atol=1e-5, rtol=0)
+    # entropy of a distribution over 259 tokens lies in (0, log 259]
+    assert bool(((lp.batch["entropys"] > 0) & (lp.batch["entropys"] <= torch.log(torch.tensor(259.0)) + 1e-4)).all())
+    ref = group.compute_ref_log_prob(data)
+    torch.testing.assert_close(ref.batch["ref_log_prob"] * mask, expected, atol=1e-5, rtol=0)
+
+    worker = group.workers[0]
+    before = _params(worker.actor_module)
+    metrics = group.update_actor(data.union(lp.select(batch_keys=["old_log_probs"]))).meta_info["metrics"]
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/lr"):
+        assert key in metrics, key
+    # ratio 1 (old = current): pg_loss is minus the token-mean advantage
+    adv = data.batch["advantages"]
+    assert metrics["actor/pg_loss"][0] == pytest.approx(-float((adv * mask).sum() / mask.sum()), abs=1e-5)
+    changed = [n for n, p in worker.actor_module.named_parameters() if not torch.equal(p, before[n])]
+    assert len(changed) == len(before)
+    after_lp = group.compute_log_prob(data).batch["old_log_probs"] * mask
+    assert (after_lp - expected).abs().max() > 1e-3
+    # the reference is a separate frozen copy: still the initial model
+    torch.testing.assert_close(group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("role", ["actor", "rollout", "ref", "actor_rollout"])
+def test_roles_build_only_their_parts(tiny_model_dir: str, role: str) -> None:
+    group = _actor_group(tiny_model_dir, role)
+    worker = group.workers[0]
+    assert (worker.actor is not None) == (role in ("actor", "actor_rollout"))
+    assert (worker.rollout is not None) == (role in ("rollout", "actor_rollout"))
+    assert (worker.ref_policy is not None) == (role == "ref")
+    data = _scored_batch()
+    if role == "ref":
+        ref = group.compute_ref_log_prob(data).batch["ref_log_prob"]
+        assert ref.shape == (BATCH, RESPONSE_LEN)
+    if role == "rollout":
+        assert group.generate_sequences(_prompts()).batch["responses"].shape == (BATCH, RESPONSE_LEN)
+        with pytest.raises(RuntimeError, match="update_actor is not available .* role .rollout.; it needs one of"):
+            group.update_actor(data)
+    if role == "actor":
+        with pytest.raises(RuntimeError, match="generate_sequences is not available .* role .actor.; it needs one of"):
+            group.generate_sequences(_prompts())
+
+
+def test_save_load_round_trip_restores_params_and_optimizer(tiny_model_dir: str, tmp_path) -> None:
+    group = _actor_group(tiny_model_dir)
+    worker = group.workers[0]
+    data = _with_old_log_probs(group, _scored_batch())
+    group.update_actor(data)  # optimizer state exists only after a step
+    saved_params = _params(worker.actor_module)
+    saved_optim = {
+        (n, k): v.clone()
+        for n, state in zip([n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values())
+        for k, v in state.items()
+    }
+    ckpt = str(tmp_path / "global_step_1" / "actor")
+    group.save_checkpoint(ckpt, global_step=1)
+    assert os.path.isfile(os.path.join(ckpt, "huggingface", "model.safetensors"))
+    assert os.path.isfile(os.path.join(ckpt, "optim.pt"))
+
+    group.update_actor(data)  # move away from the checkpoint
+    assert not torch.equal(next(worker.actor_module.parameters()), next(iter(saved_params.values())))
+    group.load_checkpoint(ckpt)
+    for name, param in worker.actor_module.named_parameters():
+        assert torch.equal(param, saved_params[name]), name
+    restored = dict(
+        zip([n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values())
+    )
+    for (name, key), value in saved_optim.items():
+        assert torch.equal(restored[name][key], value), (name, key)
+
+    # a fresh group loading the checkpoint takes the same next step as the original one
+    fresh = _actor_group(tiny_model_dir)
+    fresh.load_checkpoint(ckpt)
+    group.update_actor(data)
+    fresh.update_actor(data)
+    for (name, a), b in zip(worker.actor_module.named_parameters(), fresh.workers[0].actor_module.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_lora_reference_is_the_base_model(tiny_model_dir: str) -> None:
+    pytest.importorskip("peft")
+    group = _actor_group(tiny_model_dir, "actor_rollout_ref", "actor_rollout_ref.model.lora_rank=4")
+    worker = group.workers[0]
+    assert worker.ref_module is None  # no second model: the adapters are switched off instead
+    trainable = [n for n, p in worker.actor_module.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+    data = _scored_batch()
+    mask = data.batch["response_mask"]
+    base = _hf_response_log_probs(_base_model(tiny_model_dir), data)
+    group.update_actor(_with_old_log_probs(group, data))
+    ref = group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask
+    actor = group.compute_log_prob(data).batch["old_log_probs"] * mask
+    torch.testing.assert_close(ref, base, atol=1e-5, rtol=0)
+    assert (actor - base).abs().max() > 1e-3
+
+
+# --------------------------------------------------------------------------------------------------- bad input
+def test_batch_not_dividing_across_ranks_is_refused_with_arithmetic(tiny_model_dir: str) -> None:
+    cfg = _config(tiny_model_dir)
+    # the config validator refuses this too; the worker checks again for callers that bypass it (Python API)
+    cfg.actor_rollout_ref.actor.ppo_mini_batch_size = 3
+    with pytest.raises(ValueError, match=r"ppo_mini_batch_size=3 prompts x rollout.n=1 = 3 sequences .* 2 ranks"):
+        create_worker_group(
+            "local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": "actor"}, world_size=2
+        )
+    cfg = _config(tiny_model_dir)
+    group = create_worker_group(
+        "local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": "actor"}, world_size=2
+    )
+    with pytest.raises(ValueError, match=r"5 rows evenly over 2 ranks \(5 % 2 = 1\).*pads to 6 rows"):
+        group.update_actor(_scored_batch().union(_scored_batch()).select_idxs([0, 1, 2, 3, 0]))
+
+
+def test_nan_loss_stops_the_update_naming_step_and_micro_batch(tiny_model_dir: str) -> None:
+    group = _actor_group(tiny_model_dir)
+    worker = group.workers[0]
+    data = _with_old_log_probs(group, _scored_batch())
+    data.batch["advantages"][2, 0] = float("nan")  # row 2 is in micro-batch 1 (micro-batches of 2 rows)
+    before = _params(worker.actor_module)
+    with pytest.raises(RuntimeError, match=r"non-finite loss .* global step 3, epoch 0, mini-batch 0, micro-batch 1"):
+        group.update_actor(data)
+    for name, param in worker.actor_module.named_parameters():
+        assert torch.equal(param, before[name]), f"{name} changed although the update failed"
+
+
+# ------------------------------------------------------------------------------------------------------ critic
+def test_critic_values_update_and_deterministic_value_head(tiny_model_dir: str) -> None:
+    cfg = _config(tiny_model_dir)
+    group = create_worker_group("local", CriticWorker, {"config": cfg.critic})
+    group.init_model()
+    module = group.workers[0].critic_module
+    dropouts = [m.p for m in module.modules() if isinstance(m, torch.nn.Dropout)]
+    assert all(p == 0.0 for p in dropouts), dropouts
+
+    data = _scored_batch()
+    values = group.compute_values(data).batch["values"]
+    assert values.shape == (BATCH, RESPONSE_LEN)
+    assert torch.equal(values, torch.zeros_like(values))  # the head starts at zero
+
+    # train mode (as in update_critic) gives the same values twice: no dropout noise in the value head
+    module.train()
+    b = data.batch
+    with torch.no_grad():
+        first = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        second = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    assert torch.equal(first, second)
+
+    mask = data.batch["response_mask"].float()
+    returns = data.batch["returns"]
+    errors = []
+    for _ in range(5):
+        step = data.union(DataProto.from_dict(tensors={"values": values}))
+        metrics = group.update_critic(step).meta_info["metrics"]
+        assert "critic/vf_loss" in metrics
+        values = group.compute_values(data).batch["values"]
+        errors.append(float((((values - returns) ** 2) * mask).sum() / mask.sum()))
+    initial_error = float(((returns**2) * mask).sum() / mask.sum())
+    assert errors[-1] < initial_error
+
+
+# ------------------------------------------------------------------------------------------------ reward model
+@pytest.fixture(scope="module")
+def tiny_rm_dir(tmp_path_factory) -> str:
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from verl.utils.tiny_models import make_byte_tokenizer
+
+    path = str(tmp_path_factory.mktemp("tiny_rm"))
+    tok = make_byte_tokenizer()
+    config = LlamaConfig(
+        vocab_size=259,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(11)
+    LlamaForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_reward_model_scores_at_last_valid_token(tiny_rm_dir: str, tiny_model_dir: str) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = _config(tiny_model_dir, f"reward_model.model.path={tiny_rm_dir}", "reward_model.enable=true")
+    group = create_worker_group("local", RewardModelWorker, {"config": cfg.reward_model})
+    group.init_model()
+    data = _scored_batch()
+    scores = group.compute_rm_score(data).batch["rm_scores"]
+    assert scores.shape == (BATCH, RESPONSE_LEN)
+
+    # reference: each row alone, with no padding at all, scored at its final token
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_rm_dir, dtype=torch.float32).eval()
+    b = data.batch
+    for i in range(BATCH):
+        valid = b["attention_mask"][i].bool()
+        ids = b["input_ids"][i][valid].unsqueeze(0)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = float(model(input_ids=ids).logits[0, 0].float())
+        last = int(b["response_mask"][i].sum()) - 1
+        assert float(scores[i, last]) == pytest.approx(expected, abs=2e-2), i
+        others = torch.cat([scores[i, :last], scores[i, last + 1 :]])
+        assert torch.equal(others, torch.zeros_like(others))
