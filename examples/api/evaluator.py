@@ -35,13 +35,15 @@ class CustomEvaluator(Evaluator):
         return {"avg_reward": avg_reward}
 
 
-eval_loader = [{"input_ids": tokenizer(["Hello there", "Good day"], return_tensors="pt", padding=True).input_ids}]
 trainer = PPOTrainer(
     actor_model=ActorModel(AutoModelForCausalLM.from_pretrained(path)),
     tokenizer=tokenizer,
     reward_fn=RewardModel(lambda prompts, responses: [float(len(r)) for r in responses]),
     config={"batch_size": 2, "num_samples": 2, "trainer.default_local_dir": args.output_dir, **fast_config(args.tiny)},
 )
+# built after the trainer: it has aligned the tokenizer (pad token, left padding) with the model
+enc = tokenizer(["Hello there", "Good day"], return_tensors="pt", padding=True)
+eval_loader = [{"input_ids": enc.input_ids}]
 trainer.register_evaluator(CustomEvaluator(eval_loader))
 for step in range(2):
     metrics = trainer.step(["Tell me a joke.", "Describe the sea."])

@@ -192,7 +192,7 @@ def test_diversity_evaluator_samples_n_responses(byte_tokenizer):
     evaluator = DiversityEvaluator(n=2, dataloader=[_prompts(byte_tokenizer, [65, 66], ["", ""])])
     metrics = evaluator.evaluate(_trainer(byte_tokenizer, wg))
     # responses: "a b", "a a a", "c", "c"
-    assert wg.gen_meta[0]["do_sample"] is True
+    assert wg.gen_meta[0]["do_sample"] is True and wg.gen_meta[0]["validate"] is False
     p = "eval/diversity"
     assert metrics[f"{p}/distinct_1"] == pytest.approx(3 / 7)  # a b a a a c c
     assert metrics[f"{p}/distinct_2"] == pytest.approx(2 / 3)  # (a b) (a a) (a a)

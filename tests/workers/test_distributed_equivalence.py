@@ -191,6 +191,16 @@ def test_two_rank_update_matches_one_rank_and_autograd(ray_cpu, tiny_model_dir, 
         try:
             metrics = group.update_actor(_proto(fixed_batch)).meta_info["metrics"]
             params = _saved_params(group, str(tmp_path / f"ckpt_{world_size}"))
+            # A NaN on one rank stops every rank (no rank left waiting in a collective), naming step and micro-batch.
+            bad = _proto(fixed_batch)
+            bad.batch["advantages"][5, 0] = float("nan")  # row 5: micro-batch 0 of rank 1, micro-batch 2 of 1 rank
+            micro = 0 if world_size == 2 else 2
+            with pytest.raises(
+                RuntimeError, match=rf"non-finite loss.* global step 1, epoch 0, mini-batch 0, micro-batch {micro}"
+            ):
+                group.update_actor(bad)
+            # every rank is still in step: a collective call (sharded forward) completes
+            assert group.compute_log_prob(_proto(fixed_batch)).batch["old_log_probs"].shape == (BATCH, RESPONSE_LEN)
         finally:
             group.shutdown()
         # one value per rank (one mini-batch each); their mean is the global mini-batch loss
@@ -257,6 +267,14 @@ def test_two_rank_log_probs_and_generation_match_one_rank(ray_cpu, tiny_model_di
             gen = group.generate_sequences(prompts)
             # after generation the parameters are sharded again and training still lines up across ranks
             lp_after = group.compute_log_prob(DataProto.from_dict(tensors=dict(scoring)))
+            # 7 rows do not split over 2 ranks: refused by default, padded to 8 and stripped again on request
+            seven = {k: v[:7] for k, v in scoring.items()}
+            if world_size == 2:
+                with pytest.raises(ValueError, match=r"7 rows evenly over 2 ranks \(7 % 2 = 1\)"):
+                    group.compute_log_prob(DataProto.from_dict(tensors=dict(seven)))
+            padded = group.compute_log_prob(DataProto.from_dict(tensors=seven, meta_info={"_verl_auto_padding": True}))
+            assert len(padded) == 7
+            torch.testing.assert_close(padded.batch["old_log_probs"], lp.batch["old_log_probs"][:7], atol=1e-6, rtol=0)
         finally:
             group.shutdown()
         outputs[world_size] = (lp, ref, gen, lp_after)

@@ -150,7 +150,9 @@ def test_actor_rollout_ref_shapes_keys_and_update(tiny_model_dir: str) -> None:
     after_lp = group.compute_log_prob(data).batch["old_log_probs"] * mask
     assert (after_lp - expected).abs().max() > 1e-3
     # the reference is a separate frozen copy: still the initial model
-    torch.testing.assert_close(group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask, expected, atol=1e-5, rtol=0
+    )
 
 
 @pytest.mark.parametrize("role", ["actor", "rollout", "ref", "actor_rollout"])
@@ -181,7 +183,9 @@ def test_save_load_round_trip_restores_params_and_optimizer(tiny_model_dir: str,
     saved_params = _params(worker.actor_module)
     saved_optim = {
         (n, k): v.clone()
-        for n, state in zip([n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values())
+        for n, state in zip(
+            [n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values()
+        )
         for k, v in state.items()
     }
     ckpt = str(tmp_path / "global_step_1" / "actor")
@@ -194,9 +198,7 @@ def test_save_load_round_trip_restores_params_and_optimizer(tiny_model_dir: str,
     group.load_checkpoint(ckpt)
     for name, param in worker.actor_module.named_parameters():
         assert torch.equal(param, saved_params[name]), name
-    restored = dict(
-        zip([n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values())
-    )
+    restored = dict(zip([n for n, _ in worker.actor_module.named_parameters()], worker.actor_optimizer.state.values()))
     for (name, key), value in saved_optim.items():
         assert torch.equal(restored[name][key], value), (name, key)
 
@@ -282,7 +284,7 @@ def test_critic_values_update_and_deterministic_value_head(tiny_model_dir: str) 
     returns = data.batch["returns"]
     errors = []
     for _ in range(5):
-        step = data.union(DataProto.from_dict(tensors={"values": values}))
+        step = DataProto.from_dict(tensors={**dict(data.batch.items()), "values": values})
         metrics = group.update_critic(step).meta_info["metrics"]
         assert "critic/vf_loss" in metrics
         values = group.compute_values(data).batch["values"]

@@ -105,9 +105,12 @@ def generate_for_eval(
 ) -> DataProto:
     """Generate ``n`` responses per prompt of ``batch`` with the trainer's actor group.
 
-    Returns the prompts' non-tensor columns repeated ``n`` times (interleaved, with a ``uid`` per prompt) joined with
-    the rollout output (``responses [bs*n, response_len]``, ``response_mask``, full ``input_ids`` ...). Batches that
-    do not divide over the group's ranks are padded and unpadded.
+    Greedy calls (``do_sample=False``) are marked ``validate`` so the engine applies ``rollout.val_kwargs``; sampled
+    calls use the rollout's training settings unless ``temperature`` is given.
+
+    Returns the prompts' non-tensor columns repeated ``n`` times (interleaved, with a ``uid`` per prompt) joined
+    with the rollout output (``responses [bs*n, response_len]``, ``response_mask``, full ``input_ids`` ...).
+    Batches that do not divide over the group's ranks are padded and unpadded.
     """
     if batch.batch is None:
         raise ValueError(f"generate_for_eval: the prompt batch has no tensors; expected {list(_GEN_KEYS)}")
@@ -121,7 +124,9 @@ def generate_for_eval(
             "eos_token_id": tok.eos_token_id,
             "pad_token_id": tok.pad_token_id,
             "global_steps": int(getattr(trainer, "global_steps", 0)),
-            "validate": True,
+            # greedy evaluation follows rollout.val_kwargs; sampled evaluation the training sampling settings
+            # (val_kwargs usually has temperature 0, which would silently turn sampling into greedy decoding)
+            "validate": not do_sample,
             "do_sample": bool(do_sample),
         }
     )

@@ -180,7 +180,9 @@ class ActorRolloutRefWorker(Worker):
     def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
         if self.world_size <= 1 or _is_already_placed(module):
             return module
-        return fsdp_utils.apply_fsdp2(module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)))
+        return fsdp_utils.apply_fsdp2(
+            module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True))
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -539,8 +541,11 @@ class RewardModelWorker(Worker):
             with torch.autocast(self.compute_device.type, dtype=dtype):
                 logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
             last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
-            scores.append(logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
-                          if logits.dim() == 3 else logits[:, 0].float())
+            scores.append(
+                logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
+                if logits.dim() == 3
+                else logits[:, 0].float()
+            )
         return torch.cat(scores)
 
     def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:

@@ -87,6 +87,7 @@ LEARNING_RUN = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
     "critic.ppo_micro_batch_size_per_gpu=32",
     "trainer.total_training_steps=15",
+    "trainer.total_epochs=2",  # 64 prompts are 8 batches per epoch
 ]
 
 

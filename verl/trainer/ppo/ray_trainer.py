@@ -169,11 +169,18 @@ class RayPPOTrainer:
         return namespaced_path(path, self.namespace)
 
     def _create_dataloaders(self) -> None:
+        from verl.trainer.config.validation import ConfigError
         from verl.utils.dataset.dataloader import StatefulDataLoader
         from verl.utils.dataset.rl_dataset import collate_fn as default_collate
 
         data_cfg = self.config.data
         collate = self.collate_fn or default_collate
+        if len(self.train_dataset) < int(data_cfg.train_batch_size):
+            # a config problem only visible once the data is loaded: ConfigError makes main_ppo exit with code 2
+            raise ConfigError(
+                f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
+                f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
+            )
         self.train_dataloader = StatefulDataLoader(
             self.train_dataset,
             batch_size=int(data_cfg.train_batch_size),
@@ -181,11 +188,6 @@ class RayPPOTrainer:
             collate_fn=collate,
             drop_last=True,
         )
-        if len(self.train_dataloader) == 0:
-            raise ValueError(
-                f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
-                f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
-            )
         if self.val_dataset is not None and len(self.val_dataset) > 0:
             val_bs = data_cfg.get("val_batch_size") or len(self.val_dataset)
             self.val_dataloader = StatefulDataLoader(
@@ -261,8 +263,8 @@ class RayPPOTrainer:
         output = self.actor_rollout_wg.generate_sequences(padded)
         return unpad_dataproto(output, pad_size)
 
-    def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
-        """Repeat prompts, generate, and attach ``token_level_scores`` (plus ReMax baselines when needed)."""
+    def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
+        """Repeat prompts ``rollout.n`` times with a group id ``uid`` and generate (plus ReMax greedy baselines)."""
         n = int(self.config.actor_rollout_ref.rollout.n)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
@@ -271,6 +273,7 @@ class RayPPOTrainer:
         gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
         with marked_timer("gen", timing):
             gen_output = self._generate(gen_batch)
+        reward_baselines = None
         if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=gen_keys, meta_info_keys=list(gen_batch.meta_info))
@@ -279,19 +282,35 @@ class RayPPOTrainer:
                 baseline_scores, _ = self._compute_scores(baseline)
                 reward_baselines = baseline_scores.sum(dim=-1)
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
-        if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
+        if reward_baselines is not None:
             batch.batch["reward_baselines"] = reward_baselines
+        return batch
+
+    def _score(self, batch: DataProto, timing: dict[str, float]) -> tuple[torch.Tensor, dict[str, list]]:
+        """Reward-model scores (when enabled) and the reward function's token-level scores."""
         with marked_timer("reward", timing):
             if self.use_rm:
                 batch = batch.union(self.rm_wg.compute_rm_score(batch))
-            scores, extra = self._compute_scores(batch)
+            return self._compute_scores(batch)
+
+    @staticmethod
+    def _attach_scores(
+        batch: DataProto, scores: torch.Tensor, extra: dict[str, list], metrics: dict[str, Any]
+    ) -> DataProto:
+        """Store ``token_level_scores``; per-sample extras become non-tensor columns, batch counters metrics."""
         batch.batch["token_level_scores"] = scores
         for key, values in extra.items():
-            if len(values) == len(batch):
+            if len(values) == len(batch) and not key.startswith("reward/"):
                 batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
             elif key.startswith("reward/"):
                 metrics[key] = float(np.sum(values))
         return batch
+
+    def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
+        """Generate and attach ``token_level_scores`` synchronously."""
+        batch = self._rollout(batch, timing)
+        scores, extra = self._score(batch, timing)
+        return self._attach_scores(batch, scores, extra, metrics)
 
     def _compute_scores(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list]]:
         from verl.trainer.ppo.reward import compute_reward
@@ -370,14 +389,22 @@ class RayPPOTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, Any] = {}
         with marked_timer("step", timing):
+            reward_future = None
             if self.algorithm.filter_groups.get("enable", False):
                 batch = self._collect_filtered_batch(batch, timing, metrics)
+            elif self.config.reward_model.get("launch_reward_fn_async", False) and not self.use_rm:
+                # score in a background thread while the workers compute log-probs and values
+                batch = self._rollout(batch, timing)
             else:
                 batch = self._rollout_and_score(batch, timing, metrics)
             batch.meta_info["global_steps"] = self.global_steps
             if self.config.trainer.get("balance_batch", True):
                 self._balance_batch(batch, metrics)
             batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+            if "token_level_scores" not in batch.batch.keys():
+                from verl.trainer.ppo.reward import compute_reward_async
+
+                reward_future = compute_reward_async(batch.select(deepcopy=True), self.reward_fn)
 
             with marked_timer("old_log_prob", timing):
                 old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
@@ -391,6 +418,11 @@ class RayPPOTrainer:
             if self.use_critic:
                 with marked_timer("values", timing):
                     batch = batch.union(self.critic_wg.compute_values(batch))
+
+            if reward_future is not None:
+                with marked_timer("reward", timing):
+                    scores, extra = reward_future.result()
+                batch = self._attach_scores(batch, scores, extra, metrics)
 
             with marked_timer("adv", timing):
                 if self.kl_ctrl_in_reward is not None:
@@ -416,18 +448,23 @@ class RayPPOTrainer:
         self.last_batch = batch
         return metrics
 
-    def _dump_rollout(self, batch: DataProto) -> None:
-        from verl.utils.tracking import dump_rollout_jsonl
-
+    def _decode_generations(self, batch: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
+        """Decoded prompts, decoded valid responses and the ground truths of a generated batch, for the dumps."""
         prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
         responses = [
             self.tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
             for row, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
         ]
-        scores = batch.batch["token_level_scores"].sum(-1).tolist()
-        extra = {}
+        extra: dict[str, list[str]] = {}
         if "reward_model" in batch.non_tensor_batch:
             extra["ground_truth"] = [str(x.get("ground_truth")) for x in batch.non_tensor_batch["reward_model"]]
+        return prompts, responses, extra
+
+    def _dump_rollout(self, batch: DataProto) -> None:
+        from verl.utils.tracking import dump_rollout_jsonl
+
+        prompts, responses, extra = self._decode_generations(batch)
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
         dump_rollout_jsonl(
             self._namespaced(self.config.trainer.rollout_data_dir), self.global_steps, prompts, responses, scores, extra
         )
@@ -443,6 +480,8 @@ class RayPPOTrainer:
         sources: list[str] = []
         uids: list[str] = []
         infos: dict[str, list] = {"reward": []}
+        dump_dir = self.config.trainer.get("validation_data_dir")
+        dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
         seen = 0
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
@@ -467,9 +506,27 @@ class RayPPOTrainer:
             for key, values in extra.items():
                 if len(values) == len(batch):
                     infos.setdefault(key, []).extend(values)
+            if dump_dir:
+                prompts, responses, dump_extra = self._decode_generations(batch)
+                dumped["prompts"].extend(prompts)
+                dumped["responses"].extend(responses)
+                dumped["scores"].extend(scores.sum(-1).tolist())
+                dumped["ground_truth"].extend(dump_extra.get("ground_truth", [""] * len(batch)))
             sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
             uids.extend(batch.non_tensor_batch["uid"].tolist())
         infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
+        if dump_dir and sources:
+            from verl.utils.tracking import dump_rollout_jsonl
+
+            # trainer.validation_data_dir: <dir>/<global_step>.jsonl with every validation generation of this pass
+            dump_rollout_jsonl(
+                self._namespaced(dump_dir),
+                self.global_steps,
+                dumped["prompts"],
+                dumped["responses"],
+                dumped["scores"],
+                {"ground_truth": dumped["ground_truth"]},
+            )
         return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
 
     # ------------------------------------------------------------------------------------------- checkpoints
@@ -610,4 +667,5 @@ class RayPPOTrainer:
         merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
         return target_dir
 
-from verl.trainer.ppo.runner import run_ppo  # noqa: E402  (re-exported: main_ppo imports it from here)
+
+from verl.trainer.ppo.runner import run_ppo  # noqa: E402, F401  (re-exported: main_ppo imports it from here)

@@ -126,14 +126,30 @@ def dp_mean_token_count(mask: torch.Tensor) -> float:
 
 
 def check_finite_loss(loss: torch.Tensor, who: str, global_step: Any, epoch: int, mini: int, micro: int, **parts):
-    """Raise RuntimeError when ``loss`` is NaN/inf, naming the step, epoch, mini- and micro-batch and loss parts."""
-    if bool(torch.isfinite(loss).all()):
+    """Raise RuntimeError when ``loss`` is NaN/inf, naming the step, epoch, mini- and micro-batch and loss parts.
+
+    Under torch.distributed the verdict is agreed on by all ranks (one scalar all-reduce): a rank that raised alone
+    would leave the others blocked in the next FSDP collective instead of stopping.
+    """
+    local_bad = not bool(torch.isfinite(loss).all())
+    any_bad = local_bad
+    if (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+    ):
+        flag = torch.tensor([1.0 if local_bad else 0.0], device=loss.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        any_bad = bool(flag.item() > 0)
+    if not any_bad:
         return
     detail = ", ".join(
         f"{k}={float(v.detach()) if torch.is_tensor(v) else float(v):.6g}" for k, v in parts.items() if v is not None
     )
+    where = "" if local_bad else " on another data-parallel rank"
     raise RuntimeError(
-        f"{who}: non-finite loss {float(loss.detach().float().item())} at global step {global_step}, epoch {epoch}, "
+        f"{who}: non-finite loss{where} {float(loss.detach().float().item())} at global step {global_step}, "
+        f"epoch {epoch}, "
         f"mini-batch {mini}, micro-batch {micro} ({detail}); check the inputs (advantages, log-probs, values) and "
         f"the learning rate"
     )

@@ -189,7 +189,8 @@ class FastDecoder:
         for step in range(settings.response_length):
             scores = logits.float()
             if step < settings.min_new_tokens:
-                scores[:, eos] = float("-inf")
+                # out of place: ``logits`` itself still feeds the (unmasked) log-probs below
+                scores = scores.index_fill(-1, eos, float("-inf"))
             if settings.greedy:
                 next_tokens = scores.argmax(dim=-1)
             else:
