@@ -200,44 +200,54 @@ def build_trl_trainer(work: GRPOWork, callbacks: list[Any], max_steps: int, out_
 
 
 def alternate_in_trl_loop(
-    work: GRPOWork, ours: VerlSide, warmup: int, steps: int, on_pair: Callable[[int, float, float], None] | None = None
-) -> tuple[list[float], list[float]]:
+    work: GRPOWork,
+    ours: VerlSide,
+    warmup: int,
+    steps: int,
+    on_pair: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, list[float]]:
     """Run TRL's training loop and, after each TRL optimizer step, one of ours: A/B alternated step by step in the
-    same process with the same threads. Returns (ours_times, trl_times) of the steps after ``warmup``.
+    same process with the same threads. Returns ``{"verl_s", "trl_s", "verl_cpu_s", "trl_cpu_s"}`` for the steps
+    after ``warmup``.
 
-    TRL's step time is measured from the end of our previous step to TRL's ``on_step_end`` (data loading,
-    generation, reward, log-probs, loss, backward, optimizer step, logging); ours around ``VerlSide.step``.
+    Wall seconds: TRL's step from the end of our previous step to TRL's ``on_step_end`` (data loading, generation,
+    reward, log-probs, loss, backward, optimizer step, logging); ours around ``VerlSide.step``. CPU seconds: the
+    process's user+system time over the same intervals (``time.process_time``). On a machine whose cores are shared
+    with other jobs, wall time includes waiting for a core while CPU time counts only the work done, so the CPU
+    ratio is the steadier comparison (both sides run the same number of threads).
     """
     import time
 
     from transformers import TrainerCallback
 
-    ours_times: list[float] = []
-    trl_times: list[float] = []
-    state = {"t0": None, "i": 0}
+    out: dict[str, list[float]] = {"verl_s": [], "trl_s": [], "verl_cpu_s": [], "trl_cpu_s": []}
+    state: dict[str, Any] = {"t0": None, "c0": None, "i": 0}
+
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
 
     class Alternate(TrainerCallback):
         def on_train_begin(self, args, trainer_state, control, **kwargs):
-            state["t0"] = time.perf_counter()
+            state["t0"], state["c0"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, trainer_state, control, **kwargs):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            trl_s = time.perf_counter() - state["t0"]
-            start = time.perf_counter()
+            sync()
+            pair = {"trl_s": time.perf_counter() - state["t0"], "trl_cpu_s": time.process_time() - state["c0"]}
+            start, cpu_start = time.perf_counter(), time.process_time()
             ours.step()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            ours_s = time.perf_counter() - start
+            sync()
+            pair["verl_s"] = time.perf_counter() - start
+            pair["verl_cpu_s"] = time.process_time() - cpu_start
             i = state["i"]
             state["i"] += 1
             if i >= warmup:
-                trl_times.append(trl_s)
-                ours_times.append(ours_s)
+                for key, value in pair.items():
+                    out[key].append(value)
             if on_pair is not None:
-                on_pair(i, ours_s, trl_s)
-            state["t0"] = time.perf_counter()
+                on_pair(i, pair)
+            state["t0"], state["c0"] = time.perf_counter(), time.process_time()
 
     trainer = build_trl_trainer(work, [Alternate()], max_steps=warmup + steps)
     trainer.train()
-    return ours_times, trl_times
+    return out

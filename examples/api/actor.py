@@ -1,6 +1,6 @@
 """Document 001, section 2.4: ``Actor(model=..., tokenizer=...)`` aligns pad/eos ids automatically.
 
-    python examples/api/actor.py [--tiny]
+python examples/api/actor.py [--tiny]
 """
 
 from _common import done, model_path, parse_args

@@ -1,6 +1,6 @@
 """Document 000, section 4.1: a custom ActorModel subclass overriding forward() and generate().
 
-    python examples/api/custom_actor.py [--tiny]
+python examples/api/custom_actor.py [--tiny]
 """
 
 from _common import done, fast_config, model_path, parse_args
@@ -30,8 +30,13 @@ before = actor.model.lm_head.weight.detach().clone()
 trainer = PPOTrainer(
     actor_model=actor,
     reward_fn=lambda prompts, responses: [float(len(set(r))) for r in responses],
-    config={"batch_size": 2, "num_samples": 2, "lr": 1e-4, "trainer.default_local_dir": args.output_dir,
-            **fast_config(args.tiny)},
+    config={
+        "batch_size": 2,
+        "num_samples": 2,
+        "lr": 1e-4,
+        "trainer.default_local_dir": args.output_dir,
+        **fast_config(args.tiny),
+    },
 )
 metrics = trainer.step(["Say hello.", "Count to three."])
 changed = not actor.model.lm_head.weight.detach().equal(before)

@@ -20,7 +20,9 @@ os.makedirs(data_dir, exist_ok=True)
 for part in range(2):
     prompts = [f"What is {part * 4 + i} + {i}?" for i in range(4)]
     answers = [str(part * 4 + 2 * i) for i in range(4)]
-    pq.write_table(pa.table({"prompt": prompts, "ground_truth": answers}), os.path.join(data_dir, f"part-{part}.parquet"))
+    pq.write_table(
+        pa.table({"prompt": prompts, "ground_truth": answers}), os.path.join(data_dir, f"part-{part}.parquet")
+    )
 
 data_provider = DataProvider(
     data_path=data_dir,

@@ -45,7 +45,7 @@ trainer = PPOTrainer(
 enc = tokenizer(["Hello there", "Good day"], return_tensors="pt", padding=True)
 eval_loader = [{"input_ids": enc.input_ids}]
 trainer.register_evaluator(CustomEvaluator(eval_loader))
-for step in range(2):
+for _ in range(2):
     metrics = trainer.step(["Tell me a joke.", "Describe the sea."])
     print(f"step {metrics['step']}: avg_reward={metrics['avg_reward']:.2f}")
 done("evaluator ran after every step")

@@ -1,6 +1,6 @@
 """Document 002, section 5.1: export the trained policy in Hugging Face format and load it back with transformers.
 
-    python examples/api/export.py [--tiny]
+python examples/api/export.py [--tiny]
 """
 
 import os
@@ -17,8 +17,13 @@ trainer = PPOTrainer(
     actor_model=ActorModel(AutoModelForCausalLM.from_pretrained(path)),
     tokenizer=AutoTokenizer.from_pretrained(path),
     reward_fn="length",
-    config={"batch_size": 2, "num_samples": 2, "lr": 1e-4, "trainer.default_local_dir": args.output_dir,
-            **fast_config(args.tiny)},
+    config={
+        "batch_size": 2,
+        "num_samples": 2,
+        "lr": 1e-4,
+        "trainer.default_local_dir": args.output_dir,
+        **fast_config(args.tiny),
+    },
 )
 trainer.step(["Hello", "Hi"])
 

@@ -1,6 +1,6 @@
 """Document 000, section 5.5: two trainers on one machine, isolated by namespace (checkpoints, logs, metrics).
 
-    python examples/api/namespaces.py [--tiny]
+python examples/api/namespaces.py [--tiny]
 """
 
 import os

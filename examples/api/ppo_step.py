@@ -1,6 +1,6 @@
 """Document 000, section 3.3: the minimal PPO step (actor + critic, one prompt, built-in KL reward).
 
-    python examples/api/ppo_step.py [--tiny]
+python examples/api/ppo_step.py [--tiny]
 """
 
 from _common import device, done, fast_config, model_path, parse_args

@@ -1,6 +1,6 @@
 """Document 000, section 5.4: the production safety switches (all off).
 
-    python examples/api/security.py [--tiny]
+python examples/api/security.py [--tiny]
 """
 
 from _common import done, fast_config, model_path, parse_args

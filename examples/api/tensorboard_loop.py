@@ -1,7 +1,7 @@
 """Document 002, section 3.3: log the training loop's reward, KL and policy loss to TensorBoard.
 
-    python examples/api/tensorboard_loop.py [--tiny]
-    tensorboard --logdir=<output-dir>/runs
+python examples/api/tensorboard_loop.py [--tiny]
+tensorboard --logdir=<output-dir>/runs
 """
 
 import os

@@ -22,8 +22,12 @@ def test_rollout_manager_generates_groups_and_scores(byte_tokenizer, tmp_path):
         tokenizer=byte_tokenizer,
         reward_fn=_first_a_reward,
         config={
-            "batch_size": 2, "num_samples": 3, "max_new_tokens": 5, "data.apply_chat_template": False,
-            "actor_rollout_ref.rollout.dtype": "float32", "trainer.default_local_dir": str(tmp_path),
+            "batch_size": 2,
+            "num_samples": 3,
+            "max_new_tokens": 5,
+            "data.apply_chat_template": False,
+            "actor_rollout_ref.rollout.dtype": "float32",
+            "trainer.default_local_dir": str(tmp_path),
         },
     )
     manager = trainer.rollout_manager

@@ -22,6 +22,14 @@ _LAZY: dict[str, str] = {
     "DataProvider": "verl.api.data",
     "DeviceMesh": "verl.api.device_mesh",
     "Pipeline": "verl.api.dataflow",
+    "SFTTrainer": "verl.api.offline",
+    "DPOTrainer": "verl.api.offline",
+    "KTOTrainer": "verl.api.offline",
+    "Evaluator": "verl.api.evaluation",
+    "RewardEvaluator": "verl.api.evaluation",
+    "AccuracyEvaluator": "verl.api.evaluation",
+    "KLEvaluator": "verl.api.evaluation",
+    "DiversityEvaluator": "verl.api.evaluation",
 }
 
 __all__ = sorted(_LAZY)

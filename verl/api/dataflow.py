@@ -92,13 +92,11 @@ class UpdateStage(Stage):
 
 
 def ppo_update(trainer: PPOTrainer, batch: DataProto) -> dict[str, float]:
-    """The post-scoring half of a PPO step on ``batch`` (rollouts with ``token_level_scores``), as in
-    :meth:`RayPPOTrainer.train_step`: old log-probs, reference log-probs, values, ``token_level_rewards``
-    (``scores - beta * KL`` with KL in the reward), advantages, critic and actor updates. Returns the metrics
-    (verl's names: ``actor/pg_loss``, ``critic/score/mean``, ``timing_s/*`` ...)."""
-    from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_timing_metrics, marked_timer, reduce_metrics
-    from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
-    from verl.utils.torch_functional import masked_mean
+    """The post-scoring half of a PPO step on ``batch`` (rollouts with ``token_level_scores``): exactly
+    :meth:`RayPPOTrainer.update_stage` (old log-probs, reference log-probs, values, KL in reward, advantages,
+    critic and actor updates). Returns the metrics (verl's names: ``actor/pg_loss``, ``critic/score/mean``,
+    ``timing_s/*`` ...)."""
+    from verl.trainer.ppo.metric_utils import marked_timer
 
     driver = trainer.driver
     if "token_level_scores" not in batch.batch.keys():
@@ -106,36 +104,8 @@ def ppo_update(trainer: PPOTrainer, batch: DataProto) -> dict[str, float]:
     timing: dict[str, float] = {}
     metrics: dict[str, Any] = {}
     with marked_timer("step", timing):
-        batch.meta_info["global_steps"] = driver.global_steps
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        with marked_timer("old_log_prob", timing):
-            old = driver.actor_rollout_wg.compute_log_prob(batch)
-            entropys = old.batch.pop("entropys") if "entropys" in old.batch.keys() else None
-            if entropys is not None:
-                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
-            batch = batch.union(old)
-        if driver.use_reference_policy:
-            with marked_timer("ref", timing):
-                batch = batch.union(driver.actor_rollout_wg.compute_ref_log_prob(batch))
-        if driver.use_critic:
-            with marked_timer("values", timing):
-                batch = batch.union(driver.critic_wg.compute_values(batch))
-        with marked_timer("adv", timing):
-            if driver.kl_ctrl_in_reward is not None:
-                batch, kl_metrics = apply_kl_penalty(batch, driver.kl_ctrl_in_reward, driver.algorithm.kl_penalty)
-                metrics.update(kl_metrics)
-            else:
-                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            batch = compute_advantage(batch, driver.algorithm.adv_estimator, driver.algorithm)
-        if driver.use_critic:
-            with marked_timer("update_critic", timing):
-                metrics.update(reduce_metrics(driver.critic_wg.update_critic(batch).meta_info["metrics"]))
-        if int(driver.config.trainer.critic_warmup) <= driver.global_steps:
-            with marked_timer("update_actor", timing):
-                metrics.update(reduce_metrics(driver.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
-    metrics.update(compute_data_metrics(batch, use_critic=driver.use_critic))
-    metrics.update(compute_timing_metrics(batch, timing))
-    driver.last_batch = batch
+        batch = driver.update_stage(batch, timing, metrics)
+    metrics.update(driver.batch_metrics(batch, timing))
     return metrics
 
 

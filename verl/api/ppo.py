@@ -351,7 +351,7 @@ class PPOTrainer:
             )
         driver = RayPPOTrainer(config=cfg, tokenizer=self.tokenizer, reward_fn=reward_manager)
         driver.worker_groups = create_colocated_worker_groups(
-            backend="local", roles=roles, world_size=1, name_prefix=driver._namespaced_prefix()
+            backend="local", roles=roles, world_size=1, name_prefix=driver.worker_name_prefix()
         )
         driver.init_workers()
         return driver
@@ -516,7 +516,7 @@ class PPOTrainer:
         namespace is appended to an explicit path too. Written atomically; returns the directory."""
         from verl.utils.fs import atomic_directory, namespaced_path
 
-        final = namespaced_path(path, self.namespace) if path else self._driver._step_dir(self.global_steps)
+        final = namespaced_path(path, self.namespace) if path else self._driver.step_dir(self.global_steps)
         contents = ["model"] + (["optimizer"] if save_optimizer else []) + (["extra"] if save_training_state else [])
         driver = self._driver
         with atomic_directory(final) as tmp:
@@ -526,7 +526,7 @@ class PPOTrainer:
             if driver.use_critic:
                 driver.critic_wg.save_checkpoint(os.path.join(tmp, "critic"), self.global_steps, save_contents=contents)
             if save_training_state:
-                state = driver._driver_state()
+                state = driver.driver_state()
                 provider = self.data_provider
                 if provider is not None and hasattr(provider, "batches_served"):
                     state["data_provider"] = {"epoch": int(provider.epoch), "batches": int(provider.batches_served)}

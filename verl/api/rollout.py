@@ -50,10 +50,10 @@ class RolloutManager:
         gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
         gen_batch = batch.select(batch_keys=gen_keys, non_tensor_batch_keys=[], meta_info_keys=[])
         rest = batch.select(batch_keys=[k for k in batch.batch.keys() if k not in gen_keys], deepcopy=False)
-        gen_batch.meta_info.update(driver._prompt_batch_meta())
+        gen_batch.meta_info.update(driver.prompt_batch_meta())
         gen_batch.meta_info.update(meta)
         gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
-        output = driver._generate(gen_batch)
+        output = driver.generate(gen_batch)
         return rest.repeat(repeat_times=n, interleave=True).union(output)
 
     def score(self, batch: DataProto) -> DataProto:
@@ -62,7 +62,7 @@ class RolloutManager:
         driver = self.driver
         if driver.use_rm and "rm_scores" not in batch.batch.keys():
             batch = batch.union(driver.rm_wg.compute_rm_score(batch))
-        scores, extra = driver._compute_scores(batch)
+        scores, extra = driver.compute_scores(batch)
         batch.batch["token_level_scores"] = scores
         for key, values in extra.items():
             if len(values) == len(batch):

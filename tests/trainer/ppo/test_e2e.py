@@ -95,7 +95,9 @@ LEARNING_RUN = [
 def test_score_of_a_learnable_reward_rises(
     tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path, adv_estimator: str
 ) -> None:
-    run_ppo(tiny_config(tiny_model_dir, task_files, tmp_path, LEARNING_RUN + [f"algorithm.adv_estimator={adv_estimator}"]))
+    run_ppo(
+        tiny_config(tiny_model_dir, task_files, tmp_path, LEARNING_RUN + [f"algorithm.adv_estimator={adv_estimator}"])
+    )
     scores = _scores(read_steps(tmp_path))
     assert len(scores) == 15
     first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
@@ -163,3 +165,17 @@ def test_algorithm_runs_two_steps_with_finite_metrics(
         assert last["critic/score/min"] < 0
     if name == "grpo_kl_in_reward":
         assert last["actor/reward_kl_penalty_coeff"] == pytest.approx(0.001)
+
+
+def test_async_reward_scoring_gives_the_same_run(
+    tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path
+) -> None:
+    """Scoring in a background thread (reward_model.launch_reward_fn_async) changes when, not what, is computed."""
+    runs = {}
+    for mode in ("false", "true"):
+        out = tmp_path / f"async_{mode}"
+        run_ppo(tiny_config(tiny_model_dir, task_files, out, [f"reward_model.launch_reward_fn_async={mode}"]))
+        runs[mode] = read_steps(out)
+    for sync_record, async_record in zip(runs["false"], runs["true"], strict=True):
+        for key in ("critic/score/mean", "critic/advantages/min", "actor/pg_loss", "actor/grad_norm"):
+            assert async_record["metrics"][key] == pytest.approx(sync_record["metrics"][key], rel=1e-6), key

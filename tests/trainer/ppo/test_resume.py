@@ -22,12 +22,12 @@ from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parq
 # A reward the tiny random model reaches by chance about a quarter of the time with 2-token responses: the share
 # of cleanly decoded ASCII characters (the byte tokenizer decodes a response with any stray high byte as U+FFFD
 # replacement characters only).
-REWARD_SOURCE = '''
+REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     if not solution_str:
         return 0.0
     return sum(1 for ch in solution_str if ord(ch) < 128) / len(solution_str)
-'''
+"""
 
 # metrics that depend on the wall clock or the process, not on the training state
 _MACHINE_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
@@ -100,7 +100,9 @@ def test_resumed_run_matches_uninterrupted_run(
         "critic.ppo_micro_batch_size_per_gpu=8",
     ]
     full_dir = tmp_path / "full"
-    run_ppo(_config(tiny_model_dir, task_files, full_dir, algo + ["trainer.resume_mode=disable", "trainer.save_freq=0"]))
+    run_ppo(
+        _config(tiny_model_dir, task_files, full_dir, algo + ["trainer.resume_mode=disable", "trainer.save_freq=0"])
+    )
 
     part_dir = tmp_path / "part"
     part_cfg = algo + ["trainer.resume_mode=auto", "trainer.save_freq=2"]

@@ -142,6 +142,13 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     warns: list[str] = []
     data, arr, trainer, algo = cfg.data, cfg.actor_rollout_ref, cfg.trainer, cfg.algorithm
     actor, rollout = arr.actor, arr.rollout
+    if trainer.get("namespace") is not None:
+        from verl.utils.fs import validate_namespace
+
+        try:
+            validate_namespace(trainer.namespace)
+        except ValueError as err:
+            errors.append(f"trainer.namespace: {err}")
 
     _check_positive(
         cfg,

@@ -192,7 +192,9 @@ def process_validation_metrics(
         for var, values in infos.items():
             grouped[source][uid][var].append(values[i])
 
-    per_source: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    per_source: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for source, prompts in grouped.items():
         for prompt_vars in prompts.values():
             preds = prompt_vars.get("pred")

@@ -13,6 +13,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -147,6 +148,11 @@ class RayPPOTrainer:
         self.global_steps = 0
         self.namespace = config.trainer.get("namespace")
         self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
+        from verl.utils.profiler import StepProfiler
+
+        self.profiler = StepProfiler.from_config(config.trainer, os.path.join(self.checkpoint_dir, "profile"))
+        debug = config.trainer.get("enable_debug_mode", False)
+        self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
@@ -222,7 +228,7 @@ class RayPPOTrainer:
                 roles=roles,
                 world_size=self.n_ranks,
                 use_gpu=self._use_gpu(),
-                name_prefix=self._namespaced_prefix(),
+                name_prefix=self.worker_name_prefix(),
                 nnodes=int(self.config.trainer.nnodes),
             )
         for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
@@ -237,18 +243,18 @@ class RayPPOTrainer:
 
         return get_device_name(self.config.trainer.get("device", "auto")) == "cuda"
 
-    def _namespaced_prefix(self) -> str:
+    def worker_name_prefix(self) -> str:
         return f"{self.namespace}_" if self.namespace else "verl_"
 
     # ---------------------------------------------------------------------------------------------- one step
-    def _prompt_batch_meta(self) -> dict[str, Any]:
+    def prompt_batch_meta(self) -> dict[str, Any]:
         return {
             "eos_token_id": self.tokenizer.eos_token_id,
             "pad_token_id": self.tokenizer.pad_token_id,
             "global_steps": self.global_steps,
         }
 
-    def _generate(self, gen_batch: DataProto) -> DataProto:
+    def generate(self, gen_batch: DataProto) -> DataProto:
         """Generate through the actor group; batches that do not divide over the ranks are padded then unpadded.
 
         With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``. The driver numbers
@@ -269,17 +275,17 @@ class RayPPOTrainer:
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
         gen_batch = batch.pop(batch_keys=gen_keys)
-        gen_batch.meta_info.update(self._prompt_batch_meta())
+        gen_batch.meta_info.update(self.prompt_batch_meta())
         gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
         with marked_timer("gen", timing):
-            gen_output = self._generate(gen_batch)
+            gen_output = self.generate(gen_batch)
         reward_baselines = None
         if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=gen_keys, meta_info_keys=list(gen_batch.meta_info))
                 greedy.meta_info["do_sample"] = False
-                baseline = batch.repeat(repeat_times=n, interleave=True).union(self._generate(greedy))
-                baseline_scores, _ = self._compute_scores(baseline)
+                baseline = batch.repeat(repeat_times=n, interleave=True).union(self.generate(greedy))
+                baseline_scores, _ = self.compute_scores(baseline)
                 reward_baselines = baseline_scores.sum(dim=-1)
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
         if reward_baselines is not None:
@@ -291,7 +297,7 @@ class RayPPOTrainer:
         with marked_timer("reward", timing):
             if self.use_rm:
                 batch = batch.union(self.rm_wg.compute_rm_score(batch))
-            return self._compute_scores(batch)
+            return self.compute_scores(batch)
 
     @staticmethod
     def _attach_scores(
@@ -312,7 +318,7 @@ class RayPPOTrainer:
         scores, extra = self._score(batch, timing)
         return self._attach_scores(batch, scores, extra, metrics)
 
-    def _compute_scores(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list]]:
+    def compute_scores(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list]]:
         from verl.trainer.ppo.reward import compute_reward
 
         if self.reward_fn is None:
@@ -389,63 +395,88 @@ class RayPPOTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, Any] = {}
         with marked_timer("step", timing):
-            reward_future = None
-            if self.algorithm.filter_groups.get("enable", False):
-                batch = self._collect_filtered_batch(batch, timing, metrics)
-            elif self.config.reward_model.get("launch_reward_fn_async", False) and not self.use_rm:
-                # score in a background thread while the workers compute log-probs and values
-                batch = self._rollout(batch, timing)
+            batch, reward_future = self.rollout_stage(batch, timing, metrics)
+            batch = self.update_stage(batch, timing, metrics, reward_future)
+        metrics.update(self.batch_metrics(batch, timing))
+        return metrics
+
+    def rollout_stage(
+        self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]
+    ) -> tuple[DataProto, Future | None]:
+        """Generate ``rollout.n`` responses per prompt, balance ranks, and score them (or start scoring in the
+        background when ``reward_model.launch_reward_fn_async``: the future is resolved by :meth:`update_stage`)."""
+        reward_future = None
+        if self.algorithm.filter_groups.get("enable", False):
+            batch = self._collect_filtered_batch(batch, timing, metrics)
+        elif self.config.reward_model.get("launch_reward_fn_async", False) and not self.use_rm:
+            batch = self._rollout(batch, timing)
+        else:
+            batch = self._rollout_and_score(batch, timing, metrics)
+        batch.meta_info["global_steps"] = self.global_steps
+        if self.config.trainer.get("balance_batch", True):
+            self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        if "token_level_scores" not in batch.batch.keys():
+            from verl.trainer.ppo.reward import compute_reward_async
+
+            reward_future = compute_reward_async(batch.select(deepcopy=True), self.reward_fn)
+        return batch, reward_future
+
+    def update_stage(
+        self,
+        batch: DataProto,
+        timing: dict[str, float],
+        metrics: dict[str, Any],
+        reward_future: Future | None = None,
+    ) -> DataProto:
+        """The post-rollout half of a step on scored (or being scored) rollouts: old log-probs, reference
+        log-probs, values, KL in reward, advantages, critic update, actor update."""
+        batch.meta_info["global_steps"] = self.global_steps
+        batch.meta_info.setdefault("global_token_num", batch.batch["attention_mask"].sum(-1).tolist())
+        with marked_timer("old_log_prob", timing):
+            old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
+            if "entropys" in old_log_prob.batch.keys():
+                entropys = old_log_prob.batch.pop("entropys")
+                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+            batch = batch.union(old_log_prob)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing):
+                batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+        if self.use_critic:
+            with marked_timer("values", timing):
+                batch = batch.union(self.critic_wg.compute_values(batch))
+        if reward_future is not None:
+            with marked_timer("reward", timing):
+                scores, extra = reward_future.result()
+            batch = self._attach_scores(batch, scores, extra, metrics)
+        if "token_level_scores" not in batch.batch.keys():
+            raise ValueError("update_stage needs scored rollouts (token_level_scores): score the batch first")
+
+        with marked_timer("adv", timing):
+            if self.kl_ctrl_in_reward is not None:
+                batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, self.algorithm.kl_penalty)
+                metrics.update(kl_metrics)
             else:
-                batch = self._rollout_and_score(batch, timing, metrics)
-            batch.meta_info["global_steps"] = self.global_steps
-            if self.config.trainer.get("balance_batch", True):
-                self._balance_batch(batch, metrics)
-            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-            if "token_level_scores" not in batch.batch.keys():
-                from verl.trainer.ppo.reward import compute_reward_async
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = compute_advantage(batch, self.algorithm.adv_estimator, self.algorithm)
 
-                reward_future = compute_reward_async(batch.select(deepcopy=True), self.reward_fn)
+        if self.use_critic:
+            with marked_timer("update_critic", timing):
+                metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
+        if int(self.config.trainer.critic_warmup) <= self.global_steps:
+            with marked_timer("update_actor", timing):
+                metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+        if self.config.trainer.get("rollout_data_dir"):
+            self._dump_rollout(batch)
+        self.last_batch = batch
+        return batch
 
-            with marked_timer("old_log_prob", timing):
-                old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
-                entropys = old_log_prob.batch.pop("entropys", None) if "entropys" in old_log_prob.batch.keys() else None
-                if entropys is not None:
-                    metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
-                batch = batch.union(old_log_prob)
-            if self.use_reference_policy:
-                with marked_timer("ref", timing):
-                    batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
-            if self.use_critic:
-                with marked_timer("values", timing):
-                    batch = batch.union(self.critic_wg.compute_values(batch))
-
-            if reward_future is not None:
-                with marked_timer("reward", timing):
-                    scores, extra = reward_future.result()
-                batch = self._attach_scores(batch, scores, extra, metrics)
-
-            with marked_timer("adv", timing):
-                if self.kl_ctrl_in_reward is not None:
-                    batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, self.algorithm.kl_penalty)
-                    metrics.update(kl_metrics)
-                else:
-                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                batch = compute_advantage(batch, self.algorithm.adv_estimator, self.algorithm)
-
-            if self.use_critic:
-                with marked_timer("update_critic", timing):
-                    metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
-            if int(self.config.trainer.critic_warmup) <= self.global_steps:
-                with marked_timer("update_actor", timing):
-                    metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
-            if self.config.trainer.get("rollout_data_dir"):
-                self._dump_rollout(batch)
-
-        metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+    def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
+        """Data, timing, throughput and memory metrics of a finished step (verl's names)."""
+        metrics = compute_data_metrics(batch, use_critic=self.use_critic)
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
         metrics.update(memory_metrics())
-        self.last_batch = batch
         return metrics
 
     def _decode_generations(self, batch: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
@@ -493,10 +524,10 @@ class RayPPOTrainer:
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
             gen_batch = batch.pop(batch_keys=gen_keys)
-            gen_batch.meta_info.update(self._prompt_batch_meta())
+            gen_batch.meta_info.update(self.prompt_batch_meta())
             gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
             gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
-            batch = batch.repeat(repeat_times=n, interleave=True).union(self._generate(gen_batch))
+            batch = batch.repeat(repeat_times=n, interleave=True).union(self.generate(gen_batch))
             if self.use_rm:
                 batch = batch.union(self.rm_wg.compute_rm_score(batch))
             from verl.trainer.ppo.reward import compute_reward
@@ -530,7 +561,7 @@ class RayPPOTrainer:
         return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
 
     # ------------------------------------------------------------------------------------------- checkpoints
-    def _step_dir(self, step: int) -> str:
+    def step_dir(self, step: int) -> str:
         return os.path.join(self.checkpoint_dir, f"global_step_{step}")
 
     def save_checkpoint(self, path: str | None = None) -> str:
@@ -539,12 +570,12 @@ class RayPPOTrainer:
         from verl.utils.checkpoint.layout import finalize_checkpoint, remove_old_checkpoints
         from verl.utils.fs import atomic_directory
 
-        final_dir = path or self._step_dir(self.global_steps)
+        final_dir = path or self.step_dir(self.global_steps)
         with atomic_directory(final_dir) as tmp_dir:
             self.actor_rollout_wg.save_checkpoint(os.path.join(tmp_dir, "actor"), self.global_steps)
             if self.use_critic:
                 self.critic_wg.save_checkpoint(os.path.join(tmp_dir, "critic"), self.global_steps)
-            torch.save(self._driver_state(), os.path.join(tmp_dir, "data.pt"))
+            torch.save(self.driver_state(), os.path.join(tmp_dir, "data.pt"))
         if path is None:
             finalize_checkpoint(self.checkpoint_dir, self.global_steps)
             trainer_cfg = self.config.trainer
@@ -554,7 +585,7 @@ class RayPPOTrainer:
                 )
         return final_dir
 
-    def _driver_state(self) -> dict[str, Any]:
+    def driver_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
         if self.train_dataloader is not None:
             state["dataloader"] = self.train_dataloader.state_dict()
@@ -593,12 +624,19 @@ class RayPPOTrainer:
         for hook in self.step_hooks:
             hook(step, metrics)
 
+    @property
+    def metrics_path(self) -> str | None:
+        """The JSONL metrics file of the current (or last) ``fit()``, when the ``file`` logger is on."""
+        return getattr(self._tracker, "metrics_path", None)
+
     def _make_tracker(self):
         from verl.utils.tracking import Tracking
 
         trainer_cfg = self.config.trainer
-        log_dir = trainer_cfg.get("log_dir") or os.path.join(self.checkpoint_dir, "logs")
+        explicit = trainer_cfg.get("log_dir")
+        log_dir = explicit or os.path.join(self.checkpoint_dir, "logs")
         return Tracking(
+            namespace=self.namespace if explicit else None,
             project_name=trainer_cfg.project_name,
             experiment_name=trainer_cfg.experiment_name,
             default_backend=list(trainer_cfg.logger),
@@ -627,7 +665,12 @@ class RayPPOTrainer:
                 if batch is None:
                     break
                 self.global_steps += 1
-                metrics = self.train_step(batch)
+                with self.profiler.step(self.global_steps):
+                    metrics = self.train_step(batch)
+                if self.debug_dir is not None:
+                    from verl.utils.profiler import dump_step_debug
+
+                    dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
                 is_last = self.global_steps >= self.total_training_steps
                 if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
                     val_metrics = self._timed_validate()
@@ -661,7 +704,7 @@ class RayPPOTrainer:
         """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
         from verl.model_merger import merge_checkpoint
 
-        step_dir = self._step_dir(self.global_steps)
+        step_dir = self.step_dir(self.global_steps)
         if not os.path.isdir(step_dir):
             step_dir = self.save_checkpoint()
         merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)

@@ -27,7 +27,10 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
 
 
 def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
-    """Threads and the debug switch, applied to the driver and inherited by local workers."""
+    """Security policy, threads and the debug switch, applied to the driver and inherited by local workers."""
+    from verl.utils.security import SecurityPolicy, set_security_policy
+
+    set_security_policy(SecurityPolicy.from_config(trainer_cfg))
     threads = trainer_cfg.get("torch_threads")
     if threads:
         torch.set_num_threads(int(threads))
@@ -46,12 +49,27 @@ def _score_summary(metrics: dict[str, float]) -> str:
 
 
 def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
-    """Train dataset, validation dataset (or None) and the resumable train sampler."""
+    """Train dataset, validation dataset (or None) and the resumable train sampler.
+
+    A file that cannot be used (missing, empty, a missing column, a row of the wrong type) raises
+    :class:`ConfigError` naming the config key, the file, the row and the column, so ``main_ppo`` reports it like
+    any other bad input (exit code 2, no traceback).
+    """
+    from verl.trainer.config.validation import ConfigError
     from verl.utils.dataset.rl_dataset import RLHFDataset, create_rl_sampler
 
     data_cfg = config.data
-    train_dataset = RLHFDataset(data_cfg.train_files, tokenizer, data_cfg)
-    val_dataset = RLHFDataset(data_cfg.val_files, tokenizer, data_cfg) if data_cfg.get("val_files") else None
+
+    def load(key: str) -> Any:
+        try:
+            return RLHFDataset(data_cfg[key], tokenizer, data_cfg)
+        except ConfigError:
+            raise
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"data.{key}: {e}") from e
+
+    train_dataset = load("train_files")
+    val_dataset = load("val_files") if data_cfg.get("val_files") else None
     sampler = create_rl_sampler(data_cfg, train_dataset)
     return train_dataset, val_dataset, sampler
 
@@ -104,9 +122,8 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     if trainer_cfg.get("plot", False):
         from verl.utils.plotting import plot_metrics
 
-        log_dir = trainer_cfg.get("log_dir") or os.path.join(trainer.checkpoint_dir, "logs")
-        jsonl = os.path.join(log_dir, "metrics.jsonl")
-        if os.path.exists(jsonl):
+        jsonl = trainer.metrics_path
+        if jsonl and os.path.exists(jsonl):
             result["plot"] = plot_metrics(jsonl, os.path.join(trainer.checkpoint_dir, "metrics.png"))
             print(f"plot: {os.path.join(trainer.checkpoint_dir, 'metrics.png')}")
     return result

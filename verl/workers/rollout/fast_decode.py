@@ -73,6 +73,23 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     return x * cos + _rotate_half(x) * sin
 
 
+def _decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v for one query token, grouped-query heads without copying the cache.
+
+    ``q [bs, heads, 1, d]``, ``k``/``v`` ``[bs, kv_heads, S, d]``, ``bias [bs, 1, 1, S]`` -> ``[bs, heads, 1, d]``.
+    The query heads sharing a key/value head are stacked as rows of one matmul (CPU SDPA kernels are slow for a
+    single query row).
+    """
+    bs, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    qg = q.reshape(bs, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + bias
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).reshape(bs, heads, 1, dim)
+
+
 class FastDecoder:
     """Decode with a static KV cache on the submodules of a Llama/Qwen2 causal LM (see the module docstring).
 
@@ -109,6 +126,7 @@ class FastDecoder:
         gqa = self.num_kv_heads != self.num_heads
         for layer, (k_cache, v_cache) in zip(self.backbone.layers, caches):
             attn = layer.self_attn
+            scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
             x = layer.input_layernorm(hidden)
             q = attn.q_proj(x).view(bs, length, self.num_heads, self.head_dim).transpose(1, 2)
             k = attn.k_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -116,14 +134,13 @@ class FastDecoder:
             q = _apply_rope(q, cos, sin).to(v.dtype)
             k_cache[:, :, start:end] = _apply_rope(k, cos, sin)
             v_cache[:, :, start:end] = v
-            out = F.scaled_dot_product_attention(
-                q,
-                k_cache[:, :, :end],
-                v_cache[:, :, :end],
-                attn_mask=attn_bias.to(q.dtype),
-                scale=getattr(attn, "scaling", None),
-                enable_gqa=gqa,
-            )
+            if length == 1:
+                out = _decode_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_bias, scale)
+            else:
+                out = F.scaled_dot_product_attention(
+                    q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=attn_bias.to(q.dtype), scale=scale,
+                    enable_gqa=gqa,
+                )  # fmt: skip
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, length, self.num_heads * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         last = self.backbone.norm(hidden[:, -1:, :])

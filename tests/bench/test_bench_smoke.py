@@ -1,0 +1,71 @@
+"""Benchmarks are not tests: CI only checks that each script runs one short step (``--smoke``) and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_DIR = ROOT / "bench" / "results" / "smoke"
+
+
+def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--smoke", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _check(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
+    return proc.stdout
+
+
+def test_grpo_vs_trl_smoke() -> None:
+    pytest.importorskip("trl")
+    out = _check(_run("grpo_vs_trl.py"))
+    assert "ours/TRL" in out
+    record = json.loads((SMOKE_DIR / "grpo_vs_trl.json").read_text())
+    (result,) = record["results"]
+    assert len(result["verl_s"]) == 1 and len(result["trl_s"]) == 1
+    assert result["verl_s"][0] > 0 and result["trl_s"][0] > 0
+    # both sides generated the exact response length asked for
+    assert result["verl_response_length_mean"] == result["case"]["response_length"]
+
+
+def test_limits_smoke() -> None:
+    out = _check(_run("limits.py", "--threads", "1", "--repeats", "1"))
+    record = json.loads((SMOKE_DIR / "limits.json").read_text())
+    assert record["peaks"]["matmul_float32_peak_gflops"] > 0
+    assert 0 < record["training"][0]["mfu"]
+    assert record["rollout"][0]["ours_over_raw_time"] > 0
+    assert "MFU" in out
+
+
+def test_scaling_smoke() -> None:
+    out = _check(_run("scaling.py"))
+    record = json.loads((SMOKE_DIR / "scaling.json").read_text())
+    assert [(p["batch"], p["response_length"]) for p in record["points"]] == [(2, 8), (2, 16), (4, 8)]
+    assert all(p["step_s"] > 0 for p in record["points"])
+    assert "s/step" in out
+
+
+def test_learning_smoke() -> None:
+    _check(_run("learning.py"))
+    rows = [json.loads(line) for line in (SMOKE_DIR / "learning.jsonl").read_text().splitlines()]
+    # an evaluation before training (step 0) and one after the single step
+    assert [r["step"] for r in rows] == [0, 1]
+    assert all(0.0 <= r["val_acc"] <= 1.0 for r in rows)
+    assert (SMOKE_DIR / "learning.png").exists()

@@ -1,0 +1,172 @@
+"""metric_utils on hand-made batches; every expected number is worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.ppo import metric_utils
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    flatten_validation_metrics,
+    marked_timer,
+    memory_metrics,
+    process_validation_metrics,
+    reduce_metrics,
+)
+
+
+def _batch() -> DataProto:
+    """Two sequences, prompt length 3 (left-padded), response length 4.
+
+    row 0: prompt 2 tokens, response 3 tokens; row 1: prompt 3 tokens, response 4 tokens (uses every slot).
+    """
+    response_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float32)
+    prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=-1)
+    return DataProto.from_dict(
+        tensors={
+            "responses": torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]]),
+            "attention_mask": attention_mask,
+            "response_mask": response_mask,
+            "token_level_scores": torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.5]]),
+            "token_level_rewards": torch.tensor([[0.0, 0.0, 0.9, 0.0], [-0.1, 0.0, 0.0, 0.5]]),
+            # the masked slot of row 0 holds a value that must not leak into any statistic
+            "advantages": torch.tensor([[1.0, 2.0, 3.0, 99.0], [-1.0, -2.0, -3.0, -4.0]]),
+            "returns": torch.tensor([[0.5, 0.5, 0.5, 7.0], [1.0, 1.0, 1.0, 1.0]]),
+            "values": torch.tensor([[0.5, 0.5, 0.5, -9.0], [0.0, 1.0, 1.0, 1.0]]),
+        }
+    )
+
+
+def test_data_metrics_by_hand() -> None:
+    m = compute_data_metrics(_batch(), use_critic=True)
+    # sequence scores are row sums: 1.0 and 0.5
+    assert (m["critic/score/mean"], m["critic/score/max"], m["critic/score/min"]) == pytest.approx((0.75, 1.0, 0.5))
+    # rewards: 0.9 and 0.4
+    assert (m["critic/rewards/mean"], m["critic/rewards/max"], m["critic/rewards/min"]) == pytest.approx(
+        (0.65, 0.9, 0.4)
+    )
+    # 7 valid advantages 1, 2, 3, -1, -2, -3, -4: mean -4/7
+    assert (m["critic/advantages/mean"], m["critic/advantages/max"], m["critic/advantages/min"]) == pytest.approx(
+        (-4 / 7, 3.0, -4.0)
+    )
+    # valid returns .5 .5 .5 1 1 1 1: mean 5.5/7
+    assert (m["critic/returns/mean"], m["critic/returns/max"], m["critic/returns/min"]) == pytest.approx(
+        (5.5 / 7, 1.0, 0.5)
+    )
+    # valid values .5 .5 .5 0 1 1 1: mean 4.5/7
+    assert (m["critic/values/mean"], m["critic/values/max"], m["critic/values/min"]) == pytest.approx(
+        (4.5 / 7, 1.0, 0.0)
+    )
+    # residual returns - values = 0 0 0 1 0 0 0: unbiased variance 1/7; returns' unbiased variance 1/14
+    assert m["critic/vf_explained_var"] == pytest.approx(1 - (1 / 7) / (1 / 14 + 1e-5), rel=1e-5)
+    # response lengths 3 and 4 of 4 slots; prompt lengths 2 and 3 of 3 slots
+    assert (m["response_length/mean"], m["response_length/max"], m["response_length/min"]) == (3.5, 4.0, 3.0)
+    assert m["response_length/clip_ratio"] == 0.5
+    assert (m["prompt_length/mean"], m["prompt_length/max"], m["prompt_length/min"]) == (2.5, 3.0, 2.0)
+    assert m["prompt_length/clip_ratio"] == 0.5
+
+
+def test_data_metrics_without_critic_have_no_value_statistics() -> None:
+    m = compute_data_metrics(_batch(), use_critic=False)
+    assert not [k for k in m if k.startswith("critic/values") or k == "critic/vf_explained_var"]
+    assert m["critic/score/mean"] == pytest.approx(0.75)
+
+
+def test_data_metrics_of_a_batch_without_valid_response_tokens() -> None:
+    batch = _batch()
+    batch.batch["response_mask"] = torch.zeros(2, 4)
+    m = compute_data_metrics(batch, use_critic=True)
+    # nothing to average: statistics are 0 instead of NaN, lengths are 0
+    assert m["critic/advantages/mean"] == 0.0 and m["critic/values/max"] == 0.0
+    assert m["response_length/mean"] == 0.0 and m["response_length/clip_ratio"] == 0.0
+
+
+def test_timing_and_throughput_metrics_by_hand() -> None:
+    batch = _batch()
+    timing = {"gen": 0.7, "ref": 1.2, "update_actor": 2.4, "step": 3.0}
+    m = compute_timing_metrics(batch, timing)
+    assert {k: v for k, v in m.items() if k.startswith("timing_s/")} == {f"timing_s/{k}": v for k, v in timing.items()}
+    # generation per response token (3 + 4 = 7); the other stages per token of the whole sequences (5 + 7 = 12)
+    assert m["timing_per_token_ms/gen"] == pytest.approx(700 / 7)
+    assert m["timing_per_token_ms/ref"] == pytest.approx(1200 / 12)
+    assert m["timing_per_token_ms/update_actor"] == pytest.approx(2400 / 12)
+    assert "timing_per_token_ms/step" not in m
+
+    perf = compute_throughput_metrics(batch, timing, n_ranks=2)
+    # 12 tokens in 3 s over 2 ranks: 2 tokens / s / rank
+    assert perf == {"perf/total_num_tokens": 12, "perf/time_per_step": 3.0, "perf/throughput": pytest.approx(2.0)}
+    assert compute_throughput_metrics(batch, {}, n_ranks=1)["perf/throughput"] == 0.0
+
+
+def test_marked_timer_accumulates_and_records_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([10.0, 10.5, 20.0, 20.25])
+    monkeypatch.setattr(metric_utils.time, "perf_counter", lambda: next(clock))
+    timing: dict[str, float] = {}
+    with marked_timer("gen", timing):
+        pass
+    with pytest.raises(RuntimeError), marked_timer("gen", timing):
+        raise RuntimeError("the body failed")
+    assert timing == {"gen": pytest.approx(0.75)}
+
+
+def test_reduce_metrics_means_lists_and_passes_scalars() -> None:
+    out = reduce_metrics({"a": [1.0, 2.0, 3.0], "b": 5, "c": torch.tensor([1.0, 3.0]), "d": [], "e": [[1, 2], [3, 6]]})
+    assert out["a"] == 2.0 and out["b"] == 5.0 and out["c"] == 2.0 and out["e"] == 3.0
+    assert math.isnan(out["d"])
+    assert all(isinstance(v, float) for v in out.values())
+
+
+def test_memory_metrics_report_a_positive_peak() -> None:
+    m = memory_metrics()
+    assert m["perf/max_memory_allocated_gb"] > 0
+    assert m["perf/cpu_memory_used_gb"] > 0
+
+
+def test_validation_metrics_by_hand() -> None:
+    # source s1: two prompts with 4 responses each; source s2: one prompt with one response
+    sources = ["s1"] * 8 + ["s2"]
+    uids = ["u1"] * 4 + ["u2"] * 4 + ["u3"]
+    infos = {
+        "reward": [1, 0, 0, 1, 0, 0, 0, 1, 0.3],
+        "pred": ["a", "b", "b", "a", "x", "x", "y", "z", "q"],
+        "note": ["text"] * 9,  # not numeric: ignored
+    }
+    reduced = process_validation_metrics(sources, uids, infos)
+    s1 = reduced["s1"]["reward"]
+    assert s1["mean@4"] == pytest.approx((0.5 + 0.25) / 2)
+    assert s1["std@4"] == pytest.approx((0.5 + math.sqrt(3 / 16)) / 2)
+    # best@2 = pass@2 for 0/1 scores: u1 (2 of 4 right) 1 - C(2,2)/C(4,2) = 5/6; u2 (1 of 4) 1 - C(3,2)/C(4,2) = 1/2
+    assert s1["best@2"] == pytest.approx((5 / 6 + 1 / 2) / 2)
+    assert s1["best@4"] == pytest.approx(1.0)
+    # maj@2: u1 first two preds a, b tie -> a (scored 1); u2 x, x -> x (scored 0)
+    assert s1["maj@2"] == pytest.approx(0.5)
+    # maj@4: u1 a, b, b, a tie -> a (1); u2 x, x, y, z -> x (0)
+    assert s1["maj@4"] == pytest.approx(0.5)
+    assert "note" not in reduced["s1"] and "pred" not in reduced["s1"]
+    assert reduced["s2"] == {"reward": {"mean@1": pytest.approx(0.3)}}
+
+    flat = flatten_validation_metrics(reduced)
+    assert flat["val-core/s1/reward/mean@4"] == pytest.approx(0.375)
+    assert flat["val-core/s1/reward/best@2"] == pytest.approx(2 / 3)
+    assert flat["val-core/s1/reward/maj@4"] == pytest.approx(0.5)
+    assert flat["val-aux/s1/reward/std@4"] == pytest.approx(s1["std@4"])
+    assert flat["val-core/s2/reward/mean@1"] == pytest.approx(0.3)
+
+
+def test_best_at_k_of_graded_scores_is_the_expected_maximum() -> None:
+    # scores 0.1, 0.4, 0.7 of one prompt; the 3 pairs have maxima 0.4, 0.7, 0.7 -> expected max 1.8 / 3
+    reduced = process_validation_metrics(["s"] * 3, ["u"] * 3, {"reward": [0.4, 0.1, 0.7], "acc": [1, 0, 0]})
+    assert reduced["s"]["reward"]["best@2"] == pytest.approx(1.8 / 3)
+    flat = flatten_validation_metrics(reduced)
+    # acc is a core variable too; anything else would be auxiliary
+    assert flat["val-core/s/acc/mean@3"] == pytest.approx(1 / 3)
+    assert flat["val-core/s/acc/best@2"] == pytest.approx(2 / 3)  # 1 - C(2,2)/C(3,2)
+    assert np.isclose(flat["val-aux/s/reward/std@3"], np.std([0.4, 0.1, 0.7]))
