@@ -1,8 +1,10 @@
 """Resume equality: a run stopped after step k and resumed reproduces the uninterrupted run's steps k+1.. .
 
-Tiny random Llama with the byte tokenizer, fp32, local backend, GRPO with sampling (temperature 1) so every source
-of randomness (rollout sampling, data order, optimizer state, lr schedule) has to be restored for the metrics to
-match. Timing, throughput and memory metrics are excluded: they measure the machine, not the algorithm.
+Tiny random Llama with the byte tokenizer, fp32, local backend, GRPO and PPO with a critic, sampling at temperature
+1, shuffled data, two optimizer steps per PPO step and a cosine lr schedule, so every piece of state (rollout seeds,
+data order, weights, optimizer moments, schedulers, critic) has to be restored for the metrics to match. The first
+process "dies" inside step 3 (an exception), after the step-2 checkpoint. Timing, throughput and memory metrics are
+excluded: they measure the machine, not the algorithm.
 """
 
 from __future__ import annotations
