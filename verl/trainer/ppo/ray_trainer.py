@@ -8,7 +8,6 @@ moves DataProto batches between them, so the same code runs on the local backend
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import uuid
@@ -22,88 +21,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty, compute_advantage: verl's home)
+    apply_kl_penalty,
+    compute_advantage,
+    filter_uniform_groups,
+)
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
-    flatten_validation_metrics,
     marked_timer,
     memory_metrics,
-    process_validation_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.validation import decode_generations, run_validation
 from verl.utils.torch_functional import masked_mean
 
 logger = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------------------------- pure step parts
-def apply_kl_penalty(
-    data: DataProto, kl_ctrl: core_algos.AdaptiveKLController | core_algos.FixedKLController, kl_penalty: str = "kl"
-) -> tuple[DataProto, dict[str, float]]:
-    """token_level_rewards = token_level_scores - beta * KL(old || ref) per token, then update the KL controller.
-
-    Shapes: all tensors ``[batch, response_len]``. The controller sees the batch mean of the per-sequence mean KL
-    (Ziegler et al. 2019).
-    """
-    response_mask = data.batch["response_mask"]
-    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
-    beta = kl_ctrl.value
-    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
-    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
-    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
-    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
-
-
-def _call_with_supported_kwargs(fn: Callable, **kwargs: Any):
-    """Call ``fn`` with the subset of ``kwargs`` its signature accepts (all of them if it takes ``**kwargs``)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(**kwargs)
-    return fn(**{k: v for k, v in kwargs.items() if k in params})
-
-
-def compute_advantage(data: DataProto, adv_estimator: str, algorithm_config: DictConfig | None = None) -> DataProto:
-    """Fill ``advantages`` and ``returns`` ``[batch, response_len]`` with the registered estimator ``adv_estimator``.
-
-    Every estimator is called by keyword with what it may need: ``token_level_rewards``, ``response_mask``,
-    ``index`` (the ``uid`` group ids), ``values``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``,
-    ``reward_baselines`` and ``config``; a user estimator receives the subset its signature names.
-    """
-    algorithm_config = algorithm_config or OmegaConf.create({})
-    fn = core_algos.get_adv_estimator_fn(adv_estimator)
-    kwargs: dict[str, Any] = {
-        "token_level_rewards": data.batch["token_level_rewards"],
-        "response_mask": data.batch["response_mask"],
-        "index": data.non_tensor_batch["uid"],
-        "gamma": float(algorithm_config.get("gamma", 1.0)),
-        "lam": float(algorithm_config.get("lam", 1.0)),
-        "norm_adv_by_std_in_grpo": bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)),
-        "config": algorithm_config,
-    }
-    if "values" in data.batch.keys():
-        kwargs["values"] = data.batch["values"]
-    if "reward_baselines" in data.batch.keys():
-        kwargs["reward_baselines"] = data.batch["reward_baselines"]
-    advantages, returns = _call_with_supported_kwargs(fn, **kwargs)
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = returns
-    return data
-
-
-def filter_uniform_groups(data: DataProto, metric_values: np.ndarray) -> tuple[DataProto, int]:
-    """DAPO dynamic sampling: drop every group (same ``uid``) whose responses all have the same metric value.
-
-    Such groups have zero advantage under group baselines and only dilute the batch. Returns the kept rows and the
-    number of kept groups.
-    """
-    uids = data.non_tensor_batch["uid"]
-    by_uid: dict[Any, list[float]] = {}
-    for uid, value in zip(uids, metric_values):
-        by_uid.setdefault(uid, []).append(float(value))
-    kept = {uid for uid, values in by_uid.items() if np.std(values) > 0 or len(values) == 1}
-    keep_idx = [i for i, uid in enumerate(uids) if uid in kept]
-    return data[keep_idx], len(kept)
 
 
 # ----------------------------------------------------------------------------------------------------- trainer
@@ -479,22 +413,10 @@ class RayPPOTrainer:
         metrics.update(memory_metrics())
         return metrics
 
-    def _decode_generations(self, batch: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
-        """Decoded prompts, decoded valid responses and the ground truths of a generated batch, for the dumps."""
-        prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-        responses = [
-            self.tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
-            for row, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
-        ]
-        extra: dict[str, list[str]] = {}
-        if "reward_model" in batch.non_tensor_batch:
-            extra["ground_truth"] = [str(x.get("ground_truth")) for x in batch.non_tensor_batch["reward_model"]]
-        return prompts, responses, extra
-
     def _dump_rollout(self, batch: DataProto) -> None:
         from verl.utils.tracking import dump_rollout_jsonl
 
-        prompts, responses, extra = self._decode_generations(batch)
+        prompts, responses, extra = decode_generations(self.tokenizer, batch)
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
         dump_rollout_jsonl(
             self._namespaced(self.config.trainer.rollout_data_dir), self.global_steps, prompts, responses, scores, extra
@@ -503,62 +425,7 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
         """Greedy (``rollout.val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
-        if self.val_dataloader is None or self.val_reward_fn is None:
-            return {}
-        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        n = int(val_kwargs.get("n", 1))
-        max_samples = int(self.config.data.get("val_max_samples", -1) or -1)
-        sources: list[str] = []
-        uids: list[str] = []
-        infos: dict[str, list] = {"reward": []}
-        dump_dir = self.config.trainer.get("validation_data_dir")
-        dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
-        seen = 0
-        for batch_dict in self.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict)
-            if max_samples > 0:
-                if seen >= max_samples:
-                    break
-                batch = batch[: max_samples - seen]
-            seen += len(batch)
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
-            gen_batch = batch.pop(batch_keys=gen_keys)
-            gen_batch.meta_info.update(self.prompt_batch_meta())
-            gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
-            gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
-            batch = batch.repeat(repeat_times=n, interleave=True).union(self.generate(gen_batch))
-            if self.use_rm:
-                batch = batch.union(self.rm_wg.compute_rm_score(batch))
-            from verl.trainer.ppo.reward import compute_reward
-
-            scores, extra = compute_reward(batch, self.val_reward_fn)
-            infos["reward"].extend(scores.sum(-1).tolist())
-            for key, values in extra.items():
-                if len(values) == len(batch):
-                    infos.setdefault(key, []).extend(values)
-            if dump_dir:
-                prompts, responses, dump_extra = self._decode_generations(batch)
-                dumped["prompts"].extend(prompts)
-                dumped["responses"].extend(responses)
-                dumped["scores"].extend(scores.sum(-1).tolist())
-                dumped["ground_truth"].extend(dump_extra.get("ground_truth", [""] * len(batch)))
-            sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
-            uids.extend(batch.non_tensor_batch["uid"].tolist())
-        infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
-        if dump_dir and sources:
-            from verl.utils.tracking import dump_rollout_jsonl
-
-            # trainer.validation_data_dir: <dir>/<global_step>.jsonl with every validation generation of this pass
-            dump_rollout_jsonl(
-                self._namespaced(dump_dir),
-                self.global_steps,
-                dumped["prompts"],
-                dumped["responses"],
-                dumped["scores"],
-                {"ground_truth": dumped["ground_truth"]},
-            )
-        return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+        return run_validation(self)
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def step_dir(self, step: int) -> str:

@@ -1,0 +1,86 @@
+"""Driver-side transforms of a scored rollout batch: KL in the reward, advantages, DAPO group filtering.
+
+Pure functions of a DataProto (no worker calls), re-exported from ``verl.trainer.ppo.ray_trainer`` where verl
+users import them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.utils.torch_functional import masked_mean
+
+
+def apply_kl_penalty(
+    data: DataProto, kl_ctrl: core_algos.AdaptiveKLController | core_algos.FixedKLController, kl_penalty: str = "kl"
+) -> tuple[DataProto, dict[str, float]]:
+    """token_level_rewards = token_level_scores - beta * KL(old || ref) per token, then update the KL controller.
+
+    Shapes: all tensors ``[batch, response_len]``. The controller sees the batch mean of the per-sequence mean KL
+    (Ziegler et al. 2019).
+    """
+    response_mask = data.batch["response_mask"]
+    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def _call_with_supported_kwargs(fn: Callable, **kwargs: Any):
+    """Call ``fn`` with the subset of ``kwargs`` its signature accepts (all of them if it takes ``**kwargs``)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(**kwargs)
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+def compute_advantage(data: DataProto, adv_estimator: str, algorithm_config: DictConfig | None = None) -> DataProto:
+    """Fill ``advantages`` and ``returns`` ``[batch, response_len]`` with the registered estimator ``adv_estimator``.
+
+    Every estimator is called by keyword with what it may need: ``token_level_rewards``, ``response_mask``,
+    ``index`` (the ``uid`` group ids), ``values``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``,
+    ``reward_baselines`` and ``config``; a user estimator receives the subset its signature names.
+    """
+    algorithm_config = algorithm_config or OmegaConf.create({})
+    fn = core_algos.get_adv_estimator_fn(adv_estimator)
+    kwargs: dict[str, Any] = {
+        "token_level_rewards": data.batch["token_level_rewards"],
+        "response_mask": data.batch["response_mask"],
+        "index": data.non_tensor_batch["uid"],
+        "gamma": float(algorithm_config.get("gamma", 1.0)),
+        "lam": float(algorithm_config.get("lam", 1.0)),
+        "norm_adv_by_std_in_grpo": bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)),
+        "config": algorithm_config,
+    }
+    if "values" in data.batch.keys():
+        kwargs["values"] = data.batch["values"]
+    if "reward_baselines" in data.batch.keys():
+        kwargs["reward_baselines"] = data.batch["reward_baselines"]
+    advantages, returns = _call_with_supported_kwargs(fn, **kwargs)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
+
+
+def filter_uniform_groups(data: DataProto, metric_values: np.ndarray) -> tuple[DataProto, int]:
+    """DAPO dynamic sampling: drop every group (same ``uid``) whose responses all have the same metric value.
+
+    Such groups have zero advantage under group baselines and only dilute the batch. Returns the kept rows and the
+    number of kept groups.
+    """
+    uids = data.non_tensor_batch["uid"]
+    by_uid: dict[Any, list[float]] = {}
+    for uid, value in zip(uids, metric_values):
+        by_uid.setdefault(uid, []).append(float(value))
+    kept = {uid for uid, values in by_uid.items() if np.std(values) > 0 or len(values) == 1}
+    keep_idx = [i for i, uid in enumerate(uids) if uid in kept]
+    return data[keep_idx], len(kept)

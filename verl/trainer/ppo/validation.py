@@ -1,0 +1,90 @@
+"""Validation of the PPO driver: greedy generation on the validation set, scoring, verl's metric names.
+
+``run_validation(trainer)`` returns ``val-core/<data_source>/<var>/{mean,best,maj}@N`` metrics and, with
+``trainer.validation_data_dir``, dumps every generation to ``<dir>/<global_step>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
+from verl.trainer.ppo.reward import compute_reward
+
+if TYPE_CHECKING:
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+
+def decode_generations(tokenizer, batch: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Decoded prompts, decoded valid responses and the ground truths of a generated batch, for the dumps."""
+    prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+    responses = [
+        tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
+        for row, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
+    ]
+    extra: dict[str, list[str]] = {}
+    if "reward_model" in batch.non_tensor_batch:
+        extra["ground_truth"] = [str(x.get("ground_truth")) for x in batch.non_tensor_batch["reward_model"]]
+    return prompts, responses, extra
+
+
+def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
+    """Generate ``val_kwargs.n`` responses per validation prompt (greedy by default), score and reduce them."""
+    if trainer.val_dataloader is None or trainer.val_reward_fn is None:
+        return {}
+    val_kwargs = trainer.config.actor_rollout_ref.rollout.val_kwargs
+    n = int(val_kwargs.get("n", 1))
+    max_samples = int(trainer.config.data.get("val_max_samples", -1) or -1)
+    sources: list[str] = []
+    uids: list[str] = []
+    infos: dict[str, list] = {"reward": []}
+    dump_dir = trainer.config.trainer.get("validation_data_dir")
+    dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
+    seen = 0
+    for batch_dict in trainer.val_dataloader:
+        batch = DataProto.from_single_dict(batch_dict)
+        if max_samples > 0:
+            if seen >= max_samples:
+                break
+            batch = batch[: max_samples - seen]
+        seen += len(batch)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
+        gen_batch = batch.pop(batch_keys=gen_keys)
+        gen_batch.meta_info.update(trainer.prompt_batch_meta())
+        gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
+        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+        batch = batch.repeat(repeat_times=n, interleave=True).union(trainer.generate(gen_batch))
+        if trainer.use_rm:
+            batch = batch.union(trainer.rm_wg.compute_rm_score(batch))
+        scores, extra = compute_reward(batch, trainer.val_reward_fn)
+        infos["reward"].extend(scores.sum(-1).tolist())
+        for key, values in extra.items():
+            if len(values) == len(batch):
+                infos.setdefault(key, []).extend(values)
+        if dump_dir:
+            prompts, responses, dump_extra = decode_generations(trainer.tokenizer, batch)
+            dumped["prompts"].extend(prompts)
+            dumped["responses"].extend(responses)
+            dumped["scores"].extend(scores.sum(-1).tolist())
+            dumped["ground_truth"].extend(dump_extra.get("ground_truth", [""] * len(batch)))
+        sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
+        uids.extend(batch.non_tensor_batch["uid"].tolist())
+    infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
+    if dump_dir and sources:
+        from verl.utils.tracking import dump_rollout_jsonl
+
+        # trainer.validation_data_dir: <dir>/<global_step>.jsonl with every validation generation of this pass
+        dump_rollout_jsonl(
+            trainer._namespaced(dump_dir),
+            trainer.global_steps,
+            dumped["prompts"],
+            dumped["responses"],
+            dumped["scores"],
+            {"ground_truth": dumped["ground_truth"]},
+        )
+    return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
