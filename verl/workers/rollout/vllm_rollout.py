@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.device import autocast_dtype
 from verl.utils.model_loader import resolve_model_path
 from verl.workers.rollout.base import (
     BaseRollout,
@@ -128,6 +129,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         max_model_len = int(config_get(config, "max_model_len", prompt_length + response_length))
         max_num_seqs = int(config_get(config, "max_num_seqs", 256))
         dtype = str(config_get(config, "dtype", "bfloat16"))
+        self.engine_dtype = autocast_dtype(dtype)
         on_gpu = torch.cuda.is_available()
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
         self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
@@ -182,8 +184,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             return
         start = time.perf_counter()
         self._wake({"weights"})
+        # cast to the engine's dtype here: vLLM would otherwise warn for (and convert) every tensor on every sync
         weights = [
-            (name, tensor.detach())
+            (name, tensor.detach().to(self.engine_dtype) if tensor.is_floating_point() else tensor.detach())
             for name, tensor in named_tensors
             if not (self.tie_word_embeddings and name == "lm_head.weight")
         ]
