@@ -43,3 +43,19 @@ def tiny_qwen2_dir(tmp_path_factory) -> str:
 
     spec = TinyModelSpec(arch="qwen2", tie_word_embeddings=True)
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_qwen2")), spec=spec)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_process_group(request):
+    """A test that initialises torch.distributed in the pytest process must tear it down (later tests need a clean
+    process); fail the leaking test rather than a random later one. vLLM engines own a 1-rank group for their
+    lifetime (module-scoped fixtures), so tests marked ``vllm`` are exempt."""
+    import torch.distributed as dist
+
+    before = dist.is_available() and dist.is_initialized()
+    yield
+    if before or request.node.get_closest_marker("vllm") is not None:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        pytest.fail(f"{request.node.nodeid} left a torch.distributed process group initialised")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PO
 
 def test_runs_code_with_stdin_in_an_isolated_interpreter():
     code = "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()), sys.flags.isolated)"
-    result = run_python_sandboxed(code, stdin="3 4 5\n", timeout_s=10)
+    result = run_python_sandboxed(code, stdin="3 4 5\n", timeout_s=60)
     assert result.ok, result.describe()
     assert result.stdout == "12 1\n"
     assert not result.timed_out
@@ -28,7 +28,7 @@ def test_runs_code_with_stdin_in_an_isolated_interpreter():
 def test_working_dir_is_fresh_and_removed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nopen('left.txt', 'w').write('x')"
-    result = run_python_sandboxed(code, timeout_s=10)
+    result = run_python_sandboxed(code, timeout_s=60)
     assert result.ok, result.describe()
     cwd, listing = result.stdout.splitlines()
     assert listing == "['main.py']"
@@ -96,13 +96,13 @@ def test_network_is_blocked_by_default_and_available_when_allowed():
     server, accepted = _listening_server()
     port = server.getsockname()[1]
     try:
-        blocked = run_python_sandboxed(CONNECT.format(port=port), timeout_s=10)
+        blocked = run_python_sandboxed(CONNECT.format(port=port), timeout_s=60)
         assert blocked.ok, blocked.describe()
         assert blocked.stdout.startswith("blocked"), blocked.stdout
         assert "network access is disabled" in blocked.stdout
         assert accepted == []
         # the same program with the network allowed reaches the server: the refusal above is the sandbox's doing
-        allowed = run_python_sandboxed(CONNECT.format(port=port), timeout_s=10, allow_network=True)
+        allowed = run_python_sandboxed(CONNECT.format(port=port), timeout_s=60, allow_network=True)
         assert allowed.stdout.strip() == "connected", allowed.stdout + allowed.stderr
     finally:
         server.close()
@@ -128,7 +128,7 @@ def test_extract_code_prefers_the_last_python_block():
 
 def test_stdin_stdout_tests_score_the_pass_fraction():
     truth = {"inputs": ["1 2\n", "5 5\n", "2 2\n"], "outputs": ["3\n", "10", "5\n"]}  # the last one is wrong
-    result = code_exec.compute_score(ADD_PROGRAM, json.dumps(truth), timeout_s=10)
+    result = code_exec.compute_score(ADD_PROGRAM, json.dumps(truth), timeout_s=60)
     assert result["passed"] == 2 and result["total"] == 3
     assert result["score"] == pytest.approx(2 / 3)
     assert result["error"] == "wrong output"
@@ -137,7 +137,7 @@ def test_stdin_stdout_tests_score_the_pass_fraction():
 def test_assert_tests_and_failures():
     response = "Here:\n```python\ndef add(a, b):\n    return a + b\n```"
     truth = {"asserts": ["assert add(1, 2) == 3", "assert add(2, 2) == 5"]}
-    result = code_exec.compute_score(response, truth, timeout_s=10)
+    result = code_exec.compute_score(response, truth, timeout_s=60)
     assert result["score"] == 0.5
     assert "AssertionError" in result["error"]
     hang = code_exec.compute_score("```python\nwhile True: pass\n```", {"asserts": ["assert True"]}, timeout_s=1)
@@ -163,4 +163,4 @@ def test_in_process_execution_is_refused_unless_unsafe_operations_are_allowed():
     allowed = SecurityPolicy(allow_unsafe_operations=True)
     assert code_exec.compute_score(ADD_PROGRAM, truth, sandbox=False, policy=allowed)["score"] == 1.0
     # with the switch off the default path still works: it runs in the sandbox
-    assert code_exec.compute_score(ADD_PROGRAM, truth, policy=SecurityPolicy(), timeout_s=10)["score"] == 1.0
+    assert code_exec.compute_score(ADD_PROGRAM, truth, policy=SecurityPolicy(), timeout_s=60)["score"] == 1.0
