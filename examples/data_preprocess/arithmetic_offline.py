@@ -1,0 +1,61 @@
+"""Write SFT, DPO and KTO datasets for the bundled arithmetic task (two-number addition).
+
+SFT rows {prompt, response}: the correct answer. DPO rows {prompt, chosen, rejected}: the correct answer against a
+near miss (off by 1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
+Prompts are chat messages, as in the RL data, so the trainers apply the model's chat template.
+
+    python examples/data_preprocess/arithmetic_offline.py --local_dir ~/data/arithmetic_offline
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from verl.utils.dataset.arithmetic import generate_arithmetic_rows
+
+
+def _near_miss(answer: int, rng: random.Random) -> int:
+    wrong = answer
+    while wrong == answer or wrong < 0:
+        wrong = answer + rng.choice([-1, 1]) * rng.randint(1, 10)
+    return wrong
+
+
+def build_offline_rows(num_rows: int, seed: int, split: str) -> dict[str, list[dict]]:
+    """SFT, DPO and KTO rows from the same arithmetic problems (deterministic for a seed)."""
+    rng = random.Random(seed)
+    sft, dpo, kto = [], [], []
+    for i, row in enumerate(generate_arithmetic_rows(num_rows, seed=seed, split=split)):
+        prompt = row["prompt"]
+        answer = int(row["reward_model"]["ground_truth"])
+        wrong = _near_miss(answer, rng)
+        sft.append({"prompt": prompt, "response": str(answer)})
+        dpo.append({"prompt": prompt, "chosen": str(answer), "rejected": str(wrong)})
+        desirable = i % 2 == 0
+        kto.append({"prompt": prompt, "completion": str(answer if desirable else wrong), "label": desirable})
+    return {"sft": sft, "dpo": dpo, "kto": kto}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--local_dir", default="~/data/arithmetic_offline")
+    parser.add_argument("--train_size", type=int, default=2000)
+    parser.add_argument("--test_size", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    out = os.path.expanduser(args.local_dir)
+    os.makedirs(out, exist_ok=True)
+    for split, size, seed in (("train", args.train_size, args.seed), ("test", args.test_size, args.seed + 1)):
+        for kind, rows in build_offline_rows(size, seed, split).items():
+            path = os.path.join(out, f"{kind}_{split}.parquet")
+            pq.write_table(pa.Table.from_pylist(rows), path)
+            print(f"wrote {len(rows)} rows to {path}")
+
+
+if __name__ == "__main__":
+    main()
