@@ -78,7 +78,7 @@ def test_malformed_overrides_name_the_override(text: str, fragment: str) -> None
 def test_defaults_load_resolved_and_valid() -> None:
     cfg = load_config()
     assert isinstance(cfg, DictConfig)
-    assert cfg.data.train_batch_size == 16
+    assert cfg.data.train_batch_size == 8
     assert cfg.actor_rollout_ref.rollout.response_length == 16
     assert cfg.trainer.default_local_dir == "outputs/verl/demo"
 

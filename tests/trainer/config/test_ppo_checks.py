@@ -13,9 +13,19 @@ from verl.trainer.config.validation import ConfigError, ConfigWarning
 ACTOR = "actor_rollout_ref.actor"
 
 
+# the batch sizes the hand-worked numbers below assume (independent of the shipped demo defaults)
+BASE = [
+    "data.train_batch_size=16",
+    "actor_rollout_ref.rollout.n=4",
+    f"{ACTOR}.ppo_mini_batch_size=16",
+    f"{ACTOR}.ppo_micro_batch_size_per_gpu=16",
+    "critic.ppo_micro_batch_size_per_gpu=16",
+]
+
+
 def _problems(overrides: list[str]) -> list[str]:
     with pytest.raises(ConfigError) as e:
-        load_config(overrides)
+        load_config(BASE + overrides)
     return e.value.problems
 
 
@@ -39,7 +49,7 @@ def test_step_sequences_must_split_over_the_world() -> None:
 
 def test_world_that_divides_passes() -> None:
     # 64 sequences over 4 ranks = 16 per rank, micro 16 divides 16
-    cfg = load_config(["trainer.n_gpus_per_node=4"])
+    cfg = load_config(BASE + ["trainer.n_gpus_per_node=4"])
     assert cfg.trainer.n_gpus_per_node == 4
 
 
@@ -80,11 +90,11 @@ def test_per_rank_arithmetic_uses_the_world_size() -> None:
     (msg,) = _problems(["trainer.n_gpus_per_node=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=64"])
     assert "larger than the 32 sequences one rank gets per mini-batch" in msg
     assert "(actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n / world = 16 * 4 / 2 = 32)" in msg
-    load_config(["trainer.n_gpus_per_node=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=32"])
+    load_config(BASE + ["trainer.n_gpus_per_node=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=32"])
 
 
 def test_dynamic_bsz_lifts_the_micro_batch_rule() -> None:
-    cfg = load_config([f"{ACTOR}.ppo_micro_batch_size_per_gpu=24", f"{ACTOR}.use_dynamic_bsz=true"])
+    cfg = load_config(BASE + [f"{ACTOR}.ppo_micro_batch_size_per_gpu=24", f"{ACTOR}.use_dynamic_bsz=true"])
     assert cfg.actor_rollout_ref.actor.use_dynamic_bsz is True
 
 
@@ -104,7 +114,7 @@ def test_sizes_must_be_positive() -> None:
 # --------------------------------------------------------------------------------------------------------- critic
 def test_critic_arithmetic_only_when_the_critic_is_enabled() -> None:
     bad_micro = "critic.ppo_micro_batch_size_per_gpu=24"
-    load_config([bad_micro])  # grpo: no critic, nothing to check
+    load_config(BASE + [bad_micro])  # grpo: no critic, nothing to check
     (msg,) = _problems([bad_micro, "algorithm.adv_estimator=gae"])
     assert msg.startswith("(critic.ppo_mini_batch_size * rollout.n / world) = (16 * 4 / 1) = 64 sequences per rank")
     assert "critic.ppo_micro_batch_size_per_gpu=24 (64 % 24 = 16)" in msg
@@ -127,14 +137,14 @@ def test_gae_needs_the_critic() -> None:
 
 def test_critic_without_gae_warns() -> None:
     with pytest.warns(ConfigWarning, match="critic.enable=true but algorithm.adv_estimator=grpo"):
-        load_config(["critic.enable=true"])
+        load_config(BASE + ["critic.enable=true"])
 
 
 # ------------------------------------------------------------------------------------------------ other combos
 def test_resume_path_needs_a_path() -> None:
     (msg,) = _problems(["trainer.resume_mode=resume_path"])
     assert msg.startswith("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    cfg = load_config(["trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/global_step_3"])
+    cfg = load_config(BASE + ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/global_step_3"])
     assert cfg.trainer.resume_from_path == "/ckpt/global_step_3"
 
 
@@ -145,13 +155,13 @@ def test_reward_model_needs_a_path() -> None:
 
 def test_kl_in_reward_and_loss_is_a_warning_not_an_error() -> None:
     with pytest.warns(ConfigWarning, match="penalised twice"):
-        cfg = load_config(["algorithm.use_kl_in_reward=true", f"{ACTOR}.use_kl_loss=true"])
+        cfg = load_config(BASE + ["algorithm.use_kl_in_reward=true", f"{ACTOR}.use_kl_loss=true"])
     assert cfg.algorithm.use_kl_in_reward is True
 
 
 def test_grpo_with_one_response_per_prompt_warns() -> None:
     with pytest.warns(ConfigWarning, match="rollout.n=1: every group holds a single response"):
-        load_config(["actor_rollout_ref.rollout.n=1", f"{ACTOR}.ppo_micro_batch_size_per_gpu=4"])
+        load_config(BASE + ["actor_rollout_ref.rollout.n=1", f"{ACTOR}.ppo_micro_batch_size_per_gpu=4"])
 
 
 def test_several_cross_field_problems_are_reported_together() -> None:

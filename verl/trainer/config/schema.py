@@ -50,7 +50,7 @@ class DataConfig:
     reward_fn_key: str = "data_source"
     max_prompt_length: int = 64
     max_response_length: int = 16
-    train_batch_size: int = 16
+    train_batch_size: int = 8
     val_batch_size: Optional[int] = None
     val_max_samples: int = 64
     return_raw_chat: bool = False
@@ -135,8 +135,8 @@ class ActorConfig:
     """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer)."""
 
     strategy: Literal["fsdp", "fsdp2"] = "fsdp"
-    ppo_mini_batch_size: int = 16
-    ppo_micro_batch_size_per_gpu: int = 16
+    ppo_mini_batch_size: int = 8
+    ppo_micro_batch_size_per_gpu: int = 32
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
@@ -237,7 +237,7 @@ class CriticConfig:
     enable: Optional[bool] = None
     strategy: Literal["fsdp", "fsdp2"] = "fsdp"
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    ppo_mini_batch_size: int = 16  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+    ppo_mini_batch_size: int = 8  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
     ppo_micro_batch_size_per_gpu: int = 16
     forward_micro_batch_size_per_gpu: int = 32
     use_dynamic_bsz: bool = False
@@ -356,9 +356,9 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
     total_epochs: int = 1
-    total_training_steps: Optional[int] = 12
+    total_training_steps: Optional[int] = 10
     critic_warmup: int = 0
-    test_freq: int = 12
+    test_freq: int = 10
     val_before_train: bool = True
     val_only: bool = False
     save_freq: int = -1
