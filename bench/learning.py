@@ -9,7 +9,7 @@ keeps appending. The run stops after ``--max-minutes`` of wall time (the last st
 evaluation) or ``--max-steps``. ``--plot-only`` redraws ``learning.png`` from the JSONL.
 
     python bench/learning.py --smoke
-    nohup python bench/learning.py --max-minutes 60 > outputs/bench_learning.log 2>&1 &
+    nohup python bench/learning.py --max-minutes 60 > bench/results/learning.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,14 +111,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", type=int, default=4, help="responses per prompt (rollout.n)")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out-dir", default="outputs/bench_learning")
+    parser.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "verl_bench_learning"))
     parser.add_argument("--jsonl", default=str(RESULTS_DIR / "learning.jsonl"))
     parser.add_argument("--plot-only", action="store_true")
     parser.add_argument("--override", action="append", default=[], help="extra key=value config override")
     args = parser.parse_args(argv)
     if args.smoke:
         args.val_samples, args.batch, args.group, args.eval_every = 4, 2, 2, 1
-        args.out_dir = os.path.join(args.out_dir, "smoke")
+        # a fresh directory: a smoke run must never resume (or clobber) a real run's checkpoints
+        args.out_dir = tempfile.mkdtemp(prefix="verl_bench_learning_smoke_")
         args.jsonl = str(RESULTS_DIR / "smoke" / "learning.jsonl")
     jsonl = Path(args.jsonl)
     png = jsonl.with_suffix(".png")

@@ -179,3 +179,29 @@ def test_async_reward_scoring_gives_the_same_run(
     for sync_record, async_record in zip(runs["false"], runs["true"], strict=True):
         for key in ("critic/score/mean", "critic/advantages/min", "actor/pg_loss", "actor/grad_norm"):
             assert async_record["metrics"][key] == pytest.approx(sync_record["metrics"][key], rel=1e-6), key
+
+
+def test_on_policy_shortcut_skips_the_old_log_prob_forward_and_keeps_the_update(
+    tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path
+) -> None:
+    """With one epoch over one mini-batch, skipping the old-log-prob forward changes the time, not the run: same
+    rollouts (same seeds), same loss and gradient norm (the PPO ratio is 1 either way, up to recomputation
+    rounding), and the skipped run reports a KL of exactly 0 between behaviour and current policy."""
+    runs = {}
+    for skip in ("true", "false"):
+        out = tmp_path / f"skip_{skip}"
+        run_ppo(
+            tiny_config(
+                tiny_model_dir, task_files, out, [f"actor_rollout_ref.actor.skip_old_log_prob_on_policy={skip}"]
+            )
+        )
+        runs[skip] = [r["metrics"] for r in read_steps(out) if "timing_s/step" in r["metrics"]]
+    assert len(runs["true"]) == len(runs["false"]) == 2
+    assert all("timing_s/old_log_prob" not in m for m in runs["true"])
+    assert all("timing_s/old_log_prob" in m for m in runs["false"])
+    for fast, full in zip(runs["true"], runs["false"], strict=True):
+        assert fast["critic/score/mean"] == full["critic/score/mean"]
+        assert fast["response_length/mean"] == full["response_length/mean"]
+        assert fast["actor/pg_loss"] == pytest.approx(full["actor/pg_loss"], abs=1e-5)
+        assert fast["actor/grad_norm"] == pytest.approx(full["actor/grad_norm"], rel=1e-4)
+        assert fast["actor/ppo_kl"] == 0.0

@@ -91,6 +91,8 @@ def ppo_run(tiny_model_dir: str, task_files: dict[str, str], tmp_path_factory: p
         [
             "algorithm.adv_estimator=gae",
             "actor_rollout_ref.actor.use_kl_loss=true",
+            # every stage on: recompute old log-probs even though the update is on-policy
+            "actor_rollout_ref.actor.skip_old_log_prob_on_policy=false",
             "actor_rollout_ref.rollout.val_kwargs.n=2",
             "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
             "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",

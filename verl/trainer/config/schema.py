@@ -140,6 +140,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
+    skip_old_log_prob_on_policy: bool = True
     shuffle: bool = False
     clip_ratio: float = 0.2
     clip_ratio_low: Optional[float] = None

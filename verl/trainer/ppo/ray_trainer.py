@@ -367,12 +367,14 @@ class RayPPOTrainer:
         log-probs, values, KL in reward, advantages, critic update, actor update."""
         batch.meta_info["global_steps"] = self.global_steps
         batch.meta_info.setdefault("global_token_num", batch.batch["attention_mask"].sum(-1).tolist())
-        with marked_timer("old_log_prob", timing):
-            old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
-            if "entropys" in old_log_prob.batch.keys():
-                entropys = old_log_prob.batch.pop("entropys")
-                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
-            batch = batch.union(old_log_prob)
+        batch.meta_info["on_policy"] = self._update_is_on_policy()
+        if not batch.meta_info["on_policy"]:
+            with marked_timer("old_log_prob", timing):
+                old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
+                if "entropys" in old_log_prob.batch.keys():
+                    entropys = old_log_prob.batch.pop("entropys")
+                    metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+                batch = batch.union(old_log_prob)
         if self.use_reference_policy:
             with marked_timer("ref", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
@@ -404,6 +406,22 @@ class RayPPOTrainer:
             self._dump_rollout(batch)
         self.last_batch = batch
         return batch
+
+    def _update_is_on_policy(self) -> bool:
+        """True when the actor update is exactly on-policy, so the old log-probs equal the current ones and the
+        separate ``compute_log_prob`` forward can be skipped (``actor.skip_old_log_prob_on_policy``).
+
+        Exactly on-policy: one PPO epoch over one mini-batch (``ppo_mini_batch_size == train_batch_size``), the
+        actor updated this step, and nothing else reading ``old_log_probs`` (KL in the reward does).
+        """
+        actor = self.config.actor_rollout_ref.actor
+        return (
+            bool(actor.get("skip_old_log_prob_on_policy", False))
+            and int(actor.ppo_epochs) == 1
+            and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
+            and not self.config.algorithm.use_kl_in_reward
+            and int(self.config.trainer.critic_warmup) <= self.global_steps
+        )
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         """Data, timing, throughput and memory metrics of a finished step (verl's names)."""

@@ -227,8 +227,11 @@ class DataParallelPPOActor(BasePPOActor):
             micro, temperature, calculate_entropy=True, entropy_requires_grad=entropy_coeff != 0
         )
         loss_mode = str((cfg.get("policy_loss") or {}).get("loss_mode", "vanilla"))
+        # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
+        # ratio is 1 by construction (the driver skips the separate forward that would recompute it)
+        old_log_prob = micro["old_log_probs"] if "old_log_probs" in micro.keys() else log_prob.detach()
         pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
-            old_log_prob=micro["old_log_probs"],
+            old_log_prob=old_log_prob,
             log_prob=log_prob,
             advantages=micro["advantages"],
             response_mask=response_mask,
@@ -266,7 +269,8 @@ class DataParallelPPOActor(BasePPOActor):
         mini-batch. The gradient norm is clipped to ``grad_clip``; a non-finite norm skips the step (counted in
         ``actor/grad_norm_nonfinite``); a non-finite loss raises RuntimeError.
 
-        Reads ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``old_log_probs``, ``advantages``,
+        Reads ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``old_log_probs`` (optional when
+        ``meta_info["on_policy"]``: then the current log-probs, detached, are the behaviour policy's), ``advantages``,
         ``response_mask`` (and ``ref_log_prob`` with ``use_kl_loss``, ``rollout_is_weights`` if present) from
         ``data.batch``; ``temperature`` and ``global_steps`` from ``data.meta_info``.
 
@@ -282,11 +286,16 @@ class DataParallelPPOActor(BasePPOActor):
         if temperature <= 0:
             raise ValueError(f"{who}: meta_info['temperature'] must be > 0, got {temperature}")
         global_step = data.meta_info.get("global_steps", "unknown")
-        keys = ["responses", "input_ids", "attention_mask", "old_log_probs", "advantages"]
+        keys = ["responses", "input_ids", "attention_mask", "advantages"]
         if bool(cfg.get("use_kl_loss", False)):
             keys.append("ref_log_prob")
         _require_keys(data.batch, keys, who)
-        for optional in ("position_ids", "response_mask", "rollout_is_weights"):
+        if "old_log_probs" not in data.batch.keys() and not data.meta_info.get("on_policy", False):
+            raise KeyError(
+                f"{who}: data.batch has no 'old_log_probs' (compute_log_prob first); only an exactly on-policy "
+                "update (meta_info['on_policy']=True: one epoch, one mini-batch) may leave them out"
+            )
+        for optional in ("old_log_probs", "position_ids", "response_mask", "rollout_is_weights"):
             if optional in data.batch.keys():
                 keys.append(optional)
         batch = data.batch.select(*keys)
