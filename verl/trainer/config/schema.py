@@ -52,7 +52,7 @@ class DataConfig:
     max_response_length: int = 16
     train_batch_size: int = 8
     val_batch_size: Optional[int] = None
-    val_max_samples: int = 64
+    val_max_samples: int = 128
     return_raw_chat: bool = False
     shuffle: bool = True
     seed: int = 42
@@ -357,7 +357,7 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
     total_epochs: int = 1
-    total_training_steps: Optional[int] = 10
+    total_training_steps: Optional[int] = 20
     critic_warmup: int = 0
     test_freq: int = 10
     val_before_train: bool = True
