@@ -47,15 +47,20 @@ def test_rollout_manager_generates_groups_and_scores(byte_tokenizer, tmp_path):
     trainer.close()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None or not torch.cuda.is_available(), reason="needs vLLM and a GPU"
-)
-def test_vllm_actor_wraps_existing_engine(tiny_model_dir, tmp_path):
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm extra")
+def test_vllm_actor_wraps_existing_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine lives in this process
     from vllm import LLM
 
     from verl import vLLMActor
+    from verl.utils.tiny_models import TinyModelSpec, make_tiny_model_dir
 
-    llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.2)
+    # vLLM's CPU attention needs a head dim of at least 32
+    spec = TinyModelSpec(hidden_size=128, num_attention_heads=2, num_key_value_heads=2, intermediate_size=256)
+    model_dir = make_tiny_model_dir(str(tmp_path / "model"), spec=spec)
+    engine_kwargs = {"gpu_memory_utilization": 0.2} if torch.cuda.is_available() else {"kv_cache_memory_bytes": 1 << 28}
+    llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=64, **engine_kwargs)
     actor = vLLMActor(llm)
     trainer = PPOTrainer(
         actor_model=actor,

@@ -127,6 +127,10 @@ class ActorModel(torch.nn.Module):
     format (any other module: ``model.safetensors`` of its state dict).
     """
 
+    # the wrapped model's parameters are named "model.<transformers name>" here; a rollout engine (vLLM) that
+    # receives this actor's weights needs the transformers names, so the worker strips this prefix
+    weights_prefix = "model."
+
     def __init__(self, model: torch.nn.Module | None = None, tokenizer: Any = None) -> None:
         super().__init__()
         if model is not None:

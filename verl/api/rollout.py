@@ -75,29 +75,6 @@ class RolloutManager:
 
 
 # ------------------------------------------------------------------------------------------------ vLLM
-def _existing_llm_rollout_cls() -> type:
-    """A :class:`vLLMRollout` that adopts an already running ``vllm.LLM`` instead of starting one."""
-    from verl.workers.rollout.vllm_rollout import import_vllm, vLLMRollout
-
-    class ExistingLLMRollout(vLLMRollout):
-        def __init__(self, llm: Any, config: Any, tokenizer: Any = None) -> None:
-            # vLLMRollout.__init__ starts an engine from a path; everything else of it is reused unchanged.
-            self._vllm = import_vllm()
-            self.llm = llm
-            self.config = config
-            self.tokenizer = tokenizer
-            hf_config = llm.llm_engine.model_config.hf_config
-            self.model_path = llm.llm_engine.model_config.model
-            self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
-            self._model_eos = getattr(hf_config, "eos_token_id", None)
-            self._sleep_enabled = False
-            self._asleep_tags: set[str] = set()
-            self.engine_start_s = 0.0
-            self.last_weight_sync_s: float | None = None
-
-    return ExistingLLMRollout
-
-
 class vLLMActor(ActorModel):  # noqa: N801 - the documents' name
     """An actor whose rollouts come from an existing ``vllm.LLM`` engine.
 
@@ -125,7 +102,9 @@ class vLLMActor(ActorModel):  # noqa: N801 - the documents' name
 
     def build_rollout(self, rollout_config: Any) -> Any:
         """The rollout engine over this actor's ``llm`` for the ``actor_rollout_ref.rollout`` section."""
-        return _existing_llm_rollout_cls()(self.llm, rollout_config, tokenizer=self.tokenizer)
+        from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+        return vLLMRollout.from_engine(self.llm, rollout_config, tokenizer=self.tokenizer)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 64, **kwargs: Any) -> torch.Tensor:
         """Greedy (or ``temperature``-sampled) continuation with vLLM: ``[batch, prompt_len + new]`` token ids,

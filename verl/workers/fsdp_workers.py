@@ -271,7 +271,12 @@ class ActorRolloutRefWorker(Worker):
             finally:
                 module.unmerge_adapter()
             return state
-        return fsdp_utils.get_full_model_state_dict(module)
+        state = fsdp_utils.get_full_model_state_dict(module)
+        # a wrapper (e.g. verl.ActorModel) names its inner transformers model's weights "<prefix><name>"
+        prefix = getattr(module, "weights_prefix", "")
+        if prefix:
+            state = {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state.items()}
+        return state
 
     def _sync_rollout_weights(self) -> None:
         if self.rollout is None or self.config.rollout.name == "hf":

@@ -2,11 +2,12 @@
 evaluation, checkpoints, resume and the final Hugging Face export.
 
 A subclass supplies its dataset (``_make_dataset``), how many loss units a micro-batch holds (``_count_units``:
-tokens, pairs or rows) and its loss (``_compute_loss`` -> :class:`LossOutput`); DPO/KTO also supply the reference
-log-prob precomputation. The step's loss is ``sum over micro-batches of loss_sum / units in the step``, so gradient
-accumulation gives exactly the gradient of the whole batch. Under torch.distributed (world size > 1) the policy is
-sharded with FSDP2, each rank takes every ``world``-th row of a batch, and the per-rank loss is scaled by the
-world size because FSDP averages gradients over ranks.
+tokens, pairs or rows) and its loss (``_compute_loss`` -> :class:`LossOutput`); DPO/KTO also name their two
+reference log-prob columns (``reference_keys``) and how a model scores them (``_reference_pair_logps``), from which
+this class precomputes them or reads them from a live reference model. The step's loss is ``sum over micro-batches
+of loss_sum / units in the step``, so gradient accumulation gives exactly the gradient of the whole batch. Under
+torch.distributed (world size > 1) the policy is sharded with FSDP2, each rank takes every ``world``-th row of a
+batch, and the per-rank loss is scaled by the world size because FSDP averages gradients over ranks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
-from verl.trainer.offline.common import LossOutput, build_offline_config
+from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
 from verl.utils.checkpoint.layout import resolve_resume_path
 from verl.utils.device import autocast_dtype, get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
@@ -53,6 +54,8 @@ class OfflineTrainer:
 
     config_schema: ClassVar[type]
     uses_reference: ClassVar[bool] = False
+    # The dataset columns holding precomputed reference log-probs (two per row), for trainers that use a reference.
+    reference_keys: ClassVar[tuple[str, str]] = ("", "")
 
     def __init__(
         self,
@@ -223,8 +226,32 @@ class OfflineTrainer:
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
         raise NotImplementedError
 
-    def _precompute_reference(self, dataset: Any, ref: torch.nn.Module) -> None:
+    def _reference_pair_logps(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two sequence log-probs ``[batch]`` that ``reference_keys`` name, as ``model`` scores them."""
         raise NotImplementedError
+
+    def _precompute_reference(self, dataset: Any, ref: torch.nn.Module) -> None:
+        """Store ``ref``'s log-probs in every row of ``dataset`` under ``reference_keys``."""
+        first, second = self.reference_keys
+        for items, batch in self._dataset_micro_batches(dataset):
+            a, b = self._reference_pair_logps(ref, batch)
+            for item, x, y in zip(items, a.tolist(), b.tolist()):
+                item[first], item[second] = x, y
+
+    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reference log-probs of a micro-batch: its precomputed ``reference_keys`` columns, else the live reference."""
+        first, second = self.reference_keys
+        if first in batch:
+            return batch[first], batch[second]
+        if self.ref_model is None:
+            raise RuntimeError(
+                f"{type(self).__name__} needs reference log-probs: no reference model and no {first} / {second} in the "
+                "batch"
+            )
+        with torch.no_grad():
+            return self._reference_pair_logps(self.ref_model, batch)
 
     # ------------------------------------------------------------------------------------------- paths, state
     @property
@@ -235,13 +262,23 @@ class OfflineTrainer:
     def _update_config(self, updates: dict[str, Any]) -> None:
         self.config = build_offline_config(self.config_schema, self.config, updates)
 
+    def _collate(self, items: Sequence[dict[str, Any]], dataset: Any) -> dict[str, torch.Tensor]:
+        """``dataset.collate(items)`` with every tensor moved to the trainer's device."""
+        return {k: v.to(self.device) for k, v in dataset.collate(list(items)).items()}
+
     def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
         size = int(self.config.data.micro_batch_size_per_gpu)
-        out = []
-        for start in range(0, len(items), size):
-            batch = dataset.collate(list(items[start : start + size]))
-            out.append({k: v.to(self.device) for k, v in batch.items()})
-        return out
+        return [self._collate(items[start : start + size], dataset) for start in range(0, len(items), size)]
+
+    def _dataset_micro_batches(self, dataset: Any) -> Iterator[tuple[list[dict[str, Any]], dict[str, torch.Tensor]]]:
+        """All rows of ``dataset`` in order, ``micro_batch_size_per_gpu`` at a time: ``(row dicts, collated batch)``.
+
+        The row dicts are the dataset's own, so writing to them (reference log-probs) updates the dataset.
+        """
+        size = int(self.config.data.micro_batch_size_per_gpu)
+        for start in range(0, len(dataset), size):
+            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
+            yield items, self._collate(items, dataset)
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         if self.world_size == 1:
@@ -269,9 +306,7 @@ class OfflineTrainer:
             out = self._compute_loss(batch)
             # FSDP averages gradients over ranks; scaling by world keeps the global sum / global units.
             (out.loss_sum * (self.world_size / units)).backward()
-            for name, (s, c) in out.stats.items():
-                old = stats.get(name, (0.0, 0.0))
-                stats[name] = (old[0] + s, old[1] + c)
+            merge_stats(stats, out.stats)
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, float(self.config.optim.clip_grad))
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
@@ -303,9 +338,7 @@ class OfflineTrainer:
         stats: dict[str, tuple[float, float]] = {}
         with torch.no_grad():
             for batch in self._micro_batches([ds[i] for i in indices], ds):
-                for name, (s, c) in self._compute_loss(batch).stats.items():
-                    old = stats.get(name, (0.0, 0.0))
-                    stats[name] = (old[0] + s, old[1] + c)
+                merge_stats(stats, self._compute_loss(batch).stats)
         self.model.train(was_training)
         return {f"eval/{k}": v for k, v in self._reduce_stats(stats).items()}
 

@@ -71,6 +71,13 @@ def add_stat(stats: dict[str, tuple[float, float]], name: str, values: torch.Ten
     stats[name] = (s + float(values.detach().float().sum().item()), c + float(values.numel()))
 
 
+def merge_stats(total: dict[str, tuple[float, float]], part: Mapping[str, tuple[float, float]]) -> None:
+    """Add each ``(sum, count)`` of ``part`` (e.g. one micro-batch's :attr:`LossOutput.stats`) to ``total``."""
+    for name, (s, c) in part.items():
+        old = total.get(name, (0.0, 0.0))
+        total[name] = (old[0] + s, old[1] + c)
+
+
 @contextlib.contextmanager
 def autocast(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
     """Mixed-precision compute in ``dtype`` (no-op for float32); parameters stay in their own (fp32) dtype."""

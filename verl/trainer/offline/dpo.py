@@ -66,6 +66,7 @@ class DPOTrainer(OfflineTrainer):
 
     config_schema: ClassVar[type] = DPOConfig
     uses_reference: ClassVar[bool] = True
+    reference_keys: ClassVar[tuple[str, str]] = ("ref_chosen_logps", "ref_rejected_logps")
 
     def __init__(
         self,
@@ -123,22 +124,8 @@ class DPOTrainer(OfflineTrainer):
         n = logps.shape[0] // 2
         return logps[:n], logps[n:]
 
-    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if "ref_chosen_logps" in batch:
-            return batch["ref_chosen_logps"], batch["ref_rejected_logps"]
-        if self.ref_model is None:
-            raise RuntimeError("DPO needs reference log-probs: no reference model and no ref_*_logps in the batch")
-        with torch.no_grad():
-            return self._pair_logps(self.ref_model, batch)
-
-    def _precompute_reference(self, dataset: PreferenceDataset, ref: torch.nn.Module) -> None:
-        size = int(self.config.data.micro_batch_size_per_gpu)
-        for start in range(0, len(dataset), size):
-            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
-            batch = {k: v.to(self.device) for k, v in dataset.collate(items).items()}
-            chosen, rejected = self._pair_logps(ref, batch)
-            for item, c, r in zip(items, chosen.tolist(), rejected.tolist()):
-                item["ref_chosen_logps"], item["ref_rejected_logps"] = c, r
+    # The reference scores the same chosen/rejected pair as the policy.
+    _reference_pair_logps = _pair_logps
 
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
         policy_chosen, policy_rejected = self._pair_logps(self.model, batch)

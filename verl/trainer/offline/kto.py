@@ -76,6 +76,7 @@ class KTOTrainer(OfflineTrainer):
 
     config_schema: ClassVar[type] = KTOConfig
     uses_reference: ClassVar[bool] = True
+    reference_keys: ClassVar[tuple[str, str]] = ("ref_logps", "ref_kl_logps")
 
     def __init__(
         self,
@@ -132,29 +133,18 @@ class KTOTrainer(OfflineTrainer):
         part = _rows(batch, n, 2 * n) if kl_rows else _rows(batch, 0, n)
         return sequence_log_probs(model, part, self.device, self.compute_dtype)
 
-    def _precompute_reference(self, dataset: KTODataset, ref: torch.nn.Module) -> None:
-        size = int(self.config.data.micro_batch_size_per_gpu)
-        for start in range(0, len(dataset), size):
-            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
-            batch = {k: v.to(self.device) for k, v in dataset.collate(items).items()}
-            logps, kl_logps = self._logps(ref, batch, False), self._logps(ref, batch, True)
-            for item, a, b in zip(items, logps.tolist(), kl_logps.tolist()):
-                item["ref_logps"], item["ref_kl_logps"] = a, b
-
-    def _reference(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if "ref_logps" in batch:
-            return batch["ref_logps"], batch["ref_kl_logps"]
-        if self.ref_model is None:
-            raise RuntimeError("KTO needs reference log-probs: no reference model and no ref_logps in the batch")
-        with torch.no_grad():
-            return self._logps(self.ref_model, batch, False), self._logps(self.ref_model, batch, True)
+    def _reference_pair_logps(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs ``[batch]`` of each row's completion and of its KL pair (next row's completion)."""
+        return self._logps(model, batch, False), self._logps(model, batch, True)
 
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
         labels = batch["label"]
         policy_logps = self._logps(self.model, batch, False)
         with torch.no_grad():
             policy_kl_logps = self._logps(self.model, batch, True)
-        ref_logps, ref_kl_logps = self._reference(batch)
+        ref_logps, ref_kl_logps = self._reference_logps(batch)
         ref_logps = ref_logps.to(policy_logps.dtype)
         z0 = kto_kl_estimate(policy_kl_logps, ref_kl_logps.to(policy_kl_logps.dtype))
         if self.world_size > 1 and torch.is_grad_enabled():

@@ -6,7 +6,7 @@ ranks are averaged by the sharding wrapper, so this file only sees its own share
 
 from __future__ import annotations
 
-from collections import defaultdict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,17 +20,13 @@ from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.micro_batching import (
     as_dict_config,
     autocast_context,
-    check_finite_loss,
-    clip_grad_and_step,
-    current_lr,
-    dp_mean_token_count,
     enable_input_grads_for_checkpointing,
-    iter_mini_batches,
-    loss_share,
+    forward_micro_batches_no_grad,
     module_device,
+    require_batch_keys,
     response_mask_of,
     restore_order,
-    split_micro_batches,
+    run_mini_batch_updates,
 )
 
 if TYPE_CHECKING:
@@ -41,12 +37,6 @@ def _require_meta(data: DataProto, key: str, who: str) -> Any:
     if key not in data.meta_info:
         raise KeyError(f"{who}: data.meta_info has no {key!r} (keys: {sorted(data.meta_info)}); the worker sets it")
     return data.meta_info[key]
-
-
-def _require_keys(batch: TensorDict, keys: list[str], who: str) -> None:
-    missing = [k for k in keys if k not in batch.keys()]
-    if missing:
-        raise KeyError(f"{who}: data.batch lacks {missing}; it has {sorted(batch.keys())}")
 
 
 def response_logits_forward(
@@ -187,32 +177,17 @@ class DataParallelPPOActor(BasePPOActor):
         if temperature <= 0:
             raise ValueError(f"{who}: meta_info['temperature'] must be > 0 for log-probs, got {temperature}")
         keys = ["input_ids", "attention_mask", "responses"]
-        _require_keys(data.batch, keys, who)
+        require_batch_keys(data.batch, keys, who)
         if "position_ids" in data.batch.keys():
             keys.append("position_ids")
-        batch = data.batch.select(*keys)
-        use_dynamic_bsz = bool(data.meta_info.get("use_dynamic_bsz", False))
-        micro_batches, order = split_micro_batches(
-            batch,
-            data.meta_info.get("micro_batch_size"),
-            use_dynamic_bsz,
-            data.meta_info.get("max_token_len"),
+        outputs, order = forward_micro_batches_no_grad(
+            self.actor_module,
+            data.batch.select(*keys),
+            data.meta_info,
+            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy),
         )
-        device = module_device(self.actor_module)
-        was_training = self.actor_module.training
-        self.actor_module.eval()
-        log_probs, entropys = [], []
-        try:
-            with torch.no_grad():
-                for micro in micro_batches:
-                    lp, ent = self._forward_micro_batch(micro.to(device), temperature, calculate_entropy)
-                    log_probs.append(lp)
-                    if ent is not None:
-                        entropys.append(ent)
-        finally:
-            self.actor_module.train(was_training)
-        log_prob = restore_order(torch.cat(log_probs, dim=0), order)
-        entropy = restore_order(torch.cat(entropys, dim=0), order) if calculate_entropy else None
+        log_prob = restore_order(torch.cat([lp for lp, _ in outputs], dim=0), order)
+        entropy = restore_order(torch.cat([ent for _, ent in outputs], dim=0), order) if calculate_entropy else None
         return log_prob, entropy
 
     # ------------------------------------------------------------------------------------------------- update
@@ -289,7 +264,7 @@ class DataParallelPPOActor(BasePPOActor):
         keys = ["responses", "input_ids", "attention_mask", "advantages"]
         if bool(cfg.get("use_kl_loss", False)):
             keys.append("ref_log_prob")
-        _require_keys(data.batch, keys, who)
+        require_batch_keys(data.batch, keys, who)
         if "old_log_probs" not in data.batch.keys() and not data.meta_info.get("on_policy", False):
             raise KeyError(
                 f"{who}: data.batch has no 'old_log_probs' (compute_log_prob first); only an exactly on-policy "
@@ -298,44 +273,14 @@ class DataParallelPPOActor(BasePPOActor):
         for optional in ("old_log_probs", "position_ids", "response_mask", "rollout_is_weights"):
             if optional in data.batch.keys():
                 keys.append(optional)
-        batch = data.batch.select(*keys)
-
         loss_agg_mode = str(cfg.get("loss_agg_mode", "token-mean"))
-        mini_batch_size = int(cfg.get("ppo_mini_batch_size", len(data)))
-        use_dynamic_bsz = bool(cfg.get("use_dynamic_bsz", False))
-        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu", None)
-        max_token_len = cfg.get("ppo_max_token_len_per_gpu", None)
-        device = module_device(self.actor_module)
-        seed = int(global_step) if isinstance(global_step, int) else 0
-
-        self.actor_module.train()
-        metrics: dict[str, list[float]] = defaultdict(list)
-        skipped = 0
-        for epoch in range(int(cfg.get("ppo_epochs", 1))):
-            for mini_idx, mini in iter_mini_batches(
-                batch, mini_batch_size, epoch, bool(cfg.get("shuffle", False)), seed
-            ):
-                mini_mask = response_mask_of(mini)
-                mini_tokens = dp_mean_token_count(mini_mask)
-                micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
-                self.actor_optimizer.zero_grad(set_to_none=True)
-                mini_metrics: dict[str, float] = defaultdict(float)
-                for micro_idx, micro in enumerate(micro_batches):
-                    micro = micro.to(device)
-                    share = loss_share(response_mask_of(micro), mini_tokens, len(mini), loss_agg_mode)
-                    policy_loss, micro_metrics, parts = self._micro_loss(micro, temperature, loss_agg_mode)
-                    check_finite_loss(policy_loss, "actor", global_step, epoch, mini_idx, micro_idx, **parts)
-                    (policy_loss * share).backward()
-                    for name, value in micro_metrics.items():
-                        mini_metrics[name] += share * value
-                grad_norm, stepped = clip_grad_and_step(self.actor_module, self.actor_optimizer, cfg.get("grad_clip"))
-                skipped += 0 if stepped else 1
-                for name, value in mini_metrics.items():
-                    metrics[name].append(value)
-                metrics["actor/grad_norm"].append(grad_norm)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        metrics["actor/grad_norm_nonfinite"].append(float(skipped))
-        lr = current_lr(self.actor_optimizer, self.lr_scheduler)
-        if lr is not None:
-            metrics["actor/lr"].append(lr)
-        return dict(metrics)
+        return run_mini_batch_updates(
+            self.actor_module,
+            self.actor_optimizer,
+            self.lr_scheduler,
+            cfg,
+            data.batch.select(*keys),
+            global_step,
+            "actor",
+            partial(self._micro_loss, temperature=temperature, loss_agg_mode=loss_agg_mode),
+        )

@@ -1,13 +1,15 @@
 """Plumbing shared by the actor and the critic of one data-parallel rank.
 
 Micro-batch splitting (fixed size or token-budgeted), the loss share that makes gradient accumulation reproduce the
-mini-batch loss exactly, autocast, and the clipped optimizer step that skips non-finite gradients.
+mini-batch loss exactly, autocast, the clipped optimizer step that skips non-finite gradients, and the two loops
+built on them: the gradient-free forward over micro-batches and the epochs x mini-batches x micro-batches update.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -18,6 +20,10 @@ from tensordict import TensorDict
 
 from verl.utils.device import autocast_dtype
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+
+# One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts
+# for the non-finite-loss error message).
+MicroLossFn = Callable[[TensorDict], tuple[torch.Tensor, Mapping[str, float], Mapping[str, Any]]]
 
 # Aggregation modes whose mini-batch value is a mean over tokens; every other mode averages over sequences.
 _TOKEN_MEAN_MODES = ("token-mean",)
@@ -220,3 +226,103 @@ def enable_input_grads_for_checkpointing(module: torch.nn.Module) -> None:
         return
     if hasattr(module, "enable_input_require_grads"):
         module.enable_input_require_grads()
+
+
+def require_batch_keys(batch: TensorDict, keys: list[str], who: str) -> None:
+    """Raise KeyError naming ``who`` and the missing ``keys`` when ``batch`` lacks any of them."""
+    missing = [k for k in keys if k not in batch.keys()]
+    if missing:
+        raise KeyError(f"{who}: data.batch lacks {missing}; it has {sorted(batch.keys())}")
+
+
+def forward_micro_batches_no_grad(
+    module: torch.nn.Module,
+    batch: TensorDict,
+    meta_info: Mapping[str, Any],
+    forward: Callable[[TensorDict], Any],
+) -> tuple[list[Any], list[int] | None]:
+    """Run ``forward`` on each micro-batch of ``batch`` in eval mode without gradients.
+
+    Micro-batches follow ``meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len`` and are
+    moved to the module's device first; the module's train/eval mode is restored afterwards, even on error.
+    Returns ``(outputs, order)``: one output per micro-batch, and the row order to hand to :func:`restore_order`
+    after concatenating them.
+    """
+    micro_batches, order = split_micro_batches(
+        batch,
+        meta_info.get("micro_batch_size"),
+        bool(meta_info.get("use_dynamic_bsz", False)),
+        meta_info.get("max_token_len"),
+    )
+    device = module_device(module)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            outputs = [forward(micro.to(device)) for micro in micro_batches]
+    finally:
+        module.train(was_training)
+    return outputs, order
+
+
+def run_mini_batch_updates(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: Any | None,
+    config: DictConfig,
+    batch: TensorDict,
+    global_step: Any,
+    role: str,
+    micro_loss: MicroLossFn,
+) -> dict[str, list[float]]:
+    """``ppo_epochs`` x mini-batches x micro-batches of gradient accumulation, one optimizer step per mini-batch.
+
+    Each micro-batch's loss from ``micro_loss`` is checked for NaN/inf, scaled by the micro-batch's
+    :func:`loss_share` of its mini-batch (``loss_agg_mode``; tokens averaged over data-parallel ranks) and
+    backpropagated, so the accumulated gradient equals the mini-batch loss's. The step clips to ``grad_clip`` and
+    is skipped on a non-finite norm. Reads ``ppo_epochs``, ``ppo_mini_batch_size`` (rows of ``batch`` on this
+    rank), ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
+    ``grad_clip`` from ``config``; the shuffle seed is ``global_step`` when it is an int.
+
+    Returns metric name -> values: each of ``micro_loss``'s metrics as its share-weighted mini-batch value and
+    ``{role}/grad_norm``, one per mini-batch; ``{role}/grad_norm_nonfinite`` (skipped steps) and ``{role}/lr``
+    once.
+    """
+    loss_agg_mode = str(config.get("loss_agg_mode", "token-mean"))
+    mini_batch_size = int(config.get("ppo_mini_batch_size", int(batch.batch_size[0])))
+    use_dynamic_bsz = bool(config.get("use_dynamic_bsz", False))
+    micro_batch_size = config.get("ppo_micro_batch_size_per_gpu", None)
+    max_token_len = config.get("ppo_max_token_len_per_gpu", None)
+    device = module_device(module)
+    seed = int(global_step) if isinstance(global_step, int) else 0
+
+    module.train()
+    metrics: dict[str, list[float]] = defaultdict(list)
+    skipped = 0
+    for epoch in range(int(config.get("ppo_epochs", 1))):
+        for mini_idx, mini in iter_mini_batches(
+            batch, mini_batch_size, epoch, bool(config.get("shuffle", False)), seed
+        ):
+            mini_tokens = dp_mean_token_count(response_mask_of(mini))
+            micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
+            optimizer.zero_grad(set_to_none=True)
+            mini_metrics: dict[str, float] = defaultdict(float)
+            for micro_idx, micro in enumerate(micro_batches):
+                micro = micro.to(device)
+                share = loss_share(response_mask_of(micro), mini_tokens, len(mini), loss_agg_mode)
+                loss, micro_metrics, parts = micro_loss(micro)
+                check_finite_loss(loss, role, global_step, epoch, mini_idx, micro_idx, **parts)
+                (loss * share).backward()
+                for name, value in micro_metrics.items():
+                    mini_metrics[name] += share * value
+            grad_norm, stepped = clip_grad_and_step(module, optimizer, config.get("grad_clip"))
+            skipped += 0 if stepped else 1
+            for name, value in mini_metrics.items():
+                metrics[name].append(value)
+            metrics[f"{role}/grad_norm"].append(grad_norm)
+    optimizer.zero_grad(set_to_none=True)
+    metrics[f"{role}/grad_norm_nonfinite"].append(float(skipped))
+    lr = current_lr(optimizer, lr_scheduler)
+    if lr is not None:
+        metrics[f"{role}/lr"].append(lr)
+    return dict(metrics)

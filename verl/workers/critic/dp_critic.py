@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,28 +15,18 @@ from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.micro_batching import (
     as_dict_config,
     autocast_context,
-    check_finite_loss,
-    clip_grad_and_step,
-    current_lr,
-    dp_mean_token_count,
     enable_input_grads_for_checkpointing,
-    iter_mini_batches,
-    loss_share,
+    forward_micro_batches_no_grad,
     module_device,
+    require_batch_keys,
     response_mask_of,
     restore_order,
-    split_micro_batches,
+    run_mini_batch_updates,
 )
 from verl.workers.critic.base import BasePPOCritic
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
-
-
-def _require_keys(batch: TensorDict, keys: list[str], who: str) -> None:
-    missing = [k for k in keys if k not in batch.keys()]
-    if missing:
-        raise KeyError(f"{who}: data.batch lacks {missing}; it has {sorted(batch.keys())}")
 
 
 def response_values_forward(module: torch.nn.Module, micro: TensorDict, use_remove_padding: bool) -> torch.Tensor:
@@ -106,28 +96,39 @@ class DataParallelPPOCritic(BasePPOCritic):
         """
         who = "DataParallelPPOCritic.compute_values"
         keys = ["input_ids", "attention_mask", "responses"]
-        _require_keys(data.batch, keys, who)
+        require_batch_keys(data.batch, keys, who)
         keys += [k for k in ("position_ids", "response_mask") if k in data.batch.keys()]
-        batch = data.batch.select(*keys)
-        micro_batches, order = split_micro_batches(
-            batch,
-            data.meta_info.get("micro_batch_size"),
-            bool(data.meta_info.get("use_dynamic_bsz", False)),
-            data.meta_info.get("max_token_len"),
+
+        def masked_values(micro: TensorDict) -> torch.Tensor:
+            values = self._forward_micro_batch(micro)
+            return values * response_mask_of(micro).to(values.dtype)
+
+        outputs, order = forward_micro_batches_no_grad(
+            self.critic_module, data.batch.select(*keys), data.meta_info, masked_values
         )
-        device = module_device(self.critic_module)
-        was_training = self.critic_module.training
-        self.critic_module.eval()
-        outputs = []
-        try:
-            with torch.no_grad():
-                for micro in micro_batches:
-                    micro = micro.to(device)
-                    values = self._forward_micro_batch(micro)
-                    outputs.append(values * response_mask_of(micro).to(values.dtype))
-        finally:
-            self.critic_module.train(was_training)
         return restore_order(torch.cat(outputs, dim=0), order)
+
+    def _micro_loss(
+        self, micro: TensorDict, cliprange_value: float, loss_agg_mode: str
+    ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
+        """The clipped value loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics."""
+        response_mask = response_mask_of(micro).to(torch.float32)
+        vpreds = self._forward_micro_batch(micro)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds=vpreds,
+            returns=micro["returns"],
+            values=micro["values"],
+            response_mask=response_mask,
+            cliprange_value=cliprange_value,
+            loss_agg_mode=loss_agg_mode,
+        )
+        clipfrac = vf_clipfrac.detach().item() if torch.is_tensor(vf_clipfrac) else vf_clipfrac
+        metrics = {
+            "critic/vf_loss": float(vf_loss.detach().item()),
+            "critic/vf_clipfrac": float(clipfrac),
+            "critic/vpred_mean": float(masked_mean(vpreds.detach(), response_mask).item()),
+        }
+        return vf_loss, metrics, {"vf_loss": vf_loss}
 
     def update_critic(self, data: DataProto) -> dict[str, list[float]]:
         """``ppo_epochs`` x mini-batches x micro-batches of clipped value regression, one step per mini-batch.
@@ -147,58 +148,19 @@ class DataParallelPPOCritic(BasePPOCritic):
         cfg = self.config
         global_step = data.meta_info.get("global_steps", "unknown")
         keys = ["input_ids", "attention_mask", "responses", "values", "returns"]
-        _require_keys(data.batch, keys, who)
+        require_batch_keys(data.batch, keys, who)
         keys += [k for k in ("position_ids", "response_mask") if k in data.batch.keys()]
-        batch = data.batch.select(*keys)
-
-        loss_agg_mode = str(cfg.get("loss_agg_mode", "token-mean"))
-        cliprange_value = float(cfg.get("cliprange_value", 0.5))
-        mini_batch_size = int(cfg.get("ppo_mini_batch_size", len(data)))
-        use_dynamic_bsz = bool(cfg.get("use_dynamic_bsz", False))
-        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu", None)
-        max_token_len = cfg.get("ppo_max_token_len_per_gpu", None)
-        device = module_device(self.critic_module)
-        seed = int(global_step) if isinstance(global_step, int) else 0
-
-        self.critic_module.train()
-        metrics: dict[str, list[float]] = defaultdict(list)
-        skipped = 0
-        for epoch in range(int(cfg.get("ppo_epochs", 1))):
-            for mini_idx, mini in iter_mini_batches(
-                batch, mini_batch_size, epoch, bool(cfg.get("shuffle", False)), seed
-            ):
-                mini_tokens = dp_mean_token_count(response_mask_of(mini))
-                micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                mini_metrics: dict[str, float] = defaultdict(float)
-                for micro_idx, micro in enumerate(micro_batches):
-                    micro = micro.to(device)
-                    response_mask = response_mask_of(micro).to(torch.float32)
-                    share = loss_share(response_mask, mini_tokens, len(mini), loss_agg_mode)
-                    vpreds = self._forward_micro_batch(micro)
-                    vf_loss, vf_clipfrac = compute_value_loss(
-                        vpreds=vpreds,
-                        returns=micro["returns"],
-                        values=micro["values"],
-                        response_mask=response_mask,
-                        cliprange_value=cliprange_value,
-                        loss_agg_mode=loss_agg_mode,
-                    )
-                    check_finite_loss(vf_loss, "critic", global_step, epoch, mini_idx, micro_idx, vf_loss=vf_loss)
-                    (vf_loss * share).backward()
-                    mini_metrics["critic/vf_loss"] += share * float(vf_loss.detach().item())
-                    clipfrac = vf_clipfrac.detach().item() if torch.is_tensor(vf_clipfrac) else vf_clipfrac
-                    mini_metrics["critic/vf_clipfrac"] += share * float(clipfrac)
-                    vpred_mean = masked_mean(vpreds.detach(), response_mask)
-                    mini_metrics["critic/vpred_mean"] += share * float(vpred_mean.item())
-                grad_norm, stepped = clip_grad_and_step(self.critic_module, self.critic_optimizer, cfg.get("grad_clip"))
-                skipped += 0 if stepped else 1
-                for name, value in mini_metrics.items():
-                    metrics[name].append(value)
-                metrics["critic/grad_norm"].append(grad_norm)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        metrics["critic/grad_norm_nonfinite"].append(float(skipped))
-        lr = current_lr(self.critic_optimizer, self.lr_scheduler)
-        if lr is not None:
-            metrics["critic/lr"].append(lr)
-        return dict(metrics)
+        return run_mini_batch_updates(
+            self.critic_module,
+            self.critic_optimizer,
+            self.lr_scheduler,
+            cfg,
+            data.batch.select(*keys),
+            global_step,
+            "critic",
+            partial(
+                self._micro_loss,
+                cliprange_value=float(cfg.get("cliprange_value", 0.5)),
+                loss_agg_mode=str(cfg.get("loss_agg_mode", "token-mean")),
+            ),
+        )

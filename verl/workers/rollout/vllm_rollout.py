@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.device import autocast_dtype
 from verl.utils.model_loader import resolve_model_path
 from verl.workers.rollout.base import (
     BaseRollout,
@@ -129,7 +128,6 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         max_model_len = int(config_get(config, "max_model_len", prompt_length + response_length))
         max_num_seqs = int(config_get(config, "max_num_seqs", 256))
         dtype = str(config_get(config, "dtype", "bfloat16"))
-        self.engine_dtype = autocast_dtype(dtype)
         on_gpu = torch.cuda.is_available()
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
         self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
@@ -154,13 +152,34 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)
         args.update(engine_kwargs)
         start = time.perf_counter()
-        self.llm = vllm.LLM(**args)
+        self._adopt_engine(vllm.LLM(**args))
         self.engine_start_s = time.perf_counter() - start
+        if self._sleep_enabled:
+            self._sleep()
+
+    @classmethod
+    def from_engine(cls, llm: Any, config: Any, tokenizer: Any = None) -> vLLMRollout:
+        """Wrap an already running ``vllm.LLM`` (e.g. one the user built, see ``verl.vLLMActor``) instead of
+        starting one; weight syncs and generation work as for an engine this class started."""
+        self = cls.__new__(cls)
+        self._vllm = import_vllm()
+        self.config = config
+        self.tokenizer = tokenizer
+        model_config = llm.llm_engine.model_config
+        self.model_path = model_config.model
+        self.tie_word_embeddings = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
+        self._model_eos = getattr(model_config.hf_config, "eos_token_id", None)
+        self._sleep_enabled = False
+        self.engine_start_s = 0.0
+        self._adopt_engine(llm)
+        return self
+
+    def _adopt_engine(self, llm: Any) -> None:
+        """State that depends on the running engine: the tied-parameter aliases re-tied after each weight sync."""
+        self.llm = llm
         self._tied_aliases: list[tuple[str, str]] = self.llm.apply_model(find_tied_parameters)[0]
         self.last_weight_sync_s: float | None = None
         self._asleep_tags: set[str] = set()
-        if self._sleep_enabled:
-            self._sleep()
 
     # --------------------------------------------------------------------------------------------- memory
     def _sleep(self) -> None:
@@ -185,8 +204,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         start = time.perf_counter()
         self._wake({"weights"})
         # cast to the engine's dtype here: vLLM would otherwise warn for (and convert) every tensor on every sync
+        engine_dtype = self.llm.llm_engine.model_config.dtype
         weights = [
-            (name, tensor.detach().to(self.engine_dtype) if tensor.is_floating_point() else tensor.detach())
+            (name, tensor.detach().to(engine_dtype) if tensor.is_floating_point() else tensor.detach())
             for name, tensor in named_tensors
             if not (self.tie_word_embeddings and name == "lm_head.weight")
         ]

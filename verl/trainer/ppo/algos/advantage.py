@@ -39,12 +39,26 @@ def _check_index(index: Any, batch_size: int, estimator: str) -> Sequence[Any]:
     return index
 
 
-def _group_rows(index: Sequence[Any]) -> dict[Any, list[int]]:
-    """Row numbers of each group, in first-seen order."""
+def _group_rows(index: Sequence[Any], device: torch.device) -> dict[Any, torch.Tensor]:
+    """Row numbers of each group as an ``int64`` tensor ``[group_size]`` on ``device``, groups in first-seen order."""
     groups: dict[Any, list[int]] = {}
     for row, gid in enumerate(index):
         groups.setdefault(gid.item() if isinstance(gid, np.generic | torch.Tensor) else gid, []).append(row)
-    return groups
+    return {gid: torch.tensor(rows, device=device) for gid, rows in groups.items()}
+
+
+def _center_by_group_mean(scores: torch.Tensor, groups: dict[Any, torch.Tensor]) -> torch.Tensor:
+    """``s_i - mean_g`` for each row of a group of 2 or more; a group of one keeps ``s_i`` (baseline 0). ``[batch]``."""
+    centred = scores.clone()
+    for rows in groups.values():
+        if rows.numel() > 1:
+            centred[rows] = scores[rows] - scores[rows].mean()
+    return centred
+
+
+def _per_token(adv: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Broadcast a per-sequence advantage ``[batch]`` over the response tokens: ``[batch, response_len]``."""
+    return adv.unsqueeze(-1) * response_mask
 
 
 def group_ids_to_tensor(index: Sequence[Any], device: torch.device | str | None = None) -> tuple[torch.Tensor, int]:
@@ -141,15 +155,14 @@ def compute_grpo_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = torch.zeros_like(scores)
-        for rows in _group_rows(index).values():
-            rows_t = torch.tensor(rows, device=scores.device)
-            group = scores[rows_t]
-            if len(rows) == 1:
+        for rows in _group_rows(index, scores.device).values():
+            group = scores[rows]
+            if rows.numel() == 1:
                 mean, std = torch.zeros_like(group[0]), torch.ones_like(group[0])
             else:
                 mean, std = group.mean(), group.std(unbiased=True)
-            adv[rows_t] = (group - mean) / (std + epsilon) if norm_by_std else group - mean
-        advantages = adv.unsqueeze(-1) * response_mask
+            adv[rows] = (group - mean) / (std + epsilon) if norm_by_std else group - mean
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -177,7 +190,7 @@ def compute_grpo_vectorized_outcome_advantage(
         mean = torch.where(singleton, torch.zeros_like(scores), means[ids])
         std = torch.where(singleton, torch.ones_like(scores), stds[ids])
         adv = (scores - mean) / (std + epsilon) if norm_by_std else scores - mean
-        advantages = adv.unsqueeze(-1) * response_mask
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -202,17 +215,16 @@ def compute_grpo_passk_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = torch.zeros_like(scores)
-        for gid, rows in _group_rows(index).items():
-            if len(rows) < 2:
-                raise ValueError(f"grpo_passk: group {gid!r} has {len(rows)} response; pass@k needs rollout.n >= 2")
-            rows_t = torch.tensor(rows, device=scores.device)
-            group = scores[rows_t]
+        for gid, rows in _group_rows(index, scores.device).items():
+            if rows.numel() < 2:
+                raise ValueError(f"grpo_passk: group {gid!r} has {rows.numel()} response; pass@k needs rollout.n >= 2")
+            group = scores[rows]
             top2, top2_pos = torch.topk(group, 2)
             gap = top2[0] - top2[1]
             if norm_by_std:
                 gap = gap / (group.std(unbiased=True) + epsilon)
-            adv[rows_t[top2_pos[0]]] = gap
-        advantages = adv.unsqueeze(-1) * response_mask
+            adv[rows[top2_pos[0]]] = gap
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -234,13 +246,12 @@ def compute_rloo_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = scores.clone()
-        for rows in _group_rows(index).values():
-            n = len(rows)
+        for rows in _group_rows(index, scores.device).values():
+            n = rows.numel()
             if n > 1:
-                rows_t = torch.tensor(rows, device=scores.device)
-                group = scores[rows_t]
-                adv[rows_t] = group - (group.sum() - group) / (n - 1)
-        advantages = adv.unsqueeze(-1) * response_mask
+                group = scores[rows]
+                adv[rows] = group - (group.sum() - group) / (n - 1)
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -262,7 +273,7 @@ def compute_rloo_vectorized_outcome_advantage(
         n = counts[ids]
         baseline = (sums[ids] - scores) / (n - 1).clamp(min=1)
         adv = torch.where(n > 1, scores - baseline, scores)
-        advantages = adv.unsqueeze(-1) * response_mask
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -317,13 +328,9 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     index = _check_index(index, token_level_rewards.shape[0], "reinforce_plus_plus_baseline")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        centred = scores.clone()
-        for rows in _group_rows(index).values():
-            if len(rows) > 1:
-                rows_t = torch.tensor(rows, device=scores.device)
-                centred[rows_t] = scores[rows_t] - scores[rows_t].mean()
+        centred = _center_by_group_mean(scores, _group_rows(index, scores.device))
         mask = response_mask.to(scores.dtype)
-        advantages = centred.unsqueeze(-1) * mask
+        advantages = _per_token(centred, mask)
         advantages = verl_F.masked_whiten(advantages, response_mask) * mask
     return advantages, advantages
 
@@ -370,13 +377,12 @@ def compute_opo_outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1).to(scores.dtype)
         adv = scores.clone()
-        for rows in _group_rows(index).values():
-            if len(rows) > 1:
-                rows_t = torch.tensor(rows, device=scores.device)
-                weights = lengths[rows_t]
-                baseline = (weights * scores[rows_t]).sum() / weights.sum().clamp(min=epsilon)
-                adv[rows_t] = scores[rows_t] - baseline
-        advantages = adv.unsqueeze(-1) * response_mask
+        for rows in _group_rows(index, scores.device).values():
+            if rows.numel() > 1:
+                weights = lengths[rows]
+                baseline = (weights * scores[rows]).sum() / weights.sum().clamp(min=epsilon)
+                adv[rows] = scores[rows] - baseline
+        advantages = _per_token(adv, response_mask)
     return advantages, advantages
 
 
@@ -402,16 +408,15 @@ def compute_gpg_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         batch = scores.shape[0]
-        centred = scores.clone()
-        invalid = 0
-        for rows in _group_rows(index).values():
-            if len(rows) > 1:
-                rows_t = torch.tensor(rows, device=scores.device)
-                group = scores[rows_t]
-                centred[rows_t] = group - group.mean()
-                if bool((group == group[0]).all()):
-                    invalid += len(rows)
+        groups = _group_rows(index, scores.device)
+        centred = _center_by_group_mean(scores, groups)
+        # Responses of a group (of 2 or more) with identical scores carry zero advantage.
+        invalid = sum(
+            rows.numel()
+            for rows in groups.values()
+            if rows.numel() > 1 and bool((scores[rows] == scores[rows][0]).all())
+        )
         if alpha is None:
             alpha = batch / (batch - invalid) if batch > invalid else 1.0
-        advantages = (alpha * centred / f_norm).unsqueeze(-1) * response_mask
+        advantages = _per_token(alpha * centred / f_norm, response_mask)
     return advantages, advantages

@@ -46,14 +46,48 @@ def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tens
     return torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
 
 
+def _check_is_weights_shape(rollout_is_weights: torch.Tensor, expected: torch.Size) -> None:
+    """Refuse importance weights that do not line up with the per-token losses ``[batch, response_len]``."""
+    if rollout_is_weights.shape != expected:
+        raise ValueError(f"rollout_is_weights has shape {tuple(rollout_is_weights.shape)}, expected {tuple(expected)}")
+
+
 def _apply_is_weights(losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
     if rollout_is_weights is None:
         return losses
-    if rollout_is_weights.shape != losses.shape:
-        raise ValueError(
-            f"rollout_is_weights has shape {tuple(rollout_is_weights.shape)}, expected {tuple(losses.shape)}"
-        )
+    _check_is_weights_shape(rollout_is_weights, losses.shape)
     return losses * rollout_is_weights.detach()
+
+
+def _masked_fraction(flags: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Share of valid tokens where the boolean ``flags`` ``[batch, response_len]`` hold (a scalar)."""
+    return verl_F.masked_mean(flags.float(), response_mask)
+
+
+def _clip_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO surrogate losses per token, ``(-A r, -A clip(r, 1 - low, 1 + high))``, each ``[batch, response_len]``.
+
+    Their elementwise maximum is the clipped objective (Schulman et al. 2017); where the second is larger, the clip
+    is active and the token's gradient through ``r`` is cut.
+    """
+    return -advantages * ratio, -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+
+
+def _pg_metrics(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, clipfrac: torch.Tensor, clipfrac_lower: torch.Tensor
+) -> dict[str, Any]:
+    """verl's metrics shared by every policy loss, detached scalars.
+
+    ``actor/ppo_kl`` is the k1 estimate ``mean(-(log pi - log pi_old))`` over valid tokens of ``log_ratio``
+    ``[batch, response_len]``; the two clip fractions are whatever the loss counts as clipped.
+    """
+    return {
+        "actor/pg_clipfrac": clipfrac.detach(),
+        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
+        "actor/pg_clipfrac_lower": clipfrac_lower.detach(),
+    }
 
 
 def _ppo_clip(
@@ -72,13 +106,12 @@ def _ppo_clip(
     """
     if dual_c <= 1.0:
         raise ValueError(f"actor.clip_ratio_c must be > 1.0 (dual-clip bound), got {dual_c}")
-    loss_unclipped = -advantages * ratio
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    loss_unclipped, loss_clipped = _clip_surrogate(ratio, advantages, low, high)
     loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
-    clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    clipfrac = _masked_fraction(torch.gt(loss_clipped, loss_unclipped), response_mask)
     loss_dual = -advantages * dual_c
     negative = advantages < 0
-    clipfrac_lower = verl_F.masked_mean((torch.gt(loss_ppo, loss_dual) & negative).float(), response_mask)
+    clipfrac_lower = _masked_fraction(torch.gt(loss_ppo, loss_dual) & negative, response_mask)
     losses = torch.where(negative, torch.minimum(loss_ppo, loss_dual), loss_ppo)
     return losses, clipfrac, clipfrac_lower
 
@@ -105,12 +138,7 @@ def compute_policy_loss_vanilla(
         torch.exp(log_ratio), advantages, response_mask, params.low, params.high, params.dual_c
     )
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
-    metrics = {
-        "actor/pg_clipfrac": clipfrac.detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
-        "actor/pg_clipfrac_lower": clipfrac_lower.detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(log_ratio, response_mask, clipfrac, clipfrac_lower)
 
 
 def compute_policy_loss(
@@ -165,17 +193,16 @@ def compute_policy_loss_gspo(
     seq_log_ratio = verl_F.masked_sum(raw_log_ratio, response_mask, axis=-1) / seq_len
     token_log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
     ratio = torch.exp(torch.clamp(token_log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP))
-    loss_unclipped = -advantages * ratio
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - params.low, 1.0 + params.high)
+    loss_unclipped, loss_clipped = _clip_surrogate(ratio, advantages, params.low, params.high)
     losses = torch.maximum(loss_unclipped, loss_clipped)
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, "seq-mean-token-mean")
     clipped = torch.gt(loss_clipped, loss_unclipped)
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean(clipped.float(), response_mask).detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask).detach(),
-        "actor/pg_clipfrac_lower": verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(
+        _log_ratio(log_prob, old_log_prob),
+        response_mask,
+        _masked_fraction(clipped, response_mask),
+        _masked_fraction(clipped & (advantages < 0), response_mask),
+    )
 
 
 @register_policy_loss("gpg")
@@ -195,12 +222,7 @@ def compute_policy_loss_gpg(
     losses = -advantages * log_prob
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
     zero = torch.zeros((), device=log_prob.device)
-    metrics = {
-        "actor/pg_clipfrac": zero,
-        "actor/ppo_kl": verl_F.masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask).detach(),
-        "actor/pg_clipfrac_lower": zero,
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(_log_ratio(log_prob, old_log_prob), response_mask, zero, zero)
 
 
 def _token_covariance(advantages: torch.Tensor, log_prob: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -233,9 +255,7 @@ def compute_policy_loss_clip_cov(
     if ratio_frac <= 0:
         raise ValueError(f"actor.policy_loss.clip_cov_ratio must be > 0 for clip_cov, got {ratio_frac}")
     log_ratio = _log_ratio(log_prob, old_log_prob)
-    ratio = torch.exp(log_ratio)
-    loss_unclipped = -advantages * ratio
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - params.low, 1.0 + params.high)
+    loss_unclipped, loss_clipped = _clip_surrogate(torch.exp(log_ratio), advantages, params.low, params.high)
     valid = response_mask > 0
     clipped_by_ppo = torch.gt(loss_clipped, loss_unclipped) & valid
 
@@ -251,14 +271,12 @@ def compute_policy_loss_clip_cov(
 
     losses = torch.maximum(loss_unclipped, loss_clipped) * keep
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean((keep == 0).float(), response_mask).detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
-        "actor/pg_clipfrac_lower": verl_F.masked_mean(
-            (clipped_by_ppo & (advantages < 0)).float(), response_mask
-        ).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(
+        log_ratio,
+        response_mask,
+        _masked_fraction(keep == 0, response_mask),
+        _masked_fraction(clipped_by_ppo & (advantages < 0), response_mask),
+    )
 
 
 @register_policy_loss("kl_cov")
@@ -294,12 +312,10 @@ def compute_policy_loss_kl_cov(
         penalised.view(-1)[top] = True
     losses = torch.where(penalised, losses + kl_coef * log_ratio.abs(), losses)
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean(penalised.float(), response_mask).detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
-        "actor/ppo_kl_abs": verl_F.masked_mean(log_ratio.abs(), response_mask).detach(),
-        "actor/pg_clipfrac_lower": torch.zeros((), device=log_prob.device),
-    }
+    metrics = _pg_metrics(
+        log_ratio, response_mask, _masked_fraction(penalised, response_mask), torch.zeros((), device=log_prob.device)
+    )
+    metrics["actor/ppo_kl_abs"] = verl_F.masked_mean(log_ratio.abs(), response_mask).detach()
     return pg_loss, metrics
 
 
@@ -325,12 +341,12 @@ def compute_policy_loss_cispo(
     weight = torch.clamp(ratio, 1.0 - params.low, 1.0 + params.high)
     losses = -weight * advantages * log_prob
     pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean((weight != ratio).float(), response_mask).detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
-        "actor/pg_clipfrac_lower": verl_F.masked_mean((ratio < 1.0 - params.low).float(), response_mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(
+        log_ratio,
+        response_mask,
+        _masked_fraction(weight != ratio, response_mask),
+        _masked_fraction(ratio < 1.0 - params.low, response_mask),
+    )
 
 
 @register_policy_loss("geo_mean")
@@ -361,16 +377,13 @@ def compute_policy_loss_geo_mean(
     seq_adv = verl_F.masked_sum(advantages, response_mask, axis=-1) / seq_len
     seq_losses = -seq_adv * seq_ratio
     if rollout_is_weights is not None:
-        if rollout_is_weights.shape != log_prob.shape:
-            raise ValueError(
-                f"rollout_is_weights has shape {tuple(rollout_is_weights.shape)}, expected {tuple(log_prob.shape)}"
-            )
+        _check_is_weights_shape(rollout_is_weights, log_prob.shape)
         seq_losses = seq_losses * verl_F.masked_mean(rollout_is_weights.detach(), response_mask, axis=-1)
     pg_loss = seq_losses.mean()
     clipped = torch.ne(log_ratio, log_ratio_clamped)
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean((clipped & (advantages > 0)).float(), response_mask).detach(),
-        "actor/ppo_kl": verl_F.masked_mean(-log_ratio, response_mask).detach(),
-        "actor/pg_clipfrac_lower": verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _pg_metrics(
+        log_ratio,
+        response_mask,
+        _masked_fraction(clipped & (advantages > 0), response_mask),
+        _masked_fraction(clipped & (advantages < 0), response_mask),
+    )
