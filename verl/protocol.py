@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.utils.fs import atomic_binary_file
 from verl.utils.safe_serialization import compact_tensor as _compact
 from verl.utils.safe_serialization import decode_array as _decode_array
 from verl.utils.safe_serialization import encode_array as _encode_array
@@ -572,20 +572,8 @@ class DataProto:
             k: _encode_array(v, f"non_tensor_batch[{k!r}]") for k, v in self.non_tensor_batch.items()
         }
         payload["meta_info"] = {k: _to_plain(v, f"meta_info[{k!r}]") for k, v in self.meta_info.items()}
-        path = os.fspath(filepath)
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".dataproto.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        with atomic_binary_file(os.fspath(filepath)) as f:
+            torch.save(payload, f)
 
     @staticmethod
     def load_from_disk(filepath: str | os.PathLike) -> DataProto:

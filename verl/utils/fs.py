@@ -14,8 +14,10 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from typing import BinaryIO
 
 __all__ = [
+    "atomic_binary_file",
     "atomic_directory",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -41,8 +43,8 @@ def makedirs(path: str, mode: int = 0o777, exist_ok: bool = True) -> str:
     return path
 
 
-def fsync_dir(path: str) -> None:
-    """Flush a directory entry to disk so a preceding rename survives a power loss (no-op where unsupported)."""
+def _fsync_path(path: str) -> None:
+    """fsync a file or directory by path; nothing where it cannot be opened or the OS refuses."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -55,19 +57,25 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file in the same directory, fsync, then ``os.replace``.
+def fsync_dir(path: str) -> None:
+    """Flush a directory entry to disk so a preceding rename survives a power loss (no-op where unsupported)."""
+    _fsync_path(path)
 
-    Readers see either the old file or the complete new one, never a partial write.
+
+@contextlib.contextmanager
+def atomic_binary_file(path: str) -> Iterator[BinaryIO]:
+    """Yield a binary file whose contents replace ``path`` atomically when the block ends without an error.
+
+    The file is a temp sibling of ``path`` (parents are created); on success it is fsynced, renamed over ``path``
+    with ``os.replace`` and the directory entry is flushed, so readers see either the old file or the complete new
+    one. On an error the temp file is removed and ``path`` is left untouched.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"atomic_write_bytes({path!r}): data must be bytes, got {type(data).__name__}")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + os.path.basename(path) + ".", dir=parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -76,6 +84,17 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
             os.remove(tmp)
         raise
     fsync_dir(parent)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_binary_file`).
+
+    Readers see either the old file or the complete new one, never a partial write.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"atomic_write_bytes({path!r}): data must be bytes, got {type(data).__name__}")
+    with atomic_binary_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str, data: str, encoding: str = "utf-8") -> None:
@@ -89,18 +108,8 @@ def _fsync_tree(root: str) -> None:
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             fpath = os.path.join(dirpath, name)
-            if os.path.islink(fpath):
-                continue
-            try:
-                fd = os.open(fpath, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            if not os.path.islink(fpath):
+                _fsync_path(fpath)
         fsync_dir(dirpath)
 
 

@@ -9,6 +9,7 @@ policy has to move its probability mass onto the 128 ASCII bytes to score more.
 from __future__ import annotations
 
 import json
+import os
 import math
 from pathlib import Path
 
@@ -205,3 +206,32 @@ def test_on_policy_shortcut_skips_the_old_log_prob_forward_and_keeps_the_update(
         assert fast["actor/pg_loss"] == pytest.approx(full["actor/pg_loss"], abs=1e-5)
         assert fast["actor/grad_norm"] == pytest.approx(full["actor/grad_norm"], rel=1e-4)
         assert fast["actor/ppo_kl"] == 0.0
+
+
+def test_profiling_and_debug_switches_write_traces_and_dumps(
+    tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path
+) -> None:
+    """trainer.enable_profiling writes a torch.profiler trace for exactly the configured steps; enable_debug_mode
+    writes a per-step dump of the batch's tensors and the metrics. Both are off by default."""
+    out = tmp_path / "switches"
+    run_ppo(
+        tiny_config(
+            tiny_model_dir,
+            task_files,
+            out,
+            ["trainer.enable_profiling=true", "trainer.profile_steps=[2]", "trainer.enable_debug_mode=true"],
+        )
+    )
+    assert sorted(os.listdir(out / "profile")) == ["step_2.json"]
+    trace = json.loads((out / "profile" / "step_2.json").read_text())
+    assert trace["traceEvents"], "the chrome trace has events"
+    assert sorted(os.listdir(out / "debug")) == ["step_1.json", "step_2.json"]
+    dump = json.loads((out / "debug" / "step_1.json").read_text())
+    assert "responses" in json.dumps(dump) and "actor/pg_loss" in json.dumps(dump)
+    import torch
+
+    assert not torch.is_anomaly_enabled(), "debug mode's anomaly detection must end with the run"
+
+    quiet = tmp_path / "defaults"
+    run_ppo(tiny_config(tiny_model_dir, task_files, quiet, []))
+    assert not (quiet / "profile").exists() and not (quiet / "debug").exists()

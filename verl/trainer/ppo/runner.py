@@ -36,7 +36,6 @@ def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
         torch.set_num_threads(int(threads))
         os.environ["VERL_TORCH_THREADS"] = str(int(threads))
     if trainer_cfg.get("enable_debug_mode", False):
-        torch.autograd.set_detect_anomaly(True)
         logging.getLogger("verl").setLevel(logging.DEBUG)
     device = trainer_cfg.get("device", "auto")
     if device != "auto":
@@ -105,7 +104,9 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
         train_sampler=sampler,
     )
     trainer.init_workers()
-    trainer.fit()
+    # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
+    with torch.autograd.set_detect_anomaly(bool(trainer_cfg.get("enable_debug_mode", False))):
+        trainer.fit()
 
     result: dict[str, Any] = {"output_dir": trainer.checkpoint_dir, "hf_dir": None, "plot": None}
     history = trainer.val_history

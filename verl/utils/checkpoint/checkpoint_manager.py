@@ -20,7 +20,6 @@ import json
 import os
 import pickle
 import random
-import tempfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,7 +35,7 @@ from verl.utils.checkpoint.layout import (  # noqa: F401  (re-exported under ver
     remove_old_checkpoints,
     resolve_resume_path,
 )
-from verl.utils.fs import atomic_write_text, fsync_dir
+from verl.utils.fs import atomic_binary_file, atomic_write_text
 
 __all__ = [
     "HF_SUBDIR",
@@ -73,20 +72,8 @@ def extra_state_filename(rank: int, world_size: int) -> str:
 
 def _atomic_torch_save(obj: Any, path: str) -> None:
     """``torch.save`` into a temp file next to ``path``, fsync, then rename over ``path``."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    fsync_dir(parent)
+    with atomic_binary_file(path) as f:
+        torch.save(obj, f)
 
 
 def safe_torch_load(path: str, what: str, map_location: str | torch.device = "cpu") -> Any:

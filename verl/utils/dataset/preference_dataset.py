@@ -14,12 +14,12 @@ from typing import Any
 import torch
 
 from verl.utils.dataset.sft_dataset import (
+    TokenizedRowsDataset,
     check_text_or_messages,
     encode_prompt,
     encode_response,
     fit_to_length,
     join_example,
-    load_rows,
     pad_batch,
     require_field,
 )
@@ -48,23 +48,14 @@ def _collect_refs(items: list[dict[str, Any]], keys: tuple[str, ...], where: lis
     return False
 
 
-class _Base(torch.utils.data.Dataset):
-    def __init__(self, source: Any, tokenizer: Any) -> None:
-        self.rows = load_rows(source)
-        self.tokenizer = tokenizer
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if self.pad_token_id is None:
-            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
-        self.items: list[dict[str, Any]] = []
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.items[i]
+def _add_ref_columns(out: dict[str, torch.Tensor], items: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    """Add each reference column of ``keys`` to the collated ``out`` as float32 ``[batch]``, when every item has all."""
+    if all(it.get(k) is not None for it in items for k in keys):
+        for k in keys:
+            out[k] = torch.tensor([it[k] for it in items], dtype=torch.float32)
 
 
-class PreferenceDataset(_Base):
+class PreferenceDataset(TokenizedRowsDataset):
     """Paired preferences for DPO: each row gives a prompt and a chosen and a rejected response.
 
     Prompts and responses may be strings or chat messages (see ``sft_dataset``). Items hold
@@ -110,13 +101,11 @@ class PreferenceDataset(_Base):
         seqs = [it["chosen_input_ids"] for it in items] + [it["rejected_input_ids"] for it in items]
         masks = [it["chosen_loss_mask"] for it in items] + [it["rejected_loss_mask"] for it in items]
         out = pad_batch(seqs, masks, self.pad_token_id)
-        if all(it.get(k) is not None for it in items for k in DPO_REF_KEYS):
-            for k in DPO_REF_KEYS:
-                out[k] = torch.tensor([it[k] for it in items], dtype=torch.float32)
+        _add_ref_columns(out, items, DPO_REF_KEYS)
         return out
 
 
-class KTODataset(_Base):
+class KTODataset(TokenizedRowsDataset):
     """Unpaired binary feedback for KTO (Ethayarajh et al., 2024): ``{prompt, completion, label}``.
 
     ``label`` is True for a desirable completion and False for an undesirable one. For the KL reference point each
@@ -164,8 +153,7 @@ class KTODataset(_Base):
                     "input_ids": ex["input_ids"],
                     "loss_mask": ex["loss_mask"],
                     "label": bool(label),
-                    "ref_logps": _ref_value(row, "ref_logps", where),
-                    "ref_kl_logps": _ref_value(row, "ref_kl_logps", where),
+                    **{key: _ref_value(row, key, where) for key in KTO_REF_KEYS},
                 }
             )
         n = len(self.items)
@@ -193,7 +181,5 @@ class KTODataset(_Base):
         masks = [it["loss_mask"] for it in items] + [it["kl_loss_mask"] for it in items]
         out = pad_batch(seqs, masks, self.pad_token_id)
         out["label"] = torch.tensor([it["label"] for it in items], dtype=torch.bool)
-        if all(it.get(k) is not None for it in items for k in KTO_REF_KEYS):
-            for k in KTO_REF_KEYS:
-                out[k] = torch.tensor([it[k] for it in items], dtype=torch.float32)
+        _add_ref_columns(out, items, KTO_REF_KEYS)
         return out

@@ -17,6 +17,7 @@ import torch
 
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.sampler import create_rl_sampler
+from verl.utils.dataset.sft_dataset import to_plain
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
@@ -71,19 +72,6 @@ def collate_fn(data_list: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out[key] = _object_array(values)
     return out
-
-
-def _to_plain(value: Any) -> Any:
-    """Turn numpy arrays / scalars read back from parquet into plain Python lists / scalars."""
-    if isinstance(value, np.ndarray):
-        return [_to_plain(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_plain(v) for v in value]
-    return value
 
 
 class RLHFDataset(torch.utils.data.Dataset):
@@ -180,7 +168,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         for col in (self.prompt_key, *REQUIRED_COLUMNS):
             if col not in columns:
                 raise ValueError(f"RLHFDataset: data file {path} has no column {col!r} (columns: {sorted(columns)})")
-        rows = [_to_plain(r) for r in table.to_pylist()]
+        rows = [to_plain(r) for r in table.to_pylist()]
         for i, row in enumerate(rows):
             self._validate_row(row, path, i)
         return rows

@@ -43,16 +43,16 @@ class Rows:
         return f"{f} row {self.file_rows[i]}" if f else f"row {self.file_rows[i]}"
 
 
-def _to_plain(value: Any) -> Any:
-    """numpy arrays/scalars (as parquet and pandas return them) -> plain Python lists/scalars."""
+def to_plain(value: Any) -> Any:
+    """numpy arrays/scalars (as parquet and pandas return them) -> plain Python lists/scalars, recursively."""
     if isinstance(value, np.ndarray):
-        return [_to_plain(v) for v in value.tolist()]
+        return [to_plain(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, Mapping):
-        return {k: _to_plain(v) for k, v in value.items()}
+        return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     return value
 
 
@@ -64,7 +64,7 @@ def _read_file(path: str) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
-            return [_to_plain(r) for r in pq.read_table(path).to_pylist()]
+            return [to_plain(r) for r in pq.read_table(path).to_pylist()]
         except Exception as e:
             raise ValueError(f"cannot read parquet file {path}: {type(e).__name__}: {e}") from e
     if lower.endswith(".jsonl"):
@@ -122,7 +122,7 @@ def load_rows(source: Any) -> Rows:
             if not isinstance(row, Mapping):
                 where = f"{path} row {j}" if path else f"row {j}"
                 raise ValueError(f"{where}: expected a mapping of field -> value, got {type(row).__name__}")
-            out.rows.append(_to_plain(dict(row)))
+            out.rows.append(to_plain(dict(row)))
             out.files.append(path)
             out.file_rows.append(j)
     if not out.rows:
@@ -277,7 +277,28 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_token_id: int) 
     }
 
 
-class SFTDataset(torch.utils.data.Dataset):
+class TokenizedRowsDataset(torch.utils.data.Dataset):
+    """Rows read by :func:`load_rows`, tokenized once into ``self.items`` (one dict per row) by the subclass.
+
+    Holds the tokenizer and the id to pad with (the pad token, else EOS; a tokenizer with neither is refused).
+    """
+
+    def __init__(self, source: Any, tokenizer: Any) -> None:
+        self.rows = load_rows(source)
+        self.tokenizer = tokenizer
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_token_id is None:
+            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
+        self.items: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+class SFTDataset(TokenizedRowsDataset):
     """Supervised fine-tuning examples: ``{prompt, response}`` rows, or ``{messages}`` conversations.
 
     Args:
@@ -302,12 +323,7 @@ class SFTDataset(torch.utils.data.Dataset):
         response_key: str = "response",
         messages_key: str = "messages",
     ) -> None:
-        self.rows = load_rows(source)
-        self.tokenizer = tokenizer
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if self.pad_token_id is None:
-            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
-        self.items: list[dict[str, Any]] = []
+        super().__init__(source, tokenizer)
         for i, row in enumerate(self.rows.rows):
             where = self.rows.where(i)
             if messages_key in row and prompt_key not in row:
@@ -330,12 +346,6 @@ class SFTDataset(torch.utils.data.Dataset):
                 r = encode_response(tokenizer, prompt, response, where)
                 item = join_example(*fit_to_length(p, r, max_length, max_prompt_length, truncation, where))
             self.items.append(item)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.items[i]
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Pad items into ``[batch, max_len]`` tensors (see :func:`pad_batch`)."""
