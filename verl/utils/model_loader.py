@@ -260,6 +260,24 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return value
 
 
+def _from_pretrained(
+    auto_class: Any,
+    local: str,
+    config: Any,
+    dtype: torch.dtype | str,
+    trust_remote_code: bool,
+    attn_implementation: str,
+) -> torch.nn.Module:
+    """``auto_class.from_pretrained`` on a resolved local dir with an already prepared (overridden) HF config."""
+    return auto_class.from_pretrained(
+        local,
+        config=config,
+        dtype=_resolve_dtype(dtype),
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+    )
+
+
 def load_causal_lm(
     path: str,
     dtype: torch.dtype | str = torch.float32,
@@ -276,13 +294,7 @@ def load_causal_lm(
 
     local = resolve_model_path(path)
     config = _load_config(local, trust_remote_code, override_config)
-    return AutoModelForCausalLM.from_pretrained(
-        local,
-        config=config,
-        dtype=_resolve_dtype(dtype),
-        trust_remote_code=trust_remote_code,
-        attn_implementation=attn_implementation,
-    )
+    return _from_pretrained(AutoModelForCausalLM, local, config, dtype, trust_remote_code, attn_implementation)
 
 
 class ValueHeadModel(torch.nn.Module):
@@ -349,12 +361,8 @@ def load_value_model(
     config.num_labels = 1
     torch_dtype = _resolve_dtype(dtype)
     try:
-        model = AutoModelForTokenClassification.from_pretrained(
-            local,
-            config=config,
-            dtype=torch_dtype,
-            trust_remote_code=trust_remote_code,
-            attn_implementation=attn_implementation,
+        model = _from_pretrained(
+            AutoModelForTokenClassification, local, config, torch_dtype, trust_remote_code, attn_implementation
         )
     except ValueError as err:
         if "Unrecognized configuration class" not in str(err):
@@ -387,12 +395,8 @@ def load_sequence_classifier(
     if getattr(config, "pad_token_id", None) is None:
         tok = load_tokenizer(local, trust_remote_code=trust_remote_code)
         config.pad_token_id = tok.pad_token_id
-    return AutoModelForSequenceClassification.from_pretrained(
-        local,
-        config=config,
-        dtype=_resolve_dtype(dtype),
-        trust_remote_code=trust_remote_code,
-        attn_implementation=attn_implementation,
+    return _from_pretrained(
+        AutoModelForSequenceClassification, local, config, dtype, trust_remote_code, attn_implementation
     )
 
 
