@@ -59,3 +59,20 @@ def _no_leaked_process_group(request):
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         pytest.fail(f"{request.node.nodeid} left a torch.distributed process group initialised")
+
+
+@pytest.fixture
+def single_rank_group(tmp_path):
+    """A 1-rank gloo process group in this process for FSDP2/DTensor tests. An existing 1-rank group (an in-process
+    vLLM engine keeps one) is reused and left alone; a group created here is destroyed afterwards."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        assert dist.get_world_size() == 1, "expected no process group, or a 1-rank one"
+        yield
+        return
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/single_rank_pg", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

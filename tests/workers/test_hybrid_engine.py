@@ -3,12 +3,7 @@ and under FSDP2 ``full_params`` gathers the full parameters for generation and r
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
-import pytest
 import torch
-import torch.distributed as dist
 
 from verl.protocol import DataProto
 from verl.single_controller import create_worker_group
@@ -97,31 +92,7 @@ def test_generation_sees_each_update_without_a_sync(tiny_model_dir: str, tmp_pat
     assert not torch.equal(after.batch["responses"], before.batch["responses"])
 
 
-@pytest.fixture
-def one_rank_process_group() -> Iterator[None]:
-    """A 1-rank gloo group in this process, torn down afterwards so later tests see no torch.distributed."""
-    from verl.single_controller.base.worker import find_free_port
-
-    if dist.is_initialized():
-        # e.g. an in-process vLLM engine's 1-rank group: usable as is, and not ours to destroy
-        assert dist.get_world_size() == 1, "expected no process group, or a 1-rank one"
-        yield
-        return
-    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(find_free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def test_full_params_gathers_for_generation_and_reshards(one_rank_process_group) -> None:
+def test_full_params_gathers_for_generation_and_reshards(single_rank_group) -> None:
     from torch.distributed.tensor import DTensor
 
     from verl.utils import fsdp_utils

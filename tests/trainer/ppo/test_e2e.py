@@ -9,8 +9,8 @@ policy has to move its probability mass onto the 128 ASCII bytes to score more.
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 from pathlib import Path
 
 import pytest

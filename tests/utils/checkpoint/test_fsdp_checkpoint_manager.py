@@ -6,7 +6,6 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
@@ -73,15 +72,6 @@ def test_load_falls_back_to_hf_weights(tmp_path, byte_tokenizer) -> None:
         FSDPCheckpointManager(model2, opt).load_checkpoint(actor)
     with pytest.raises(ValueError, match="unknown checkpoint content 'weights'"):
         FSDPCheckpointManager(model2, save_contents=["weights"])
-
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_fsdp2_save_load(tmp_path, single_rank_group) -> None:

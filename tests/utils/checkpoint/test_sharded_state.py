@@ -7,7 +7,6 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from verl.utils.checkpoint.sharded_state import (
     ShardSpec,
@@ -79,15 +78,6 @@ def test_index_shape_mismatch_is_named(tmp_path) -> None:
     index.write_text("{not json")
     with pytest.raises(ValueError, match="corrupt shard index"):
         reassemble_full_state_dict(str(tmp_path))
-
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_fsdp2_dtensor_model_and_optimizer(tmp_path, single_rank_group) -> None:
