@@ -405,6 +405,8 @@ class _ForwardSignature:
     accepts_attention_mask: bool
     accepts_position_ids: bool
     accepts_use_cache: bool
+    # named explicitly only: a generic **kwargs forward may not understand it
+    accepts_logits_to_keep: bool = False
 
 
 _SIGNATURE_CACHE: dict[Callable[..., Any], _ForwardSignature] = {}
@@ -426,6 +428,7 @@ def _forward_signature(module: torch.nn.Module) -> _ForwardSignature:
         accepts_attention_mask=var_kw or "attention_mask" in params,
         accepts_position_ids=var_kw or "position_ids" in params,
         accepts_use_cache=var_kw or "use_cache" in params,
+        accepts_logits_to_keep="logits_to_keep" in params,
     )
     _SIGNATURE_CACHE[key] = sig
     return sig
@@ -436,9 +439,12 @@ def _call_model(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor | None,
+    logits_to_keep: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     sig = _forward_signature(module)
     kwargs: dict[str, Any] = {}
+    if logits_to_keep is not None and sig.accepts_logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
     if attention_mask is not None and sig.accepts_attention_mask:
         kwargs["attention_mask"] = attention_mask
     if position_ids is not None and sig.accepts_position_ids:
@@ -466,14 +472,23 @@ def forward_logits(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
+    logits_to_keep: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Next-token logits ``[bs, seq, vocab]`` of ``input_ids [bs, seq]`` from any causal LM module.
 
     Transformers models get ``attention_mask``, ``position_ids`` and ``use_cache=False``; other modules get only
     the keyword arguments their ``forward`` accepts. The output may be a tensor, a mapping or object with
     ``logits``, or a tuple whose first element is the logits.
+
+    ``logits_to_keep`` (the last N positions, or a 1-D tensor of positions) is passed to models whose ``forward``
+    names it, which then run the LM head on those positions only: ``[bs, N, vocab]``. Callers must accept either
+    shape, since other models return all positions.
     """
-    logits = _call_model(module, input_ids, attention_mask, position_ids)
+    logits = _call_model(module, input_ids, attention_mask, position_ids, logits_to_keep)
+    if logits_to_keep is not None and logits.dim() == 3 and logits.shape[0] == input_ids.shape[0]:
+        kept = logits_to_keep if isinstance(logits_to_keep, int) else int(logits_to_keep.numel())
+        if logits.shape[1] in (kept, input_ids.shape[1]):
+            return logits
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
         raise ValueError(
             f"{type(module).__name__} returned logits of shape {tuple(logits.shape)} for input_ids of shape "

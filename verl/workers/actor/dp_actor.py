@@ -83,13 +83,15 @@ def response_logits_forward(
 
     if use_remove_padding:
         packed = pack_padded_batch(input_ids, attention_mask)
-        logits = forward_logits(module, packed.input_ids, None, packed.position_ids)[0]  # [total_tokens, vocab]
         labels = next_token_labels(packed.input_ids)[0]
         # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
         cols = packed.indices % seqlen
         keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
         keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
-        logits = logits.index_select(0, keep_idx)
+        # the LM head runs on the scoring positions only when the model supports it (transformers: logits_to_keep)
+        logits = forward_logits(module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx)[0]
+        if logits.shape[0] != keep_idx.numel():
+            logits = logits.index_select(0, keep_idx)
         if temperature != 1.0:
             logits = logits / temperature
         positions = packed.indices.index_select(0, keep_idx)
@@ -101,7 +103,8 @@ def response_logits_forward(
         return log_probs, entropy
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
-    logits = forward_logits(module, input_ids, attention_mask, position_ids)
+    # the LM head (vocab-sized) runs on the last response_len + 1 positions only when the model supports it
+    logits = forward_logits(module, input_ids, attention_mask, position_ids, logits_to_keep=response_len + 1)
     logits = logits[:, -response_len - 1 : -1, :]
     if temperature != 1.0:
         logits = logits / temperature
