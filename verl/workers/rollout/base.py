@@ -83,6 +83,21 @@ def get_rollout_class(name: str) -> type[BaseRollout]:
     return _ROLLOUT_REGISTRY[name]
 
 
+def sample_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """One token per row drawn from ``softmax(logits)`` ``[batch, vocab]`` -> ``[batch]`` (``-inf`` = excluded).
+
+    Inverse-CDF sampling: ``u ~ U[0, total)`` located in the running sum of the probabilities. It draws from the
+    same distribution as ``torch.multinomial(probs, 1)``, which on CPU uses the exponential race (one exponential
+    variate per vocabulary entry: ~50 ms per decode step for 32 rows x 49k tokens, a quarter of the decode time);
+    this needs one uniform per row and a cumulative sum. Uses (and advances) torch's global RNG.
+    """
+    probs = torch.softmax(logits.float(), dim=-1)
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    return tokens.clamp_(max=logits.shape[-1] - 1)
+
+
 def config_get(config: Any, key: str, default: Any = None) -> Any:
     """``config[key]`` for a DictConfig, dict or dataclass section; ``default`` when absent or None."""
     if config is None:

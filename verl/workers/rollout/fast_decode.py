@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from verl.workers.rollout.base import sample_from_logits
+
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
 
@@ -212,7 +214,7 @@ class FastDecoder:
                 next_tokens = scores.argmax(dim=-1)
             else:
                 filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
-                next_tokens = torch.multinomial(torch.softmax(filtered, dim=-1), 1).squeeze(-1)
+                next_tokens = sample_from_logits(filtered)
             next_tokens = next_tokens.masked_fill(finished, pad_id)
             tokens[:, step] = next_tokens
             if token_log_probs is not None:

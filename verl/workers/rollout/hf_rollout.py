@@ -31,6 +31,7 @@ from verl.workers.rollout.base import (
     register_rollout,
     resolve_sampling,
     resolve_special_ids,
+    sample_from_logits,
 )
 from verl.workers.rollout.fast_decode import FastDecoder, supports_fast_decode
 
@@ -284,7 +285,7 @@ class HFRollout(BaseRollout):
                 next_tokens = scores.argmax(dim=-1)
             else:
                 filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
-                next_tokens = torch.multinomial(torch.softmax(filtered, dim=-1), 1).squeeze(-1)
+                next_tokens = sample_from_logits(filtered)
             next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_id), next_tokens)
             tokens.append(next_tokens)
             if settings.calculate_log_probs:
