@@ -67,7 +67,12 @@ def test_vllm_actor_wraps_existing_engine(tmp_path, monkeypatch):
         reward_fn="length",
         config={"batch_size": 2, "num_samples": 2, "max_new_tokens": 4, "trainer.default_local_dir": str(tmp_path)},
     )
-    out = trainer.step(["ab", "cd"])
-    assert trainer.config.actor_rollout_ref.rollout.name == "vllm"
-    assert "actor/pg_loss" in out
-    trainer.close()
+    try:
+        out = trainer.step(["ab", "cd"])
+        assert trainer.config.actor_rollout_ref.rollout.name == "vllm"
+        assert "actor/pg_loss" in out
+    finally:
+        trainer.close()
+        from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+        vLLMRollout.from_engine(llm, trainer.config.actor_rollout_ref.rollout).shutdown()

@@ -21,20 +21,41 @@ BYTE_CHAT_TEMPLATE = (
 )
 
 
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (Radford et al. 2019): printable Latin-1 bytes map to
+    themselves, the others to code points from 256 up, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+    printable += list(range(ord("\xae"), ord("\xff") + 1))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
 def make_byte_tokenizer(save_dir: str | None = None, with_pad: bool = True) -> PreTrainedTokenizerFast:
     """Build a byte-level tokenizer: ids 0..255 are the raw bytes, then ``<pad>``, ``<bos>``, ``<eos>``.
 
     Every UTF-8 string round-trips exactly and encodes to ``len(s.encode())`` tokens. With ``with_pad=False`` the
     tokenizer has no pad token (to test code paths that must cope with that).
     """
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {f"<0x{b:02X}>": b for b in range(256)}
-    for offset, tok in enumerate(SPECIAL_TOKENS):
-        vocab[tok] = 256 + offset
-    # A byte-fallback BPE with no merges is exactly one token per byte.
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token=None))
-    tok.decoder = decoders.ByteFallback()
+    # GPT-2's byte-level alphabet gives each byte a printable character; token id = byte value. Decoding maps the
+    # characters back to bytes and replaces only the invalid UTF-8 bytes (so rewards on decoded text still see the
+    # valid characters of a response that also holds stray bytes).
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()
+    byte_to_char = _bytes_to_unicode()
+    assert set(byte_to_char.values()) == set(byte_chars)
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    for offset, special in enumerate(SPECIAL_TOKENS):
+        vocab[special] = 256 + offset
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<bos>",

@@ -99,6 +99,7 @@ class ActorRolloutRefWorker(Worker):
         self._given_tokenizer = tokenizer
         self._given_ref_module = ref_module
         self._given_rollout = rollout
+        self.rollout_name = "hf"  # resolved in init_model (rollout.name may be "auto")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         _set_torch_threads()
@@ -240,21 +241,44 @@ class ActorRolloutRefWorker(Worker):
                     config=self.config.actor, actor_module=self.ref_module, use_remove_padding=use_remove_padding
                 )
 
+    def _resolve_rollout_name(self) -> str:
+        """``rollout.name``, with ``auto`` resolved: vLLM where it is usable for this model and rank count, else
+        ``hf`` (see :func:`verl.workers.rollout.base.vllm_usable_for`)."""
+        from verl.workers.rollout.base import vllm_usable_for
+
+        name = str(self.config.rollout.name)
+        if name != "auto":
+            return name
+        # a user's module object (verl.ActorModel) trains in place: generation must run on it, not on a copy
+        usable, why_not = vllm_usable_for(
+            None if self._given_actor_module is not None else self.model_path, self.world_size
+        )
+        if not usable:
+            logger.info("rollout.name=auto: using hf because %s", why_not)
+        return "vllm" if usable else "hf"
+
     def _build_rollout(self) -> None:
         from verl.workers.rollout.base import get_rollout_class
 
-        name = self.config.rollout.name
         if self._given_rollout is not None:
+            self.rollout_name = "given"
             self.rollout = self._given_rollout
             self._sync_rollout_weights()
             return
-        rollout_cls = get_rollout_class(name)
-        if name == "hf":
-            # hybrid engine: generation runs on the very module the actor trains
-            self.rollout = rollout_cls(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
-        else:
-            self.rollout = rollout_cls(self.model_path, self.config.rollout, tokenizer=self.tokenizer)
-            self._sync_rollout_weights()
+        self.rollout_name = self._resolve_rollout_name()
+        if self.rollout_name != "hf":
+            try:
+                rollout_cls = get_rollout_class(self.rollout_name)
+                self.rollout = rollout_cls(self.model_path, self.config.rollout, tokenizer=self.tokenizer)
+                self._sync_rollout_weights()
+                return
+            except Exception as err:  # noqa: BLE001 - only the automatic choice falls back
+                if self.config.rollout.name != "auto":
+                    raise
+                logger.warning("rollout.name=auto: vLLM failed to start (%s); using the hf engine", err)
+                self.rollout_name = "hf"
+        # hybrid engine: generation runs on the very module the actor trains
+        self.rollout = get_rollout_class("hf")(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
 
     def _rollout_weights(self):
         """Full actor weights under the plain transformers names (LoRA adapters merged in)."""
@@ -279,7 +303,7 @@ class ActorRolloutRefWorker(Worker):
         return state
 
     def _sync_rollout_weights(self) -> None:
-        if self.rollout is None or self.config.rollout.name == "hf":
+        if self.rollout is None or getattr(self, "rollout_name", "hf") == "hf":
             return
         state = self._rollout_weights()
         if self.rank == 0 or not dist.is_initialized():
@@ -293,7 +317,7 @@ class ActorRolloutRefWorker(Worker):
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
-        gather = fsdp_utils.full_params(self.actor_module) if self.config.rollout.name == "hf" else nullcontext()
+        gather = fsdp_utils.full_params(self.actor_module) if self.rollout_name == "hf" else nullcontext()
         with gather, torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return output.to("cpu")

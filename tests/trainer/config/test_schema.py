@@ -81,7 +81,7 @@ def test_sections_are_independent_instances() -> None:
     ("cls", "field_name", "choices"),
     [
         (KLControlConfig, "type", ("fixed", "adaptive")),
-        (RolloutConfig, "name", ("hf", "vllm")),
+        (RolloutConfig, "name", ("auto", "hf", "vllm")),
         (TrainerConfig, "backend", ("local", "ray")),
         (TrainerConfig, "resume_mode", ("auto", "disable", "resume_path")),
     ],

@@ -62,7 +62,9 @@ def engine(model_dir):
             val_kwargs=dict(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1),
         )
     )
-    return vLLMRollout(model_dir, cfg)
+    rollout = vLLMRollout(model_dir, cfg)
+    yield rollout
+    rollout.shutdown()  # later tests need a process without vLLM's process group
 
 
 def _hf_greedy(model, rollout_config, prompts):

@@ -184,7 +184,7 @@ class ValKwargsConfig:
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
 
-    name: Literal["hf", "vllm"] = "hf"
+    name: Literal["auto", "hf", "vllm"] = "auto"
     mode: Literal["sync", "async"] = "sync"
     n: int = 4
     temperature: float = 1.0

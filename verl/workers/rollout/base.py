@@ -83,6 +83,31 @@ def get_rollout_class(name: str) -> type[BaseRollout]:
     return _ROLLOUT_REGISTRY[name]
 
 
+def vllm_usable_for(model_path: str | None, world_size: int) -> tuple[bool, str]:
+    """Whether ``rollout.name=auto`` should pick vLLM, and why not when it should not.
+
+    vLLM is chosen when it is installed, the actor is one process (an in-process vLLM engine owns a
+    torch.distributed group of its own, which would collide with FSDP's), the model comes from a directory (not a
+    user's module object) and, on CPU, the attention head dimension is at least 32 (vLLM's CPU kernels).
+    """
+    import importlib.util
+    import json
+    import os
+
+    if importlib.util.find_spec("vllm") is None:
+        return False, "vllm is not installed (pip install -e .[vllm])"
+    if world_size > 1:
+        return False, f"the actor has {world_size} ranks; the in-process vLLM engine is used with one"
+    if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
+        return False, "the actor is not loaded from a model directory"
+    with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // max(int(cfg.get("num_attention_heads", 1)), 1)
+    if not torch.cuda.is_available() and head_dim < 32:
+        return False, f"head dim {head_dim} < 32, below what vLLM's CPU attention supports"
+    return True, ""
+
+
 def sample_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """One token per row drawn from ``softmax(logits)`` ``[batch, vocab]`` -> ``[batch]`` (``-inf`` = excluded).
 

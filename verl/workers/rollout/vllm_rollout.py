@@ -174,6 +174,29 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self._adopt_engine(llm)
         return self
 
+    def shutdown(self) -> None:
+        """Stop the engine and tear down the torch.distributed state an in-process vLLM engine creates, so the
+        process can start another engine or form its own process group afterwards."""
+        import gc
+
+        llm = getattr(self, "llm", None)
+        self.llm = None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            for name in ("shutdown", "engine_core_shutdown"):
+                stop = getattr(engine, name, None)
+                if callable(stop):
+                    stop()
+                    break
+            del llm, engine
+        gc.collect()
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
     def _adopt_engine(self, llm: Any) -> None:
         """State that depends on the running engine: the tied-parameter aliases re-tied after each weight sync."""
         self.llm = llm
