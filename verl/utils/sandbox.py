@@ -67,7 +67,7 @@ class SandboxResult:
         returncode: exit status; negative for a signal (``-9`` killed, ``-24`` CPU limit, ``-25`` output limit);
             None only if the process could not be started.
         stdout / stderr: decoded output (each capped at ``max_output_bytes``).
-        timed_out: the wall-clock limit was hit and the process group was killed.
+        timed_out: the time limit was hit (wall clock, or the CPU-time limit: SIGXCPU) and the program was killed.
         duration_s: wall-clock seconds.
         network_isolated: a network namespace was used (not just the socket preamble).
     """
@@ -217,6 +217,8 @@ def run_python_sandboxed(
                 except (ProcessLookupError, PermissionError):
                     pass
         duration = time.monotonic() - start
+        # the CPU-time limit (RLIMIT_CPU, = the time limit) can stop a busy program just before the wall clock does
+        timed_out = timed_out or returncode == -signal.SIGXCPU
         return SandboxResult(
             returncode=returncode,
             stdout=_read_capped(out_path, max_output_bytes),
