@@ -13,9 +13,10 @@ vowel-share function of bench/toy_reward.py, KL-to-reference in the loss with co
   B=8, G=8, fp32.
 - config M: bundled SmolLM2-135M-Instruct, B=8, G=4, bf16 autocast (fp32 master weights) on both sides.
 
-Engine pairings: ``default`` = what each side uses out of the box here (verl: ``rollout.name=hf``, which decodes
-Llama-family models with the static-cache loop of verl/workers/rollout/fast_decode.py; TRL: ``use_vllm=False``,
-i.e. transformers ``generate``); ``generate`` = transformers ``generate`` on both sides (verl's fast loop off).
+Engine pairings: ``default`` = what each side uses out of the box here (verl: ``rollout.name=auto``, i.e. vLLM when
+the vllm extra is installed and the model suits it, else ``hf``; TRL: ``use_vllm=False``, i.e. transformers
+``generate``); ``hf`` = our ``hf`` engine (the static-cache decode loop of verl/workers/rollout/fast_decode.py) vs
+TRL's ``generate``; ``generate`` = transformers ``generate`` on both sides (our fast loop off).
 
     python bench/grpo_vs_trl.py --smoke
     python bench/grpo_vs_trl.py                       # the full matrix (long: tens of minutes on 2 cores)
@@ -81,6 +82,9 @@ def _work_for(case: Case):
         prompt_length=32 if not case.smoke else 8,
         beta=case.beta,
         dtype=dtype,
+        # default: our out-of-the-box engine (rollout.name=auto: vLLM when installed and usable, else hf);
+        # hf: our hf engine (static-cache decode loop); generate: transformers generate (our fast loop off)
+        engine={"default": "auto", "hf": "hf", "generate": "hf"}[case.engine],
     )
 
 
@@ -92,7 +96,7 @@ def run_case(case: Case) -> dict:
     from bench._sides import VerlSide, alternate_in_trl_loop
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    HFRollout.use_fast_decode = case.engine == "default"
+    HFRollout.use_fast_decode = case.engine != "generate"
     work = _work_for(case)
     ours = VerlSide(work)
 
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", default="S,M")
     parser.add_argument("--betas", default="0,0.04")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--engines", default="default,generate")
+    parser.add_argument("--engines", default="default,hf,generate")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--m-threads", default="2", help="threads for config M (slow: one setting by default)")
