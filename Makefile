@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,vllm
+EXTRAS ?= dev,vllm,bench
 
 .PHONY: demo test test-fast lint format bench bench-smoke clean
 
@@ -40,7 +40,6 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 bench: $(STAMP)
-	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) bench/run_all.py
 
 bench-smoke: $(STAMP)

@@ -46,7 +46,8 @@ def measure_point(model_path: str, prompts: list[str], batch: int, response_leng
         if i >= warmup:
             times.append(elapsed)
             phases.append({k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("timing_s/")})
-    med = {k: statistics.median(p[k] for p in phases) for k in ("gen", "old_log_prob", "update_actor")}
+    # old_log_prob is 0 when the on-policy shortcut skips that forward (actor.skip_old_log_prob_on_policy)
+    med = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in ("gen", "old_log_prob", "update_actor")}
     return {"batch": batch, "response_length": response_length, "step_s": statistics.median(times), **med}
 
 
