@@ -278,6 +278,17 @@ def _from_pretrained(
     )
 
 
+def resolve_attn_implementation(name: str | None, device_type: str) -> str:
+    """``auto`` -> ``eager`` on CPU, ``sdpa`` elsewhere; anything else is passed to transformers as is.
+
+    On this project's CPU the training step of SmolLM2-135M (8 x 128 tokens, bf16 autocast, one thread) took 3.1 s
+    with eager attention and 4.3 s with sdpa, whose CPU flash-attention backward dominates at short lengths.
+    """
+    if not name or name == "auto":
+        return "eager" if device_type == "cpu" else "sdpa"
+    return name
+
+
 def load_causal_lm(
     path: str,
     dtype: torch.dtype | str = torch.float32,

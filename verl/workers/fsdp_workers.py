@@ -144,7 +144,7 @@ class ActorRolloutRefWorker(Worker):
     # ----------------------------------------------------------------------------------------------- building
     def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
         """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
-        from verl.utils.model_loader import load_causal_lm
+        from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
 
         model_cfg = self.config.model
         if module is None:
@@ -152,6 +152,9 @@ class ActorRolloutRefWorker(Worker):
                 path,
                 dtype=torch.float32,
                 trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+                attn_implementation=resolve_attn_implementation(
+                    model_cfg.get("attn_implementation"), self.compute_device.type
+                ),
                 override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
             )
         if not _is_already_placed(module):
@@ -464,7 +467,12 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.model_loader import load_tokenizer, load_value_model, resolve_model_path
+        from verl.utils.model_loader import (
+            load_tokenizer,
+            load_value_model,
+            resolve_attn_implementation,
+            resolve_model_path,
+        )
         from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
         model_cfg = self.config.model
@@ -474,7 +482,13 @@ class CriticWorker(Worker):
         else:
             self.tokenizer = load_tokenizer(resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path))
         if module is None:
-            module = load_value_model(resolve_model_path(model_cfg.path), dtype=torch.float32).to(self.compute_device)
+            module = load_value_model(
+                resolve_model_path(model_cfg.path),
+                dtype=torch.float32,
+                attn_implementation=resolve_attn_implementation(
+                    model_cfg.get("attn_implementation"), self.compute_device.type
+                ),
+            ).to(self.compute_device)
         elif not _is_already_placed(module):
             module = module.to(self.compute_device)
         if model_cfg.get("enable_gradient_checkpointing", False):

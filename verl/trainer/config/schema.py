@@ -76,6 +76,7 @@ class ModelConfig:
     lora_alpha: int = 16
     target_modules: Union[str, list[str]] = "all-linear"
     override_config: dict[str, Any] = _dict()
+    attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
 
 
 @dataclass
@@ -229,6 +230,7 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
     override_config: dict[str, Any] = _dict()
+    attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
 
 
 @dataclass
