@@ -96,12 +96,14 @@ def _update_batch(vocab: int, batch: int, prompt_len: int, response_len: int, de
 
 def measure_training(model_path: str, dtype: str, batch: int, prompt_len: int, response_len: int, repeats: int):
     """Median seconds of one ``update_policy`` (one optimizer step over ``batch`` sequences) and its tokens/s."""
-    from verl.utils.model_loader import load_causal_lm
+    from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
     from verl.utils.optim import build_optimizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     device = default_device()
-    model = load_causal_lm(model_path, dtype=torch.float32).to(device)
+    # the attention implementation the product picks by default (actor_rollout_ref.model.attn_implementation=auto)
+    attn = resolve_attn_implementation("auto", torch.device(device).type)
+    model = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=attn).to(device)
     params = sum(p.numel() for p in model.parameters())
     config = {
         "ppo_mini_batch_size": batch,
