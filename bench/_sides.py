@@ -30,6 +30,7 @@ class GRPOWork:
     prompt_length: int = 32
     beta: float = 0.0  # KL-to-reference coefficient (in the loss, k3 estimator, on both sides)
     dtype: str = "float32"  # float32 | bfloat16 (autocast; master weights stay fp32)
+    trl_gradient_checkpointing: bool = False  # TRL 1.16's default is on; off is the same work as our side
     lr: float = 1e-6
     engine: str = "hf"  # our rollout engine
     seed: int = 0
@@ -174,6 +175,7 @@ def build_trl_trainer(work: GRPOWork, callbacks: list[Any], max_steps: int, out_
         weight_decay=0.0,
         bf16=bf16,
         fp16=False,
+        gradient_checkpointing=work.trl_gradient_checkpointing,
         # fp32 master weights as on our side; bf16 only through autocast
         model_init_kwargs={"dtype": torch.float32},
         use_cpu=default_device() == "cpu",

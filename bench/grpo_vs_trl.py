@@ -11,7 +11,8 @@ vowel-share function of bench/toy_reward.py, KL-to-reference in the loss with co
 
 - config S: random Llama (hidden 256, 4 layers, 4 heads / 4 KV heads, FFN 1024, ~4.3M params), byte tokenizer,
   B=8, G=8, fp32.
-- config M: bundled SmolLM2-135M-Instruct, B=8, G=4, bf16 autocast (fp32 master weights) on both sides.
+- config M: bundled SmolLM2-135M-Instruct, B=8, G=4, the hardware's precision on both sides: bf16 autocast (fp32
+  master weights) where the device multiplies bf16 natively (AMX, AVX512-BF16, CUDA), fp32 elsewhere.
 
 Engine pairings: ``default`` = what each side uses out of the box here (verl: ``rollout.name=auto``, i.e. vLLM when
 the vllm extra is installed and the model suits it, else ``hf``; TRL: ``use_vllm=False``, i.e. transformers
@@ -31,7 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,22 +51,27 @@ class Case:
     steps: int
     response_length: int = 64
     smoke: bool = False
+    # TRL 1.16 turns gradient checkpointing on by default; off is the same work as ours (we do not checkpoint)
+    trl_grad_ckpt: bool = False
 
 
 def _work_for(case: Case):
     """Model path, prompts and batch shape of a case (built inside the case's subprocess)."""
     import torch
 
-    from bench._common import make_config_s_dir, make_prompt_texts
+    from bench._common import default_device, make_config_s_dir, make_prompt_texts
     from bench._sides import GRPOWork
     from verl.utils.model_loader import load_tokenizer, resolve_model_path
+    from verl.utils.precision import precision_for
 
     if case.config == "S":
         path = make_config_s_dir(os.path.join(tempfile.gettempdir(), "verl_bench_config_s"))
         b, g, dtype = 8, 8, "float32"
     elif case.config == "M":
         path = resolve_model_path(BUNDLED_SMOLLM2)
-        b, g, dtype = 8, 4, "bfloat16"
+        # the hardware's precision (bf16 autocast where the CPU/GPU has native bf16 matmul, else fp32), resolved
+        # once here so both sides run the same dtype
+        b, g, dtype = 8, 4, precision_for(default_device()).name
     else:
         raise ValueError(f"unknown config {case.config!r}; expected S or M")
     if case.smoke:
@@ -82,6 +88,7 @@ def _work_for(case: Case):
         prompt_length=32 if not case.smoke else 8,
         beta=case.beta,
         dtype=dtype,
+        trl_gradient_checkpointing=case.trl_grad_ckpt,
         # default: our out-of-the-box engine (rollout.name=auto: vLLM when installed and usable, else hf);
         # hf: our hf engine (static-cache decode loop); generate: transformers generate (our fast loop off)
         engine={"default": "auto", "hf": "hf", "generate": "hf"}[case.engine],
@@ -140,11 +147,13 @@ def summarize(results: list[dict]) -> str:
         wall_ratio = med["verl_s"] / med["trl_s"]
         cpu_ratio = med["verl_cpu_s"] / med["trl_cpu_s"]
         rows.append(
-            [c["config"], c["beta"], c["threads"], c["engine"], len(r["verl_s"])]
+            [c["config"], c["beta"], c["threads"], c["engine"], "on" if c.get("trl_grad_ckpt") else "off"]
+            + [len(r["verl_s"])]
             + [med["verl_s"], med["trl_s"], wall_ratio, med["verl_cpu_s"], med["trl_cpu_s"], cpu_ratio]
             + ["yes" if cpu_ratio <= 0.5 else "no"]
         )
-    header = ["config", "beta", "threads", "engines", "steps", "verl wall s", "TRL wall s", "wall ours/TRL"]
+    header = ["config", "beta", "threads", "engines", "TRL grad ckpt", "steps"]
+    header += ["verl wall s", "TRL wall s", "wall ours/TRL"]
     header += ["verl CPU s", "TRL CPU s", "CPU ours/TRL", "CPU ratio <= 0.5"]
     return markdown_table(header, rows)
 
@@ -154,6 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="config S shrunk to seconds: B=2, G=2, 8 tokens")
     parser.add_argument("--configs", default="S,M")
+    parser.add_argument(
+        "--trl-grad-ckpt",
+        default="off",
+        help="TRL gradient checkpointing: off (same work as ours), on (TRL's default), or off,on for both rows",
+    )
     parser.add_argument("--betas", default="0,0.04")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--engines", default="default,hf,generate")
@@ -178,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
             for beta in [float(b) for b in betas.split(",")]:
                 for t in [int(x) for x in threads.split(",")]:
                     for engine in args.engines.split(","):
-                        cases.append(Case(config, beta, t, engine.strip(), args.warmup, args.steps))
+                        for ckpt in args.trl_grad_ckpt.split(","):
+                            case = Case(config, beta, t, engine.strip(), args.warmup, args.steps)
+                            cases.append(replace(case, trl_grad_ckpt=ckpt.strip() == "on"))
     results = []
     for case in cases:
         print(f"case {asdict(case)}", file=sys.stderr, flush=True)

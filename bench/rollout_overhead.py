@@ -32,7 +32,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto
-from verl.utils.device import autocast_dtype
+from verl.utils.precision import resolve_dtype
 
 
 @dataclass
@@ -114,7 +114,7 @@ def bench_hf(args: argparse.Namespace, model_path: str) -> list[Result]:
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     data = _prompts(args, model.config.vocab_size, eos, pad).to(args.device)
     rollout = HFRollout(model, _rollout_config(args, "hf"), tokenizer=tokenizer)
-    dtype = autocast_dtype(args.dtype)
+    dtype = resolve_dtype(args.dtype, args.device)
     ids, mask = data.batch["input_ids"], data.batch["attention_mask"]
     gen_config = GenerationConfig(
         max_new_tokens=args.response_length,
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-length", type=int, default=32)
     parser.add_argument("--response-length", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)

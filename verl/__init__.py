@@ -27,6 +27,10 @@ _LAZY_ATTRS: dict[str, str] = {
     "DataProvider": "verl.api.data",
     "DeviceMesh": "verl.api.device_mesh",
     "Evaluator": "verl.api.evaluation",
+    "RolloutWorker": "verl.api.dataflow",
+    "ReplayBuffer": "verl.api.replay_buffer",
+    "BaseTrainer": "verl.trainer.base",
+    "BaseAlgorithm": "verl.trainer.ppo.algos.base_algorithm",
 }
 
 __all__ = ["__version__", *_LAZY_ATTRS]

@@ -1,8 +1,9 @@
 """The ``verl`` console script: one command with a subcommand per entry point.
 
 ``verl ppo key=value ...`` is ``python -m verl.trainer.main_ppo key=value ...``; likewise ``sft``, ``dpo``,
-``kto``, ``eval`` and ``merge``. Each subcommand forwards the rest of the command line untouched to its module's
-``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults, ``verl version`` the version.
+``kto``, ``eval``, ``merge`` and ``serve``. Each subcommand forwards the rest of the command line untouched to its
+module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults, ``verl version``
+the version.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "kto": Subcommand("verl.trainer.main_kto", "Kahneman-Tversky optimisation", "kto_trainer"),
     "eval": Subcommand("verl.trainer.main_eval", "score generated responses / evaluate a model"),
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
+    "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
 }
 
 

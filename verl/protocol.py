@@ -27,6 +27,17 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.utils.dataproto_utils import (
+    DataProtoConfig,
+    all_gather_data_proto,
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    fold_batch_dim,
+    list_of_dict_to_dict_of_list,
+    serialize_single_tensor,
+    serialize_tensordict,
+    unfold_batch_dim,
+)
 from verl.utils.fs import atomic_binary_file
 from verl.utils.safe_serialization import compact_tensor as _compact
 from verl.utils.safe_serialization import decode_array as _decode_array
@@ -37,13 +48,23 @@ from verl.utils.safe_serialization import to_plain as _to_plain
 
 __all__ = [
     "DataProto",
+    "DataProtoConfig",
     "DataProtoItem",
     "DataProtoFuture",
-    "pad_dataproto_to_divisor",
-    "unpad_dataproto",
-    "union_tensor_dict",
-    "union_numpy_dict",
+    "all_gather_data_proto",
     "collate_fn",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "fold_batch_dim",
+    "list_of_dict_to_dict_of_list",
+    "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "unfold_batch_dim",
+    "union_numpy_dict",
+    "union_tensor_dict",
+    "union_two_dict",
+    "unpad_dataproto",
 ]
 
 _SAVE_FORMAT = "verl.DataProto"
@@ -158,14 +179,19 @@ def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str
     return tensor_dict1
 
 
-def _union_meta(meta1: dict[str, Any], meta2: dict[str, Any]) -> dict[str, Any]:
-    for key, value in meta2.items():
-        if key in meta1:
-            if not _values_equal(meta1[key], value):
-                raise ValueError(f"union conflict on meta_info key {key!r}: {meta1[key]!r} vs {value!r}")
+def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
+    """Add the entries of ``dict2`` to ``dict1`` (in place) and return it; a key in both must hold equal values
+    (ValueError naming it otherwise). Used for ``meta_info``."""
+    for key, value in dict2.items():
+        if key in dict1:
+            if not _values_equal(dict1[key], value):
+                raise ValueError(f"union conflict on meta_info key {key!r}: {dict1[key]!r} vs {value!r}")
         else:
-            meta1[key] = value
-    return meta1
+            dict1[key] = value
+    return dict1
+
+
+_union_meta = union_two_dict
 
 
 # ---- DataProtoItem / DataProto ---------------------------------------------------------------------------------------
@@ -499,6 +525,20 @@ class DataProto:
         if counts.shape != (len(self),) or (counts < 0).any():
             raise ValueError(f"repeat_times must be {len(self)} non-negative ints, got {counts.tolist()}")
         return self.select_idxs(np.repeat(np.arange(len(self)), counts))
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the last row (``padding_candidate="first"``: of the first row), in
+        place (verl's ``DataProto.padding``)."""
+        if padding_size < 0:
+            raise ValueError(f"padding_size must be >= 0, got {padding_size}")
+        if padding_size == 0:
+            return
+        if len(self) == 0:
+            raise ValueError("cannot pad a DataProto without rows")
+        candidate = self.select_idxs([0 if padding_candidate == "first" else len(self) - 1])
+        padded = DataProto.concat([self, candidate.repeat(padding_size)])
+        self.batch = padded.batch
+        self.non_tensor_batch = padded.non_tensor_batch
 
     def reorder(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> None:
         """Permute the rows in place: row ``i`` becomes old row ``indices[i]``."""

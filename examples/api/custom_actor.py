@@ -26,7 +26,7 @@ class MyLlamaActor(ActorModel):
 
 
 actor = MyLlamaActor(path)
-before = actor.model.lm_head.weight.detach().clone()
+before = actor.model.lm_head.weight.detach().cpu().clone()
 trainer = PPOTrainer(
     actor_model=actor,
     reward_fn=lambda prompts, responses: [float(len(set(r))) for r in responses],
@@ -39,5 +39,5 @@ trainer = PPOTrainer(
     },
 )
 metrics = trainer.step(["Say hello.", "Count to three."])
-changed = not actor.model.lm_head.weight.detach().equal(before)
+changed = not actor.model.lm_head.weight.detach().cpu().equal(before)  # the trainer may have moved it to a GPU
 done(f"loss={metrics['loss']:.4f} reward={metrics['reward']:.3f} weights updated in place: {changed}")

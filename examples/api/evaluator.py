@@ -1,7 +1,7 @@
 """Document 002, section 3.2: a custom evaluator registered on the trainer, run after every step.
 
-The document imports ``Evaluator`` from verl.utils.evaluation and ``BaseTrainer`` from verl.trainer; here they
-are ``verl.Evaluator`` and the PPOTrainer itself.
+The evaluator is the document's, with its imports: ``BaseTrainer`` from verl.trainer (what ``evaluate`` receives:
+``actor_model.generate``, ``reward_model(...)``, the tokenizer) and ``Evaluator`` from verl.utils.evaluation.
 
     python examples/api/evaluator.py [--tiny]
 """
@@ -10,7 +10,9 @@ import torch
 from _common import done, fast_config, model_path, parse_args
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl import ActorModel, Evaluator, PPOTrainer, RewardModel
+from verl import ActorModel, PPOTrainer, RewardModel
+from verl.trainer import BaseTrainer
+from verl.utils.evaluation import Evaluator
 
 args = parse_args(__doc__)
 path = model_path(args.tiny, args.output_dir)
@@ -19,10 +21,9 @@ tokenizer = AutoTokenizer.from_pretrained(path)
 
 class CustomEvaluator(Evaluator):
     def __init__(self, eval_dataloader):
-        super().__init__()
         self.eval_dataloader = eval_dataloader
 
-    def evaluate(self, trainer):
+    def evaluate(self, trainer: BaseTrainer):
         total_reward = 0.0
         count = 0
         for batch in self.eval_dataloader:

@@ -34,7 +34,7 @@ trainer.actor_tokenizer.save_pretrained(out_dir)
 model = AutoModelForCausalLM.from_pretrained(out_dir)
 tokenizer = AutoTokenizer.from_pretrained(out_dir)
 trained = trainer.actor_model.hf_model.state_dict()
-same = all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
+same = all(torch.equal(v, trained[k].cpu()) for k, v in model.state_dict().items())  # trained may be on a GPU
 inputs = tokenizer("Hello", return_tensors="pt")
 with torch.no_grad():
     outputs = model.generate(**inputs, max_new_tokens=8, do_sample=False)

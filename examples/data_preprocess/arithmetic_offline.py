@@ -1,6 +1,6 @@
 """Write SFT, DPO and KTO datasets for the bundled arithmetic task (two-number addition).
 
-SFT rows {prompt, response}: the correct answer. DPO rows {prompt, chosen, rejected}: the correct answer against a
+SFT rows {prompt, response, extra_info: {question, answer}}: the correct answer. DPO rows {prompt, chosen, rejected}: the correct answer against a
 near miss (off by 1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
 Prompts are chat messages, as in the RL data, so the trainers apply the model's chat template.
 
@@ -34,7 +34,10 @@ def build_offline_rows(num_rows: int, seed: int, split: str) -> dict[str, list[d
         prompt = row["prompt"]
         answer = int(row["reward_model"]["ground_truth"])
         wrong = _near_miss(answer, rng)
-        sft.append({"prompt": prompt, "response": str(answer)})
+        # extra_info mirrors verl's gsm8k preprocessing, read by verl-style SFT scripts through data.*_dict_keys
+        question = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+        extra_info = {"question": question, "answer": str(answer)}
+        sft.append({"prompt": prompt, "response": str(answer), "extra_info": extra_info})
         dpo.append({"prompt": prompt, "chosen": str(answer), "rejected": str(wrong)})
         desirable = i % 2 == 0
         kto.append({"prompt": prompt, "completion": str(answer if desirable else wrong), "label": desirable})

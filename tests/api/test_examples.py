@@ -28,6 +28,11 @@ EXPECTED = {
     "evaluator": "evaluator ran after every step",
     "tensorboard_loop": "1 TensorBoard event file(s)",
     "export": "reloaded weights equal the trained ones: True",
+    "kl_controller": "stayed within kl_coef_max",
+    "resume": "resumed run matches the uninterrupted one: True",
+    "custom_algorithm": "algorithm.adv_estimator=grpo_median",
+    "replay_buffer": "6 updates from 3 rollout batches",
+    "preference_lora": "LoRA DPO and KTO trained against the adapter-disabled base",
 }
 # each example is a fresh interpreter (~10 s of imports on a busy CPU): all but a few core ones are marked slow
 SLOW = set(EXPECTED) - {"ppo_step", "actor", "vllm_actor", "dataflow"}

@@ -130,7 +130,7 @@ def test_non_transformers_actor_subclass_trains(byte_tokenizer):
 
     torch.manual_seed(0)
     actor = CharLM()
-    before = {k: v.detach().clone() for k, v in actor.state_dict().items()}
+    before = {k: v.detach().cpu().clone() for k, v in actor.state_dict().items()}
     trainer = PPOTrainer(
         actor_model=actor,
         tokenizer=byte_tokenizer,
@@ -150,6 +150,6 @@ def test_non_transformers_actor_subclass_trains(byte_tokenizer):
     assert math.isfinite(out["loss"])
     assert out["critic/score/max"] > out["critic/score/min"], out  # varied rewards -> non-zero advantages
     assert trainer.actor_model is actor
-    changed = [k for k, v in actor.state_dict().items() if not torch.equal(v, before[k])]
+    changed = [k for k, v in actor.state_dict().items() if not torch.equal(v.cpu(), before[k])]
     assert changed, "the user's own module must be updated in place"
     trainer.close()

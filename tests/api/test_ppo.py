@@ -92,7 +92,7 @@ def test_step_returns_loss_and_verl_metrics(byte_tokenizer, tmp_path):
         for r, m in zip(batch.batch["responses"], batch.batch["response_mask"])
     ]
     assert out["reward"] == pytest.approx(sum(fractions) / len(fractions))
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.actor_model.parameters()))
+    assert any(not torch.equal(a.cpu(), b.detach().cpu()) for a, b in zip(before, trainer.actor_model.parameters()))
     trainer.close()
 
 
@@ -151,7 +151,7 @@ def test_save_checkpoint_flags_and_namespace(byte_tokenizer, tmp_path):
     trainer.actor_tokenizer.save_pretrained(str(tmp_path / "export"))
     reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "export"))
     torch.testing.assert_close(
-        reloaded.model.embed_tokens.weight, trainer.actor_model.hf_model.model.embed_tokens.weight
+        reloaded.model.embed_tokens.weight, trainer.actor_model.hf_model.model.embed_tokens.weight.cpu()
     )
     trainer.close()
     ns = _trainer(byte_tokenizer, tmp_path, num_samples=2)

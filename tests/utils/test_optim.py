@@ -65,8 +65,20 @@ def test_build_lr_scheduler_warmup_ratio_and_style() -> None:
     assert _lrs(sched, 4) == pytest.approx([0.0, 1.0, 0.5, 0.0])
 
 
+def test_lr_scheduler_type_and_its_deprecated_name() -> None:
+    cosine = {"lr_warmup_steps": 0, "min_lr_ratio": 0.0}
+    # the current name selects the schedule
+    sched = build_lr_scheduler(_opt(1.0), {**cosine, "lr_scheduler_type": "cosine"}, total_training_steps=2)
+    assert _lrs(sched, 3) == pytest.approx([1.0, 0.5, 0.0])
+    # verl: a warmup_style that is set wins over lr_scheduler_type; null leaves lr_scheduler_type in charge
+    both = {**cosine, "lr_scheduler_type": "cosine", "warmup_style": "constant"}
+    assert _lrs(build_lr_scheduler(_opt(1.0), both, total_training_steps=2), 3) == pytest.approx([1.0, 1.0, 1.0])
+    unset = {**cosine, "lr_scheduler_type": "cosine", "warmup_style": None}
+    assert _lrs(build_lr_scheduler(_opt(1.0), unset, total_training_steps=2), 3) == pytest.approx([1.0, 0.5, 0.0])
+
+
 def test_build_lr_scheduler_errors() -> None:
-    with pytest.raises(ValueError, match="warmup_style"):
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
         build_lr_scheduler(_opt(), {"warmup_style": "linear"}, 10)
     with pytest.raises(ValueError, match="total_training_steps"):
         build_lr_scheduler(_opt(), {"warmup_style": "cosine"}, -1)

@@ -185,3 +185,56 @@ def test_dump_rollout_jsonl(tmp_path) -> None:
     ]
     with pytest.raises(ValueError, match=r"column 'gt' has 1 rows, expected 2"):
         dump_rollout_jsonl(str(tmp_path), 1, ["a", "b"], ["c", "d"], [0, 1], extra={"gt": ["x"]})
+
+
+def test_validation_generations_table(tmp_path, capsys) -> None:
+    """trainer.log_val_generations: the same N rows every pass (verl's choice), as a table in each backend."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from verl.trainer.ppo.validation import select_generations_to_log
+
+    inputs = [f"prompt {i}" for i in range(10)]
+    outputs = [f"answer {i} | with a pipe" for i in range(10)]
+    scores = [float(i % 2) for i in range(10)]
+    rows = select_generations_to_log(inputs, outputs, scores, n=3)
+    assert len(rows) == 3 and len({r["input"] for r in rows}) == 3
+    # the choice depends on the set of generations, not on the order they arrived in
+    shuffled = select_generations_to_log(inputs[::-1], outputs[::-1], scores[::-1], n=3)
+    assert shuffled == rows
+    for row in rows:
+        i = int(row["input"].split()[1])
+        assert row["output"] == outputs[i] and row["score"] == scores[i]
+
+    tracker = Tracking("proj", "exp", ["console", "file", "tensorboard"], log_dir=str(tmp_path))
+    tracker.log_generations(rows, step=4)
+    tracker.finish()
+    logged = _read_jsonl(str(tmp_path / "val_generations.jsonl"))
+    assert logged == [{"step": 4, **row} for row in rows]
+    assert "step 4 | 3 validation generations" in capsys.readouterr().out
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("val/generations/text_summary")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 4 and "| input | output | score |" in text and "answer" in text and "\\|" in text
+    with pytest.raises(ValueError, match="row 0 lacks"):
+        Tracking("proj", "exp", [], log_dir=str(tmp_path)).log_generations([{"input": "x"}], step=1)
+
+
+def test_keep_through_step_drops_rows_a_resumed_run_redoes(tmp_path):
+    log_dir = str(tmp_path)
+    with Tracking("p", "e", ["file"], log_dir=log_dir) as first:
+        for step in range(4):
+            first.log({"x": float(step)}, step=step)
+    with open(os.path.join(log_dir, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 4, "metr')  # the torn last line of a killed process
+    # resumed from the step-2 checkpoint: steps 3 and 4 run again and must not appear twice
+    with Tracking("p", "e", ["file"], log_dir=log_dir, keep_through_step=2) as resumed:
+        for step in (3, 4):
+            resumed.log({"x": 10.0 + step}, step=step)
+    rows = [json.loads(line) for line in open(os.path.join(log_dir, "metrics.jsonl"))]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[3]["metrics"]["x"] == 13.0
+    # a fresh run (-1) in the same log directory starts an empty file
+    with Tracking("p", "e", ["file"], log_dir=log_dir, keep_through_step=-1) as fresh:
+        fresh.log({"x": 0.5}, step=1)
+    assert [json.loads(line)["step"] for line in open(os.path.join(log_dir, "metrics.jsonl"))] == [1]

@@ -59,7 +59,7 @@ def ray_cpu() -> Iterator[None]:
         os.environ["VERL_DEVICE"] = old_device
 
 
-def _config(model_dir: str, world_size: int):
+def _config(model_dir: str, world_size: int, extra: tuple[str, ...] = ()):
     from verl.trainer.config.loader import load_config
 
     return load_config(
@@ -81,15 +81,16 @@ def _config(model_dir: str, world_size: int):
             "algorithm.adv_estimator=gae",
             "critic.ppo_micro_batch_size_per_gpu=2",
             f"trainer.n_gpus_per_node={world_size}",
+            *extra,
         ]
     )
 
 
-def _make_group(backend: str, model_dir: str, world_size: int):
+def _make_group(backend: str, model_dir: str, world_size: int, extra: tuple[str, ...] = ()):
     from verl.single_controller import create_worker_group
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    cfg = _config(model_dir, world_size)
+    cfg = _config(model_dir, world_size, extra)
     group = create_worker_group(
         backend,
         ActorRolloutRefWorker,
@@ -295,3 +296,40 @@ def test_two_rank_log_probs_and_generation_match_one_rank(ray_cpu, tiny_model_di
         assert response_mask[4:].sum(-1).tolist() == [RESPONSE_LEN] * 4, f"ws={world_size}"
         assert gen.batch["responses"][4:].tolist() == greedy[b_index].repeat(4, 1).tolist()
     assert torch.equal(outputs[1][2].batch["responses"], outputs[2][2].batch["responses"])
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # Ulysses: both ranks form one sequence-parallel group (data-parallel size 1); ref follows the actor's size
+        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",),
+        # hybrid sharding: shard within groups of 1 rank, replicate across the 2 groups (all-reduced gradients)
+        ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1"),
+    ],
+    ids=["ulysses_sp2", "hsdp_fsdp_size1"],
+)
+def test_two_rank_parallel_layouts_match_autograd(ray_cpu, tiny_model_dir, fixed_batch, tmp_path, extra) -> None:
+    """Sequence parallelism and hybrid sharding change where the work runs, not the numbers: log-probs, reference
+    log-probs, the PPO loss and the parameter update equal the plain autograd reference."""
+    from safetensors.torch import load_file
+
+    initial = load_file(os.path.join(tiny_model_dir, "model.safetensors"))
+    expected_loss, expected_update = _expected_update(tiny_model_dir, fixed_batch)
+    with torch.no_grad():
+        expected_lp = _response_log_probs(_reference_model(tiny_model_dir), fixed_batch) * fixed_batch["response_mask"]
+    keys = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+    scoring = {k: fixed_batch[k] for k in keys}
+    group = _make_group("ray", tiny_model_dir, 2, extra)
+    try:
+        lp = group.compute_log_prob(_proto(scoring)).batch["old_log_probs"]
+        ref = group.compute_ref_log_prob(_proto(scoring)).batch["ref_log_prob"]
+        metrics = group.update_actor(_proto(fixed_batch)).meta_info["metrics"]
+        params = _saved_params(group, str(tmp_path / "ckpt"))
+    finally:
+        group.shutdown()
+    mask = fixed_batch["response_mask"]
+    torch.testing.assert_close(lp * mask, expected_lp, atol=LOGPROB_ATOL, rtol=0)
+    torch.testing.assert_close(ref * mask, expected_lp, atol=LOGPROB_ATOL, rtol=0)
+    assert sum(metrics["actor/pg_loss"]) / len(metrics["actor/pg_loss"]) == pytest.approx(expected_loss, abs=LOSS_ATOL)
+    for name, start in initial.items():
+        torch.testing.assert_close(params[name] - start, expected_update[name], atol=PARAM_ATOL, rtol=0, msg=name)

@@ -274,10 +274,11 @@ def test_critic_values_update_and_deterministic_value_head(tiny_model_dir: str) 
 
     # train mode (as in update_critic) gives the same values twice: no dropout noise in the value head
     module.train()
-    b = data.batch
+    dev = next(module.parameters()).device  # where the worker placed the model (cuda:0 on a GPU machine)
+    ids, attn = data.batch["input_ids"].to(dev), data.batch["attention_mask"].to(dev)
     with torch.no_grad():
-        first = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-        second = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        first = module(input_ids=ids, attention_mask=attn).logits
+        second = module(input_ids=ids, attention_mask=attn).logits
     assert torch.equal(first, second)
 
     mask = data.batch["response_mask"].float()

@@ -2,7 +2,8 @@
 
 Submodules load on first use (see ``verl/__init__.py``): ``models`` (ActorModel, Actor, CriticModel, RewardModel),
 ``rollout`` (RolloutManager, vLLMActor), ``ppo`` (PPOTrainer), ``data`` (DataProvider), ``device_mesh``
-(DeviceMesh), ``dataflow`` (the ``actor.sample() >> reward.score() >> ppo.update()`` pipeline), ``offline``
+(DeviceMesh), ``dataflow`` (the ``actor.sample() >> reward.score() >> ppo.update()`` pipeline, RolloutWorker),
+``replay_buffer`` (ReplayBuffer), ``offline``
 (SFT/DPO/KTO trainers) and ``evaluation`` (Evaluator).
 """
 
@@ -22,6 +23,8 @@ _LAZY: dict[str, str] = {
     "DataProvider": "verl.api.data",
     "DeviceMesh": "verl.api.device_mesh",
     "Pipeline": "verl.api.dataflow",
+    "RolloutWorker": "verl.api.dataflow",
+    "ReplayBuffer": "verl.api.replay_buffer",
     "SFTTrainer": "verl.api.offline",
     "DPOTrainer": "verl.api.offline",
     "KTOTrainer": "verl.api.offline",

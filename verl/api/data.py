@@ -80,6 +80,8 @@ class DataProvider:
         self.files = self._list_files()
         self.epoch = 0
         self.batches_served = 0
+        # batches of the current pass already yielded: an abandoned pass continues here on the next iteration
+        self.position = 0
 
     # ------------------------------------------------------------------------------------------- listing
     def _list_files(self) -> list[str]:
@@ -205,24 +207,48 @@ class DataProvider:
         put(_END)
 
     def __iter__(self) -> Iterator[dict[str, list[Any]]]:
-        """One pass over the data (an epoch), prefetching in a background thread."""
+        """One pass over the data (an epoch), prefetching in a background thread.
+
+        A pass left before its end (``break``, a step budget) is continued by the next iteration: the first
+        :attr:`position` batches of the epoch are read again but skipped, so the data order is that of an
+        uninterrupted run. :attr:`epoch` counts finished passes.
+        """
         out: queue.Queue = queue.Queue(maxsize=self.prefetch_factor)
         stop = threading.Event()
         thread = threading.Thread(target=self._produce, args=(out, stop), daemon=True, name="verl-data-prefetch")
         thread.start()
+        skip = self.position
         try:
             while True:
                 item = out.get()
                 if item is _END:
+                    self.epoch += 1
+                    self.position = 0
                     break
                 if isinstance(item, BaseException):
                     raise item
+                if skip > 0:
+                    skip -= 1
+                    continue
+                self.position += 1
                 self.batches_served += 1
                 yield item
         finally:
             stop.set()
             thread.join(timeout=5.0)
-            self.epoch += 1
+
+    def state_dict(self) -> dict[str, int]:
+        """The read position: ``{"epoch", "position", "batches_served"}`` (saved in a checkpoint's ``data.pt``)."""
+        return {"epoch": self.epoch, "position": self.position, "batches_served": self.batches_served}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from a :meth:`state_dict`: the next iteration starts at batch ``position`` of pass ``epoch``."""
+        missing = [k for k in ("epoch", "position") if k not in state]
+        if missing:
+            raise KeyError(f"DataProvider state lacks {missing}; expected epoch, position (and batches_served)")
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+        self.batches_served = int(state.get("batches_served", self.batches_served))
 
     def num_rows(self) -> int:
         """Total number of rows (reads parquet metadata only; JSONL files are counted line by line)."""

@@ -3,19 +3,24 @@
 This is a small pipeline of the *same* worker calls that :meth:`RayPPOTrainer.train_step` makes, run by the same
 single controller (the trainer's worker groups); it is not a separate execution engine. The stages:
 
-* :class:`SampleStage` (``actor.sample()``): uid + repeat ``rollout.n`` + ``generate_sequences``;
+* :class:`RolloutWorker` (``actor.sample()``): uid + repeat ``rollout.n`` + ``generate_sequences``;
 * :class:`ScoreStage` (``reward_model.score()``): reward model worker / reward function -> ``token_level_scores``;
+* :class:`verl.api.replay_buffer.ReplayBuffer`: keeps scored rollouts over several steps and serves mini-batches
+  of them (a size limit and an off-policy age limit), one update per mini-batch;
 * :class:`UpdateStage` (``ppo.update()``): ``compute_log_prob`` -> ``compute_ref_log_prob`` -> ``compute_values``
   -> KL-in-reward and advantages (``core_algos``) -> ``update_critic`` -> ``update_actor``.
 
 ``pipeline.run(prompts)`` (or ``pipeline(prompts)``) builds the prompt batch like :meth:`PPOTrainer.step` and
 passes each stage's DataProto to the next; it returns the update's metrics (with the documents' names) and keeps
-every stage's output in ``pipeline.outputs``. Stages are independent of each other, so a pipeline may also stop
-early (``actor.sample() >> reward.score()`` returns the scored batch).
+every stage's output in ``pipeline.outputs``. A stage may return :class:`MiniBatches` (the replay buffer does):
+the stages after it then run once per mini-batch, and each update counts as one training step. Stages are
+independent of each other, so a pipeline may also stop early (``actor.sample() >> reward.score()`` returns the
+scored batch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from verl.protocol import DataProto
@@ -41,14 +46,35 @@ class Stage:
         return Pipeline([self]) >> other
 
 
-class SampleStage(Stage):
-    """Generate ``rollout.n`` responses per prompt with ``actor`` (``sampling`` overrides e.g. ``temperature``)."""
+class MiniBatches:
+    """What a fan-out stage returns: an iterable of DataProtos, each run through the rest of the pipeline.
+
+    Iterated lazily, so a stage can choose each mini-batch after the previous one's update (the replay buffer
+    ages its rollouts by the updates made so far).
+    """
+
+    def __init__(self, batches: Iterable[DataProto]) -> None:
+        self._batches = batches
+
+    def __iter__(self) -> Iterator[DataProto]:
+        return iter(self._batches)
+
+
+class RolloutWorker(Stage):
+    """The rollout stage: generate ``n`` (default ``rollout.n``) responses per prompt with ``actor`` through the
+    trainer's actor worker group (uid + repeat + ``generate_sequences``); ``sampling`` overrides the rollout's
+    ``temperature``, ``top_p``, ``top_k``, ``do_sample`` for this stage. ``actor.sample(**sampling)`` builds one.
+    """
 
     name = "sample"
 
-    def __init__(self, actor: ActorModel, sampling: dict[str, Any] | None = None) -> None:
+    def __init__(self, actor: ActorModel, n: int | None = None, sampling: dict[str, Any] | None = None) -> None:
+        if n is not None and int(n) < 1:
+            raise ValueError(f"RolloutWorker: n={n!r} must be >= 1")
         self.actor = actor
         self.sampling = dict(sampling or {})
+        if n is not None:
+            self.sampling["n"] = int(n)
 
     def run(self, trainer: PPOTrainer, data: DataProto) -> DataProto:
         if trainer.actor_model is not self.actor:
@@ -56,6 +82,10 @@ class SampleStage(Stage):
         sampling = dict(self.sampling)
         n = sampling.pop("n", None)
         return trainer.rollout_manager.generate(data, n=n, **sampling)
+
+
+# the stage's earlier name
+SampleStage = RolloutWorker
 
 
 class ScoreStage(Stage):
@@ -88,7 +118,10 @@ class UpdateStage(Stage):
         return self.trainer
 
     def run(self, trainer: PPOTrainer, data: DataProto) -> dict[str, float]:
-        return ppo_update(trainer, data)
+        metrics = ppo_update(trainer, data)
+        # what earlier stages measured about this batch (e.g. replay/size, replay/age/mean)
+        metrics.update(data.meta_info.get("stage_metrics") or {})
+        return metrics
 
 
 def ppo_update(trainer: PPOTrainer, batch: DataProto) -> dict[str, float]:
@@ -140,22 +173,32 @@ class Pipeline:
     def run(self, prompts: Any, attention_mask: Any = None) -> Any:
         """Run every stage on the prompt batch; returns the last stage's result (metrics after an update).
 
-        A pipeline ending with an update counts as one training step (``global_steps`` + 1, evaluators and
-        exporters run as after :meth:`PPOTrainer.step`).
+        Each update stage counts as one training step (``global_steps`` + 1 just before it, evaluators and
+        exporters after it, as :meth:`PPOTrainer.step`). After a stage that returns :class:`MiniBatches` the
+        remaining stages run once per mini-batch and the result of the last one is returned.
         """
         trainer = self._trainer()
         data: Any = trainer.make_batch(prompts, attention_mask)
-        updates = any(isinstance(s, UpdateStage) for s in self.stages)
-        if updates:
-            trainer.driver.global_steps += 1
         self.outputs = {}
-        for i, stage in enumerate(self.stages):
+        return self._run_from(trainer, 0, data)
+
+    def _run_from(self, trainer: PPOTrainer, start: int, data: Any) -> Any:
+        for i in range(start, len(self.stages)):
+            stage = self.stages[i]
             if not isinstance(data, DataProto):
                 raise TypeError(f"stage {i} ({stage.name}) needs a DataProto, got {type(data).__name__}")
+            is_update = isinstance(stage, UpdateStage)
+            if is_update:
+                trainer.driver.global_steps += 1
             data = stage.run(trainer, data)
+            if is_update and isinstance(data, dict):
+                data = trainer._finish_step(data)
             self.outputs[f"{i}:{stage.name}"] = data
-        if updates and isinstance(data, dict):
-            return trainer._finish_step(data)
+            if isinstance(data, MiniBatches):
+                result: Any = None
+                for mini_batch in data:
+                    result = self._run_from(trainer, i + 1, mini_batch)
+                return result
         return data
 
     __call__ = run

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from verl.api.dataflow import SampleStage, ScoreStage
+    from verl.api.dataflow import RolloutWorker, ScoreStage
     from verl.api.device_mesh import DeviceMesh
 
 _GENERIC_WEIGHTS = "model.safetensors"
@@ -102,6 +102,23 @@ def _save_generic(module: torch.nn.Module, directory: str, state_dict: dict[str,
     meta = {"class": f"{type(module).__module__}.{type(module).__qualname__}", "format": "torch-state-dict"}
     with open(os.path.join(directory, _GENERIC_META), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
+
+
+def _read_saved_weights(inner: torch.nn.Module | None, directory: str, prefix: str) -> dict[str, torch.Tensor]:
+    """The weights :func:`_save_generic` or a transformers ``save_pretrained`` wrote to ``directory``, keyed as
+    ``prefix + name``; tied copies that the save dropped (``lm_head`` = ``embed_tokens``) are restored."""
+    from safetensors.torch import load_file
+
+    from verl.utils.checkpoint.checkpoint_manager import load_model_state_dict
+
+    if os.path.isfile(os.path.join(directory, _GENERIC_META)):
+        state = load_file(os.path.join(directory, _GENERIC_WEIGHTS))
+    else:
+        state = load_model_state_dict(directory)
+        for target, source in (getattr(inner, "all_tied_weights_keys", None) or {}).items():
+            if target not in state and source in state:
+                state[target] = state[source]
+    return {prefix + k: v for k, v in state.items()}
 
 
 def load_generic_weights(module: torch.nn.Module, directory: str) -> None:
@@ -217,11 +234,13 @@ class ActorModel(torch.nn.Module):
         """The meshes recorded by :meth:`set_device_mesh` (empty when the model is not distributed)."""
         return list(self._device_meshes)
 
-    def sample(self, **sampling: Any) -> SampleStage:
-        """The dataflow stage generating responses with this actor (see :mod:`verl.api.dataflow`)."""
-        from verl.api.dataflow import SampleStage
+    def sample(self, **sampling: Any) -> RolloutWorker:
+        """The dataflow stage that generates responses with this actor (``n=``, ``temperature=``, ... override the
+        rollout config): ``actor.sample() >> reward.score() >> ppo.update()``."""
+        from verl.api.dataflow import RolloutWorker
 
-        return SampleStage(actor=self, sampling=sampling)
+        n = sampling.pop("n", None)
+        return RolloutWorker(actor=self, n=n, sampling=sampling)
 
     def save_pretrained(
         self, save_directory: str, state_dict: dict[str, torch.Tensor] | None = None, **kwargs: Any
@@ -243,6 +262,14 @@ class ActorModel(torch.nn.Module):
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
         return save_directory
+
+    def load_saved_state_dict(self, directory: str) -> dict[str, torch.Tensor]:
+        """Inverse of :meth:`save_pretrained`: the state dict stored in ``directory``, keyed as
+        ``self.state_dict()`` (what a checkpoint's ``actor/huggingface/`` holds; used to resume)."""
+        inner = self.hf_model
+        if inner is not None and not os.path.isfile(os.path.join(directory, _GENERIC_META)):
+            return _read_saved_weights(inner, directory, "model.")
+        return _read_saved_weights(None, directory, "")
 
 
 class Actor(ActorModel):
@@ -357,6 +384,18 @@ class CriticModel(torch.nn.Module):
         else:
             _save_generic(self.model, save_directory, _strip_prefix(state, "model."))
         return save_directory
+
+    def load_saved_state_dict(self, directory: str) -> dict[str, torch.Tensor]:
+        """Inverse of :meth:`save_pretrained`: backbone and ``value_head.safetensors`` keyed as
+        ``self.state_dict()`` (used to resume from a checkpoint's ``critic/huggingface/``)."""
+        from safetensors.torch import load_file
+
+        head_file = os.path.join(directory, "value_head.safetensors")
+        if not os.path.isfile(head_file):
+            raise FileNotFoundError(f"{head_file} does not exist: not a directory CriticModel.save_pretrained wrote")
+        state = _read_saved_weights(self.model, directory, "model.")
+        state.update({f"value_head.{k}": v for k, v in load_file(head_file).items()})
+        return state
 
 
 # -------------------------------------------------------------------------------------------- reward

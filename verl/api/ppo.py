@@ -21,6 +21,7 @@ from verl.api.data import encode_prompts
 from verl.api.models import ActorModel, CriticModel, RewardModel, TextRewardManager, as_actor_model
 from verl.api.rollout import RolloutManager, vLLMActor
 from verl.protocol import DataProto
+from verl.trainer.base import BaseTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,9 @@ DOC_KEYS: dict[str, tuple[str, ...]] = {
     "enable_debug_mode": ("trainer.enable_debug_mode",),
     "allow_unsafe_operations": ("trainer.allow_unsafe_operations",),
 }
-SPECIAL_DOC_KEYS = ("algorithm", "kl_coef")
+SPECIAL_DOC_KEYS = ("algorithm", "kl_coef", "kl_controller")
+# the documents' ``kl_controller`` block: each key lands in ``algorithm.kl_ctrl.<key>``
+KL_CONTROLLER_KEYS = ("type", "kl_coef", "target_kl", "kl_coef_max", "horizon")
 # the documents' algorithm names -> algorithm.adv_estimator (registered estimator names are accepted as they are)
 ALGORITHM_ALIASES = {"ppo": "gae", "reinforce++": "reinforce_plus_plus", "reinforce": "reinforce_plus_plus"}
 # API defaults, below the user's keys: one process, the local backend, no console/file loggers (use exporters)
@@ -87,11 +90,13 @@ def build_ppo_config(
 ) -> DictConfig:
     """The validated ``ppo_trainer`` config for the given document keys and dotted ``main_ppo`` keys.
 
-    Layers, later wins: ``ppo_trainer.yaml`` < :data:`API_DEFAULTS` < document keys (:data:`DOC_KEYS`,
-    ``algorithm``, ``kl_coef``) < dotted keys. ``algorithm`` defaults to ``ppo`` with a critic and ``grpo``
-    without; ``ppo`` uses ``rollout.n = 1``. ``kl_coef`` sets the KL-in-reward coefficient
-    (``algorithm.kl_ctrl.kl_coef``, ``use_kl_in_reward``) for ``ppo`` or when ``kl_in_reward`` (the built-in KL
-    reward), else the actor's KL loss (``kl_loss_coef``, ``use_kl_loss``). A missing ``batch_size`` /
+    Layers, later wins: ``ppo_trainer.yaml`` < ``demo.yaml`` < :data:`API_DEFAULTS` < document keys (:data:`DOC_KEYS`,
+    ``algorithm``, ``kl_coef``, ``kl_controller``) < dotted keys. ``algorithm`` defaults to ``ppo`` with a critic
+    and ``grpo`` without; ``ppo`` uses ``rollout.n = 1``. ``kl_coef`` sets the KL-in-reward coefficient
+    (``algorithm.kl_ctrl.kl_coef``, ``use_kl_in_reward``) for ``ppo``, with a ``kl_controller`` block or when
+    ``kl_in_reward`` (the built-in KL reward), else the actor's KL loss (``kl_loss_coef``, ``use_kl_loss``).
+    ``kl_controller`` (``type``, ``kl_coef``, ``target_kl``, ``kl_coef_max``, ``horizon``) maps onto
+    ``algorithm.kl_ctrl`` and puts the KL in the reward, where the controller acts. A missing ``batch_size`` /
     ``rollout_batch_size`` takes the other one's value. Raises :class:`verl.trainer.config.ConfigError` naming every
     bad key or value.
     """
@@ -115,12 +120,22 @@ def build_ppo_config(
             ]
         )
     settings: dict[str, Any] = dict(API_DEFAULTS)
-    algo = str(doc.get("algorithm", "ppo" if has_critic else "grpo")).lower()
-    estimator = ALGORITHM_ALIASES.get(algo, algo)
-    known = sorted({e.value for e in AdvantageEstimator} | set(ALGORITHM_ALIASES))
-    if estimator not in {e.value for e in AdvantageEstimator}:
-        raise ConfigError(f"config algorithm={doc.get('algorithm')!r}: unknown; expected one of {', '.join(known)}")
-    settings["algorithm.adv_estimator"] = estimator
+    custom = _as_algorithm(doc.get("algorithm"))
+    if custom is not None:
+        # a BaseAlgorithm subclass: its advantage and loss join the registries the driver and workers read
+        custom.register()
+        settings.update(custom.config_overrides())
+        estimator = custom.registry_name()
+    else:
+        algo = str(doc.get("algorithm", "ppo" if has_critic else "grpo")).lower()
+        estimator = ALGORITHM_ALIASES.get(algo, algo)
+        known = sorted({e.value for e in AdvantageEstimator} | set(ALGORITHM_ALIASES))
+        if estimator not in {e.value for e in AdvantageEstimator}:
+            raise ConfigError(
+                f"config algorithm={doc.get('algorithm')!r}: unknown; expected one of {', '.join(known)} "
+                "or a verl.trainer.BaseAlgorithm subclass"
+            )
+        settings["algorithm.adv_estimator"] = estimator
     if estimator == "gae":
         settings["actor_rollout_ref.rollout.n"] = 1
     if rollout_engine is not None:
@@ -133,10 +148,12 @@ def build_ppo_config(
     if "rollout_batch_size" in doc and "batch_size" not in doc:
         settings["actor_rollout_ref.actor.ppo_mini_batch_size"] = doc["rollout_batch_size"]
     kl_coef = doc.get("kl_coef")
-    if kl_in_reward or (kl_coef is not None and estimator == "gae"):
+    kl_block = _kl_controller_settings(doc.get("kl_controller"), kl_coef)
+    if kl_block or kl_in_reward or (kl_coef is not None and estimator == "gae"):
         settings["algorithm.use_kl_in_reward"] = True
         if kl_coef is not None:
             settings["algorithm.kl_ctrl.kl_coef"] = kl_coef
+        settings.update(kl_block)
     elif kl_coef is not None:
         settings["actor_rollout_ref.actor.use_kl_loss"] = float(kl_coef) > 0
         settings["actor_rollout_ref.actor.kl_loss_coef"] = kl_coef
@@ -144,12 +161,50 @@ def build_ppo_config(
         settings["trainer.namespace"] = namespace
     settings.update(dotted)
 
-    cfg = OmegaConf.create(packaged_config_text("ppo_trainer"))
+    # the API keeps the embedded demo's quick sizes (small batches, GRPO groups of 4) under its own defaults
+    cfg = OmegaConf.merge(
+        OmegaConf.create(packaged_config_text(PPOConfig.config_name)),
+        OmegaConf.create(packaged_config_text(PPOConfig.demo_config_name)),
+    )
     added = apply_overrides(cfg, [Override("set", k, v, f"{k}={v!r}") for k, v in settings.items()])
     OmegaConf.resolve(cfg)
     _fit_micro_batches(cfg, explicit=set(settings) - set(API_DEFAULTS))
     validate_config(cfg, PPOConfig, extra_keys=added)
     return cfg
+
+
+def _as_algorithm(value: Any) -> Any:
+    """A :class:`verl.trainer.BaseAlgorithm` instance for ``value`` (an instance or a subclass), else None."""
+    from verl.trainer.ppo.algos.base_algorithm import BaseAlgorithm
+
+    if isinstance(value, type) and issubclass(value, BaseAlgorithm):
+        return value()
+    return value if isinstance(value, BaseAlgorithm) else None
+
+
+def _kl_controller_settings(block: Any, kl_coef: Any) -> dict[str, Any]:
+    """``algorithm.kl_ctrl.*`` settings of the documents' ``kl_controller`` block (empty when it is absent).
+
+    Raises :class:`ConfigError` for a block that is not a mapping, an unknown key, or a ``kl_coef`` that
+    contradicts the top-level ``kl_coef``."""
+    from verl.trainer.config import ConfigError
+
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping):
+        raise ConfigError(
+            f"config kl_controller must be a mapping of {', '.join(KL_CONTROLLER_KEYS)}, got {type(block).__name__}"
+        )
+    unknown = [k for k in block if k not in KL_CONTROLLER_KEYS]
+    if unknown:
+        raise ConfigError(
+            [f"config kl_controller.{k}: unknown key; expected one of {', '.join(KL_CONTROLLER_KEYS)}" for k in unknown]
+        )
+    if kl_coef is not None and "kl_coef" in block and float(block["kl_coef"]) != float(kl_coef):
+        raise ConfigError(
+            f"config kl_coef={kl_coef!r} and kl_controller.kl_coef={block['kl_coef']!r} disagree; give one of them"
+        )
+    return {f"algorithm.kl_ctrl.{k}": v for k, v in block.items()}
 
 
 def _fit_micro_batches(cfg: DictConfig, explicit: set[str]) -> None:
@@ -221,7 +276,7 @@ def _is_reward_manager(fn: Any) -> bool:
         return False
 
 
-class PPOTrainer:
+class PPOTrainer(BaseTrainer):
     """PPO-family training of a user's model objects (PPO with a critic, GRPO, RLOO, REINFORCE++, ...).
 
     Args:
@@ -238,6 +293,8 @@ class PPOTrainer:
             no task score, the reward is ``-kl_coef * KL(policy || reference)`` per token) or ``"length"``.
         namespace: isolates runs sharing a machine: checkpoints and logs go under ``<dir>/<namespace>/``.
         reward_model: alternative spelling of a :class:`RewardModel` reward.
+        resume_from: a checkpoint directory this API (or ``main_ppo``) saved: training continues from it (see
+            :meth:`load_checkpoint`).
     """
 
     def __init__(
@@ -250,9 +307,12 @@ class PPOTrainer:
         reward_fn: Any = None,
         namespace: str | None = None,
         reward_model: RewardModel | None = None,
+        resume_from: str | None = None,
     ) -> None:
         from verl.trainer.ppo.runner import apply_runtime_switches, seed_everything
         from verl.utils.security import SecurityPolicy, set_security_policy
+
+        super().__init__()  # evaluators, exporters, history
 
         tokenizer = tokenizer if tokenizer is not None else getattr(actor_model, "tokenizer", None)
         if tokenizer is None:
@@ -283,13 +343,12 @@ class PPOTrainer:
 
         self.reward_model, reward_manager = self._build_reward(reward_fn, reward_name)
         self.data_provider = data_provider
-        self.evaluators: list[tuple[Any, int]] = []
-        self.exporters: list[Any] = []
-        self.history: list[dict[str, float]] = []
         self._grad_hooks: list[Any] = []
         self._driver = self._build_driver(reward_manager)
         self.rollout_manager = RolloutManager(self._driver)
         self._install_data_parallel()
+        if resume_from is not None:
+            self.load_checkpoint(resume_from)
 
     # ------------------------------------------------------------------------------------------------ set-up
     def _build_reward(self, reward_fn: Any, builtin: str | None) -> tuple[RewardModel | None, Any]:
@@ -444,18 +503,7 @@ class PPOTrainer:
         """Add the document names, run evaluators and exporters, record the step."""
         out = dict(metrics)
         out.update(self.document_metrics(metrics))
-        step = self.global_steps
-        out["step"] = step
-        for evaluator, every in self.evaluators:
-            if step % every == 0:
-                result = evaluator.evaluate(self)
-                if not isinstance(result, Mapping):
-                    raise TypeError(f"{type(evaluator).__name__}.evaluate returned {type(result).__name__}, not a dict")
-                out.update(result)
-        for exporter in self.exporters:
-            exporter.export(out, step)
-        self.history.append(out)
-        return out
+        return self._run_plugins(out)
 
     def document_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         """The documents' metric names computed from verl's metrics of one step (see :data:`DOC_METRIC_NAMES`)."""
@@ -476,35 +524,28 @@ class PPOTrainer:
     def train(self, num_steps: int | None = None, epochs: int | None = None) -> Iterator[dict[str, float]]:
         """Step over the data provider's batches, yielding each step's metrics (see :meth:`step`).
 
-        Runs ``epochs`` passes (default ``trainer.total_epochs``) and stops early after ``num_steps`` steps.
+        Runs ``epochs`` passes (default ``trainer.total_epochs``) and stops early after ``num_steps`` steps. A
+        :class:`DataProvider` left inside a pass (an earlier ``num_steps``, a resumed checkpoint) continues that
+        pass first; a pass it had already served to the end does not count.
         """
-        if self.data_provider is None:
+        provider = self.data_provider
+        if provider is None:
             raise ValueError("PPOTrainer.train() needs a data_provider (PPOTrainer(..., data_provider=...))")
         epochs = int(self.config.trainer.total_epochs if epochs is None else epochs)
         if num_steps is not None and num_steps <= 0:
             return
-        done = 0
-        for _ in range(epochs):
-            for batch in self.data_provider:
+        done, passes = 0, 0
+        while passes < epochs:
+            resuming = int(getattr(provider, "position", 0)) > 0
+            served = 0
+            for batch in provider:
+                served += 1
                 yield self.step(batch)
                 done += 1
                 if num_steps is not None and done >= num_steps:
                     return
-
-    # ------------------------------------------------------------------------------------------- plugins
-    def register_evaluator(self, evaluator: Any, every_n_steps: int = 1) -> None:
-        """Call ``evaluator.evaluate(trainer) -> dict`` every ``every_n_steps`` steps; its values join the metrics."""
-        if not callable(getattr(evaluator, "evaluate", None)):
-            raise TypeError(f"{type(evaluator).__name__} has no evaluate(trainer) method")
-        if int(every_n_steps) < 1:
-            raise ValueError(f"every_n_steps={every_n_steps!r} must be >= 1")
-        self.evaluators.append((evaluator, int(every_n_steps)))
-
-    def add_metrics_exporter(self, exporter: Any) -> None:
-        """Call ``exporter.export(metrics: dict, step: int)`` after every step."""
-        if not callable(getattr(exporter, "export", None)):
-            raise TypeError(f"{type(exporter).__name__} has no export(metrics, step) method")
-        self.exporters.append(exporter)
+            if not (resuming and served == 0):
+                passes += 1
 
     # ---------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(
@@ -512,35 +553,54 @@ class PPOTrainer:
     ) -> str:
         """Write ``<path>/actor`` (and ``critic``): the weights in Hugging Face format, plus ``optim.pt`` when
         ``save_optimizer`` and the scheduler/RNG state and ``data.pt`` (global step, KL coefficient, data
-        position) when ``save_training_state``. ``path`` defaults to ``<checkpoint_dir>/global_step_N``; a
-        namespace is appended to an explicit path too. Written atomically; returns the directory."""
-        from verl.utils.fs import atomic_directory, namespaced_path
+        position) when ``save_training_state``; returns the directory.
 
-        final = namespaced_path(path, self.namespace) if path else self._driver.step_dir(self.global_steps)
+        The same writer as ``main_ppo`` (:meth:`RayPPOTrainer.save_checkpoint`): written atomically and marked
+        complete (``checkpoint_complete.json``). ``path`` defaults to ``<checkpoint_dir>/global_step_N``, which
+        also moves the ``latest_checkpointed_iteration.txt`` tracker and applies retention; a namespace is
+        appended to an explicit path too. A full checkpoint (the defaults) can be resumed from.
+        """
+        from verl.utils.fs import namespaced_path
+
         contents = ["model"] + (["optimizer"] if save_optimizer else []) + (["extra"] if save_training_state else [])
-        driver = self._driver
-        with atomic_directory(final) as tmp:
-            driver.actor_rollout_wg.save_checkpoint(
-                os.path.join(tmp, "actor"), self.global_steps, save_contents=contents
-            )
-            if driver.use_critic:
-                driver.critic_wg.save_checkpoint(os.path.join(tmp, "critic"), self.global_steps, save_contents=contents)
-            if save_training_state:
-                state = driver.driver_state()
-                provider = self.data_provider
-                if provider is not None and hasattr(provider, "batches_served"):
-                    state["data_provider"] = {"epoch": int(provider.epoch), "batches": int(provider.batches_served)}
-                torch.save(state, os.path.join(tmp, "data.pt"))
-        return final
+        extra: dict[str, Any] = {}
+        provider = self.data_provider
+        if callable(getattr(provider, "state_dict", None)):
+            extra["data_provider"] = provider.state_dict()
+        return self._driver.save_checkpoint(
+            path=namespaced_path(path, self.namespace) if path else None, save_contents=contents, extra_state=extra
+        )
+
+    def load_checkpoint(self, path: str | None = None) -> int:
+        """Continue training from a full checkpoint; returns the restored step count.
+
+        ``path``: a directory :meth:`save_checkpoint` (or ``main_ppo``) wrote; None takes the latest complete one
+        under :attr:`checkpoint_dir`. Restores the actor (and critic) weights, optimizer and lr scheduler, the RNG
+        states, the step count, the KL coefficient, the generation counter and the data provider's position, so
+        the following steps are those of an uninterrupted run. An incomplete or weights-only checkpoint raises.
+        """
+        from verl.utils.checkpoint.layout import find_latest_ckpt_path
+        from verl.utils.fs import namespaced_path
+
+        if path is None:
+            path = find_latest_ckpt_path(self.checkpoint_dir)
+            if path is None:
+                raise FileNotFoundError(f"no complete checkpoint under {self.checkpoint_dir!r} to resume from")
+        elif not os.path.isdir(path) and self.namespace and os.path.isdir(namespaced_path(path, self.namespace)):
+            path = namespaced_path(path, self.namespace)  # the path given to save_checkpoint, before the namespace
+        step = self._driver.load_checkpoint(path)
+        state = self._driver.resumed_state or {}
+        provider = self.data_provider
+        if "data_provider" in state and callable(getattr(provider, "load_state_dict", None)):
+            provider.load_state_dict(state["data_provider"])
+        return step
 
     def close(self) -> None:
         """Release the workers and remove the gradient hooks; exporters with ``close()`` are closed."""
         for handle in self._grad_hooks:
             handle.remove()
         self._grad_hooks = []
-        for exporter in self.exporters:
-            if callable(getattr(exporter, "close", None)):
-                exporter.close()
+        self._close_exporters()
         for group in self._driver.worker_groups.values():
             if callable(getattr(group, "shutdown", None)):
                 group.shutdown()

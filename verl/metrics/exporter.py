@@ -130,6 +130,31 @@ class MetricsExporter:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.push_failures = 0  # pushes that failed (their metrics were dropped, with a warning)
+        if pushgateway_url:
+            self.check_pushgateway()
+
+    def check_pushgateway(self, timeout_s: float = 3.0) -> bool:
+        """Whether the Pushgateway answers; warns (at the start, before any step) when it does not. A later push
+        to a gateway that is down drops that step's metrics with a warning, it never stops training."""
+        import urllib.error
+        import urllib.request
+
+        url = str(self.pushgateway_url)
+        target = url if "://" in url else f"http://{url}"
+        try:
+            with urllib.request.urlopen(target.rstrip("/") + "/-/healthy", timeout=timeout_s):
+                return True
+        except urllib.error.HTTPError:
+            return True  # something answers HTTP there: pushes will say what is wrong
+        except (OSError, ValueError) as e:
+            logger.warning(
+                "Pushgateway %s is not reachable (%s: %s); metrics will be dropped until it is",
+                url,
+                type(e).__name__,
+                e,
+            )
+            return False
 
     # ------------------------------------------------------------------------------------------------ export
     def export(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
@@ -160,7 +185,19 @@ class MetricsExporter:
             self._gauges["verl_global_step"].labels(namespace=ns).set(int(step))
             exported["verl_global_step"] = float(step)
         if self.pushgateway_url:
-            self.push()
+            try:
+                self.push()
+            except Exception as e:  # an unreachable or failing Pushgateway costs these metrics, never the run
+                self.push_failures += 1
+                if self.push_failures == 1 or self.push_failures % 100 == 0:
+                    logger.warning(
+                        "metrics of step %d not pushed to %s (%s: %s); training goes on, %d pushes failed so far",
+                        step,
+                        self.pushgateway_url,
+                        type(e).__name__,
+                        e,
+                        self.push_failures,
+                    )
         return exported
 
     def hook(self, step: int, metrics: Mapping[str, Any]) -> None:

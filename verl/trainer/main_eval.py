@@ -71,7 +71,7 @@ class EvalModelConfig:
     path: Optional[str] = None
     tokenizer_path: Optional[str] = None
     trust_remote_code: bool = False
-    dtype: str = "float32"
+    dtype: str = "auto"
 
 
 @dataclass
@@ -85,7 +85,7 @@ class EvalRolloutConfig:
     top_k: int = -1
     response_length: int = 256
     max_num_seqs: int = 64
-    dtype: str = "float32"
+    dtype: str = "auto"
     seed: Optional[int] = 0
 
 
@@ -328,13 +328,15 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.device import get_device_name, get_torch_device
     from verl.utils.model_loader import load_causal_lm, load_tokenizer
+    from verl.utils.precision import resolve_dtype
     from verl.workers.rollout.hf_rollout import HFRollout
 
     with tempfile.TemporaryDirectory(prefix="verl-eval-") as workdir:
         model_dir = _resolve_model_dir(str(cfg.model.path), workdir)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir, trust_remote_code=cfg.model.trust_remote_code)
         device = get_torch_device(get_device_name(cfg.trainer.device))
-        model = load_causal_lm(model_dir, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+        weights_dtype = resolve_dtype(str(cfg.model.dtype), device)
+        model = load_causal_lm(model_dir, dtype=weights_dtype, trust_remote_code=cfg.model.trust_remote_code)
         model.to(device)
     data_section = {
         "prompt_key": cfg.data.prompt_key,

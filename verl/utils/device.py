@@ -50,18 +50,3 @@ def init_distributed_if_needed(device_name: str) -> bool:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         torch.distributed.init_process_group(backend=distributed_backend(device_name))
     return True
-
-
-def autocast_dtype(name: str) -> torch.dtype:
-    """Map a config dtype name (``bfloat16``/``bf16``, ``float16``/``fp16``, ``float32``/``fp32``) to torch."""
-    table = {
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "float32": torch.float32,
-        "fp32": torch.float32,
-    }
-    if name not in table:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(table)}")
-    return table[name]

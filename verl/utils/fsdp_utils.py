@@ -28,11 +28,32 @@ def is_fsdp_module(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def apply_fsdp2(
-    model: nn.Module, reshard_after_forward: bool = True, param_dtype: torch.dtype | None = None
-) -> nn.Module:
-    """Shard ``model`` in place over the default process group: each decoder layer, then the root.
+def fsdp_mesh(device_type: str, fsdp_size: int = -1):
+    """The device mesh of ``fsdp_config.fsdp_size`` over the default process group, or None for plain FSDP.
 
+    ``-1`` (or the world size) shards every parameter over all ranks: None, i.e. the default group. A divisor ``k``
+    of the world size gives a 2-D mesh ``(world / k, k)`` named ``("ddp", "fsdp")``: ``fully_shard`` on it shards
+    within each group of ``k`` consecutive ranks and replicates across groups (hybrid sharding, HSDP), so gradients
+    are reduce-scattered inside a group and all-reduced between groups.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    size = int(fsdp_size)
+    if size == -1 or size >= world:
+        return None
+    if size < 1 or world % size != 0:
+        raise ValueError(f"fsdp_config.fsdp_size={size} must be -1 or a positive divisor of the world size {world}")
+    return init_device_mesh(device_type, (world // size, size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def apply_fsdp2(
+    model: nn.Module, reshard_after_forward: bool = True, param_dtype: torch.dtype | None = None, mesh=None
+) -> nn.Module:
+    """Shard ``model`` in place: each decoder layer, then the root.
+
+    ``mesh``: None shards over the default process group, on the device the parameters are on; a 2-D mesh from
+    :func:`fsdp_mesh` gives hybrid sharding.
     ``param_dtype`` (e.g. bf16) makes FSDP gather parameters in that dtype for compute while the sharded master
     copy and the gradients' reduction stay fp32.
     """
@@ -42,6 +63,14 @@ def apply_fsdp2(
     kwargs = {"reshard_after_forward": reshard_after_forward}
     if mp is not None:
         kwargs["mp_policy"] = mp
+    if mesh is None:
+        # fully_shard's own default mesh is on CUDA whenever a GPU is visible, which would move a CPU model (gloo
+        # group) to the GPU: shard on the device the parameters are on instead
+        from torch.distributed.device_mesh import init_device_mesh
+
+        device_type = next((p.device.type for p in model.parameters()), "cpu")
+        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    kwargs["mesh"] = mesh
     layer_names = _layer_class_names(model)
     for module in model.modules():
         if type(module).__name__ in layer_names:
@@ -108,9 +137,33 @@ def set_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optim
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     full = dist.is_initialized()
+    # strict=False: a trainable parameter that never received a gradient (a critic's unused LM head) has no Adam
+    # state when saved, exactly as in the optimizer that is being restored
     set_optimizer_state_dict(
-        model, optimizer, state_dict, options=StateDictOptions(full_state_dict=full, broadcast_from_rank0=full)
+        model,
+        optimizer,
+        state_dict,
+        options=StateDictOptions(full_state_dict=full, broadcast_from_rank0=full, strict=False),
     )
+
+
+def full_tensor_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole of a parameter on CPU: a sharded (DTensor) one is gathered first, a collective on its mesh."""
+    from torch.distributed.tensor import DTensor
+
+    tensor = tensor.detach()
+    if isinstance(tensor, DTensor):
+        tensor = tensor.full_tensor()
+    return tensor.cpu()
+
+
+def iter_full_params_layered(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Like :func:`iter_full_params` but gathering one parameter at a time (``rollout.layered_summon``): the peak
+    extra memory is one layer's largest tensor instead of the whole model. Every rank must drain the iterator (each
+    step is a collective on sharded models); all ranks receive the tensors."""
+    # state_dict(keep_vars=True) names exactly what the full state dict names, without gathering anything yet
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        yield name, full_tensor_cpu(tensor)
 
 
 def iter_full_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

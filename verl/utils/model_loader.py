@@ -253,6 +253,10 @@ def _load_config(local: str, trust_remote_code: bool, override_config: Mapping[s
 def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    if str(dtype) == "auto":  # weights loaded on the host first: the host CPU's rule
+        from verl.utils.precision import resolve_dtype
+
+        return resolve_dtype("auto", "cpu")
     aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16", "float": "float32"}
     value = getattr(torch, aliases.get(str(dtype), str(dtype)), None)
     if not isinstance(value, torch.dtype):

@@ -1,7 +1,8 @@
 """Optimizer and learning-rate schedules built from an ``optim`` config section (``actor.optim``, ``critic.optim``).
 
 Keys (verl's names): ``lr``, ``betas``, ``eps``, ``weight_decay``, ``lr_warmup_steps``, ``lr_warmup_steps_ratio``,
-``warmup_style`` (``constant`` | ``cosine``; ``lr_scheduler_type`` is accepted as its newer name), ``min_lr_ratio``,
+``lr_scheduler_type`` (``constant`` | ``cosine``; ``warmup_style`` is its deprecated name and wins when set, as in
+verl), ``min_lr_ratio``,
 ``num_cycles``, ``total_training_steps``.
 """
 
@@ -129,7 +130,8 @@ def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
 
 
 def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_steps: int | None = None) -> LambdaLR:
-    """The scheduler named by ``warmup_style`` (or ``lr_scheduler_type``): ``constant`` or ``cosine``.
+    """The scheduler named by ``lr_scheduler_type`` (or the deprecated ``warmup_style`` when that is set):
+    ``constant`` or ``cosine``.
 
     ``total_training_steps`` defaults to ``optim_config.total_training_steps``; warmup comes from
     :func:`resolve_warmup_steps`. The cosine schedule needs a positive total.
@@ -138,12 +140,13 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
     if total is None or total <= 0:
         total = int(_get(optim_config, "total_training_steps", -1))
     warmup = resolve_warmup_steps(optim_config, total)
-    style = str(_get(optim_config, "lr_scheduler_type", _get(optim_config, "warmup_style", "constant")))
+    # verl: warmup_style, when given, overrides lr_scheduler_type (it is the older name of the same setting)
+    style = str(_get(optim_config, "warmup_style", None) or _get(optim_config, "lr_scheduler_type", "constant"))
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
         if total <= 0:
-            raise ValueError(f"optim.warmup_style=cosine needs total_training_steps > 0, got {total}")
+            raise ValueError(f"optim.lr_scheduler_type=cosine needs total_training_steps > 0, got {total}")
         return get_cosine_schedule_with_warmup(
             optimizer,
             num_warmup_steps=warmup,
@@ -151,4 +154,4 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
             min_lr_ratio=float(_get(optim_config, "min_lr_ratio", 0.0)),
             num_cycles=float(_get(optim_config, "num_cycles", 0.5)),
         )
-    raise ValueError(f"optim.warmup_style={style!r} is not supported; expected 'constant' or 'cosine'")
+    raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

@@ -1,24 +1,31 @@
-"""Run untrusted Python (e.g. model-written code) in a separate, resource-limited, network-less subprocess.
+"""Run untrusted Python (e.g. model-written code) in a jail: its own namespaces, an unprivileged user, limits.
 
-Layers of isolation, from strongest to weakest:
+What the program gets (see :mod:`verl.utils.sandbox_setup`, which builds it, and docs/reliability.md):
 
-1. a new network namespace (``unshare -n``, or ``unshare -rn`` for unprivileged users) when the host allows it:
-   the child sees only a down loopback interface, so no packet leaves;
-2. in any case a preamble that runs before the user code and replaces socket creation with an error;
-3. ``python -I`` (isolated mode: no user site, no ``PYTHON*`` variables, script dir not on ``sys.path``), a
-   minimal environment and a fresh temporary working directory that is deleted afterwards;
-4. resource limits set in the child before ``exec``: address space (``RLIMIT_AS``), CPU seconds (``RLIMIT_CPU``),
-   output file size (``RLIMIT_FSIZE``, which also caps what stdout/stderr can write), no core files, a new session
-   so the whole process group is killed on timeout.
+- its own **mount, PID, network, IPC and UTS namespaces** (``unshare``; plus a user namespace when the trainer is
+  not root): no network interface but a down loopback, no view of the trainer's or anyone else's processes
+  (``/proc`` shows only its own, so no ``/proc/<pid>/environ``), no System V IPC with the host;
+- an **unprivileged uid/gid** (a fresh, otherwise unused id per run when the trainer runs as root) and no
+  supplementary groups, so root-only files stay unreadable;
+- a **read-only view of the system**, with ``/root``, ``/home``, ``/run``, ``/mnt``, ``/media``, ``/srv`` replaced by
+  empty directories (the interpreter's installation is bound back so Python starts), and a private, size-limited
+  ``tmpfs`` at ``/tmp`` holding its working directory ``/tmp/run``: all it writes vanishes with the run;
+- limits: address space (``RLIMIT_AS``), CPU seconds, output/file size (``RLIMIT_FSIZE``), processes
+  (``RLIMIT_NPROC``, so a fork bomb stops), no core files;
+- a minimal environment (``python -I``, no variables of the trainer) and socket creation disabled in Python;
+- the **whole process tree killed** when the call ends: the program is PID 1 of its PID namespace, so when it exits
+  or is killed (wall-clock limit) the kernel kills every process it left, ``setsid`` or not.
 
-This is a sandbox for mistakes and casual misbehaviour of generated code, not a hardened jail against a determined
-attacker; for that run rewards on a separate machine (see ``reward_model.remote``).
+The namespaces are detected once per process (:func:`sandbox_support`); where the machine offers none,
+:class:`SandboxUnavailableError` says why instead of running the code with weaker isolation.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -27,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-__all__ = ["SandboxResult", "network_namespace_command", "run_python_sandboxed"]
+__all__ = ["SandboxResult", "SandboxUnavailableError", "run_python_sandboxed", "sandbox_support"]
 
 # Runs in the child before the user's code. It keeps `socket` importable (plenty of harmless code imports it) but
 # makes every way of creating a socket raise, then runs the user's file as __main__.
@@ -58,6 +65,14 @@ sys.argv = [_target]
 runpy.run_path(_target, run_name="__main__")
 """
 
+# With the network allowed: just run the program.
+_RUN_ONLY_LAUNCHER = r"""
+import runpy, sys
+_target = sys.argv[1]
+sys.argv = [_target]
+runpy.run_path(_target, run_name="__main__")
+"""
+
 
 @dataclass
 class SandboxResult:
@@ -70,6 +85,7 @@ class SandboxResult:
         timed_out: the time limit was hit (wall clock, or the CPU-time limit: SIGXCPU) and the program was killed.
         duration_s: wall-clock seconds.
         network_isolated: a network namespace was used (not just the socket preamble).
+        setup_failed: the jail could not be built (``stderr`` says why); the program did not run.
     """
 
     returncode: int | None
@@ -78,6 +94,7 @@ class SandboxResult:
     timed_out: bool
     duration_s: float
     network_isolated: bool = False
+    setup_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -86,6 +103,8 @@ class SandboxResult:
 
     def describe(self) -> str:
         """A one-line human description of how the run ended."""
+        if self.setup_failed:
+            return "the sandbox could not be built: " + (self.stderr.strip().splitlines() or [""])[-1][:300]
         if self.timed_out:
             return f"timed out after {self.duration_s:.1f}s"
         if self.returncode is None:
@@ -98,40 +117,81 @@ class SandboxResult:
         return f"exit status {self.returncode}" + (f": {tail[0][:200]}" if self.returncode else "")
 
 
-def _try(cmd: list[str]) -> bool:
+_SETUP_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_setup.py")
+_NAMESPACES = ("--mount", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child=SIGKILL")
+# directories replaced by empty ones: home directories, root's, runtime sockets and secrets, mounted media
+HIDDEN_DIRS = ("/root", "/home", "/run", "/mnt", "/media", "/srv")
+_SETUP_FAILED = 125
+
+
+class SandboxUnavailableError(RuntimeError):
+    """This machine cannot build the sandbox (no ``unshare``, or namespaces are not permitted)."""
+
+
+def _probe(cmd: list[str]) -> str:
     try:
-        return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+        done = subprocess.run(cmd, capture_output=True, timeout=20, text=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
 
 
 @functools.lru_cache(maxsize=1)
-def network_namespace_command() -> tuple[str, ...]:
-    """The ``unshare`` prefix that gives a child its own empty network namespace here, or ``()`` if none works."""
+def sandbox_support() -> tuple[str, ...]:
+    """The ``unshare`` command prefix (without ``--net``) that builds the jail on this machine.
+
+    Tried once per process: as root the namespaces directly; otherwise inside a new user namespace
+    (``--user --map-root-user``), where the program keeps the trainer's unprivileged uid on the host.
+    Raises :class:`SandboxUnavailableError` naming what failed.
+    """
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailableError(f"the code sandbox needs Linux namespaces; this platform is {sys.platform}")
     exe = shutil.which("unshare")
-    if exe is None or not sys.platform.startswith("linux"):
-        return ()
-    for prefix in ((exe, "-n"), (exe, "-r", "-n")):
-        if _try([*prefix, "--", "true"]):
+    if exe is None:
+        raise SandboxUnavailableError("the code sandbox needs the `unshare` command (util-linux), not found on PATH")
+    tried = []
+    candidates = [(exe, *_NAMESPACES)] if os.geteuid() == 0 else []
+    candidates.append((exe, "--user", "--map-root-user", *_NAMESPACES))
+    for prefix in candidates:
+        why = _probe([*prefix, "--net", "--", sys.executable, "-I", "-c", "pass"])
+        if not why:
             return prefix
-    return ()
+        tried.append(f"{' '.join(prefix[1:])}: {why}")
+    raise SandboxUnavailableError(
+        "the code sandbox cannot create namespaces here (" + "; ".join(tried) + "). In a container, allow "
+        "unprivileged user namespaces or run with CAP_SYS_ADMIN; or score code on a separate machine "
+        "(reward_model.sandbox_fusion.url / reward_model.remote.url)"
+    )
+
+
+def _reveal_paths(python: str) -> list[str]:
+    """Installation directories the interpreter needs, kept visible even under a hidden directory."""
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    real = os.path.realpath(python)
+    found.add(os.path.dirname(os.path.dirname(real)))  # <prefix>/bin/python -> <prefix>
+    return sorted(found)
 
 
 def _limits(memory_mb: int, cpu_s: int, max_output_bytes: int) -> None:
-    """Runs in the child between fork and exec: hard resource limits (inherited by anything it starts)."""
+    """Runs in the launcher between fork and exec: the same limits, so even the setup cannot run away."""
     import resource
 
-    mem = int(memory_mb) * 1024 * 1024
+    mem = int(memory_mb) * 1024 * 1024 + (256 << 20)  # the setup stage needs a little more than the program
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (max_output_bytes, max_output_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s + 5, cpu_s + 6))
 
 
 def _read_capped(path: str, limit: int) -> str:
     with open(path, "rb") as f:
         data = f.read(limit)
     return data.decode("utf-8", errors="replace")
+
+
+def _run_uid() -> int:
+    # A fresh id per run (no passwd entry needed): RLIMIT_NPROC counts per uid, so concurrent runs do not share
+    # one budget, and no file on the host belongs to it.
+    return 2_000_000 + secrets.randbelow(1_000_000)
 
 
 def run_python_sandboxed(
@@ -142,90 +202,102 @@ def run_python_sandboxed(
     allow_network: bool = False,
     max_output_bytes: int = 1 << 20,
     python: str | None = None,
+    max_processes: int = 32,
+    tmp_mb: int = 64,
 ) -> SandboxResult:
-    """Run the Python source ``code`` in a sandboxed subprocess and return what happened.
+    """Run the Python source ``code`` in the jail described in the module docstring and return what happened.
 
     Args:
-        code: the program, run as ``__main__`` from a file in a fresh temporary directory (its working dir).
+        code: the program, run as ``__main__`` from ``/tmp/run/main.py`` (its working dir) inside the jail.
         stdin: text fed to the program's standard input.
-        timeout_s: wall-clock limit; on expiry the whole process group is killed (``SIGKILL``). The CPU limit is
-            the same number of seconds, rounded up.
-        memory_mb: address-space limit of the child (``RLIMIT_AS``).
-        allow_network: keep the network (no namespace, no socket preamble). Off by default.
+        timeout_s: wall-clock limit; on expiry the jail is killed (``SIGKILL``), every process in it included. The
+            CPU limit is the same number of seconds, rounded up.
+        memory_mb: address-space limit of each process (``RLIMIT_AS``).
+        allow_network: keep the host network (no network namespace, no socket preamble). Off by default.
         max_output_bytes: cap on each of stdout and stderr (and on any file the program writes).
         python: the interpreter (default: the current one).
+        max_processes: ``RLIMIT_NPROC`` of the run's uid (the program and everything it starts).
+        tmp_mb: size of the writable ``/tmp``.
+
+    Raises:
+        SandboxUnavailableError: the machine cannot build the jail.
     """
     if not isinstance(code, str):
         raise TypeError(f"run_python_sandboxed: code must be a string, got {type(code).__name__}")
     if timeout_s <= 0 or memory_mb <= 0:
         raise ValueError(f"run_python_sandboxed: timeout_s ({timeout_s}) and memory_mb ({memory_mb}) must be > 0")
-    if not sys.platform.startswith("linux") and not sys.platform == "darwin":
-        raise RuntimeError(f"run_python_sandboxed needs POSIX resource limits; platform {sys.platform} has none")
+    if max_processes < 1 or tmp_mb < 1:
+        raise ValueError(f"run_python_sandboxed: max_processes ({max_processes}) and tmp_mb ({tmp_mb}) must be >= 1")
+    prefix = sandbox_support()
+    python = python or sys.executable
     root = tempfile.mkdtemp(prefix="verl-sandbox-")
     try:
-        # the program's working dir holds only its own file; the plumbing (io files, launcher) sits beside it
-        workdir = os.path.join(root, "run")
-        os.mkdir(workdir)
-        program = os.path.join(workdir, "main.py")
-        with open(program, "w", encoding="utf-8") as f:
+        os.chmod(root, 0o700)
+        paths = {n: os.path.join(root, n) for n in ("main.py", "launcher.py", "config.json", "stdin", "out", "err")}
+        with open(paths["main.py"], "w", encoding="utf-8") as f:
             f.write(code)
-        in_path, out_path, err_path = (os.path.join(root, n) for n in ("stdin", "stdout", "stderr"))
-        with open(in_path, "w", encoding="utf-8") as f:
+        with open(paths["launcher.py"], "w", encoding="utf-8") as f:
+            f.write(_RUN_ONLY_LAUNCHER if allow_network else _LAUNCHER)
+        with open(paths["stdin"], "w", encoding="utf-8") as f:
             f.write(stdin)
-        cmd = [python or sys.executable, "-I"]
-        prefix: tuple[str, ...] = ()
-        if allow_network:
-            cmd.append(program)
-        else:
-            launcher = os.path.join(root, "launcher.py")
-            with open(launcher, "w", encoding="utf-8") as f:
-                f.write(_LAUNCHER)
-            cmd += [launcher, program]
-            prefix = network_namespace_command()
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         cpu_s = max(1, int(timeout_s + 0.999))
+        uid = _run_uid() if os.geteuid() == 0 else None
+        config = {
+            "program": paths["main.py"],
+            "launcher": paths["launcher.py"],
+            "python": python,
+            "uid": uid,
+            "gid": uid,
+            "memory_mb": int(memory_mb),
+            "cpu_s": cpu_s,
+            "max_output_bytes": int(max_output_bytes),
+            "max_processes": int(max_processes),
+            "tmp_mb": int(tmp_mb),
+            "hide": list(HIDDEN_DIRS),
+            "reveal": _reveal_paths(python),
+        }
+        with open(paths["config.json"], "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        net = () if allow_network else ("--net",)
+        cmd = [*prefix, *net, "--", python, "-I", _SETUP_SCRIPT, paths["config.json"]]
         start = time.monotonic()
         timed_out = False
-        with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+        with open(paths["stdin"], "rb") as fin, open(paths["out"], "wb") as fout, open(paths["err"], "wb") as ferr:
             try:
                 proc = subprocess.Popen(
-                    [*prefix, *cmd] if prefix else cmd,
+                    cmd,
                     stdin=fin,
                     stdout=fout,
                     stderr=ferr,
-                    cwd=workdir,
-                    env=env,
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
                     start_new_session=True,
                     close_fds=True,
                     preexec_fn=functools.partial(_limits, memory_mb, cpu_s, max_output_bytes),
                 )
             except OSError as e:
-                return SandboxResult(None, "", f"cannot start the sandbox: {e}", False, 0.0, bool(prefix))
+                return SandboxResult(None, "", f"cannot start the sandbox: {e}", False, 0.0, not allow_network, True)
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                # unshare dies, its child (PID 1 of the namespace) gets its parent-death SIGKILL, and the kernel
+                # kills every other process of the namespace
+                os.killpg(proc.pid, signal.SIGKILL)
                 returncode = proc.wait()
-            else:
-                # children the program left running die with it
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         duration = time.monotonic() - start
+        stderr = _read_capped(paths["err"], max_output_bytes)
+        setup_failed = returncode == _SETUP_FAILED and "sandbox setup:" in stderr
         # the CPU-time limit (RLIMIT_CPU, = the time limit) can stop a busy program just before the wall clock does
         timed_out = timed_out or returncode == -signal.SIGXCPU
         return SandboxResult(
             returncode=returncode,
-            stdout=_read_capped(out_path, max_output_bytes),
-            stderr=_read_capped(err_path, max_output_bytes),
+            stdout=_read_capped(paths["out"], max_output_bytes),
+            stderr=stderr,
             timed_out=timed_out,
             duration_s=duration,
-            network_isolated=bool(prefix),
+            network_isolated=not allow_network,
+            setup_failed=setup_failed,
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -144,18 +144,54 @@ class _ConsoleBackend:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("step %d metrics: %s", step, json.dumps(data, sort_keys=True, default=str))
 
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        out = self.stream or sys.stdout
+        print(f"step {step} | {len(rows)} validation generations:", file=out)
+        for row in rows:
+            one_line = " ".join(str(row["output"]).split())
+            print(
+                f"  [score {_fmt(float(row['score']))}] {' '.join(str(row['input']).split())!r} -> {one_line!r}",
+                file=out,
+            )
+        out.flush()
+
     def finish(self) -> None:
         pass
+
+
+def _drop_rows_after(path: str, step: int) -> int:
+    """Rewrite the JSONL file ``path`` (atomically) without the rows whose ``step`` is above ``step``; returns how
+    many were dropped. A resumed run redoes those steps, so keeping them would log each of them twice."""
+    if not os.path.isfile(path):
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row_step = json.loads(line).get("step")
+            except (json.JSONDecodeError, AttributeError):
+                row_step = None  # a torn last line of a killed run: not a row of any step
+            if isinstance(row_step, int) and row_step <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+            else:
+                dropped += 1
+    if dropped:
+        atomic_write_text(path, "".join(kept))
+        logger.warning("%s: dropped %d rows after step %d (those steps run again)", path, dropped, step)
+    return dropped
 
 
 class _FileBackend:
     """JSONL: one ``{"step": N, "metrics": {...}}`` per line in ``<log_dir>/metrics.jsonl``, flushed every step."""
 
-    def __init__(self, log_dir: str, config: dict[str, Any] | None) -> None:
+    def __init__(self, log_dir: str, config: dict[str, Any] | None, keep_through_step: int | None = None) -> None:
         makedirs(log_dir)
         self.path = os.path.join(log_dir, "metrics.jsonl")
         if config is not None:
             atomic_write_text(os.path.join(log_dir, "config.json"), json.dumps(config, indent=2, default=str))
+        if keep_through_step is not None:
+            for name in ("metrics.jsonl", "val_generations.jsonl"):
+                _drop_rows_after(os.path.join(log_dir, name), keep_through_step)
         # Append: a resumed run continues the same file.
         self._f = open(self.path, "a", encoding="utf-8")
 
@@ -173,6 +209,13 @@ class _FileBackend:
             record["nonfinite"] = nonfinite
         self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """Append one ``{"step", "input", "output", "score"}`` line per row to ``val_generations.jsonl``."""
+        path = os.path.join(os.path.dirname(self.path), "val_generations.jsonl")
+        with open(path, "a", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps({"step": step, **row}, default=str) + "\n")
 
     def finish(self) -> None:
         if not self._f.closed:
@@ -194,6 +237,17 @@ class _TensorboardBackend:
     def log(self, data: dict[str, int | float], step: int) -> None:
         for k, v in data.items():
             self.writer.add_scalar(k, v, global_step=step)
+        self.writer.flush()
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """A markdown table under the text tag ``val/generations``."""
+
+        def cell(value: Any) -> str:
+            return " ".join(str(value).split()).replace("|", "\\|")
+
+        lines = ["| input | output | score |", "|---|---|---|"]
+        lines += [f"| {cell(r['input'])} | {cell(r['output'])} | {_fmt(float(r['score']))} |" for r in rows]
+        self.writer.add_text("val/generations", "\n".join(lines), global_step=step)
         self.writer.flush()
 
     def finish(self) -> None:
@@ -224,6 +278,12 @@ class _WandbBackend:
 
     def log(self, data: dict[str, int | float], step: int) -> None:
         self.wandb.log(data, step=step)
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        table = self.wandb.Table(columns=["step", "input", "output", "score"])
+        for row in rows:
+            table.add_data(step, row["input"], row["output"], float(row["score"]))
+        self.wandb.log({"val/generations": table}, step=step)
 
     def finish(self) -> None:
         self.wandb.finish()
@@ -264,6 +324,12 @@ class _MlflowBackend:
         # MLflow metric names allow only alphanumerics, '_', '-', '.', ' ' and '/'.
         self.mlflow.log_metrics({_MLFLOW_BAD_CHARS.sub("_", k): float(v) for k, v in data.items()}, step=step)
 
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        self.mlflow.log_table(
+            {k: [r[k] for r in rows] for k in ("input", "output", "score")},
+            artifact_file=f"val_generations/step_{step}.json",
+        )
+
     def finish(self) -> None:
         self.mlflow.end_run()
 
@@ -279,6 +345,9 @@ class Tracking:
         log_dir: directory for ``metrics.jsonl``, ``tensorboard/``, ``wandb/``, ``mlruns/``
             (default ``outputs/<project>/<experiment>/logs``).
         namespace: if set, everything is written under ``<log_dir>/<namespace>``; metric keys are untouched.
+        keep_through_step: the step a run starts after (the resumed step, -1 for a fresh run): rows of later steps
+            already in ``metrics.jsonl`` / ``val_generations.jsonl`` are dropped, so no step is logged twice.
+            None keeps the files as they are.
 
     Example::
 
@@ -295,6 +364,7 @@ class Tracking:
         config: Any = None,
         log_dir: str | None = None,
         namespace: str | None = None,
+        keep_through_step: int | None = None,
     ) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         for name in backends:
@@ -309,6 +379,7 @@ class Tracking:
         base = log_dir if log_dir is not None else os.path.join("outputs", project_name, experiment_name, "logs")
         self.log_dir = namespaced_path(base, namespace)
         config_dict = _config_to_dict(config)
+        self._keep_through_step = keep_through_step
         self.logger: dict[str, Any] = {}
         self._metrics_path = os.path.join(self.log_dir, "metrics.jsonl") if "file" in backends else None
         try:
@@ -323,7 +394,7 @@ class Tracking:
         if name == "console":
             return _ConsoleBackend()
         if name == "file":
-            return _FileBackend(self.log_dir, config)
+            return _FileBackend(self.log_dir, config, self._keep_through_step)
         if name == "tensorboard":
             return _TensorboardBackend(self.log_dir, config)
         if name == "wandb":
@@ -344,6 +415,23 @@ class Tracking:
         for name in names:
             if name in self.logger:
                 self.logger[name].log(scalars, int(step))
+
+    def log_generations(self, rows: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log validation generations as a table (``trainer.log_val_generations``): each row has ``input``,
+        ``output`` and ``score``. Console: printed; file: ``val_generations.jsonl``; tensorboard: a markdown text
+        table; wandb: a ``wandb.Table``; mlflow: a JSON table artifact. All under the name ``val/generations``."""
+        if not isinstance(step, numbers.Integral):
+            raise ValueError(f"Tracking.log_generations: step must be an int, got {type(step).__name__}: {step!r}")
+        clean = []
+        for i, row in enumerate(rows):
+            missing = {"input", "output", "score"} - set(row)
+            if missing:
+                raise ValueError(f"Tracking.log_generations: row {i} lacks {sorted(missing)}")
+            clean.append({"input": str(row["input"]), "output": str(row["output"]), "score": float(row["score"])})
+        if not clean:
+            return
+        for backend in self.logger.values():
+            backend.log_generations(clean, int(step))
 
     def finish(self) -> None:
         """Flush and close every backend (safe to call twice)."""

@@ -22,7 +22,9 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import fsdp_utils
 from verl.utils.checkpoint import checkpoint_manager as ckpt
-from verl.utils.device import autocast_dtype, get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.precision import resolve_dtype
+from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,29 @@ def _is_already_placed(module: torch.nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in module.parameters())
 
 
+def _shard(worker: Worker, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
+    """FSDP2 over all ranks, or hybrid sharding over groups of ``fsdp_config.fsdp_size`` ranks; one rank: as is."""
+    if worker.world_size <= 1 or _is_already_placed(module):
+        return module
+    mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.get("fsdp_size", -1)))
+    return fsdp_utils.apply_fsdp2(
+        module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), mesh=mesh
+    )
+
+
+def _loaded(policy: OffloadPolicy | None, with_optimizer: bool = False):
+    """The offloaded model (and optimizer state) on the device for a block; nothing without a policy."""
+    return policy.loaded(with_optimizer) if policy is not None else nullcontext()
+
+
+def _enable_ulysses(module: torch.nn.Module) -> None:
+    """Give the transformers model under ``module`` (a PEFT wrapper, ...) the sequence-parallel attention."""
+    from verl.utils.ulysses import enable_ulysses_attention
+
+    inner = module.get_base_model() if hasattr(module, "get_base_model") else module
+    enable_ulysses_attention(inner)
+
+
 class ActorRolloutRefWorker(Worker):
     """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
 
@@ -114,10 +139,18 @@ class ActorRolloutRefWorker(Worker):
         self.compute_device = get_torch_device(self.device_name)
 
         n = int(self.config.rollout.n)
+        # Ulysses: a group of sp ranks pools its rows, so a mini-batch splits over world / sp data-parallel groups
+        self.actor_sp = int(self.config.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+        self.ref_sp = int(self.config.ref.get("ulysses_sequence_parallel_size", 1) or 1)
+        self._sp_groups: dict[int, Any] = {}
+        self.actor_offload = self.ref_offload = None
         if self._is_actor:
             actor = self.config.actor
             actor.ppo_mini_batch_size = _per_rank_sequences(
-                int(actor.ppo_mini_batch_size), n, self.world_size, "actor_rollout_ref.actor.ppo_mini_batch_size"
+                int(actor.ppo_mini_batch_size),
+                n,
+                self.world_size // self.actor_sp,
+                "actor_rollout_ref.actor.ppo_mini_batch_size",
             )
         self.actor_module: torch.nn.Module | None = None
         self.ref_module: torch.nn.Module | None = None
@@ -164,17 +197,14 @@ class ActorRolloutRefWorker(Worker):
             module.eval()
             return module
         if self._is_lora:
-            from peft import LoraConfig, TaskType, get_peft_model
+            from verl.utils.lora import apply_lora
 
-            target = model_cfg.get("target_modules", "all-linear")
-            lora = LoraConfig(
-                task_type=TaskType.CAUSAL_LM,
-                r=int(model_cfg.lora_rank),
-                lora_alpha=int(model_cfg.get("lora_alpha", 16)),
-                target_modules=target if isinstance(target, str) else list(target),
-                bias="none",
+            module = apply_lora(
+                module,
+                int(model_cfg.lora_rank),
+                int(model_cfg.get("lora_alpha", 16)),
+                model_cfg.get("target_modules", "all-linear"),
             )
-            module = get_peft_model(module, lora)
         if model_cfg.get("enable_gradient_checkpointing", False):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if hasattr(module, "enable_input_require_grads"):
@@ -182,11 +212,17 @@ class ActorRolloutRefWorker(Worker):
         return module
 
     def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
-        if self.world_size <= 1 or _is_already_placed(module):
-            return module
-        return fsdp_utils.apply_fsdp2(
-            module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True))
-        )
+        return _shard(self, module, fsdp_config)
+
+    def _sp_group(self, size: int) -> Any:
+        """The sequence-parallel group of ``size`` ranks this rank belongs to (None for size 1); built once."""
+        if size <= 1:
+            return None
+        if size not in self._sp_groups:
+            from verl.utils.ulysses import sequence_parallel_group
+
+            self._sp_groups[size] = sequence_parallel_group(self.compute_device.type, size)
+        return self._sp_groups[size]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -213,10 +249,10 @@ class ActorRolloutRefWorker(Worker):
             ref_source = copy.deepcopy(given)  # the reference is the policy as it was before any update
 
         if self._is_actor or self._is_rollout:
-            self.actor_module = self._maybe_shard(
-                self._load_policy(self.model_path, trainable=self._is_actor, module=given),
-                self.config.actor.fsdp_config,
-            )
+            policy = self._load_policy(self.model_path, trainable=self._is_actor, module=given)
+            if self._is_actor and self.actor_sp > 1:
+                _enable_ulysses(policy)
+            self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
         if self._is_actor:
             self.actor_optimizer, self.actor_lr_scheduler = _ModelHolder.build_optimizer(
                 self.actor_module, self.config.actor.optim
@@ -227,22 +263,44 @@ class ActorRolloutRefWorker(Worker):
                 actor_optimizer=self.actor_optimizer,
                 lr_scheduler=self.actor_lr_scheduler,
                 use_remove_padding=use_remove_padding,
+                sp_group=self._sp_group(self.actor_sp),
             )
         if self._is_rollout:
             self._build_rollout()
         if self._is_ref:
+            ref_group = self._sp_group(self.ref_sp)
             if self._is_lora and self.actor_module is not None:
                 # the frozen base under the adapters is the reference policy
+                if ref_group is not None:
+                    _enable_ulysses(self.actor_module)
                 self.ref_policy = DataParallelPPOActor(
-                    config=self.config.actor, actor_module=self.actor_module, use_remove_padding=use_remove_padding
+                    config=self.config.actor,
+                    actor_module=self.actor_module,
+                    use_remove_padding=use_remove_padding,
+                    sp_group=ref_group,
                 )
             else:
-                self.ref_module = self._maybe_shard(
-                    self._load_policy(self.model_path, trainable=False, module=ref_source), self.config.ref.fsdp_config
-                )
+                ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
+                if ref_group is not None:
+                    _enable_ulysses(ref_model)
+                self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
                 self.ref_policy = DataParallelPPOActor(
-                    config=self.config.actor, actor_module=self.ref_module, use_remove_padding=use_remove_padding
+                    config=self.config.actor,
+                    actor_module=self.ref_module,
+                    use_remove_padding=use_remove_padding,
+                    sp_group=ref_group,
                 )
+                self.ref_offload = OffloadPolicy(
+                    self.ref_module, None, self.config.ref.fsdp_config, self.compute_device, "actor_rollout_ref.ref"
+                )
+        if self.actor_module is not None:
+            self.actor_offload = OffloadPolicy(
+                self.actor_module,
+                self.actor_optimizer,
+                self.config.actor.fsdp_config,
+                self.compute_device,
+                "actor_rollout_ref.actor.fsdp_config",
+            )
 
     def _resolve_rollout_name(self) -> str:
         """``rollout.name``, with ``auto`` resolved: vLLM where it is usable for this model and rank count, else
@@ -284,33 +342,44 @@ class ActorRolloutRefWorker(Worker):
         self.rollout = get_rollout_class("hf")(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
 
     def _rollout_weights(self):
-        """Full actor weights under the plain transformers names (LoRA adapters merged in)."""
+        """``(name, full tensor)`` of the actor under the plain transformers names (LoRA adapters merged in).
+
+        ``rollout.layered_summon``: a lazy iterator that gathers one tensor at a time (every rank must drain it);
+        otherwise everything is gathered up front (rank 0 receives the tensors).
+        """
         module = self.actor_module
+        layered = bool(self.config.rollout.get("layered_summon", False))
         if self._is_lora:
-            module.merge_adapter()
-            try:
-                base = module.get_base_model()
-                state = {}
-                for name, tensor in base.state_dict().items():
-                    if "lora_" in name:
-                        continue
-                    state[name.replace(".base_layer.", ".")] = tensor.detach().clone().cpu()
-            finally:
-                module.unmerge_adapter()
-            return state
-        state = fsdp_utils.get_full_model_state_dict(module)
+            items = self._merged_lora_weights(module)
+            return items if layered else iter(list(items))
+        if layered:
+            items = fsdp_utils.iter_full_params_layered(module)
+        else:
+            items = iter(fsdp_utils.get_full_model_state_dict(module).items())
         # a wrapper (e.g. verl.ActorModel) names its inner transformers model's weights "<prefix><name>"
         prefix = getattr(module, "weights_prefix", "")
         if prefix:
-            state = {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state.items()}
-        return state
+            items = ((k[len(prefix) :] if k.startswith(prefix) else k, v) for k, v in items)
+        return items
+
+    @staticmethod
+    def _merged_lora_weights(module):
+        module.merge_adapter()
+        try:
+            for name, tensor in module.get_base_model().state_dict(keep_vars=True).items():
+                if "lora_" not in name:
+                    yield name.replace(".base_layer.", "."), fsdp_utils.full_tensor_cpu(tensor).clone()
+        finally:
+            module.unmerge_adapter()
 
     def _sync_rollout_weights(self) -> None:
         if self.rollout is None or getattr(self, "rollout_name", "hf") == "hf":
             return
-        state = self._rollout_weights()
+        items = self._rollout_weights()
         if self.rank == 0 or not dist.is_initialized():
-            self.rollout.update_weights(iter(state.items()))
+            self.rollout.update_weights(items)
+        for _ in items:  # the other ranks take part in every gather; rank 0 drains what the engine left
+            pass
 
     # ------------------------------------------------------------------------------------------------ compute
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -320,8 +389,9 @@ class ActorRolloutRefWorker(Worker):
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
-        gather = fsdp_utils.full_params(self.actor_module) if self.rollout_name == "hf" else nullcontext()
-        with gather, torch.no_grad():
+        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
+        gather = fsdp_utils.full_params(self.actor_module) if on_actor else nullcontext()
+        with _loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return output.to("cpu")
 
@@ -335,36 +405,40 @@ class ActorRolloutRefWorker(Worker):
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
         actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
-        data = data.to(self.compute_device)
+        data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         self._log_prob_meta(data, self.config.rollout)
-        log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
+        with _loaded(self.actor_offload):
+            log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs}
         if entropys is not None:
             tensors["entropys"] = entropys
-        return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]}).to("cpu")
+        output = DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
+        return own_rows(output, rows).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
         ref_policy = self._require(self.ref_policy, "compute_ref_log_prob", ("ref", "actor_rollout_ref"))
-        data = data.to(self.compute_device)
+        data, rows = gather_group_batch(data.to(self.compute_device), ref_policy.sp_group)
         self._log_prob_meta(data, self.config.ref)
-        context = self.actor_module.disable_adapter() if self._is_lora and self.ref_module is None else nullcontext()
-        with context:
+        on_actor = self._is_lora and self.ref_module is None
+        context = self.actor_module.disable_adapter() if on_actor else nullcontext()
+        with _loaded(self.actor_offload if on_actor else self.ref_offload), context:
             log_probs, _ = ref_policy.compute_log_prob(data, calculate_entropy=False)
-        return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
+        return own_rows(DataProto.from_dict(tensors={"ref_log_prob": log_probs}), rows).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
         actor = self._require(self.actor, "update_actor", ("actor", "actor_rollout", "actor_rollout_ref"))
-        data = data.to(self.compute_device)
+        data, _ = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
-        metrics = actor.update_policy(data)
-        if self.actor_lr_scheduler is not None:
-            metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
-            self.actor_lr_scheduler.step()
-        self._sync_rollout_weights()
+        with _loaded(self.actor_offload, with_optimizer=True):
+            metrics = actor.update_policy(data)
+            if self.actor_lr_scheduler is not None:
+                metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+                self.actor_lr_scheduler.step()
+            self._sync_rollout_weights()
         return DataProto(meta_info={"metrics": metrics})
 
     # -------------------------------------------------------------------------------------------- checkpoints
@@ -375,22 +449,24 @@ class ActorRolloutRefWorker(Worker):
         ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) overrides ``actor.checkpoint.save_contents``
         for this call (the Python API's ``save_optimizer`` / ``save_training_state`` flags).
         """
-        _save_trainable(
-            self,
-            local_path,
-            self.actor_module,
-            self.actor_optimizer,
-            self.actor_lr_scheduler,
-            self.config.actor,
-            contents=save_contents,
-        )
+        with _loaded(self.actor_offload, with_optimizer=True):
+            _save_trainable(
+                self,
+                local_path,
+                self.actor_module,
+                self.actor_optimizer,
+                self.actor_lr_scheduler,
+                self.config.actor,
+                contents=save_contents,
+            )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
-        _load_trainable(
-            self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
-        )
-        self._sync_rollout_weights()
+        with _loaded(self.actor_offload, with_optimizer=True):
+            _load_trainable(
+                self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
+            )
+            self._sync_rollout_weights()
 
 
 def _save_trainable(
@@ -432,7 +508,10 @@ def _load_trainable(worker: Worker, path: str, module, optimizer, scheduler, sec
                 raise FileNotFoundError(f"checkpoint {path!r} has no LoRA adapter file {adapter_file!r}")
             set_peft_model_state_dict(module, load_file(adapter_file))
         else:
-            state = ckpt.load_model_state_dict(hf_dir) if (worker.rank == 0 or not dist.is_initialized()) else {}
+            # modules of the Python API save through their own save_pretrained; they read it back the same way
+            reader = getattr(module, "load_saved_state_dict", None)
+            read = reader if callable(reader) else ckpt.load_model_state_dict
+            state = read(hf_dir) if (worker.rank == 0 or not dist.is_initialized()) else {}
             fsdp_utils.set_full_model_state_dict(module, state)
     if "optimizer" in contents and optimizer is not None:
         optim_file = os.path.join(path, "optim.pt")
@@ -460,8 +539,10 @@ class CriticWorker(Worker):
         init_distributed_if_needed(self.device_name)
         self.compute_device = get_torch_device(self.device_name)
         n = int(self.config.get("rollout_n", 1))
+        self.sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
+        self.offload = None
         self.config.ppo_mini_batch_size = _per_rank_sequences(
-            int(self.config.ppo_mini_batch_size), n, self.world_size, "critic.ppo_mini_batch_size"
+            int(self.config.ppo_mini_batch_size), n, self.world_size // self.sp_size, "critic.ppo_mini_batch_size"
         )
         self.tokenizer = None
 
@@ -488,15 +569,20 @@ class CriticWorker(Worker):
                 attn_implementation=resolve_attn_implementation(
                     model_cfg.get("attn_implementation"), self.compute_device.type
                 ),
+                # critic.model.override_config: HF config fields of the value model (e.g. dropout), as for the actor
+                override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
             ).to(self.compute_device)
         elif not _is_already_placed(module):
             module = module.to(self.compute_device)
         if model_cfg.get("enable_gradient_checkpointing", False):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if self.world_size > 1 and not _is_already_placed(module):
-            module = fsdp_utils.apply_fsdp2(
-                module, reshard_after_forward=bool(self.config.fsdp_config.get("reshard_after_forward", True))
-            )
+        sp_group = None
+        if self.sp_size > 1:
+            from verl.utils.ulysses import sequence_parallel_group
+
+            _enable_ulysses(module)
+            sp_group = sequence_parallel_group(self.compute_device.type, self.sp_size)
+        module = _shard(self, module, self.config.fsdp_config)
         self.critic_module = module
         self.critic_optimizer, self.critic_lr_scheduler = _ModelHolder.build_optimizer(module, self.config.optim)
         self.critic = DataParallelPPOCritic(
@@ -505,22 +591,28 @@ class CriticWorker(Worker):
             critic_optimizer=self.critic_optimizer,
             lr_scheduler=self.critic_lr_scheduler,
             use_remove_padding=bool(model_cfg.get("use_remove_padding", False)),
+            sp_group=sp_group,
+        )
+        self.offload = OffloadPolicy(
+            module, self.critic_optimizer, self.config.fsdp_config, self.compute_device, "critic.fsdp_config"
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``[batch, response_len]`` of the current value model."""
-        data = data.to(self.compute_device)
+        data, rows = gather_group_batch(data.to(self.compute_device), self.critic.sp_group)
         data.meta_info["micro_batch_size"] = int(self.config.forward_micro_batch_size_per_gpu)
         data.meta_info["max_token_len"] = int(self.config.ppo_max_token_len_per_gpu)
         data.meta_info["use_dynamic_bsz"] = bool(self.config.use_dynamic_bsz)
-        values = self.critic.compute_values(data)
-        return DataProto.from_dict(tensors={"values": values}).to("cpu")
+        with _loaded(self.offload):
+            values = self.critic.compute_values(data)
+        return own_rows(DataProto.from_dict(tensors={"values": values}), rows).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        data = data.to(self.compute_device)
-        metrics = self.critic.update_critic(data)
+        data, _ = gather_group_batch(data.to(self.compute_device), self.critic.sp_group)
+        with _loaded(self.offload, with_optimizer=True):
+            metrics = self.critic.update_critic(data)
         if self.critic_lr_scheduler is not None:
             metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
             self.critic_lr_scheduler.step()
@@ -528,21 +620,23 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
-        _save_trainable(
-            self,
-            local_path,
-            self.critic_module,
-            self.critic_optimizer,
-            self.critic_lr_scheduler,
-            self.config,
-            contents=save_contents,
-        )
+        with _loaded(self.offload, with_optimizer=True):
+            _save_trainable(
+                self,
+                local_path,
+                self.critic_module,
+                self.critic_optimizer,
+                self.critic_lr_scheduler,
+                self.config,
+                contents=save_contents,
+            )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
-        _load_trainable(
-            self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
-        )
+        with _loaded(self.offload, with_optimizer=True):
+            _load_trainable(
+                self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
+            )
 
 
 class RewardModelWorker(Worker):
@@ -575,13 +669,13 @@ class RewardModelWorker(Worker):
     def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Classifier output at the last valid token of each row: ``[batch]``."""
         micro = int(self.config.get("micro_batch_size_per_gpu", 16))
-        dtype = autocast_dtype("bfloat16")
+        dtype = resolve_dtype(str(self.config.get("dtype", "auto")), self.compute_device)
         scores = []
         for start in range(0, input_ids.shape[0], micro):
             ids = input_ids[start : start + micro]
             mask = attention_mask[start : start + micro]
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            with torch.autocast(self.compute_device.type, dtype=dtype):
+            with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
                 logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
             last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
             scores.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -190,3 +191,54 @@ def test_need_reference_policy(in_reward: str, in_loss: str, expected: bool) -> 
         schema=None, overrides=[f"algorithm.use_kl_in_reward={in_reward}", f"{ACTOR}.use_kl_loss={in_loss}"]
     )
     assert need_reference_policy(cfg) is expected
+
+
+def test_unset_micro_batch_default_adapts_and_an_explicit_one_is_checked(tmp_path):
+    from verl.trainer.config import ConfigError, load_config
+
+    small = [
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+    ]
+    # defaults 32 (actor) and 16 (critic) above the 4 sequences per rank: an unset default fits itself, no error
+    cfg = load_config(small)
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 4
+    # the largest divisor of the per-rank count not above the default: 48 sequences, default 32 -> 24
+    cfg = load_config(
+        ["data.train_batch_size=12", "actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=4"]
+    )
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 24
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 16  # 48 % 16 == 0: a default that fits is kept
+    # set by the user, on the command line or in a YAML: checked, never changed
+    with pytest.raises(ConfigError, match=r"actor.ppo_micro_batch_size_per_gpu=32 is larger than the 4 sequences"):
+        load_config(small + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"])
+    user_yaml = tmp_path / "run.yaml"
+    user_yaml.write_text("actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 3\n")
+    with pytest.raises(ConfigError, match=r"not a multiple of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"):
+        load_config(small, config_file=str(user_yaml))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.actor.optim.lr=-1e-5", "actor_rollout_ref.actor.optim.lr=-1e-05 must be >= 0"),
+        ("actor_rollout_ref.actor.optim.betas=[0.9,1.0]", r"betas=\[0.9, 1.0\] must be two numbers in \[0, 1\)"),
+        ("actor_rollout_ref.actor.optim.eps=0", "eps=0.0 must be > 0"),
+        ("actor_rollout_ref.rollout.temperature=0", "temperature=0 with actor_rollout_ref.rollout.do_sample=true"),
+        ("actor_rollout_ref.rollout.temperature=-1", "temperature=-1.0 must be >= 0"),
+        ("actor_rollout_ref.rollout.top_p=0", r"top_p=0.0 must be in \(0, 1\]"),
+        ("actor_rollout_ref.actor.clip_ratio=-0.2", "clip_ratio=-0.2 must be >= 0"),
+        ("actor_rollout_ref.model.trust_remote_code=true", "needs trainer.allow_unsafe_operations=true"),
+    ],
+)
+def test_out_of_range_values_fail_at_config_time(override, message):
+    problems = _problems([override])
+    assert any(re.search(message, p) for p in problems), problems
+
+
+def test_in_range_edge_values_pass():
+    load_config(BASE + ["actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"])
+    load_config(BASE + ["actor_rollout_ref.actor.optim.lr=0"])  # a frozen actor is legitimate
+    load_config(BASE + ["actor_rollout_ref.model.trust_remote_code=true", "trainer.allow_unsafe_operations=true"])

@@ -82,7 +82,7 @@ def test_sections_are_independent_instances() -> None:
     [
         (KLControlConfig, "type", ("fixed", "adaptive")),
         (RolloutConfig, "name", ("auto", "hf", "vllm")),
-        (TrainerConfig, "backend", ("local", "ray")),
+        (TrainerConfig, "backend", ("auto", "local", "ray")),
         (TrainerConfig, "resume_mode", ("auto", "disable", "resume_path")),
     ],
 )

@@ -98,7 +98,7 @@ def test_harmless_conversions_are_written_back() -> None:
     cfg = load_config(
         [
             "actor_rollout_ref.actor.optim.lr=1",
-            "actor_rollout_ref.actor.optim.betas=[1,1]",
+            "actor_rollout_ref.actor.optim.betas=[0,0]",  # ints in a list[float]: converted
             "trainer.experiment_name=2024",
             "trainer.logger=console",
         ]
@@ -120,7 +120,7 @@ def test_optional_fields_accept_null() -> None:
     ("key", "bad", "choices"),
     [
         ("actor_rollout_ref.rollout.name", "sglang", "auto, hf, vllm"),
-        ("trainer.backend", "slurm", "local, ray"),
+        ("trainer.backend", "slurm", "auto, local, ray"),
         ("actor_rollout_ref.actor.optim.warmup_style", "linear", "constant, cosine"),
         ("critic.optim.warmup_style", "linear", "constant, cosine"),
         ("data.truncation", "middle", "error, left, right"),

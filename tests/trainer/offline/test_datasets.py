@@ -119,3 +119,28 @@ def test_reference_columns_all_or_nothing(byte_tokenizer) -> None:
     partial = full + [{"prompt": "a", "chosen": "b", "rejected": "c"}]
     with pytest.raises(ValueError, match="row 1: reference log-prob columns"):
         PreferenceDataset(partial, byte_tokenizer)
+
+
+def test_sft_dict_keys_chat_template_and_left_truncation(byte_tokenizer) -> None:
+    row = {"extra_info": {"q": {"text": "hi"}, "a": "yo"}}
+    ds = SFTDataset(
+        [row],
+        byte_tokenizer,
+        max_length=64,
+        prompt_key="extra_info",
+        response_key="extra_info",
+        prompt_dict_keys=["q", "text"],
+        response_dict_keys=["a"],
+        apply_chat_template=True,
+    )
+    text = "".join(chr(t) for t in ds[0]["input_ids"][:-1])
+    assert text == "<|user|>hi\n<|assistant|>yo" and ds[0]["input_ids"][-1] == EOS
+    with pytest.raises(ValueError, match=r"row 0: field 'extra_info\.q' has no key 'txt'.*\['text'\]"):
+        SFTDataset(
+            [row], byte_tokenizer, prompt_key="extra_info", response_key="extra_info", prompt_dict_keys=["q", "txt"]
+        )
+    # left: keep the last max_length tokens (prompt start first, then response start)
+    left = SFTDataset([{"prompt": "abcd", "response": "xyz"}], byte_tokenizer, max_length=5, truncation="left")[0]
+    assert left["input_ids"] == [*map(ord, "dxyz"), EOS] and left["loss_mask"] == [0, 1, 1, 1, 1]
+    only_response = SFTDataset([{"prompt": "ab", "response": "wxyz"}], byte_tokenizer, max_length=3, truncation="left")
+    assert only_response[0]["input_ids"] == [ord("y"), ord("z"), EOS] and only_response[0]["loss_mask"] == [1, 1, 1]

@@ -11,6 +11,8 @@ import torch
 from verl.protocol import DataProto
 from verl.trainer.ppo import metric_utils
 from verl.trainer.ppo.metric_utils import (
+    bootstrap_metric,
+    calc_maj_val,
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
@@ -143,30 +145,47 @@ def test_validation_metrics_by_hand() -> None:
     s1 = reduced["s1"]["reward"]
     assert s1["mean@4"] == pytest.approx((0.5 + 0.25) / 2)
     assert s1["std@4"] == pytest.approx((0.5 + math.sqrt(3 / 16)) / 2)
-    # best@2 = pass@2 for 0/1 scores: u1 (2 of 4 right) 1 - C(2,2)/C(4,2) = 5/6; u2 (1 of 4) 1 - C(3,2)/C(4,2) = 1/2
-    assert s1["best@2"] == pytest.approx((5 / 6 + 1 / 2) / 2)
-    assert s1["best@4"] == pytest.approx(1.0)
-    # maj@2: u1 first two preds a, b tie -> a (scored 1); u2 x, x -> x (scored 0)
-    assert s1["maj@2"] == pytest.approx(0.5)
-    # maj@4: u1 a, b, b, a tie -> a (1); u2 x, x, y, z -> x (0)
-    assert s1["maj@4"] == pytest.approx(0.5)
+    # verl's bootstrap names: n = 2 and n = N = 4
+    assert {k for k in s1 if "@" in k and "/" in k} == {
+        f"{m}@{n}/{s}" for m in ("best", "worst", "maj") for n in (2, 4) for s in ("mean", "std")
+    }
+    # best@2 of 0/1 scores drawn with replacement: u1 (half right) 1 - 0.5^2 = 0.75; u2 (a quarter) 1 - 0.75^2
+    assert s1["best@2/mean"] == pytest.approx((0.75 + 1 - 0.75**2) / 2, abs=0.04)
+    assert s1["worst@2/mean"] == pytest.approx((0.25 + 0.25**2) / 2, abs=0.04)
+    assert s1["best@4/mean"] >= s1["best@2/mean"] >= s1["mean@4"] >= s1["worst@2/mean"]
+    assert 0.0 <= s1["maj@4/mean"] <= 1.0
     assert "note" not in reduced["s1"] and "pred" not in reduced["s1"]
     assert reduced["s2"] == {"reward": {"mean@1": pytest.approx(0.3)}}
+    # a fixed seed gives the same bootstrap
+    assert process_validation_metrics(sources, uids, infos) == reduced
 
     flat = flatten_validation_metrics(reduced)
     assert flat["val-core/s1/reward/mean@4"] == pytest.approx(0.375)
-    assert flat["val-core/s1/reward/best@2"] == pytest.approx(2 / 3)
-    assert flat["val-core/s1/reward/maj@4"] == pytest.approx(0.5)
+    assert flat["val-core/s1/reward/best@4/mean"] == pytest.approx(s1["best@4/mean"])
+    assert flat["val-core/s1/reward/maj@4/mean"] == pytest.approx(s1["maj@4/mean"])
+    # only the largest N is core; std and worst are auxiliary
+    assert "val-aux/s1/reward/best@2/mean" in flat and "val-aux/s1/reward/worst@4/mean" in flat
     assert flat["val-aux/s1/reward/std@4"] == pytest.approx(s1["std@4"])
     assert flat["val-core/s2/reward/mean@1"] == pytest.approx(0.3)
 
 
-def test_best_at_k_of_graded_scores_is_the_expected_maximum() -> None:
-    # scores 0.1, 0.4, 0.7 of one prompt; the 3 pairs have maxima 0.4, 0.7, 0.7 -> expected max 1.8 / 3
+def test_bootstrap_metric_and_majority_vote() -> None:
+    # every resample of a constant list has the same max: mean equals it, std 0
+    assert bootstrap_metric([2.0, 2.0, 2.0], 2, [np.max]) == [(2.0, 0.0)]
+    (mean_max, std_max), (mean_min, _) = bootstrap_metric([0.0, 1.0], 3, [np.max, np.min], n_bootstrap=4000)
+    assert mean_max == pytest.approx(1 - 0.5**3, abs=0.03) and std_max > 0
+    assert mean_min == pytest.approx(0.5**3, abs=0.03)
+    assert bootstrap_metric([1, 5, 9], 2, [np.mean], seed=7) == bootstrap_metric([1, 5, 9], 2, [np.mean], seed=7)
+    votes = [{"pred": "A", "val": 0.9}, {"pred": "B", "val": 0.8}, {"pred": "A", "val": 0.7}]
+    assert calc_maj_val(votes, vote_key="pred", val_key="val") == 0.9
+    with pytest.raises(ValueError, match="empty"):
+        bootstrap_metric([], 2, [np.max])
+
+
+def test_acc_is_the_core_variable_when_reported() -> None:
     reduced = process_validation_metrics(["s"] * 3, ["u"] * 3, {"reward": [0.4, 0.1, 0.7], "acc": [1, 0, 0]})
-    assert reduced["s"]["reward"]["best@2"] == pytest.approx(1.8 / 3)
     flat = flatten_validation_metrics(reduced)
-    # acc is a core variable too; anything else would be auxiliary
     assert flat["val-core/s/acc/mean@3"] == pytest.approx(1 / 3)
-    assert flat["val-core/s/acc/best@2"] == pytest.approx(2 / 3)  # 1 - C(2,2)/C(3,2)
+    assert "val-core/s/acc/best@3/mean" in flat
+    assert "val-aux/s/reward/mean@3" in flat  # acc is reported, so reward is auxiliary
     assert np.isclose(flat["val-aux/s/reward/std@3"], np.std([0.4, 0.1, 0.7]))

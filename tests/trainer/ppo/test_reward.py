@@ -149,6 +149,31 @@ def test_load_dapo_with_overlong(byte_tokenizer):
         load_reward_manager(_config(), byte_tokenizer, 0, typo_kwarg=1)
 
 
+def test_reward_kwargs_reach_the_manager_as_in_verls_dapo_scripts(byte_tokenizer):
+    """verl's DAPO scripts pass the overlong penalty as +reward_model.reward_kwargs.* (the loader's + keys)."""
+    from verl.trainer.config import load_config
+
+    cfg = load_config(
+        [
+            "reward_model.reward_manager=dapo",
+            "data.max_response_length=16",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+            "+reward_model.reward_kwargs.max_resp_len=8",
+        ]
+    )
+    manager = load_reward_manager(cfg, byte_tokenizer, 0)
+    assert manager.overlong_enable and manager.overlong_len == 4 and manager.max_resp_len == 8
+    # log is not given under reward_kwargs: it keeps reward_model.overlong_buffer.log (merged key by key)
+    assert manager.overlong_log is False and manager.overlong_penalty_factor == 0.5
+    reward, _ = compute_reward(_batch(byte_tokenizer, ["123456"], ["123456"]), manager)
+    assert reward.sum().item() == pytest.approx(1.0 - (7 - 4) / 4 * 0.5)
+    naive_cfg = load_config(["+reward_model.reward_kwargs.not_an_argument=1"])
+    with pytest.raises(TypeError, match=r"reward_model.reward_kwargs=\{'not_an_argument': 1\}"):
+        load_reward_manager(naive_cfg, byte_tokenizer, 0)
+
+
 def test_remote_url_config(byte_tokenizer, reward_file):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:

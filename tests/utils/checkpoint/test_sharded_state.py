@@ -81,6 +81,7 @@ def test_index_shape_mismatch_is_named(tmp_path) -> None:
 
 
 def test_fsdp2_dtensor_model_and_optimizer(tmp_path, single_rank_group) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -89,7 +90,8 @@ def test_fsdp2_dtensor_model_and_optimizer(tmp_path, single_rank_group) -> None:
     def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 2))
-        fully_shard(model)
+        # the gloo group is a CPU group: shard on CPU even where a GPU is visible (fully_shard defaults to CUDA)
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
         return model, torch.optim.Adam(model.parameters(), lr=0.01)
 
     def step(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:

@@ -107,10 +107,9 @@ def test_truncation_modes(tmp_path, byte_tokenizer):
     assert left["raw_prompt_ids"] == full[-40:] and left["attention_mask"].sum() == 40
     right = RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts=False, truncation="right"))[1]
     assert right["raw_prompt_ids"] == full[:40]
-    ds = RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts=False, truncation="error"))
-    ds[0]  # short prompt is fine
-    with pytest.raises(ValueError, match=r"d\.parquet row 1: prompt is 47 tokens.*max_prompt_length=40"):
-        ds[1]
+    # truncation=error fails when the data loads, not at the step that first draws the row
+    with pytest.raises(ValueError, match=r"max_prompt_length=40 with data.truncation=error.*d\.parquet row 1: 47 tok"):
+        RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts=False, truncation="error"))
     with pytest.raises(ValueError, match="truncation"):
         RLHFDataset(path, byte_tokenizer, _cfg(truncation="middle"))
 
@@ -205,3 +204,21 @@ def test_bundled_arithmetic_loads(byte_tokenizer):
         resolve_data_path("bundled://arithmetic/nothing.parquet")
     with pytest.raises(ValueError, match="outside"):
         resolve_data_path("bundled://../../setup.py")
+
+
+def test_huge_prompts_are_filtered_before_tokenizing(tmp_path, byte_tokenizer, monkeypatch):
+    huge = "w" * 2_000_000
+    path = _write(str(tmp_path / "d.parquet"), [_row("a"), _row(huge), _row("b")])
+    longest = []
+    real_call = type(byte_tokenizer).__call__
+
+    def recording_call(self, text, *args, **kwargs):
+        longest.append(len(text))
+        return real_call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(byte_tokenizer), "__call__", recording_call)
+    ds = RLHFDataset(path, byte_tokenizer, _cfg())
+    assert len(ds) == 2 and ds.num_filtered == 1
+    assert max(longest) < 1000  # the 2 MB row was never tokenised
+    with pytest.raises(ValueError, match=r"d\.parquet row 1: far over the limit \(not tokenised\)"):
+        RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts=False))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 
+import cloudpickle
 import numpy as np
 import pytest
 import torch
@@ -20,6 +23,9 @@ from verl.workers.reward_manager import (
     get_reward_manager_cls,
     register,
 )
+
+# Reward worker processes get this module's functions by value: they need not import it (nor torch, pytest).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 PROMPT_LEN = 6
 RESP_LEN = 8
@@ -181,12 +187,9 @@ def _none(data_source, solution_str, ground_truth, extra_info=None):
     return None if solution_str == "bad" else 1.0
 
 
-_release = threading.Event()
-
-
 def _hang(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str == "bad":
-        _release.wait(10)
+        time.sleep(60)
     return 1.0
 
 
@@ -212,8 +215,8 @@ def test_on_error_fail_and_zero(byte_tokenizer, fn, message, manager_cls):
     assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0]
     assert out["reward_extra_info"]["reward_error"] == [0, 1, 0]
     assert out["reward_extra_info"]["reward/num_errors"] == [1]
-    _release.set()
-    _release.clear()
+    failing.close()
+    zero.close()
 
 
 def test_score_type_checks(byte_tokenizer):
@@ -247,3 +250,81 @@ def test_registry_and_constructor_checks(byte_tokenizer):
         NaiveRewardManager(byte_tokenizer, 0, bogus=1)
     with pytest.raises(ValueError, match="on_error"):
         NaiveRewardManager(byte_tokenizer, 0, on_error="ignore")
+
+
+def _exits(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str == "bad":
+        sys.exit(3)
+    return 1.0
+
+
+def _huge(data_source, solution_str, ground_truth, extra_info=None):
+    return 1e300 if solution_str == "bad" else 1.0
+
+
+def _crashes(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str == "bad":
+        os._exit(9)
+    return 1.0
+
+
+def _spins(data_source, solution_str, ground_truth, extra_info=None):
+    while solution_str == "bad":
+        pass
+    return 1.0
+
+
+@pytest.mark.parametrize(
+    "fn, message, num_workers",
+    [
+        (_exits, r"SystemExit\(3\) \(sys.exit called\)", 0),
+        (_exits, r"SystemExit\(3\) \(sys.exit called\)", 1),
+        (_huge, "1e\\+300, beyond the float32 range", 0),
+        (_crashes, r"worker process died \(status 9\)", 1),
+    ],
+)
+def test_exit_overflow_and_crash_are_per_sample_errors(byte_tokenizer, fn, message, num_workers):
+    data = make_batch(byte_tokenizer, ["p", "q", "r"], ["ok", "bad", "ok"], ["1", "2", "3"], sources=["a", "b", "c"])
+    zero = NaiveRewardManager(byte_tokenizer, 0, compute_score=fn, on_error="zero", num_workers=num_workers)
+    out = zero(data, return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0]
+    assert out["reward_extra_info"]["reward_error"] == [0, 1, 0]
+    failing = NaiveRewardManager(byte_tokenizer, 0, compute_score=fn, num_workers=num_workers)
+    with pytest.raises(RewardComputationError, match=r"sample 1 \(data_source='b'\) failed: .*" + message):
+        failing(data)
+    zero.close()
+    failing.close()
+
+
+def test_stuck_samples_are_killed_and_bounded_by_the_batch_deadline(byte_tokenizer):
+    data = make_batch(byte_tokenizer, ["p"] * 6, ["bad"] * 5 + ["ok"], ["1"] * 6)
+    manager = NaiveRewardManager(
+        byte_tokenizer, 0, compute_score=_spins, on_error="zero", timeout_s=30.0, batch_timeout_s=1.0, num_workers=2
+    )
+    try:
+        manager(data[-1:])  # start the workers; time the stuck batch alone
+        before = set(manager._pool.worker_pids())
+        start = time.monotonic()
+        out = manager(data, return_dict=True)
+        # 5 stuck samples x 30 s one after another would be 150 s; the batch deadline ends it at 1 s
+        assert time.monotonic() - start < 6
+        assert out["reward_extra_info"]["reward/num_errors"][0] >= 5
+        # the spinning workers were killed (not abandoned) and replaced
+        assert not before & set(manager._pool.worker_pids())
+        for pid in before:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        manager.close()
+
+
+def test_worker_settings_are_checked(byte_tokenizer):
+    with pytest.raises(ValueError, match="num_workers=0 runs the reward function in the trainer process"):
+        NaiveRewardManager(byte_tokenizer, 0, timeout_s=5.0, num_workers=0)
+    with pytest.raises(ValueError, match="num_workers must be >= 0"):
+        NaiveRewardManager(byte_tokenizer, 0, num_workers=-1)
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot be sent to worker processes"):
+        NaiveRewardManager(byte_tokenizer, 0, compute_score=lambda **kw: lock.locked(), timeout_s=1.0)
+    assert NaiveRewardManager(byte_tokenizer, 0).num_workers == 0  # no limit: nothing to kill, in process
+    assert NaiveRewardManager(byte_tokenizer, 0, timeout_s=1.0).num_workers >= 1

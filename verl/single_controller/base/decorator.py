@@ -20,6 +20,7 @@ Contract of the functions in the registry (also for modes users add with ``regis
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,7 +133,9 @@ def collect_rank_zero(worker_group: Any, outputs: list[Any]) -> Any:
 
 
 def _padding_enabled(worker_group: Any, protos: list[DataProto]) -> bool:
-    if bool(getattr(worker_group, "auto_padding", False)):
+    from verl.protocol import DataProtoConfig
+
+    if bool(getattr(worker_group, "auto_padding", False)) or DataProtoConfig.auto_padding:
         return True
     return any(bool(p.meta_info.get(AUTO_PADDING_KEY, False)) for p in protos)
 
@@ -223,6 +226,134 @@ def collect_dp_compute_metric(worker_group: Any, outputs: list[Any], padding_siz
     return list(outputs)
 
 
+# ---- N-D meshes (verl's make_nd_compute_dataproto_dispatch_fn) ------------------------------------------------------
+# A worker states its place in a named device mesh with ``Worker._register_dispatch_collect_info(mesh_name, dp_rank,
+# is_collect)``: several ranks may share one data-parallel rank (tensor / sequence / pipeline parallel peers), which
+# then all receive the same chunk, and only the ranks marked ``is_collect`` contribute to the output.
+
+
+def _split_protos(worker_group: Any, n: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict, int]:
+    """Every DataProto argument in ``n`` chunks (padded first when enabled), the rest repeated ``n`` times, and the
+    number of padded rows."""
+    protos = [v for v in list(args) + list(kwargs.values()) if isinstance(v, DataProto)]
+    lengths = {len(p) for p in protos}
+    if len(lengths) > 1:
+        raise ValueError(f"all DataProto arguments must have the same number of rows to be chunked; got {lengths}")
+    padding_size = 0
+    if protos:
+        rows = lengths.pop()
+        if rows % n:
+            if not _padding_enabled(worker_group, protos):
+                raise ValueError(
+                    f"cannot split a batch of {rows} rows evenly over {n} data-parallel ranks; make the batch size "
+                    f"a multiple of {n} or enable auto-padding (data.meta_info[{AUTO_PADDING_KEY!r}] = True)"
+                )
+            padding_size = (-rows) % n
+
+    def split(value: Any) -> list[Any]:
+        if isinstance(value, DataProto):
+            if padding_size:
+                value, _ = pad_dataproto_to_divisor(value, n)
+            return list(value.chunk(n))
+        return [value] * n
+
+    return tuple(split(a) for a in args), {k: split(v) for k, v in kwargs.items()}, padding_size
+
+
+def dispatch_nd_compute(
+    dp_rank_mapping: list[int], dp_size: int, worker_group: Any, *args: Any, **kwargs: Any
+) -> tuple[tuple, dict]:
+    """Arguments already split per data-parallel rank (lists of ``dp_size``) -> one entry per worker rank:
+    rank ``r`` gets entry ``dp_rank_mapping[r]``."""
+    for label, value in [(f"positional argument {i}", a) for i, a in enumerate(args)] + list(kwargs.items()):
+        if not isinstance(value, list | tuple) or len(value) != dp_size:
+            raise ValueError(f"{label} must be a list of {dp_size} entries (one per data-parallel rank)")
+    out_args = tuple([a[d] for d in dp_rank_mapping] for a in args)
+    out_kwargs = {k: [v[d] for d in dp_rank_mapping] for k, v in kwargs.items()}
+    return out_args, out_kwargs
+
+
+def collect_nd_compute(collect_mask: list[bool], worker_group: Any, output: list[Any]) -> list[Any]:
+    """The outputs of the ranks whose ``collect_mask`` entry is True, in rank order."""
+    if len(output) != len(collect_mask):
+        raise ValueError(f"got {len(output)} outputs for a collect mask of {len(collect_mask)} ranks")
+    return [o for o, keep in zip(output, collect_mask) if keep]
+
+
+def dispatch_nd_compute_dataproto(
+    dp_rank_mapping: list[int], dp_size: int, worker_group: Any, *args: Any, **kwargs: Any
+) -> tuple[tuple, dict]:
+    """Chunk DataProto arguments into ``dp_size`` parts and give rank ``r`` part ``dp_rank_mapping[r]``."""
+    split_args, split_kwargs, padding_size = _split_protos(worker_group, dp_size, args, kwargs)
+    out_args, out_kwargs = dispatch_nd_compute(dp_rank_mapping, dp_size, worker_group, *split_args, **split_kwargs)
+    if padding_size:
+        out_kwargs[PADDING_SIZE_KEY] = padding_size
+    return out_args, out_kwargs
+
+
+def collect_nd_compute_dataproto(
+    collect_mask: list[bool], worker_group: Any, output: list[Any], padding_size: int = 0
+) -> DataProto:
+    """``DataProto.concat`` of the collected ranks' outputs, minus ``padding_size`` padded rows."""
+    kept = collect_nd_compute(collect_mask, worker_group, output)
+    for out in kept:
+        if not isinstance(out, DataProto):
+            raise TypeError(f"an N-D DataProto method must return a DataProto on collected ranks, got {type(out)}")
+    merged = DataProto.concat(kept)
+    return unpad_dataproto(merged, padding_size) if padding_size else merged
+
+
+def _mesh_info(worker_group: Any, mesh_name: str) -> tuple[list[int], list[bool]]:
+    """``(dp_rank per worker rank, collect flag per worker rank)`` of ``mesh_name``, asked of the workers once and
+    cached on the group."""
+    dispatch_info = worker_group.__dict__.setdefault("_dispatch_info", {})
+    collect_info = worker_group.__dict__.setdefault("_collect_info", {})
+    if mesh_name not in dispatch_info:
+        ranks = list(worker_group._query_dispatch_info(mesh_name))
+        flags = [bool(f) for f in worker_group._query_collect_info(mesh_name)]
+        n = _world_size(worker_group)
+        if len(ranks) != n or len(flags) != n:
+            raise ValueError(f"mesh {mesh_name!r}: expected {n} entries, got {len(ranks)} dp ranks, {len(flags)} flags")
+        if sorted(set(ranks)) != list(range(max(ranks) + 1)):
+            raise ValueError(f"mesh {mesh_name!r}: data-parallel ranks must cover 0..dp_size-1, got {ranks}")
+        dispatch_info[mesh_name], collect_info[mesh_name] = ranks, flags
+    return dispatch_info[mesh_name], collect_info[mesh_name]
+
+
+def dispatch_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple:
+    """``dispatch_nd_compute_dataproto`` with the mesh layout the workers registered under ``mesh_name``."""
+    ranks, _ = _mesh_info(worker_group, mesh_name)
+    return dispatch_nd_compute_dataproto(ranks, max(ranks) + 1, worker_group, *args, **kwargs)
+
+
+def collect_lazy_compute_data_proto(
+    mesh_name: str, worker_group: Any, output: list[Any], padding_size: int = 0
+) -> DataProto:
+    """``collect_nd_compute_dataproto`` with the collect flags of ``mesh_name`` (read from the group, or from the
+    snapshot a non-blocking call carries)."""
+    collect_info = getattr(worker_group, "collect_info", None) or getattr(worker_group, "_collect_info", {})
+    if mesh_name not in collect_info:
+        raise ValueError(f"mesh {mesh_name!r} has no collect information; was it dispatched through this group?")
+    return collect_nd_compute_dataproto(collect_info[mesh_name], worker_group, output, padding_size)
+
+
+def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Any]:
+    """``@register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))``: DataProto arguments
+    are split over the data-parallel ranks of the workers' ``mesh_name`` mesh; the result is gathered from the
+    ranks registered with ``is_collect=True``."""
+    return {
+        "dispatch_fn": functools.partial(dispatch_lazy_compute_data_proto, mesh_name),
+        "collect_fn": functools.partial(collect_lazy_compute_data_proto, mesh_name),
+        "returns_proto": True,
+    }
+
+
+def get_predefined_dispatch_fn(dispatch_mode: DispatchMode | str) -> dict[str, Any]:
+    """verl's accessor: ``{"dispatch_fn", "collect_fn"}`` of a predefined dispatch mode."""
+    fns = get_dispatch_fns(dispatch_mode)
+    return {"dispatch_fn": fns.dispatch_fn, "collect_fn": fns.collect_fn}
+
+
 _REGISTRY: dict[DispatchMode, DispatchFns] = {
     Dispatch.ONE_TO_ALL: DispatchFns(dispatch_one_to_all, collect_all_to_all),
     Dispatch.ALL_TO_ALL: DispatchFns(dispatch_all_to_all, collect_all_to_all),
@@ -298,7 +429,8 @@ def register(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a worker method for binding onto a ``WorkerGroup``.
 
-    ``dispatch_mode`` is a ``Dispatch`` member, the name of one, or ``{"dispatch_fn": f, "collect_fn": g}``.
+    ``dispatch_mode`` is a ``Dispatch`` member, the name of one, or ``{"dispatch_fn": f, "collect_fn": g}`` (with an
+    optional ``"returns_proto": True`` so non-blocking calls return a ``DataProtoFuture``).
     ``execute_mode`` defaults to ``Execute.RANK_ZERO`` for ``Dispatch.RANK_ZERO`` and ``Execute.ALL`` otherwise.
     ``blocking=False`` makes the group method return futures (a ``DataProtoFuture`` for DataProto modes).
     ``materialize_futures=True`` resolves futures among the arguments in the driver before dispatching.
@@ -309,7 +441,9 @@ def register(
         if missing:
             raise ValueError(f"a dispatch_mode dict needs the keys dispatch_fn and collect_fn; missing {missing}")
         _check_fns(dispatch_mode["dispatch_fn"], dispatch_mode["collect_fn"])
-        mode: DispatchMode | DispatchFns = DispatchFns(dispatch_mode["dispatch_fn"], dispatch_mode["collect_fn"])
+        mode: DispatchMode | DispatchFns = DispatchFns(
+            dispatch_mode["dispatch_fn"], dispatch_mode["collect_fn"], bool(dispatch_mode.get("returns_proto", False))
+        )
     elif isinstance(dispatch_mode, DispatchFns):
         mode = dispatch_mode
     else:

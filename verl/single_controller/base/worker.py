@@ -196,6 +196,36 @@ class Worker:
             timeout=datetime.timedelta(seconds=timeout_s),
         )
 
+    def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
+        """Declare this rank's place in the mesh ``mesh_name`` for N-D dispatch
+        (``make_nd_compute_dataproto_dispatch_fn``): it receives data-parallel chunk ``dp_rank``, and its output is
+        gathered when ``is_collect``. A mesh is registered once per worker."""
+        info = self.__dict__.setdefault("_verl_mesh_info", {})
+        if mesh_name in info:
+            raise ValueError(f"mesh {mesh_name!r} is already registered on rank {self._rank}")
+        if int(dp_rank) < 0:
+            raise ValueError(f"mesh {mesh_name!r}: dp_rank must be >= 0, got {dp_rank}")
+        info[mesh_name] = (int(dp_rank), bool(is_collect))
+
+    def _mesh_entry(self, mesh_name: str) -> tuple[int, bool]:
+        info = self.__dict__.get("_verl_mesh_info", {})
+        if mesh_name not in info:
+            raise ValueError(
+                f"rank {self._rank} has no mesh {mesh_name!r}; call self._register_dispatch_collect_info("
+                f"{mesh_name!r}, dp_rank=..., is_collect=...) in the worker first (registered: {sorted(info)})"
+            )
+        return info[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> int:
+        """This rank's data-parallel rank in ``mesh_name``."""
+        return self._mesh_entry(mesh_name)[0]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_collect_info(self, mesh_name: str) -> bool:
+        """Whether this rank's output is gathered for ``mesh_name``."""
+        return self._mesh_entry(mesh_name)[1]
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def execute_with_func_generator(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``func(self, *args, **kwargs)`` on every rank with this rank's chunk of the DataProto arguments."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.single_controller.base.decorator import (
@@ -35,6 +35,8 @@ class GroupInfo:
 
     world_size: int
     auto_padding: bool
+    # mesh name -> per-rank collect flags of N-D dispatch (make_nd_compute_dataproto_dispatch_fn)
+    collect_info: dict[str, list[bool]] = field(default_factory=dict)
 
 
 class ClassWithInitArgs:
@@ -201,7 +203,7 @@ class WorkerGroup(abc.ABC):
             if fns.returns_proto:
                 from verl.protocol import DataProtoFuture
 
-                info = GroupInfo(self._world_size, self.auto_padding)
+                info = GroupInfo(self._world_size, self.auto_padding, dict(self.__dict__.get("_collect_info", {})))
                 return DataProtoFuture(
                     collect_fn=functools.partial(fns.collect_fn, info, **collect_extra), futures=futures
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.trainer.config.loader import config_to_yaml, load_config
+from verl.trainer.config.loader import config_to_yaml, demo_overlay_applies, load_config
 from verl.trainer.config.validation import ConfigError, ConfigWarning
 
 EXIT_OK = 0
@@ -79,7 +80,8 @@ def run_entrypoint(
     ``load_run_fn`` imports the trainer lazily, so ``--cfg job`` and config errors never pay for torch.
 
     Returns:
-        The process exit code: 0 on success, 2 for a bad command line or config, 1 when the trainer is missing.
+        The process exit code: 0 on success, 2 for a bad command line or config, 1 when the trainer is missing,
+        ``128 + N`` when signal N (SIGTERM, SIGINT) stopped the run after its checkpoint was saved.
     """
     parser = build_parser(prog, description)
     try:
@@ -103,14 +105,27 @@ def run_entrypoint(
         sys.stdout.write(config_to_yaml(cfg))
         sys.stdout.flush()
         return EXIT_OK
+    if demo_overlay_applies(schema, config_file, args.overrides):
+        print(
+            f"{prog}: no data.train_files given: running the embedded demo "
+            f"(verl/trainer/config/{schema.demo_config_name}.yaml over the defaults)",
+            file=sys.stderr,
+        )
+    from verl.utils.logging_utils import configure_logging
+
+    trainer_cfg = cfg.get("trainer") or {}
+    configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
     try:
         run_fn = load_run_fn()
     except ImportError as e:
         print(f"{prog}: the trainer is not available in this installation: {e}", file=sys.stderr)
         return EXIT_RUNTIME_ERROR
     try:
-        run_fn(cfg)
+        result = run_fn(cfg)
     except ConfigError as e:  # a problem only the trainer can see (e.g. dataset smaller than one batch)
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    stopped_by = result.get("stopped_by") if isinstance(result, dict) else None
+    if stopped_by:  # stopped early by a signal after saving: the shell's code for "ended by that signal"
+        return 128 + int(signal.Signals[stopped_by])
     return EXIT_OK

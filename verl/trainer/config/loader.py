@@ -9,6 +9,10 @@ Override grammar (verl/Hydra-style, one string each):
 * ``++a.b.key=value``  set the key, adding it when missing.
 * ``~a.b.key``  delete a key.
 
+A schema may declare ``key_aliases`` (``{"critic.model.fsdp_config": "critic.fsdp_config"}``): a key under an alias
+(in an override or a user YAML) is moved to its canonical place before anything is applied, so verl scripts that use
+another spelling of a section set the same key.
+
 The same loader serves every entry point: SFT, DPO and KTO pass their own ``config_name`` and ``schema``.
 """
 
@@ -153,6 +157,67 @@ def _apply_one(cfg: DictConfig, ov: Override) -> bool:
 _ABSENT = object()
 
 
+def rename_aliased_key(key: str, aliases: dict[str, str]) -> str:
+    """``key`` with a leading alias path replaced by its canonical path (unchanged when no alias matches)."""
+    for alias, canonical in aliases.items():
+        if key == alias or key.startswith(alias + "."):
+            return canonical + key[len(alias) :]
+    return key
+
+
+def _alias_overrides(overrides: list[str] | list[Override], aliases: dict[str, str]) -> list[Override]:
+    parsed = [item if isinstance(item, Override) else parse_override(item) for item in overrides]
+    if not aliases:
+        return parsed
+    return [Override(ov.op, rename_aliased_key(ov.key, aliases), ov.value, ov.text) for ov in parsed]
+
+
+def _alias_user_yaml(user: DictConfig, aliases: dict[str, str]) -> DictConfig:
+    """Move every aliased section of a user YAML to its canonical path (merged over what is already there)."""
+    for alias, canonical in aliases.items():
+        node = OmegaConf.select(user, alias, default=_ABSENT)
+        if node is _ABSENT:
+            continue
+        parent_key, _, leaf = alias.rpartition(".")
+        parent = OmegaConf.select(user, parent_key) if parent_key else user
+        del parent[leaf]
+        existing = OmegaConf.select(user, canonical, default=None)
+        merged = (
+            OmegaConf.merge(existing, node)
+            if isinstance(existing, DictConfig) and isinstance(node, DictConfig)
+            else node
+        )
+        OmegaConf.update(user, canonical, merged, merge=False, force_add=True)
+    return user
+
+
+def demo_overlay_applies(schema: type | None, config_file: str | None, overrides: list[str] | None) -> bool:
+    """Whether the schema's embedded-demo layer (``demo.yaml`` for ``main_ppo``) goes under the user's layers.
+
+    It does when the schema names one and neither the user YAML nor an override sets ``data.train_files``: a bare
+    ``main_ppo`` (and ``make demo``) trains the quick bundled demo, while a user's script, which always names its
+    data, gets upstream verl's defaults for every key it leaves out.
+    """
+    if not getattr(schema, "demo_config_name", None):
+        return False
+    key = "data.train_files"
+    for text in overrides or []:
+        try:
+            ov = text if isinstance(text, Override) else parse_override(text)
+        except ConfigError:
+            continue  # reported when the overrides are applied
+        if ov.op != "delete" and ov.key == key:
+            return False
+    if config_file is not None and os.path.isfile(config_file):
+        try:
+            user = OmegaConf.load(config_file)
+        except Exception:  # noqa: BLE001 - load_user_yaml reports it with the file name
+            return False
+        if isinstance(user, DictConfig) and OmegaConf.select(user, key, default=None) is not None:
+            return False
+    return True
+
+
 def packaged_config_names(package: str = CONFIG_PACKAGE) -> list[str]:
     """The names of the YAML files shipped in ``package`` (``ppo_trainer``, ...)."""
     root = resources.files(package)
@@ -209,16 +274,37 @@ def load_config(
     cfg = OmegaConf.create(packaged_config_text(config_name, package))
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"packaged config {config_name!r}: the top level must be a mapping")
+    if demo_overlay_applies(schema, config_file, overrides):
+        cfg = OmegaConf.merge(cfg, OmegaConf.create(packaged_config_text(schema.demo_config_name, package)))
+    aliases = dict(getattr(schema, "key_aliases", None) or {})
+    user_keys: set[str] = set()  # dotted keys the user set (YAML or override): defaults may adapt, these not
     if config_file is not None:
-        cfg = OmegaConf.merge(cfg, load_user_yaml(config_file))
-    added = apply_overrides(cfg, list(overrides or []))
+        user_yaml = _alias_user_yaml(load_user_yaml(config_file), aliases)
+        user_keys.update(_dotted_keys(OmegaConf.to_container(user_yaml, resolve=False)))
+        cfg = OmegaConf.merge(cfg, user_yaml)
+    try:
+        parsed = _alias_overrides(list(overrides or []), aliases)
+    except ConfigError:
+        parsed = list(overrides or [])  # apply_overrides reports every malformed override at once
+    user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
+    added = apply_overrides(cfg, parsed)
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve interpolation: {' '.join(str(e).split())}") from e
+    adapt = getattr(schema, "adapt_defaults", None)
+    if callable(adapt):
+        adapt(cfg, user_keys)
     if schema is not None:
         validate_config(cfg, schema, extra_keys=added)
     return cfg
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every leaf of a (plain) mapping as a dotted key: ``{"a": {"b": 1}}`` -> ``["a.b"]``."""
+    if not isinstance(node, dict):
+        return [prefix[:-1]] if prefix else []
+    return [key for k, v in node.items() for key in _dotted_keys(v, f"{prefix}{k}.")]
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

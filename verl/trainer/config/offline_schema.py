@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 
-from verl.trainer.config.schema import OptimConfig
+from verl.trainer.config.schema import ComputeDType, OptimConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -32,7 +32,7 @@ class OfflineDataConfig:
     prompt_key: str = "prompt"
     max_length: int = 1024
     max_prompt_length: Optional[int] = None
-    truncation: Literal["error", "right"] = "right"
+    truncation: Literal["error", "right", "left"] = "right"
     train_batch_size: int = 8
     micro_batch_size_per_gpu: int = 2
     shuffle: bool = True
@@ -45,6 +45,9 @@ class SFTDataConfig(OfflineDataConfig):
 
     response_key: str = "response"
     messages_key: str = "messages"
+    prompt_dict_keys: Optional[list[str]] = None  # path inside a dict-valued prompt field, e.g. [question]
+    response_dict_keys: Optional[list[str]] = None
+    apply_chat_template: bool = False  # render a plain-text prompt as a user message with the chat template
 
 
 @dataclass
@@ -72,7 +75,24 @@ class OfflineModelConfig:
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
     override_config: dict[str, Any] = field(default_factory=dict)
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: ComputeDType = "auto"
+
+
+@dataclass
+class LoRAModelConfig(OfflineModelConfig):
+    """``model`` of a trainer that can train the policy through LoRA adapters (``lora_rank > 0``). For DPO and
+    KTO the reference is then the policy with its adapters disabled (no second model), unless ``ref.path``."""
+
+    lora_rank: int = 0  # 0: full fine-tuning; > 0: LoRA adapters of this rank on target_modules
+    lora_alpha: int = 16  # LoRA scaling: the update is (lora_alpha / lora_rank) * B @ A
+    target_modules: Union[str, list[str]] = "all-linear"
+
+
+@dataclass
+class SFTModelConfig(LoRAModelConfig):
+    """``model`` of SFT: the policy, optionally trained through LoRA adapters (``lora_rank > 0``)."""
+
+    external_lib: Optional[str] = None  # a module imported before the model is loaded (registers custom models)
 
 
 @dataclass
@@ -108,10 +128,21 @@ class OfflineTrainerConfig:
     max_ckpt_to_keep: Optional[int] = 2
     resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
     resume_from_path: Optional[str] = None
+    overwrite_checkpoints: bool = False  # resume_mode=disable in a directory with checkpoints: delete them
     default_local_dir: str = "outputs/verl/offline"
     export_hf: bool = True
     seed: int = 1
     torch_threads: Optional[int] = None
+
+
+def _lora_checks(cfg: DictConfig) -> list[str]:
+    """Errors of the ``model.lora_*`` settings (:class:`LoRAModelConfig`)."""
+    errors = []
+    if cfg.model.lora_rank < 0:
+        errors.append(f"model.lora_rank: must be >= 0 (0 disables LoRA), got {cfg.model.lora_rank}")
+    if cfg.model.lora_rank > 0 and cfg.model.lora_alpha <= 0:
+        errors.append(f"model.lora_alpha: must be > 0, got {cfg.model.lora_alpha}")
+    return errors
 
 
 def _common_checks(cfg: DictConfig) -> list[str]:
@@ -154,7 +185,7 @@ class SFTConfig:
     config_name: ClassVar[str] = "sft_trainer"
 
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
-    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
     optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
     trainer: OfflineTrainerConfig = field(
         default_factory=lambda: OfflineTrainerConfig(experiment_name="sft", default_local_dir="outputs/verl/sft")
@@ -162,8 +193,9 @@ class SFTConfig:
 
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
-        """``(errors, warnings)`` of the checks spanning several keys."""
-        return _common_checks(cfg), []
+        """``(errors, warnings)`` of the checks spanning several keys (plus the LoRA settings)."""
+        errors = _common_checks(cfg) + _lora_checks(cfg)
+        return errors, []
 
 
 @dataclass
@@ -173,7 +205,7 @@ class DPOConfig:
     config_name: ClassVar[str] = "dpo_trainer"
 
     data: DPODataConfig = field(default_factory=DPODataConfig)
-    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    model: LoRAModelConfig = field(default_factory=LoRAModelConfig)
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
     trainer: OfflineTrainerConfig = field(
@@ -185,8 +217,8 @@ class DPOConfig:
 
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
-        """``(errors, warnings)``: the shared checks plus ``beta > 0`` and label smoothing (sigmoid only)."""
-        errors = _common_checks(cfg)
+        """``(errors, warnings)``: the shared and LoRA checks plus ``beta > 0`` and label smoothing (sigmoid only)."""
+        errors = _common_checks(cfg) + _lora_checks(cfg)
         if cfg.beta <= 0:
             errors.append(f"beta: must be > 0, got {cfg.beta}")
         if not 0.0 <= cfg.label_smoothing < 0.5:
@@ -203,7 +235,7 @@ class KTOConfig:
     config_name: ClassVar[str] = "kto_trainer"
 
     data: KTODataConfig = field(default_factory=KTODataConfig)
-    model: OfflineModelConfig = field(default_factory=OfflineModelConfig)
+    model: LoRAModelConfig = field(default_factory=LoRAModelConfig)
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
     trainer: OfflineTrainerConfig = field(
@@ -215,8 +247,8 @@ class KTOConfig:
 
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
-        """``(errors, warnings)``: the shared checks plus ``beta > 0`` and positive class weights."""
-        errors = _common_checks(cfg)
+        """``(errors, warnings)``: the shared and LoRA checks plus ``beta > 0`` and positive class weights."""
+        errors = _common_checks(cfg) + _lora_checks(cfg)
         if cfg.beta <= 0:
             errors.append(f"beta: must be > 0, got {cfg.beta}")
         for key in ("desirable_weight", "undesirable_weight"):

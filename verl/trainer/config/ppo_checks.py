@@ -14,7 +14,9 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 
 
 def critic_enabled(cfg: DictConfig) -> bool:
@@ -122,10 +124,93 @@ def _check_mini_micro(
         )
 
 
+MICRO_BATCH_KEYS = ("actor_rollout_ref.actor", "critic")
+
+
+def fit_micro_batch_defaults(cfg: DictConfig, user_keys: Iterable[str]) -> dict[str, int]:
+    """Lower the ``ppo_micro_batch_size_per_gpu`` defaults the user did not set so they fit the mini-batch.
+
+    A default must never be the reason a run is rejected: with ``ppo_mini_batch_size * rollout.n / (world / sp)``
+    sequences per rank and mini-batch, an unset micro-batch size becomes the largest divisor of that count not
+    above the default (e.g. default 32, 4 sequences per rank -> 4). A size the user set (a key in ``user_keys``,
+    dotted, or a parent section of it) is left alone, so :func:`check_ppo_config` still reports it when it does
+    not fit. Values of the wrong type are skipped (validation names them). Returns ``{key: new value}`` changed.
+    """
+    user = set(user_keys)
+    changed: dict[str, int] = {}
+    try:
+        world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        n = int(cfg.actor_rollout_ref.rollout.n)
+    except (TypeError, ValueError, AttributeError):
+        return changed
+    for prefix in MICRO_BATCH_KEYS:
+        key = f"{prefix}.ppo_micro_batch_size_per_gpu"
+        if key in user or any(key.startswith(u + ".") for u in user):
+            continue
+        section = _get(cfg, prefix)
+        try:
+            ranks = world // sp_size(section)
+            per_rank = int(section.ppo_mini_batch_size) * n // ranks
+            current = int(section.ppo_micro_batch_size_per_gpu)
+        except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+            continue
+        if per_rank <= 0 or current <= 0 or per_rank % current == 0:
+            continue
+        fitted = max(d for d in range(1, min(current, per_rank) + 1) if per_rank % d == 0)
+        section.ppo_micro_batch_size_per_gpu = fitted
+        changed[key] = fitted
+    return changed
+
+
 def _divisors(n: int, limit: int = 12) -> list[str]:
     """The divisors of ``n`` (the valid micro-batch sizes), at most ``limit`` of them shown."""
     divs = [str(d) for d in range(1, n + 1) if n % d == 0]
     return divs if len(divs) <= limit else [*divs[: limit - 1], "...", divs[-1]]
+
+
+def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
+    """Values outside their meaningful range, caught before any model loads: learning rates, optimizer constants,
+    sampling temperatures and top-p, clip ratios, and ``trust_remote_code`` without the unsafe-operations switch."""
+    arr = cfg.actor_rollout_ref
+    optims = [("actor_rollout_ref.actor.optim", arr.actor.optim)]
+    if use_critic:
+        optims.append(("critic.optim", cfg.critic.optim))
+    for prefix, optim in optims:
+        if optim.lr is not None and float(optim.lr) < 0:
+            errors.append(f"{prefix}.lr={optim.lr} must be >= 0")
+        if optim.get("weight_decay") is not None and float(optim.weight_decay) < 0:
+            errors.append(f"{prefix}.weight_decay={optim.weight_decay} must be >= 0")
+        if optim.get("eps") is not None and float(optim.eps) <= 0:
+            errors.append(f"{prefix}.eps={optim.eps} must be > 0 (it keeps Adam's division finite)")
+        betas = optim.get("betas")
+        if betas is not None and not (len(betas) == 2 and all(0 <= float(b) < 1 for b in betas)):
+            errors.append(f"{prefix}.betas={list(betas)} must be two numbers in [0, 1)")
+    for prefix, sampling in (
+        ("actor_rollout_ref.rollout", arr.rollout),
+        ("actor_rollout_ref.rollout.val_kwargs", arr.rollout.val_kwargs),
+    ):
+        temperature = float(sampling.temperature)
+        if temperature < 0:
+            errors.append(f"{prefix}.temperature={sampling.temperature} must be >= 0")
+        elif sampling.do_sample and temperature == 0:
+            errors.append(
+                f"{prefix}.temperature=0 with {prefix}.do_sample=true divides the logits by zero; use a "
+                "temperature > 0, or do_sample=false for greedy decoding"
+            )
+        if not 0 < float(sampling.top_p) <= 1:
+            errors.append(f"{prefix}.top_p={sampling.top_p} must be in (0, 1]")
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        value = arr.actor.get(key)
+        if value is not None and float(value) < 0:
+            errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
+    if not cfg.trainer.get("allow_unsafe_operations", False):
+        for prefix in ("actor_rollout_ref.model", "critic.model", "reward_model.model"):
+            section = OmegaConf.select(cfg, prefix)
+            if isinstance(section, DictConfig) and section.get("trust_remote_code", False):
+                errors.append(
+                    f"{prefix}.trust_remote_code=true runs Python files from the model directory; it needs "
+                    "trainer.allow_unsafe_operations=true as well"
+                )
 
 
 def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
@@ -135,7 +220,8 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     when enabled, critic) mini-batch larger than or not dividing ``train_batch_size``; the per-rank mini-batch
     ``mini * n / W`` not divisible by the micro-batch (unless ``use_dynamic_bsz``); a dynamic-batch token budget
     below one full sequence; ``resume_mode=resume_path`` without ``resume_from_path``; ``gae`` with the critic
-    disabled; a reward model enabled without a path; an unregistered ``adv_estimator`` / ``policy_loss.loss_mode``.
+    disabled; a reward model enabled without a path; an unregistered ``adv_estimator`` / ``policy_loss.loss_mode``;
+    values out of range (:func:`check_value_ranges`).
     Warnings: KL both in the reward and in the loss; GRPO-style estimators with ``rollout.n == 1``.
     """
     errors: list[str] = []
@@ -171,7 +257,17 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         ],
         errors,
     )
-    _check_positive(cfg, ["actor_rollout_ref.model.lora_rank", "trainer.critic_warmup"], errors, minimum=0)
+    _check_positive(
+        cfg,
+        [
+            "actor_rollout_ref.model.lora_rank",
+            "trainer.critic_warmup",
+            "data.dataloader_num_workers",
+            "trainer.log_val_generations",
+        ],
+        errors,
+        minimum=0,
+    )
     use_critic = critic_enabled(cfg)
     if use_critic:
         _check_positive(
@@ -179,6 +275,9 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             ["critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"],
             errors,
         )
+    check_implemented(cfg, errors, warns)
+    check_placement(cfg, errors)
+    check_value_ranges(cfg, use_critic, errors)
     if errors:  # the arithmetic below divides by these
         return errors, warns
 
@@ -191,6 +290,8 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             f"per step do not split evenly over world size {world_expr} = {world} "
             f"({train_bs * n} % {world} = {(train_bs * n) % world})"
         )
+    # with Ulysses sequence parallelism a group of sp ranks shares its rows: mini-batches split over world / sp
+    actor_sp = sp_size(actor)
     _check_mini_micro(
         errors,
         "actor_rollout_ref.actor",
@@ -199,8 +300,8 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         actor.use_dynamic_bsz,
         train_bs,
         n,
-        world,
-        world_expr,
+        world // actor_sp,
+        world_expr if actor_sp == 1 else f"({world_expr}) / ulysses_sequence_parallel_size {actor_sp}",
     )
     if use_critic:
         critic = cfg.critic
@@ -217,8 +318,10 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             critic.use_dynamic_bsz,
             train_bs,
             n,
-            world,
-            world_expr,
+            world // sp_size(critic),
+            world_expr
+            if sp_size(critic) == 1
+            else f"({world_expr}) / ulysses_sequence_parallel_size {sp_size(critic)}",
         )
 
     seq_len = data.max_prompt_length + data.max_response_length
@@ -245,6 +348,20 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         errors.append(
             "algorithm.adv_estimator=gae needs a critic (value function) but critic.enable=false; "
             "set critic.enable=true (or null), or pick a critic-free estimator such as grpo"
+        )
+    kl_ctrl = algo.kl_ctrl
+    kl_cap = kl_ctrl.get("kl_coef_max")
+    if kl_cap is not None and float(kl_cap) <= 0:
+        errors.append(f"algorithm.kl_ctrl.kl_coef_max={kl_cap} must be > 0 (or null for no cap)")
+    elif kl_cap is not None and float(kl_ctrl.kl_coef) > float(kl_cap):
+        errors.append(
+            f"algorithm.kl_ctrl.kl_coef={kl_ctrl.kl_coef} is above algorithm.kl_ctrl.kl_coef_max={kl_cap}: the "
+            "cap must be at least the initial coefficient"
+        )
+    if kl_ctrl.type == "adaptive" and (float(kl_ctrl.target_kl) <= 0 or int(kl_ctrl.horizon) <= 0):
+        errors.append(
+            f"algorithm.kl_ctrl.type=adaptive needs target_kl > 0 and horizon > 0, got target_kl={kl_ctrl.target_kl}, "
+            f"horizon={kl_ctrl.horizon}"
         )
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         errors.append("reward_model.enable=true needs reward_model.model.path (a sequence-classification model)")

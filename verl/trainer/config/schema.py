@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 WarmupStyle = Literal["constant", "cosine"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 CheckpointContent = Literal["model", "optimizer", "extra", "hf_model"]
+# auto: bf16 where the device multiplies bf16 natively, else fp32 (verl/utils/precision.py decides)
+ComputeDType = Literal["auto", "bfloat16", "float16", "float32"]
 
 
 def _list(*items: Any) -> Any:
@@ -44,15 +46,15 @@ class DataConfig:
     """``data``: where prompts come from and how they are tokenized and batched."""
 
     tokenizer: Optional[str] = None
-    train_files: Union[str, list[str]] = "bundled://arithmetic/train.parquet"
-    val_files: Union[str, list[str]] = "bundled://arithmetic/test.parquet"
+    train_files: Optional[Union[str, list[str]]] = None
+    val_files: Optional[Union[str, list[str]]] = None
     prompt_key: str = "prompt"
     reward_fn_key: str = "data_source"
-    max_prompt_length: int = 64
-    max_response_length: int = 16
-    train_batch_size: int = 8
+    max_prompt_length: int = 512
+    max_response_length: int = 512
+    train_batch_size: int = 1024
     val_batch_size: Optional[int] = None
-    val_max_samples: int = 128
+    val_max_samples: int = -1
     return_raw_chat: bool = False
     shuffle: bool = True
     seed: int = 42
@@ -101,7 +103,8 @@ class OptimConfig:
     eps: float = 1.0e-8
     lr_warmup_steps: int = 0
     lr_warmup_steps_ratio: float = 0.0
-    warmup_style: WarmupStyle = "constant"
+    lr_scheduler_type: WarmupStyle = "constant"
+    warmup_style: Optional[WarmupStyle] = None  # deprecated name of lr_scheduler_type; when set, it wins
     min_lr_ratio: float = 0.0
     total_training_steps: int = -1
 
@@ -116,11 +119,16 @@ class CheckpointContentsConfig:
 
 @dataclass
 class FSDPConfig:
-    """``fsdp_config`` of a trained model (actor, critic): offloading and resharding."""
+    """``fsdp_config`` of a trained model (actor, critic): offloading, resharding and the sharding group size.
+
+    ``fsdp_size``: -1 shards over every rank (FSDP); ``k`` shards within groups of ``k`` ranks and replicates
+    across the ``world / k`` groups (hybrid sharding, HSDP).
+    """
 
     param_offload: bool = False
     optimizer_offload: bool = False
     reshard_after_forward: bool = True
+    fsdp_size: int = -1
 
 
 @dataclass
@@ -129,18 +137,20 @@ class RefFSDPConfig:
 
     param_offload: bool = False
     reshard_after_forward: bool = True
+    fsdp_size: int = -1
 
 
 @dataclass
 class ActorConfig:
     """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer)."""
 
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp"
-    ppo_mini_batch_size: int = 8
+    strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2); megatron is rejected by the cross-field checks
+    ppo_mini_batch_size: int = 256
     ppo_micro_batch_size_per_gpu: int = 32
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
+    ulysses_sequence_parallel_size: int = 1
     skip_old_log_prob_on_policy: bool = True
     shuffle: bool = False
     clip_ratio: float = 0.2
@@ -153,7 +163,7 @@ class ActorConfig:
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     grad_clip: float = 1.0
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: ComputeDType = "auto"
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
@@ -167,6 +177,7 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: int = 32
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
+    ulysses_sequence_parallel_size: int = 1  # YAML: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}
     fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)
 
 
@@ -182,20 +193,34 @@ class ValKwargsConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """``rollout.multi_turn``: multi-turn (tool-calling) rollouts; only ``enable=false`` is implemented."""
+
+    enable: bool = False
+
+
+@dataclass
+class EngineKwargsConfig:
+    """``rollout.engine_kwargs``: extra arguments of each engine's constructor (``vllm``: ``vllm.LLM`` kwargs)."""
+
+    vllm: dict[str, Any] = _dict()
+
+
+@dataclass
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
 
     name: Literal["auto", "hf", "vllm"] = "auto"
-    mode: Literal["sync", "async"] = "sync"
-    n: int = 4
+    mode: str = "sync"  # sync; async (the rollout server of agent loops) is rejected by the cross-field checks
+    n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
     do_sample: bool = True
-    response_length: int = 16  # YAML: ${data.max_response_length}
-    prompt_length: int = 64  # YAML: ${data.max_prompt_length}
+    response_length: int = 512  # YAML: ${data.max_response_length}
+    prompt_length: int = 512  # YAML: ${data.max_prompt_length}
     min_new_tokens: int = 0
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    dtype: ComputeDType = "auto"
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     max_num_seqs: int = 256
@@ -206,7 +231,17 @@ class RolloutConfig:
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     seed: int = 0
+    # vLLM engine options (vllm.LLM / EngineArgs arguments of the same names); the hf engine has no equivalent
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: int = 8192
+    max_model_len: Optional[int] = None  # null: prompt_length + response_length
+    enable_prefix_caching: bool = True
+    disable_log_stats: bool = True
+    load_format: str = "auto"  # auto | dummy | safetensors | pt | ...: how vLLM initialises weights before the sync
+    layered_summon: bool = False  # sync weights to the engine one sharded layer at a time
+    engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
 
 
 @dataclass
@@ -238,20 +273,21 @@ class CriticConfig:
     """``critic``: the value function trained for GAE (section handed to ``CriticWorker``)."""
 
     enable: Optional[bool] = None
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp"
+    strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2)
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    ppo_mini_batch_size: int = 8  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+    ppo_mini_batch_size: int = 256  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
     ppo_micro_batch_size_per_gpu: int = 16
     forward_micro_batch_size_per_gpu: int = 32
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
     ppo_epochs: int = 1  # YAML: ${actor_rollout_ref.actor.ppo_epochs}
-    rollout_n: int = 4  # YAML: ${actor_rollout_ref.rollout.n}
+    ulysses_sequence_parallel_size: int = 1
+    rollout_n: int = 1  # YAML: ${actor_rollout_ref.rollout.n}
     shuffle: bool = False
     cliprange_value: float = 0.5
     loss_agg_mode: LossAggMode = "token-mean"
     grad_clip: float = 1.0
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: ComputeDType = "auto"
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
@@ -286,19 +322,33 @@ class RemoteRewardConfig:
 
 
 @dataclass
+class SandboxFusionConfig:
+    """``reward_model.sandbox_fusion``: run the default scorer's code rewards on a Sandbox Fusion server."""
+
+    url: Optional[str] = None  # e.g. http://127.0.0.1:8080/run_code; null: the local sandbox
+    max_concurrent: int = 64  # requests in flight per reward process
+    memory_limit_mb: int = 1024  # memory limit of one test program
+
+
+@dataclass
 class RewardModelConfig:
     """``reward_model``: the reward model and the reward manager that turns responses into token-level scores."""
 
     enable: bool = False
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: int = 16
+    dtype: ComputeDType = "auto"
     max_length: Optional[int] = None
     reward_manager: str = "naive"  # naive | batch | dapo | any name registered with reward_manager.register
+    reward_kwargs: dict[str, Any] = _dict()  # extra keyword arguments of the reward manager's constructor
     launch_reward_fn_async: bool = False
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     on_error: Literal["fail", "zero"] = "fail"
     timeout_s: float = 30.0
+    batch_timeout_s: Optional[float] = None  # deadline of one batch's scoring; null: only the per-sample limit
+    num_workers: Optional[int] = None  # reward worker processes; null: min(8, CPUs); 0: in the trainer process
     remote: RemoteRewardConfig = field(default_factory=RemoteRewardConfig)
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
 
 
 @dataclass
@@ -319,6 +369,7 @@ class KLControlConfig:
     kl_coef: float = 0.001
     horizon: int = 10000
     target_kl: float = 0.1
+    kl_coef_max: Optional[float] = None  # cap of the adaptive coefficient; None: no cap
 
 
 @dataclass
@@ -336,7 +387,7 @@ class AlgorithmConfig:
 
     gamma: float = 1.0
     lam: float = 1.0
-    adv_estimator: str = "grpo"  # checked against core_algos.ADV_ESTIMATOR_REGISTRY
+    adv_estimator: str = "gae"  # checked against core_algos.ADV_ESTIMATOR_REGISTRY
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
@@ -349,7 +400,7 @@ class AlgorithmConfig:
 class TrainerConfig:
     """``trainer``: the driver loop (backend, world size, steps, validation, checkpoints, logging)."""
 
-    backend: Literal["local", "ray"] = "local"
+    backend: Literal["auto", "local", "ray"] = "auto"
     project_name: str = "verl"
     experiment_name: str = "demo"
     namespace: Optional[str] = None
@@ -358,17 +409,19 @@ class TrainerConfig:
     nnodes: int = 1
     n_gpus_per_node: int = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    total_epochs: int = 1
-    total_training_steps: Optional[int] = 20
+    total_epochs: int = 30
+    total_training_steps: Optional[int] = None
     critic_warmup: int = 0
-    test_freq: int = 10
+    test_freq: int = -1
     val_before_train: bool = True
     val_only: bool = False
+    log_val_generations: int = 0
     save_freq: int = -1
     max_actor_ckpt_to_keep: Optional[int] = 2
     max_critic_ckpt_to_keep: Optional[int] = 2
     resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
     resume_from_path: Optional[str] = None
+    overwrite_checkpoints: bool = False  # resume_mode=disable in a directory with checkpoints: delete them
     default_local_dir: str = "outputs/verl/demo"  # YAML: outputs/${trainer.project_name}/${trainer.experiment_name}
     rollout_data_dir: Optional[str] = None
     validation_data_dir: Optional[str] = None
@@ -381,7 +434,9 @@ class TrainerConfig:
     enable_profiling: bool = False
     profile_steps: list[int] = _list()
     enable_debug_mode: bool = False
+    third_party_log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
     allow_unsafe_operations: bool = False
+    use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
 
 
 # ------------------------------------------------------------------------------------------------------ top level
@@ -391,6 +446,11 @@ class PPOConfig:
 
     # The YAML file with the defaults of this schema, inside the ``verl.trainer.config`` package.
     config_name: ClassVar[str] = "ppo_trainer"
+    # The embedded demo's quick settings, layered under the user's when no data.train_files is given (loader.py).
+    demo_config_name: ClassVar[str] = "demo"
+    # Other spellings of a section, moved to the canonical key by the loader (verl keeps the critic's FSDP
+    # settings under critic.model).
+    key_aliases: ClassVar[dict[str, str]] = {"critic.model.fsdp_config": "critic.fsdp_config"}
 
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -406,6 +466,14 @@ class PPOConfig:
         from verl.trainer.config.ppo_checks import check_ppo_config
 
         return check_ppo_config(cfg)
+
+    @classmethod
+    def adapt_defaults(cls, cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+        """Fit the defaults the user did not set (``user_keys``) to the values they did, before validation, so an
+        unset default never causes an error (micro-batch sizes above the per-rank mini-batch)."""
+        from verl.trainer.config.ppo_checks import fit_micro_batch_defaults
+
+        return fit_micro_batch_defaults(cfg, user_keys)
 
 
 def to_dataclass(cfg: Any, cls: type) -> Any:

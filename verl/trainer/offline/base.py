@@ -12,11 +12,13 @@ batch, and the per-rank loss is scaled by the world size because FSDP averages g
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -29,13 +31,28 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
 from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
-from verl.utils.checkpoint.layout import resolve_resume_path
-from verl.utils.device import autocast_dtype, get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.checkpoint.checkpoint_manager import is_peft_model
+from verl.utils.checkpoint.layout import get_step_dir, prepare_checkpoint_root, resolve_resume_path
+from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
+from verl.utils.graceful_stop import GracefulStop
 from verl.utils.model_loader import load_causal_lm, load_tokenizer
 from verl.utils.optim import build_lr_scheduler, build_optimizer
+from verl.utils.precision import resolve_dtype
 
 logger = logging.getLogger(__name__)
+
+
+def _import_external_lib(name: str | None) -> None:
+    """Import ``model.external_lib`` (a module that registers custom architectures with transformers)."""
+    if not name:
+        return
+    import importlib
+
+    try:
+        importlib.import_module(str(name))
+    except ImportError as e:
+        raise ConfigError(f"model.external_lib: cannot import {name!r}: {e}") from e
 
 
 class OfflineTrainer:
@@ -81,13 +98,16 @@ class OfflineTrainer:
         else:
             raise TypeError(f"model must be a model path (str) or a torch.nn.Module, got {type(model).__name__}")
         self.config: DictConfig = build_offline_config(self.config_schema, layer, config)
+        _import_external_lib(self.config.model.get("external_lib"))
 
         self.device_name = get_device_name(self.config.trainer.device)
         init_distributed_if_needed(self.device_name)
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.resumed_from: str | None = None  # the checkpoint fit() continued from, None for a fresh run
+        self.stopped_by: str | None = None  # "SIGTERM"/"SIGINT" when the last fit() stopped early on a signal
         self.device = get_torch_device(self.device_name)
-        self.compute_dtype = autocast_dtype(str(self.config.model.dtype))
+        self.compute_dtype = resolve_dtype(str(self.config.model.dtype), self.device)
         if self.config.trainer.torch_threads:
             torch.set_num_threads(int(self.config.trainer.torch_threads))
 
@@ -97,6 +117,10 @@ class OfflineTrainer:
         self.eval_dataset = self._make_dataset(eval_dataset) if eval_dataset is not None else None
 
         self.ref_model: torch.nn.Module | None = ref_model
+        # LoRA without another reference: the frozen base under the adapters is the reference policy (no copy)
+        self._lora_reference = (
+            self.uses_reference and ref_model is None and is_peft_model(self.model) and not self.config.ref.path
+        )
         # True until the first optimizer step or checkpoint load: the policy still equals the reference.
         self._policy_is_initial = True
         if self.uses_reference and self.ref_model is None and self._needs_live_reference():
@@ -153,14 +177,23 @@ class OfflineTrainer:
                 trust_remote_code=bool(mcfg.trust_remote_code),
                 override_config=OmegaConf.to_container(mcfg.override_config),
             )
+        lora_rank = int(mcfg.get("lora_rank", 0) or 0)
+        if lora_rank > 0:
+            from verl.utils.lora import apply_lora
+
+            module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
         if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
+            if lora_rank > 0 and hasattr(module, "enable_input_require_grads"):
+                # frozen embeddings: checkpointed blocks need an input that requires grad to backpropagate at all
+                module.enable_input_require_grads()
         module.train()
         return module
 
     def _needs_live_reference(self) -> bool:
-        """A reference model is kept when some dataset lacks reference log-probs and they are not precomputed."""
-        if self.config.ref.precompute_ref_log_probs:
+        """A reference model is kept when some dataset lacks reference log-probs and they are not precomputed (and
+        the reference is not the LoRA policy's own base)."""
+        if self.config.ref.precompute_ref_log_probs or self._lora_reference:
             return False
         datasets = [d for d in (self.train_dataset, self.eval_dataset) if d is not None]
         return not datasets or any(not d.has_reference for d in datasets)
@@ -195,9 +228,16 @@ class OfflineTrainer:
 
         With ``ref.precompute_ref_log_probs`` they are computed once now and stored in the dataset (by the given
         ``ref_model``, else by the policy itself while it is still untrained, else by a reference loaded for the
-        occasion); otherwise a frozen reference model is kept for the loss to call.
+        occasion); otherwise a frozen reference model is kept for the loss to call. With LoRA (and no other
+        reference) the reference is the policy with its adapters disabled, at any point of training.
         """
         if not self.uses_reference or dataset.has_reference:
+            return
+        if self._lora_reference:
+            if self.config.ref.precompute_ref_log_probs:
+                with self._adapters_disabled():
+                    self._precompute_reference(dataset, self.model)
+                dataset.has_reference = True
             return
         if not self.config.ref.precompute_ref_log_probs:
             if self.ref_model is None:
@@ -245,6 +285,9 @@ class OfflineTrainer:
         first, second = self.reference_keys
         if first in batch:
             return batch[first], batch[second]
+        if self._lora_reference:
+            with self._adapters_disabled():
+                return self._reference_pair_logps(self.model, batch)
         if self.ref_model is None:
             raise RuntimeError(
                 f"{type(self).__name__} needs reference log-probs: no reference model and no {first} / {second} in the "
@@ -252,6 +295,17 @@ class OfflineTrainer:
             )
         with torch.no_grad():
             return self._reference_pair_logps(self.ref_model, batch)
+
+    @contextlib.contextmanager
+    def _adapters_disabled(self) -> Iterator[None]:
+        """The LoRA policy as its frozen base (adapters off, eval mode, no grad): the reference policy."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), self.model.disable_adapter():
+                yield
+        finally:
+            self.model.train(was_training)
 
     # ------------------------------------------------------------------------------------------- paths, state
     @property
@@ -399,7 +453,7 @@ class OfflineTrainer:
         gen = torch.Generator().manual_seed(int(self.config.data.seed) + epoch)
         return torch.randperm(n, generator=gen).tolist()
 
-    def _make_tracker(self) -> Any:
+    def _make_tracker(self, keep_through_step: int | None = None) -> Any:
         from verl.utils.tracking import Tracking
 
         tcfg = self.config.trainer
@@ -411,6 +465,7 @@ class OfflineTrainer:
             config=OmegaConf.to_container(self.config, resolve=True),
             log_dir=str(log_dir),
             namespace=tcfg.namespace if tcfg.log_dir else None,
+            keep_through_step=keep_through_step,
         )
 
     def _seed(self) -> None:
@@ -431,8 +486,22 @@ class OfflineTrainer:
             max_to_keep=self.config.trainer.max_ckpt_to_keep,
         )
 
+    def _any_rank(self, flag: bool) -> bool:
+        """``flag`` OR-ed over all ranks (one tiny all-reduce), so every rank stops after the same step."""
+        if not dist.is_initialized():
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
+
     def _resume(self) -> None:
         tcfg = self.config.trainer
+        if self.rank == 0:  # one rank cleans up; the others wait so nobody reads a directory being removed
+            prepare_checkpoint_root(
+                self.output_root, str(tcfg.resume_mode), overwrite=bool(tcfg.get("overwrite_checkpoints", False))
+            )
+        if dist.is_initialized():
+            dist.barrier()
         path = resolve_resume_path(
             {
                 "default_local_dir": tcfg.default_local_dir,
@@ -446,7 +515,10 @@ class OfflineTrainer:
         extra = ckpt.load_checkpoint(path, self.model, self.optimizer, self.lr_scheduler)
         self.global_step = int(extra.get("global_step", 0))
         self._policy_is_initial = False
+        self.resumed_from = path
         logger.info("resumed from %s at step %d", path, self.global_step)
+        if self.rank == 0:  # said before the first step, so a continued run is never mistaken for a new one
+            print(f"[verl] resumed from {path} at step {self.global_step}", flush=True)
 
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:
@@ -468,57 +540,75 @@ class OfflineTrainer:
         self.global_step = 0
         self._resume()
         saved_at = self.global_step if self.global_step > 0 else -1
-        tracker = self._make_tracker() if self.rank == 0 else None
+        tracker = self._make_tracker(self.global_step if self.resumed_from else -1) if self.rank == 0 else None
         bar = ProgressBar(total=total, initial=self.global_step, desc=type(self).__name__) if self.rank == 0 else None
         bsz, logging_steps = int(self.config.data.train_batch_size), int(tcfg.logging_steps)
         save_freq, test_freq = int(tcfg.save_freq), int(tcfg.test_freq)
         final: dict[str, float] = {}
         window: list[dict[str, float]] = []
         epoch, first_batch = divmod(self.global_step, per_epoch)
+        stopping = False  # a SIGTERM/SIGINT arrived (on any rank): save the step just finished and stop
         try:
-            while self.global_step < total:
-                order = self._epoch_order(epoch)
-                for b in range(first_batch, per_epoch):
-                    if self.global_step >= total:
-                        break
-                    t0 = time.perf_counter()
-                    rows = order[b * bsz : (b + 1) * bsz][self.rank :: self.world_size]
-                    metrics = self._train_step([self.train_dataset[i] for i in rows])
-                    self.global_step += 1
-                    metrics["epoch"] = epoch + (b + 1) / per_epoch
-                    metrics["perf/time_per_step"] = time.perf_counter() - t0
-                    window.append(metrics)
-                    if self.global_step % logging_steps == 0 or self.global_step == total:
-                        final = {k: float(np.mean([m[k] for m in window if k in m])) for k in window[-1]}
-                        window = []
-                        if tracker is not None:
-                            tracker.log(final, step=self.global_step)
-                    if bar is not None:
-                        bar.update(metrics, step=self.global_step)
-                    is_last = self.global_step == total
-                    if self.eval_dataset is not None and test_freq > 0 and self.global_step % test_freq == 0:
-                        if not is_last:  # the final evaluation follows the loop
-                            eval_metrics = self.evaluate()
+            with GracefulStop(type(self).__name__) as stop:
+                while self.global_step < total and not stopping:
+                    order = self._epoch_order(epoch)
+                    for b in range(first_batch, per_epoch):
+                        if self.global_step >= total:
+                            break
+                        t0 = time.perf_counter()
+                        rows = order[b * bsz : (b + 1) * bsz][self.rank :: self.world_size]
+                        metrics = self._train_step([self.train_dataset[i] for i in rows])
+                        self.global_step += 1
+                        metrics["epoch"] = epoch + (b + 1) / per_epoch
+                        metrics["perf/time_per_step"] = time.perf_counter() - t0
+                        window.append(metrics)
+                        stopping = self._any_rank(stop.requested)
+                        if self.global_step % logging_steps == 0 or self.global_step == total or stopping:
+                            final = {k: float(np.mean([m[k] for m in window if k in m])) for k in window[-1]}
+                            window = []
                             if tracker is not None:
-                                tracker.log(eval_metrics, step=self.global_step)
-                    if save_freq > 0 and self.global_step % save_freq == 0:
-                        self._save(epoch)
-                        saved_at = self.global_step
-                first_batch = 0
-                epoch += 1
-            if self.eval_dataset is not None:
+                                tracker.log(final, step=self.global_step)
+                        if bar is not None:
+                            bar.update(metrics, step=self.global_step)
+                        is_last = self.global_step == total
+                        if self.eval_dataset is not None and test_freq > 0 and self.global_step % test_freq == 0:
+                            if not is_last and not stopping:  # the final evaluation follows the loop
+                                eval_metrics = self.evaluate()
+                                if tracker is not None:
+                                    tracker.log(eval_metrics, step=self.global_step)
+                        if save_freq > 0 and self.global_step % save_freq == 0:
+                            self._save(epoch)
+                            saved_at = self.global_step
+                        if stopping:
+                            break
+                    if stopping:
+                        break
+                    first_batch = 0
+                    epoch += 1
+            if self.eval_dataset is not None and not stopping:
                 eval_metrics = self.evaluate()
                 final.update(eval_metrics)
                 if tracker is not None:
                     tracker.log(eval_metrics, step=self.global_step)
             if saved_at != self.global_step:
                 self._save(epoch)
-            if tcfg.export_hf:
+            if stopping:
+                self.stopped_by = stop.signal_name or "signal on another rank"
+                if self.rank == 0:
+                    print(
+                        f"[verl] stopped by {self.stopped_by} after step {self.global_step}; checkpoint "
+                        f"{get_step_dir(self.output_root, self.global_step)}; run the same command again to resume",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            elif tcfg.export_hf:
                 ckpt.export_hf(self.output_root, self.model, self.tokenizer)
         finally:
             if bar is not None:
                 bar.close()
             if tracker is not None:
                 tracker.finish()
+        if stopping:  # the CLI exits with 128 + the signal number
+            final["stopped_by"] = self.stopped_by  # type: ignore[assignment]
         final["global_step"] = float(self.global_step)
         return final

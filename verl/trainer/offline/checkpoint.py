@@ -28,6 +28,7 @@ import torch.distributed as dist
 from verl.utils import fsdp_utils
 from verl.utils.checkpoint.checkpoint_manager import (
     HF_SUBDIR,
+    is_peft_model,
     load_extra_state,
     safe_torch_load,
     save_extra_state,
@@ -107,7 +108,10 @@ def _read_weights(role_dir: str) -> dict[str, torch.Tensor]:
         )
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(f))
+        try:
+            state.update(load_file(f))
+        except Exception as e:  # safetensors raises its own error types for a truncated or garbled header
+            raise ValueError(f"checkpoint weights {f} are corrupt or truncated: {type(e).__name__}: {e}") from e
     return state
 
 
@@ -119,6 +123,13 @@ def load_checkpoint(
     if not os.path.isdir(role_dir):
         raise FileNotFoundError(f"checkpoint {step_dir} has no {ROLE}/ directory")
     state = _read_weights(role_dir)
+    if is_peft_model(model):
+        # the checkpoint holds the adapter only: the frozen base weights come from the live model
+        from verl.utils.lora import adapter_to_model_keys
+
+        full = fsdp_utils.get_full_model_state_dict(model)
+        full.update(adapter_to_model_keys(state))
+        state = full
     # Tied weights (lm_head = embed_tokens) are stored once; give the tied name its source tensor back.
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
         if target not in state and source in state:
@@ -134,12 +145,22 @@ def load_checkpoint(
 
 
 def export_hf(root: str, model: torch.nn.Module, tokenizer: Any) -> str | None:
-    """Write the final model + tokenizer to ``<root>/hf_model`` (atomically); None for a plain torch module."""
+    """Write the final model + tokenizer to ``<root>/hf_model`` (atomically); None for a plain torch module.
+
+    A LoRA (PEFT) model is exported merged: plain weights ``W + (alpha / r) * B @ A`` under the base model's names.
+    """
     state = fsdp_utils.get_full_model_state_dict(model)
     target = os.path.join(root, "hf_model")
     if not is_hf_model(model):
         logger.warning("not exporting %s: the model is a plain torch module without a Hugging Face config", target)
         return None
+    if is_peft_model(model):
+        # a directory transformers loads directly: the adapters merged into the base weights
+        from verl.utils.lora import merged_state_dict
+
+        lora_cfg = model.peft_config[model.active_adapter]
+        state = merged_state_dict(state, float(lora_cfg.lora_alpha) / float(lora_cfg.r)) if _rank() == 0 else {}
+        model = model.get_base_model()
     if _rank() == 0:
         with atomic_directory(target) as tmp:
             save_model_hf(model, tokenizer, tmp, state_dict=state)

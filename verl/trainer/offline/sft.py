@@ -81,6 +81,9 @@ class SFTTrainer(OfflineTrainer):
             prompt_key=str(d.prompt_key),
             response_key=str(d.response_key),
             messages_key=str(d.messages_key),
+            prompt_dict_keys=list(d.prompt_dict_keys) if d.get("prompt_dict_keys") else None,
+            response_dict_keys=list(d.response_dict_keys) if d.get("response_dict_keys") else None,
+            apply_chat_template=bool(d.get("apply_chat_template", False)),
         )
         return ds
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto
@@ -43,22 +44,51 @@ def _call_with_supported_kwargs(fn: Callable, **kwargs: Any):
     return fn(**{k: v for k, v in kwargs.items() if k in params})
 
 
-def compute_advantage(data: DataProto, adv_estimator: str, algorithm_config: DictConfig | None = None) -> DataProto:
-    """Fill ``advantages`` and ``returns`` ``[batch, response_len]`` with the registered estimator ``adv_estimator``.
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """``[batch, response_len]``: the response part of ``attention_mask`` (verl's helper)."""
+    response_length = data.batch["responses"].shape[-1]
+    return data.batch["attention_mask"][:, -response_length:]
+
+
+def compute_advantage(
+    data: DataProto,
+    adv_estimator: Any,
+    algorithm_config: DictConfig | None = None,
+    *,
+    gamma: float | None = None,
+    lam: float | None = None,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool | None = None,
+    config: DictConfig | None = None,
+) -> DataProto:
+    """Fill ``advantages`` and ``returns`` ``[batch, response_len]`` with the registered estimator ``adv_estimator``
+    (a name or an ``AdvantageEstimator`` / recipe Enum member).
 
     Every estimator is called by keyword with what it may need: ``token_level_rewards``, ``response_mask``,
     ``index`` (the ``uid`` group ids), ``values``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``,
-    ``reward_baselines`` and ``config``; a user estimator receives the subset its signature names.
+    ``reward_baselines`` and ``config``; a user estimator receives the subset its signature names. verl's keyword
+    form ``compute_advantage(data, adv_estimator=..., gamma=..., lam=..., num_repeat=...,
+    norm_adv_by_std_in_grpo=..., config=...)`` works too: explicit keywords win over ``algorithm.*`` values, and
+    ``num_repeat`` is accepted for that signature (the groups come from ``uid``). A missing ``response_mask`` is
+    taken from ``attention_mask``.
     """
-    algorithm_config = algorithm_config or OmegaConf.create({})
+    algorithm_config = algorithm_config if algorithm_config is not None else config
+    algorithm_config = algorithm_config if algorithm_config is not None else OmegaConf.create({})
+    del num_repeat
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
+    if "response_mask" not in data.batch.keys():
+        data.batch["response_mask"] = compute_response_mask(data)
     kwargs: dict[str, Any] = {
         "token_level_rewards": data.batch["token_level_rewards"],
         "response_mask": data.batch["response_mask"],
         "index": data.non_tensor_batch["uid"],
-        "gamma": float(algorithm_config.get("gamma", 1.0)),
-        "lam": float(algorithm_config.get("lam", 1.0)),
-        "norm_adv_by_std_in_grpo": bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)),
+        "gamma": float(gamma if gamma is not None else algorithm_config.get("gamma", 1.0)),
+        "lam": float(lam if lam is not None else algorithm_config.get("lam", 1.0)),
+        "norm_adv_by_std_in_grpo": bool(
+            norm_adv_by_std_in_grpo
+            if norm_adv_by_std_in_grpo is not None
+            else algorithm_config.get("norm_adv_by_std_in_grpo", True)
+        ),
         "config": algorithm_config,
     }
     if "values" in data.batch.keys():

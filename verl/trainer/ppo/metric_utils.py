@@ -3,16 +3,16 @@
 Everything here is a pure function of a DataProto batch (or of timings / validation results), so the driver loop
 only collects and logs. Names: ``critic/{score,rewards,advantages,returns,values}/{mean,max,min}``,
 ``response_length/*``, ``prompt_length/*``, ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/*`` and
-``val-core/<data_source>/<var>/{mean,best,maj}@N``.
+``val-core/<data_source>/<var>/{mean@N, best@N/mean, maj@N/mean}`` (and ``val-aux/...``).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -108,6 +108,11 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
     }
 
 
+def compute_throughout_metrics(batch: DataProto, timing_raw: dict[str, float], n_gpus: int) -> dict[str, float]:
+    """verl's name (sic) of :func:`compute_throughput_metrics`."""
+    return compute_throughput_metrics(batch, timing_raw, n_gpus)
+
+
 def memory_metrics() -> dict[str, float]:
     """``perf/max_memory_allocated_gb`` (peak GPU memory when CUDA is used, else peak RSS of this process) and
     ``perf/cpu_memory_used_gb`` (current RSS)."""
@@ -152,44 +157,72 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return reduced
 
 
-def _best_at_k(values: list[float], k: int) -> float:
-    """Expected maximum of ``k`` draws without replacement from ``values`` (exact, via order statistics).
+def bootstrap_metric(
+    data: list[Any],
+    subset_size: int,
+    reduce_fns: list[Callable[[Any], float]],
+    n_bootstrap: int = 1000,
+    seed: int = 42,
+) -> list[tuple[float, float]]:
+    """Bootstrap estimate of statistics of ``subset_size`` draws (with replacement) from ``data``.
 
-    For 0/1 scores this is the unbiased pass@k of Chen et al. 2021: 1 - C(n-c, k) / C(n, k).
+    For each of ``n_bootstrap`` resamples, every ``reduce_fn`` is applied to the resampled list; returns one
+    ``(mean, std)`` over the resamples per reduce function. ``seed`` fixes the resamples (a private generator: the
+    global numpy random state is left alone).
     """
-    n = len(values)
-    ordered = sorted(values)
-    total = math.comb(n, k)
-    # the i-th smallest (0-based) is the max of a k-subset in C(i, k-1) subsets
-    return sum(v * math.comb(i, k - 1) for i, v in enumerate(ordered)) / total
+    if not data:
+        raise ValueError("bootstrap_metric: data is empty")
+    rng = np.random.RandomState(seed)
+    results: list[list[float]] = [[] for _ in reduce_fns]
+    for _ in range(n_bootstrap):
+        idxs = rng.choice(len(data), size=subset_size, replace=True)
+        sample = [data[i] for i in idxs]
+        for i, fn in enumerate(reduce_fns):
+            results[i].append(fn(sample))
+    return [(float(np.mean(r)), float(np.std(r))) for r in results]
 
 
-def _maj_at_k(preds: list[Any], values: list[float], k: int) -> float:
-    """Score of the majority answer among the first ``k`` responses (ties: the first seen)."""
-    preds, values = preds[:k], values[:k]
-    counts = Counter(str(p) for p in preds)
-    top = counts.most_common(1)[0][0]
-    for pred, value in zip(preds, values):
-        if str(pred) == top:
-            return value
-    return 0.0
+def calc_maj_val(data: list[dict[str, Any]], vote_key: str, val_key: str) -> float:
+    """Majority vote: the ``val_key`` of the first item whose ``vote_key`` is the most frequent (ties: the answer
+    seen first)."""
+    vote2vals: dict[Any, list[Any]] = defaultdict(list)
+    for item in data:
+        vote2vals[item[vote_key]].append(item[val_key])
+    majority = max(vote2vals, key=lambda vote: len(vote2vals[vote]))
+    return vote2vals[majority][0]
+
+
+def _bootstrap_extremes(values: np.ndarray, subset_size: int, n_bootstrap: int, seed: int) -> tuple[float, ...]:
+    """``bootstrap_metric(values, subset_size, [np.max, np.min])`` flattened, vectorised over the resamples."""
+    rng = np.random.RandomState(seed)
+    idxs = rng.choice(len(values), size=(n_bootstrap, subset_size), replace=True)
+    samples = values[idxs]
+    best, worst = samples.max(axis=1), samples.min(axis=1)
+    return float(best.mean()), float(best.std()), float(worst.mean()), float(worst.std())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, bool, np.number)) and not isinstance(value, str)
 
 
 def process_validation_metrics(
     data_sources: list[str],
     sample_uids: list[str],
-    infos: dict[str, list[Any]],
+    infos_dict: dict[str, list[Any]],
+    seed: int = 42,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Reduce per-response validation results to ``{data_source: {var: {"mean@N": .., "best@k": .., ...}}}``.
+    """Reduce per-response validation results to ``{data_source: {var: {metric: value}}}`` (verl's names).
 
-    ``infos`` maps a variable name (``reward``, ``acc``, ...) to one value per response; ``sample_uids`` groups the
-    N responses of one prompt. For each prompt: ``mean@N``, ``std@N``, for k in 2, 4, ... <= N ``best@k`` (expected
-    maximum over k of the N responses) and, when ``infos["pred"]`` exists, ``maj@k``. The prompt values are then
-    averaged per data source.
+    ``infos_dict`` maps a variable (``reward``, ``acc``, ...) to one value per response; ``sample_uids`` groups the
+    N responses of one prompt. Per prompt and numeric variable: ``mean@N``; when N > 1 also ``std@N`` and, for
+    n in 2, 4, 8, ... < N and n = N, the bootstrap estimates (1000 resamples of n responses, with replacement)
+    ``best@n/mean``, ``best@n/std``, ``worst@n/mean``, ``worst@n/std`` and, when ``infos_dict["pred"]`` holds the
+    extracted answers, ``maj@n/mean``, ``maj@n/std`` (value of the majority answer). Prompt values are then
+    averaged per data source. Variables holding strings are skipped.
     """
     grouped: dict[str, dict[str, dict[str, list[Any]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for i, (source, uid) in enumerate(zip(data_sources, sample_uids)):
-        for var, values in infos.items():
+        for var, values in infos_dict.items():
             grouped[source][uid][var].append(values[i])
 
     per_source: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
@@ -199,35 +232,49 @@ def process_validation_metrics(
         for prompt_vars in prompts.values():
             preds = prompt_vars.get("pred")
             for var, values in prompt_vars.items():
-                if var == "pred" or not values or not all(isinstance(v, (int, float, bool, np.number)) for v in values):
+                if not values or not all(_is_number(v) for v in values):
                     continue
-                values = [float(v) for v in values]
-                n = len(values)
+                arr = np.asarray(values, dtype=np.float64)
+                n_resps = len(arr)
                 out = per_source[source][var]
-                out[f"mean@{n}"].append(float(np.mean(values)))
-                if n > 1:
-                    out[f"std@{n}"].append(float(np.std(values)))
-                k = 2
-                while k <= n:
-                    out[f"best@{k}"].append(_best_at_k(values, k))
+                out[f"mean@{n_resps}"].append(float(arr.mean()))
+                if n_resps == 1:
+                    continue
+                out[f"std@{n_resps}"].append(float(arr.std()))
+                ns = [2**i for i in range(1, n_resps.bit_length()) if 2**i < n_resps] + [n_resps]
+                for n in ns:
+                    best_m, best_s, worst_m, worst_s = _bootstrap_extremes(arr, n, 1000, seed)
+                    out[f"best@{n}/mean"].append(best_m)
+                    out[f"best@{n}/std"].append(best_s)
+                    out[f"worst@{n}/mean"].append(worst_m)
+                    out[f"worst@{n}/std"].append(worst_s)
                     if preds is not None:
-                        out[f"maj@{k}"].append(_maj_at_k(preds, values, k))
-                    k *= 2
+                        votes = [{"val": v, "pred": str(p)} for v, p in zip(values, preds)]
+                        [(maj_m, maj_s)] = bootstrap_metric(
+                            votes, n, [functools.partial(calc_maj_val, vote_key="pred", val_key="val")], seed=seed
+                        )
+                        out[f"maj@{n}/mean"].append(maj_m)
+                        out[f"maj@{n}/std"].append(maj_s)
     return {
         source: {var: {name: float(np.mean(vals)) for name, vals in stats.items()} for var, stats in variables.items()}
         for source, variables in per_source.items()
     }
 
 
-def flatten_validation_metrics(
-    reduced: dict[str, dict[str, dict[str, float]]], core_var: str = "reward"
-) -> dict[str, float]:
-    """Name validation results as verl does: ``val-core/<source>/<var>/<metric>`` for the main score's mean and
-    best/maj, ``val-aux/...`` for everything else."""
+def flatten_validation_metrics(reduced: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """Name validation results as verl's trainer does: ``val-core/<source>/<var>/<metric>`` for the core variable
+    (``acc`` when reported, else ``reward``) and its ``mean``/``maj``/``best`` metrics at the largest N;
+    ``val-aux/...`` for everything else."""
     out: dict[str, float] = {}
     for source, variables in reduced.items():
+        core_var = "acc" if "acc" in variables else "reward"
         for var, stats in variables.items():
+            n_max = max(int(name.split("@")[-1].split("/")[0]) for name in stats)
             for name, value in stats.items():
-                core = var in (core_var, "acc") and (name.startswith("mean@") or name.startswith(("best@", "maj@")))
+                core = (
+                    var == core_var
+                    and name.startswith(("mean", "maj", "best"))
+                    and name.split("@")[-1].split("/")[0] == str(n_max)
+                )
                 out[f"{'val-core' if core else 'val-aux'}/{source}/{var}/{name}"] = value
     return out

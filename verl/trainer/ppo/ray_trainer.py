@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -35,6 +36,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.validation import decode_generations, run_validation
+from verl.utils.graceful_stop import GracefulStop
 from verl.utils.torch_functional import masked_mean
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,12 @@ class RayPPOTrainer:
         self._epoch = 0
         # generation calls so far; checkpointed, so a resumed run seeds its samples as an uninterrupted one
         self._gen_calls = 0
+        # the driver state (data.pt) of the checkpoint load_checkpoint restored, None when none was
+        self.resumed_state: dict[str, Any] | None = None
+        # the checkpoint directory load_checkpoint restored, None when the run started fresh
+        self.resumed_from: str | None = None
+        # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
+        self.stopped_by: str | None = None
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -121,17 +129,25 @@ class RayPPOTrainer:
                 f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
                 f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
             )
+        # data.dataloader_num_workers: worker processes that read and collate batches ahead of the trainer
+        num_workers = int(data_cfg.get("dataloader_num_workers", 0) or 0)
         self.train_dataloader = StatefulDataLoader(
             self.train_dataset,
             batch_size=int(data_cfg.train_batch_size),
             sampler=self.train_sampler,
             collate_fn=collate,
             drop_last=True,
+            num_workers=num_workers,
         )
         if self.val_dataset is not None and len(self.val_dataset) > 0:
             val_bs = data_cfg.get("val_batch_size") or len(self.val_dataset)
             self.val_dataloader = StatefulDataLoader(
-                self.val_dataset, batch_size=int(val_bs), sampler=None, collate_fn=collate, drop_last=False
+                self.val_dataset,
+                batch_size=int(val_bs),
+                sampler=None,
+                collate_fn=collate,
+                drop_last=False,
+                num_workers=num_workers,
             )
         steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
         # an explicit step budget wins (verl's rule); the run still ends when the epochs run out
@@ -142,6 +158,7 @@ class RayPPOTrainer:
     def init_workers(self) -> None:
         """Create the worker groups (colocated in one process per rank) and load the models."""
         from verl.single_controller import create_colocated_worker_groups
+        from verl.trainer.config.parallel_checks import resolve_backend
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
         # schedulers need the horizon before the optimizers are built
@@ -158,7 +175,7 @@ class RayPPOTrainer:
             if self.use_rm:
                 roles["rm"] = (RewardModelWorker, {"config": self.config.reward_model})
             self.worker_groups = create_colocated_worker_groups(
-                backend=self.config.trainer.backend,
+                backend=resolve_backend(self.config.trainer),
                 roles=roles,
                 world_size=self.n_ranks,
                 use_gpu=self._use_gpu(),
@@ -449,25 +466,42 @@ class RayPPOTrainer:
     def step_dir(self, step: int) -> str:
         return os.path.join(self.checkpoint_dir, f"global_step_{step}")
 
-    def save_checkpoint(self, path: str | None = None) -> str:
-        """Write ``global_step_N/{actor,critic}`` and the data loader state atomically, then update the
-        ``latest_checkpointed_iteration.txt`` marker and apply retention."""
-        from verl.utils.checkpoint.layout import finalize_checkpoint, remove_old_checkpoints
+    def save_checkpoint(
+        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
+    ) -> str:
+        """Write ``global_step_N/{actor,critic}`` and the driver state ``data.pt`` atomically, then mark the
+        directory complete (``checkpoint_complete.json``).
+
+        ``path`` None: ``<checkpoint_dir>/global_step_N``, then the ``latest_checkpointed_iteration.txt`` tracker
+        and retention. An explicit ``path`` gets the completion marker only (no tracker, no retention).
+        ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``; default ``*.checkpoint.save_contents``)
+        selects what the workers write; without ``extra`` no ``data.pt`` is written either. ``extra_state`` joins
+        ``data.pt`` (plain types and tensors only: it is read back with ``weights_only=True``).
+        """
+        from verl.utils.checkpoint.layout import finalize_checkpoint, remove_old_checkpoints, write_complete_marker
         from verl.utils.fs import atomic_directory
 
         final_dir = path or self.step_dir(self.global_steps)
         with atomic_directory(final_dir) as tmp_dir:
-            self.actor_rollout_wg.save_checkpoint(os.path.join(tmp_dir, "actor"), self.global_steps)
+            self.actor_rollout_wg.save_checkpoint(
+                os.path.join(tmp_dir, "actor"), self.global_steps, save_contents=save_contents
+            )
             if self.use_critic:
-                self.critic_wg.save_checkpoint(os.path.join(tmp_dir, "critic"), self.global_steps)
-            torch.save(self.driver_state(), os.path.join(tmp_dir, "data.pt"))
-        if path is None:
-            finalize_checkpoint(self.checkpoint_dir, self.global_steps)
-            trainer_cfg = self.config.trainer
-            for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
-                remove_old_checkpoints(
-                    self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
+                self.critic_wg.save_checkpoint(
+                    os.path.join(tmp_dir, "critic"), self.global_steps, save_contents=save_contents
                 )
+            if save_contents is None or "extra" in save_contents:
+                torch.save({**self.driver_state(), **(extra_state or {})}, os.path.join(tmp_dir, "data.pt"))
+            if path is not None:  # marked inside the temp dir: the directory appears complete in one rename
+                write_complete_marker(tmp_dir, self.global_steps)
+        if path is not None:
+            return final_dir
+        finalize_checkpoint(self.checkpoint_dir, self.global_steps)
+        trainer_cfg = self.config.trainer
+        for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
+            remove_old_checkpoints(
+                self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
+            )
         return final_dir
 
     def driver_state(self) -> dict[str, Any]:
@@ -478,18 +512,33 @@ class RayPPOTrainer:
             state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
         return state
 
-    def load_checkpoint(self) -> int:
-        """Resume per ``trainer.resume_mode``; returns the restored global step (0 when starting fresh)."""
-        from verl.utils.checkpoint.layout import resolve_resume_path
+    def load_checkpoint(self, path: str | None = None) -> int:
+        """Resume from ``path`` (a complete checkpoint directory) or, when None, per ``trainer.resume_mode``;
+        returns the restored global step (0 when starting fresh).
 
-        path = resolve_resume_path(self.config.trainer, self.checkpoint_dir)
+        Restores the workers (weights, optimizer, lr scheduler, RNG), the step count, the data loader position,
+        the generation counter and the KL coefficient. The whole ``data.pt`` dict is kept in
+        :attr:`resumed_state` for callers that saved their own ``extra_state``.
+        """
+        from verl.utils.checkpoint.checkpoint_manager import safe_torch_load
+        from verl.utils.checkpoint.layout import require_intact, resolve_resume_path
+
         if path is None:
-            return 0
-        logger.info("resuming from %s", path)
+            # auto: the newest complete checkpoint whose files match their checksums (bad ones are warned about)
+            path = resolve_resume_path(self.config.trainer, self.checkpoint_dir)
+            if path is None:
+                return 0
+        elif not os.path.isdir(path):
+            raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+        else:
+            require_intact(path)
         data_file = os.path.join(path, "data.pt")
         if not os.path.exists(data_file):
-            raise FileNotFoundError(f"checkpoint {path!r} is incomplete: {data_file!r} is missing")
-        state = torch.load(data_file, weights_only=True)
+            raise FileNotFoundError(
+                f"checkpoint {path!r} has no training state {data_file!r} (saved with save_training_state=False?): "
+                "it holds weights only and cannot be resumed from"
+            )
+        state = safe_torch_load(data_file, "the driver's training state (step, data position, KL coefficient)")
         self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
@@ -500,6 +549,12 @@ class RayPPOTrainer:
             self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
             self.kl_ctrl_in_reward.value = state["kl_coef"]
+        self.resumed_state = state
+        self.resumed_from = path
+        # said before the first step, so a run that continues is never mistaken for one that started over
+        message = f"resumed from {path} at step {self.global_steps} (epoch {self._epoch})"
+        logger.info(message)
+        print(f"[verl] {message}", flush=True)
         return self.global_steps
 
     # -------------------------------------------------------------------------------------------------- fit
@@ -514,7 +569,7 @@ class RayPPOTrainer:
         """The JSONL metrics file of the current (or last) ``fit()``, when the ``file`` logger is on."""
         return getattr(self._tracker, "metrics_path", None)
 
-    def _make_tracker(self):
+    def _make_tracker(self, keep_through_step: int | None = None):
         from verl.utils.tracking import Tracking
 
         trainer_cfg = self.config.trainer
@@ -527,15 +582,23 @@ class RayPPOTrainer:
             default_backend=list(trainer_cfg.logger),
             config=OmegaConf.to_container(self.config, resolve=True),
             log_dir=log_dir,
+            keep_through_step=keep_through_step,
         )
 
     def fit(self) -> dict[str, float]:
         """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
+        from verl.utils.checkpoint.layout import prepare_checkpoint_root
         from verl.utils.tracking import ProgressBar
 
         trainer_cfg = self.config.trainer
-        self._tracker = self._make_tracker()
+        prepare_checkpoint_root(
+            self.checkpoint_dir,
+            str(trainer_cfg.get("resume_mode", "auto")),
+            overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
+        )
         self.load_checkpoint()
+        # rows of steps after the resumed one are dropped from the JSONL log: those steps run again
+        self._tracker = self._make_tracker(keep_through_step=self.global_steps if self.resumed_from else -1)
         val_metrics: dict[str, float] = {}
         if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
             val_metrics = self._timed_validate()
@@ -544,33 +607,53 @@ class RayPPOTrainer:
                 return val_metrics
         progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
         save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
+        saved_at = self.global_steps  # a resumed step is already on disk
+        self.stopped_by = None
         try:
-            while self.global_steps < self.total_training_steps:
-                batch = self._next_training_batch()
-                if batch is None:
-                    break
-                self.global_steps += 1
-                with self.profiler.step(self.global_steps):
-                    metrics = self.train_step(batch)
-                if self.debug_dir is not None:
-                    from verl.utils.profiler import dump_step_debug
+            with GracefulStop("PPO") as stop:
+                while self.global_steps < self.total_training_steps and not stop.requested:
+                    batch = self._next_training_batch()
+                    if batch is None:
+                        break
+                    self.global_steps += 1
+                    with self.profiler.step(self.global_steps):
+                        metrics = self.train_step(batch)
+                    if self.debug_dir is not None:
+                        from verl.utils.profiler import dump_step_debug
 
-                    dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
-                is_last = self.global_steps >= self.total_training_steps
-                if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
-                    val_metrics = self._timed_validate()
-                    metrics.update(val_metrics)
-                if (save_freq > 0 and self.global_steps % save_freq == 0) or (is_last and save_freq != 0):
-                    timing: dict[str, float] = {}
-                    with marked_timer("save_checkpoint", timing):
-                        self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
-                for evaluator in self.evaluators:
-                    metrics.update(evaluator.evaluate(self))
-                metrics["training/global_step"] = self.global_steps
-                metrics["training/epoch"] = self._epoch
-                self._log(metrics, step=self.global_steps)
-                progress.update(metrics)
+                        dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
+                    is_last = self.global_steps >= self.total_training_steps
+                    if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
+                        val_metrics = self._timed_validate()
+                        metrics.update(val_metrics)
+                    due = (save_freq > 0 and self.global_steps % save_freq == 0) or (is_last and save_freq != 0)
+                    # a stop request saves the step just finished (unless saving is off: save_freq=0)
+                    if due or (stop.requested and save_freq != 0):
+                        timing: dict[str, float] = {}
+                        with marked_timer("save_checkpoint", timing):
+                            self.save_checkpoint()
+                        saved_at = self.global_steps
+                        metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                    for evaluator in self.evaluators:
+                        metrics.update(evaluator.evaluate(self))
+                    metrics["training/global_step"] = self.global_steps
+                    metrics["training/epoch"] = self._epoch
+                    self._log(metrics, step=self.global_steps)
+                    progress.update(metrics)
+            if stop.requested:
+                self.stopped_by = stop.signal_name
+                if save_freq == 0:
+                    where = "no checkpoint (trainer.save_freq=0)"
+                elif saved_at > 0:
+                    where = f"checkpoint {self.step_dir(saved_at)}"
+                else:
+                    where = "no checkpoint (no step had finished)"
+                print(
+                    f"[verl] stopped by {stop.signal_name} after step {self.global_steps}; {where}; "
+                    "run the same command again to resume",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             progress.close()
             self._tracker.finish()

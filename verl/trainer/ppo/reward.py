@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 def _section(config: Any, key: str) -> Any:
@@ -64,6 +67,10 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
             f"{available}"
         )
     fn = getattr(module, name)
+    # The module exists only in this process under a made-up name: reward worker processes get it by value.
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
     if not callable(fn):
         raise TypeError(f"custom_reward_function.name: {name!r} in {file_path} is not callable")
     return fn
@@ -95,13 +102,44 @@ def takes_batch(fn: Callable[..., Any]) -> bool:
     return "solution_strs" in params or "data_sources" in params
 
 
+# Constructor arguments this project adds to verl's (tokenizer, num_examine, compute_score, reward_fn_key).
+_SAFETY_KWARGS = ("on_error", "timeout_s", "batch_timeout_s", "num_workers")
+
+
+def _drop_unaccepted_safety_kwargs(manager_cls: type, kwargs: dict[str, Any]) -> None:
+    """A reward manager ported from verl takes only verl's constructor arguments: leave out this project's safety
+    arguments it does not accept, and say so when the user set one of them explicitly."""
+    try:
+        params = inspect.signature(manager_cls.__init__).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    from verl.trainer.config.schema import RewardModelConfig
+
+    defaults = RewardModelConfig()
+    for key in _SAFETY_KWARGS:
+        if key in kwargs and key not in params:
+            value = kwargs.pop(key)
+            if value != getattr(defaults, key, None):
+                logger.warning(
+                    "reward_model.%s=%r is not applied: reward manager %s does not take a %r argument",
+                    key,
+                    value,
+                    manager_cls.__name__,
+                    key,
+                )
+
+
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
     """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
 
     The scoring function is, in order: the custom function (``custom_reward_function.path``), the remote scorer
-    (``reward_model.remote.url``), or ``default_compute_score``; setting both a custom function and a remote URL
-    is an error. ``on_error``, ``timeout_s``, ``data.reward_fn_key`` and (for dapo) ``overlong_buffer`` with
-    ``data.max_response_length`` come from the config; ``reward_kwargs`` go to the manager's constructor.
+    (``reward_model.remote.url``), or ``default_compute_score`` (with ``reward_model.sandbox_fusion.url`` bound for
+    code data sources); setting both a custom function and a remote URL
+    is an error. ``on_error``, ``timeout_s``, ``batch_timeout_s``, ``num_workers``, ``data.reward_fn_key`` and
+    (for dapo) ``overlong_buffer`` with ``data.max_response_length`` come from the config; ``reward_kwargs`` go to
+    the manager's constructor.
     """
     from verl.workers.reward_manager import get_reward_manager_cls
     from verl.workers.reward_manager.batch import BatchRewardManager, per_sample_to_batch
@@ -122,6 +160,19 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
             "choose one reward source"
         )
     compute_score = get_custom_reward_fn(config)
+    sandbox_cfg = rm_cfg.get("sandbox_fusion") or {}
+    sandbox_url = sandbox_cfg.get("url") if hasattr(sandbox_cfg, "get") else None
+    if sandbox_url and compute_score is None and not remote_url:
+        # verl: the default scorer runs code data sources on the Sandbox Fusion server
+        from verl.utils.reward_score import default_compute_score
+        from verl.utils.reward_score.sandbox_fusion import ProcessLocalSemaphore
+
+        compute_score = functools.partial(
+            default_compute_score,
+            sandbox_fusion_url=str(sandbox_url),
+            concurrent_semaphore=ProcessLocalSemaphore(int(sandbox_cfg.get("max_concurrent", 64))),
+            memory_limit_mb=int(sandbox_cfg.get("memory_limit_mb", 1024)),
+        )
     if remote_url:
         from verl.utils.reward_score.remote import make_remote_compute_score
 
@@ -136,12 +187,59 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
         "reward_fn_key": data_cfg.get("reward_fn_key", "data_source") or "data_source",
         "on_error": rm_cfg.get("on_error", "fail") or "fail",
         "timeout_s": rm_cfg.get("timeout_s", None),
+        "batch_timeout_s": rm_cfg.get("batch_timeout_s", None),
+        "num_workers": rm_cfg.get("num_workers", None),
     }
     if issubclass(manager_cls, DAPORewardManager):
         kwargs["max_resp_len"] = data_cfg.get("max_response_length", None)
         kwargs["overlong_buffer_cfg"] = _plain(rm_cfg.get("overlong_buffer", None))
-    kwargs.update(reward_kwargs)
-    return manager_cls(tokenizer, num_examine, **kwargs)
+    # reward_model.reward_kwargs (verl: +reward_model.reward_kwargs.overlong_buffer_cfg.enable=true,
+    # +reward_model.reward_kwargs.max_resp_len=...), then the caller's; a mapping is merged key by key
+    for extra in (_plain(rm_cfg.get("reward_kwargs") or {}), reward_kwargs):
+        for key, value in dict(extra).items():
+            if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
+                value = {**kwargs[key], **value}
+            kwargs[key] = value
+    _drop_unaccepted_safety_kwargs(manager_cls, kwargs)
+    try:
+        return manager_cls(tokenizer, num_examine, **kwargs)
+    except TypeError as err:  # an unknown constructor argument: name the config key that carried it
+        if rm_cfg.get("reward_kwargs"):
+            raise TypeError(f"reward_model.reward_kwargs={_plain(rm_cfg.reward_kwargs)}: {err}") from err
+        raise
+
+
+def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:
+    """Fail before training when the rule scorers (``default_compute_score``) will be asked to score a data source
+    they do not know: raises ConfigError naming the config key, the source, and the file and row it comes from.
+
+    Nothing is checked when a custom function, a remote scorer or a reward model does the scoring. ``datasets``
+    maps a config key (``data.train_files``) to a dataset with ``data_sources(key)``.
+    """
+    from verl.trainer.config.validation import ConfigError
+    from verl.utils.reward_score import KNOWN_DATA_SOURCES, has_default_scorer
+
+    rm_cfg = _section(config, "reward_model")
+    remote = rm_cfg.get("remote") or {}
+    if (
+        _section(config, "custom_reward_function").get("path")
+        or (hasattr(remote, "get") and remote.get("url"))
+        or rm_cfg.get("enable")
+    ):
+        return
+    key = _section(config, "data").get("reward_fn_key", "data_source") or "data_source"
+    problems = []
+    for name, dataset in datasets.items():
+        if dataset is None or not hasattr(dataset, "data_sources"):
+            continue
+        for source, (path, row) in dataset.data_sources(key).items():
+            if not has_default_scorer(source):
+                problems.append(f"{name}: {path} row {row}: {key}={source!r}")
+    if problems:
+        raise ConfigError(
+            "no reward function for these data sources: " + "; ".join(problems) + f". The built-in rule scorers know "
+            f"{list(KNOWN_DATA_SOURCES)} (and aime*); set custom_reward_function.path to score other data"
+        )
 
 
 def compute_reward(data: Any, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list[Any]]]:

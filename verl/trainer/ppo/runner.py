@@ -35,8 +35,9 @@ def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
     if threads:
         torch.set_num_threads(int(threads))
         os.environ["VERL_TORCH_THREADS"] = str(int(threads))
-    if trainer_cfg.get("enable_debug_mode", False):
-        logging.getLogger("verl").setLevel(logging.DEBUG)
+    from verl.utils.logging_utils import configure_logging
+
+    configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
     device = trainer_cfg.get("device", "auto")
     if device != "auto":
         os.environ["VERL_DEVICE"] = device
@@ -67,6 +68,8 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"data.{key}: {e}") from e
 
+    if not data_cfg.get("train_files"):
+        raise ConfigError("data.train_files: not set; give the training parquet file(s), e.g. data.train_files=...")
     train_dataset = load("train_files")
     val_dataset = load("val_files") if data_cfg.get("val_files") else None
     sampler = create_rl_sampler(data_cfg, train_dataset)
@@ -76,13 +79,23 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
 def run_ppo(config: DictConfig) -> dict[str, Any]:
     """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.trainer.ppo.reward import load_reward_manager
+    from verl.trainer.ppo.reward import check_reward_sources, load_reward_manager
     from verl.utils.model_loader import load_tokenizer, resolve_model_path
 
     trainer_cfg = config.trainer
+    # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads
+    from verl.utils.checkpoint.layout import checkpoint_root, prepare_checkpoint_root
+
+    prepare_checkpoint_root(
+        checkpoint_root(trainer_cfg),
+        str(trainer_cfg.get("resume_mode", "auto")),
+        overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
+    )
     seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
     apply_runtime_switches(trainer_cfg)
-    if trainer_cfg.backend == "ray":
+    from verl.trainer.config.parallel_checks import resolve_backend
+
+    if resolve_backend(trainer_cfg) == "ray":
         import ray
 
         if not ray.is_initialized():
@@ -91,6 +104,8 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
     tokenizer = load_tokenizer(resolve_model_path(tokenizer_path or config.actor_rollout_ref.model.path))
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
+    # a data source nobody can score is found now, not at the first reward
+    check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
@@ -108,7 +123,16 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.get("enable_debug_mode", False))):
         trainer.fit()
 
-    result: dict[str, Any] = {"output_dir": trainer.checkpoint_dir, "hf_dir": None, "plot": None}
+    for manager in (reward_fn, val_reward_fn):  # their reward worker processes are not needed any more
+        if callable(getattr(manager, "close", None)):
+            manager.close()
+    # stopped_by: "SIGTERM"/"SIGINT" when a signal ended the run early (checkpoint saved; the CLI exits 128+N)
+    result: dict[str, Any] = {
+        "output_dir": trainer.checkpoint_dir,
+        "hf_dir": None,
+        "plot": None,
+        "stopped_by": trainer.stopped_by,
+    }
     history = trainer.val_history
     result["val_before"] = history[0][1] if history and history[0][0] == 0 else {}
     result["val_after"] = history[-1][1] if history and history[-1][0] > 0 else {}
@@ -117,6 +141,8 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     if result["val_after"]:
         print(f"validation after training (step {history[-1][0]}): {_score_summary(result['val_after'])}")
 
+    if trainer.stopped_by:  # an interrupted run is continued, not exported
+        return result
     if trainer_cfg.get("export_hf", False) and trainer.global_steps > 0:
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")

@@ -1,7 +1,8 @@
 """Validation of the PPO driver: greedy generation on the validation set, scoring, verl's metric names.
 
 ``run_validation(trainer)`` returns ``val-core/<data_source>/<var>/{mean,best,maj}@N`` metrics and, with
-``trainer.validation_data_dir``, dumps every generation to ``<dir>/<global_step>.jsonl``.
+``trainer.validation_data_dir``, dumps every generation to ``<dir>/<global_step>.jsonl``; with
+``trainer.log_val_generations=N`` it logs N of them to the tracker as a table (:func:`select_generations_to_log`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def decode_generations(tokenizer, batch: DataProto) -> tuple[list[str], list[str
     return prompts, responses, extra
 
 
+def select_generations_to_log(
+    inputs: list[str], outputs: list[str], scores: list[float], n: int, seed: int = 42
+) -> list[dict[str, object]]:
+    """``n`` of the validation generations as ``{"input", "output", "score"}`` rows, chosen as verl does: sorted by
+    input, shuffled with a fixed seed, the first ``n`` kept, so every validation pass shows the same prompts."""
+    rows = sorted(zip(inputs, outputs, scores), key=lambda row: row[0])
+    np.random.RandomState(seed).shuffle(rows)
+    return [{"input": i, "output": o, "score": float(s)} for i, o, s in rows[: max(int(n), 0)]]
+
+
 def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
     """Generate ``val_kwargs.n`` responses per validation prompt (greedy by default), score and reduce them."""
     if trainer.val_dataloader is None or trainer.val_reward_fn is None:
@@ -43,6 +54,7 @@ def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
     uids: list[str] = []
     infos: dict[str, list] = {"reward": []}
     dump_dir = trainer.config.trainer.get("validation_data_dir")
+    n_logged = int(trainer.config.trainer.get("log_val_generations", 0) or 0)
     dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
     seen = 0
     for batch_dict in trainer.val_dataloader:
@@ -66,7 +78,7 @@ def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
         for key, values in extra.items():
             if len(values) == len(batch):
                 infos.setdefault(key, []).extend(values)
-        if dump_dir:
+        if dump_dir or n_logged > 0:
             prompts, responses, dump_extra = decode_generations(trainer.tokenizer, batch)
             dumped["prompts"].extend(prompts)
             dumped["responses"].extend(responses)
@@ -75,6 +87,10 @@ def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
         sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
         uids.extend(batch.non_tensor_batch["uid"].tolist())
     infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
+    tracker = getattr(trainer, "_tracker", None)
+    if n_logged > 0 and tracker is not None and sources:
+        rows = select_generations_to_log(dumped["prompts"], dumped["responses"], dumped["scores"], n_logged)
+        tracker.log_generations(rows, trainer.global_steps)
     if dump_dir and sources:
         from verl.utils.tracking import dump_rollout_jsonl
 

@@ -8,9 +8,11 @@ Layout (verl's)::
             checkpoint_complete.json   written by the driver once every role is saved
         latest_checkpointed_iteration.txt   "N", written atomically after the step dir is complete
 
-A step directory is *complete* when its marker exists and every role the marker lists is present. Readers trust
-the tracker first and fall back to the highest complete step directory when the tracker is missing, corrupt or
-points nowhere, so a crash at any moment of a save leaves the previous checkpoint usable.
+A step directory is *complete* when its marker exists and every role the marker lists is present; it is *intact*
+when every file still matches the size and SHA-256 the marker recorded (:mod:`.integrity`). Readers take the
+tracker's step when it is complete and intact and otherwise fall back, with a warning naming the bad files, to the
+highest complete and intact step directory, so a crash at any moment of a save, or a file damaged later, leaves
+the previous checkpoint usable.
 """
 
 from __future__ import annotations
@@ -35,12 +37,16 @@ __all__ = [
     "find_latest_ckpt_path",
     "get_checkpoint_step",
     "get_checkpoint_tracker_filename",
+    "checkpoint_problems",
     "get_step_dir",
     "is_complete_step_dir",
     "list_step_dirs",
+    "prepare_checkpoint_root",
     "read_tracker",
     "remove_old_checkpoints",
+    "require_intact",
     "resolve_resume_path",
+    "write_complete_marker",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,42 +129,83 @@ def finalize_checkpoint(root: str, global_step: int, roles: list[str] | None = N
     then ``latest_checkpointed_iteration.txt`` (both atomically), in that order. Returns the step dir.
     """
     step_dir = get_step_dir(root, global_step)
+    write_complete_marker(step_dir, global_step, roles, who="finalize_checkpoint")
+    atomic_write_text(get_checkpoint_tracker_filename(root), f"{int(global_step)}\n")
+    return step_dir
+
+
+def write_complete_marker(
+    step_dir: str, global_step: int, roles: list[str] | None = None, who: str = "write_complete_marker"
+) -> str:
+    """Write ``checkpoint_complete.json`` (atomically) into ``step_dir`` once every role in it is saved.
+
+    The tracker-free half of :func:`finalize_checkpoint`, for a checkpoint saved to a directory of the caller's
+    choosing (``PPOTrainer.save_checkpoint(path=...)``): :func:`is_complete_step_dir` then accepts it for resume.
+    ``roles`` defaults to the sub-directories present. Returns the marker's path.
+    """
     if not os.path.isdir(step_dir):
-        raise FileNotFoundError(f"finalize_checkpoint: {step_dir} does not exist; save the roles first")
+        raise FileNotFoundError(f"{who}: {step_dir} does not exist; save the roles first")
     if roles is None:
         roles = sorted(
             n for n in os.listdir(step_dir) if os.path.isdir(os.path.join(step_dir, n)) and not n.startswith(".")
         )
     missing = [r for r in roles if not os.path.isdir(os.path.join(step_dir, r))]
     if missing:
-        raise FileNotFoundError(f"finalize_checkpoint: {step_dir} lacks role directories {missing}")
-    body = {"global_step": int(global_step), "roles": roles, "time": time.time()}
-    atomic_write_text(os.path.join(step_dir, COMPLETE_MARKER), json.dumps(body))
-    atomic_write_text(get_checkpoint_tracker_filename(root), f"{int(global_step)}\n")
-    return step_dir
+        raise FileNotFoundError(f"{who}: {step_dir} lacks role directories {missing}")
+    from verl.utils.checkpoint.integrity import compute_checksums
+
+    # The checksums make a later change to any file (overwritten, truncated, removed) visible before a resume.
+    files = compute_checksums(step_dir, exclude=(COMPLETE_MARKER,))
+    body = {"global_step": int(global_step), "roles": roles, "time": time.time(), "files": files}
+    marker = os.path.join(step_dir, COMPLETE_MARKER)
+    atomic_write_text(marker, json.dumps(body))
+    return marker
+
+
+def checkpoint_problems(step_dir: str) -> list[str]:
+    """Why ``step_dir`` cannot be resumed from: no valid completion marker, a role directory the marker lists
+    is missing, or a file differs from the checksum recorded at save time. Empty when it is intact."""
+    from verl.utils.checkpoint.integrity import verify_checkpoint
+
+    if not is_complete_step_dir(step_dir):
+        return [f"{step_dir} is incomplete: no valid {COMPLETE_MARKER} (its save did not finish) or a role is missing"]
+    return verify_checkpoint(step_dir, COMPLETE_MARKER)
 
 
 def find_latest_ckpt_path(default_local_dir: str | None) -> str | None:
-    """Path of the latest complete ``global_step_N`` directory under ``default_local_dir``, or None.
+    """Path of the latest complete, intact ``global_step_N`` directory under ``default_local_dir``, or None.
 
-    The tracker file decides; if it is missing, corrupt or names a directory that does not exist, this warns and
-    falls back to the highest complete step directory (None when there is none).
+    The tracker file names the candidate; its directory is used only when it has its completion marker and every
+    file matches the checksums recorded at save time. Otherwise (tracker missing, corrupt, naming a directory
+    that does not exist, is incomplete or corrupt) this warns, naming the bad files, and falls back to the
+    highest step directory that is complete and intact (None when there is none): never a partial or corrupt one.
     """
     if not default_local_dir or not os.path.isdir(default_local_dir):
         return None
     step = read_tracker(default_local_dir)
+    rejected: set[str] = set()
     if step is not None:
         step_dir = get_step_dir(default_local_dir, step)
         if os.path.isdir(step_dir):
-            return step_dir
-        logger.warning("checkpoint tracker in %s names %s, which does not exist", default_local_dir, step_dir)
+            problems = checkpoint_problems(step_dir)
+            if not problems:
+                return step_dir
+            logger.warning("checkpoint %s is not usable: %s", step_dir, "; ".join(problems))
+            rejected.add(step_dir)
+        else:
+            logger.warning("checkpoint tracker in %s names %s, which does not exist", default_local_dir, step_dir)
     step_dirs = list_step_dirs(default_local_dir)
     for _step, path in reversed(step_dirs):
-        if is_complete_step_dir(path):
-            logger.warning("using %s, the highest complete checkpoint (the tracker file is not usable)", path)
-            return path
+        if path in rejected or not is_complete_step_dir(path):
+            continue
+        problems = checkpoint_problems(path)
+        if problems:
+            logger.warning("checkpoint %s is not usable: %s", path, "; ".join(problems))
+            continue
+        logger.warning("using %s, the newest complete and intact checkpoint (the tracker's is not usable)", path)
+        return path
     if step_dirs:
-        logger.warning("no complete checkpoint in %s (no step dir has a valid %s)", default_local_dir, COMPLETE_MARKER)
+        logger.warning("no usable checkpoint in %s (none is complete and intact)", default_local_dir)
     return None
 
 
@@ -235,4 +282,45 @@ def resolve_resume_path(trainer_config: Any, default_local_dir: str | None = Non
         raise FileNotFoundError(f"trainer.resume_from_path={path} does not exist (expected a global_step_N dir)")
     if not _STEP_RE.fullmatch(os.path.basename(os.path.normpath(path))):
         raise ValueError(f"trainer.resume_from_path={path} is not a global_step_N directory")
+    require_intact(path, "trainer.resume_from_path")
     return os.path.abspath(path)
+
+
+def require_intact(step_dir: str, what: str = "checkpoint") -> None:
+    """Raise :class:`~verl.utils.checkpoint.integrity.CheckpointCorruptError` naming every bad file when
+    ``step_dir`` is incomplete or differs from its recorded checksums (for a checkpoint the user named)."""
+    from verl.utils.checkpoint.integrity import CheckpointCorruptError
+
+    problems = checkpoint_problems(step_dir)
+    if problems:
+        raise CheckpointCorruptError(f"{what} {step_dir} cannot be resumed from: " + "; ".join(problems))
+
+
+def prepare_checkpoint_root(root: str, resume_mode: str, overwrite: bool = False) -> None:
+    """Get ``root`` ready for a run, before anything is loaded or saved.
+
+    Removes the temp directories of interrupted saves. With ``resume_mode=disable`` a root that already holds
+    checkpoints (a tracker or ``global_step_N`` directories) is refused, since the new run would interleave
+    its steps with the old ones, unless ``overwrite``: then the old checkpoints are deleted (with a warning).
+    """
+    from verl.utils.checkpoint.integrity import remove_stale_temp_dirs
+
+    remove_stale_temp_dirs(root)
+    if resume_mode != "disable":
+        return
+    old = [p for _s, p in list_step_dirs(root)]
+    tracker = get_checkpoint_tracker_filename(root)
+    if not old and not os.path.exists(tracker):
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"trainer.resume_mode=disable but {root} already holds checkpoints ({len(old)} step directories, "
+            f"newest {os.path.basename(old[-1]) if old else 'none'}): a new run there would mix its steps with "
+            "the old ones. Use another trainer.default_local_dir (or trainer.namespace), resume with "
+            "trainer.resume_mode=auto, or set trainer.overwrite_checkpoints=true to delete them"
+        )
+    logger.warning("trainer.overwrite_checkpoints=true: deleting %d old checkpoints in %s", len(old), root)
+    if os.path.exists(tracker):
+        os.remove(tracker)
+    for path in old:
+        _remove_dir_safely(path)

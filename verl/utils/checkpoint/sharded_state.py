@@ -200,7 +200,10 @@ def load_model_shard(path: str, rank: int, world_size: int) -> dict[str, torch.T
         raise FileNotFoundError(
             f"missing model shard {target} (expected {model_shard_filename(rank, world_size)}){hint}"
         )
-    return load_file(target)
+    try:
+        return load_file(target)
+    except Exception as e:  # safetensors raises its own error types for a truncated or garbled header
+        raise ValueError(f"model shard {target} is corrupt or truncated: {type(e).__name__}: {e}") from e
 
 
 def reassemble_full_state_dict(path: str) -> dict[str, torch.Tensor]:

@@ -128,12 +128,24 @@ class RLHFDataset(torch.utils.data.Dataset):
         if 0 < self.max_samples < len(rows):
             rows, origins = rows[: self.max_samples], origins[: self.max_samples]
 
+        # Rows certainly over the limit are found from their character count alone and never tokenised: a 20 MB
+        # prompt would otherwise cost gigabytes of token lists before the length filter drops it.
+        over = self._certainly_overlong(rows) if self.filter_overlong_prompts or self.truncation == "error" else set()
+        if over and not self.filter_overlong_prompts:
+            self._raise_overlong([(origins[i], None) for i in sorted(over)])
         # Tokenise once up front: filtering needs the lengths, and it surfaces template errors at load time.
-        token_ids = [self._tokenize(row, origin) for row, origin in zip(rows, origins)]
+        token_ids = [
+            [] if i in over else self._tokenize(row, origin) for i, (row, origin) in enumerate(zip(rows, origins))
+        ]
         positions = list(range(len(rows)))
         self.num_filtered = 0
+        if not self.filter_overlong_prompts and self.truncation == "error":
+            # found now, not at the step that first draws the row
+            too_long = [(origins[i], len(ids)) for i, ids in enumerate(token_ids) if len(ids) > self.max_prompt_length]
+            if too_long:
+                self._raise_overlong(too_long)
         if self.filter_overlong_prompts:
-            keep = [i for i, ids in enumerate(token_ids) if len(ids) <= self.max_prompt_length]
+            keep = [i for i, ids in enumerate(token_ids) if i not in over and len(ids) <= self.max_prompt_length]
             self.num_filtered = len(rows) - len(keep)
             if self.num_filtered:
                 logger.warning(
@@ -153,6 +165,48 @@ class RLHFDataset(torch.utils.data.Dataset):
         self._global_index = positions
 
     # ------------------------------------------------------------------ loading and validation
+    def _max_chars_per_token(self) -> int:
+        """The longest vocabulary entry in characters: no token covers more characters of the text than that."""
+        try:
+            vocab = self.tokenizer.get_vocab()
+        except (AttributeError, NotImplementedError):
+            return 0
+        return max((len(t) for t in vocab), default=0)
+
+    def _certainly_overlong(self, rows: list[dict[str, Any]]) -> set[int]:
+        """Indices of rows whose message text alone needs more than ``max_prompt_length`` tokens.
+
+        A token stands for at most ``max_chars_per_token`` characters (byte-level and sentencepiece vocabularies
+        spell each token with at least as many characters as it decodes to), so ``chars / max_chars_per_token``
+        is a lower bound of the token count; the chat template only adds tokens.
+        """
+        per_token = self._max_chars_per_token()
+        if per_token <= 0:
+            return set()
+        limit_chars = self.max_prompt_length * per_token
+        over = set()
+        for i, row in enumerate(rows):
+            messages = row.get(self.prompt_key)
+            if isinstance(messages, list):
+                chars = sum(
+                    len(m["content"]) for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)
+                )
+                if chars > limit_chars:
+                    over.add(i)
+        return over
+
+    def _raise_overlong(self, rows: list[tuple[tuple[str, int], int | None]]) -> None:
+        shown = "; ".join(
+            f"{path} row {row}: " + (f"{n} tokens" if n is not None else "far over the limit (not tokenised)")
+            for (path, row), n in rows[:5]
+        )
+        more = f" (and {len(rows) - 5} more)" if len(rows) > 5 else ""
+        raise ValueError(
+            f"RLHFDataset: {len(rows)} prompts are longer than data.max_prompt_length={self.max_prompt_length} "
+            f"with data.truncation=error and data.filter_overlong_prompts=false: {shown}{more}; set "
+            "data.filter_overlong_prompts=true, data.truncation=left|right or a larger data.max_prompt_length"
+        )
+
     def _read_file(self, path: str) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
@@ -264,6 +318,13 @@ class RLHFDataset(torch.utils.data.Dataset):
         if self.return_raw_chat:
             out["raw_prompt"] = row[self.prompt_key]
         return out
+
+    def data_sources(self, key: str = "data_source") -> dict[str, tuple[str, int]]:
+        """Each distinct value of column ``key`` with the (file, row) where it first appears."""
+        found: dict[str, tuple[str, int]] = {}
+        for row, origin in zip(self._rows, self._origins):
+            found.setdefault(str(row.get(key)), origin)
+        return found
 
     def origin(self, item: int) -> tuple[str, int]:
         """Return ``(file, row)`` that dataset item ``item`` was read from (for error messages)."""

@@ -23,7 +23,7 @@ import torch
 
 from verl.utils.dataset.bundled import resolve_data_path
 
-TRUNCATION_MODES = ("error", "right")
+TRUNCATION_MODES = ("error", "right", "left")
 
 
 @dataclass
@@ -202,8 +202,10 @@ def fit_to_length(
     """Apply the length limits to one example.
 
     ``truncation="right"``: a prompt longer than ``max_prompt_length`` keeps its last tokens (those next to the
-    response); then the response is cut from the right so that the total fits ``max_length``. ``"error"`` raises
-    instead of cutting. A prompt that leaves no room for a single response token always raises.
+    response); then the response is cut from the right so that the total fits ``max_length``. ``"left"`` (verl's
+    SFT option): the sequence keeps its last ``max_length`` tokens - the start of the prompt goes first, then the
+    start of the response. ``"error"`` raises instead of cutting. With ``right``, a prompt that leaves no room for a
+    single response token raises; any mode raises when no response token is left.
     """
     if truncation not in TRUNCATION_MODES:
         raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {truncation!r}")
@@ -214,6 +216,10 @@ def fit_to_length(
                 "(set data.truncation=right to cut it)"
             )
         prompt_ids = prompt_ids[len(prompt_ids) - max_prompt_length :]
+    if truncation == "left" and len(prompt_ids) + len(response_ids) > max_length:
+        excess = len(prompt_ids) + len(response_ids) - max_length
+        cut = min(excess, len(prompt_ids))
+        prompt_ids, response_ids = prompt_ids[cut:], response_ids[excess - cut :]
     if len(prompt_ids) + len(response_ids) > max_length:
         room = max_length - len(prompt_ids)
         if truncation == "error" or room < 1:
@@ -298,6 +304,18 @@ class TokenizedRowsDataset(torch.utils.data.Dataset):
         return self.items[i]
 
 
+def _dig(value: Any, key: str, dict_keys: Sequence[str] | None, where: str) -> Any:
+    """``value[k1][k2]...`` for ``dict_keys = [k1, k2, ...]``; errors name the field and the missing key."""
+    path = key
+    for k in dict_keys or ():
+        if not isinstance(value, Mapping) or k not in value:
+            got = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+            raise ValueError(f"{where}: field {path!r} has no key {k!r} (data.*_dict_keys); it holds {got}")
+        value = value[k]
+        path = f"{path}.{k}"
+    return value
+
+
 class SFTDataset(TokenizedRowsDataset):
     """Supervised fine-tuning examples: ``{prompt, response}`` rows, or ``{messages}`` conversations.
 
@@ -308,6 +326,11 @@ class SFTDataset(TokenizedRowsDataset):
         truncation: ``right`` (cut as in :func:`fit_to_length`) or ``error``.
         prompt_key / response_key / messages_key: field names. A row with ``messages_key`` (and no
             ``prompt_key``) is a conversation trained on all its assistant turns.
+        prompt_dict_keys / response_dict_keys: when the prompt / response field holds a dict (e.g. verl's
+            ``extra_info``), the path of keys to the text inside it (``["question"]`` reads
+            ``row[prompt_key]["question"]``).
+        apply_chat_template: a plain-text prompt becomes a user message rendered by the chat template with the
+            generation prompt (verl's SFT does this); False tokenizes it as it is.
 
     Items are ``{"input_ids": list[int], "loss_mask": list[int]}``; :meth:`collate` pads a list of them.
     """
@@ -322,6 +345,9 @@ class SFTDataset(TokenizedRowsDataset):
         prompt_key: str = "prompt",
         response_key: str = "response",
         messages_key: str = "messages",
+        prompt_dict_keys: Sequence[str] | None = None,
+        response_dict_keys: Sequence[str] | None = None,
+        apply_chat_template: bool = False,
     ) -> None:
         super().__init__(source, tokenizer)
         for i, row in enumerate(self.rows.rows):
@@ -338,8 +364,10 @@ class SFTDataset(TokenizedRowsDataset):
                     if not any(item["loss_mask"]):
                         raise ValueError(f"{where}: no assistant token is left within max_length={max_length}")
             else:
-                prompt = require_field(self.rows, i, prompt_key)
-                response = require_field(self.rows, i, response_key)
+                prompt = _dig(require_field(self.rows, i, prompt_key), prompt_key, prompt_dict_keys, where)
+                response = _dig(require_field(self.rows, i, response_key), response_key, response_dict_keys, where)
+                if apply_chat_template and isinstance(prompt, str):
+                    prompt = [{"role": "user", "content": prompt}]
                 check_text_or_messages(prompt, prompt_key, where)
                 check_text_or_messages(response, response_key, where)
                 p = encode_prompt(tokenizer, prompt, where)

@@ -1,20 +1,15 @@
 """MATH-style rule reward: compare the last ``\\boxed{...}`` of the response with the reference answer.
 
 MATH (Hendrycks et al., 2021, "Measuring Mathematical Problem Solving With the MATH Dataset") puts final answers in
-``\\boxed{}``. When the ``math-verify`` package is importable it decides equivalence (symbolic); otherwise a string
-normalisation of common LaTeX variants plus an exact rational comparison of plain numbers and simple fractions is
-used. Nothing here evaluates model text as code.
+``\\boxed{}``. A string normalisation of common LaTeX variants plus an exact rational comparison of plain numbers
+and simple fractions decides first; when they differ, math-verify (symbolic equivalence, see
+:mod:`verl.utils.reward_score.math_verify`) has the last word. Nothing here evaluates model text as code.
 """
 
 from __future__ import annotations
 
 import re
 from fractions import Fraction
-
-try:  # optional: symbolic equivalence
-    import math_verify as _math_verify
-except ImportError:  # pragma: no cover - depends on the environment
-    _math_verify = None
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
@@ -129,17 +124,10 @@ def is_equiv(answer: str, reference: str) -> bool:
 
 
 def _math_verify_equiv(answer: str, reference: str) -> bool | None:
-    """Symbolic check with math-verify; None when unavailable or it cannot parse either side."""
-    if _math_verify is None:
-        return None
-    try:
-        gold = _math_verify.parse("$" + reference + "$")
-        pred = _math_verify.parse("$" + answer + "$")
-        if not gold or not pred:
-            return None
-        return bool(_math_verify.verify(gold, pred))
-    except Exception:
-        return None
+    """Symbolic check with math-verify; None when it cannot parse either side."""
+    from verl.utils.reward_score.math_verify import verify_equivalent
+
+    return verify_equivalent(answer, reference)
 
 
 def compute_score(solution_str: str, ground_truth: str) -> float:

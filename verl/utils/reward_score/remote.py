@@ -68,6 +68,16 @@ class RemoteRewardClient:
         self.backoff_s = float(backoff_s)
         self._semaphore = threading.BoundedSemaphore(self.max_concurrency)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock cannot be pickled; a copy in a reward worker process gets its own limit.
+        state = dict(self.__dict__)
+        del state["_semaphore"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._semaphore = threading.BoundedSemaphore(self.max_concurrency)
+
     def _post_once(self, body: bytes) -> Any:
         request = urllib.request.Request(
             self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"

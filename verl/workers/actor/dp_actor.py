@@ -39,6 +39,85 @@ def _require_meta(data: DataProto, key: str, who: str) -> Any:
     return data.meta_info[key]
 
 
+def _entropy_of(logits: torch.Tensor, calculate: bool, requires_grad: bool) -> torch.Tensor | None:
+    if not calculate:
+        return None
+    if requires_grad:
+        return entropy_from_logits(logits)
+    with torch.no_grad():
+        return entropy_from_logits(logits.detach())
+
+
+def ulysses_size(group: Any) -> int:
+    """The number of ranks of a sequence-parallel group."""
+    import torch.distributed as dist
+
+    return dist.get_world_size(group)
+
+
+def sequence_parallel_inputs(micro: TensorDict, use_remove_padding: bool, sp_group: Any) -> tuple[Any, ...]:
+    """``(input_ids, attention_mask | None, position_ids, packed | None, length)`` of a micro-batch as one
+    sequence-parallel forward sees them: the padded rows, or with ``use_remove_padding`` the valid tokens packed
+    into one row (no mask); the mask is already right-padded to a multiple of the group size, ``length`` is the
+    unpadded sequence length."""
+    from verl.utils import ulysses
+
+    input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
+    packed = None
+    if use_remove_padding:
+        packed = pack_padded_batch(input_ids, attention_mask)
+        ids, positions, mask = packed.input_ids, packed.position_ids, None
+    else:
+        ids, mask = input_ids, attention_mask
+        positions = micro["position_ids"] if "position_ids" in micro.keys() else (mask.cumsum(-1) - 1).clamp(min=0)
+    if mask is not None:
+        mask = ulysses.pad_to_multiple(mask, ulysses_size(sp_group), 0)
+    return ids, mask, positions, packed, ids.shape[1]
+
+
+def sequence_parallel_response_forward(
+    module: torch.nn.Module,
+    micro: TensorDict,
+    temperature: float,
+    calculate_entropy: bool,
+    entropy_requires_grad: bool,
+    use_remove_padding: bool,
+    sp_group: Any,
+    grad_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
+
+    Every rank of the group holds the same micro-batch. The (padded or packed) sequences are right-padded to a
+    multiple of the group size, each rank runs the model on its contiguous slice of positions (attention exchanges
+    heads for positions, see :mod:`verl.utils.ulysses`), scores its positions' next tokens, and the per-position
+    log-probs / entropies are all-gathered back to whole sequences. ``grad_scale`` multiplies the gradient that
+    reaches each rank's slice (the group size, so that gradients averaged over all ranks by FSDP equal the
+    average over the ``world / sp`` data-parallel groups).
+    """
+    from verl.utils import ulysses
+
+    bs, seqlen = micro["input_ids"].shape
+    response_len = micro["responses"].shape[-1]
+    ids, mask, positions, packed, length = sequence_parallel_inputs(micro, use_remove_padding, sp_group)
+    labels = ulysses.pad_to_multiple(next_token_labels(ids), ulysses_size(sp_group), 0)
+    ids, positions = (ulysses.pad_to_multiple(t, ulysses_size(sp_group), 0) for t in (ids, positions))
+    with ulysses.ulysses_context(sp_group, mask, positions):
+        local_mask = ulysses.local_slice(mask) if mask is not None else None
+        logits = forward_logits(module, ulysses.local_slice(ids), local_mask, ulysses.local_slice(positions))
+        if temperature != 1.0:
+            logits = logits / temperature
+        log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
+        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
+        if entropy is not None:
+            entropy = ulysses.gather_sequence(entropy, 1, grad_scale)[:, :length]
+    if use_remove_padding:
+        log_probs = unpack_to_padded(log_probs[0], packed.indices, bs, seqlen)
+        entropy = unpack_to_padded(entropy[0], packed.indices, bs, seqlen) if entropy is not None else None
+    window = slice(seqlen - response_len - 1, seqlen - 1)
+    return log_probs[:, window], (entropy[:, window] if entropy is not None else None)
+
+
 def response_logits_forward(
     module: torch.nn.Module,
     micro: TensorDict,
@@ -74,12 +153,7 @@ def response_logits_forward(
     response_len = responses.shape[-1]
 
     def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        if not calculate_entropy:
-            return None
-        if entropy_requires_grad:
-            return entropy_from_logits(logits)
-        with torch.no_grad():
-            return entropy_from_logits(logits.detach())
+        return _entropy_of(logits, calculate_entropy, entropy_requires_grad)
 
     if use_remove_padding:
         packed = pack_padded_batch(input_ids, attention_mask)
@@ -137,8 +211,11 @@ class DataParallelPPOActor(BasePPOActor):
         actor_optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any | None = None,
         use_remove_padding: bool | None = None,
+        sp_group: Any = None,
     ) -> None:
         super().__init__(as_dict_config(config, "actor"))
+        # Ulysses: the process group over which each sequence is split (None: whole sequences on this rank)
+        self.sp_group = sp_group
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
         self.lr_scheduler = lr_scheduler
@@ -152,7 +229,20 @@ class DataParallelPPOActor(BasePPOActor):
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_requires_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         device = module_device(self.actor_module)
-        with autocast_context(device, str(self.config.get("dtype", "float32"))):
+        with autocast_context(device, str(self.config.get("dtype", "auto"))):
+            if self.sp_group is not None:
+                import torch.distributed as dist
+
+                return sequence_parallel_response_forward(
+                    self.actor_module,
+                    micro,
+                    temperature,
+                    calculate_entropy,
+                    entropy_requires_grad,
+                    self.use_remove_padding,
+                    self.sp_group,
+                    grad_scale=float(dist.get_world_size(self.sp_group)),
+                )
             return response_logits_forward(
                 self.actor_module,
                 micro,

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
-from verl.utils.device import autocast_dtype
+from verl.utils.precision import resolve_dtype
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 
 # One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts
@@ -48,12 +48,12 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 
 def autocast_context(device: torch.device, dtype_name: str) -> AbstractContextManager:
-    """bf16 autocast on ``device`` for ``dtype_name='bfloat16'``; nothing for float32.
+    """bf16 autocast on ``device`` for ``dtype_name='bfloat16'`` (or ``auto`` where bf16 is native); nothing for fp32.
 
     Master weights and optimizer state stay in float32 either way; only matmuls run in bf16. float16 is refused:
     it would need a gradient scaler, which the actor and critic do not run.
     """
-    dtype = autocast_dtype(str(dtype_name))
+    dtype = resolve_dtype(str(dtype_name), device)
     if dtype == torch.float32:
         return nullcontext()
     if dtype == torch.float16:

@@ -50,6 +50,27 @@ def response_values_forward(module: torch.nn.Module, micro: TensorDict, use_remo
     return values[:, -response_len - 1 : -1]
 
 
+def sequence_parallel_values_forward(
+    module: torch.nn.Module, micro: TensorDict, use_remove_padding: bool, sp_group: Any, grad_scale: float
+) -> torch.Tensor:
+    """:func:`response_values_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses); see
+    :func:`verl.workers.actor.dp_actor.sequence_parallel_response_forward` for the scheme and ``grad_scale``."""
+    from verl.utils import ulysses
+    from verl.workers.actor.dp_actor import sequence_parallel_inputs, ulysses_size
+
+    bs, seqlen = micro["input_ids"].shape
+    response_len = micro["responses"].shape[-1]
+    ids, mask, positions, packed, length = sequence_parallel_inputs(micro, use_remove_padding, sp_group)
+    ids, positions = (ulysses.pad_to_multiple(t, ulysses_size(sp_group), 0) for t in (ids, positions))
+    with ulysses.ulysses_context(sp_group, mask, positions):
+        local_mask = ulysses.local_slice(mask) if mask is not None else None
+        values = forward_values(module, ulysses.local_slice(ids), local_mask, ulysses.local_slice(positions))
+        values = ulysses.gather_sequence(values.float(), 1, grad_scale)[:, :length]
+    if packed is not None:
+        values = unpack_to_padded(values[0], packed.indices, bs, seqlen)
+    return values[:, -response_len - 1 : -1]
+
+
 class DataParallelPPOCritic(BasePPOCritic):
     """PPO value model on one data-parallel rank (verl's ``dp_critic``).
 
@@ -73,8 +94,10 @@ class DataParallelPPOCritic(BasePPOCritic):
         critic_optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any | None = None,
         use_remove_padding: bool | None = None,
+        sp_group: Any = None,
     ) -> None:
         super().__init__(as_dict_config(config, "critic"))
+        self.sp_group = sp_group  # Ulysses: each sequence split over this group (None: whole sequences)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self.lr_scheduler = lr_scheduler
@@ -85,7 +108,14 @@ class DataParallelPPOCritic(BasePPOCritic):
 
     def _forward_micro_batch(self, micro: TensorDict) -> torch.Tensor:
         device = module_device(self.critic_module)
-        with autocast_context(device, str(self.config.get("dtype", "float32"))):
+        with autocast_context(device, str(self.config.get("dtype", "auto"))):
+            if self.sp_group is not None:
+                import torch.distributed as dist
+
+                scale = float(dist.get_world_size(self.sp_group))
+                return sequence_parallel_values_forward(
+                    self.critic_module, micro, self.use_remove_padding, self.sp_group, scale
+                )
             return response_values_forward(self.critic_module, micro, self.use_remove_padding)
 
     def compute_values(self, data: DataProto) -> torch.Tensor:

@@ -4,7 +4,6 @@ from verl.workers.reward_manager.abstract import (
     AbstractRewardManager,
     RewardComputationError,
     RewardTimeoutError,
-    call_with_timeout,
 )
 from verl.workers.reward_manager.batch import BatchRewardManager
 from verl.workers.reward_manager.dapo import DAPORewardManager
@@ -19,7 +18,6 @@ __all__ = [
     "REWARD_MANAGER_REGISTRY",
     "RewardComputationError",
     "RewardTimeoutError",
-    "call_with_timeout",
     "get_reward_manager_cls",
     "register",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,12 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.process_pool import PoolTaskError, ProcessPool, default_num_workers
+
 logger = logging.getLogger(__name__)
 
 ON_ERROR_MODES = ("fail", "zero")
 # Key of the per-sample 0/1 error flags and of the aggregate (a one-element list the trainer sums into a metric).
 ERROR_FLAG_KEY = "reward_error"
 NUM_ERRORS_KEY = "reward/num_errors"
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class RewardComputationError(RuntimeError):
@@ -47,33 +49,6 @@ class Sample:
     valid_response_length: int
 
 
-def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn(*args, **kwargs)`` in a daemon thread and wait at most ``timeout_s`` seconds.
-
-    Raises RewardTimeoutError when it does not finish (the thread is abandoned: Python cannot stop a thread, and a
-    daemon thread does not keep the process alive). ``timeout_s`` None or <= 0 calls ``fn`` directly. Exceptions
-    of ``fn`` propagate.
-    """
-    if timeout_s is None or timeout_s <= 0:
-        return fn(*args, **kwargs)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = fn(*args, **kwargs)
-        except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True, name="reward-fn")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise RewardTimeoutError(f"reward function did not return within {timeout_s:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
 def _as_float(value: Any) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -88,6 +63,8 @@ def _as_float(value: Any) -> float:
     score = float(value)
     if not math.isfinite(score):
         raise ValueError(f"reward function returned a non-finite score {score}")
+    if abs(score) > _FLOAT32_MAX:  # would become inf in the float32 reward tensor and poison the advantages
+        raise ValueError(f"reward function returned {score:g}, beyond the float32 range of the reward tensor")
     return score
 
 
@@ -116,7 +93,13 @@ class AbstractRewardManager:
         compute_score: the reward function (see ``verl.utils.reward_score``); None: ``default_compute_score``.
         reward_fn_key: non-tensor key holding the data source name.
         on_error: ``fail`` (raise naming the sample) or ``zero`` (score 0, counted in ``reward_error``).
-        timeout_s: time limit of one reward function call (None or <= 0: none).
+        timeout_s: time limit of one reward function call, counted from its start (None or <= 0: none).
+        batch_timeout_s: deadline of one batch, counted from the start of scoring; calls still running then are
+            killed and calls not started fail (None or <= 0: none).
+        num_workers: worker processes that run the reward function (:class:`verl.utils.process_pool.ProcessPool`);
+            a call past a limit is killed there, and ``sys.exit``, ``os._exit`` or a crash fail only its sample.
+            ``0`` calls it in this process (no time limit can stop it then, so none may be set). ``None``: a pool
+            of ``min(8, CPUs)`` workers when a limit is set, else in this process.
     """
 
     def __init__(
@@ -127,12 +110,15 @@ class AbstractRewardManager:
         reward_fn_key: str = "data_source",
         on_error: str = "fail",
         timeout_s: float | None = None,
+        batch_timeout_s: float | None = None,
+        num_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
             raise TypeError(
                 f"{type(self).__name__} got unknown arguments {sorted(kwargs)}; accepted: tokenizer, num_examine, "
-                "compute_score, reward_fn_key, on_error, timeout_s" + self._extra_arg_names()
+                "compute_score, reward_fn_key, on_error, timeout_s, batch_timeout_s, num_workers"
+                + self._extra_arg_names()
             )
         if on_error not in ON_ERROR_MODES:
             raise ValueError(f"reward_model.on_error must be one of {list(ON_ERROR_MODES)}, got {on_error!r}")
@@ -140,12 +126,67 @@ class AbstractRewardManager:
             from verl.utils.reward_score import default_compute_score
 
             compute_score = default_compute_score
+        limited = any(t is not None and t > 0 for t in (timeout_s, batch_timeout_s))
+        if num_workers is not None and int(num_workers) < 0:
+            raise ValueError(f"reward_model.num_workers must be >= 0 (0: in the trainer process), got {num_workers}")
+        if num_workers is not None and int(num_workers) == 0 and limited:
+            raise ValueError(
+                f"reward_model.num_workers=0 runs the reward function in the trainer process, where a time limit "
+                f"cannot stop it; unset reward_model.timeout_s ({timeout_s}) and batch_timeout_s "
+                f"({batch_timeout_s}) or use worker processes (num_workers >= 1)"
+            )
         self.tokenizer = tokenizer
         self.num_examine = int(num_examine)
         self.compute_score = compute_score
         self.reward_fn_key = reward_fn_key
         self.on_error = on_error
         self.timeout_s = timeout_s
+        self.batch_timeout_s = batch_timeout_s
+        if num_workers is None:
+            num_workers = default_num_workers() if limited else 0
+        self.num_workers = int(num_workers)
+        # Built now so a function that cannot travel to the workers fails here, not at the first batch.
+        self._pool = ProcessPool(compute_score, self.num_workers, name="reward") if self.num_workers else None
+
+    def call_reward_fn(self, inputs: list[dict[str, Any]], timeout_s: float | None) -> list[Any]:
+        """``compute_score(**kwargs)`` for each kwargs in ``inputs``: one result or Exception per input.
+
+        In the worker pool each call is limited to ``timeout_s`` and the whole list to ``batch_timeout_s``; a
+        call over a limit is killed and gets a :class:`RewardTimeoutError`. ``SystemExit`` and any other failure
+        become that input's Exception; the caller's ``on_error`` decides the score.
+        """
+        if self._pool is None:
+            results: list[Any] = []
+            for kwargs in inputs:
+                try:
+                    results.append(self.compute_score(**kwargs))
+                except SystemExit as e:  # a reward function must not end the run
+                    results.append(RewardComputationError(f"SystemExit({e.code!r}) (sys.exit called)"))
+                except Exception as e:
+                    results.append(e)
+            return results
+        results = self._pool.map(inputs, task_timeout_s=timeout_s, deadline_s=self.batch_timeout_s)
+        return [
+            RewardTimeoutError(str(r)) if isinstance(r, PoolTaskError) and r.kind == "timeout" else r for r in results
+        ]
+
+    def close(self) -> None:
+        """Stop the reward worker processes (they start again if the manager is used afterwards)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker processes belong to the process that started them; a copy elsewhere starts its own.
+        state = dict(self.__dict__)
+        state["_pool"] = None
+        state["_pool_pending"] = self.num_workers > 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        pending = state.pop("_pool_pending", False)
+        self.__dict__.update(state)
+        if pending:
+            self._pool = ProcessPool(self.compute_score, self.num_workers, name="reward")
 
     @classmethod
     def _extra_arg_names(cls) -> str:

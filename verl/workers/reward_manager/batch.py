@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verl.workers.reward_manager.abstract import AbstractRewardManager, Sample, call_with_timeout
+from verl.workers.reward_manager.abstract import AbstractRewardManager, Sample
 from verl.workers.reward_manager.registry import register
 
 
@@ -25,6 +25,8 @@ def per_sample_to_batch(fn: Callable[..., Any]) -> Callable[..., list[Any]]:
                 out.append(fn(data_source=ds, solution_str=sol, ground_truth=gt, extra_info=info, **kwargs))
             except Exception as e:
                 out.append(e)
+            except SystemExit as e:  # one sample's sys.exit must not fail the others
+                out.append(RuntimeError(f"SystemExit({e.code!r}) (sys.exit called)"))
         return out
 
     return batch_fn
@@ -50,17 +52,15 @@ class BatchRewardManager(AbstractRewardManager):
     def score_samples(self, samples: list[Sample]) -> list[Any]:
         """All results from one call; if the call itself fails every sample gets that error."""
         timeout = None if self.timeout_s is None or self.timeout_s <= 0 else self.timeout_s * max(len(samples), 1)
-        try:
-            results = call_with_timeout(
-                self.compute_score,
-                timeout,
-                data_sources=[s.data_source for s in samples],
-                solution_strs=[s.response_str for s in samples],
-                ground_truths=[s.ground_truth for s in samples],
-                extra_infos=[s.extra_info for s in samples],
-            )
-        except Exception as e:
-            return [e] * len(samples)
+        inputs = {
+            "data_sources": [s.data_source for s in samples],
+            "solution_strs": [s.response_str for s in samples],
+            "ground_truths": [s.ground_truth for s in samples],
+            "extra_infos": [s.extra_info for s in samples],
+        }
+        (results,) = self.call_reward_fn([inputs], timeout)
+        if isinstance(results, BaseException):
+            return [results] * len(samples)
         if results is None or isinstance(results, str | bytes | dict) or not hasattr(results, "__len__"):
             error = TypeError(f"batch reward function must return a list, got {type(results).__name__}")
             return [error] * len(samples)

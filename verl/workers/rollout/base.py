@@ -32,6 +32,12 @@ _BUILTIN_ENGINE_MODULES = {
 
 _ROLLOUT_REGISTRY: dict[str, type[BaseRollout]] = {}
 
+StepHook = Callable[[int, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+"""Called by a decode loop after each sampled token: ``hook(step, tokens [bs], finished [bs] bool)`` where
+``tokens`` are the ids just sampled (the pad id for rows finished earlier) and ``finished`` marks rows that have
+produced EOS; returns ``None`` or a ``[bs]`` bool mask of rows to stop now (they continue as padding, as after EOS).
+The serving engine streams tokens and cancels requests (time limit, per-request length, stop strings) with it."""
+
 
 class BaseRollout(ABC):
     """A generation engine: prompts in, one sampled response per row out (see the module docstring)."""

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.workers.rollout.base import sample_from_logits
+from verl.workers.rollout.base import StepHook, sample_from_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
@@ -157,6 +157,7 @@ class FastDecoder:
         settings: Any,
         eos_ids: Sequence[int],
         pad_id: int,
+        on_step: StepHook | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Sample up to ``settings.response_length`` tokens after left-padded prompts.
 
@@ -165,6 +166,8 @@ class FastDecoder:
                 counted from 0).
             settings: the rollout's :class:`~verl.workers.rollout.base.SamplingSettings`.
             eos_ids: token ids that end a response; pad_id: the id written after the end.
+            on_step: optional :data:`~verl.workers.rollout.base.StepHook` called after each token; the rows it
+                returns stop as if they had produced EOS.
 
         Returns:
             ``(responses [bs, T], log_probs [bs, T] | None)`` with ``T <= response_length`` (shorter when every row
@@ -222,6 +225,10 @@ class FastDecoder:
                 token_log_probs[:, step] = lp.gather(-1, next_tokens.unsqueeze(-1)).squeeze(-1)
             steps = step + 1
             finished |= torch.isin(next_tokens, eos)
+            if on_step is not None:
+                stop = on_step(step, next_tokens, finished)
+                if stop is not None:
+                    finished |= stop.to(device=device, dtype=torch.bool)
             # the last token needs no forward pass; min_new_tokens forbids stopping earlier, so skip the check
             if steps == settings.response_length or (steps >= settings.min_new_tokens and bool(finished.all())):
                 break

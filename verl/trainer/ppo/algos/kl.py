@@ -75,35 +75,55 @@ class FixedKLController:
 class AdaptiveKLController:
     """Proportional KL-coefficient control (Ziegler et al. 2019, "Fine-Tuning LMs from Human Preferences", sec. 2.2).
 
-    ``e = clip(KL / target - 1, -0.2, 0.2)``; ``beta <- beta * (1 + e * n_steps / horizon)``.
+    ``e = clip(KL / target - 1, -0.2, 0.2)``; ``beta <- min(beta * (1 + e * n_steps / horizon), kl_coef_max)``.
+    ``kl_coef_max`` (None: no cap) bounds how far a policy that keeps overshooting the target can push the
+    coefficient up: past the cap the KL term would dominate the task reward.
     """
 
-    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int, kl_coef_max: float | None = None) -> None:
         if target_kl <= 0:
             raise ValueError(f"AdaptiveKLController: target_kl must be > 0, got {target_kl}")
         if horizon <= 0:
             raise ValueError(f"AdaptiveKLController: horizon must be > 0, got {horizon}")
+        _check_cap(init_kl_coef, kl_coef_max, "AdaptiveKLController")
         self.value = float(init_kl_coef)
         self.target = float(target_kl)
         self.horizon = horizon
+        self.kl_coef_max = None if kl_coef_max is None else float(kl_coef_max)
 
     def update(self, current_kl: float, n_steps: int) -> None:
-        """Move ``.value`` toward the coefficient that keeps ``current_kl`` at the target (``n_steps`` samples)."""
+        """Move ``.value`` toward the coefficient that keeps ``current_kl`` at the target (``n_steps`` samples),
+        never above ``kl_coef_max``."""
         error = float(np.clip(float(current_kl) / self.target - 1.0, -0.2, 0.2))
         self.value *= 1.0 + error * n_steps / self.horizon
+        if self.kl_coef_max is not None:
+            self.value = min(self.value, self.kl_coef_max)
+
+
+def _check_cap(kl_coef: float, kl_coef_max: float | None, who: str) -> None:
+    if kl_coef_max is None:
+        return
+    if kl_coef_max <= 0:
+        raise ValueError(f"{who}: kl_coef_max must be > 0 (or None for no cap), got {kl_coef_max}")
+    if kl_coef > kl_coef_max:
+        raise ValueError(f"{who}: kl_coef={kl_coef} is above kl_coef_max={kl_coef_max}")
 
 
 def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller of ``algorithm.kl_ctrl`` (``type``: fixed | adaptive; ``kl_coef``, ``target_kl``,
-    ``horizon``)."""
+    ``horizon``, ``kl_coef_max``: the adaptive coefficient's cap, None for none; a fixed ``kl_coef`` must not
+    exceed it)."""
     ctrl_type = get_config_value(kl_ctrl, "type", "fixed")
     kl_coef = get_config_value(kl_ctrl, "kl_coef", 0.001)
+    kl_coef_max = get_config_value(kl_ctrl, "kl_coef_max", None)
     if ctrl_type == "fixed":
+        _check_cap(kl_coef, kl_coef_max, "algorithm.kl_ctrl")
         return FixedKLController(kl_coef=kl_coef)
     if ctrl_type == "adaptive":
         return AdaptiveKLController(
             init_kl_coef=kl_coef,
             target_kl=get_config_value(kl_ctrl, "target_kl", 0.1),
             horizon=get_config_value(kl_ctrl, "horizon", 10000),
+            kl_coef_max=kl_coef_max,
         )
     raise ValueError(f"Unknown algorithm.kl_ctrl.type {ctrl_type!r}; choose 'fixed' or 'adaptive'")

@@ -1,0 +1,70 @@
+"""Third-party loggers are quiet by default (errors kept, each distinct warning once, intended notices dropped) and
+come back in full at a chosen level."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from verl.utils import logging_utils
+from verl.utils.logging_utils import quiet_third_party_logs
+
+
+@pytest.fixture
+def restore_loggers(monkeypatch):
+    monkeypatch.setattr(logging_utils, "_FILTER", logging_utils._OncePerMessage())
+    monkeypatch.setattr(logging_utils, "_STATE", {"level": "unset", "atexit": True})
+    monkeypatch.delenv("VERL_THIRD_PARTY_LOG_LEVEL", raising=False)
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")  # both restored by monkeypatch afterwards
+    monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "1")
+    names = logging_utils.THIRD_PARTY_LOGGERS
+    saved = {
+        n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers), logging.getLogger(n).propagate)
+        for n in names
+    }
+    yield
+    for n, (level, handlers, propagate) in saved.items():
+        lg = logging.getLogger(n)
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+        lg.propagate = propagate
+
+
+def _capture(name: str) -> io.StringIO:
+    stream = io.StringIO()
+    for h in logging.getLogger(name).handlers:
+        if isinstance(h, logging.StreamHandler):
+            h.setStream(stream)
+    return stream
+
+
+def test_quiet_keeps_errors_and_each_distinct_warning_once(restore_loggers) -> None:
+    logging.getLogger("vllm").handlers[:] = []
+    quiet_third_party_logs(None)
+    out = _capture("vllm")
+    child = logging.getLogger("vllm.v1.worker.cpu_worker")  # records from children pass the handler's filter
+    child.info("Reloading weights inplace...")
+    for step in range(3):
+        child.warning("CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding, skip it.")
+        logging.getLogger("vllm.model_executor.layerwise").warning("ParallelLMHead: Failed to load weights")
+        child.warning("KV cache is %d%% full", 90 + step)
+    child.error("engine died")
+    text = out.getvalue()
+    assert "Reloading weights" not in text  # INFO dropped
+    assert "set_num_threads" not in text and "Failed to load weights" not in text  # intended behaviour dropped
+    assert text.count("KV cache is") == 1  # the same warning (numbers aside) once
+    assert "engine died" in text
+    assert logging_utils._FILTER.repeats == 2
+
+
+def test_a_level_brings_everything_back(restore_loggers) -> None:
+    logging.getLogger("vllm").handlers[:] = []
+    quiet_third_party_logs(None)
+    quiet_third_party_logs("INFO")
+    lg = logging.getLogger("vllm")
+    assert lg.level == logging.INFO
+    assert not [h for h in lg.handlers if isinstance(h, logging_utils._QuietHandler)]
+    assert all(logging_utils._FILTER not in h.filters for h in lg.handlers)
+    assert logging_utils.current_third_party_level() == "INFO"

@@ -1,0 +1,300 @@
+"""The engines behind the service: the project's own (``hf``) rollout engine, or vLLM's.
+
+Both decode a list of :class:`~verl.serve.batching.Job` as one batch and report each sampled token to its job,
+which decides when it is done (EOS, length, stop string, cancellation); neither has a decode loop of its own:
+
+- ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for Llama/Qwen2,
+  transformers ``generate`` otherwise) with its per-step hook; one temperature/top-p per batch.
+- ``vllm``: the ``vllm.LLM`` engine that :class:`verl.workers.rollout.vllm_rollout.vLLMRollout` starts, driven
+  request by request (``add_request``/``step``/``abort_request``) so tokens stream and cancelled requests are
+  aborted; per-request sampling parameters.
+
+``engine="auto"`` takes vLLM where the training rollout's ``name=auto`` would (installed, model from a directory,
+head dim vLLM's CPU kernels support; :func:`verl.workers.rollout.base.vllm_usable_for`), else ``hf``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.serve.batching import Job
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("auto", "hf", "vllm")
+
+
+@dataclass
+class ModelSource:
+    """A servable model directory: ``path`` (a Hugging Face dir, LoRA merged in if there was one) and ``name``.
+
+    ``cleanup`` lists temporary directories (a merged LoRA model) removed by :meth:`close`.
+    """
+
+    path: str
+    name: str
+    lora: str | None = None
+    cleanup: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Remove the temporary directories."""
+        for path in self.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        self.cleanup.clear()
+
+
+def _adapter_dir(path: str) -> str | None:
+    for candidate in (path, os.path.join(path, "lora_adapter")):
+        if os.path.isfile(os.path.join(candidate, "adapter_config.json")):
+            return candidate
+    return None
+
+
+def resolve_model_source(model: str, lora: str | None = None, served_name: str | None = None) -> ModelSource:
+    """Turn the CLI's ``MODEL_DIR`` (and ``--lora``) into a plain Hugging Face directory to serve.
+
+    ``model`` is a Hugging Face dir (e.g. the ``hf_model/`` a training run exports), a bundled model name, or a
+    PEFT LoRA adapter dir (its base is ``base_model_name_or_path`` of ``adapter_config.json``); ``lora`` is an
+    adapter dir applied to ``model``. An adapter, either way or in ``MODEL_DIR/lora_adapter/``, is merged into
+    the base weights once, into a temporary directory (:func:`verl.model_merger.base_model_merger.merge_checkpoint`
+    does it), so both engines serve it at full speed.
+
+    Raises:
+        FileNotFoundError / ValueError: naming the path that is not a model or adapter directory.
+    """
+    from verl.utils.model_loader import resolve_model_path
+
+    adapter = None
+    base: str | None = None
+    if lora is not None:
+        adapter = _adapter_dir(lora)
+        if adapter is None:
+            raise FileNotFoundError(f"--lora {lora!r}: no adapter_config.json there (expected a PEFT adapter dir)")
+        base = resolve_model_path(model)
+    elif os.path.isdir(model) and _adapter_dir(model) is not None:
+        adapter = _adapter_dir(model)
+        has_weights = os.path.isfile(os.path.join(model, "config.json"))
+        if has_weights:  # an exported dir with the adapter kept beside the base weights
+            base = resolve_model_path(model)
+        else:
+            with open(os.path.join(adapter, "adapter_config.json"), encoding="utf-8") as fh:
+                base_name = json.load(fh).get("base_model_name_or_path")
+            if not base_name:
+                raise ValueError(f"{adapter}/adapter_config.json has no base_model_name_or_path; use --lora")
+            base = resolve_model_path(base_name)
+    name = served_name or os.path.basename(os.path.normpath(model)) or str(model)
+    if adapter is None:
+        return ModelSource(path=resolve_model_path(model), name=name)
+    from verl.model_merger.base_model_merger import merge_checkpoint
+
+    tmp = tempfile.mkdtemp(prefix="verl-serve-merged-")
+    target = os.path.join(tmp, "model")
+    logger.info("merging LoRA adapter %s into %s -> %s", adapter, base, target)
+    merge_checkpoint(adapter, target, merge_lora=True, base_model_path=base)
+    return ModelSource(path=target, name=name, lora=adapter, cleanup=[tmp])
+
+
+def model_context_length(model_dir: str, tokenizer: Any) -> int:
+    """Longest prompt + response the model takes: ``max_position_embeddings`` (or the tokenizer's limit)."""
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    limits = [cfg.get(k) for k in ("max_position_embeddings", "n_positions", "max_sequence_length")]
+    limits.append(getattr(tokenizer, "model_max_length", None))
+    usable = [int(v) for v in limits if isinstance(v, int) and 0 < v < 10**7]
+    return min(usable) if usable else 2048
+
+
+def eos_token_ids(model_dir: str, tokenizer: Any) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's ``generation_config`` EOS ids
+    (chat models often end a turn with a token other than the tokenizer's EOS)."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    path = os.path.join(model_dir, "generation_config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            value = json.load(fh).get("eos_token_id")
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and v not in ids:
+                ids.append(v)
+    if not ids:
+        raise ValueError(f"{model_dir}: neither the tokenizer nor generation_config.json names an EOS token")
+    return ids
+
+
+def choose_engine(requested: str, model_dir: str) -> tuple[str, str]:
+    """``(engine, why)``: the engine to serve with; ``auto`` decides as ``rollout.name=auto`` does."""
+    if requested not in ENGINES:
+        raise ValueError(f"--engine {requested!r}: expected one of {', '.join(ENGINES)}")
+    if requested != "auto":
+        return requested, "requested"
+    from verl.workers.rollout.base import vllm_usable_for
+
+    usable, why_not = vllm_usable_for(model_dir, world_size=1)
+    return ("vllm", "vLLM is installed and usable for the model") if usable else ("hf", why_not)
+
+
+class HFServeEngine:
+    """Batches decoded by the project's :class:`~verl.workers.rollout.hf_rollout.HFRollout`.
+
+    Args:
+        model_dir: a Hugging Face directory; tokenizer: its tokenizer (left padding).
+        dtype: autocast dtype name of the rollout (``float32`` turns autocast off).
+        device: where the model runs (``cuda`` when available, else ``cpu``).
+    """
+
+    name = "hf"
+    per_row_sampling = False
+
+    def __init__(self, model_dir: str, tokenizer: Any, dtype: str, device: torch.device) -> None:
+        from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
+        from verl.workers.rollout.hf_rollout import HFRollout
+
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_context = model_context_length(model_dir, tokenizer)
+        self.eos_ids = eos_token_ids(model_dir, tokenizer)
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0])
+        attn = resolve_attn_implementation("auto", device.type)
+        module = load_causal_lm(model_dir, dtype=torch.float32, attn_implementation=attn).to(device).eval()
+        module.requires_grad_(False)
+        # one micro-batch per batch: the batcher already bounds the batch size
+        config = {"dtype": dtype, "max_num_seqs": 1 << 20, "do_sample": True, "top_k": -1, "min_new_tokens": 0}
+        self.rollout = HFRollout(module, config, tokenizer=tokenizer)
+
+    def generate(self, jobs: list[Job]) -> None:
+        """Decode ``jobs`` (one sampling key) as one left-padded batch; each job gets its tokens as sampled."""
+        temperature, top_p = jobs[0].sampling_key
+        width = max(len(j.prompt_ids) for j in jobs)
+        input_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for row, job in enumerate(jobs):
+            n = len(job.prompt_ids)
+            input_ids[row, width - n :] = torch.tensor(job.prompt_ids, dtype=torch.long)
+            attention_mask[row, width - n :] = 1
+        meta = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "do_sample": temperature > 0,
+            "response_length": max(j.max_new_tokens for j in jobs),
+            "eos_token_id": self.eos_ids,
+            "pad_token_id": self.pad_id,
+        }
+        prompts = DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": attention_mask})
+        prompts.meta_info.update(meta)
+
+        def on_step(step: int, rows: slice, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
+            stop = []
+            for job, token, done in zip(jobs[rows], tokens.tolist(), finished.tolist()):
+                stop.append(job.finished or job.on_token(token, is_eos=done))
+            return torch.tensor(stop, dtype=torch.bool)
+
+        self.rollout.generate_sequences(prompts, on_step=on_step)
+
+    def close(self) -> None:
+        """Nothing to release beyond the module (freed with the engine)."""
+
+
+class VLLMServeEngine:
+    """Batches decoded by vLLM's engine, started as the ``vllm`` rollout starts it.
+
+    Args:
+        model_dir: a Hugging Face directory; tokenizer: its tokenizer.
+        dtype: vLLM dtype; max_batch_size: ``max_num_seqs``; max_model_len: the engine's context length.
+    """
+
+    name = "vllm"
+    per_row_sampling = True
+
+    def __init__(self, model_dir: str, tokenizer: Any, dtype: str, max_batch_size: int, max_model_len: int) -> None:
+        from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+        self.tokenizer = tokenizer
+        self.max_context = max_model_len
+        self.eos_ids = eos_token_ids(model_dir, tokenizer)
+        config = {
+            "max_model_len": max_model_len,
+            "prompt_length": max_model_len // 2,
+            "response_length": max_model_len - max_model_len // 2,
+            "max_num_seqs": max_batch_size,
+            "dtype": dtype,
+        }
+        self.rollout = vLLMRollout(model_dir, config, tokenizer=tokenizer)
+        self._vllm = self.rollout._vllm
+        self._next_id = 0
+
+    def generate(self, jobs: list[Job]) -> None:
+        """Add every job as a vLLM request and step the engine until all are done, feeding tokens as they come."""
+        engine = self.rollout.llm.llm_engine
+        eos = set(self.eos_ids)
+        by_id: dict[str, Job] = {}
+        for job in jobs:
+            greedy = job.temperature <= 0.0
+            params = self._vllm.SamplingParams(
+                n=1,
+                temperature=0.0 if greedy else job.temperature,
+                top_p=1.0 if greedy else job.top_p,
+                max_tokens=job.max_new_tokens,
+                stop_token_ids=list(self.eos_ids),
+                ignore_eos=True,  # stop on eos_ids above only
+                detokenize=False,  # the job decodes (stop strings, streaming) itself
+            )
+            self._next_id += 1
+            # outputs and abort_request use this (external) id; add_request returns an internal one
+            request_id = f"serve-{self._next_id}"
+            engine.add_request(request_id, {"prompt_token_ids": job.prompt_ids}, params)
+            by_id[request_id] = job
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                job = by_id.get(str(out.request_id))
+                if job is None or job.finished:
+                    continue
+                completion = out.outputs[0]
+                for token in list(completion.token_ids)[len(job.token_ids) :]:
+                    if job.on_token(token, is_eos=token in eos):
+                        break
+                if out.finished and not job.finished:
+                    job.finish("length" if completion.finish_reason == "length" else "stop")
+            stopped = [rid for rid, job in by_id.items() if job.finished or job.check_cancelled()]
+            for rid in stopped:
+                del by_id[rid]
+            if stopped:
+                engine.abort_request(stopped)
+
+    def close(self) -> None:
+        """Shut the vLLM engine down."""
+        self.rollout.shutdown()
+
+
+def build_engine(
+    source: ModelSource,
+    tokenizer: Any,
+    engine: str = "auto",
+    dtype: str = "auto",
+    max_batch_size: int = 32,
+    max_model_len: int | None = None,
+) -> HFServeEngine | VLLMServeEngine:
+    """Start the engine ``engine`` (``auto``, ``hf`` or ``vllm``) on ``source.path``.
+
+    ``dtype="auto"`` is decided by :func:`verl.utils.precision.resolve_dtype` (bf16 only where the device multiplies
+    it natively), as for training.
+    """
+    from verl.utils.precision import resolve_dtype_name
+
+    name, why = choose_engine(engine, source.path)
+    logger.info("serving %s with the %s engine (%s)", source.path, name, why)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = resolve_dtype_name(dtype, device)
+    if name == "vllm":
+        context = max_model_len or min(model_context_length(source.path, tokenizer), 4096)
+        return VLLMServeEngine(source.path, tokenizer, dtype, max_batch_size, context)
+    return HFServeEngine(source.path, tokenizer, dtype, device)

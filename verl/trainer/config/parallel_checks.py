@@ -1,0 +1,112 @@
+"""Cross-field checks of how a PPO config is placed and which of verl's values this implementation runs.
+
+* placement: ``trainer.backend`` against the number of ranks, Ulysses sequence-parallel sizes and ``fsdp_size``
+  against the world size;
+* implemented values: keys verl scripts set whose other values select machinery that does not exist here
+  (``actor.strategy=megatron``, ``rollout.mode=async``, ``hybrid_engine=false``, ``multi_turn.enable=true``) are
+  errors that say so, instead of being accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+# strategy values that run: both names select this project's FSDP2 workers
+IMPLEMENTED_STRATEGIES = ("fsdp", "fsdp2")
+
+
+def world_size(cfg: DictConfig) -> int:
+    """``trainer.nnodes * trainer.n_gpus_per_node``: the number of ranks of every worker group."""
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+
+
+def resolve_backend(trainer_cfg: Any) -> str:
+    """The single-controller backend a run uses: ``trainer.backend``, with ``auto`` resolved to ``local`` for one
+    rank (no Ray needed) and ``ray`` for more (ranks are separate processes that form a torch.distributed group)."""
+    backend = str(trainer_cfg.get("backend", "auto"))
+    if backend != "auto":
+        return backend
+    ranks = int(trainer_cfg.get("nnodes", 1)) * int(trainer_cfg.get("n_gpus_per_node", 1))
+    return "local" if ranks == 1 else "ray"
+
+
+def sp_size(section: Any) -> int:
+    """``ulysses_sequence_parallel_size`` of an actor / ref / critic section (1 when absent)."""
+    return int(section.get("ulysses_sequence_parallel_size", 1) or 1)
+
+
+def check_placement(cfg: DictConfig, errors: list[str]) -> None:
+    """Backend versus rank count, sequence-parallel sizes and FSDP group sizes versus the world size."""
+    world = world_size(cfg)
+    expr = f"trainer.nnodes * trainer.n_gpus_per_node = {cfg.trainer.nnodes} * {cfg.trainer.n_gpus_per_node}"
+    if cfg.trainer.backend == "local" and world > 1:
+        errors.append(
+            f"trainer.backend=local runs every rank inside the driver process, where ranks cannot form a "
+            f"torch.distributed group, so {expr} = {world} ranks cannot run on it; set trainer.backend=auto (or "
+            f"ray) to start one process per rank, or trainer.n_gpus_per_node=1 trainer.nnodes=1"
+        )
+    arr = cfg.actor_rollout_ref
+    for path, section in (
+        ("actor_rollout_ref.actor", arr.actor),
+        ("actor_rollout_ref.ref", arr.ref),
+        ("critic", cfg.critic),
+    ):
+        sp = sp_size(section)
+        if sp < 1:
+            errors.append(f"{path}.ulysses_sequence_parallel_size={sp} must be >= 1 (1: no sequence parallelism)")
+        elif world % sp != 0:
+            errors.append(
+                f"{path}.ulysses_sequence_parallel_size={sp} does not divide the world size {expr} = {world}; "
+                f"sequence-parallel groups are {sp} consecutive ranks"
+            )
+    for path, section in (
+        ("actor_rollout_ref.actor.fsdp_config", arr.actor.fsdp_config),
+        ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
+        ("critic.fsdp_config", cfg.critic.fsdp_config),
+    ):
+        size = int(section.get("fsdp_size", -1))
+        if size == -1:
+            continue
+        if size < 1 or world % size != 0:
+            errors.append(
+                f"{path}.fsdp_size={size} must be -1 (shard over all ranks) or a positive divisor of the world size "
+                f"{expr} = {world}: parameters are sharded within groups of fsdp_size ranks and replicated across "
+                f"the world / fsdp_size groups"
+            )
+
+
+def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
+    """Values of verl keys that select machinery this project does not have are errors that name the fix."""
+    arr = cfg.actor_rollout_ref
+    for path, value in (
+        ("actor_rollout_ref.actor.strategy", arr.actor.strategy),
+        ("critic.strategy", cfg.critic.strategy),
+    ):
+        if str(value) not in IMPLEMENTED_STRATEGIES:
+            errors.append(
+                f"{path}={value!r} is not implemented (the workers are FSDP2 only); use one of "
+                f"{', '.join(IMPLEMENTED_STRATEGIES)}"
+            )
+    if str(arr.rollout.mode) != "sync":
+        errors.append(
+            f"actor_rollout_ref.rollout.mode={arr.rollout.mode!r} is not implemented: generation runs synchronously "
+            f"inside the actor workers (no async rollout server / agent loop); use actor_rollout_ref.rollout.mode=sync"
+        )
+    if not bool(arr.hybrid_engine):
+        errors.append(
+            "actor_rollout_ref.hybrid_engine=false (rollout on separate workers) is not implemented; actor, rollout "
+            "and reference always share one worker per rank, as in verl: set actor_rollout_ref.hybrid_engine=true"
+        )
+    if bool(arr.rollout.multi_turn.enable):
+        errors.append(
+            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn (tool-calling) rollouts are not supported "
+            "yet; set it to false for single-turn generation"
+        )
+    legacy = str(cfg.trainer.get("use_legacy_worker_impl", "auto"))
+    if legacy != "auto":
+        warns.append(
+            f"trainer.use_legacy_worker_impl={legacy}: accepted for verl scripts; this project has one worker "
+            f"implementation (verl.workers.fsdp_workers), so the setting does not change anything"
+        )

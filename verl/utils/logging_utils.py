@@ -1,0 +1,155 @@
+"""A console a person can read: third-party loggers quiet by default, each distinct warning shown once.
+
+vLLM's CPU engine alone prints ~160 INFO/WARNING lines in a demo's first minute (thread binding, weight reloads,
+per-sync notices). By default (``level=None``) the loggers of the libraries below keep their errors, show each
+distinct warning once (later repeats are counted and summarised at exit), and drop the notices that describe what
+the trainer does on purpose (a weight sync that skips tied or weight-less modules). ``trainer.enable_debug_mode``
+or ``trainer.third_party_log_level=INFO`` (or ``DEBUG``/``WARNING``) brings them all back at that level.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import warnings
+
+THIRD_PARTY_LOGGERS = ("vllm", "transformers", "ray", "torch.distributed", "accelerate", "peft", "datasets")
+
+# Notices that describe intended behaviour, never a failure of the run.
+_EXPECTED = (
+    # our weight sync passes no LM head for tied embeddings (it is the embedding) and rotary tables have no weights
+    re.compile(r"(ParallelLMHead|RotaryEmbedding|LogitsProcessor)\w*: Failed to load weights"),
+    # the trainer owns the thread count; vLLM's CPU worker says so on every call
+    re.compile(r"doesn't allow to use `torch.set_num_threads`"),
+    re.compile(r"Detected the chat template content format"),
+    # vLLM's CPU start-up notices about optional accelerations the CPU build runs without (Triton, tcmalloc,
+    # inductor), and about settings the trainer chose (in-process engine seed, eager mode)
+    re.compile(r"Triton is (installed, but|not installed)|Model Runner V2 requires Triton"),
+    re.compile(r"is not found in LD_PRELOAD"),
+    re.compile(r"global random seed is set to|Enforce eager set|Inductor compilation was disabled"),
+    re.compile(r"Reset SSM cache type"),
+)
+# Python warnings from inside third-party packages that say nothing to a user of the trainer
+_NOISY_WARNING_MODULES = r"(vllm|transformers|torch|ray|trl|peft)(\..*)?"
+
+
+class _OncePerMessage(logging.Filter):
+    """Pass ERROR and above; pass each distinct WARNING once (digits ignored); drop expected notices and INFO."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+        self.repeats = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        if record.levelno < logging.WARNING:
+            return False
+        message = record.getMessage()
+        if any(p.search(message) for p in _EXPECTED):
+            return False
+        key = re.sub(r"\d+(\.\d+)?", "#", f"{record.name}:{message}")
+        if key in self.seen:
+            self.repeats += 1
+            return False
+        self.seen.add(key)
+        return True
+
+
+_FILTER = _OncePerMessage()
+# an explicit user choice in the environment always wins
+_USER_VLLM_ENV = {k: os.environ.get(k) for k in ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING")}
+
+
+class _QuietHandler(logging.StreamHandler):
+    """The one console handler of a quiet third-party logger (filters act per handler, so children are covered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        self.addFilter(_FILTER)
+
+
+_STATE: dict[str, object] = {"level": "unset"}
+
+
+def _summary() -> None:
+    if _FILTER.repeats:
+        logging.getLogger("verl").info(
+            "%d repeated third-party warnings were not shown (trainer.third_party_log_level=WARNING shows them)",
+            _FILTER.repeats,
+        )
+
+
+def quiet_third_party_logs(level: str | int | None = None) -> None:
+    """Set the third-party loggers' verbosity: ``None`` quiet (see module doc), or a logging level to show all.
+
+    Safe to call again (e.g. after ``import vllm``, which installs its own handler); the last call wins.
+    """
+    if level is None:
+        level = os.environ.get("VERL_THIRD_PARTY_LOG_LEVEL") or None
+    _STATE["level"] = level
+    # vLLM reads these when an engine starts; in-process engines and spawned workers inherit the environment
+    if _USER_VLLM_ENV["VLLM_LOGGING_LEVEL"] is None:
+        os.environ["VLLM_LOGGING_LEVEL"] = "WARNING" if level is None else str(logging.getLevelName(level))
+    if _USER_VLLM_ENV["VLLM_CONFIGURE_LOGGING"] is None:
+        # quiet: vLLM must not install its own handler (it would replace ours when an engine starts)
+        os.environ["VLLM_CONFIGURE_LOGGING"] = "0" if level is None else "1"
+    for name in THIRD_PARTY_LOGGERS:
+        lg = logging.getLogger(name)
+        ours = [h for h in lg.handlers if isinstance(h, _QuietHandler)]
+        if level is None:
+            lg.setLevel(logging.WARNING)
+            for handler in lg.handlers:
+                if _FILTER not in handler.filters:
+                    handler.addFilter(_FILTER)
+            if not lg.handlers:
+                lg.addHandler(_QuietHandler())
+            lg.propagate = False
+        else:
+            lg.setLevel(level)
+            for handler in ours:
+                lg.removeHandler(handler)
+            for handler in lg.handlers:
+                handler.removeFilter(_FILTER)
+            lg.propagate = not lg.handlers
+    if level is None:
+        warnings.filterwarnings("ignore", category=FutureWarning, module=_NOISY_WARNING_MODULES)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"(vllm|ray)(\..*)?")
+        try:  # transformers' per-load progress bars ("Loading weights: 100%|...") on every model load
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
+        if not _STATE.get("atexit"):
+            atexit.register(_summary)
+            _STATE["atexit"] = True
+    else:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()
+        except ImportError:
+            pass
+
+
+def configure_logging(debug: bool = False, third_party_level: str | int | None = None) -> None:
+    """The console of a run: verl's own INFO lines (``verl: ...``) on stderr, third-party loggers as
+    :func:`quiet_third_party_logs` says (all of them at DEBUG when ``debug``)."""
+    verl_logger = logging.getLogger("verl")
+    if not any(getattr(h, "_verl_console", False) for h in verl_logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("verl %(levelname)s: %(message)s"))
+        handler._verl_console = True  # type: ignore[attr-defined]
+        verl_logger.addHandler(handler)
+    verl_logger.setLevel(logging.DEBUG if debug else logging.INFO)
+    quiet_third_party_logs(logging.DEBUG if debug else third_party_level)
+
+
+def current_third_party_level() -> str | int | None:
+    """The level last set by :func:`quiet_third_party_logs` (``None``: quiet), or ``"unset"``."""
+    return _STATE["level"]  # type: ignore[return-value]
