@@ -214,11 +214,22 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self._start
 
 
-def save_result(name: str, payload: dict[str, Any], smoke: bool = False) -> Path:
+def machine_slug() -> str:
+    """A file-name tag for the kind of machine: ``cuda-<gpu>`` or the CPU kind (``amx``, ``avx512-bf16``, ``avx2``)."""
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        return "cuda-" + "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    return cpu_kind()["cpu_kind"].split(" ")[0].lower()
+
+
+def save_result(name: str, payload: dict[str, Any], smoke: bool = False, per_machine: bool = False) -> Path:
     """Write ``payload`` plus the machine description and command line to ``bench/results/<name>.json``.
 
-    Smoke runs go to ``bench/results/smoke/`` so they never overwrite a real measurement.
+    Smoke runs go to ``bench/results/smoke/`` so they never overwrite a real measurement. ``per_machine`` appends
+    :func:`machine_slug` to the name, so figures from another CPU kind or GPU sit beside, not over, these.
     """
+    if per_machine:
+        name = f"{name}_{machine_slug()}"
     out_dir = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"

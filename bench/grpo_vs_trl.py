@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"case {asdict(case)}", file=sys.stderr, flush=True)
         results.append(_spawn(case))
         # keep partial results: a long matrix that is interrupted still leaves a record
-        save_result("grpo_vs_trl", {"results": results, "table": summarize(results)}, smoke=args.smoke)
+        payload = {"results": results, "table": summarize(results)}
+        path = save_result("grpo_vs_trl", payload, smoke=args.smoke, per_machine=True)
+    print(f"results: {path}", file=sys.stderr)
     print(summarize(results))
 
 

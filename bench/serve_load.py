@@ -57,13 +57,17 @@ def read_metrics(url: str) -> dict[str, float]:
 class Server:
     """``python -m verl.serve`` in a subprocess, stopped with SIGINT (clean shutdown)."""
 
-    def __init__(self, model: str, engine: str, batching: bool, max_new_tokens: int, log_path: Path) -> None:
+    def __init__(
+        self, model: str, engine: str, batching: bool, max_new_tokens: int, log_path: Path, threads: int | None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "verl.serve", model, "--port", str(self.port), "--engine", engine,
                "--max-new-tokens", str(max_new_tokens), "--max-batch-size", "64", "--log-level", "warning"]  # fmt: skip
         if not batching:
             cmd.append("--no-batching")
+        if threads is not None:
+            cmd += ["--threads", str(threads)]
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -170,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawn-rate", type=float, default=5.0)
     parser.add_argument("--run-time", type=int, default=45, help="seconds of locust per user count")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--server-threads", type=int, default=None, help="the server's torch threads")
     parser.add_argument("--name", default="serve_load", help="result file name under bench/results/")
     parser.add_argument("--smoke", action="store_true", help="2 users, 8 s, a tiny random model")
     args = parser.parse_args(argv)
@@ -187,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     workdir = Path(tempfile.mkdtemp(prefix="verl_serve_load_"))
     for mode in modes:
-        server = Server(model, args.engine, mode == "batching", args.max_new_tokens, workdir / f"server_{mode}.log")
+        log = workdir / f"server_{mode}.log"
+        server = Server(model, args.engine, mode == "batching", args.max_new_tokens, log, args.server_threads)
         try:
             health = server.wait_ready()
             print(f"[{mode}] serving {health['model']} with the {health['engine']} engine on {server.url}", flush=True)
@@ -236,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "spawn_rate": args.spawn_rate,
         "run_time_s": args.run_time,
         "max_new_tokens": args.max_new_tokens,
+        "server_threads": args.server_threads,
         "runs": runs,
     }
     path = save_result(args.name, payload, smoke=args.smoke)

@@ -1,7 +1,8 @@
 """Write SFT, DPO and KTO datasets for the bundled arithmetic task (two-number addition).
 
-SFT rows {prompt, response, extra_info: {question, answer}}: the correct answer. DPO rows {prompt, chosen, rejected}: the correct answer against a
-near miss (off by 1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
+SFT rows {prompt, response, extra_info: {question, answer}}: the correct answer (extra_info as verl's gsm8k
+preprocessing writes it). DPO rows {prompt, chosen, rejected}: the correct answer against a near miss (off by
+1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
 Prompts are chat messages, as in the RL data, so the trainers apply the model's chat template.
 
     python examples/data_preprocess/arithmetic_offline.py --local_dir ~/data/arithmetic_offline

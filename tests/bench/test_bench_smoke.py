@@ -37,8 +37,11 @@ def test_grpo_vs_trl_smoke() -> None:
     pytest.importorskip("trl")
     out = _check(_run("grpo_vs_trl.py"))
     assert "ours/TRL" in out
-    record = json.loads((SMOKE_DIR / "grpo_vs_trl.json").read_text())
+    path = max(SMOKE_DIR.glob("grpo_vs_trl_*.json"), key=lambda p: p.stat().st_mtime)  # named after the machine kind
+    record = json.loads(path.read_text())
+    assert record["machine"]["cpu_kind"] and "cpu_native_bf16" in record["machine"]
     (result,) = record["results"]
+    assert result["case"]["trl_grad_ckpt"] is False  # the same work as ours unless asked
     assert len(result["verl_s"]) == 1 and len(result["trl_s"]) == 1
     assert result["verl_s"][0] > 0 and result["trl_s"][0] > 0
     # both sides generated the exact response length asked for

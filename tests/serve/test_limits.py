@@ -181,3 +181,18 @@ def test_verl_cli_knows_serve():
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--help"])
     assert exc.value.code == 0
+
+
+def test_client_disconnect_cancels_its_stream(limited):
+    body = {"prompt": "stream", "max_new_tokens": 3000, "temperature": 0.0, "stream": True}
+    with httpx.Client(base_url=limited.url, timeout=30) as c:
+        with c.stream("POST", "/generate", json=body) as r:
+            assert r.status_code == 200
+            first = next(r.iter_lines())
+            assert first.startswith("data: ")
+            assert c.get("/health").json()["running"] == 1
+        # leaving the block closed the connection mid-stream: the row stops long before its 3000 tokens
+    deadline = time.monotonic() + 0.8
+    while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert httpx.get(limited.url + "/health").json()["running"] == 0

@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import pytest
 
@@ -164,3 +165,143 @@ def test_in_process_execution_is_refused_unless_unsafe_operations_are_allowed():
     assert code_exec.compute_score(ADD_PROGRAM, truth, sandbox=False, policy=allowed)["score"] == 1.0
     # with the switch off the default path still works: it runs in the sandbox
     assert code_exec.compute_score(ADD_PROGRAM, truth, policy=SecurityPolicy(), timeout_s=60)["score"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------ escapes
+# Each program below tries one way out of the jail; the test asserts it failed and the host saw nothing.
+
+
+def test_cannot_write_or_delete_outside_its_temp_dir(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.chmod(tmp_path, 0o777)  # even a world-writable host directory is read-only from inside
+    code = f"""
+import errno, os
+for action in (lambda: open({str(tmp_path / "new.txt")!r}, "w"), lambda: os.remove({str(victim)!r}),
+               lambda: open("/etc/verl-sandbox-test", "w")):
+    try:
+        action()
+        print("escaped")
+    except OSError as e:  # EROFS for what it can see, ENOENT for the host /tmp, which it cannot even see
+        print("refused" if e.errno in (errno.EROFS, errno.ENOENT, errno.EACCES) else e)
+open("/tmp/scratch", "w").write("fine")  # its own tmpfs is writable
+print(open("/tmp/scratch").read())
+"""
+    result = run_python_sandboxed(code, timeout_s=60)
+    assert result.ok, result.stderr
+    assert result.stdout.split("\n")[:4] == ["refused", "refused", "refused", "fine"]
+    assert victim.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == ["victim.txt"]
+    assert not os.path.exists("/etc/verl-sandbox-test")
+
+
+def test_runs_unprivileged_and_cannot_read_root_only_files():
+    planted = None
+    if os.geteuid() == 0:  # a file in root's home: hidden from the jail along with the rest of /root
+        planted = f"/root/.verl-sandbox-test-{os.getpid()}"
+        with open(planted, "w") as f:
+            f.write("s3cr3t")
+    code = f"""
+import os
+print(os.getuid() != 0, os.getgroups())
+for path in ("/etc/shadow", {planted!r}):
+    try:
+        print(open(path).read()[:6] if path else "refused")
+    except OSError as e:
+        print("refused")
+"""
+    try:
+        result = run_python_sandboxed(code, timeout_s=60)
+    finally:
+        if planted:
+            os.remove(planted)
+    assert result.ok, result.stderr
+    assert "s3cr3t" not in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0] == "True []"
+    if os.geteuid() == 0:  # as root the jail runs as a fresh uid: root-only files are out of reach
+        assert lines[1:3] == ["refused", "refused"]
+
+
+def test_fork_bomb_is_capped_and_leftover_processes_die_with_the_program(tmp_path):
+    code = """
+import os, subprocess, time
+daemon = subprocess.Popen(["setsid", "sleep", "120"], start_new_session=True)
+started = 0
+for _ in range(100):
+    try:
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+        started += 1
+    except OSError:
+        break
+print(started, daemon.pid)
+"""
+    before = _sleepers()
+    result = run_python_sandboxed(code, timeout_s=60, max_processes=16)
+    assert result.ok, result.stderr
+    started = int(result.stdout.split()[0])
+    assert started < 16  # RLIMIT_NPROC stopped the loop
+    time.sleep(0.5)
+    assert _sleepers() == before, "a process of the sandbox outlived the call"
+
+
+def test_a_killed_run_leaves_no_process_behind():
+    code = "import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '120'])\ntime.sleep(120)\n"
+    before = _sleepers()
+    result = run_python_sandboxed(code, timeout_s=1.0)
+    assert result.timed_out
+    time.sleep(0.5)
+    assert _sleepers() == before
+
+
+def _sleepers() -> set[int]:
+    """PIDs of `sleep 120` processes on the host."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", b"120"]:
+                    found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_no_view_of_the_trainer_environment_or_processes(monkeypatch):
+    monkeypatch.setenv("VERL_TEST_SECRET", "hunter2")
+    code = """
+import os
+print(os.getppid(), sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+print("hunter2" in open("/proc/1/environ").read(), "VERL_TEST_SECRET" in os.environ)
+"""
+    result = run_python_sandboxed(code, timeout_s=60)
+    assert result.ok, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "0 [1]"  # alone in its PID namespace: the trainer's /proc/<pid> does not exist there
+    assert lines[1] == "False False"
+
+
+def test_a_child_process_has_no_network_either():
+    # the socket preamble patches only the launched interpreter; the network namespace covers its children too
+    code = """
+import subprocess, sys
+probe = "import socket\\ns = socket.socket()\\ns.settimeout(2)\\ns.connect(('1.1.1.1', 53))\\nprint('connected')"
+done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+print(done.stdout.strip() or done.stderr.strip().splitlines()[-1])
+"""
+    result = run_python_sandboxed(code, timeout_s=60)
+    assert result.ok, result.stderr
+    assert "connected" not in result.stdout and "unreachable" in result.stdout
+
+
+def test_sandbox_support_names_what_is_missing(monkeypatch):
+    import verl.utils.sandbox as sandbox
+
+    sandbox.sandbox_support.cache_clear()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(sandbox.SandboxUnavailableError, match="needs the `unshare` command"):
+            run_python_sandboxed("print(1)")
+    finally:
+        sandbox.sandbox_support.cache_clear()

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="default and cap of new tokens")
     p.add_argument("--max-model-len", type=int, default=None, help="context length accepted (default: model's)")
     p.add_argument("--served-model-name", default=None, help="the `model` name clients send")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -48,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.request_timeout_s <= 0 or args.batch_wait_ms < 0:
         print("verl serve: --request-timeout-s must be > 0 and --batch-wait-ms >= 0", file=sys.stderr)
         return 2
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"verl serve: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
         model=args.model,

@@ -160,9 +160,10 @@ class Job:
             return
         text = self._text
         if not final:
-            # hold back an incomplete multi-byte character and a possible stop-string prefix
-            if text.endswith("\ufffd"):
-                return
+            # hold back what may still change: up to 3 trailing replacement characters (the first bytes of a UTF-8
+            # character whose last bytes come with the next tokens) and a possible stop-string prefix
+            pending = min(3, len(text) - len(text.rstrip("\ufffd")))
+            text = text[: len(text) - pending]
             if self.stop:
                 hold = max(len(s) for s in self.stop) - 1
                 text = text[: max(self._emitted, len(text) - hold)]

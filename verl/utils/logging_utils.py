@@ -13,6 +13,7 @@ import atexit
 import logging
 import os
 import re
+import sys
 import warnings
 
 THIRD_PARTY_LOGGERS = ("vllm", "transformers", "ray", "torch.distributed", "accelerate", "peft", "datasets")
@@ -64,7 +65,20 @@ _FILTER = _OncePerMessage()
 _USER_VLLM_ENV = {k: os.environ.get(k) for k in ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING")}
 
 
-class _QuietHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners and notebooks swap it; a stream captured at
+    set-up could be closed by then)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: D102
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the live sys.stderr always wins
+        pass
+
+
+class _QuietHandler(_StderrHandler):
     """The one console handler of a quiet third-party logger (filters act per handler, so children are covered)."""
 
     def __init__(self) -> None:
@@ -142,7 +156,7 @@ def configure_logging(debug: bool = False, third_party_level: str | int | None =
     :func:`quiet_third_party_logs` says (all of them at DEBUG when ``debug``)."""
     verl_logger = logging.getLogger("verl")
     if not any(getattr(h, "_verl_console", False) for h in verl_logger.handlers):
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("verl %(levelname)s: %(message)s"))
         handler._verl_console = True  # type: ignore[attr-defined]
         verl_logger.addHandler(handler)

@@ -93,12 +93,6 @@ def gather_sequence(x: torch.Tensor, dim: int = 1, grad_scale: float = 1.0) -> t
 
 
 # ------------------------------------------------------------------------------------------------- context
-def active_size() -> int:
-    """The size of the active sequence-parallel group (1 outside :func:`ulysses_context`)."""
-    state = _STATE.get()
-    return 1 if state is None else state.size
-
-
 def pad_to_multiple(x: torch.Tensor, multiple: int, value: int | float, dim: int = 1) -> torch.Tensor:
     """``x`` right-padded with ``value`` along ``dim`` to a length divisible by ``multiple``."""
     extra = (-x.shape[dim]) % multiple

@@ -146,6 +146,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor_offload = self.ref_offload = None
         if self._is_actor:
             actor = self.config.actor
+            actor.ppo_max_token_len_per_gpu = int(actor.ppo_max_token_len_per_gpu) * self.actor_sp
             actor.ppo_mini_batch_size = _per_rank_sequences(
                 int(actor.ppo_mini_batch_size),
                 n,
@@ -395,9 +396,11 @@ class ActorRolloutRefWorker(Worker):
             output = rollout.generate_sequences(prompts)
         return output.to("cpu")
 
-    def _log_prob_meta(self, data: DataProto, section: DictConfig) -> None:
+    def _log_prob_meta(self, data: DataProto, section: DictConfig, sp: int = 1) -> None:
         data.meta_info["micro_batch_size"] = int(section.log_prob_micro_batch_size_per_gpu)
-        data.meta_info["max_token_len"] = int(section.log_prob_max_token_len_per_gpu)
+        # a rank holds 1 / sp of each sequence: a micro-batch of the sequence-parallel group may carry sp times the
+        # per-GPU token budget (verl's rule)
+        data.meta_info["max_token_len"] = int(section.log_prob_max_token_len_per_gpu) * sp
         data.meta_info["use_dynamic_bsz"] = bool(section.log_prob_use_dynamic_bsz)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
 
@@ -406,7 +409,7 @@ class ActorRolloutRefWorker(Worker):
         """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
         actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
         data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
-        self._log_prob_meta(data, self.config.rollout)
+        self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         with _loaded(self.actor_offload):
             log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs}
@@ -420,7 +423,7 @@ class ActorRolloutRefWorker(Worker):
         """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
         ref_policy = self._require(self.ref_policy, "compute_ref_log_prob", ("ref", "actor_rollout_ref"))
         data, rows = gather_group_batch(data.to(self.compute_device), ref_policy.sp_group)
-        self._log_prob_meta(data, self.config.ref)
+        self._log_prob_meta(data, self.config.ref, self.ref_sp)
         on_actor = self._is_lora and self.ref_module is None
         context = self.actor_module.disable_adapter() if on_actor else nullcontext()
         with _loaded(self.actor_offload if on_actor else self.ref_offload), context:
@@ -544,6 +547,8 @@ class CriticWorker(Worker):
         self.config.ppo_mini_batch_size = _per_rank_sequences(
             int(self.config.ppo_mini_batch_size), n, self.world_size // self.sp_size, "critic.ppo_mini_batch_size"
         )
+        # Ulysses: each rank holds 1 / sp of every sequence, so the group's token budget is sp times the per-GPU one
+        self.config.ppo_max_token_len_per_gpu = int(self.config.ppo_max_token_len_per_gpu) * self.sp_size
         self.tokenizer = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -65,6 +65,10 @@ def test_implemented_values_pass_and_legacy_worker_switch_is_a_notice() -> None:
         load_config(["trainer.use_legacy_worker_impl=disable"])
     notices = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
     assert any(n.startswith("trainer.use_legacy_worker_impl=disable: accepted") for n in notices)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        load_config(["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
+    assert any("tensor_model_parallel_size=2 applies to the vllm engine" in str(w.message) for w in caught)
     (msg,) = _problems(["trainer.use_legacy_worker_impl=maybe"])
     assert msg.startswith("trainer.use_legacy_worker_impl: expected one of auto, enable, disable")
 
@@ -127,3 +131,18 @@ def test_counts_that_must_not_be_negative() -> None:
         "data.dataloader_num_workers: must be >= 0, got -1",
         "trainer.log_val_generations: must be >= 0, got -2",
     ]
+
+
+def test_sequence_parallel_multiplies_the_dynamic_token_budget() -> None:
+    # a rank holds half of each sequence with sp=2, so 40 tokens per GPU cover a 64-token sequence (verl's rule)
+    base = [
+        "trainer.n_gpus_per_node=2",
+        "algorithm.adv_estimator=grpo",
+        "data.max_prompt_length=48",
+        "data.max_response_length=16",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40",
+    ]
+    load_config([*base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
+    (msg,) = _problems(base)
+    assert msg.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40 is below one full sequence")

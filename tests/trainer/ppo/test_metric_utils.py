@@ -182,6 +182,20 @@ def test_bootstrap_metric_and_majority_vote() -> None:
         bootstrap_metric([], 2, [np.max])
 
 
+def test_vectorised_majority_equals_the_bootstrap_of_calc_maj_val() -> None:
+    import functools
+
+    values, preds = [0.9, 0.1, 0.7, 0.3, 0.5], ["a", "b", "b", "a", "c"]
+    reduced = process_validation_metrics(["s"] * 5, ["u"] * 5, {"reward": values, "pred": preds})["s"]["reward"]
+    votes = [{"val": v, "pred": p} for v, p in zip(values, preds)]
+    for n in (2, 4, 5):
+        maj = functools.partial(calc_maj_val, vote_key="pred", val_key="val")
+        [(mean, std)] = bootstrap_metric(votes, n, [maj], seed=42)
+        assert reduced[f"maj@{n}/mean"] == pytest.approx(mean) and reduced[f"maj@{n}/std"] == pytest.approx(std)
+        [(best, _), (worst, _)] = bootstrap_metric(values, n, [np.max, np.min], seed=42)
+        assert reduced[f"best@{n}/mean"] == pytest.approx(best) and reduced[f"worst@{n}/mean"] == pytest.approx(worst)
+
+
 def test_acc_is_the_core_variable_when_reported() -> None:
     reduced = process_validation_metrics(["s"] * 3, ["u"] * 3, {"reward": [0.4, 0.1, 0.7], "acc": [1, 0, 0]})
     flat = flatten_validation_metrics(reduced)

@@ -240,12 +240,7 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(
 def test_resume_modes_disable_and_resume_path(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path) -> None:
     run_ppo(_config(tiny_model_dir, task_files, tmp_path, ["trainer.save_freq=1", "trainer.total_training_steps=2"]))
     assert [r["step"] for r in _records(tmp_path)] == [1, 2]
-    # disable: the checkpoints are ignored and training starts again at step 1
-    run_ppo(
-        _config(tiny_model_dir, task_files, tmp_path, ["trainer.resume_mode=disable", "trainer.total_training_steps=1"])
-    )
-    assert [r["step"] for r in _records(tmp_path)] == [1, 2, 1]
-    # resume_path: an explicit older checkpoint wins over the latest one
+    # resume_path: an explicit older checkpoint wins over the latest one; step 2 runs again and is logged once
     run_ppo(
         _config(
             tiny_model_dir,
@@ -258,7 +253,15 @@ def test_resume_modes_disable_and_resume_path(tiny_model_dir: str, task_files: d
             ],
         )
     )
-    assert [r["step"] for r in _records(tmp_path)] == [1, 2, 1, 2]
+    assert [r["step"] for r in _records(tmp_path)] == [1, 2]
+    # disable in a directory that holds checkpoints: refused (the steps of two runs would interleave) ...
+    disable = ["trainer.resume_mode=disable", "trainer.total_training_steps=1"]
+    with pytest.raises(FileExistsError, match="already holds checkpoints"):
+        run_ppo(_config(tiny_model_dir, task_files, tmp_path, disable))
+    # ... unless told to overwrite: the old checkpoints go and training starts again at step 1
+    run_ppo(_config(tiny_model_dir, task_files, tmp_path, disable + ["trainer.overwrite_checkpoints=true"]))
+    assert [r["step"] for r in _records(tmp_path)] == [1]
+    assert not (tmp_path / "global_step_2").exists()
 
 
 def test_reward_function_errors_fail_or_count(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path) -> None:

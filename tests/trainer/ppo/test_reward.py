@@ -240,3 +240,38 @@ def test_compute_reward_async(byte_tokenizer):
     failing = compute_reward_async(_batch(byte_tokenizer, ["5"], ["5"]), lambda d, return_dict=False: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         failing.result(timeout=30)
+
+
+def test_reward_endpoints_and_sources_are_checked_before_training():
+    import socket
+
+    from verl.trainer.config.validation import ConfigError
+    from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there any more
+    up = f"http://127.0.0.1:{listening.getsockname()[1]}/score"
+    try:
+        check_reward_endpoints(OmegaConf.create({"reward_model": {"remote": {"url": up}}}))
+        down = OmegaConf.create({"reward_model": {"sandbox_fusion": {"url": f"http://127.0.0.1:{closed_port}/run"}}})
+        with pytest.raises(
+            ConfigError, match=rf"reward_model.sandbox_fusion.url=.*cannot connect to 127.0.0.1:{closed_port}"
+        ):
+            check_reward_endpoints(down)
+    finally:
+        listening.close()
+
+    class Rows:
+        def data_sources(self, key):
+            return {"arithmetic": ("train.parquet", 0), "mystery": ("train.parquet", 7)}
+
+    config = OmegaConf.create({"data": {"reward_fn_key": "data_source"}, "reward_model": {}})
+    with pytest.raises(ConfigError, match=r"data.train_files: train.parquet row 7: data_source='mystery'"):
+        check_reward_sources(config, {"data.train_files": Rows()})
+    custom = OmegaConf.merge(config, {"custom_reward_function": {"path": "my_reward.py"}})
+    check_reward_sources(custom, {"data.train_files": Rows()})  # a custom function scores everything

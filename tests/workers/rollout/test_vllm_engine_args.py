@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+import torch
 
 from verl.trainer.config import load_config
 
@@ -51,3 +54,52 @@ def test_a_token_budget_below_one_sequence_needs_chunked_prefill() -> None:
         engine_args_from_config(rollout, max_model_len=80)
     chunked = _rollout("actor_rollout_ref.rollout.max_num_batched_tokens=64")
     assert engine_args_from_config(chunked, max_model_len=80)["max_num_batched_tokens"] == 64
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (pip install -e .[vllm])")
+def test_dummy_weights_are_replaced_by_a_layered_sync(tmp_path, make_prompts) -> None:
+    """load_format=dummy starts vLLM from random weights: greedy generation can only match the actor's own (hf)
+    generation if the layered, lazily consumed weight sync delivered every tensor."""
+    from verl.single_controller import create_worker_group
+    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    spec = TinyModelSpec(arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    make_tiny_causal_lm(spec, save_dir=str(tmp_path), seed=0)
+    common = [
+        f"actor_rollout_ref.model.path={tmp_path}",
+        "data.max_prompt_length=8",
+        "data.max_response_length=6",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.do_sample=false",
+        "actor_rollout_ref.rollout.max_num_seqs=8",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    ]
+    vllm_cfg = load_config(
+        [
+            *common,
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.load_format=dummy",
+            "actor_rollout_ref.rollout.layered_summon=true",
+            "actor_rollout_ref.rollout.enable_prefix_caching=false",
+        ]
+    )
+    hf_cfg = load_config([*common, "actor_rollout_ref.rollout.name=hf"])
+    prompts = make_prompts([[10, 20, 30], [40, 50, 60, 70, 80]], do_sample=False)
+    outputs = {}
+    for name, cfg in (("hf", hf_cfg), ("vllm", vllm_cfg)):
+        group = create_worker_group(
+            "local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": "actor_rollout"}
+        )
+        try:
+            group.init_model()
+            assert group.workers[0].rollout_name == name
+            outputs[name] = group.generate_sequences(prompts).batch["responses"]
+        finally:
+            rollout = group.workers[0].rollout
+            if name == "vllm" and rollout is not None:
+                rollout.shutdown()
+            group.shutdown()
+    assert torch.equal(outputs["vllm"], outputs["hf"])

@@ -104,6 +104,12 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
             "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn (tool-calling) rollouts are not supported "
             "yet; set it to false for single-turn generation"
         )
+    tp = int(arr.rollout.get("tensor_model_parallel_size", 1))
+    if str(arr.rollout.name) == "hf" and tp > 1:
+        warns.append(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} applies to the vllm engine; the hf engine "
+            f"generates on each rank with the actor's own (gathered) weights, so it has no tensor parallelism"
+        )
     legacy = str(cfg.trainer.get("use_legacy_worker_impl", "auto"))
     if legacy != "auto":
         warns.append(

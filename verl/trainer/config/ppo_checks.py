@@ -332,9 +332,12 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         budgets += [("critic", "ppo_max_token_len_per_gpu", "use_dynamic_bsz")]
     for prefix, budget_key, flag_key in budgets:
         section = _get(cfg, prefix)
-        if section[flag_key] and section[budget_key] < seq_len:
+        # with Ulysses a rank holds 1 / sp of each sequence: the group's budget is sp times the per-GPU one
+        sp = sp_size(actor if prefix == "actor_rollout_ref.rollout" else section)
+        if section[flag_key] and section[budget_key] * sp < seq_len:
+            per = f" x ulysses_sequence_parallel_size {sp}" if sp > 1 else ""
             errors.append(
-                f"{prefix}.{budget_key}={section[budget_key]} is below one full sequence "
+                f"{prefix}.{budget_key}={section[budget_key]}{per} is below one full sequence "
                 f"(data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
                 f"{data.max_response_length} = {seq_len}); with {prefix}.{flag_key}=true every micro-batch must "
                 f"hold at least one sequence"

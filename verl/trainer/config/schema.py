@@ -224,7 +224,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     max_num_seqs: int = 256
-    enforce_eager: bool = True
+    enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True
     calculate_log_probs: bool = False
     log_prob_micro_batch_size_per_gpu: int = 32

@@ -8,7 +8,6 @@ only collects and logs. Names: ``critic/{score,rewards,advantages,returns,values
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections import defaultdict
@@ -201,6 +200,22 @@ def _bootstrap_extremes(values: np.ndarray, subset_size: int, n_bootstrap: int, 
     return float(best.mean()), float(best.std()), float(worst.mean()), float(worst.std())
 
 
+def _bootstrap_majority(values: np.ndarray, preds: list[Any], subset_size: int, n_bootstrap: int, seed: int) -> tuple:
+    """``bootstrap_metric`` of :func:`calc_maj_val` (vote on ``preds``, value of the first majority answer),
+    vectorised over the resamples: ``(mean, std)``."""
+    _, codes = np.unique(np.asarray([str(p) for p in preds], dtype=object), return_inverse=True)
+    rng = np.random.RandomState(seed)
+    idx = rng.choice(len(values), size=(n_bootstrap, subset_size), replace=True)
+    drawn = codes[idx]  # [B, k] answer codes
+    counts = np.zeros((n_bootstrap, int(codes.max()) + 1), dtype=np.int64)
+    np.add.at(counts, (np.arange(n_bootstrap)[:, None], drawn), 1)
+    # the first drawn position whose answer has the top count: the majority answer seen first, at its first draw
+    top = np.take_along_axis(counts, drawn, axis=1) == counts.max(axis=1, keepdims=True)
+    first = top.argmax(axis=1)
+    maj = values[idx[np.arange(n_bootstrap), first]]
+    return float(maj.mean()), float(maj.std())
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, bool, np.number)) and not isinstance(value, str)
 
@@ -249,10 +264,7 @@ def process_validation_metrics(
                     out[f"worst@{n}/mean"].append(worst_m)
                     out[f"worst@{n}/std"].append(worst_s)
                     if preds is not None:
-                        votes = [{"val": v, "pred": str(p)} for v, p in zip(values, preds)]
-                        [(maj_m, maj_s)] = bootstrap_metric(
-                            votes, n, [functools.partial(calc_maj_val, vote_key="pred", val_key="val")], seed=seed
-                        )
+                        maj_m, maj_s = _bootstrap_majority(arr, preds, n, 1000, seed)
                         out[f"maj@{n}/mean"].append(maj_m)
                         out[f"maj@{n}/std"].append(maj_s)
     return {

@@ -200,6 +200,15 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
             if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
                 value = {**kwargs[key], **value}
             kwargs[key] = value
+    if "compute_score" in reward_kwargs and rm_cfg.get("num_workers") is None:
+        # A live Python object from the caller (PPOTrainer(reward_fn=...)) may use state of this process (a
+        # counter, a model, a tokenizer): it runs here, as a plain call, unless reward_model.num_workers asks for
+        # killable worker processes; time limits cannot stop a call in this process, so none is set.
+        kwargs.update(num_workers=0, timeout_s=None, batch_timeout_s=None)
+        logger.info(
+            "the reward function passed in Python runs in the trainer process without time limits; set "
+            "reward_model.num_workers >= 1 to run it in worker processes with reward_model.timeout_s"
+        )
     _drop_unaccepted_safety_kwargs(manager_cls, kwargs)
     try:
         return manager_cls(tokenizer, num_examine, **kwargs)
@@ -207,6 +216,33 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
         if rm_cfg.get("reward_kwargs"):
             raise TypeError(f"reward_model.reward_kwargs={_plain(rm_cfg.reward_kwargs)}: {err}") from err
         raise
+
+
+def check_reward_endpoints(config: Any, timeout_s: float = 5.0) -> None:
+    """Fail before training when a reward service of the config does not accept connections: a TCP connection
+    to the host and port of ``reward_model.remote.url`` and ``reward_model.sandbox_fusion.url`` (when set).
+    Raises ConfigError naming the key, the URL and the reason."""
+    import socket
+    import urllib.parse
+
+    from verl.trainer.config.validation import ConfigError
+
+    rm_cfg = _section(config, "reward_model")
+    problems = []
+    for key in ("remote", "sandbox_fusion"):
+        section = rm_cfg.get(key) or {}
+        url = section.get("url") if hasattr(section, "get") else None
+        if not url:
+            continue
+        parsed = urllib.parse.urlparse(str(url))
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parsed.hostname or "", port), timeout=timeout_s):
+                pass
+        except OSError as e:
+            problems.append(f"reward_model.{key}.url={url}: cannot connect to {parsed.hostname}:{port} ({e})")
+    if problems:
+        raise ConfigError(problems)
 
 
 def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:

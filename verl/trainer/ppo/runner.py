@@ -79,7 +79,7 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
 def run_ppo(config: DictConfig) -> dict[str, Any]:
     """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.trainer.ppo.reward import check_reward_sources, load_reward_manager
+    from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
     from verl.utils.model_loader import load_tokenizer, resolve_model_path
 
     trainer_cfg = config.trainer
@@ -104,8 +104,9 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
     tokenizer = load_tokenizer(resolve_model_path(tokenizer_path or config.actor_rollout_ref.model.path))
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
-    # a data source nobody can score is found now, not at the first reward
+    # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
+    check_reward_endpoints(config)
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 

@@ -245,9 +245,10 @@ class AbstractRewardManager:
         return samples
 
     def _error(self, sample: Sample, error: BaseException) -> RewardComputationError:
+        # a worker's report already starts with the exception type it caught there
+        cause = str(error) if isinstance(error, PoolTaskError) else f"{type(error).__name__}: {error}"
         return RewardComputationError(
-            f"reward for sample {sample.index} (data_source={sample.data_source!r}) failed: "
-            f"{type(error).__name__}: {error}"
+            f"reward for sample {sample.index} (data_source={sample.data_source!r}) failed: {cause}"
         )
 
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:

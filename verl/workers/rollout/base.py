@@ -114,17 +114,22 @@ def vllm_usable_for(model_path: str | None, world_size: int) -> tuple[bool, str]
     return True, ""
 
 
-def sample_from_logits(logits: torch.Tensor) -> torch.Tensor:
+def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row drawn from ``softmax(logits)`` ``[batch, vocab]`` -> ``[batch]`` (``-inf`` = excluded).
 
     Inverse-CDF sampling: ``u ~ U[0, total)`` located in the running sum of the probabilities. It draws from the
     same distribution as ``torch.multinomial(probs, 1)``, which on CPU uses the exponential race (one exponential
     variate per vocabulary entry: ~50 ms per decode step for 32 rows x 49k tokens, a quarter of the decode time);
-    this needs one uniform per row and a cumulative sum. Uses (and advances) torch's global RNG.
+    this needs one uniform per row and a cumulative sum. Uses (and advances) torch's global RNG, unless
+    ``uniforms [batch, 1]`` (draws from ``U[0, 1)``) are given: decode loops draw every step's uniforms up front,
+    one per row and step, so a row's tokens do not depend on which other rows share its batch and the step has no
+    RNG call inside (it can be compiled or captured as a CUDA graph).
     """
     probs = torch.softmax(logits.float(), dim=-1)
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    if uniforms is None:
+        uniforms = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype)
+    u = uniforms.to(cdf.dtype) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1)
     return tokens.clamp_(max=logits.shape[-1] - 1)
 

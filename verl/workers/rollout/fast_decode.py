@@ -5,16 +5,33 @@ logits-processor and stopping-criteria lists, output bookkeeping. This loop call
 (embeddings, norms, projections, MLPs, rotary embedding, LM head) in the same order with the same weights, so the
 logits are the model's logits, but keeps the per-token work to the minimum:
 
-- one preallocated KV cache per layer ``[batch, kv_heads, prompt_len + response_len, head_dim]`` (a static cache:
-  no concatenation, no reallocation);
-- one additive attention bias ``[batch, 1, 1, total_len]`` for the padding of left-padded prompts, built once
-  (the causal part is implicit while decoding one token at a time);
-- ``torch.nn.functional.scaled_dot_product_attention`` (grouped-query attention through ``enable_gqa``).
+- one preallocated KV cache per layer ``[batch, kv_heads, capacity, head_dim]`` (a static cache: no
+  concatenation, no reallocation);
+- the attention bias of one decode step built from a key mask ``[batch, capacity]`` (prompt padding) and the
+  current cache slot (the causal part is implicit while decoding one token at a time);
+- grouped-query attention as one matmul per key/value head; prefill uses
+  ``torch.nn.functional.scaled_dot_product_attention``.
+
+One decode step (forward of the last tokens, sampling, bookkeeping) is a function of fixed-shape tensors only: the
+cache slot and the response index are device tensors, every step's uniforms are drawn before the loop, and the
+step never reads a value back to the host. So it can run three ways (``mode``):
+
+- ``eager``: plain PyTorch, attending only over the filled part of the cache;
+- ``compile``: ``torch.compile`` (inductor) of the step;
+- ``cuda_graph``: the step captured once per batch-size bucket as a ``torch.cuda.CUDAGraph`` and replayed (one
+  launch per token instead of hundreds of kernel launches: a small model's decode step is bound by launch
+  overhead, not by reading its weights).
+
+Prefill stays eager. In the compiled and graph modes the batch is padded up to a bucket (1, 2, 4, 8, then
+multiples of 8: vLLM's CUDA-graph capture sizes), so a handful of graphs serve every batch size. Every few steps
+the loop reads how many rows are still running: when at most half of the bucket is, the running rows are gathered
+into a smaller bucket (finished rows stop costing work), and when none is, the loop ends.
 
 Sampling follows the rollout settings exactly as the generic decode loop of :mod:`hf_rollout` does: EOS is
-forbidden before ``min_new_tokens``, then temperature, top-k and nucleus filtering, then one multinomial draw per
-row (greedy: argmax); rows that produced EOS continue with the pad id and the loop stops once every row has
-finished. The sampled distribution is therefore the one ``generate`` samples from (Holtzman et al. 2020 for top-p).
+forbidden before ``min_new_tokens``, then temperature, top-k and nucleus filtering, then one inverse-CDF draw per
+row with a uniform drawn up front (greedy: argmax); rows that produced EOS continue with the pad id. The sampled
+distribution is therefore the one ``generate`` samples from (Holtzman et al. 2020 for top-p), and the eager,
+compiled and graph modes produce the same tokens for the same seed.
 
 Only plain (unsharded) modules of the supported architectures take this path; anything else falls back to
 ``generate`` (see :func:`supports_fast_decode`).
@@ -22,7 +39,9 @@ Only plain (unsharded) modules of the supported architectures take this path; an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -92,23 +111,137 @@ def _decode_attention(
     return torch.matmul(probs, v).reshape(bs, heads, 1, dim)
 
 
+DECODE_MODES = ("eager", "compile", "cuda_graph")
+# Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
+# docs/benchmarks.md ("Compiled decode on CPU"), inductor's step does not beat the eager one on CPU.
+CPU_AUTO_MODE = "eager"
+
+
+def resolve_decode_mode(enforce_eager: bool, device: torch.device) -> str:
+    """The decode mode for ``rollout.enforce_eager`` on ``device``: ``eager`` when enforced, else CUDA graphs on
+    CUDA and :data:`CPU_AUTO_MODE` elsewhere."""
+    if enforce_eager:
+        return "eager"
+    return "cuda_graph" if device.type == "cuda" else CPU_AUTO_MODE
+
+
+def bucket_size(rows: int) -> int:
+    """The padded batch size of ``rows`` running rows: 1, 2, 4, 8, then the next multiple of 8."""
+    if rows < 1:
+        raise ValueError(f"bucket_size needs at least one row, got {rows}")
+    if rows <= 8:
+        return 1 << (rows - 1).bit_length()
+    return -(-rows // 8) * 8
+
+
+@dataclass
+class _DecodeState:
+    """Every tensor one decode step reads or writes, for ``B`` rows (a bucket). ``T``: response length,
+    ``S``: cache capacity. Rows past the real ones are padding: finished from the start, ``row_ids = -1``."""
+
+    caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, k and v [B, kv_heads, S, head_dim]
+    key_ok: torch.Tensor  # [B, S] bool: slot may be attended apart from causality (real prompt tokens, responses)
+    slots: torch.Tensor  # [S] long: 0..S-1
+    last_tokens: torch.Tensor  # [B] long: the token fed at the next step
+    position: torch.Tensor  # [B, 1] long: its position id
+    cur: torch.Tensor  # [] long: its cache slot
+    step: torch.Tensor  # [] long: the response index the next sampled token goes to
+    finished: torch.Tensor  # [B] bool
+    finish_step: torch.Tensor  # [B] long: response index at which the row finished (T: not yet, -1: padding)
+    uniforms: torch.Tensor  # [B, T] float32: the uniform of each row and step (sampling)
+    tokens: torch.Tensor  # [B, T] long
+    log_probs: torch.Tensor  # [B, T] float32
+    row_ids: torch.Tensor  # [B] long: row of the caller's batch (-1: padding)
+
+    def scalars(self) -> list[torch.Tensor]:
+        """The small tensors a step advances (saved and restored around a warm-up run)."""
+        return [self.last_tokens, self.position, self.cur, self.step, self.finished, self.finish_step]
+
+
+def _alloc_state(
+    rows: int, capacity: int, length: int, n_layers: int, kv_shape: tuple[int, int], dtype: torch.dtype, device: Any
+) -> _DecodeState:
+    kv_heads, head_dim = kv_shape
+    # zeros, not empty: the compiled and graph steps read the whole cache (masked), and masked garbage could be NaN
+    shape = (rows, kv_heads, capacity, head_dim)
+    caches = [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in range(n_layers)
+    ]
+    return _DecodeState(
+        caches=caches,
+        key_ok=torch.zeros(rows, capacity, dtype=torch.bool, device=device),
+        slots=torch.arange(capacity, device=device),
+        last_tokens=torch.zeros(rows, dtype=torch.long, device=device),
+        position=torch.zeros(rows, 1, dtype=torch.long, device=device),
+        cur=torch.zeros((), dtype=torch.long, device=device),
+        step=torch.zeros((), dtype=torch.long, device=device),
+        finished=torch.ones(rows, dtype=torch.bool, device=device),
+        finish_step=torch.full((rows,), -1, dtype=torch.long, device=device),
+        uniforms=torch.zeros(rows, length, device=device),
+        tokens=torch.zeros(rows, length, dtype=torch.long, device=device),
+        log_probs=torch.zeros(rows, length, device=device),
+        row_ids=torch.full((rows,), -1, dtype=torch.long, device=device),
+    )
+
+
+@dataclass(frozen=True)
+class _StepConsts:
+    """The sampling constants a step is specialised on (part of a graph's key)."""
+
+    greedy: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    min_new_tokens: int
+    logprob_temperature: float
+    calculate_log_probs: bool
+    pad_id: int
+    eos_ids: tuple[int, ...]
+
+
 class FastDecoder:
     """Decode with a static KV cache on the submodules of a Llama/Qwen2 causal LM (see the module docstring).
 
+    Keep one instance per module to reuse its compiled step or captured graphs and their buffers across calls
+    (they hold the KV caches of the buckets in use: ``release()`` frees them). Graphs are captured again when the
+    module's parameters move to other storage.
+
     Args:
         module: the causal LM (possibly PEFT-wrapped); must pass :func:`supports_fast_decode`.
+        mode: ``eager``, ``compile`` (``torch.compile`` of the decode step) or ``cuda_graph`` (CUDA only).
+        check_every: read the number of running rows back to the host every this many steps (early exit and
+            compaction); ``None``: every step on CPU, every 8 steps elsewhere (each read is a device sync).
     """
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, module: torch.nn.Module, mode: str = "eager", check_every: int | None = None) -> None:
         if not supports_fast_decode(module):
             raise ValueError(f"{type(module).__name__} is not supported by the fast decode loop")
+        if mode not in DECODE_MODES:
+            raise ValueError(f"decode mode {mode!r} is not one of {DECODE_MODES}")
         lm = _causal_lm(module)
+        self.module = module
         self.lm = lm
         self.backbone = lm.model
+        self.mode = mode
+        self.check_every = check_every
         config = lm.config
         self.num_heads = int(config.num_attention_heads)
         self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
+        # torch.compile options of the ``compile`` mode (tests trace with backend="eager", fullgraph=True)
+        self.compile_options: dict[str, Any] = {}
+        self._compiled: Callable[..., None] | None = None
+        self._states: dict[tuple[Any, ...], _DecodeState] = {}
+        self._graphs: dict[tuple[Any, ...], Any] = {}
+        self._graph_pool: Any = None
+        self._param_key: tuple[int, ...] = ()
+
+    def release(self) -> None:
+        """Free the cached decode buffers and CUDA graphs (they are rebuilt on the next call)."""
+        self._states.clear()
+        self._graphs.clear()
+        self._graph_pool = None
 
     def _forward(
         self,
@@ -118,7 +251,7 @@ class FastDecoder:
         start: int,
         attn_bias: torch.Tensor,
     ) -> torch.Tensor:
-        """Run ``input_ids [bs, L]`` at cache slots ``[start, start + L)``; returns last-position logits
+        """Prefill: run ``input_ids [bs, L]`` at cache slots ``[start, start + L)``; returns last-position logits
         ``[bs, vocab]``. ``attn_bias [bs, 1, L, start + L]`` is added to the attention scores."""
         bs, length = input_ids.shape
         hidden = self.backbone.embed_tokens(input_ids)
@@ -136,17 +269,175 @@ class FastDecoder:
             q = _apply_rope(q, cos, sin).to(v.dtype)
             k_cache[:, :, start:end] = _apply_rope(k, cos, sin)
             v_cache[:, :, start:end] = v
-            if length == 1:
-                out = _decode_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_bias, scale)
-            else:
-                out = F.scaled_dot_product_attention(
-                    q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=attn_bias.to(q.dtype), scale=scale,
-                    enable_gqa=gqa,
-                )  # fmt: skip
+            out = F.scaled_dot_product_attention(
+                q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=attn_bias.to(q.dtype), scale=scale,
+                enable_gqa=gqa,
+            )  # fmt: skip
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, length, self.num_heads * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         last = self.backbone.norm(hidden[:, -1:, :])
         return self.lm.lm_head(last)[:, -1, :]
+
+    def _decode_forward(self, st: _DecodeState, live: int | None) -> torch.Tensor:
+        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` (eager
+        only) limits attention to the first ``live`` slots, else the whole cache is read under the mask."""
+        bs = st.last_tokens.shape[0]
+        allowed = st.key_ok & (st.slots <= st.cur)
+        bias = torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+        bias = bias[:, None, None, :live]
+        hidden = self.backbone.embed_tokens(st.last_tokens.unsqueeze(-1))
+        cos, sin = self.backbone.rotary_emb(hidden, st.position)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        slot = st.cur.view(1)
+        for layer, (k_cache, v_cache) in zip(self.backbone.layers, st.caches):
+            attn = layer.self_attn
+            scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
+            x = layer.input_layernorm(hidden)
+            q = attn.q_proj(x).view(bs, 1, self.num_heads, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q = _apply_rope(q, cos, sin).to(v.dtype)
+            # a tensor slot, not a Python int: the same captured graph serves every position
+            k_cache.index_copy_(2, slot, _apply_rope(k, cos, sin).to(k_cache.dtype))
+            v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
+            out = _decode_attention(q, k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
+            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, 1, self.num_heads * self.head_dim))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.lm.lm_head(self.backbone.norm(hidden))[:, -1, :]
+
+    @staticmethod
+    def _choose(logits: torch.Tensor, st: _DecodeState, c: _StepConsts) -> None:
+        """Sample the token of response index ``st.step`` from ``logits [B, vocab]`` and record it (in place)."""
+        from verl.workers.rollout.hf_rollout import filter_top_k_top_p
+
+        bs = logits.shape[0]
+        scores = logits.float()
+        eos = torch.tensor(c.eos_ids, device=logits.device)
+        if c.min_new_tokens > 0:
+            # out of place: ``logits`` itself still feeds the (unmasked) log-probs below
+            is_eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=logits.device).index_fill_(0, eos, True)
+            scores = scores.masked_fill(is_eos & (st.step < c.min_new_tokens), float("-inf"))
+        index = st.step.expand(bs, 1)
+        if c.greedy:
+            next_tokens = scores.argmax(dim=-1)
+        else:
+            filtered = filter_top_k_top_p(scores / c.temperature, c.top_k, c.top_p)
+            next_tokens = sample_from_logits(filtered, st.uniforms.gather(1, index))
+        next_tokens = next_tokens.masked_fill(st.finished, c.pad_id)
+        st.tokens.scatter_(1, index, next_tokens.unsqueeze(-1))
+        if c.calculate_log_probs:
+            lp = torch.log_softmax(logits.float() / c.logprob_temperature, dim=-1)
+            st.log_probs.scatter_(1, index, lp.gather(-1, next_tokens.unsqueeze(-1)))
+        newly = (next_tokens.unsqueeze(-1) == eos).any(-1) & ~st.finished
+        st.finish_step.copy_(torch.where(newly, st.step, st.finish_step))
+        st.finished.logical_or_(newly)
+        st.last_tokens.copy_(next_tokens)
+        st.step.add_(1)
+
+    def _step(self, st: _DecodeState, c: _StepConsts, live: int | None) -> None:
+        """One decode step in place: forward ``st.last_tokens``, sample the next ones, advance position and slot."""
+        logits = self._decode_forward(st, live)
+        self._choose(logits, st, c)
+        st.position.add_(1)
+        st.cur.add_(1)
+
+    def _run_step(self, st: _DecodeState, c: _StepConsts, host_cur: int) -> None:
+        if self.mode == "eager":
+            self._step(st, c, host_cur + 1)
+        elif self.mode == "compile":
+            if self._compiled is None:
+                self._compiled = torch.compile(self._step, **self.compile_options)
+            self._compiled(st, c, None)
+        else:
+            self._replay_graph(st, c)
+
+    def _replay_graph(self, st: _DecodeState, c: _StepConsts) -> None:
+        """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers."""
+        key = (id(st), c, torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None)
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._capture(st, c)
+            self._graphs[key] = graph
+        graph.replay()
+
+    def _capture(self, st: _DecodeState, c: _StepConsts) -> Any:
+        saved = [t.clone() for t in st.scalars()]
+
+        def restore() -> None:
+            for t, s in zip(st.scalars(), saved):
+                t.copy_(s)
+
+        # No autocast weight cache inside the graph: a cached cast made outside the capture would be freed
+        # when this call's autocast region ends while the graph still reads it; the casts are replayed instead.
+        dtype = torch.get_autocast_dtype("cuda")
+        enabled = torch.is_autocast_enabled("cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+            # warm-up (lazy library initialisation); it writes the same cache slot and outputs the real step
+            # writes again, and the advanced counters are restored below
+            self._step(st, c, None)
+        torch.cuda.current_stream().wait_stream(side)
+        restore()
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+                self._step(st, c, None)
+        restore()
+        return graph
+
+    def _state(self, rows: int, capacity: int, length: int, dtype: torch.dtype, device: Any) -> _DecodeState:
+        """The decode buffers of a bucket: cached across calls in the compiled and graph modes (the graphs are
+        bound to their storage), fresh otherwise."""
+        n_layers = len(self.backbone.layers)
+        kv_shape = (self.num_kv_heads, self.head_dim)
+        if self.mode == "eager":
+            return _alloc_state(rows, capacity, length, n_layers, kv_shape, dtype, device)
+        key = (rows, capacity, length, dtype, str(device))
+        state = self._states.get(key)
+        if state is None:
+            if any(k[1:] != key[1:] for k in self._states):
+                self.release()  # another capacity, length or dtype: the old buckets will not be used again soon
+            state = _alloc_state(rows, capacity, length, n_layers, kv_shape, dtype, device)
+            self._states[key] = state
+        return state
+
+    def _regroup(self, st: _DecodeState, rows: int, keep: torch.Tensor) -> _DecodeState:
+        """The rows ``keep`` of ``st`` gathered into a state of ``rows`` rows (padding rows after them)."""
+        device = st.tokens.device
+        capacity, length = st.key_ok.shape[1], st.tokens.shape[1]
+        new = self._state(rows, capacity, length, st.caches[0][0].dtype, device)
+        n = keep.numel()
+        for (k, v), (nk, nv) in zip(st.caches, new.caches):
+            nk[:n].copy_(k.index_select(0, keep))
+            nv[:n].copy_(v.index_select(0, keep))
+        for f in fields(_DecodeState):
+            if f.name in ("caches", "slots"):
+                continue
+            src, dst = getattr(st, f.name), getattr(new, f.name)
+            if src.dim() == 0:
+                dst.copy_(src)
+            else:
+                dst[:n].copy_(src.index_select(0, keep))
+        new.finished[n:] = True
+        new.finish_step[n:] = -1
+        new.row_ids[n:] = -1
+        new.key_ok[n:] = False
+        return new
+
+    @staticmethod
+    def _write_back(st: _DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor, finish: torch.Tensor) -> None:
+        """Copy the real rows of ``st`` into the caller-ordered outputs."""
+        real = st.row_ids >= 0
+        ids = st.row_ids[real]
+        tokens[ids] = st.tokens[real]
+        log_probs[ids] = st.log_probs[real]
+        finish[ids] = st.finish_step[real]
+
+    def _weights_key(self) -> tuple[int, ...]:
+        return tuple(p.data_ptr() for p in self.lm.parameters())
 
     @torch.no_grad()
     def generate(
@@ -171,69 +462,111 @@ class FastDecoder:
 
         Returns:
             ``(responses [bs, T], log_probs [bs, T] | None)`` with ``T <= response_length`` (shorter when every row
-            finished early); log-probs are ``log_softmax(logits / logprob_temperature)`` of the chosen tokens.
+            finished early); log-probs are ``log_softmax(logits / logprob_temperature)`` of the chosen tokens up to
+            each row's end (after it they may be 0: a row dropped from the batch is not computed any more).
         """
-        from verl.workers.rollout.hf_rollout import filter_top_k_top_p
-
         bs, prompt_len = input_ids.shape
         device = input_ids.device
-        total = prompt_len + settings.response_length
+        length = settings.response_length
+        if self.mode == "cuda_graph" and device.type != "cuda":
+            raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, the model is on {device}")
+        if self.mode == "cuda_graph":
+            weights = self._weights_key()
+            if weights != self._param_key:  # parameters re-allocated: captured graphs read stale storage
+                self.release()
+                self._param_key = weights
+        consts = _StepConsts(
+            greedy=settings.greedy,
+            temperature=float(settings.temperature),
+            top_k=int(settings.top_k),
+            top_p=float(settings.top_p),
+            min_new_tokens=int(settings.min_new_tokens),
+            logprob_temperature=float(settings.logprob_temperature),
+            calculate_log_probs=bool(settings.calculate_log_probs),
+            pad_id=int(pad_id),
+            eos_ids=tuple(int(e) for e in eos_ids),
+        )
+        exact = self.mode == "eager"
+        rows = bs if exact else bucket_size(bs)
+        # round the capacity so prompts of similar lengths share buffers (and graphs)
+        capacity = prompt_len + length if exact else 64 * math.ceil((prompt_len + length) / 64)
         probe = self.backbone.embed_tokens(input_ids[:1, :1])
         # under autocast the projections return the autocast dtype: size the cache for what will be written
         cache_dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else probe.dtype
-        shape = (bs, self.num_kv_heads, total, self.head_dim)
-        caches = [
-            (torch.empty(shape, dtype=cache_dtype, device=device), torch.empty(shape, dtype=cache_dtype, device=device))
-            for _ in self.backbone.layers
-        ]
+        st = self._state(rows, capacity, length, cache_dtype, device)
+
+        # Prefill (eager): causal and padding mask; a padded query may see itself, so no row is fully masked (a
+        # fully masked row would give NaN that then leaks through the cache even at zero attention weight).
         neg_inf = torch.finfo(torch.float32).min
-        key_valid = torch.ones(bs, total, dtype=torch.bool, device=device)
-        key_valid[:, :prompt_len] = attention_mask.bool()
-        # Prefill: causal and padding mask; a padded query may see itself, so no row is fully masked (a fully
-        # masked row would give NaN that then leaks through the cache even at zero attention weight).
+        prompt_ok = attention_mask.bool()
         causal = torch.ones(prompt_len, prompt_len, dtype=torch.bool, device=device).tril()
-        allowed = causal.unsqueeze(0) & key_valid[:, None, :prompt_len]
+        allowed = causal.unsqueeze(0) & prompt_ok[:, None, :]
         allowed |= torch.eye(prompt_len, dtype=torch.bool, device=device).unsqueeze(0)
         prefill_bias = torch.zeros(bs, 1, prompt_len, prompt_len, device=device)
         prefill_bias.masked_fill_(~allowed.unsqueeze(1), neg_inf)
-        decode_bias = torch.zeros(bs, 1, 1, total, device=device)
-        decode_bias.masked_fill_(~key_valid[:, None, None, :], neg_inf)
+        logits = self._forward(input_ids, position_ids, [(k[:bs], v[:bs]) for k, v in st.caches], 0, prefill_bias)
 
-        eos = torch.tensor(list(eos_ids), device=device, dtype=torch.long)
-        finished = torch.zeros(bs, dtype=torch.bool, device=device)
-        tokens = torch.full((bs, settings.response_length), pad_id, dtype=torch.long, device=device)
-        token_log_probs = (
-            torch.zeros(bs, settings.response_length, device=device) if settings.calculate_log_probs else None
-        )
-        position = position_ids[:, -1:].clone()
-        logits = self._forward(input_ids, position_ids, caches, 0, prefill_bias)
-        steps = 0
-        for step in range(settings.response_length):
-            scores = logits.float()
-            if step < settings.min_new_tokens:
-                # out of place: ``logits`` itself still feeds the (unmasked) log-probs below
-                scores = scores.index_fill(-1, eos, float("-inf"))
-            if settings.greedy:
-                next_tokens = scores.argmax(dim=-1)
-            else:
-                filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
-                next_tokens = sample_from_logits(filtered)
-            next_tokens = next_tokens.masked_fill(finished, pad_id)
-            tokens[:, step] = next_tokens
-            if token_log_probs is not None:
-                lp = torch.log_softmax(logits.float() / settings.logprob_temperature, dim=-1)
-                token_log_probs[:, step] = lp.gather(-1, next_tokens.unsqueeze(-1)).squeeze(-1)
-            steps = step + 1
-            finished |= torch.isin(next_tokens, eos)
+        st.key_ok.fill_(True)
+        st.key_ok[:bs, :prompt_len] = prompt_ok
+        st.key_ok[bs:] = False
+        st.finished.fill_(True)
+        st.finished[:bs] = False
+        st.finish_step.fill_(-1)
+        st.finish_step[:bs] = length
+        st.row_ids.fill_(-1)
+        st.row_ids[:bs] = torch.arange(bs, device=device)
+        st.tokens.fill_(pad_id)
+        st.log_probs.zero_()
+        st.step.zero_()
+        st.position.zero_()
+        st.position[:bs] = position_ids[:, -1:]
+        if not settings.greedy:
+            st.uniforms[:bs] = torch.rand(bs, length, device=device)
+        if rows > bs:  # padding rows of the bucket: any logits (their tokens are masked to the pad id)
+            logits = torch.cat([logits, logits.new_zeros(rows - bs, logits.shape[-1])])
+        self._choose(logits, st, consts)  # response token 0, from the prefill logits
+        st.cur.fill_(prompt_len)
+        st.position.add_(1)
+
+        tokens = torch.full((bs, length), pad_id, dtype=torch.long, device=device)
+        log_probs = torch.zeros(bs, length, device=device)
+        finish = torch.full((bs,), length, dtype=torch.long, device=device)
+        every = self.check_every or (1 if device.type == "cpu" else 8)
+        for step in range(1, length + 1):
             if on_step is not None:
-                stop = on_step(step, next_tokens, finished)
-                if stop is not None:
-                    finished |= stop.to(device=device, dtype=torch.bool)
+                st = self._call_hook(on_step, step - 1, st, bs, pad_id)
             # the last token needs no forward pass; min_new_tokens forbids stopping earlier, so skip the check
-            if steps == settings.response_length or (steps >= settings.min_new_tokens and bool(finished.all())):
+            if step == length:
                 break
-            position = position + 1
-            cur = prompt_len + step
-            logits = self._forward(next_tokens.unsqueeze(-1), position, caches, cur, decode_bias[..., : cur + 1])
-        responses = tokens[:, :steps]
-        return responses, None if token_log_probs is None else token_log_probs[:, :steps]
+            if step % every == 0 or on_step is not None:
+                running = int((~st.finished).sum())
+                if running == 0 and step >= settings.min_new_tokens:
+                    break
+                if 0 < running <= st.finished.shape[0] // 2:
+                    self._write_back(st, tokens, log_probs, finish)
+                    keep = (~st.finished).nonzero().squeeze(-1)
+                    st = self._regroup(st, running if exact else bucket_size(running), keep)
+            self._run_step(st, consts, prompt_len + step - 1)
+        self._write_back(st, tokens, log_probs, finish)
+        # as many steps as the plain loop runs: until every row has finished, and at least min_new_tokens
+        steps = min(length, max(settings.min_new_tokens, int(finish.max()) + 1))
+        return tokens[:, :steps], (log_probs[:, :steps] if settings.calculate_log_probs else None)
+
+    def _call_hook(self, on_step: StepHook, step: int, st: _DecodeState, bs: int, pad_id: int) -> _DecodeState:
+        """Show the hook the tokens of response index ``step`` in the caller's row order; stop the rows it returns."""
+        real = st.row_ids >= 0
+        ids = st.row_ids[real]
+        tokens = torch.full((bs,), pad_id, dtype=torch.long, device=st.tokens.device)
+        finished = torch.ones(bs, dtype=torch.bool, device=st.tokens.device)
+        tokens[ids] = st.tokens[real, step]
+        finished[ids] = st.finished[real]
+        stop = on_step(step, tokens, finished)
+        if stop is None:
+            return st
+        stop = stop.to(device=st.tokens.device, dtype=torch.bool)
+        mine = torch.zeros_like(st.finished)
+        mine[real] = stop[ids]
+        newly = mine & ~st.finished
+        st.finish_step[newly] = step
+        st.finished |= mine
+        return st

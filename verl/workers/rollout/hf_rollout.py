@@ -34,7 +34,7 @@ from verl.workers.rollout.base import (
     resolve_special_ids,
     sample_from_logits,
 )
-from verl.workers.rollout.fast_decode import FastDecoder, supports_fast_decode
+from verl.workers.rollout.fast_decode import FastDecoder, resolve_decode_mode, supports_fast_decode
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
@@ -146,6 +146,7 @@ class HFRollout(BaseRollout):
         self.tokenizer = tokenizer
         self._gather_params_factory = gather_params
         self._num_calls = 0
+        self._fast_decoder: FastDecoder | None = None
 
     @contextlib.contextmanager
     def gather_params(self) -> Iterator[None]:
@@ -266,11 +267,21 @@ class HFRollout(BaseRollout):
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
         if self.use_fast_decode and supports_fast_decode(self.module):
-            decoder = FastDecoder(self.module)
+            decoder = self.fast_decoder(input_ids.device)
             return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
         if _supports_hf_generate(self.module):
             return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step)
         return self._decode_loop(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
+
+    def fast_decoder(self, device: torch.device) -> FastDecoder:
+        """The static-cache decoder of this engine, kept across calls (its compiled step or CUDA graphs and their
+        buffers are reused). ``rollout.enforce_eager`` picks the mode: true -> eager; false (default) -> CUDA
+        graphs on CUDA, :data:`~verl.workers.rollout.fast_decode.CPU_AUTO_MODE` on CPU."""
+        mode = resolve_decode_mode(bool(config_get(self.config, "enforce_eager", False)), device)
+        decoder = self._fast_decoder
+        if decoder is None or decoder.module is not self.module or decoder.mode != mode:
+            decoder = self._fast_decoder = FastDecoder(self.module, mode=mode)
+        return decoder
 
     def _hf_generate(
         self,
@@ -342,6 +353,8 @@ class HFRollout(BaseRollout):
         eos = torch.tensor(list(eos_ids), device=device, dtype=input_ids.dtype)
         finished = torch.zeros(bs, dtype=torch.bool, device=device)
         tokens, token_log_probs = [], []
+        # one uniform per row and step, drawn up front as the fast decode loop does (same tokens for the same seed)
+        uniforms = None if settings.greedy else torch.rand(bs, settings.response_length, device=device)
         for step in range(settings.response_length):
             logits = forward_logits(self.module, input_ids, attention_mask, position_ids)[:, -1, :].float()
             scores = logits.clone()
@@ -351,7 +364,7 @@ class HFRollout(BaseRollout):
                 next_tokens = scores.argmax(dim=-1)
             else:
                 filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
-                next_tokens = sample_from_logits(filtered)
+                next_tokens = sample_from_logits(filtered, uniforms[:, step : step + 1])
             next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_id), next_tokens)
             tokens.append(next_tokens)
             if settings.calculate_log_probs:

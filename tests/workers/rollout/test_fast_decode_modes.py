@@ -1,0 +1,134 @@
+"""The decode step of the fast loop runs eager, compiled (torch.compile) or as a CUDA graph, and all three give the
+same tokens for the same seed; finished rows are compacted into smaller buckets without changing any row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl.utils.tiny_models import make_tiny_causal_lm
+from verl.workers.rollout.base import SamplingSettings
+from verl.workers.rollout.fast_decode import FastDecoder, bucket_size, resolve_decode_mode
+from verl.workers.rollout.hf_rollout import HFRollout
+
+PAD = 256
+# many end tokens: rows finish at different steps, so the loop compacts its batch several times
+EOS = list(range(0, 90))
+
+
+def _prompts(bs: int = 6, length: int = 7) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 250, (bs, length), generator=gen)
+    mask = torch.ones_like(ids)
+    for row, pad in enumerate([0, 2, 3, 5, 1, 4][:bs]):
+        ids[row, :pad] = PAD
+        mask[row, :pad] = 0
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _settings(greedy: bool, **kw) -> SamplingSettings:
+    base = dict(
+        do_sample=not greedy, temperature=0.8, top_p=0.9, top_k=50, response_length=10, min_new_tokens=2,
+        calculate_log_probs=True,
+    )  # fmt: skip
+    base.update(kw)
+    return SamplingSettings(**base)
+
+
+def _generate(decoder: FastDecoder, settings: SamplingSettings, eos=EOS, device="cpu", seed: int = 7):
+    ids, mask, pos = (t.to(device) for t in _prompts())
+    torch.manual_seed(seed)
+    return decoder.generate(ids, mask, pos, settings, eos_ids=eos, pad_id=PAD)
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return make_tiny_causal_lm(seed=0).eval()
+
+
+def test_bucket_sizes_and_mode_resolution() -> None:
+    assert [bucket_size(n) for n in (1, 2, 3, 5, 8, 9, 16, 17, 100)] == [1, 2, 4, 8, 8, 16, 16, 24, 104]
+    with pytest.raises(ValueError, match="at least one row"):
+        bucket_size(0)
+    assert resolve_decode_mode(True, torch.device("cuda")) == "eager"
+    assert resolve_decode_mode(False, torch.device("cuda")) == "cuda_graph"
+    assert resolve_decode_mode(False, torch.device("cpu")) in ("eager", "compile")
+    with pytest.raises(ValueError, match="decode mode 'fast'"):
+        FastDecoder(make_tiny_causal_lm(), mode="fast")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        _generate(FastDecoder(make_tiny_causal_lm(), mode="cuda_graph"), _settings(True))
+
+
+def test_compaction_keeps_every_row_equal_to_the_reference_loop(model, monkeypatch) -> None:
+    """Sampling with early EOS: the eager loop drops finished rows mid-way and still draws, row for row, what the
+    cache-free reference loop draws under the same seed."""
+    regroups = []
+    original = FastDecoder._regroup
+
+    def spy(self, st, rows, keep):
+        regroups.append(rows)
+        return original(self, st, rows, keep)
+
+    monkeypatch.setattr(FastDecoder, "_regroup", spy)
+    settings = _settings(False)
+    fast, fast_lp = _generate(FastDecoder(model), settings)
+    assert regroups and all(r < 6 for r in regroups)
+    ids, mask, pos = _prompts()
+    torch.manual_seed(7)
+    ref, ref_lp = HFRollout(model, {"response_length": 10})._decode_loop(ids, mask, pos, settings, EOS, PAD)
+    assert torch.equal(fast, ref)
+    # log-probs agree up to each row's end; after it the fast loop computes nothing (0) for dropped rows
+    is_end = torch.isin(fast, torch.tensor(EOS))
+    valid = (is_end.long().cumsum(-1) - is_end.long()) == 0
+    torch.testing.assert_close(fast_lp[valid], ref_lp[valid], atol=1e-4, rtol=1e-4)
+    assert bool((fast_lp[~valid] == 0).any())
+    ended = [row.index(t) for row in fast.tolist() for t in row if t in EOS][:1]
+    assert ended, "no row ended early: the test does not exercise compaction"
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_traced_step_has_no_graph_break_and_matches_eager(model, greedy) -> None:
+    """fullgraph=True: the step traces into one graph (no host sync, no data-dependent Python), the property CUDA
+    graph capture needs; bucket padding (6 rows -> 8) and compaction do not change the tokens."""
+    settings = _settings(greedy)
+    eager = _generate(FastDecoder(model, mode="eager"), settings)
+    traced = FastDecoder(model, mode="compile", check_every=2)
+    traced.compile_options = {"backend": "eager", "fullgraph": True}
+    out = _generate(traced, settings)
+    assert torch.equal(out[0], eager[0])
+    torch.testing.assert_close(out[1], eager[1], atol=1e-5, rtol=1e-5)
+    # a second call reuses the buffers of the buckets (no new allocation)
+    buffers = dict(traced._states)
+    again = _generate(traced, settings)
+    assert torch.equal(again[0], eager[0]) and traced._states.keys() == buffers.keys()
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_matches_eager(model) -> None:
+    """torch.compile with inductor (C++ on CPU, Triton on GPU): same tokens as eager, greedy and sampled."""
+    decoder = FastDecoder(model, mode="compile")
+    for greedy in (True, False):
+        settings = _settings(greedy)
+        eager = _generate(FastDecoder(model, mode="eager"), settings)
+        out = _generate(decoder, settings)
+        assert torch.equal(out[0], eager[0])
+        torch.testing.assert_close(out[1], eager[1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
+    model = make_tiny_causal_lm(seed=0).eval().to("cuda")
+    graphed = FastDecoder(model, mode="cuda_graph")
+    for greedy in (True, False):
+        settings = _settings(greedy)
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            eager = _generate(FastDecoder(model, mode="eager"), settings, device="cuda")
+            out = _generate(graphed, settings, device="cuda")
+        assert torch.equal(out[0], eager[0])
+        torch.testing.assert_close(out[1], eager[1], atol=1e-3, rtol=1e-3)
+    # in-place weight updates (the optimizer's) reach the replayed graphs: a zero LM head gives token 0 always
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    out, _ = _generate(graphed, _settings(True, min_new_tokens=10), eos=[258], device="cuda")
+    assert bool((out == 0).all())
