@@ -17,7 +17,7 @@ import sys
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["limits.py", "scaling.py", "grpo_vs_trl.py", "rollout_overhead.py", "logprob_memory.py"]
+SCRIPTS = ["limits.py", "scaling.py", "grpo_vs_trl.py", "rollout_overhead.py", "logprob_memory.py", "demo_time.py"]
 
 
 def run(script: str, extra: list[str]) -> tuple[int, float]:

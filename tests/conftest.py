@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -76,3 +77,29 @@ def single_rank_group(tmp_path):
         yield
     finally:
         dist.destroy_process_group()
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def verl_logs():
+    """What verl's own loggers (``verl.*``) emit during the test, as a list of LogRecords. Attached to the ``verl``
+    logger itself, so it sees every record whatever handlers and filters the root logger carries (pytest's caplog
+    lives on the root and shares its fate)."""
+    handler = _ListHandler()
+    verl_logger = logging.getLogger("verl")
+    previous = verl_logger.level
+    verl_logger.addHandler(handler)
+    verl_logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.records
+    finally:
+        verl_logger.removeHandler(handler)
+        verl_logger.setLevel(previous)

@@ -72,3 +72,22 @@ def test_learning_smoke() -> None:
     assert [r["step"] for r in rows] == [0, 1]
     assert all(0.0 <= r["val_acc"] <= 1.0 for r in rows)
     assert (SMOKE_DIR / "learning.png").exists()
+
+
+def test_demo_time_smoke() -> None:
+    out = _check(_run("demo_time.py", timeout=600))
+    assert "results:" in out
+    path = max(SMOKE_DIR.glob("demo_time_*.json"), key=lambda p: p.stat().st_mtime)
+    record = json.loads(path.read_text())
+    assert record["steps"] == 1 and record["wall_s"] > 0
+    assert 0.0 <= record["accuracy_before"] <= 1.0 and 0.0 <= record["accuracy_after"] <= 1.0
+    assert record["machine"]["dtype_auto"] in ("bfloat16", "float32")
+
+
+def test_decode_speed_smoke() -> None:
+    out = _check(_run("decode_speed.py"))
+    assert "ms/step" in out
+    path = max(SMOKE_DIR.glob("decode_speed_*.json"), key=lambda p: p.stat().st_mtime)
+    record = json.loads(path.read_text())
+    modes = {r["mode"] for r in record["results"]}
+    assert "eager" in modes and all(r["ms_per_step"] > 0 and r["same_tokens_as_first_mode"] for r in record["results"])

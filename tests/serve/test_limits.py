@@ -196,3 +196,21 @@ def test_client_disconnect_cancels_its_stream(limited):
     while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert httpx.get(limited.url + "/health").json()["running"] == 0
+
+
+def test_client_that_gives_up_frees_its_row(limited):
+    def gone() -> float:
+        key = 'verl_serve_requests_total{endpoint="/generate",status="499"} '
+        lines = [ln for ln in httpx.get(limited.url + "/metrics").text.splitlines() if ln.startswith(key)]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    before = gone()
+    body = {"prompt": "impatient", "max_new_tokens": 3000, "temperature": 0.0}
+    start = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(limited.url + "/generate", json=body, timeout=0.3)
+    # the server notices the closed connection within its 0.5 s poll (before the 1 s time limit) and stops the row
+    while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() - start < 0.95:
+        time.sleep(0.02)
+    assert httpx.get(limited.url + "/health").json()["running"] == 0
+    assert gone() == before + 1  # answered as "client closed request", not as a time-out

@@ -90,7 +90,7 @@ def test_one_deadline_bounds_a_batch_of_stuck_inputs(tmp_path):
         out = pool.map([{"x": -4, "pid_file": str(tmp_path / f"p{i}")} for i in range(6)], 30.0, deadline_s=1.0)
         elapsed = time.monotonic() - start
         # batch x timeout would be 6 x 30 s; the deadline ends it at 1 s (plus killing)
-        assert elapsed < 5, elapsed
+        assert elapsed < 8, elapsed
         assert all(isinstance(r, PoolTaskError) and r.kind == "timeout" for r in out)
         assert sum("batch deadline" in str(r) for r in out) == 6
         assert pool.map([{"x": 1}]) == [2]

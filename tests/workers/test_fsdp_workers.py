@@ -140,8 +140,10 @@ def test_actor_rollout_ref_shapes_keys_and_update(tiny_model_dir: str) -> None:
     worker = group.workers[0]
     before = _params(worker.actor_module)
     metrics = group.update_actor(data.union(lp.select(batch_keys=["old_log_probs"]))).meta_info["metrics"]
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/lr"):
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/lr", "perf/mfu/actor"):
         assert key in metrics, key
+    mfu = metrics["perf/mfu/actor"]
+    assert 0 < (mfu[0] if isinstance(mfu, list) else mfu) < 1  # model FLOPs / (seconds x measured peak)
     # ratio 1 (old = current): pg_loss is minus the token-mean advantage
     adv = data.batch["advantages"]
     assert metrics["actor/pg_loss"][0] == pytest.approx(-float((adv * mask).sum() / mask.sum()), abs=1e-5)

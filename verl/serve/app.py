@@ -8,6 +8,7 @@ name), turned into :class:`~verl.serve.batching.Job` objects and queued on the :
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -33,6 +34,8 @@ from verl.serve.schemas import (
 )
 
 logger = logging.getLogger(__name__)
+
+_DISCONNECT_POLL_S = 0.5
 
 
 @dataclass
@@ -271,7 +274,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 yield _sse("[DONE]")
 
             return _streaming(events(), job)
-        result = await job.result()
+        (result,) = await _all([job], request)
         state.record("/generate", started, [result])
         return {"response": result.text, "finish_reason": result.finish_reason, "usage": _usage([result])}
 
@@ -314,7 +317,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 yield _sse("[DONE]")
 
             return _streaming(events(), job)
-        results = await _all(jobs)
+        results = await _all(jobs, request)
         state.record("/v1/completions", started, results)
         choices = [
             {"index": i, "text": r.text, "finish_reason": r.finish_reason, "logprobs": None}
@@ -353,7 +356,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 yield _sse("[DONE]")
 
             return _streaming(events(), job)
-        results = await _all(jobs)
+        results = await _all(jobs, request)
         state.record("/v1/chat/completions", started, results)
         choices = [
             {"index": i, "message": {"role": "assistant", "content": r.text}, "finish_reason": r.finish_reason}
@@ -364,13 +367,23 @@ def create_app(config: ServeConfig) -> FastAPI:
     return app
 
 
-async def _all(jobs: list[Job]) -> list[Completion]:
-    """Every job's result; if one fails (or the client goes away) the others are cancelled too."""
+async def _all(jobs: list[Job], request: Request | None = None) -> list[Completion]:
+    """Every job's result; if one fails, or the client goes away (checked every 0.5 s), the others are cancelled.
+
+    Without the check, a client that gave up would leave its job occupying a batch row until its time limit.
+    """
+    waiter = asyncio.ensure_future(asyncio.gather(*(job.result() for job in jobs)))
     try:
-        return [await job.result() for job in jobs]
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return list(waiter.result())
+            if request is not None and await request.is_disconnected():
+                raise ServeError(499, "the client closed the request", None, "cancelled", "cancelled")
     except BaseException:
         for job in jobs:
             job.cancel("disconnected")
+        waiter.cancel()
         raise
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -173,3 +174,30 @@ def iter_full_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """
     state = get_full_model_state_dict(model)
     yield from state.items()
+
+
+def resolve_remove_padding(setting: bool | None, model: nn.Module) -> bool:
+    """``model.use_remove_padding``: an explicit true/false as given; null (auto) packs the valid tokens only when
+    the model's attention has variable-length kernels (``flash_attention_2``/``_3``). With ``sdpa`` or ``eager``
+    attention a packed row of ``n`` tokens is attended as one ``n x n`` block-masked square, more work than the
+    padded rows, so auto leaves padding on there."""
+    if setting is not None:
+        return bool(setting)
+    config = getattr(model, "config", None)
+    attn = str(getattr(config, "_attn_implementation", None) or "")
+    return attn.startswith("flash_attention")
+
+
+def compile_decoder_layers(model: nn.Module, **compile_kwargs: Any) -> int:
+    """``torch.compile`` each decoder layer of ``model`` in place (``nn.Module.compile``): the blocks of the first
+    ``nn.ModuleList`` named ``layers`` or ``h``, else the whole module. Compiling per layer (rather than the
+    whole model) keeps FSDP2's per-layer all-gather hooks outside the compiled graphs and compiles one graph that
+    every layer of the same shape reuses. Returns the number of modules compiled."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.split(".")[-1] in ("layers", "h") and len(module) > 0:
+            for layer in module:
+                layer.compile(**compile_kwargs)
+            return len(module)
+    model.compile(**compile_kwargs)
+    return 1
+

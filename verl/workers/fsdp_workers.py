@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils import fsdp_utils
+from verl.utils import flops_counter, fsdp_utils
 from verl.utils.checkpoint import checkpoint_manager as ckpt
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.precision import resolve_dtype
@@ -242,7 +243,8 @@ class ActorRolloutRefWorker(Worker):
                 resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path),
                 trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
             )
-        use_remove_padding = bool(model_cfg.get("use_remove_padding", False))
+        remove_padding_setting = model_cfg.get("use_remove_padding", None)
+        use_remove_padding = bool(remove_padding_setting)
         ref_source = self._given_ref_module
         if given is not None and self._is_ref and ref_source is None and not self._is_lora:
             import copy
@@ -251,9 +253,14 @@ class ActorRolloutRefWorker(Worker):
 
         if self._is_actor or self._is_rollout:
             policy = self._load_policy(self.model_path, trainable=self._is_actor, module=given)
+            use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, policy)
             if self._is_actor and self.actor_sp > 1:
                 _enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
+            if self._is_actor and bool(self.config.actor.get("use_torch_compile", False)):
+                # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
+                # layer's all-gather hooks; the fast decode loop calls submodules directly and stays eager
+                fsdp_utils.compile_decoder_layers(self.actor_module)
         if self._is_actor:
             self.actor_optimizer, self.actor_lr_scheduler = _ModelHolder.build_optimizer(
                 self.actor_module, self.config.actor.optim
@@ -282,6 +289,8 @@ class ActorRolloutRefWorker(Worker):
                 )
             else:
                 ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
+                if self.actor_module is None:  # a reference-only worker decides auto from its own model
+                    use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, ref_model)
                 if ref_group is not None:
                     _enable_ulysses(ref_model)
                 self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
@@ -437,12 +446,32 @@ class ActorRolloutRefWorker(Worker):
         data, _ = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
         with _loaded(self.actor_offload, with_optimizer=True):
+            start = time.perf_counter()
             metrics = actor.update_policy(data)
+            metrics.update(self._actor_mfu(data, time.perf_counter() - start, actor.sp_group))
             if self.actor_lr_scheduler is not None:
                 metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
                 self.actor_lr_scheduler.step()
             self._sync_rollout_weights()
         return DataProto(meta_info={"metrics": metrics})
+
+    def _actor_mfu(self, data: DataProto, seconds: float, sp_group: Any = None) -> dict[str, float]:
+        """``perf/mfu/actor`` (verl's name): model FLOPs of the update (``ppo_epochs`` forward + backward passes
+        over this rank's sequences, :mod:`verl.utils.flops_counter`) over ``seconds`` x the device's peak in the
+        actor's compute dtype (GPU table, else a matmul probe measured once)."""
+        config = getattr(self.actor_module, "config", None)
+        mask = data.batch["attention_mask"] if "attention_mask" in data.batch.keys() else None
+        if config is None or mask is None or not hasattr(config, "num_hidden_layers"):
+            return {}
+        if self.compute_device.type == "cuda":
+            torch.cuda.synchronize(self.compute_device)
+        dtype = resolve_dtype(str(self.config.actor.get("dtype", "auto")), self.compute_device)
+        peak, _ = flops_counter.device_peak_flops(self.compute_device, dtype)
+        epochs = int(self.config.actor.get("ppo_epochs", 1))
+        flops = flops_counter.training_flops(config, mask.sum(-1).tolist()) * epochs
+        if sp_group is not None and dist.is_initialized():  # the gathered batch is shared by the group's ranks
+            flops /= dist.get_world_size(sp_group)
+        return {"perf/mfu/actor": flops_counter.mfu(flops, seconds, peak)}
 
     # -------------------------------------------------------------------------------------------- checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

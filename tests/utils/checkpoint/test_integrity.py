@@ -21,6 +21,10 @@ from verl.utils.checkpoint.layout import (
 )
 
 
+def _warnings(records: list[logging.LogRecord]) -> str:
+    return "\n".join(r.getMessage() for r in records if r.levelno >= logging.WARNING)
+
+
 def _save_step(root, step: int, payload: bytes = b"weights" * 100) -> str:
     step_dir = os.path.join(root, f"global_step_{step}")
     os.makedirs(os.path.join(step_dir, "actor", "huggingface"))
@@ -42,7 +46,7 @@ def test_marker_records_every_file(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["zeros", "truncate", "remove"])
-def test_damaged_checkpoint_is_named_and_the_previous_one_used(tmp_path, caplog, damage):
+def test_damaged_checkpoint_is_named_and_the_previous_one_used(tmp_path, verl_logs, damage):
     _save_step(tmp_path, 1)
     step2 = _save_step(tmp_path, 2)
     weights = os.path.join(step2, "actor", "huggingface", "model.safetensors")
@@ -57,23 +61,22 @@ def test_damaged_checkpoint_is_named_and_the_previous_one_used(tmp_path, caplog,
     expected = {"zeros": "content differs", "truncate": "10 bytes, 700 when saved", "remove": "missing"}[damage]
     problems = checkpoint_problems(step2)
     assert len(problems) == 1 and weights in problems[0] and expected in problems[0]
-    with caplog.at_level(logging.WARNING):
-        assert find_latest_ckpt_path(str(tmp_path)) == os.path.join(tmp_path, "global_step_1")
-    assert weights in caplog.text and "global_step_1" in caplog.text
+    assert find_latest_ckpt_path(str(tmp_path)) == os.path.join(tmp_path, "global_step_1")
+    warned = _warnings(verl_logs)
+    assert weights in warned and "global_step_1" in warned
     # a checkpoint the user names is never silently replaced: the error lists the bad file
     cfg = {"resume_mode": "resume_path", "resume_from_path": step2, "default_local_dir": str(tmp_path)}
     with pytest.raises(CheckpointCorruptError, match=f"{weights}.*{expected}"):
         resolve_resume_path(cfg)
 
 
-def test_tracker_pointing_at_a_directory_without_marker_is_not_trusted(tmp_path, caplog):
+def test_tracker_pointing_at_a_directory_without_marker_is_not_trusted(tmp_path, verl_logs):
     _save_step(tmp_path, 1)
     step2 = _save_step(tmp_path, 2)
     os.remove(os.path.join(step2, COMPLETE_MARKER))  # e.g. killed between the rename and the marker
     assert open(os.path.join(tmp_path, TRACKER_FILENAME)).read().strip() == "2"
-    with caplog.at_level(logging.WARNING):
-        assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_1")
-    assert "no valid checkpoint_complete.json" in caplog.text
+    assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_1")
+    assert "no valid checkpoint_complete.json" in _warnings(verl_logs)
     # nothing intact at all: None, never the partial one
     os.remove(os.path.join(tmp_path, "global_step_1", "data.pt"))
     assert find_latest_ckpt_path(str(tmp_path)) is None
@@ -107,14 +110,13 @@ def test_stale_temp_dirs_of_killed_saves_are_removed(tmp_path):
     assert checkpoint_problems(step1) == []  # the real checkpoint is untouched
 
 
-def test_disable_in_a_used_directory_refuses_unless_overwrite(tmp_path, caplog):
+def test_disable_in_a_used_directory_refuses_unless_overwrite(tmp_path, verl_logs):
     prepare_checkpoint_root(str(tmp_path / "fresh"), "disable")  # nothing there: fine
     _save_step(tmp_path, 3)
     with pytest.raises(FileExistsError, match=r"resume_mode=disable but .* already holds checkpoints.*global_step_3"):
         prepare_checkpoint_root(str(tmp_path), "disable")
     assert os.path.isdir(tmp_path / "global_step_3")
     prepare_checkpoint_root(str(tmp_path), "auto")  # resuming is what a used directory is for
-    with caplog.at_level(logging.WARNING):
-        prepare_checkpoint_root(str(tmp_path), "disable", overwrite=True)
-    assert "deleting 1 old checkpoints" in caplog.text
+    prepare_checkpoint_root(str(tmp_path), "disable", overwrite=True)
+    assert "deleting 1 old checkpoints" in _warnings(verl_logs)
     assert not os.path.exists(tmp_path / "global_step_3") and not os.path.exists(tmp_path / TRACKER_FILENAME)

@@ -199,18 +199,18 @@ def _hang(data_source, solution_str, ground_truth, extra_info=None):
         (_raising, "ZeroDivisionError: division by zero in scorer"),
         (_nan, "non-finite score nan"),
         (_none, "returned None"),
-        (_hang, "did not return within 0.2s"),
+        (_hang, "did not return within 1s"),
     ],
 )
 @pytest.mark.parametrize("manager_cls", [NaiveRewardManager, DAPORewardManager])
 def test_on_error_fail_and_zero(byte_tokenizer, fn, message, manager_cls):
     data = make_batch(byte_tokenizer, ["p", "q", "r"], ["ok", "bad", "ok"], ["1", "2", "3"])
-    failing = manager_cls(byte_tokenizer, 0, compute_score=fn, on_error="fail", timeout_s=0.2)
+    failing = manager_cls(byte_tokenizer, 0, compute_score=fn, on_error="fail", timeout_s=1.0)
     start = time.monotonic()
     with pytest.raises(RewardComputationError, match=r"sample 1 \(data_source='arithmetic'\) failed: .*" + message):
         failing(data)
-    assert time.monotonic() - start < 5
-    zero = manager_cls(byte_tokenizer, 0, compute_score=fn, on_error="zero", timeout_s=0.2)
+    assert time.monotonic() - start < 10  # worker start + the 1 s limit, not the 60 s the function wants
+    zero = manager_cls(byte_tokenizer, 0, compute_score=fn, on_error="zero", timeout_s=1.0)
     out = zero(data, return_dict=True)
     assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0]
     assert out["reward_extra_info"]["reward_error"] == [0, 1, 0]

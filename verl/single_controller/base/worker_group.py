@@ -147,6 +147,7 @@ class WorkerGroup(abc.ABC):
                 )
             view = self._view()
             view._bind_worker_methods(roles[prefix], remote_prefix=f"{prefix}_")
+            view.role = prefix  # named in error messages (a dead worker: "worker 'critic' rank 1 ...")
             groups[prefix] = view
         return groups
 

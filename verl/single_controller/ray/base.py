@@ -22,6 +22,17 @@ from verl.single_controller.base.worker import BACKEND_ENV_KEY, ELECT_MASTER_ENV
 from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
 
 
+class WorkerDiedError(RuntimeError):
+    """A worker process of a group died (killed, out of memory, node lost); names the role, rank and node."""
+
+    def __init__(self, message: str, role: str, rank: int, node_ip: str, node_id: str) -> None:
+        super().__init__(message)
+        self.role = role
+        self.rank = rank
+        self.node_ip = node_ip
+        self.node_id = node_id
+
+
 class RayResourcePool:
     """Bundles for ``sum(process_on_nodes)`` workers: one placement group per node, one bundle per worker.
 
@@ -70,10 +81,51 @@ class RayResourcePool:
         share["num_gpus"] = 1.0 / self.max_colocate_count if self.use_gpu else 0
         return share
 
+    def describe_request(self) -> str:
+        """What the pool asks for, in words: ``2 node(s) x 2 bundle(s) of {'CPU': 1.0}``."""
+        return f"process_on_nodes={self.store} (one node per entry), bundles {self.bundle()}"
+
+    def check_feasible(self) -> None:
+        """Fail at once (no waiting) when no assignment of the per-node bundle groups to the cluster's alive nodes
+        fits their *total* resources: first-fit decreasing over nodes, each group on one node (``STRICT_PACK``).
+
+        Busy-but-sufficient clusters pass; they are handled by the placement timeout.
+        """
+        nodes = [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
+        bundle = self.bundle()
+        for n in sorted(self.store, reverse=True):
+            need = {k: v * n for k, v in bundle.items()}
+            for node in nodes:
+                if all(node.get(k, 0.0) + 1e-9 >= v for k, v in need.items()):
+                    for k, v in need.items():
+                        node[k] -= v
+                    break
+            else:
+                raise RuntimeError(self._shortfall_message("the cluster can never hold it"))
+
+    def _shortfall_message(self, why: str) -> str:
+        per_node = [
+            {k: v for k, v in n.get("Resources", {}).items() if k in ("CPU", "GPU", "memory")}
+            for n in ray.nodes()
+            if n.get("Alive")
+        ]
+        return (
+            f"RayResourcePool {self.name_prefix!r} asked for {self.describe_request()}: {why}. The cluster has "
+            f"{len(per_node)} alive node(s) with {per_node} (totals {ray.cluster_resources()}, free "
+            f"{ray.available_resources()}). Lower trainer.n_gpus_per_node / trainer.nnodes (or the pool sizes in "
+            f"trainer.resource_pool_spec), or add nodes with `ray start --address=<head>:6379`"
+        )
+
     def get_placement_groups(self, strategy: str = "STRICT_PACK") -> list[PlacementGroup]:
-        """Create (once) and wait for one placement group per node; a clear error if the cluster is too small."""
+        """Create (once) and wait for one placement group per node.
+
+        A request the cluster can never satisfy fails at once; one that does not become ready within
+        ``placement_timeout_s`` (resources held by others) fails then. Both errors say what was asked for and what
+        the cluster has, instead of waiting forever.
+        """
         if self.pgs is not None:
             return self.pgs
+        self.check_feasible()
         lifetime = "detached" if self.detached else None
         pgs = [
             placement_group([self.bundle()] * n, strategy=strategy, name=f"{self.name_prefix}_pg{i}", lifetime=lifetime)
@@ -84,12 +136,19 @@ class RayResourcePool:
             for pg in pgs:
                 remove_placement_group(pg)
             raise RuntimeError(
-                f"RayResourcePool {self.name_prefix!r}: placement groups for process_on_nodes={self.store} with "
-                f"bundles {self.bundle()} were not ready after {self.placement_timeout_s:.0f}s; the cluster has "
-                f"{ray.cluster_resources()} in total and {ray.available_resources()} free"
+                self._shortfall_message(f"the placement groups were not ready after {self.placement_timeout_s:.0f}s")
             )
         self.pgs = pgs
         return pgs
+
+    def bundle_nodes(self) -> list[tuple[str, str]]:
+        """``(node_id, node_ip)`` of every bundle in rank order (node by node, bundle by bundle)."""
+        ips = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
+        out: list[tuple[str, str]] = []
+        for pg, n in zip(self.get_placement_groups(), self.store):
+            table = placement_group_table(pg).get("bundles_to_node_id", {})
+            out.extend((str(table.get(i, "?")), str(ips.get(table.get(i), "?"))) for i in range(n))
+        return out
 
     def remove(self) -> None:
         """Release the placement groups (actors still placed on them are killed by Ray)."""
@@ -166,7 +225,11 @@ class RayWorkerGroup(WorkerGroup):
         self._owns_pool = False
         self.workers: list[Any] = []
         self.worker_names: list[str] = []
+        # the role named in errors; spawn() sets it to the colocated role ("actor_rollout", "critic", ...)
+        self.role = user_cls.__name__
         self._create_actors(ray_cls_with_init, dict(worker_env or {}))
+        # (node_id, node_ip) per rank, for error messages and placement checks
+        self.worker_nodes: list[tuple[str, str]] = resource_pool.bundle_nodes()
         self._bind_worker_methods(user_cls)
 
     def _create_actors(self, cia: RayClassWithInitArgs, worker_env: dict[str, str]) -> None:
@@ -229,7 +292,37 @@ class RayWorkerGroup(WorkerGroup):
         return getattr(self.workers[rank], method_name).remote(*args, **kwargs)
 
     def _wait(self, futures: list[Any]) -> list[Any]:
-        return list(ray.get(list(futures)))
+        """Results in order; the first failure is raised as soon as it happens, not after the slowest rank.
+
+        Waiting on all ranks at once would hang when one rank dies while the others block in a collective (gloo
+        or NCCL only time out after many minutes): a dead actor's result is ready (as an error) at once, so it is
+        checked first. A dead rank leaves the group's process group broken, so the surviving actors are killed
+        and :class:`WorkerDiedError` names the role, rank and node.
+        """
+        refs = list(futures)
+        position = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    raise self._worker_died(position[ref], err) from err
+        return list(ray.get(refs))
+
+    def _worker_died(self, rank: int, err: BaseException) -> WorkerDiedError:
+        node_id, ip = self.worker_nodes[rank] if rank < len(self.worker_nodes) else ("?", "?")
+        self.shutdown()
+        return WorkerDiedError(
+            f"worker {self.role!r} rank {rank} of {self._world_size} on node {ip} (node id {node_id[:12]}) died: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}. The other ranks of the group were "
+            f"stopped; resume from the last complete checkpoint with trainer.resume_mode=auto",
+            role=self.role,
+            rank=rank,
+            node_ip=ip,
+            node_id=node_id,
+        )
 
     @property
     def master_address_port(self) -> tuple[str, str]:
@@ -240,7 +333,10 @@ class RayWorkerGroup(WorkerGroup):
     def shutdown(self) -> None:
         """Kill the actors (shared with groups made by ``spawn``), and the pool if this group created it."""
         for actor in self.workers:
-            ray.kill(actor)
+            try:
+                ray.kill(actor)
+            except ValueError:  # already gone
+                pass
         self.workers = []
         if self._owns_pool:
             self.resource_pool.remove()

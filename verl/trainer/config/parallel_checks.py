@@ -61,6 +61,7 @@ def check_placement(cfg: DictConfig, errors: list[str]) -> None:
                 f"{path}.ulysses_sequence_parallel_size={sp} does not divide the world size {expr} = {world}; "
                 f"sequence-parallel groups are {sp} consecutive ranks"
             )
+    check_resource_pools(cfg, errors)
     for path, section in (
         ("actor_rollout_ref.actor.fsdp_config", arr.actor.fsdp_config),
         ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
@@ -75,6 +76,46 @@ def check_placement(cfg: DictConfig, errors: list[str]) -> None:
                 f"{expr} = {world}: parameters are sharded within groups of fsdp_size ranks and replicated across "
                 f"the world / fsdp_size groups"
             )
+
+
+# the roles a PPO run places on resource pools (the keys of trainer.resource_pool_mapping)
+POOL_ROLES = ("actor_rollout", "critic", "rm")
+
+
+def check_resource_pools(cfg: DictConfig, errors: list[str]) -> None:
+    """``trainer.resource_pool_spec`` / ``resource_pool_mapping``: pool sizes, role and pool names, backend.
+
+    The actor (with rollout and reference) stays on ``global_pool``, whose size every batch-size check uses; the
+    critic and reward model may move to pools of their own.
+    """
+    from omegaconf import OmegaConf
+
+    spec = OmegaConf.to_container(cfg.trainer.get("resource_pool_spec") or DictConfig({}), resolve=True)
+    mapping = OmegaConf.to_container(cfg.trainer.get("resource_pool_mapping") or DictConfig({}), resolve=True)
+    pools = {"global_pool", *spec}
+    for name, sizes in spec.items():
+        if name == "global_pool":
+            errors.append(
+                "trainer.resource_pool_spec.global_pool: global_pool is [n_gpus_per_node] x nnodes; set those keys"
+            )
+        elif not isinstance(sizes, list) or not sizes:
+            errors.append(f"trainer.resource_pool_spec.{name}={sizes}: give ranks per node, e.g. [2] or [2, 2]")
+        elif any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+            errors.append(f"trainer.resource_pool_spec.{name}={list(sizes)}: ranks per node must be ints >= 1")
+    for role, pool in mapping.items():
+        if role not in POOL_ROLES:
+            errors.append(f"trainer.resource_pool_mapping.{role}: unknown role; roles are {', '.join(POOL_ROLES)}")
+        elif pool not in pools:
+            errors.append(f"trainer.resource_pool_mapping.{role}={pool!r}: no such pool; pools are {sorted(pools)}")
+        elif role == "actor_rollout" and pool != "global_pool":
+            errors.append(
+                f"trainer.resource_pool_mapping.actor_rollout={pool!r}: the actor/rollout/ref role lives on "
+                f"global_pool ([trainer.n_gpus_per_node] x trainer.nnodes); resize that pool instead"
+            )
+    if resolve_backend(cfg.trainer) == "local" and any(sum(spec.get(p, [1])) > 1 for p in mapping.values()):
+        errors.append(
+            "trainer.resource_pool_spec: pools of more than one rank need separate processes; set trainer.backend=ray"
+        )
 
 
 def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:

@@ -73,7 +73,7 @@ class ModelConfig:
     tokenizer_path: Optional[str] = None
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
-    use_remove_padding: bool = False
+    use_remove_padding: Optional[bool] = None  # null: on with flash-attention (varlen) kernels, else off
     lora_rank: int = 0
     lora_alpha: int = 16
     target_modules: Union[str, list[str]] = "all-linear"
@@ -150,6 +150,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
+    use_torch_compile: bool = False  # torch.compile each decoder layer after FSDP sharding
     ulysses_sequence_parallel_size: int = 1
     skip_old_log_prob_on_policy: bool = True
     shuffle: bool = False
@@ -408,6 +409,9 @@ class TrainerConfig:
     log_dir: Optional[str] = None
     nnodes: int = 1
     n_gpus_per_node: int = 1
+    # extra resource pools (name -> ranks per node) and role -> pool; unmapped roles share "global_pool"
+    resource_pool_spec: dict[str, list[int]] = _dict()
+    resource_pool_mapping: dict[str, str] = _dict()
     device: Literal["auto", "cpu", "cuda"] = "auto"
     total_epochs: int = 30
     total_training_steps: Optional[int] = None
@@ -439,6 +443,24 @@ class TrainerConfig:
     use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
 
 
+# ------------------------------------------------------------------------------------------------------ ray
+@dataclass
+class RayInitConfig:
+    """``ray_kwargs.ray_init``: keyword arguments of ``ray.init()`` (others can be added with ``+key=value``)."""
+
+    address: Optional[str] = None  # null: $RAY_ADDRESS if set, else a new local cluster
+    num_cpus: Optional[int] = None  # a new local cluster only
+    runtime_env: dict[str, Any] = _dict()  # merged over the driver's default env vars for the workers
+
+
+@dataclass
+class RayKwargsConfig:
+    """``ray_kwargs``: how the driver starts or joins Ray when the backend is ``ray`` (verl's key)."""
+
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    placement_timeout_s: float = 120.0
+
+
 # ------------------------------------------------------------------------------------------------------ top level
 @dataclass
 class PPOConfig:
@@ -459,6 +481,7 @@ class PPOConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:

@@ -48,7 +48,8 @@ class RayPPOTrainer:
 
     ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
     :func:`verl.trainer.ppo.runner.run_ppo` or passed in by the Python API; ``worker_groups`` lets a caller supply
-    already created groups (``{"actor_rollout": wg, "critic": wg, "rm": wg}``).
+    already created groups (``{"actor_rollout": wg, "critic": wg, "rm": wg}``) and ``role_worker_mapping`` other
+    worker classes for those roles (subclasses of the FSDP workers).
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class RayPPOTrainer:
         collate_fn: Callable | None = None,
         train_sampler=None,
         worker_groups: dict[str, Any] | None = None,
+        role_worker_mapping: dict[str, type] | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
 
@@ -90,6 +92,8 @@ class RayPPOTrainer:
         debug = config.trainer.get("enable_debug_mode", False)
         self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
+        # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
+        self.role_worker_mapping = dict(role_worker_mapping or {})
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.step_hooks: list[Callable[[int, dict[str, float]], None]] = []
@@ -167,20 +171,32 @@ class RayPPOTrainer:
             section.total_training_steps = self.total_training_steps
         if not self.worker_groups:
             actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
+            classes = {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker, "rm": RewardModelWorker}
+            classes.update(self.role_worker_mapping)
             roles: dict[str, tuple[type, dict[str, Any]]] = {
-                "actor_rollout": (ActorRolloutRefWorker, {"config": self.config.actor_rollout_ref, "role": actor_role})
+                "actor_rollout": (
+                    classes["actor_rollout"],
+                    {"config": self.config.actor_rollout_ref, "role": actor_role},
+                )
             }
             if self.use_critic:
-                roles["critic"] = (CriticWorker, {"config": self.config.critic})
+                roles["critic"] = (classes["critic"], {"config": self.config.critic})
             if self.use_rm:
-                roles["rm"] = (RewardModelWorker, {"config": self.config.reward_model})
+                roles["rm"] = (classes["rm"], {"config": self.config.reward_model})
+            trainer_cfg = self.config.trainer
             self.worker_groups = create_colocated_worker_groups(
-                backend=resolve_backend(self.config.trainer),
+                backend=resolve_backend(trainer_cfg),
                 roles=roles,
                 world_size=self.n_ranks,
                 use_gpu=self._use_gpu(),
                 name_prefix=self.worker_name_prefix(),
-                nnodes=int(self.config.trainer.nnodes),
+                nnodes=int(trainer_cfg.nnodes),
+                # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
+                resource_pool_spec=OmegaConf.to_container(trainer_cfg.get("resource_pool_spec") or DictConfig({})),
+                resource_pool_mapping=OmegaConf.to_container(
+                    trainer_cfg.get("resource_pool_mapping") or DictConfig({})
+                ),
+                placement_timeout_s=float(self.config.get("ray_kwargs", {}).get("placement_timeout_s", 120.0)),
             )
         for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
             if name in self.worker_groups:

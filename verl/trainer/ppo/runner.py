@@ -43,6 +43,42 @@ def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
         os.environ["VERL_DEVICE"] = device
 
 
+def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
+    """The keyword arguments of ``ray.init`` from ``ray_kwargs.ray_init`` (verl's key); null values are left out.
+
+    No ``address``: Ray itself joins ``$RAY_ADDRESS`` when set, else starts a local cluster. The workers' default
+    environment (quiet tokenizers, the driver's device choice) is merged under ``ray_init.runtime_env``.
+    """
+    from omegaconf import OmegaConf
+
+    section = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
+    kwargs = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(section), resolve=True).items() if v is not None}
+    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    if os.environ.get("VERL_DEVICE"):
+        env_vars["VERL_DEVICE"] = os.environ["VERL_DEVICE"]
+    runtime_env = dict(kwargs.pop("runtime_env", None) or {})
+    runtime_env["env_vars"] = {**env_vars, **dict(runtime_env.get("env_vars") or {})}
+    kwargs["runtime_env"] = runtime_env
+    kwargs.setdefault("include_dashboard", False)
+    kwargs.setdefault("log_to_driver", True)
+    if kwargs.get("address") or os.environ.get("RAY_ADDRESS"):
+        # joining a running cluster: its resources were fixed by `ray start`, and ray.init refuses these
+        for key in ("num_cpus", "num_gpus", "include_dashboard"):
+            kwargs.pop(key, None)
+    return kwargs
+
+
+def init_ray(config: DictConfig) -> None:
+    """Start or join Ray for a run on the ``ray`` backend (no-op when Ray is already initialised)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs = ray_init_kwargs(config)
+    ray.init(**kwargs)
+    logger.info("Ray: %s; cluster resources %s", kwargs.get("address") or "local", ray.cluster_resources())
+
+
 def _score_summary(metrics: dict[str, float]) -> str:
     core = {k: v for k, v in metrics.items() if k.startswith("val-core/") and "/mean@" in k}
     return ", ".join(f"{k} = {v:.4f}" for k, v in sorted(core.items())) or "(no validation metrics)"
@@ -76,8 +112,12 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     return train_dataset, val_dataset, sampler
 
 
-def run_ppo(config: DictConfig) -> dict[str, Any]:
-    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
+def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> Any:
+    """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
+    managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
+
+    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``).
+    """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
     from verl.utils.model_loader import load_tokenizer, resolve_model_path
@@ -96,10 +136,7 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.config.parallel_checks import resolve_backend
 
     if resolve_backend(trainer_cfg) == "ray":
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=True)
+        init_ray(config)
 
     tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
     tokenizer = load_tokenizer(resolve_model_path(tokenizer_path or config.actor_rollout_ref.model.path))
@@ -118,7 +155,16 @@ def run_ppo(config: DictConfig) -> dict[str, Any]:
         train_dataset=train_dataset,
         val_dataset=val_dataset,
         train_sampler=sampler,
+        role_worker_mapping=role_worker_mapping,
     )
+    return trainer
+
+
+def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> dict[str, Any]:
+    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
+    trainer = build_ppo_trainer(config, role_worker_mapping)
+    trainer_cfg = config.trainer
+    reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
     trainer.init_workers()
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.get("enable_debug_mode", False))):

@@ -152,6 +152,7 @@ class _DecodeState:
     tokens: torch.Tensor  # [B, T] long
     log_probs: torch.Tensor  # [B, T] float32
     row_ids: torch.Tensor  # [B] long: row of the caller's batch (-1: padding)
+    is_eos: torch.Tensor  # [vocab] bool: the end tokens of this call (data, not a constant: graphs outlive calls)
 
     def scalars(self) -> list[torch.Tensor]:
         """The small tensors a step advances (saved and restored around a warm-up run)."""
@@ -159,7 +160,14 @@ class _DecodeState:
 
 
 def _alloc_state(
-    rows: int, capacity: int, length: int, n_layers: int, kv_shape: tuple[int, int], dtype: torch.dtype, device: Any
+    rows: int,
+    capacity: int,
+    length: int,
+    n_layers: int,
+    kv_shape: tuple[int, int],
+    vocab: int,
+    dtype: torch.dtype,
+    device: Any,
 ) -> _DecodeState:
     kv_heads, head_dim = kv_shape
     # zeros, not empty: the compiled and graph steps read the whole cache (masked), and masked garbage could be NaN
@@ -182,6 +190,7 @@ def _alloc_state(
         tokens=torch.zeros(rows, length, dtype=torch.long, device=device),
         log_probs=torch.zeros(rows, length, device=device),
         row_ids=torch.full((rows,), -1, dtype=torch.long, device=device),
+        is_eos=torch.zeros(vocab, dtype=torch.bool, device=device),
     )
 
 
@@ -197,7 +206,6 @@ class _StepConsts:
     logprob_temperature: float
     calculate_log_probs: bool
     pad_id: int
-    eos_ids: tuple[int, ...]
 
 
 class FastDecoder:
@@ -229,6 +237,7 @@ class FastDecoder:
         self.num_heads = int(config.num_attention_heads)
         self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
+        self.vocab = int(lm.lm_head.weight.shape[0])
         # torch.compile options of the ``compile`` mode (tests trace with backend="eager", fullgraph=True)
         self.compile_options: dict[str, Any] = {}
         self._compiled: Callable[..., None] | None = None
@@ -312,23 +321,22 @@ class FastDecoder:
 
         bs = logits.shape[0]
         scores = logits.float()
-        eos = torch.tensor(c.eos_ids, device=logits.device)
         if c.min_new_tokens > 0:
             # out of place: ``logits`` itself still feeds the (unmasked) log-probs below
-            is_eos = torch.zeros(scores.shape[-1], dtype=torch.bool, device=logits.device).index_fill_(0, eos, True)
-            scores = scores.masked_fill(is_eos & (st.step < c.min_new_tokens), float("-inf"))
+            scores = scores.masked_fill(st.is_eos & (st.step < c.min_new_tokens), float("-inf"))
         index = st.step.expand(bs, 1)
         if c.greedy:
-            next_tokens = scores.argmax(dim=-1)
+            sampled = scores.argmax(dim=-1)
         else:
             filtered = filter_top_k_top_p(scores / c.temperature, c.top_k, c.top_p)
-            next_tokens = sample_from_logits(filtered, st.uniforms.gather(1, index))
-        next_tokens = next_tokens.masked_fill(st.finished, c.pad_id)
+            sampled = sample_from_logits(filtered, st.uniforms.gather(1, index))
+        is_end = st.is_eos.gather(0, sampled)  # before padding: the pad id need not be a vocabulary index
+        next_tokens = sampled.masked_fill(st.finished, c.pad_id)
         st.tokens.scatter_(1, index, next_tokens.unsqueeze(-1))
         if c.calculate_log_probs:
             lp = torch.log_softmax(logits.float() / c.logprob_temperature, dim=-1)
             st.log_probs.scatter_(1, index, lp.gather(-1, next_tokens.unsqueeze(-1)))
-        newly = (next_tokens.unsqueeze(-1) == eos).any(-1) & ~st.finished
+        newly = is_end & ~st.finished
         st.finish_step.copy_(torch.where(newly, st.step, st.finish_step))
         st.finished.logical_or_(newly)
         st.last_tokens.copy_(next_tokens)
@@ -394,13 +402,13 @@ class FastDecoder:
         n_layers = len(self.backbone.layers)
         kv_shape = (self.num_kv_heads, self.head_dim)
         if self.mode == "eager":
-            return _alloc_state(rows, capacity, length, n_layers, kv_shape, dtype, device)
+            return _alloc_state(rows, capacity, length, n_layers, kv_shape, self.vocab, dtype, device)
         key = (rows, capacity, length, dtype, str(device))
         state = self._states.get(key)
         if state is None:
             if any(k[1:] != key[1:] for k in self._states):
                 self.release()  # another capacity, length or dtype: the old buckets will not be used again soon
-            state = _alloc_state(rows, capacity, length, n_layers, kv_shape, dtype, device)
+            state = _alloc_state(rows, capacity, length, n_layers, kv_shape, self.vocab, dtype, device)
             self._states[key] = state
         return state
 
@@ -414,13 +422,14 @@ class FastDecoder:
             nk[:n].copy_(k.index_select(0, keep))
             nv[:n].copy_(v.index_select(0, keep))
         for f in fields(_DecodeState):
-            if f.name in ("caches", "slots"):
+            if f.name in ("caches", "slots", "is_eos"):
                 continue
             src, dst = getattr(st, f.name), getattr(new, f.name)
             if src.dim() == 0:
                 dst.copy_(src)
             else:
                 dst[:n].copy_(src.index_select(0, keep))
+        new.is_eos.copy_(st.is_eos)
         new.finished[n:] = True
         new.finish_step[n:] = -1
         new.row_ids[n:] = -1
@@ -484,7 +493,6 @@ class FastDecoder:
             logprob_temperature=float(settings.logprob_temperature),
             calculate_log_probs=bool(settings.calculate_log_probs),
             pad_id=int(pad_id),
-            eos_ids=tuple(int(e) for e in eos_ids),
         )
         exact = self.mode == "eager"
         rows = bs if exact else bucket_size(bs)
@@ -506,6 +514,10 @@ class FastDecoder:
         prefill_bias.masked_fill_(~allowed.unsqueeze(1), neg_inf)
         logits = self._forward(input_ids, position_ids, [(k[:bs], v[:bs]) for k, v in st.caches], 0, prefill_bias)
 
+        # an end id outside the LM head's vocabulary can never be sampled: it ends nothing
+        ends = [int(e) for e in eos_ids if 0 <= int(e) < self.vocab]
+        st.is_eos.zero_()
+        st.is_eos[torch.tensor(ends, dtype=torch.long, device=device)] = True
         st.key_ok.fill_(True)
         st.key_ok[:bs, :prompt_len] = prompt_ok
         st.key_ok[bs:] = False

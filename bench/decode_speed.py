@@ -1,0 +1,143 @@
+"""Milliseconds per decode step of the hf engine's static-cache loop, per decode mode, against the bandwidth limit.
+
+A random Qwen2.5-shaped model (the bundled SmolLM2 vocabulary of 49152 tokens, tied embeddings) decodes
+``--rows`` sequences of ``--response-length`` tokens after ``--prompt-length``-token prompts, in each mode of
+verl/workers/rollout/fast_decode.py (eager, compile, and cuda_graph on CUDA), under autocast in the device's
+precision. Reported per mode: the median over ``--repeats`` calls of the time per generated token (prefill
+included, the first call of each mode is a warm-up and not counted: compilation and graph capture), the tokens
+of the eager and other modes compared, and on CUDA the bandwidth limit: the bytes a step must read (weights in
+the compute dtype + the KV cache filled so far, on average) over the device's memory bandwidth.
+
+    python bench/decode_speed.py --smoke                      # tiny shape, CI
+    python bench/decode_speed.py --shapes 0.5B 1.5B           # on a CUDA machine: the issue-12 shapes, 128 rows
+    ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 python bench/decode_speed.py --shapes tiny S --modes eager compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from bench._common import default_device, markdown_table, save_result  # noqa: E402
+
+# Qwen2.5 shapes (hidden, layers, heads, kv heads, ffn) with the SmolLM2 vocabulary: 0.5B -> 402M parameters
+SHAPES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=512),
+    "S": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=1024, vocab_size=49152),
+    "0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                 intermediate_size=4864, vocab_size=49152),
+    "1.5B": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 intermediate_size=8960, vocab_size=49152),
+}  # fmt: skip
+# HBM bandwidth of known GPUs, bytes/s (vendors' data sheets)
+GPU_BANDWIDTH = {"H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 0.864e12}
+
+
+def build_model(shape: str, device: str) -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(config).to(device).eval()
+
+
+def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response: int, dtype: torch.dtype) -> float:
+    """Milliseconds to read the weights once plus the average KV cache of a step at the GPU's bandwidth."""
+    if not torch.cuda.is_available():
+        return float("nan")
+    name = torch.cuda.get_device_name(0)
+    bandwidth = next((v for k, v in sorted(GPU_BANDWIDTH.items(), key=lambda kv: -len(kv[0])) if k in name), None)
+    if bandwidth is None:
+        return float("nan")
+    cfg = model.config
+    size = torch.tensor([], dtype=dtype).element_size()
+    weights = sum(p.numel() for p in model.parameters()) * size
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * rows * (prompt + response / 2) * size
+    return (weights + kv) / bandwidth * 1e3
+
+
+def run(args: argparse.Namespace) -> dict:
+    from verl.utils.precision import resolve_dtype
+    from verl.workers.rollout.base import SamplingSettings
+    from verl.workers.rollout.fast_decode import FastDecoder
+
+    device = args.device or default_device()
+    dtype = resolve_dtype("auto", torch.device(device))
+    settings = SamplingSettings(
+        do_sample=True, temperature=1.0, top_p=1.0, top_k=-1, response_length=args.response_length,
+        min_new_tokens=args.response_length, calculate_log_probs=False,
+    )  # fmt: skip
+    modes = [m for m in args.modes if m != "cuda_graph" or device == "cuda"]
+    rows_out = []
+    for shape in args.shapes:
+        model = build_model(shape, device)
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, model.config.vocab_size, (args.rows, args.prompt_length), generator=gen).to(device)
+        mask = torch.ones_like(ids)
+        pos = torch.arange(args.prompt_length, device=device).expand_as(ids)
+        reference = None
+        for mode in modes:
+            decoder = FastDecoder(model, mode=mode)
+            times = []
+            for i in range(args.repeats + 1):
+                torch.manual_seed(1)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                start, cpu0 = time.perf_counter(), time.process_time()
+                with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+                    tokens, _ = decoder.generate(ids, mask, pos, settings, eos_ids=[], pad_id=0)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                # CPU time on CPU (steady on shared cores), wall time on GPUs
+                spent = time.process_time() - cpu0 if device == "cpu" else time.perf_counter() - start
+                if i > 0:
+                    times.append(spent)
+            reference = tokens if reference is None else reference
+            same = bool(torch.equal(tokens, reference))
+            ms = statistics.median(times) / args.response_length * 1e3
+            limit = bandwidth_limit_ms(model, args.rows, args.prompt_length, args.response_length, dtype)
+            rows_out.append(dict(shape=shape, mode=mode, rows=args.rows, ms_per_step=ms, bandwidth_limit_ms=limit,
+                                 same_tokens_as_first_mode=same, dtype=str(dtype), device=device))  # fmt: skip
+            print(f"{shape} {mode}: {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}", flush=True)
+    return {"results": rows_out, "args": vars(args)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=["0.5B", "1.5B"], choices=sorted(SHAPES))
+    parser.add_argument("--modes", nargs="+", default=["eager", "compile", "cuda_graph"])
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--response-length", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--smoke", action="store_true", help="tiny shape, 4 rows, 8 tokens, eager only")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.shapes, args.rows, args.prompt_length, args.response_length, args.repeats = ["tiny"], 4, 8, 8, 1
+        args.modes = ["eager"] + (["cuda_graph"] if torch.cuda.is_available() else [])
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    payload = run(args)
+    header = ["shape", "mode", "rows", "ms/step", "bandwidth limit ms", "same tokens"]
+    table = [
+        [r["shape"], r["mode"], r["rows"], r["ms_per_step"], r["bandwidth_limit_ms"], r["same_tokens_as_first_mode"]]
+        for r in payload["results"]
+    ]
+    print(markdown_table(header, table))
+    print("saved", save_result("decode_speed", payload, smoke=args.smoke, per_machine=True))
+
+
+if __name__ == "__main__":
+    main()
