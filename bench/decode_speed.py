@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> dict:
         reference = None
         for mode in modes:
             decoder = FastDecoder(model, mode=mode)
-            times = []
+            times, first_call = [], float("nan")
             for i in range(args.repeats + 1):
                 torch.manual_seed(1)
                 if device == "cuda":
@@ -102,12 +102,15 @@ def run(args: argparse.Namespace) -> dict:
                 spent = time.process_time() - cpu0 if device == "cpu" else time.perf_counter() - start
                 if i > 0:
                     times.append(spent)
+                else:
+                    first_call = time.perf_counter() - start  # wall: compilation / graph capture included
             reference = tokens if reference is None else reference
             same = bool(torch.equal(tokens, reference))
             ms = statistics.median(times) / args.response_length * 1e3
             limit = bandwidth_limit_ms(model, args.rows, args.prompt_length, args.response_length, dtype)
             rows_out.append(dict(shape=shape, mode=mode, rows=args.rows, ms_per_step=ms, bandwidth_limit_ms=limit,
-                                 same_tokens_as_first_mode=same, dtype=str(dtype), device=device))  # fmt: skip
+                                 first_call_s=first_call, same_tokens_as_first_mode=same, dtype=str(dtype),
+                                 device=device))  # fmt: skip
             print(f"{shape} {mode}: {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}", flush=True)
     return {"results": rows_out, "args": vars(args)}
 
@@ -130,11 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     payload = run(args)
-    header = ["shape", "mode", "rows", "ms/step", "bandwidth limit ms", "same tokens"]
+    header = ["shape", "mode", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s", "same tokens"]
     table = [
-        [r["shape"], r["mode"], r["rows"], r["ms_per_step"], r["bandwidth_limit_ms"], r["same_tokens_as_first_mode"]]
+        [r["shape"], r["mode"], r["rows"], r["dtype"], r["ms_per_step"], r["bandwidth_limit_ms"], r["first_call_s"],
+         r["same_tokens_as_first_mode"]]
         for r in payload["results"]
-    ]
+    ]  # fmt: skip
     print(markdown_table(header, table))
     print("saved", save_result("decode_speed", payload, smoke=args.smoke, per_machine=True))
 

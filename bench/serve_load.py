@@ -1,9 +1,9 @@
 """Load test of the inference service: QPS, latency percentiles, tokens/s, errors and memory vs. concurrent users.
 
-For each batching mode it starts ``python -m verl.serve MODEL`` on 127.0.0.1 (a free port), then for each user
-count runs locust headless (``bench/serve_locustfile.py``: users post ``/generate`` back to back, spawned
-``--spawn-rate`` per second) for ``--run-time`` seconds. Figures are steady-state: locust resets its statistics when
-all users are running (``--reset-stats``) and tokens/s is the growth of the server's
+It starts ``python -m verl.serve MODEL`` on 127.0.0.1 (a free port) once per batching mode, then for each user
+count, alternating the modes, runs locust headless (``bench/serve_locustfile.py``: users post ``/generate`` back to
+back, spawned ``--spawn-rate`` per second) for ``--run-time`` seconds. Figures are steady-state: locust resets its
+statistics when all users are running (``--reset-stats``) and tokens/s is the growth of the server's
 ``verl_serve_generated_tokens_total`` over the same window. Peak server memory comes from
 ``verl_serve_memory_used_bytes`` sampled every second.
 
@@ -161,6 +161,47 @@ def run_locust(url: str, users: int, spawn_rate: float, run_time_s: int, workdir
     }
 
 
+def wait_idle(url: str, timeout_s: float = 300) -> None:
+    """Wait until the server has nothing queued or running (requests left over from the previous run)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        h = httpx.get(url + "/health", timeout=10).json()
+        if h["queue_depth"] == 0 and h["running"] == 0:
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"{url} still busy after {timeout_s} s")
+
+
+def measure(url: str, mode: str, engine: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One locust run of ``n`` users against the server at ``url``; the figures of the module docstring."""
+    before = read_metrics(url)
+    sampler = MetricsSampler(url)
+    sampler.start()
+    start = time.monotonic()
+    load_before = os.getloadavg()[0]
+    result = run_locust(url, n, args.spawn_rate, args.run_time, workdir)
+    sampler.stop()
+    after = read_metrics(url)
+    run = {
+        "mode": mode,
+        "engine": engine,
+        "users": n,
+        **result,
+        "tokens_per_s": sampler.tokens_per_s(since=start + math.ceil(n / args.spawn_rate)),
+        "peak_memory_mib": round(sampler.peak_memory / 2**20, 1),
+        "mean_batch_size": _delta(before, after, "verl_serve_batch_size_sum")
+        / max(_delta(before, after, "verl_serve_batch_size_count"), 1.0),
+        "load_avg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+    print(
+        f"[{mode}] {n:>3} users: {run['qps']:.2f} req/s, p50 {run['latency_ms']['50']:.0f} ms, "
+        f"p95 {run['latency_ms']['95']:.0f} ms, {run['tokens_per_s']:.1f} tok/s, {run['errors']} errors, "
+        f"batch {run['mean_batch_size']:.1f}, load {run['load_avg_1m_before_after']}",
+        flush=True,
+    )
+    return run
+
+
 def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
     return after.get(name, 0.0) - before.get(name, 0.0)
 
@@ -191,45 +232,30 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[dict[str, Any]] = []
     workdir = Path(tempfile.mkdtemp(prefix="verl_serve_load_"))
-    for mode in modes:
-        log = workdir / f"server_{mode}.log"
-        server = Server(model, args.engine, mode == "batching", args.max_new_tokens, log, args.server_threads)
-        try:
-            health = server.wait_ready()
-            print(f"[{mode}] serving {health['model']} with the {health['engine']} engine on {server.url}", flush=True)
-            for n in users:
-                before = read_metrics(server.url)
-                sampler = MetricsSampler(server.url)
-                sampler.start()
-                start = time.monotonic()
-                result = run_locust(server.url, n, args.spawn_rate, args.run_time, workdir / mode)
-                sampler.stop()
-                ramp_end = start + math.ceil(n / args.spawn_rate)
-                after = read_metrics(server.url)
-                run = {
-                    "mode": mode,
-                    "engine": health["engine"],
-                    "users": n,
-                    **result,
-                    "tokens_per_s": sampler.tokens_per_s(since=ramp_end),
-                    "peak_memory_mib": round(sampler.peak_memory / 2**20, 1),
-                    "mean_batch_size": _delta(before, after, "verl_serve_batch_size_sum")
-                    / max(_delta(before, after, "verl_serve_batch_size_count"), 1.0),
-                }
-                runs.append(run)
-                print(
-                    f"[{mode}] {n:>3} users: {run['qps']:.2f} req/s, p50 {run['latency_ms']['50']:.0f} ms, "
-                    f"p95 {run['latency_ms']['95']:.0f} ms, {run['tokens_per_s']:.1f} tok/s, "
-                    f"{run['errors']} errors",
-                    flush=True,
-                )
-        finally:
+    # Both servers stay up and the modes alternate for each user count, so the two sides of a comparison are
+    # measured minutes apart, not a whole series apart (other work on a shared machine drifts).
+    servers = {
+        mode: Server(model, args.engine, mode == "batching", args.max_new_tokens, workdir / f"server_{mode}.log",
+                     args.server_threads)
+        for mode in modes
+    }  # fmt: skip
+    try:
+        health = {}
+        for mode, server in servers.items():
+            health[mode] = server.wait_ready()
+            print(f"[{mode}] serving {health[mode]['model']} ({health[mode]['engine']} engine) on {server.url}")
+        for n in users:
+            for mode, server in servers.items():
+                wait_idle(server.url)
+                runs.append(measure(server.url, mode, health[mode]["engine"], n, args, workdir / mode))
+    finally:
+        for server in servers.values():
             server.stop()
 
-    header = ["mode", "users", "QPS", "p50 ms", "p95 ms", "p99 ms", "tokens/s", "errors", "peak MiB"]
+    header = ["mode", "users", "QPS", "p50 ms", "p95 ms", "p99 ms", "tokens/s", "errors", "mean batch", "peak MiB"]
     rows = [
         [r["mode"], r["users"], r["qps"], r["latency_ms"]["50"], r["latency_ms"]["95"], r["latency_ms"]["99"],
-         r["tokens_per_s"], r["errors"], r["peak_memory_mib"]]
+         r["tokens_per_s"], r["errors"], r["mean_batch_size"], r["peak_memory_mib"]]
         for r in runs
     ]  # fmt: skip
     print(markdown_table(header, rows))

@@ -91,3 +91,17 @@ def test_decode_speed_smoke() -> None:
     record = json.loads(path.read_text())
     modes = {r["mode"] for r in record["results"]}
     assert "eager" in modes and all(r["ms_per_step"] > 0 and r["same_tokens_as_first_mode"] for r in record["results"])
+
+
+def test_gpu_grpo_vs_trl_smoke() -> None:
+    """The GPU table's script on a tiny shape: each side in its own process, ours with timing and MFU."""
+    pytest.importorskip("trl")
+    out = _check(_run("gpu_grpo_vs_trl.py", timeout=600))
+    assert "ours/TRL" in out
+    path = max(SMOKE_DIR.glob("gpu_grpo_vs_trl_*.json"), key=lambda p: p.stat().st_mtime)
+    results = {r["args"]["side"]: r for r in json.loads(path.read_text())["results"]}
+    assert set(results) == {"verl", "trl-ckpt-off"} and not any(r["oom"] for r in results.values())
+    ours = results["verl"]
+    assert ours["step_s"][0] > 0 and results["trl-ckpt-off"]["step_s"][0] > 0
+    assert ours["extra"]["response_length/mean"] == [8.0]  # exactly the asked length
+    assert 0 < ours["extra"]["perf/mfu/actor"][0] < 1 and ours["extra"]["timing_s/gen"][0] > 0

@@ -185,6 +185,32 @@ class _State:
         self.metrics.generated_tokens.inc(sum(r.completion_tokens for r in results))
 
 
+class _CountRequests:
+    """ASGI middleware counting answered requests by path and status (``verl_serve_requests_total``).
+
+    Plain ASGI rather than ``@app.middleware("http")``: that wrapper hides client disconnects from the endpoints,
+    which poll ``request.is_disconnected()`` to cancel abandoned jobs.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in ("/metrics", "/health"):
+            await self.app(scope, receive, send)
+            return
+
+        async def counting_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state = getattr(scope["app"].state, "serve", None)
+                if state is not None:
+                    state.metrics.requests.labels(path, str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
 def _usage(results: list[Completion]) -> dict[str, int]:
     prompt = sum(r.prompt_tokens for r in results)
     completion = sum(r.completion_tokens for r in results)
@@ -223,13 +249,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         serve_err = validation_error_to_serve_error(list(err.errors()))
         return JSONResponse(serve_err.body(), status_code=serve_err.status)
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
-        serve = getattr(request.app.state, "serve", None)
-        if serve is not None and request.url.path not in ("/metrics", "/health"):
-            serve.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
-        return response
+    app.add_middleware(_CountRequests)
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
@@ -373,6 +393,7 @@ async def _all(jobs: list[Job], request: Request | None = None) -> list[Completi
     Without the check, a client that gave up would leave its job occupying a batch row until its time limit.
     """
     waiter = asyncio.ensure_future(asyncio.gather(*(job.result() for job in jobs)))
+    waiter.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, even when nobody awaits it
     try:
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=_DISCONNECT_POLL_S)

@@ -200,4 +200,3 @@ def compile_decoder_layers(model: nn.Module, **compile_kwargs: Any) -> int:
             return len(module)
     model.compile(**compile_kwargs)
     return 1
-

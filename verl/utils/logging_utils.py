@@ -98,6 +98,16 @@ def _summary() -> None:
         )
 
 
+def _console_handlers(lg: logging.Logger) -> list[logging.Handler]:
+    """The library's own console handlers: capture handlers of test runners (pytest attaches its session-wide ones
+    to loggers) are left alone, or the once-per-message filter would outlive the run in them."""
+    return [
+        h
+        for h in lg.handlers
+        if isinstance(h, logging.StreamHandler) and not type(h).__module__.startswith(("_pytest", "pytest"))
+    ]
+
+
 def quiet_third_party_logs(level: str | int | None = None) -> None:
     """Set the third-party loggers' verbosity: ``None`` quiet (see module doc), or a logging level to show all.
 
@@ -117,10 +127,10 @@ def quiet_third_party_logs(level: str | int | None = None) -> None:
         ours = [h for h in lg.handlers if isinstance(h, _QuietHandler)]
         if level is None:
             lg.setLevel(logging.WARNING)
-            for handler in lg.handlers:
+            for handler in _console_handlers(lg):
                 if _FILTER not in handler.filters:
                     handler.addFilter(_FILTER)
-            if not lg.handlers:
+            if not _console_handlers(lg):
                 lg.addHandler(_QuietHandler())
             lg.propagate = False
         else:

@@ -52,3 +52,21 @@ def test_cli_says_when_it_runs_the_demo(capsys, monkeypatch) -> None:
     assert calls and calls[0].algorithm.adv_estimator == "grpo"
     assert main(["data.train_files=x.parquet", *SMALL]) == 0
     assert "embedded demo" not in capsys.readouterr().err
+
+
+def test_unset_upstream_mini_batch_adapts_to_a_small_step() -> None:
+    """Upstream's default mini-batch (256) never rejects a run whose step is smaller; a value the user set does."""
+    import pytest
+
+    from verl.trainer.config.validation import ConfigError
+
+    cfg = load_config(["data.train_files=x.parquet", "data.train_batch_size=16"])
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16 and cfg.critic.ppo_mini_batch_size == 16
+    cfg = load_config(
+        ["data.train_files=x.parquet", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
+    )
+    assert cfg.critic.ppo_mini_batch_size == 4  # follows the actor's, as the YAML interpolation says
+    with pytest.raises(ConfigError, match="ppo_mini_batch_size=32 is larger than data.train_batch_size=16"):
+        load_config(
+            ["data.train_files=x.parquet", "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
+        )

@@ -48,6 +48,10 @@ def cluster() -> Iterator[object]:
         ray.shutdown()
     old_device = os.environ.get("VERL_DEVICE")
     os.environ["VERL_DEVICE"] = "cpu"
+    # Ray's memory monitor kills workers when the *machine* is 95% full; on a shared test machine that is other
+    # people's memory, and a killed worker here would be a false failure (the raylets inherit this variable)
+    old_monitor = os.environ.get("RAY_memory_monitor_refresh_ms")
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"
     two_nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
     two_nodes.add_node(num_cpus=2, num_gpus=0)
     two_nodes.wait_for_nodes()
@@ -57,6 +61,10 @@ def cluster() -> Iterator[object]:
     yield two_nodes
     ray.shutdown()
     two_nodes.shutdown()
+    if old_monitor is None:
+        os.environ.pop("RAY_memory_monitor_refresh_ms", None)
+    else:
+        os.environ["RAY_memory_monitor_refresh_ms"] = old_monitor
     if old_device is None:
         os.environ.pop("VERL_DEVICE", None)
     else:
@@ -233,7 +241,7 @@ def _run_config(model_dir: str, files: dict[str, str], out: Path, extra: list[st
             f"data.train_files={files['train']}",
             f"custom_reward_function.path={files['reward']}",
             "data.train_batch_size=2",
-            "data.max_prompt_length=64",
+            "data.max_prompt_length=128",
             "data.max_response_length=3",
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",

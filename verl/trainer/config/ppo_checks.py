@@ -127,6 +127,40 @@ def _check_mini_micro(
 MICRO_BATCH_KEYS = ("actor_rollout_ref.actor", "critic")
 
 
+def _user_set(key: str, user: set[str]) -> bool:
+    return key in user or any(key.startswith(u + ".") for u in user)
+
+
+def fit_mini_batch_defaults(cfg: DictConfig, user_keys: Iterable[str]) -> dict[str, int]:
+    """Lower the ``ppo_mini_batch_size`` defaults the user did not set to ``data.train_batch_size`` when above it.
+
+    Upstream's default mini-batch (256 prompts) is larger than a small run's whole step (e.g.
+    ``data.train_batch_size=16``): an unset mini-batch then means "the whole step", one optimizer step per epoch. A
+    mini-batch the user set is left alone and still checked. Returns ``{key: new value}`` changed.
+    """
+    user = set(user_keys)
+    changed: dict[str, int] = {}
+    try:
+        batch = int(cfg.data.train_batch_size)
+    except (TypeError, ValueError, AttributeError):
+        return changed
+    actor_key = "actor_rollout_ref.actor.ppo_mini_batch_size"
+    for prefix in MICRO_BATCH_KEYS:
+        key = f"{prefix}.ppo_mini_batch_size"
+        # the critic's mini-batch follows the actor's unless set itself (``${actor...}`` in the YAML)
+        if _user_set(key, user) or (prefix == "critic" and _user_set(actor_key, user)):
+            continue
+        section = _get(cfg, prefix)
+        try:
+            current = int(section.ppo_mini_batch_size)
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if batch > 0 and current > batch:
+            section.ppo_mini_batch_size = batch
+            changed[key] = batch
+    return changed
+
+
 def fit_micro_batch_defaults(cfg: DictConfig, user_keys: Iterable[str]) -> dict[str, int]:
     """Lower the ``ppo_micro_batch_size_per_gpu`` defaults the user did not set so they fit the mini-batch.
 

@@ -493,10 +493,13 @@ class PPOConfig:
     @classmethod
     def adapt_defaults(cls, cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
         """Fit the defaults the user did not set (``user_keys``) to the values they did, before validation, so an
-        unset default never causes an error (micro-batch sizes above the per-rank mini-batch)."""
-        from verl.trainer.config.ppo_checks import fit_micro_batch_defaults
+        unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank
+        mini-batch)."""
+        from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
 
-        return fit_micro_batch_defaults(cfg, user_keys)
+        changed = fit_mini_batch_defaults(cfg, user_keys)
+        changed.update(fit_micro_batch_defaults(cfg, user_keys))
+        return changed
 
 
 def to_dataclass(cfg: Any, cls: type) -> Any:
