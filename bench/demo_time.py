@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,8 @@ def run_demo(extra: list[str], cache_dir: str | None, workdir: str) -> dict:
         "steps": acc.get("after", (0, None))[0],
         "median_step_s": sorted(step_s)[len(step_s) // 2] if step_s else None,
         "console_lines": len(out.splitlines()),
+        # the largest child so far: the demo process (the conversion child is far smaller)
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
         "output_tail": out.splitlines()[-8:],
     }
 

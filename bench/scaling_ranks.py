@@ -113,9 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.batch * args.group % n:
             raise SystemExit(f"--ranks {n} does not divide the global batch {args.batch} x {args.group}")
         print(f"ranks={n}", file=sys.stderr, flush=True)
-        rows.append(
-            measure_ranks(model_path, prompts, n, args.batch, args.group, args.length, args.warmup, args.steps)
-        )
+        rows.append(measure_ranks(model_path, prompts, n, args.batch, args.group, args.length, args.warmup, args.steps))
     ray.shutdown()
     base = rows[0]["step_s"]
     table = markdown_table(

@@ -11,7 +11,7 @@ statistics when all users are running (``--reset-stats``) and tokens/s is the gr
     python bench/serve_load.py --users 50 --modes batching --engine vllm --run-time 60
     python bench/serve_load.py --smoke                # 2 users, 8 s, tiny random model
 
-Results: ``bench/results/serve_load.json`` (with the machine, CPU capability included) and a markdown table.
+Results: ``bench/results/serve_load_<machine>.json`` (the machine, CPU capability included) and a markdown table.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_threads": args.server_threads,
         "runs": runs,
     }
-    path = save_result(args.name, payload, smoke=args.smoke)
+    path = save_result(args.name, payload, smoke=args.smoke, per_machine=True)
     print(f"wrote {path}")
     return 0
 

@@ -105,3 +105,11 @@ def test_gpu_grpo_vs_trl_smoke() -> None:
     assert ours["step_s"][0] > 0 and results["trl-ckpt-off"]["step_s"][0] > 0
     assert ours["extra"]["response_length/mean"] == [8.0]  # exactly the asked length
     assert 0 < ours["extra"]["perf/mfu/actor"][0] < 1 and ours["extra"]["timing_s/gen"][0] > 0
+
+
+def test_train_compile_smoke() -> None:
+    out = _check(_run("train_compile.py"))
+    assert "use_torch_compile" in out
+    path = max(SMOKE_DIR.glob("train_compile_*.json"), key=lambda p: p.stat().st_mtime)
+    (result,) = json.loads(path.read_text())["results"]
+    assert result["step_s"] > 0 and result["tflops"] > 0 and result["compiled"] is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +34,24 @@ def limited(long_context_model_dir, start_server):
         max_queue=4, request_timeout_s=1.0, max_new_tokens=3000,
     )  # fmt: skip
     with start_server(config) as srv:
+        _warm_up(srv.url)
+        yield srv
+
+
+def _warm_up(url: str) -> None:
+    """The first batch pays one-off costs (kernel set-up): keep them out of the timed checks."""
+    r = httpx.post(url + "/generate", json={"prompt": "warm", "max_new_tokens": 4}, timeout=60)
+    assert r.status_code in (200, 504), r.text  # 504: the one-off costs alone ran past a short time limit
+
+
+@pytest.fixture(scope="module")
+def patient(long_context_model_dir, start_server):
+    """Long answers and a generous time limit: only the client can end a request early."""
+    config = ServeConfig(
+        model=long_context_model_dir, engine="hf", dtype="float32", request_timeout_s=60.0, max_new_tokens=3000
+    )
+    with start_server(config) as srv:
+        _warm_up(srv.url)
         yield srv
 
 
@@ -64,9 +83,9 @@ def test_timeout_cancels_only_the_slow_request(limited):
     assert t_short < t_long
     assert long.status_code == 504, long.text
     assert long.json()["error"]["code"] == "timeout" and "time limit" in long.json()["error"]["message"]
-    assert 0.9 < t_long < 2.5
+    assert 0.9 < t_long < 5.0
     # the cancelled row stopped at its next step: the engine is idle right away (3000 tokens take ~3 s)
-    deadline = time.monotonic() + 0.5
+    deadline = time.monotonic() + 1.0
     while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert httpx.get(limited.url + "/health").json()["running"] == 0
@@ -125,9 +144,14 @@ def test_lora_adapter_is_served(tiny_model_dir, tmp_path, start_server, byte_tok
     base = byte_tokenizer.decode(_greedy_reference(tiny_model_dir, None, ids, 6), skip_special_tokens=True)
     assert expected != base
     body = {"prompt": prompt, "max_new_tokens": 6, "temperature": 0.0}
+    # an export that kept the adapter beside the base weights (merge_lora=False): MODEL_DIR/lora_adapter/
+    export = str(tmp_path / "hf_model")
+    shutil.copytree(tiny_model_dir, export)
+    shutil.copytree(adapter, os.path.join(export, "lora_adapter"))
     for config in (
         ServeConfig(model=tiny_model_dir, lora=adapter, engine="hf", dtype="float32"),
         ServeConfig(model=adapter, engine="hf", dtype="float32"),  # base from adapter_config.json
+        ServeConfig(model=export, engine="hf", dtype="float32"),
     ):
         with start_server(config) as srv:
             r = httpx.post(srv.url + "/generate", json=body, timeout=60)
@@ -152,7 +176,7 @@ def test_cli_serves_and_shuts_down_cleanly(tiny_model_dir):
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while True:
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
@@ -165,7 +189,7 @@ def test_cli_serves_and_shuts_down_cleanly(tiny_model_dir):
         r = httpx.post(url + "/v1/completions", json={"prompt": "cli", "max_tokens": 3}, timeout=30)
         assert r.status_code == 200, r.text
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -183,34 +207,34 @@ def test_verl_cli_knows_serve():
     assert exc.value.code == 0
 
 
-def test_client_disconnect_cancels_its_stream(limited):
+def test_client_disconnect_cancels_its_stream(patient):
     body = {"prompt": "stream", "max_new_tokens": 3000, "temperature": 0.0, "stream": True}
-    with httpx.Client(base_url=limited.url, timeout=30) as c:
+    with httpx.Client(base_url=patient.url, timeout=30) as c:
         with c.stream("POST", "/generate", json=body) as r:
             assert r.status_code == 200
             first = next(r.iter_lines())
-            assert first.startswith("data: ")
+            assert first.startswith('data: {"response"'), first
             assert c.get("/health").json()["running"] == 1
         # leaving the block closed the connection mid-stream: the row stops long before its 3000 tokens
-    deadline = time.monotonic() + 0.8
-    while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() < deadline:
+    deadline = time.monotonic() + 1.0
+    while httpx.get(patient.url + "/health").json()["running"] and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert httpx.get(limited.url + "/health").json()["running"] == 0
+    assert httpx.get(patient.url + "/health").json()["running"] == 0
 
 
-def test_client_that_gives_up_frees_its_row(limited):
+def test_client_that_gives_up_frees_its_row(patient):
     def gone() -> float:
         key = 'verl_serve_requests_total{endpoint="/generate",status="499"} '
-        lines = [ln for ln in httpx.get(limited.url + "/metrics").text.splitlines() if ln.startswith(key)]
+        lines = [ln for ln in httpx.get(patient.url + "/metrics").text.splitlines() if ln.startswith(key)]
         return float(lines[0].split()[-1]) if lines else 0.0
 
     before = gone()
     body = {"prompt": "impatient", "max_new_tokens": 3000, "temperature": 0.0}
     start = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(limited.url + "/generate", json=body, timeout=0.3)
-    # the server notices the closed connection within its 0.5 s poll (before the 1 s time limit) and stops the row
-    while httpx.get(limited.url + "/health").json()["running"] and time.monotonic() - start < 0.95:
+        httpx.post(patient.url + "/generate", json=body, timeout=0.3)
+    # the server notices the closed connection within its 0.5 s poll and stops the row (3000 tokens take ~3 s)
+    while httpx.get(patient.url + "/health").json()["running"] and time.monotonic() - start < 1.5:
         time.sleep(0.02)
-    assert httpx.get(limited.url + "/health").json()["running"] == 0
+    assert httpx.get(patient.url + "/health").json()["running"] == 0
     assert gone() == before + 1  # answered as "client closed request", not as a time-out

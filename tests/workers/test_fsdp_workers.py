@@ -344,3 +344,11 @@ def test_reward_model_scores_at_last_valid_token(tiny_rm_dir: str, tiny_model_di
         assert float(scores[i, last]) == pytest.approx(expected, abs=2e-2), i
         others = torch.cat([scores[i, :last], scores[i, last + 1 :]])
         assert torch.equal(others, torch.zeros_like(others))
+
+
+def test_use_torch_compile_compiles_the_actor_layers_after_sharding(tiny_model_dir) -> None:
+    group = _actor_group(tiny_model_dir, "actor", "actor_rollout_ref.actor.use_torch_compile=true")
+    module = group.workers[0].actor_module
+    assert all(layer._compiled_call_impl is not None for layer in module.model.layers)
+    plain = _actor_group(tiny_model_dir, "actor").workers[0].actor_module
+    assert all(layer._compiled_call_impl is None for layer in plain.model.layers)

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from verl.serve.batching import Batcher, Completion, Job
+from verl.serve.engine import ModelSource
 from verl.serve.metrics import ServeMetrics
 from verl.serve.schemas import (
     ChatCompletionRequest,
@@ -69,23 +71,45 @@ class ServeConfig:
 
 
 class _State:
-    """What the routes share once the app has started."""
+    """What the routes share once the app has started (built by :meth:`start`)."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    config: ServeConfig
+    metrics: ServeMetrics
+    source: ModelSource
+    tokenizer: Any
+    engine: Any
+    executor: ThreadPoolExecutor
+    batcher: Batcher
+    max_context: int
+    model_names: set[str]
+
+    @classmethod
+    async def start(cls, config: ServeConfig) -> _State:
+        """Load the tokenizer and start the engine on its own thread (where every batch will run) and the batcher."""
         from verl.serve.engine import build_engine, resolve_model_source
         from verl.utils.model_loader import load_tokenizer
 
+        self = cls()
         self.config = config
         self.metrics = ServeMetrics()
-        self.source = resolve_model_source(config.model, config.lora, config.served_model_name)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-serve-engine")
+        loop = asyncio.get_running_loop()
+        batch = 1 if config.no_batching else config.max_batch_size
         try:
-            self.tokenizer = load_tokenizer(self.source.path)
-            batch = 1 if config.no_batching else config.max_batch_size
-            self.engine = build_engine(
-                self.source, self.tokenizer, config.engine, config.dtype, batch, config.max_model_len
+            self.source = await loop.run_in_executor(
+                self.executor, resolve_model_source, config.model, config.lora, config.served_model_name
             )
+            try:
+                self.tokenizer = load_tokenizer(self.source.path)
+                self.engine = await loop.run_in_executor(
+                    self.executor, build_engine, self.source, self.tokenizer, config.engine, config.dtype, batch,
+                    config.max_model_len,
+                )  # fmt: skip
+            except BaseException:
+                self.source.close()
+                raise
         except BaseException:
-            self.source.close()
+            self.executor.shutdown(wait=True)
             raise
         self.max_context = min(config.max_model_len or self.engine.max_context, self.engine.max_context)
         self.model_names = {self.source.name, config.model}
@@ -95,12 +119,19 @@ class _State:
             batch_wait_s=0.0 if config.no_batching else config.batch_wait_ms / 1000.0,
             max_queue=config.max_queue,
             metrics=self.metrics,
+            executor=self.executor,
         )
+        return self
 
     async def close(self) -> None:
+        """Stop the batcher, then close the engine on its thread (after the batch in flight) and free the rest."""
         await self.batcher.close()
-        self.engine.close()
-        self.source.close()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self.engine.close)
+        finally:
+            await loop.run_in_executor(None, self.executor.shutdown, True)
+            self.source.close()
 
     # ----------------------------------------------------------------------------------------- requests
     def check_model(self, model: str | None) -> None:
@@ -227,7 +258,7 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = _State(config)
+        state = await _State.start(config)
         state.batcher.start()
         app.state.serve = state
         try:

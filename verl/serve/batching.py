@@ -265,10 +265,19 @@ class Batcher:
         batch_wait_s: how long the first waiting job holds the batch open for others.
         max_queue: most jobs waiting (not yet decoding); a job beyond it is refused with 503 and ``Retry-After``.
         metrics: where queue depth, batch sizes and waits are recorded.
+        executor: the one-thread executor the engine was built on; batches run there (engines such as vLLM's CPU
+            backend keep per-thread state, so building, decoding and closing share one thread). Its owner shuts
+            it down.
     """
 
     def __init__(
-        self, engine: Engine, max_batch_size: int, batch_wait_s: float, max_queue: int, metrics: ServeMetrics
+        self,
+        engine: Engine,
+        max_batch_size: int,
+        batch_wait_s: float,
+        max_queue: int,
+        metrics: ServeMetrics,
+        executor: ThreadPoolExecutor,
     ) -> None:
         if max_batch_size < 1 or max_queue < 1 or batch_wait_s < 0:
             raise ValueError(
@@ -282,7 +291,7 @@ class Batcher:
         self.metrics = metrics
         self._queue: collections.deque[Job] = collections.deque()
         self._arrived = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-serve-engine")
+        self._executor = executor
         self._task: asyncio.Task | None = None
         self._running: list[Job] = []
         self._closing = False
@@ -382,7 +391,7 @@ class Batcher:
                 job.finish("length")
 
     async def close(self) -> None:
-        """Stop taking jobs, fail the waiting ones (503), stop the running batch at its next step, and wait."""
+        """Stop taking jobs, fail the waiting ones (503) and stop the running batch at its next step."""
         self._closing = True
         shutting = ServeError(503, "the server is shutting down", None, "shutting_down", "server_error")
         while self._queue:
@@ -395,4 +404,3 @@ class Batcher:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)

@@ -27,10 +27,11 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 
-# Measured on the 2-core CPU test machine, fp32: the 4-rank and 1-rank first-step losses differ by < 1e-7 and the
-# parameter changes (of order 1e-3..1e-1, see the eps = lr trick below) by < 5e-7; the bounds leave ~4x headroom.
+# Measured (2-core AMD EPYC, fp32, gloo): 4-rank vs 1-rank old log-probs and first-step loss agree exactly (0.0),
+# the parameter changes (up to 0.12, see the eps = lr trick below) differ by at most 1.5e-8 (reduction order of
+# the reduce-scatter). The bounds leave room for other CPUs' summation orders.
 LOSS_ATOL = 1e-6
-PARAM_ATOL = 2e-6
+PARAM_ATOL = 5e-7
 RESPONSE_LEN = 6
 PROMPT_LEN = 5
 BATCH = 8  # 4 prompts x 2 responses (GRPO groups); 2 rows per rank on 4 ranks
@@ -290,8 +291,11 @@ def test_ppo_critic_on_its_own_pool_lands_on_the_second_node(cluster, tiny_model
         critic_nodes = {node for node, _ in trainer.critic_wg.worker_nodes}
         assert len(actor_nodes) == 1 and len(critic_nodes) == 1 and actor_nodes != critic_nodes
         assert trainer.critic_wg.workers != trainer.actor_rollout_wg.workers  # separate processes
+        steps: list[tuple[int, dict[str, float]]] = []
+        trainer.step_hooks.append(lambda step, metrics: steps.append((step, metrics)))
         trainer.fit()
-        assert trainer.global_steps == 2  # fit() leaves the counter one past the last step, as in verl
+        assert [step for step, _ in steps] == [1]
+        assert "critic/vf_loss" in steps[0][1] and "actor/pg_loss" in steps[0][1]  # both pools trained
     finally:
         _shutdown(trainer)
 
@@ -353,6 +357,7 @@ def test_worker_killed_mid_step_and_mid_save_then_resume(cluster, tiny_model_dir
             _shutdown(trainer)
         stamp_where, killed_at = Path(KILL_STAMP).read_text().split()
         assert stamp_where == where
+        print(f"killed in {where}: the driver stopped {stopped - float(killed_at):.1f}s later")  # shown with -s
         assert stopped - float(killed_at) < 60, f"driver took {stopped - float(killed_at):.1f}s to stop"
         assert err.value.role == "actor_rollout" and err.value.rank == 1 and err.value.node_ip == node_ips[1]
         assert f"worker 'actor_rollout' rank 1 of 2 on node {node_ips[1]}" in str(err.value)

@@ -125,18 +125,40 @@ def test_inductor_compiled_step_matches_eager(model) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
+    """The replayed graph runs the eager step's kernels: the same tokens (in bf16 too, against an eager loop that
+    reads the whole cache as the graph does, so no reduction differs in length)."""
     model = make_tiny_causal_lm(seed=0).eval().to("cuda")
     graphed = FastDecoder(model, mode="cuda_graph")
     for greedy in (True, False):
         settings = _settings(greedy)
+        reference = FastDecoder(model, mode="eager")
+        reference.attend_filled_only = dtype == torch.float32
         with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-            eager = _generate(FastDecoder(model, mode="eager"), settings, device="cuda")
+            eager = _generate(reference, settings, device="cuda")
             out = _generate(graphed, settings, device="cuda")
         assert torch.equal(out[0], eager[0])
         valid = _valid(eager[0])
         torch.testing.assert_close(out[1][valid], eager[1][valid], atol=1e-3, rtol=1e-3)
-    # in-place weight updates (the optimizer's) reach the replayed graphs: a zero LM head gives token 0 always
+    # in-place weight updates (the optimizer's) reach the graphs captured above (same settings and bucket): with a
+    # zero LM head all logits tie, argmax takes the first allowed id: 90 while the end ids 0..89 are forbidden
+    # (min_new_tokens=2), then 0, which ends every row
+    captured = len(graphed._graphs)
     with torch.no_grad():
         model.lm_head.weight.zero_()
-    out, _ = _generate(graphed, _settings(True, min_new_tokens=10), eos=[258], device="cuda")
-    assert bool((out == 0).all())
+    out, _ = _generate(graphed, _settings(True), device="cuda")
+    assert out.tolist() == [[90, 90, 0]] * 6
+    assert len(graphed._graphs) == captured  # replayed, not captured again
+
+
+def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_config, make_prompts, byte_prompts) -> None:
+    from verl.workers.rollout.fast_decode import CPU_AUTO_MODE
+
+    rollout = HFRollout(model, rollout_config(do_sample=False))
+    first = rollout.fast_decoder(torch.device("cpu"))
+    assert first.mode == CPU_AUTO_MODE and rollout.fast_decoder(torch.device("cpu")) is first
+    rollout.generate_sequences(make_prompts(byte_prompts))
+    assert rollout._fast_decoder is first  # reused across calls (compiled step / graphs and buffers kept)
+    eager = HFRollout(model, rollout_config(do_sample=False, enforce_eager=True))
+    assert eager.fast_decoder(torch.device("cpu")).mode == "eager"
+    # on CUDA, enforce_eager=false means CUDA graphs (the mode is resolved without touching a GPU)
+    assert rollout.fast_decoder(torch.device("cuda")).mode == "cuda_graph"

@@ -1,8 +1,8 @@
 """The Ray backend: one Ray actor per rank, placed on placement-group bundles of a ``RayResourcePool``.
 
 The actors of a group get torchrun's variables through ``runtime_env`` so that they can join one
-torch.distributed group: ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK`` and, for ranks > 0, the
-``MASTER_ADDR``/``MASTER_PORT`` that rank 0 chose (its node IP and a free port). GPU actors see only their own
+torch.distributed group: ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK`` and ``MASTER_ADDR`` /
+``MASTER_PORT`` (rank 0's node IP and a free port there, probed before any actor starts). GPU actors see only their own
 device (Ray sets ``CUDA_VISIBLE_DEVICES``), so their ``LOCAL_RANK`` is 0, the index of that device; the position
 of the actor among the node's bundles is in ``RAY_LOCAL_RANK``.
 """
@@ -18,7 +18,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, placement_
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl.single_controller.base.colocate import create_colocated_worker_class
-from verl.single_controller.base.worker import BACKEND_ENV_KEY, ELECT_MASTER_ENV_KEY, Worker, find_free_port
+from verl.single_controller.base.worker import BACKEND_ENV_KEY, Worker, find_free_port
 from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
 
 
@@ -157,6 +157,12 @@ class RayResourcePool:
         self.pgs = None
 
 
+@ray.remote(num_cpus=0)
+def _probe_master() -> tuple[str, int]:
+    """This node's IP and a free port on it (run inside rank 0's bundle)."""
+    return ray.util.get_node_ip_address(), find_free_port()
+
+
 class RayClassWithInitArgs(ClassWithInitArgs):
     """A worker class (plain, or already ``ray.remote``) with its init arguments and Ray actor options."""
 
@@ -238,7 +244,7 @@ class RayWorkerGroup(WorkerGroup):
         placements = [(pg, idx, n) for pg, n in zip(pgs, pool.store) for idx in range(n)]
         user_options = cia.options
         remote_cls = cia.remote_cls
-        master = self._master_from_driver(pgs[0])
+        master = self._master_from_driver(pgs[0]) or self._master_from_bundle(pgs[0])
         for rank, (pg, bundle_index, local_world_size) in enumerate(placements):
             env = {
                 **worker_env,
@@ -249,7 +255,7 @@ class RayWorkerGroup(WorkerGroup):
                 "RAY_LOCAL_RANK": str(bundle_index),
                 "WG_PREFIX": self.name_prefix,
                 BACKEND_ENV_KEY: "ray",
-                **(master or {ELECT_MASTER_ENV_KEY: "1"}),
+                **master,
             }
             name = f"{self.name_prefix}_{self._user_cls.__name__}_{rank}_{self._name_suffix}"
             options: dict[str, Any] = {
@@ -266,13 +272,20 @@ class RayWorkerGroup(WorkerGroup):
             actor = remote_cls.options(**options).remote(*cia.args, **cia.kwargs)
             self.workers.append(actor)
             self.worker_names.append(name)
-            if not master:
-                # Rank 0 is on another node: the other ranks need the address it picks. Waiting here also
-                # surfaces an exception from the worker's __init__ right away.
-                addr, port = ray.get(actor.get_master_addr_port.remote())
-                master = {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
         # Make construction errors appear now rather than at the first call.
         ray.get([w.get_master_addr_port.remote() for w in self.workers])
+
+    @staticmethod
+    def _master_from_bundle(pg: PlacementGroup) -> dict[str, str]:
+        """MASTER_ADDR/PORT probed on rank 0's node by a zero-CPU task in rank 0's bundle.
+
+        Workers that join the process group in ``__init__`` (the FSDP workers do) block there until every rank
+        has started, so rank 0 cannot be asked for its address after it starts: the other ranks would never be
+        created. Probing first lets all ranks start together wherever rank 0 is.
+        """
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0)
+        addr, port = ray.get(_probe_master.options(scheduling_strategy=strategy).remote())
+        return {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
 
     @staticmethod
     def _master_from_driver(pg: PlacementGroup) -> dict[str, str]:

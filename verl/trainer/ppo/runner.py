@@ -57,7 +57,8 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     if os.environ.get("VERL_DEVICE"):
         env_vars["VERL_DEVICE"] = os.environ["VERL_DEVICE"]
     runtime_env = dict(kwargs.pop("runtime_env", None) or {})
-    runtime_env["env_vars"] = {**env_vars, **dict(runtime_env.get("env_vars") or {})}
+    # Ray wants strings; YAML turns OMP_NUM_THREADS=2 into an int
+    runtime_env["env_vars"] = {**env_vars, **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}}
     kwargs["runtime_env"] = runtime_env
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("log_to_driver", True)

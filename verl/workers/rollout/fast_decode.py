@@ -238,6 +238,9 @@ class FastDecoder:
         self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.vocab = int(lm.lm_head.weight.shape[0])
+        # eager mode attends over the filled part of the cache only (less to read); False reads the whole cache
+        # under the mask, kernel for kernel what the compiled and graph modes run (bit-identical results on CUDA)
+        self.attend_filled_only = True
         # torch.compile options of the ``compile`` mode (tests trace with backend="eager", fullgraph=True)
         self.compile_options: dict[str, Any] = {}
         self._compiled: Callable[..., None] | None = None
@@ -322,8 +325,11 @@ class FastDecoder:
         bs = logits.shape[0]
         scores = logits.float()
         if c.min_new_tokens > 0:
-            # out of place: ``logits`` itself still feeds the (unmasked) log-probs below
-            scores = scores.masked_fill(st.is_eos & (st.step < c.min_new_tokens), float("-inf"))
+            # out of place: ``logits`` itself still feeds the (unmasked) log-probs below. An additive [vocab] row
+            # (-inf at the end ids while step < min_new_tokens): a broadcast add is much cheaper on CPU than a
+            # broadcast masked_fill, and needs no host-side step to decide
+            forbid = torch.where(st.is_eos & (st.step < c.min_new_tokens), float("-inf"), 0.0)
+            scores = scores + forbid
         index = st.step.expand(bs, 1)
         if c.greedy:
             sampled = scores.argmax(dim=-1)
@@ -351,7 +357,7 @@ class FastDecoder:
 
     def _run_step(self, st: _DecodeState, c: _StepConsts, host_cur: int) -> None:
         if self.mode == "eager":
-            self._step(st, c, host_cur + 1)
+            self._step(st, c, host_cur + 1 if self.attend_filled_only else None)
         elif self.mode == "compile":
             if self._compiled is None:
                 self._compiled = torch.compile(self._step, **self.compile_options)

@@ -182,7 +182,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             tokenizer=self.model_path,
             dtype=dtype,
             seed=int(config_get(config, "seed", 0)),
-            enforce_eager=bool(config_get(config, "enforce_eager", True)),
+            # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
+            # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
+            enforce_eager=bool(config_get(config, "enforce_eager", False)) or not on_gpu,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=int(config_get(config, "tensor_model_parallel_size", 1)),

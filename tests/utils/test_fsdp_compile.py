@@ -1,0 +1,35 @@
+"""``actor.use_torch_compile`` compiles each decoder layer in place; ``use_remove_padding: null`` decides by the
+attention implementation."""
+
+from __future__ import annotations
+
+import torch
+
+from verl.utils.fsdp_utils import compile_decoder_layers, resolve_remove_padding
+from verl.utils.tiny_models import make_tiny_causal_lm
+
+
+def test_compile_decoder_layers_keeps_the_model_and_its_outputs() -> None:
+    model = make_tiny_causal_lm(seed=0)
+    ids = torch.randint(0, 250, (2, 6))
+    expected = model(input_ids=ids).logits
+    params = {n: p.data_ptr() for n, p in model.named_parameters()}
+    assert compile_decoder_layers(model, backend="eager") == len(model.model.layers)
+    assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+    torch.testing.assert_close(model(input_ids=ids).logits, expected)
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == params  # same parameters: optimizer unchanged
+
+
+def test_compile_falls_back_to_the_whole_module() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    assert compile_decoder_layers(module, backend="eager") == 1
+    assert module._compiled_call_impl is not None
+
+
+def test_remove_padding_auto_follows_the_attention_kernels() -> None:
+    model = make_tiny_causal_lm()
+    assert resolve_remove_padding(True, model) is True and resolve_remove_padding(False, model) is False
+    model.config._attn_implementation = "sdpa"
+    assert resolve_remove_padding(None, model) is False
+    model.config._attn_implementation = "flash_attention_2"
+    assert resolve_remove_padding(None, model) is True
