@@ -18,6 +18,9 @@ import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["limits.py", "scaling.py", "grpo_vs_trl.py", "rollout_overhead.py", "logprob_memory.py", "demo_time.py"]
+# the GPU-speed scripts (docs/benchmarks.md sections 8-9): their full shapes are GPU work, so a full run on a
+# machine without CUDA leaves them out; the smoke run always includes them
+GPU_SCRIPTS = ["gpu_grpo_vs_trl.py", "decode_speed.py", "train_compile.py"]
 
 
 def run(script: str, extra: list[str]) -> tuple[int, float]:
@@ -27,6 +30,12 @@ def run(script: str, extra: list[str]) -> tuple[int, float]:
     return code, time.perf_counter() - start
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short step of each script")
@@ -34,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="comma-separated script names to run (default: all)")
     args = parser.parse_args(argv)
     scripts = list(SCRIPTS)
+    if args.smoke or _has_cuda():
+        scripts += GPU_SCRIPTS
     if args.with_learning or args.smoke:
         scripts.append("learning.py")
     if args.only:

@@ -168,7 +168,8 @@ def build_ppo_config(
     )
     added = apply_overrides(cfg, [Override("set", k, v, f"{k}={v!r}") for k, v in settings.items()])
     OmegaConf.resolve(cfg)
-    _fit_micro_batches(cfg, explicit=set(settings) - set(API_DEFAULTS))
+    # the same default-fitting as the CLI: keys the API user gave are checked, defaults adapt
+    PPOConfig.adapt_defaults(cfg, set(settings) - set(API_DEFAULTS))
     validate_config(cfg, PPOConfig, extra_keys=added)
     return cfg
 
@@ -205,22 +206,6 @@ def _kl_controller_settings(block: Any, kl_coef: Any) -> dict[str, Any]:
             f"config kl_coef={kl_coef!r} and kl_controller.kl_coef={block['kl_coef']!r} disagree; give one of them"
         )
     return {f"algorithm.kl_ctrl.{k}": v for k, v in block.items()}
-
-
-def _fit_micro_batches(cfg: DictConfig, explicit: set[str]) -> None:
-    """Micro-batch sizes the user did not set are lowered to fit the mini-batch: the largest divisor of the
-    sequences per mini-batch (``ppo_mini_batch_size * rollout.n / world``) not above the default."""
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    n = int(cfg.actor_rollout_ref.rollout.n)
-    for section, key in ((cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor"), (cfg.critic, "critic")):
-        if f"{key}.ppo_micro_batch_size_per_gpu" in explicit:
-            continue
-        per_rank = int(section.ppo_mini_batch_size) * n // max(world, 1)
-        current = int(section.ppo_micro_batch_size_per_gpu)
-        if per_rank > 0 and per_rank % current != 0:
-            section.ppo_micro_batch_size_per_gpu = max(
-                d for d in range(1, min(current, per_rank) + 1) if per_rank % d == 0
-            )
 
 
 # driver attributes readable on the PPOTrainer (for evaluators written against RayPPOTrainer)

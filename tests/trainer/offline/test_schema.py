@@ -30,3 +30,17 @@ def test_cross_field_checks() -> None:
     assert "label_smoothing: only applies to loss_type=sigmoid" in text
     assert "data.max_prompt_length" in text
     assert "trainer.namespace" in text
+
+
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+def test_trust_remote_code_needs_the_unsafe_switch(schema) -> None:
+    from verl.trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="trust_remote_code=true .* trainer.allow_unsafe_operations=true"):
+        load_config(["model.trust_remote_code=true"], config_name=schema.config_name, schema=schema)
+    cfg = load_config(
+        ["model.trust_remote_code=true", "trainer.allow_unsafe_operations=true"],
+        config_name=schema.config_name,
+        schema=schema,
+    )
+    assert cfg.model.trust_remote_code is True

@@ -135,6 +135,7 @@ class FSDPSFTTrainerConfig:
     resume_path: Optional[str] = None
     checkpoint: FSDPSFTCheckpointConfig = field(default_factory=FSDPSFTCheckpointConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    allow_unsafe_operations: bool = False  # this project's switch: model.trust_remote_code=true needs it
 
 
 _FULL_CHECKPOINT = {"model", "optimizer", "extra"}
@@ -272,6 +273,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "trainer.total_training_steps": trainer.total_training_steps,
         "trainer.logger": list(trainer.logger),
         "trainer.seed": trainer.seed,
+        "trainer.allow_unsafe_operations": trainer.allow_unsafe_operations,
         "trainer.save_freq": trainer.save_freq,
         "trainer.test_freq": trainer.test_freq,
         "trainer.max_ckpt_to_keep": trainer.max_ckpt_to_keep,

@@ -133,6 +133,7 @@ class OfflineTrainerConfig:
     export_hf: bool = True
     seed: int = 1
     torch_threads: Optional[int] = None
+    allow_unsafe_operations: bool = False  # required by model.trust_remote_code=true
 
 
 def _lora_checks(cfg: DictConfig) -> list[str]:
@@ -168,6 +169,11 @@ def _common_checks(cfg: DictConfig) -> list[str]:
         errors.append(f"trainer.total_training_steps: must be >= 1 or null, got {trainer.total_training_steps}")
     if trainer.logging_steps < 1:
         errors.append(f"trainer.logging_steps: must be >= 1, got {trainer.logging_steps}")
+    if cfg.model.get("trust_remote_code", False) and not trainer.get("allow_unsafe_operations", False):
+        errors.append(
+            "model.trust_remote_code=true runs Python files from the model directory; it needs "
+            "trainer.allow_unsafe_operations=true as well"
+        )
     if trainer.namespace is not None:
         from verl.utils.fs import validate_namespace
 

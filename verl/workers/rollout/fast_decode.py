@@ -39,6 +39,7 @@ Only plain (unsharded) modules of the supported architectures take this path; an
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -50,6 +51,7 @@ import torch.nn.functional as F
 from verl.workers.rollout.base import StepHook, sample_from_logits
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+logger = logging.getLogger(__name__)
 
 
 def _causal_lm(module: torch.nn.Module) -> Any:
@@ -229,6 +231,7 @@ class FastDecoder:
             raise ValueError(f"decode mode {mode!r} is not one of {DECODE_MODES}")
         lm = _causal_lm(module)
         self.module = module
+        self.requested_mode = mode  # ``mode`` itself falls back to eager if a CUDA graph cannot be captured
         self.lm = lm
         self.backbone = lm.model
         self.mode = mode
@@ -363,7 +366,14 @@ class FastDecoder:
                 self._compiled = torch.compile(self._step, **self.compile_options)
             self._compiled(st, c, None)
         else:
-            self._replay_graph(st, c)
+            try:
+                self._replay_graph(st, c)
+            except RuntimeError as err:
+                # a module variant with an op CUDA graphs cannot capture: decode eagerly from here on, visibly
+                logger.warning("CUDA graph capture of the decode step failed (%s); decoding eagerly instead", err)
+                self.mode = "eager"
+                self._graphs.clear()
+                self._step(st, c, None)
 
     def _replay_graph(self, st: _DecodeState, c: _StepConsts) -> None:
         """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers."""
@@ -387,19 +397,22 @@ class FastDecoder:
         enabled = torch.is_autocast_enabled("cuda")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
-            # warm-up (lazy library initialisation); it writes the same cache slot and outputs the real step
-            # writes again, and the advanced counters are restored below
-            self._step(st, c, None)
-        torch.cuda.current_stream().wait_stream(side)
-        restore()
-        if self._graph_pool is None:
-            self._graph_pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._graph_pool):
-            with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+        try:
+            with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+                # warm-up (lazy library initialisation); it writes the same cache slot and outputs the real step
+                # writes again, and the advanced counters are restored below
                 self._step(st, c, None)
-        restore()
+            torch.cuda.current_stream().wait_stream(side)
+            restore()
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+                    self._step(st, c, None)
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
+            restore()  # capture runs no kernel, the warm-up did: the step to replay starts from the saved state
         return graph
 
     def _state(self, rows: int, capacity: int, length: int, dtype: torch.dtype, device: Any) -> _DecodeState:

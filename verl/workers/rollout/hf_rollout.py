@@ -279,7 +279,7 @@ class HFRollout(BaseRollout):
         graphs on CUDA, :data:`~verl.workers.rollout.fast_decode.CPU_AUTO_MODE` on CPU."""
         mode = resolve_decode_mode(bool(config_get(self.config, "enforce_eager", False)), device)
         decoder = self._fast_decoder
-        if decoder is None or decoder.module is not self.module or decoder.mode != mode:
+        if decoder is None or decoder.module is not self.module or decoder.requested_mode != mode:
             decoder = self._fast_decoder = FastDecoder(self.module, mode=mode)
         return decoder
 
