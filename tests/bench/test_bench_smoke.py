@@ -65,6 +65,14 @@ def test_scaling_smoke() -> None:
     assert "s/step" in out
 
 
+def test_scaling_ranks_smoke() -> None:
+    out = _check(_run("scaling_ranks.py", "--ranks", "1", "2"))
+    record = json.loads((SMOKE_DIR / "scaling_ranks.json").read_text())
+    assert [p["ranks"] for p in record["points"]] == [1, 2]
+    assert all(p["step_s"] > 0 and p["gen_tokens_per_s"] > 0 for p in record["points"])
+    assert "generated tokens/s" in out and "FSDP2 comm GB/rank" in out
+
+
 def test_learning_smoke() -> None:
     _check(_run("learning.py"))
     rows = [json.loads(line) for line in (SMOKE_DIR / "learning.jsonl").read_text().splitlines()]

@@ -56,8 +56,23 @@ def cluster() -> Iterator[object]:
     two_nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
     two_nodes.add_node(num_cpus=2, num_gpus=0)
     two_nodes.wait_for_nodes()
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "VERL_DEVICE": "cpu"}
-    ray.init(address=two_nodes.address, log_to_driver=False, configure_logging=False, runtime_env={"env_vars": env})
+    # the driver joins through the config key a run uses (ray_kwargs.ray_init.address), not a bare ray.init
+    from verl.trainer.config.loader import load_config
+    from verl.trainer.ppo.runner import init_ray
+
+    init_ray(
+        load_config(
+            [
+                f"ray_kwargs.ray_init.address={two_nodes.address}",
+                "ray_kwargs.ray_init.num_cpus=64",  # dropped when joining: the cluster's resources are fixed
+                "+ray_kwargs.ray_init.log_to_driver=false",
+                "+ray_kwargs.ray_init.configure_logging=false",
+                "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS=1",
+                "+ray_kwargs.ray_init.runtime_env.env_vars.MKL_NUM_THREADS=1",
+            ]
+        )
+    )
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2 and ray.cluster_resources()["CPU"] == 4
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield two_nodes
     ray.shutdown()
