@@ -83,6 +83,7 @@ def test_damaged_checkpoint_falls_back_and_steps_are_not_repeated(tiny_model_dir
 def test_sigterm_finishes_the_step_saves_and_stops(tiny_model_dir, task_files, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     real_train_step = RayPPOTrainer.train_step
+    handler_before = signal.getsignal(signal.SIGTERM)  # an earlier test (Ray) may have installed its own
 
     def terminated_during_step_2(self, batch):
         if self.global_steps == 2:
@@ -96,7 +97,7 @@ def test_sigterm_finishes_the_step_saves_and_stops(tiny_model_dir, task_files, t
     assert "stopped by SIGTERM after step 2" in capsys.readouterr().err
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert _logged_steps(out) == [1, 2]  # the step finished and was flushed to the log
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # handlers restored
     monkeypatch.setattr(RayPPOTrainer, "train_step", real_train_step)
     result = run_ppo(_config(tiny_model_dir, task_files, out, ["trainer.total_training_steps=5"]))
     assert result["stopped_by"] is None and _logged_steps(out) == [1, 2, 3, 4, 5]
