@@ -94,7 +94,10 @@ def test_unsupported_settings_are_refused_with_the_reason(override, message, cap
     assert message in capsys.readouterr().err
 
 
-def test_more_ranks_than_the_launcher_gave_is_refused(tmp_path, capsys) -> None:
+def test_more_ranks_than_the_launcher_gave_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    # not launched by torchrun (an in-process vLLM engine earlier in the run may have left WORLD_SIZE=1 behind)
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
     argv = ["data.train_files=x.parquet", "model.partial_pretrain=m", "trainer.n_gpus_per_node=8"]
     assert fsdp_sft_trainer.main(argv) == 2
     assert "torchrun --nnodes=1 --nproc_per_node=8 -m verl.trainer.fsdp_sft_trainer" in capsys.readouterr().err

@@ -64,11 +64,35 @@ def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def _park_tmp_installs(cfg: dict, hidden: list[str]) -> list[tuple[str, str]]:
+    """Interpreter directories under ``/tmp`` (a virtualenv made there) would vanish under the private ``/tmp``:
+    bind them onto a scratch tmpfs first (a hidden directory that holds none of them; it is covered later anyway).
+    Returns ``(stage, path)`` pairs to move back once the new ``/tmp`` is mounted."""
+    paths = [p for p in cfg["reveal"] if _under(p, "/tmp") and os.path.isdir(p)]
+    if not paths:
+        return []
+    scratch = next((d for d in hidden if not any(_under(r, d) for r in cfg["reveal"])), None)
+    if scratch is None:
+        raise RuntimeError(f"no scratch directory to keep {paths} visible (none of {cfg['hide']} is usable)")
+    _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=700")
+    parked = []
+    for i, path in enumerate(paths):
+        stage = os.path.join(scratch, f"tmp-reveal{i}")
+        os.mkdir(stage)
+        _mount(path, stage, None, _MS_BIND | _MS_REC)
+        parked.append((stage, path))
+    return parked
+
+
 def _build_view(cfg: dict) -> None:
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    hidden = [d for d in cfg["hide"] if os.path.isdir(d) and not os.path.islink(d)]
+    parked = _park_tmp_installs(cfg, hidden)
     tmp_opts = f"size={int(cfg['tmp_mb'])}m,mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_opts)
-    hidden = [d for d in cfg["hide"] if os.path.isdir(d) and not os.path.islink(d)]
+    for stage, path in parked:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(stage, path, None, _MS_MOVE)
     # what must stay visible under a hidden directory (the interpreter) is parked in /tmp, then moved back
     staged = []
     for i, path in enumerate(p for p in cfg["reveal"] if any(_under(p, h) for h in hidden) and os.path.isdir(p)):
@@ -84,8 +108,9 @@ def _build_view(cfg: dict) -> None:
         os.rmdir(stage)
     writable = {"/tmp", "/dev/shm"}
     for point, options in _mount_points():
-        if point in writable or any(_under(point, w) for w in writable):
-            continue
+        under_writable = point in writable or any(_under(point, w) for w in writable)
+        if under_writable and not any(_under(point, path) for _s, path in parked):
+            continue  # the private /tmp stays writable; an installation parked inside it does not
         if any(_under(point, h) for h in hidden) and not any(_under(point, r) for _s, r in staged):
             continue  # shadowed by an empty tmpfs: out of reach
         flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
