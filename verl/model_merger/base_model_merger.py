@@ -2,12 +2,11 @@
 
 Accepted inputs (``local_dir``):
 
-- an actor/critic role dir ``global_step_N/actor`` holding ``huggingface/`` (config + tokenizer, usually the full
-  weights) and optionally per-rank shards ``model_world_size_W_rank_R.safetensors`` with their index; shards,
-  when present, win over the full weights (they are what the training ranks held);
-- optionally a LoRA adapter inside that dir (``lora_adapter/``, or ``huggingface/`` itself when PEFT saved there):
-  it is merged into the weights (``merge_lora=True``) or copied next to them; with no full weights saved, the
-  base weights come from the adapter's base model;
+- an actor/critic role dir ``global_step_N/actor``: the per-rank shards ``model_world_size_W_rank_R.safetensors``
+  of any world size are reassembled (they win over full weights in ``huggingface/``, which a save holds only with
+  ``hf_model`` in ``save_contents``), named as the transformers model in ``huggingface/config.json`` names them;
+- a LoRA run's role dir: the shards hold base and adapter weights, merged here (``merge_lora=True``: ``W + (alpha
+  / r) B A``) or written as the base weights with the adapter (``lora_adapter/``) copied next to them;
 - a bare LoRA adapter dir (``adapter_model.safetensors`` + ``adapter_config.json``), whose base model is
   ``base_model_name_or_path`` from the adapter config or the ``base_model_path`` argument;
 - a plain Hugging Face dir (``config.json`` + weights), e.g. to change its dtype.
@@ -25,7 +24,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.sharded_state import hf_weights_state_dict, load_full_state_dict
+from verl.utils.checkpoint.sharded_state import has_shards, hf_weights_state_dict, read_full_state_dict
 from verl.utils.fs import atomic_directory
 
 __all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]  # load_full_state_dict re-exported
@@ -44,6 +43,32 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
+def load_full_state_dict(local_dir: str, merge_lora: bool = True) -> dict[str, torch.Tensor] | None:
+    """The full weights of a role dir under transformers names, or None when it holds none.
+
+    From the rank shards when present (a wrapper's ``weights_prefix`` removed; LoRA adapters merged, or dropped
+    when ``merge_lora`` is false), else from the full weights in ``huggingface/`` (or the dir itself)."""
+    if has_shards(local_dir, "model"):
+        state, meta = read_full_state_dict(local_dir, "model")
+        lora = meta.get("lora")
+        if lora:
+            from verl.utils.lora import merged_state_dict
+
+            state = merged_state_dict(state, float(lora["lora_alpha"]) / float(lora["r"]) if merge_lora else 0.0)
+        prefix = meta.get("weights_prefix", "")
+        if prefix:
+            outside = sorted(k for k in state if not k.startswith(prefix))
+            if outside:
+                raise ValueError(
+                    f"{local_dir}: weights {outside[:5]} lie outside the wrapped transformers model (prefix "
+                    f"{prefix!r}); a Hugging Face directory cannot hold them"
+                )
+            state = {k[len(prefix) :]: v for k, v in state.items()}
+        return state
+    hf_dir = os.path.join(local_dir, HF_SUBDIR)
+    return hf_weights_state_dict(hf_dir if os.path.isdir(hf_dir) else local_dir)
+
+
 def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
@@ -59,7 +84,13 @@ def _model_class(config: Any) -> Any:
         cls = getattr(transformers, name, None)
         if cls is not None:
             return cls
-    return transformers.AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:  # a config saved without ``architectures``
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    raise ValueError(
+        f"cannot tell which model class {type(config).__name__} describes: its config has no architectures"
+    )
 
 
 def _build_model(config_dir: str, state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -161,7 +192,8 @@ def merge_checkpoint(
             f"{local_dir} is not a checkpoint: expected {os.path.join(local_dir, HF_SUBDIR, 'config.json')} "
             "(written by rank 0 at save), or adapter_config.json for a LoRA adapter"
         )
-    state_dict = load_full_state_dict(local_dir) if hf_dir is not None else None
+    from_shards = has_shards(local_dir, "model")
+    state_dict = load_full_state_dict(local_dir, merge_lora) if hf_dir is not None else None
     if hf_dir is not None and state_dict is not None:
         config_dir = hf_dir
     elif adapter_dir is not None:  # adapter only: the base weights come from the adapter's base model
@@ -178,7 +210,7 @@ def merge_checkpoint(
 
     model = _build_model(config_dir, state_dict)
     del state_dict
-    if adapter_dir is not None and merge_lora:
+    if adapter_dir is not None and merge_lora and not from_shards:  # shards come merged already
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()

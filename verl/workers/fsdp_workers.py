@@ -22,7 +22,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import flops_counter, fsdp_utils
-from verl.utils.checkpoint import checkpoint_manager as ckpt
+from verl.utils.checkpoint.fsdp_checkpoint_manager import DEFAULT_CONTENTS, FSDPCheckpointManager
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.precision import resolve_dtype
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
@@ -476,85 +476,41 @@ class ActorRolloutRefWorker(Worker):
     # -------------------------------------------------------------------------------------------- checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
-        """Write ``huggingface/`` (full weights + config + tokenizer), ``optim.pt`` and per-rank extra state.
+        """Write this rank's model and optimizer shards, extra state and ``huggingface/`` (config + tokenizer; the
+        full weights only with ``hf_model``): see :class:`~verl.utils.checkpoint.FSDPCheckpointManager`.
 
         ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) overrides ``actor.checkpoint.save_contents``
         for this call (the Python API's ``save_optimizer`` / ``save_training_state`` flags).
         """
         with _loaded(self.actor_offload, with_optimizer=True):
-            _save_trainable(
-                self,
-                local_path,
-                self.actor_module,
-                self.actor_optimizer,
-                self.actor_lr_scheduler,
-                self.config.actor,
-                contents=save_contents,
+            manager = _checkpoint_manager(
+                self, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor, save_contents
             )
+            manager.save_checkpoint(local_path, global_step)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
         with _loaded(self.actor_offload, with_optimizer=True):
-            _load_trainable(
-                self, local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
+            manager = _checkpoint_manager(
+                self, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
             )
+            manager.load_checkpoint(local_path)
             self._sync_rollout_weights()
 
 
-def _save_trainable(
-    worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig, contents: list[str] | None = None
-) -> None:
-    """Checkpoint one trainable role. Collective under FSDP: every rank calls it."""
-    if contents is None:
-        contents = section.get("checkpoint", {}).get("save_contents", ["model", "optimizer", "extra"])
-    contents = set(contents)
-    os.makedirs(path, exist_ok=True)
-    if "model" in contents:
-        state = fsdp_utils.get_full_model_state_dict(module)
-        if worker.rank == 0:
-            tokenizer = getattr(worker, "tokenizer", None)
-            ckpt.save_model_hf(module, tokenizer, os.path.join(path, "huggingface"), state_dict=state)
-    if "optimizer" in contents and optimizer is not None:
-        optim_state = fsdp_utils.get_full_optimizer_state_dict(module, optimizer)
-        if worker.rank == 0:
-            torch.save(optim_state, os.path.join(path, "optim.pt"))
-    if "extra" in contents:
-        ckpt.save_extra_state(path, worker.rank, worker.world_size, lr_scheduler=scheduler)
-    if dist.is_initialized():
-        dist.barrier()
-
-
-def _load_trainable(worker: Worker, path: str, module, optimizer, scheduler, section: DictConfig) -> None:
-    """Inverse of :func:`_save_trainable`; files are read with ``weights_only=True`` (no arbitrary unpickling)."""
-    contents = set(section.get("checkpoint", {}).get("load_contents", ["model", "optimizer", "extra"]))
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"checkpoint directory {path!r} does not exist")
-    if "model" in contents:
-        hf_dir = os.path.join(path, "huggingface")
-        if hasattr(module, "peft_config"):
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            adapter_file = os.path.join(hf_dir, "adapter_model.safetensors")
-            if not os.path.exists(adapter_file):
-                raise FileNotFoundError(f"checkpoint {path!r} has no LoRA adapter file {adapter_file!r}")
-            set_peft_model_state_dict(module, load_file(adapter_file))
-        else:
-            # modules of the Python API save through their own save_pretrained; they read it back the same way
-            reader = getattr(module, "load_saved_state_dict", None)
-            read = reader if callable(reader) else ckpt.load_model_state_dict
-            state = read(hf_dir) if (worker.rank == 0 or not dist.is_initialized()) else {}
-            fsdp_utils.set_full_model_state_dict(module, state)
-    if "optimizer" in contents and optimizer is not None:
-        optim_file = os.path.join(path, "optim.pt")
-        if not os.path.exists(optim_file):
-            raise FileNotFoundError(f"checkpoint {path!r} has no optimizer state {optim_file!r}")
-        state = torch.load(optim_file, weights_only=True) if (worker.rank == 0 or not dist.is_initialized()) else {}
-        fsdp_utils.set_full_optimizer_state_dict(module, optimizer, state)
-    if "extra" in contents:
-        ckpt.load_extra_state(path, worker.rank, worker.world_size, lr_scheduler=scheduler)
-    if dist.is_initialized():
-        dist.barrier()
+def _checkpoint_manager(
+    worker: Worker, module, optimizer, scheduler, section: DictConfig, contents: list[str] | None = None
+) -> FSDPCheckpointManager:
+    """The role's checkpoint writer/reader; ``contents`` overrides ``<section>.checkpoint.save_contents``."""
+    ckpt_cfg = section.get("checkpoint", {})
+    return FSDPCheckpointManager(
+        module,
+        optimizer,
+        scheduler,
+        processing_class=getattr(worker, "tokenizer", None),
+        save_contents=list(contents if contents is not None else ckpt_cfg.get("save_contents", DEFAULT_CONTENTS)),
+        load_contents=list(ckpt_cfg.get("load_contents", DEFAULT_CONTENTS)),
+    )
 
 
 class CriticWorker(Worker):
@@ -655,22 +611,18 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
         with _loaded(self.offload, with_optimizer=True):
-            _save_trainable(
-                self,
-                local_path,
-                self.critic_module,
-                self.critic_optimizer,
-                self.critic_lr_scheduler,
-                self.config,
-                contents=save_contents,
+            manager = _checkpoint_manager(
+                self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config, save_contents
             )
+            manager.save_checkpoint(local_path, global_step)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
         with _loaded(self.offload, with_optimizer=True):
-            _load_trainable(
-                self, local_path, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
+            manager = _checkpoint_manager(
+                self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
             )
+            manager.load_checkpoint(local_path)
 
 
 class RewardModelWorker(Worker):

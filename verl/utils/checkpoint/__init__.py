@@ -1,14 +1,16 @@
-"""Checkpoint save / load / resume / retention (layout: ``<default_local_dir>/global_step_N/{actor,critic}``)."""
+"""The one checkpoint home: save / load / resume / retention of every trainer.
+
+Layout: ``<default_local_dir>/global_step_N/<role>`` (per-rank shard files, see
+:mod:`.fsdp_checkpoint_manager`), ``checkpoint_complete.json`` written last, the
+``latest_checkpointed_iteration.txt`` tracker (see :mod:`.layout`).
+"""
 
 from verl.utils.checkpoint.checkpoint_manager import (
-    check_checkpoint_files,
     get_rng_state,
     load_extra_state,
-    load_optimizer,
     safe_torch_load,
     save_extra_state,
     save_model_hf,
-    save_optimizer,
     set_rng_state,
 )
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
@@ -22,15 +24,12 @@ from verl.utils.checkpoint.layout import (
     remove_old_checkpoints,
     resolve_resume_path,
 )
-from verl.utils.checkpoint.sharded_state import (
-    load_model_shard,
-    reassemble_full_state_dict,
-    save_sharded_model,
-)
+from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
+from verl.utils.checkpoint.sharded_state import ShardReader, read_full_state_dict, save_state_shards
 
 __all__ = [
     "FSDPCheckpointManager",
-    "check_checkpoint_files",
+    "ShardReader",
     "checkpoint_root",
     "finalize_checkpoint",
     "find_latest_ckpt_path",
@@ -39,15 +38,14 @@ __all__ = [
     "get_rng_state",
     "get_step_dir",
     "load_extra_state",
-    "load_model_shard",
-    "load_optimizer",
-    "reassemble_full_state_dict",
+    "load_optimizer_shards",
+    "read_full_state_dict",
     "remove_old_checkpoints",
     "resolve_resume_path",
     "safe_torch_load",
     "save_extra_state",
     "save_model_hf",
-    "save_optimizer",
-    "save_sharded_model",
+    "save_optimizer_shards",
+    "save_state_shards",
     "set_rng_state",
 ]

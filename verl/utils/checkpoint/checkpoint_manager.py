@@ -1,26 +1,21 @@
-"""Save/load helpers for one role's checkpoint directory (``global_step_N/actor``), used by the workers.
+"""Helpers of a role's checkpoint directory: extra state (lr scheduler, RNG), Hugging Face saving, safe loading.
 
-Files in a role directory (``W`` = world size, ``R`` = rank)::
-
-    huggingface/                              rank 0: config, tokenizer, generation config, full weights
-    lora_adapter/                             rank 0, PEFT models only: adapter weights + adapter_config.json
-    model_world_size_W_rank_R.safetensors     each rank's model shard (see sharded_state.py), plus the index
-    optim_world_size_W_rank_R.pt              each rank's optimizer state (torch.save)
-    extra_state_world_size_W_rank_R.pt        lr scheduler, RNG states, user extras (torch.save)
-
-Everything written with ``torch.save`` is read back with ``torch.load(weights_only=True)``: no arbitrary
-unpickling. That is why RNG states are stored as tensors and plain Python types only. The directory-level
-helpers (tracker, retention, resume) live in :mod:`verl.utils.checkpoint.layout` and are re-exported here under
-verl's names.
+The weights and the optimizer state are shard files (:mod:`.sharded_state`, :mod:`.optimizer_state`); the
+writer and reader of a whole role directory is :class:`.fsdp_checkpoint_manager.FSDPCheckpointManager`.
+Everything written with ``torch.save`` here is read back with ``torch.load(weights_only=True)``: no arbitrary
+unpickling. That is why RNG states are stored as tensors and plain Python types only. The directory-level helpers
+(tracker, retention, resume) live in :mod:`verl.utils.checkpoint.layout` and are re-exported here under verl's
+names.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import random
-from collections.abc import Iterable
+import re
 from typing import Any
 
 import numpy as np
@@ -37,32 +32,25 @@ from verl.utils.checkpoint.layout import (  # noqa: F401  (re-exported under ver
 )
 from verl.utils.fs import atomic_binary_file, atomic_write_text
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "HF_SUBDIR",
     "LORA_SUBDIR",
-    "check_checkpoint_files",
     "drop_tied_duplicates",
     "extra_state_filename",
     "get_rng_state",
     "is_peft_model",
     "load_extra_state",
     "load_model_state_dict",
-    "load_optimizer",
-    "optimizer_filename",
     "safe_torch_load",
     "save_extra_state",
     "save_model_hf",
-    "save_optimizer",
     "set_rng_state",
 ]
 
 HF_SUBDIR = "huggingface"
 LORA_SUBDIR = "lora_adapter"
-
-
-def optimizer_filename(rank: int, world_size: int) -> str:
-    """``optim_world_size_{W}_rank_{R}.pt``."""
-    return f"optim_world_size_{world_size}_rank_{rank}.pt"
 
 
 def extra_state_filename(rank: int, world_size: int) -> str:
@@ -91,32 +79,6 @@ def safe_torch_load(path: str, what: str, map_location: str | torch.device = "cp
         raise ValueError(f"{path} ({what}) is corrupt or not a torch.save file: {e}") from e
     except (RuntimeError, EOFError) as e:
         raise ValueError(f"{path} ({what}) is corrupt or truncated: {e}") from e
-
-
-def check_checkpoint_files(path: str, rank: int, world_size: int, contents: Iterable[str]) -> None:
-    """Raise one FileNotFoundError listing every file of ``contents`` missing from the role dir ``path``.
-
-    ``contents`` uses verl's names: ``model`` (this rank's shard), ``optimizer``, ``extra``, ``hf_model``.
-    """
-    from verl.utils.checkpoint.sharded_state import model_shard_filename
-
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"checkpoint directory missing: {path}")
-    expected = {
-        "model": (model_shard_filename(rank, world_size), f"model shard of rank {rank}/{world_size}"),
-        "optimizer": (optimizer_filename(rank, world_size), f"optimizer state of rank {rank}/{world_size}"),
-        "extra": (extra_state_filename(rank, world_size), f"lr scheduler + RNG state of rank {rank}/{world_size}"),
-        "hf_model": (os.path.join(HF_SUBDIR, "config.json"), "Hugging Face config of the full model"),
-    }
-    missing = []
-    for item in contents:
-        if item not in expected:
-            raise ValueError(f"unknown checkpoint content {item!r}; expected one of {sorted(expected)}")
-        rel, what = expected[item]
-        if not os.path.exists(os.path.join(path, rel)):
-            missing.append(f"{os.path.join(path, rel)} ({what})")
-    if missing:
-        raise FileNotFoundError("checkpoint incomplete, missing: " + "; ".join(missing))
 
 
 # ----------------------------------------------------------------------------------------------------- RNG state
@@ -250,74 +212,6 @@ def load_model_state_dict(hf_dir: str) -> dict[str, torch.Tensor]:
     return state
 
 
-# ---------------------------------------------------------------------------------------------------- optimizer
-
-
-def _to_local(obj: Any) -> Any:
-    """Replace DTensors by their local shard, recursively (optimizer state of FSDP2 params)."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover
-        DTensor = None  # type: ignore[assignment,misc]
-    if DTensor is not None and isinstance(obj, DTensor):
-        return obj.to_local()
-    if isinstance(obj, dict):
-        return {k: _to_local(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_to_local(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_to_local(v) for v in obj)
-    return obj
-
-
-def save_optimizer(optimizer: torch.optim.Optimizer, path: str, rank: int, world_size: int) -> str:
-    """Save this rank's optimizer state to ``<path>/optim_world_size_W_rank_R.pt``; returns the file path.
-
-    DTensor state (FSDP2) is stored as the local shard; :func:`load_optimizer` re-wraps it around the params.
-    """
-    target = os.path.join(path, optimizer_filename(rank, world_size))
-    _atomic_torch_save(_to_local(optimizer.state_dict()), target)
-    return target
-
-
-def load_optimizer(optimizer: torch.optim.Optimizer, path: str, rank: int, world_size: int) -> None:
-    """Load ``<path>/optim_world_size_W_rank_R.pt`` (weights_only) into ``optimizer``.
-
-    When a param is a DTensor, its saved local state tensors are wrapped back into DTensors with the param's
-    mesh and placements, so the optimizer step sees the same layout as before the save.
-    """
-    target = os.path.join(path, optimizer_filename(rank, world_size))
-    sd = safe_torch_load(target, f"optimizer state of rank {rank} of world size {world_size}")
-    if not isinstance(sd, dict) or "state" not in sd or "param_groups" not in sd:
-        raise ValueError(f"{target}: not an optimizer state dict (expected keys 'state' and 'param_groups')")
-    if len(sd["param_groups"]) != len(optimizer.param_groups):
-        raise ValueError(
-            f"{target}: {len(sd['param_groups'])} param groups saved but the optimizer has "
-            f"{len(optimizer.param_groups)}"
-        )
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover
-        DTensor = None  # type: ignore[assignment,misc]
-    if DTensor is not None:
-        for saved_group, group in zip(sd["param_groups"], optimizer.param_groups):
-            for idx, param in zip(saved_group["params"], group["params"]):
-                if not isinstance(param, DTensor) or idx not in sd["state"]:
-                    continue
-                for key, value in sd["state"][idx].items():
-                    # Per-param tensors shaped like the local shard get the param's layout back; scalars
-                    # such as Adam's ``step`` stay plain.
-                    if isinstance(value, torch.Tensor) and value.shape == param.to_local().shape and value.dim() > 0:
-                        sd["state"][idx][key] = DTensor.from_local(
-                            value.to(param.device),
-                            param.device_mesh,
-                            param.placements,
-                            shape=param.shape,
-                            stride=param.stride(),
-                        )
-    optimizer.load_state_dict(sd)
-
-
 # -------------------------------------------------------------------------------------------------- extra state
 
 
@@ -343,11 +237,40 @@ def save_extra_state(
     return target
 
 
+def _extra_state_file(path: str, rank: int, world_size: int) -> str:
+    """This rank's extra-state file; after a change of world size, the saving rank of the same number (rank 0
+    for ranks the save did not have). The lr scheduler state is the same on every rank; the RNG streams then
+    continue from that rank's."""
+    own = os.path.join(path, extra_state_filename(rank, world_size))
+    if os.path.isfile(own):
+        return own
+    saved = sorted(
+        int(m.group(1))
+        for name in (os.listdir(path) if os.path.isdir(path) else [])
+        if (m := re.fullmatch(r"extra_state_world_size_(\d+)_rank_0\.pt", name))
+    )
+    if len(saved) != 1 or saved[0] == world_size:
+        return own  # missing: safe_torch_load names it
+    source = rank if rank < saved[0] else 0
+    logger.warning(
+        "%s was saved on %d ranks, resumed on %d: rank %d restores the lr scheduler and RNG state of saved rank %d",
+        path,
+        saved[0],
+        world_size,
+        rank,
+        source,
+    )
+    return os.path.join(path, extra_state_filename(source, saved[0]))
+
+
 def load_extra_state(
     path: str, rank: int, world_size: int, lr_scheduler: Any = None, restore_rng: bool = True
 ) -> dict[str, Any]:
-    """Load the extra state (weights_only), restore ``lr_scheduler`` and the RNGs, and return ``extra``."""
-    target = os.path.join(path, extra_state_filename(rank, world_size))
+    """Load the extra state (weights_only), restore ``lr_scheduler`` and the RNGs, and return ``extra``.
+
+    Reads ``extra_state_world_size_W_rank_R.pt`` of this rank, or, when the checkpoint was saved on another
+    number of ranks, the one of the same rank number (rank 0's for ranks beyond the saved world size)."""
+    target = _extra_state_file(path, rank, world_size)
     body = safe_torch_load(target, f"lr scheduler + RNG state of rank {rank} of world size {world_size}")
     if not isinstance(body, dict) or "rng" not in body:
         raise ValueError(f"{target}: not an extra-state file (expected keys lr_scheduler, rng, extra)")

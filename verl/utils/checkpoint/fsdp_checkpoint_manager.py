@@ -1,15 +1,26 @@
-"""``FSDPCheckpointManager``: save/load one role (actor or critic) of a (possibly FSDP2-sharded) model.
+"""``FSDPCheckpointManager``: the one writer and reader of a role's checkpoint (actor, critic, an offline policy).
 
-Composes the helpers of :mod:`checkpoint_manager` and :mod:`sharded_state` into verl's checkpoint manager API:
-``save_checkpoint(local_path, global_step)`` / ``load_checkpoint(local_path)`` where ``local_path`` is
-``<default_local_dir>/global_step_N/<role>``. Every rank calls both methods (they contain collectives when a
-process group is up). Completion marking and retention are the driver's job, after all roles are saved:
-``finalize_checkpoint`` then ``remove_old_checkpoints`` (see :mod:`layout`), so an older checkpoint is only
-deleted once a newer one is complete.
+Used by the PPO workers (and so by ``main_ppo``, the driver and the Python API) and by the offline trainers (SFT,
+DPO, KTO). A role directory (``<default_local_dir>/global_step_N/<role>``) holds::
+
+    model_world_size_W_rank_R.safetensors    every rank's own block of every weight (sharded_state.py)
+    optim_world_size_W_rank_R.safetensors    every rank's own block of the optimizer state (optimizer_state.py)
+    extra_state_world_size_W_rank_R.pt       lr scheduler, RNG states, caller's extras (torch.save, weights_only)
+    huggingface/                             rank 0: config, generation config, tokenizer; with ``hf_model`` in
+                                             ``save_contents`` also the full weights (gathered: opt-in)
+    lora_adapter/                            PEFT models: adapter weights + adapter_config.json (rank 0)
+
+No rank gathers the model or the optimizer for a regular save; every file is written atomically. Loading works
+onto any world size: each rank reads its own block of every tensor from whichever files hold it, so a run saved
+on 4 ranks resumes on 2 with the same weights and optimizer state, and on the same world size bit-exactly (the
+RNG states of the saving ranks come back too). ``python -m verl.model_merger`` turns the shards into a Hugging Face
+directory. Completion marking and retention are the caller's job, after every role is saved (``layout.py``): the
+marker is written last, so a crash mid-save leaves the previous checkpoint the one that is resumed.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -20,24 +31,24 @@ import torch.distributed as dist
 from verl.utils.checkpoint.checkpoint_manager import (
     HF_SUBDIR,
     LORA_SUBDIR,
-    check_checkpoint_files,
     is_peft_model,
     load_extra_state,
-    load_optimizer,
     save_extra_state,
     save_model_hf,
-    save_optimizer,
 )
+from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
 from verl.utils.checkpoint.sharded_state import (
-    load_full_state_dict,
-    load_model_shard,
-    model_shard_filename,
-    save_sharded_model,
+    ShardReader,
+    has_shards,
+    hf_weights_state_dict,
+    load_state_shards,
+    save_state_shards,
 )
 
-__all__ = ["ALL_CONTENTS", "FSDPCheckpointManager"]
+__all__ = ["ALL_CONTENTS", "DEFAULT_CONTENTS", "FSDPCheckpointManager"]
 
 ALL_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+DEFAULT_CONTENTS = ("model", "optimizer", "extra")
 
 
 def _rank_world() -> tuple[int, int]:
@@ -56,16 +67,39 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
+def _transformers_model(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The transformers model whose config describes ``module``'s weights (a PEFT base, a wrapper's inner model)."""
+    if is_peft_model(module):
+        module = module.get_base_model()
+    inner = getattr(module, "hf_model", None)  # verl.ActorModel wraps a transformers model
+    if isinstance(inner, torch.nn.Module):
+        module = inner
+    return module if hasattr(module, "save_pretrained") and getattr(module, "config", None) is not None else None
+
+
+def model_meta(module: torch.nn.Module) -> dict[str, Any]:
+    """What the merger needs beside the tensors: the prefix to strip for transformers names, and LoRA scaling."""
+    meta: dict[str, Any] = {"class": f"{type(module).__module__}.{type(module).__qualname__}"}
+    prefix = getattr(module, "weights_prefix", "")
+    if isinstance(prefix, str) and prefix:
+        meta["weights_prefix"] = prefix
+    if is_peft_model(module):
+        cfg = module.peft_config[module.active_adapter]
+        meta["lora"] = {"r": int(cfg.r), "lora_alpha": float(cfg.lora_alpha), "adapter": module.active_adapter}
+    return meta
+
+
 class FSDPCheckpointManager:
-    """Save and restore model shards, optimizer, lr scheduler + RNG, and a Hugging Face copy of one role.
+    """Save and restore one role: weight shards, optimizer shards, lr scheduler + RNG, and a Hugging Face config.
 
     Args:
-        model: the (FSDP2-sharded or plain) module; a PEFT model saves its adapter to ``lora_adapter/``.
+        model: the (FSDP2-sharded or plain) module.
         optimizer: its optimizer, or None (e.g. a reference model).
         lr_scheduler: its scheduler, or None.
-        processing_class: tokenizer/processor saved with the Hugging Face copy, or None.
+        processing_class: tokenizer/processor saved into ``huggingface/``, or None.
         save_contents: subset of ``model``, ``optimizer``, ``extra``, ``hf_model`` to save.
-        load_contents: subset to load (``hf_model`` is never loaded; ``model`` falls back to it).
+        load_contents: subset to load (``hf_model`` is never loaded: ``model`` falls back to it when a checkpoint
+            holds no shards).
     """
 
     def __init__(
@@ -74,8 +108,8 @@ class FSDPCheckpointManager:
         optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any = None,
         processing_class: Any = None,
-        save_contents: Sequence[str] = ALL_CONTENTS,
-        load_contents: Sequence[str] = ("model", "optimizer", "extra"),
+        save_contents: Sequence[str] = DEFAULT_CONTENTS,
+        load_contents: Sequence[str] = DEFAULT_CONTENTS,
     ) -> None:
         for name in (*save_contents, *load_contents):
             if name not in ALL_CONTENTS:
@@ -87,96 +121,106 @@ class FSDPCheckpointManager:
         self.save_contents = list(save_contents)
         self.load_contents = [c for c in load_contents if c != "hf_model"]
 
-    def _full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The gathered full state dict on CPU (rank 0 gets it; a collective when distributed)."""
-        if not (dist.is_available() and dist.is_initialized()):
-            return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
+    # --------------------------------------------------------------------------------------------------- save
     def save_checkpoint(self, local_path: str, global_step: int = 0, extra: dict[str, Any] | None = None) -> None:
-        """Write this role's checkpoint into ``local_path`` (every rank calls this).
+        """Write this role's checkpoint into ``local_path``; every rank calls it (collective under FSDP).
 
-        ``extra`` (plain types/tensors) is stored with the RNG state, e.g. ``{"global_step": 10}``; the step is
-        added as ``global_step`` when absent.
+        ``extra`` (plain types/tensors) is stored with the RNG state, e.g. ``{"epoch": 1}``; ``global_step`` is
+        added to it.
         """
         rank, world_size = _rank_world()
+        module = _unwrap(self.model)
         os.makedirs(local_path, exist_ok=True)
-        _barrier()  # the directory exists before any rank writes into it
         if "model" in self.save_contents:
-            save_sharded_model(self.model.state_dict(), local_path, rank, world_size)
+            save_state_shards(module.state_dict(), local_path, "model", rank, world_size, meta=model_meta(module))
         if "optimizer" in self.save_contents and self.optimizer is not None:
-            save_optimizer(self.optimizer, local_path, rank, world_size)
+            save_optimizer_shards(module, self.optimizer, local_path, rank, world_size)
         if "extra" in self.save_contents:
             body = {"global_step": int(global_step), **(extra or {})}
             save_extra_state(local_path, rank, world_size, lr_scheduler=self.lr_scheduler, extra=body)
-        if "hf_model" in self.save_contents:
-            full = self._full_state_dict()
-            if rank == 0:
-                module = _unwrap(self.model)
-                if is_peft_model(module):
-                    save_model_hf(module, self.processing_class, os.path.join(local_path, LORA_SUBDIR), state_dict=full)
-                    # The base config + tokenizer, so the merger can rebuild the architecture.
-                    hf_dir = os.path.join(local_path, HF_SUBDIR)
-                    module.get_base_model().config.save_pretrained(hf_dir)
-                    if self.processing_class is not None:
-                        self.processing_class.save_pretrained(hf_dir)
-                else:
-                    save_model_hf(module, self.processing_class, os.path.join(local_path, HF_SUBDIR), state_dict=full)
-            del full
+        if is_peft_model(module):
+            self._save_adapter(module, os.path.join(local_path, LORA_SUBDIR), rank)
+        self._save_hf(module, os.path.join(local_path, HF_SUBDIR), rank)
         _barrier()
 
-    def _load_model(self, local_path: str, rank: int, world_size: int) -> None:
-        current = self.model.state_dict()
-        if os.path.isfile(os.path.join(local_path, model_shard_filename(rank, world_size))):
-            local = load_model_shard(local_path, rank, world_size)
-            missing = sorted(set(current) - set(local))
-            if missing:
-                raise ValueError(f"{local_path}: model shard of rank {rank} lacks {missing[:8]}")
-            try:
-                from torch.distributed.tensor import DTensor
-            except ImportError:  # pragma: no cover
-                DTensor = None  # type: ignore[assignment,misc]
-            new_sd = {}
-            for key, ref in current.items():
-                value = local[key].to(ref.device)
-                if DTensor is not None and isinstance(ref, DTensor):
-                    value = DTensor.from_local(
-                        value, ref.device_mesh, ref.placements, shape=ref.shape, stride=ref.stride()
-                    )
-                new_sd[key] = value
-            self.model.load_state_dict(new_sd)
+    def _save_adapter(self, module: torch.nn.Module, adapter_dir: str, rank: int) -> None:
+        """The LoRA adapter alone (small: only its tensors are gathered), loadable by PEFT and vLLM."""
+        from verl.utils.fsdp_utils import full_tensor_cpu
+
+        adapter = {k: full_tensor_cpu(v) for k, v in module.state_dict(keep_vars=True).items() if "lora_" in k}
+        if rank == 0:
+            save_model_hf(module, None, adapter_dir, state_dict=adapter)
+
+    def _save_hf(self, module: torch.nn.Module, hf_dir: str, rank: int) -> None:
+        """Config, generation config and tokenizer (rank 0); the full weights too with ``hf_model`` (gathered)."""
+        inner = _transformers_model(module)
+        if "hf_model" in self.save_contents and inner is not None:
+            from verl.utils.fsdp_utils import get_full_model_state_dict
+
+            full = get_full_model_state_dict(module)  # collective: every rank takes part
+            if rank == 0:
+                if is_peft_model(module):
+                    from verl.utils.lora import merged_state_dict
+
+                    lora = model_meta(module)["lora"]
+                    full = merged_state_dict(full, lora["lora_alpha"] / lora["r"])
+                prefix = model_meta(module).get("weights_prefix", "")
+                full = {k.removeprefix(prefix): v for k, v in full.items()}
+                save_model_hf(inner, self.processing_class, hf_dir, state_dict=full)
             return
-        # Different world size (or no shards saved): load the full Hugging Face weights and re-shard.
-        full = load_full_state_dict(local_path)
-        if full is None:
-            raise FileNotFoundError(
-                f"{local_path}: no {model_shard_filename(rank, world_size)} and no full weights in "
-                f"{os.path.join(local_path, HF_SUBDIR)}"
-            )
-        if dist.is_available() and dist.is_initialized():
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        if rank != 0:
+            return
+        os.makedirs(hf_dir, exist_ok=True)
+        if inner is not None:
+            config = copy.deepcopy(inner.config)
+            config.architectures = [type(inner).__name__]  # as save_pretrained records it: the merger builds it
+            config.save_pretrained(hf_dir)
+            if getattr(inner, "generation_config", None) is not None:
+                inner.generation_config.save_pretrained(hf_dir)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(hf_dir)
 
-            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, strict=True))
-        else:
-            self.model.load_state_dict(full)
-
+    # --------------------------------------------------------------------------------------------------- load
     def load_checkpoint(self, local_path: str | None, restore_rng: bool = True) -> dict[str, Any]:
-        """Restore from ``local_path`` (None: no-op) and return the saved ``extra`` dict (empty if not loaded)."""
+        """Restore from ``local_path`` (None: no-op) and return the saved ``extra`` dict (empty if not loaded).
+
+        Works onto any world size; a checkpoint without shards but with full weights in ``huggingface/`` (saved
+        with ``save_contents=[hf_model]``) loads its weights from there.
+        """
         if local_path is None:
             return {}
-        rank, world_size = _rank_world()
-        needed = [c for c in self.load_contents if c != "model" and (c != "optimizer" or self.optimizer is not None)]
-        check_checkpoint_files(local_path, rank, world_size, needed)
+        if not os.path.isdir(local_path):
+            raise FileNotFoundError(f"checkpoint directory {local_path} does not exist")
+        module = _unwrap(self.model)
         extra: dict[str, Any] = {}
         if "model" in self.load_contents:
-            self._load_model(local_path, rank, world_size)
+            self._load_model(module, local_path)
         if "optimizer" in self.load_contents and self.optimizer is not None:
-            load_optimizer(self.optimizer, local_path, rank, world_size)
+            load_optimizer_shards(module, self.optimizer, local_path)
         if "extra" in self.load_contents:
+            rank, world_size = _rank_world()
             extra = load_extra_state(
                 local_path, rank, world_size, lr_scheduler=self.lr_scheduler, restore_rng=restore_rng
             )
         _barrier()
         return extra
+
+    def _load_model(self, module: torch.nn.Module, local_path: str) -> None:
+        target = module.state_dict()
+        if has_shards(local_path, "model"):
+            module.load_state_dict(load_state_shards(ShardReader(local_path, "model"), target))
+            return
+        hf_dir = os.path.join(local_path, HF_SUBDIR)
+        full = hf_weights_state_dict(hf_dir) if os.path.isdir(hf_dir) else None
+        if full is None:
+            raise FileNotFoundError(
+                f"{local_path}: no model shards (model_world_size_W_rank_R.safetensors) and no full weights in {hf_dir}"
+            )
+        prefix = model_meta(module).get("weights_prefix", "")
+        full = {prefix + k: v for k, v in full.items()}
+        for tied, source in (getattr(_transformers_model(module), "all_tied_weights_keys", None) or {}).items():
+            if prefix + tied not in full and prefix + source in full:
+                full[prefix + tied] = full[prefix + source]
+        from verl.utils.fsdp_utils import set_full_model_state_dict
+
+        set_full_model_state_dict(module, full)

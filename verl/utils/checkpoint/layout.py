@@ -24,14 +24,17 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from verl.utils.fs import TMP_PREFIX, atomic_write_text, namespaced_path
+from verl.utils.fs import TMP_PREFIX, atomic_directory, atomic_write_text, namespaced_path
 
 __all__ = [
     "COMPLETE_MARKER",
     "STEP_DIR_PREFIX",
     "TRACKER_FILENAME",
+    "atomic_step_dir",
     "checkpoint_root",
     "finalize_checkpoint",
     "find_latest_ckpt_path",
@@ -160,6 +163,44 @@ def write_complete_marker(
     marker = os.path.join(step_dir, COMPLETE_MARKER)
     atomic_write_text(marker, json.dumps(body))
     return marker
+
+
+@contextmanager
+def atomic_step_dir(step_dir: str) -> Iterator[str]:
+    """:func:`~verl.utils.fs.atomic_directory` for ranks that all write into one step directory (SPMD trainers).
+
+    Collective: rank 0 creates the temp sibling and tells the others its path; every rank fills it; once all
+    succeeded, rank 0 renames it to ``step_dir``. If any rank fails, the temp directory is removed and
+    ``step_dir`` keeps what it held. Multi-node runs need ``step_dir`` on a filesystem every node mounts.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        with atomic_directory(step_dir) as tmp:
+            yield tmp
+        return
+    rank = dist.get_rank()
+    manager = atomic_directory(step_dir) if rank == 0 else None
+    path = [manager.__enter__() if manager is not None else None]
+    dist.broadcast_object_list(path, src=0)
+    error: BaseException | None = None
+    try:
+        yield path[0]
+    except BaseException as err:  # every rank must still reach the vote below
+        error = err
+    failed: list[bool | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(failed, error is not None)
+    if manager is not None:
+        if any(failed):
+            failure = error or RuntimeError(f"another rank failed to write its part of {step_dir}")
+            manager.__exit__(type(failure), failure, failure.__traceback__)
+        else:
+            manager.__exit__(None, None, None)
+    dist.barrier()  # no rank reads the step directory before the rename
+    if error is not None:
+        raise error
+    if any(failed):
+        raise RuntimeError(f"checkpoint {step_dir} not saved: ranks {[i for i, f in enumerate(failed) if f]} failed")
 
 
 def checkpoint_problems(step_dir: str) -> list[str]:
