@@ -31,7 +31,15 @@ ckpt = trainer.save_checkpoint(
 for root, _, files in sorted(os.walk(ckpt)):
     for name in sorted(files):
         print(os.path.relpath(os.path.join(root, name), ckpt))
-assert not os.path.exists(os.path.join(ckpt, "actor", "optim.pt"))
+# every rank writes its own shard of the weights (and of the optimizer state, in a full checkpoint)
+optim_shard = os.path.join("actor", "optim_world_size_1_rank_0.safetensors")
+assert not os.path.exists(os.path.join(ckpt, optim_shard))
 full = trainer.save_checkpoint(path=os.path.join(args.output_dir, "ckpt_full"))
-assert os.path.exists(os.path.join(full, "actor", "optim.pt"))
-done(f"weights-only checkpoint at {ckpt}; full checkpoint at {full}")
+assert os.path.exists(os.path.join(full, optim_shard))
+
+# a Hugging Face directory from the shards (the same as `python -m verl.model_merger merge ...`)
+from verl.model_merger import merge_checkpoint  # noqa: E402
+
+hf_dir = merge_checkpoint(os.path.join(ckpt, "actor"), os.path.join(args.output_dir, "hf"))
+AutoModelForCausalLM.from_pretrained(hf_dir)
+done(f"weights-only checkpoint at {ckpt}; full checkpoint at {full}; Hugging Face export at {hf_dir}")

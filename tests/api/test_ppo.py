@@ -137,13 +137,13 @@ def test_save_checkpoint_flags_and_namespace(byte_tokenizer, tmp_path):
     trainer = _trainer(byte_tokenizer, tmp_path, num_samples=2)
     trainer.step(["ab", "cd"])
     full = trainer.save_checkpoint(str(tmp_path / "full"))
-    assert os.path.isfile(os.path.join(full, "actor", "optim.pt"))
+    assert os.path.isfile(os.path.join(full, "actor", "optim_world_size_1_rank_0.safetensors"))
     assert os.path.isfile(os.path.join(full, "data.pt"))
-    assert os.path.isfile(os.path.join(full, "actor", "huggingface", "model.safetensors"))
+    assert os.path.isfile(os.path.join(full, "actor", "model_world_size_1_rank_0.safetensors"))
     lean = trainer.save_checkpoint(str(tmp_path / "lean"), save_optimizer=False, save_training_state=False)
-    assert not os.path.exists(os.path.join(lean, "actor", "optim.pt"))
+    assert not os.path.exists(os.path.join(lean, "actor", "optim_world_size_1_rank_0.safetensors"))
     assert not os.path.exists(os.path.join(lean, "data.pt"))
-    assert os.path.isfile(os.path.join(lean, "actor", "huggingface", "model.safetensors"))
+    assert os.path.isfile(os.path.join(lean, "actor", "model_world_size_1_rank_0.safetensors"))
     # export: the trained weights load back with transformers
     from transformers import AutoModelForCausalLM
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from verl.model_merger import merge_checkpoint
 from verl.model_merger.__main__ import main as merger_main
 from verl.utils.checkpoint.checkpoint_manager import save_model_hf
-from verl.utils.checkpoint.sharded_state import ShardSpec, write_model_shard, write_shard_index
+from verl.utils.checkpoint.sharded_state import save_state_shards
 from verl.utils.tiny_models import make_tiny_causal_lm
 
 PROMPT = torch.tensor([[257, 72, 101, 108, 108, 111]])  # <bos> "Hello"
@@ -24,16 +24,11 @@ def _greedy(model: torch.nn.Module) -> list[int]:
     return out[0].tolist()
 
 
-def _save_shards(state: dict[str, torch.Tensor], path: str, world_size: int) -> None:
-    """Simulate FSDP2 ranks: every tensor split along dim 0 in ceil(n / W)-row chunks."""
-    specs = {k: ShardSpec(list(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in state.items()}
+def _save_shards(state: dict[str, torch.Tensor], path: str, world_size: int = 2) -> None:
+    """The model shards of a save on ``world_size`` ranks holding plain (replicated) tensors: rank 0 writes them,
+    the others empty files (real FSDP2 blocks: tests/utils/checkpoint/test_resharding.py)."""
     for rank in range(world_size):
-        local = {}
-        for k, v in state.items():
-            rows = -(-v.shape[0] // world_size)
-            local[k] = v[rank * rows : (rank + 1) * rows]
-        write_model_shard(local, path, rank, world_size)
-    write_shard_index(path, world_size, specs)
+        save_state_shards(state, path, "model", rank=rank, world_size=world_size)
 
 
 @pytest.fixture
@@ -43,7 +38,7 @@ def actor_ckpt(tmp_path, byte_tokenizer):
     other = make_tiny_causal_lm(tokenizer=byte_tokenizer, seed=2)
     actor = tmp_path / "global_step_3" / "actor"
     save_model_hf(other, byte_tokenizer, str(actor / "huggingface"))
-    _save_shards(trained.state_dict(), str(actor), world_size=2)
+    _save_shards(trained.state_dict(), str(actor))
     return str(actor), trained, other
 
 

@@ -161,6 +161,27 @@ def test_lora_adapter_is_served(tiny_model_dir, tmp_path, start_server, byte_tok
         assert merged_dirs and not any(os.path.exists(d) for d in merged_dirs)  # temp merge removed at shutdown
 
 
+def test_a_training_checkpoint_is_served_merged(tiny_model_dir, tmp_path, byte_tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from verl.serve.engine import resolve_model_source
+    from verl.utils.checkpoint import FSDPCheckpointManager
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)  # not the base model's weights
+    step_dir = tmp_path / "global_step_3"
+    FSDPCheckpointManager(model, processing_class=byte_tokenizer).save_checkpoint(str(step_dir / "actor"), 3)
+    source = resolve_model_source(str(step_dir))
+    try:
+        served = AutoModelForCausalLM.from_pretrained(source.path)
+        assert torch.equal(served.lm_head.weight, model.lm_head.weight)
+        assert os.path.isfile(os.path.join(source.path, "tokenizer.json"))
+    finally:
+        for directory in source.cleanup:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -111,7 +111,7 @@ def test_lora_sft_on_dict_keyed_rows_exports_a_merged_model(tiny_model_dir, tmp_
     assert fsdp_sft_trainer.main(argv) == 0
     out = os.path.join(str(tmp_path), "out")
     # checkpoints hold the adapter only; the export is a plain transformers model with the adapters merged in
-    assert os.path.isfile(os.path.join(out, "global_step_2", "actor", "huggingface", "adapter_model.safetensors"))
+    assert os.path.isfile(os.path.join(out, "global_step_2", "actor", "lora_adapter", "adapter_model.safetensors"))
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(out, "hf_model"))
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     changed = [n for n, p in exported.state_dict().items() if not torch.equal(p, base.state_dict()[n])]

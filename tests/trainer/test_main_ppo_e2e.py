@@ -84,16 +84,18 @@ def test_main_ppo_subprocess_trains_saves_exports_and_plots(
 
     # save_freq=-1: one checkpoint at the end
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert (out / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
+    assert (out / "global_step_2" / "actor" / "model_world_size_1_rank_0.safetensors").is_file()
     assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # the Hugging Face export holds the trained actor's weights
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from verl.model_merger import load_full_state_dict
+
     exported = AutoModelForCausalLM.from_pretrained(str(out / "hf_model"))
     assert AutoTokenizer.from_pretrained(str(out / "hf_model")).eos_token == "<eos>"
-    trained = load_file(str(out / "global_step_2" / "actor" / "huggingface" / "model.safetensors"))
+    trained = load_full_state_dict(str(out / "global_step_2" / "actor"))
     exported_state = exported.state_dict()
     for name, tensor in trained.items():
         assert exported_state[name].equal(tensor.to(exported_state[name].dtype)), name

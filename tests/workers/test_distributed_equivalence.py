@@ -171,10 +171,10 @@ def _proto(batch: dict[str, torch.Tensor]):
 
 
 def _saved_params(group, path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+    from verl.model_merger import load_full_state_dict
 
     group.save_checkpoint(path)
-    return load_file(os.path.join(path, "huggingface", "model.safetensors"))
+    return load_full_state_dict(path)
 
 
 def test_two_rank_update_matches_one_rank_and_autograd(ray_cpu, tiny_model_dir, fixed_batch, tmp_path) -> None:
@@ -223,6 +223,16 @@ def test_two_rank_update_matches_one_rank_and_autograd(ray_cpu, tiny_model_dir, 
         torch.testing.assert_close(delta_one, expected_update[name], atol=PARAM_ATOL, rtol=0, msg=name)
         torch.testing.assert_close(delta_two, delta_one, atol=PARAM_ATOL, rtol=0, msg=name)
     assert largest > 1e-3  # the update is far above the tolerance, so the comparison is meaningful
+
+    # the 2-rank checkpoint (each rank wrote its own shards) resumes on 1 rank with exactly the saved weights
+    single = _make_group("local", tiny_model_dir, 1)
+    try:
+        single.load_checkpoint(str(tmp_path / "ckpt_2"))
+        reloaded = _saved_params(single, str(tmp_path / "ckpt_2_on_1"))
+    finally:
+        single.shutdown()
+    for name, value in two.items():
+        assert torch.equal(reloaded[name], value), name
 
 
 def test_two_rank_log_probs_and_generation_match_one_rank(ray_cpu, tiny_model_dir, fixed_batch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from verl.model_merger import merge_checkpoint
 from verl.protocol import DataProto
 from verl.single_controller import create_worker_group
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
@@ -77,7 +78,8 @@ def test_generation_sees_each_update_without_a_sync(tiny_model_dir: str, tmp_pat
     after = group.generate_sequences(prompts)
     group.save_checkpoint(str(tmp_path / "ckpt"))
 
-    updated = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt" / "huggingface"), dtype=torch.float32).eval()
+    merged = merge_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "merged"))
+    updated = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
     with torch.no_grad():
         expected = updated.generate(
             input_ids=prompts.batch["input_ids"],

@@ -265,7 +265,7 @@ class ActorModel(torch.nn.Module):
 
     def load_saved_state_dict(self, directory: str) -> dict[str, torch.Tensor]:
         """Inverse of :meth:`save_pretrained`: the state dict stored in ``directory``, keyed as
-        ``self.state_dict()`` (what a checkpoint's ``actor/huggingface/`` holds; used to resume)."""
+        ``self.state_dict()``."""
         inner = self.hf_model
         if inner is not None and not os.path.isfile(os.path.join(directory, _GENERIC_META)):
             return _read_saved_weights(inner, directory, "model.")
@@ -387,7 +387,7 @@ class CriticModel(torch.nn.Module):
 
     def load_saved_state_dict(self, directory: str) -> dict[str, torch.Tensor]:
         """Inverse of :meth:`save_pretrained`: backbone and ``value_head.safetensors`` keyed as
-        ``self.state_dict()`` (used to resume from a checkpoint's ``critic/huggingface/``)."""
+        ``self.state_dict()``."""
         from safetensors.torch import load_file
 
         head_file = os.path.join(directory, "value_head.safetensors")

@@ -536,8 +536,8 @@ class PPOTrainer(BaseTrainer):
     def save_checkpoint(
         self, path: str | None = None, save_optimizer: bool = True, save_training_state: bool = True
     ) -> str:
-        """Write ``<path>/actor`` (and ``critic``): the weights in Hugging Face format, plus ``optim.pt`` when
-        ``save_optimizer`` and the scheduler/RNG state and ``data.pt`` (global step, KL coefficient, data
+        """Write ``<path>/actor`` (and ``critic``): every rank's shard of the weights, of the optimizer state when
+        ``save_optimizer``, and the scheduler/RNG state and ``data.pt`` (global step, KL coefficient, data
         position) when ``save_training_state``; returns the directory.
 
         The same writer as ``main_ppo`` (:meth:`RayPPOTrainer.save_checkpoint`): written atomically and marked

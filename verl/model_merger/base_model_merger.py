@@ -204,8 +204,8 @@ def merge_checkpoint(
     side_dirs = [d for d in (adapter_dir, os.path.join(local_dir, HF_SUBDIR), config_dir) if d is not None]
     if state_dict is None:
         raise FileNotFoundError(
-            f"no weights found for {local_dir}: expected model_world_size_W_rank_R.safetensors shards with "
-            f"model_world_size_W_index.json, or model.safetensors (or its index) in {config_dir}"
+            f"no weights found for {local_dir}: expected model_world_size_W_rank_R.safetensors shards, or "
+            f"model.safetensors (or its index) in {config_dir}"
         )
 
     model = _build_model(config_dir, state_dict)

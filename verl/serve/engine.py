@@ -59,14 +59,25 @@ def _adapter_dir(path: str) -> str | None:
     return None
 
 
+def _checkpoint_role_dir(path: str) -> str | None:
+    """The role dir of a training checkpoint (``global_step_N`` or ``global_step_N/actor``), or None."""
+    from verl.utils.checkpoint.sharded_state import has_shards
+
+    for candidate in (path, os.path.join(path, "actor")):
+        if os.path.isdir(candidate) and has_shards(candidate, "model"):
+            return candidate
+    return None
+
+
 def resolve_model_source(model: str, lora: str | None = None, served_name: str | None = None) -> ModelSource:
     """Turn the CLI's ``MODEL_DIR`` (and ``--lora``) into a plain Hugging Face directory to serve.
 
-    ``model`` is a Hugging Face dir (e.g. the ``hf_model/`` a training run exports), a bundled model name, or a
-    PEFT LoRA adapter dir (its base is ``base_model_name_or_path`` of ``adapter_config.json``); ``lora`` is an
-    adapter dir applied to ``model``. An adapter, either way or in ``MODEL_DIR/lora_adapter/``, is merged into
-    the base weights once, into a temporary directory (:func:`verl.model_merger.base_model_merger.merge_checkpoint`
-    does it), so both engines serve it at full speed.
+    ``model`` is a Hugging Face dir (e.g. the ``hf_model/`` a training run exports), a training checkpoint
+    (``global_step_N`` or its ``actor/``: its rank shards are merged into a temporary Hugging Face dir, LoRA
+    included), a bundled model name, or a PEFT LoRA adapter dir (its base is ``base_model_name_or_path`` of
+    ``adapter_config.json``); ``lora`` is an adapter dir applied to ``model``. An adapter, either way or in
+    ``MODEL_DIR/lora_adapter/``, is merged into the base weights once, into a temporary directory
+    (:func:`verl.model_merger.base_model_merger.merge_checkpoint` does it), so both engines serve it at full speed.
 
     Raises:
         FileNotFoundError / ValueError: naming the path that is not a model or adapter directory.
@@ -75,6 +86,15 @@ def resolve_model_source(model: str, lora: str | None = None, served_name: str |
 
     adapter = None
     base: str | None = None
+    role_dir = _checkpoint_role_dir(model) if lora is None else None
+    if role_dir is not None:
+        from verl.model_merger.base_model_merger import merge_checkpoint
+
+        tmp = tempfile.mkdtemp(prefix="verl-serve-merged-")
+        logger.info("merging checkpoint %s into a Hugging Face dir %s", role_dir, tmp)
+        target = merge_checkpoint(role_dir, os.path.join(tmp, "model"))
+        name = served_name or os.path.basename(os.path.normpath(model))
+        return ModelSource(path=target, name=name, cleanup=[tmp])
     if lora is not None:
         adapter = _adapter_dir(lora)
         if adapter is None:

@@ -29,7 +29,7 @@ def test_dpo_cli_trains_with_overrides(tiny_model_dir, pref_rows, jsonl, tmp_pat
     ]
     assert main_dpo.main(argv) == 0
     root = os.path.join(out, "cli")
-    assert os.path.isfile(os.path.join(root, "global_step_2", "actor", "optim.pt"))
+    assert os.path.isfile(os.path.join(root, "global_step_2", "actor", "optim_world_size_1_rank_0.safetensors"))
     assert os.path.isfile(os.path.join(root, "hf_model", "config.json"))
     records = jsonl(os.path.join(root, "logs", "metrics.jsonl"))
     assert "rewards/margins" in records[0]["metrics"]

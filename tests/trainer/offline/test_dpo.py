@@ -39,7 +39,7 @@ def test_python_api_with_datasets_dataset_writes_checkpoint_and_export(
         assert name in metrics
     step_dir = os.path.join(out_dir, "global_step_2", "actor")
     assert os.path.isfile(os.path.join(step_dir, "huggingface", "config.json"))
-    assert os.path.isfile(os.path.join(step_dir, "optim.pt"))
+    assert os.path.isfile(os.path.join(step_dir, "optim_world_size_1_rank_0.safetensors"))
     with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt")) as f:
         assert f.read().strip() == "2"
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(out_dir, "hf_model"))

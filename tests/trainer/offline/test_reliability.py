@@ -46,7 +46,7 @@ def test_truncated_checkpoint_file_is_named_and_skipped(tiny_model_dir, fast, tm
     trainer = _trainer(tiny_model_dir, fast, out, 2)
     trainer.config.trainer.save_freq = 1
     trainer.fit()
-    optim = out / "global_step_2" / "actor" / "optim.pt"
+    optim = out / "global_step_2" / "actor" / "optim_world_size_1_rank_0.safetensors"
     os.truncate(optim, os.path.getsize(optim) // 2)
     again = _trainer(tiny_model_dir, fast, out, 3)
     again.fit()

@@ -151,6 +151,7 @@ def _proto(batch: dict[str, torch.Tensor]):
 def test_grpo_four_ranks_on_two_nodes_match_one_rank(cluster, tiny_model_dir: str, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
+    from verl.model_merger import load_full_state_dict
     from verl.single_controller import create_colocated_worker_groups
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
@@ -178,7 +179,7 @@ def test_grpo_four_ranks_on_two_nodes_match_one_rank(cluster, tiny_model_dir: st
             metrics = group.update_actor(data).meta_info["metrics"]
             out = tmp_path / f"ckpt_{backend}"
             group.save_checkpoint(str(out))
-            params = load_file(str(out / "huggingface" / "model.safetensors"))
+            params = load_full_state_dict(str(out))
         finally:
             group.shutdown()
         results[backend] = (old, sum(metrics["actor/pg_loss"]) / len(metrics["actor/pg_loss"]), params)

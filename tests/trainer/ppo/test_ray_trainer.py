@@ -195,7 +195,7 @@ def test_checkpoint_layout_and_retention(ppo_run: Path) -> None:
     for role in ("actor", "critic"):
         role_dir = ppo_run / "global_step_3" / role
         assert (role_dir / "huggingface" / "config.json").is_file()
-        assert (role_dir / "optim.pt").is_file()
+        assert (role_dir / "optim_world_size_1_rank_0.safetensors").is_file()
         assert list(role_dir.glob("extra_state_world_size_1_rank_0.pt"))
     assert (ppo_run / "global_step_3" / "data.pt").is_file()
     # no temporary directory of an atomic write is left behind
@@ -230,7 +230,7 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(
     # neither a half-written global_step_2 nor its temporary directory is left
     assert sorted(p.name for p in tmp_path.iterdir() if "global_step" in p.name) == ["global_step_1"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
-    assert (tmp_path / "global_step_1" / "actor" / "huggingface" / "model.safetensors").is_file()
+    assert (tmp_path / "global_step_1" / "actor" / "model_world_size_1_rank_0.safetensors").is_file()
     # the surviving checkpoint is usable: a new run resumes from it and only trains step 2
     run_ppo(_config(tiny_model_dir, task_files, tmp_path, cfg_extra))
     assert [r["step"] for r in _records(tmp_path)] == [1, 2]

@@ -1,4 +1,5 @@
-"""Tests of verl/utils/checkpoint/checkpoint_manager.py: RNG, optimizer/extra state, HF saves, safe loading."""
+"""Tests of verl/utils/checkpoint/checkpoint_manager.py (RNG, extra state, HF saves, safe loading) and
+verl/utils/checkpoint/optimizer_state.py (optimizer state keyed by parameter names)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,17 @@ import torch
 from safetensors import safe_open
 
 from verl.utils.checkpoint.checkpoint_manager import (
-    check_checkpoint_files,
     extra_state_filename,
     get_rng_state,
     load_extra_state,
     load_model_state_dict,
-    load_optimizer,
     safe_torch_load,
     save_extra_state,
     save_model_hf,
-    save_optimizer,
     set_rng_state,
 )
+from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
+from verl.utils.checkpoint.sharded_state import ShardReader, load_state_shards, save_state_shards
 
 
 def _draw() -> tuple[torch.Tensor, np.ndarray, float, float]:
@@ -67,10 +67,14 @@ def _train_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, sched, step
         sched.step()
 
 
-def _make(lr: float = 0.1):
-    torch.manual_seed(0)
+def _make(seed: int = 0, lrs: tuple[float, float] = (0.1, 0.01)):
+    torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    groups = [
+        {"params": model[0].parameters(), "lr": lrs[0], "weight_decay": 0.1},
+        {"params": model[2].parameters(), "lr": lrs[1], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, betas=(0.8, 0.95))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     return model, opt, sched
 
@@ -78,29 +82,61 @@ def _make(lr: float = 0.1):
 def test_optimizer_and_scheduler_resume_matches_uninterrupted(tmp_path) -> None:
     model, opt, sched = _make()
     _train_steps(model, opt, sched, 3, seed=1)
-    save_optimizer(opt, str(tmp_path), rank=0, world_size=1)
-    save_extra_state(str(tmp_path), 0, 1, lr_scheduler=sched, extra={"global_step": 3, "tag": "x"})
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    path = str(tmp_path)
+    save_state_shards(model.state_dict(), path, "model", rank=0, world_size=1)
+    file = save_optimizer_shards(model, opt, path, rank=0, world_size=1)
+    assert os.path.basename(file) == "optim_world_size_1_rank_0.safetensors"
+    save_extra_state(path, 0, 1, lr_scheduler=sched, extra={"global_step": 3, "tag": "x"})
     _train_steps(model, opt, sched, 2, seed=2)  # uninterrupted reference
     reference = {k: v.clone() for k, v in model.state_dict().items()}
 
-    model2, opt2, sched2 = _make(lr=0.5)  # different lr: must be overwritten by the loaded state
-    model2.load_state_dict(weights)
-    load_optimizer(opt2, str(tmp_path), rank=0, world_size=1)
-    extra = load_extra_state(str(tmp_path), 0, 1, lr_scheduler=sched2)
+    # different init and different learning rates: everything must come from disk
+    model2, opt2, sched2 = _make(seed=7, lrs=(0.5, 0.5))
+    model2.load_state_dict(load_state_shards(ShardReader(path, "model"), model2.state_dict()))
+    load_optimizer_shards(model2, opt2, path)
+    extra = load_extra_state(path, 0, 1, lr_scheduler=sched2)
     assert extra == {"global_step": 3, "tag": "x"}
-    assert sched2.last_epoch == 3 and opt2.param_groups[0]["lr"] == pytest.approx(0.05)  # 0.1 * 0.5 after 2 steps
+    assert sched2.last_epoch == 3
+    # 0.1 and 0.01 halved once after 2 of the 3 steps
+    assert [g["lr"] for g in opt2.param_groups] == pytest.approx([0.05, 0.005])
+    assert [g["weight_decay"] for g in opt2.param_groups] == [0.1, 0.0]
+    assert opt2.param_groups[0]["betas"] == (0.8, 0.95) and isinstance(opt2.param_groups[1]["betas"], tuple)
+    assert float(opt2.state[model2[0].weight]["step"]) == 3.0
     _train_steps(model2, opt2, sched2, 2, seed=2)
     for k, v in reference.items():
         torch.testing.assert_close(model2.state_dict()[k], v, rtol=0, atol=0)
 
 
-def test_load_optimizer_group_mismatch(tmp_path) -> None:
-    model, opt, _ = _make()
-    save_optimizer(opt, str(tmp_path), 0, 1)
-    other = torch.optim.SGD([{"params": [model[0].weight]}, {"params": [model[2].weight]}], lr=0.1)
-    with pytest.raises(ValueError, match="1 param groups saved but the optimizer has 2"):
-        load_optimizer(other, str(tmp_path), 0, 1)
+def test_load_optimizer_group_and_type_mismatch(tmp_path) -> None:
+    model, opt, sched = _make()
+    _train_steps(model, opt, sched, 1, seed=1)
+    save_optimizer_shards(model, opt, str(tmp_path), 0, 1)
+    one_group = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="2 saved param groups, the optimizer has 1"):
+        load_optimizer_shards(model, one_group, str(tmp_path))
+    swapped = torch.optim.AdamW([{"params": model[2].parameters()}, {"params": model[0].parameters()}], lr=0.1)
+    with pytest.raises(ValueError, match=r"param group 0 was saved for other parameters: not saved \['2\.bias'"):
+        load_optimizer_shards(model, swapped, str(tmp_path))
+    sgd = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[2].parameters()}], lr=0.1)
+    with pytest.raises(ValueError, match="optimizer state of a AdamW, the run uses SGD"):
+        load_optimizer_shards(model, sgd, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no optim shard files"):
+        load_optimizer_shards(model, opt, str(tmp_path / "nowhere"))
+
+
+def test_extra_state_after_a_world_size_change(tmp_path) -> None:
+    draws = {}
+    for rank in range(2):  # two "ranks" of a 2-rank save, with different RNG streams
+        torch.manual_seed(10 + rank)
+        save_extra_state(str(tmp_path), rank, 2, extra={"global_step": 5})
+        draws[rank] = torch.rand(3)
+    for rank, source in ((0, 0), (1, 1), (2, 0), (3, 0)):  # resumed on 4 ranks
+        torch.manual_seed(99)
+        assert load_extra_state(str(tmp_path), rank, 4) == {"global_step": 5}
+        assert torch.equal(torch.rand(3), draws[source]), rank
+    os.remove(tmp_path / extra_state_filename(1, 2))
+    with pytest.raises(FileNotFoundError, match=r"extra_state_world_size_2_rank_1\.pt"):
+        load_extra_state(str(tmp_path), 1, 2)
 
 
 class _Evil:
@@ -112,22 +148,14 @@ def test_safe_load_refuses_pickled_objects_and_names_missing(tmp_path) -> None:
     torch.save({"obj": _Evil()}, path)
     with pytest.raises(ValueError, match="weights_only"):
         safe_torch_load(str(path), "extra state")
-    with pytest.raises(FileNotFoundError, match=r"optim_world_size_2_rank_1\.pt \(expected optimizer state"):
-        load_optimizer(_make()[1], str(tmp_path), rank=1, world_size=2)
+    with pytest.raises(FileNotFoundError, match=r"extra_state_world_size_2_rank_1\.pt \(expected lr scheduler"):
+        load_extra_state(str(tmp_path), rank=1, world_size=2)
     (tmp_path / "t.pt").write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="corrupt"):
         safe_torch_load(str(tmp_path / "t.pt"), "something")
-
-
-def test_check_checkpoint_files_lists_all_missing(tmp_path) -> None:
-    save_extra_state(str(tmp_path), 0, 2)
-    with pytest.raises(FileNotFoundError) as err:
-        check_checkpoint_files(str(tmp_path), 0, 2, ["model", "optimizer", "extra", "hf_model"])
-    msg = str(err.value)
-    assert "model_world_size_2_rank_0.safetensors" in msg and "optim_world_size_2_rank_0.pt" in msg
-    assert "huggingface/config.json" in msg and "extra_state" not in msg
-    with pytest.raises(ValueError, match="unknown checkpoint content 'weights'"):
-        check_checkpoint_files(str(tmp_path), 0, 2, ["weights"])
+    torch.save({"something": 1}, tmp_path / extra_state_filename(0, 1))
+    with pytest.raises(ValueError, match="not an extra-state file"):
+        load_extra_state(str(tmp_path), 0, 1)
 
 
 def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:

@@ -148,4 +148,5 @@ def load_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimiz
         if name not in position:
             raise ValueError(f"{path}: optimizer state for {name!r}, which the optimizer does not hold")
         state.setdefault(position[name], {}).update({k: _from_json(v) for k, v in extra.items()})
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    # in parameter order, as a live optimizer holds it
+    optimizer.load_state_dict({"state": dict(sorted(state.items())), "param_groups": groups})

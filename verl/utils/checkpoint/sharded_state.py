@@ -132,7 +132,9 @@ def save_state_shards(
         local, offset = _local_block(value.detach(), rank)
         if local is None:
             continue
-        identity = (local.untyped_storage().data_ptr(), local.storage_offset(), tuple(local.shape), local.dtype)
+        # same storage, offset, shape, strides and dtype: the same tensor (a transposed view of a square one is not)
+        storage = local.untyped_storage().data_ptr()
+        identity = (storage, local.storage_offset(), tuple(local.shape), tuple(local.stride()), local.dtype)
         if identity in seen and index[seen[identity]]["offset"] == offset:
             aliases[name] = seen[identity]  # a tied weight: one copy on disk
             continue
