@@ -178,3 +178,43 @@ def test_verl_style_script_runs_without_torchrun(tiny_model_dir, tmp_path) -> No
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert os.path.isfile(os.path.join(str(tmp_path), "out", "hf_model", "config.json"))
+
+
+@pytest.mark.slow
+def test_two_rank_torchrun_saves_shards_and_resumes_on_one_rank(tiny_model_dir, tmp_path) -> None:
+    """torchrun with 2 ranks: each rank writes its own model and optimizer shards; the run continues on 1 rank."""
+    import socket
+
+    data = _gsm8k_like(os.path.join(str(tmp_path), "train.parquet"), n=8)
+    args = _args(tmp_path, tiny_model_dir, data, "trainer.save_freq=1")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
+    two = subprocess.run(
+        [*launcher, "-m", "verl.trainer.fsdp_sft_trainer", *args, "trainer.n_gpus_per_node=2"]
+        + ["trainer.total_training_steps=2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+    role_dir = os.path.join(str(tmp_path), "out", "global_step_2", "actor")
+    for kind in ("model", "optim"):
+        for rank in range(2):
+            assert os.path.isfile(os.path.join(role_dir, f"{kind}_world_size_2_rank_{rank}.safetensors"))
+    one = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.fsdp_sft_trainer", *args, "trainer.total_training_steps=3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert f"resumed from {os.path.dirname(role_dir)} at step 2" in one.stdout
+    assert os.path.isfile(
+        os.path.join(str(tmp_path), "out", "global_step_3", "actor", "model_world_size_1_rank_0.safetensors")
+    )
