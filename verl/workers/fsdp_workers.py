@@ -159,6 +159,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor = None
         self.ref_policy = None
         self.rollout = None
+        self._rollout_tp_group = None  # a tensor-parallel vLLM engine's ranks (set by _build_rollout_tp_group)
         self.tokenizer = None
         self.actor_optimizer = None
         self.actor_lr_scheduler = None
@@ -322,7 +323,9 @@ class ActorRolloutRefWorker(Worker):
             return name
         # a user's module object (verl.ActorModel) trains in place: generation must run on it, not on a copy
         usable, why_not = vllm_usable_for(
-            None if self._given_actor_module is not None else self.model_path, self.world_size
+            None if self._given_actor_module is not None else self.model_path,
+            self.world_size,
+            int(self.config.rollout.get("tensor_model_parallel_size", 1)),
         )
         if not usable:
             logger.info("rollout.name=auto: using hf because %s", why_not)
@@ -337,28 +340,75 @@ class ActorRolloutRefWorker(Worker):
             self._sync_rollout_weights()
             return
         self.rollout_name = self._resolve_rollout_name()
+        failure: Exception | None = None
         if self.rollout_name != "hf":
             try:
                 rollout_cls = get_rollout_class(self.rollout_name)
                 self.rollout = rollout_cls(self.model_path, self.config.rollout, tokenizer=self.tokenizer)
-                self._sync_rollout_weights()
-                return
-            except Exception as err:  # noqa: BLE001 - only the automatic choice falls back
-                if self.config.rollout.name != "auto":
-                    raise
-                logger.warning("rollout.name=auto: vLLM failed to start (%s); using the hf engine", err)
-                self.rollout_name = "hf"
+            except Exception as err:  # noqa: BLE001 - decided below, together with the other ranks
+                failure = err
+        # Every rank must run the same engine kind: the weight sync after each update is a collective of the ranks
+        # with an engine, so a rank on hf (its engine failed, or auto decided otherwise there) would leave the
+        # others waiting in it. Asked on every rank, whatever it chose, so that all take part in the all-reduce.
+        started_everywhere = self._all_ranks_agree(self.rollout_name != "hf" and failure is None)
+        if started_everywhere:
+            self._rollout_tp_group = self._build_rollout_tp_group()
+            self._sync_rollout_weights()
+            return
+        if self.rollout_name != "hf":
+            stop = getattr(self.rollout, "shutdown", None)
+            if callable(stop):
+                stop()  # vLLM: its groups on this rank; the actor's world stays
+            self.rollout = None
+            if self.config.rollout.name != "auto":
+                if failure is not None:
+                    raise failure
+                raise RuntimeError(
+                    f"rollout.name={self.rollout_name}: the engine failed to start on another rank (see its log)"
+                )
+            logger.warning(
+                "rollout.name=auto: vLLM failed to start (%s); using the hf engine",
+                failure if failure is not None else "on another rank",
+            )
+            self.rollout_name = "hf"
         # hybrid engine: generation runs on the very module the actor trains
         self.rollout = get_rollout_class("hf")(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
+
+    def _all_ranks_agree(self, ok: bool) -> bool:
+        """Whether ``ok`` holds on every rank (a MIN all-reduce; just ``ok`` without a process group)."""
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return ok
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self.compute_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def _build_rollout_tp_group(self) -> Any:
+        """The gloo group of this rank's tensor-parallel rollout engine (None for tp = 1): the
+        ``rollout.tensor_model_parallel_size`` consecutive ranks vLLM made one engine of. They pool their prompt
+        chunks before each generation (a tensor-parallel engine runs one batch across its ranks). Every rank
+        creates every group, in the same order (``new_group`` is collective)."""
+        tp = int(getattr(self.rollout, "tp_size", 1))
+        if tp <= 1:
+            return None
+        world, mine = dist.get_world_size(), None
+        for start in range(0, world, tp):
+            # gloo: the group carries pickled DataProto chunks, which need no device copies
+            group = dist.new_group(list(range(start, start + tp)), backend="gloo")
+            if start <= self.rank < start + tp:
+                mine = group
+        return mine
 
     def _rollout_weights(self):
         """``(name, full tensor)`` of the actor under the plain transformers names (LoRA adapters merged in).
 
-        ``rollout.layered_summon``: a lazy iterator that gathers one tensor at a time (every rank must drain it);
-        otherwise everything is gathered up front (rank 0 receives the tensors).
+        A lazy iterator that gathers one tensor at a time, whose every step is a collective on a sharded model
+        (every rank must drain it; all ranks receive each tensor), when ``rollout.layered_summon`` is set or the
+        actor has more than one rank: each rank then feeds its own engine, and gathering the whole model up front
+        on every rank would hold a second full copy of it beside the engine's. One rank without
+        ``layered_summon``: the whole state dict up front.
         """
         module = self.actor_module
-        layered = bool(self.config.rollout.get("layered_summon", False))
+        layered = bool(self.config.rollout.get("layered_summon", False)) or self.world_size > 1
         if self._is_lora:
             items = self._merged_lora_weights(module)
             return items if layered else iter(list(items))
@@ -383,13 +433,44 @@ class ActorRolloutRefWorker(Worker):
             module.unmerge_adapter()
 
     def _sync_rollout_weights(self) -> None:
+        """Push the actor's current weights into this rank's engine (every rank has one; a collective on >1 rank).
+
+        Each rank hands its engine the same lazy sequence of full tensors (:meth:`_rollout_weights`), which the
+        engine consumes one at a time: the peak extra memory is one full tensor plus the engine's own copy of the
+        weights. Whatever the engine leaves unread is drained, also when it raises, so every rank takes part in
+        the same gathers and none waits forever for a rank whose engine failed.
+        """
         if self.rollout is None or getattr(self, "rollout_name", "hf") == "hf":
             return
         items = self._rollout_weights()
-        if self.rank == 0 or not dist.is_initialized():
+        try:
             self.rollout.update_weights(items)
-        for _ in items:  # the other ranks take part in every gather; rank 0 drains what the engine left
-            pass
+        finally:
+            for _ in items:
+                pass
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rollout_info(self) -> dict[str, Any]:
+        """Which engine generates on this rank: ``name`` (``hf``, ``vllm``, ``given``), the ``pid`` of the process
+        it runs in and, for vLLM, ``tp_size`` / ``dp_rank`` / ``dp_size`` (tensor-parallel size, index of this
+        rank's replica, number of replicas), ``weight_syncs`` (weight updates received) and ``last_weight_sync_s``.
+        The group returns one dict per rank."""
+        rollout = self._require(self.rollout, "rollout_info", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        info: dict[str, Any] = {"name": self.rollout_name, "rank": self.rank, "pid": os.getpid()}
+        for key in ("tp_size", "dp_rank", "dp_size", "weight_syncs", "last_weight_sync_s"):
+            if hasattr(rollout, key):
+                info[key] = getattr(rollout, key)
+        return info
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def shutdown_rollout(self) -> None:
+        """Stop this rank's rollout engine and release what it holds outside the process (vLLM: its process groups
+        and the shared-memory queue of a tensor-parallel engine, which a killed process would leave in /dev/shm),
+        e.g. before the group's processes are killed. The actor keeps working; generation needs init_model again."""
+        stop = getattr(self.rollout, "shutdown", None)
+        if callable(stop) and self.rollout_name != "hf":
+            stop()
+        self.rollout = None
 
     # ------------------------------------------------------------------------------------------------ compute
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -401,9 +482,12 @@ class ActorRolloutRefWorker(Worker):
         rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
         on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
         gather = fsdp_utils.full_params(self.actor_module) if on_actor else nullcontext()
+        # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
+        # the group pools its chunks, generates them together and each rank keeps its own rows
+        prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
         with _loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
             output = rollout.generate_sequences(prompts)
-        return output.to("cpu")
+        return own_rows(output, rows).to("cpu")
 
     def _log_prob_meta(self, data: DataProto, section: DictConfig, sp: int = 1) -> None:
         data.meta_info["micro_batch_size"] = int(section.log_prob_micro_batch_size_per_gpu)

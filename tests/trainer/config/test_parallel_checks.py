@@ -73,6 +73,20 @@ def test_implemented_values_pass_and_legacy_worker_switch_is_a_notice() -> None:
     assert msg.startswith("trainer.use_legacy_worker_impl: expected one of auto, enable, disable")
 
 
+def test_rollout_tensor_parallel_size_must_divide_the_world() -> None:
+    """vLLM's tensor-parallel groups are actor ranks: a size that does not divide them is refused when the config
+    is loaded (under rollout.name=auto it would otherwise fall back to hf and drop the setting)."""
+    for name in ("auto", "vllm"):
+        (msg,) = _problems(
+            [f"actor_rollout_ref.rollout.name={name}", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+        )
+        assert msg.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=2 must divide the number of")
+    (msg,) = _problems(["trainer.n_gpus_per_node=6", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
+    assert "(6)" in msg
+    two = load_config(["trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
+    assert two.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+
+
 def test_sequence_parallel_and_fsdp_sizes_must_divide_the_world() -> None:
     problems = _problems(
         [

@@ -103,3 +103,38 @@ def test_dummy_weights_are_replaced_by_a_layered_sync(tmp_path, make_prompts) ->
                 rollout.shutdown()
             group.shutdown()
     assert torch.equal(outputs["vllm"], outputs["hf"])
+
+
+def test_tensor_parallel_size_must_divide_the_actor_ranks() -> None:
+    from verl.workers.rollout.base import rollout_tp_error
+
+    assert rollout_tp_error(1, 1) is None and rollout_tp_error(2, 2) is None and rollout_tp_error(2, 8) is None
+    for tp, world in ((2, 1), (4, 6)):
+        error = rollout_tp_error(tp, world)
+        assert error.startswith(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide")
+    assert "must be >= 1" in rollout_tp_error(0, 2)
+
+
+def test_auto_picks_vllm_for_several_ranks_and_names_an_unusable_tp(tmp_path) -> None:
+    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.workers.rollout.base import vllm_usable_for
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed")
+    spec = TinyModelSpec(arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    make_tiny_causal_lm(spec, save_dir=str(tmp_path), seed=0)
+    assert vllm_usable_for(str(tmp_path), world_size=2) == (True, "")
+    assert vllm_usable_for(str(tmp_path), world_size=4, tensor_parallel_size=2) == (True, "")
+    usable, why_not = vllm_usable_for(str(tmp_path), world_size=2, tensor_parallel_size=4)
+    assert not usable and why_not.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=4")
+
+
+def test_stale_cpu_shared_memory_of_one_tp_group_is_removed(tmp_path) -> None:
+    from verl.workers.rollout.vllm_rollout import remove_stale_cpu_shm
+
+    names = ["-tp:0-[0-1]-cpushm_0", "-tp:0-[0-1]-cpushm_1", "-tp:0-[2-3]-cpushm_0", "psm_1234", "other"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path))) == names[:2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+    assert remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path / "missing")) == []

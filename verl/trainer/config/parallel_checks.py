@@ -151,6 +151,14 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} applies to the vllm engine; the hf engine "
             f"generates on each rank with the actor's own (gathered) weights, so it has no tensor parallelism"
         )
+    elif tp > 1:
+        from verl.workers.rollout.base import rollout_tp_error
+
+        # refused here rather than when the engines start: under rollout.name=auto an unusable size would
+        # otherwise fall back to the hf engine and the setting would be dropped without a word
+        tp_error = rollout_tp_error(tp, world_size(cfg))
+        if tp_error:
+            errors.append(tp_error)
     legacy = str(cfg.trainer.get("use_legacy_worker_impl", "auto"))
     if legacy != "auto":
         warns.append(

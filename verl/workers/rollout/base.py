@@ -89,12 +89,36 @@ def get_rollout_class(name: str) -> type[BaseRollout]:
     return _ROLLOUT_REGISTRY[name]
 
 
-def vllm_usable_for(model_path: str | None, world_size: int) -> tuple[bool, str]:
+TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+def rollout_tp_error(tensor_parallel_size: int, world_size: int) -> str | None:
+    """Why ``rollout.tensor_model_parallel_size`` cannot run with ``world_size`` actor ranks, or None when it can.
+
+    vLLM runs in every actor process and reuses the actor's torch.distributed world (vLLM's ``external_launcher``):
+    its tensor-parallel groups are ``tensor_parallel_size`` consecutive actor ranks, each group one data-parallel
+    replica. So the size must divide the number of ranks; with one rank there is no group to split a model over
+    (an in-process engine with tp > 1 would need vLLM's worker subprocesses, which the in-place weight sync cannot
+    reach).
+    """
+    tp, world = int(tensor_parallel_size), int(world_size)
+    if tp < 1:
+        return f"{TP_KEY}={tp} must be >= 1"
+    if tp > 1 and world % tp != 0:
+        return (
+            f"{TP_KEY}={tp} must divide the number of actor ranks ({world}): vLLM's tensor-parallel groups are {tp} "
+            f"consecutive actor ranks (trainer.nnodes * trainer.n_gpus_per_node), each group one replica"
+        )
+    return None
+
+
+def vllm_usable_for(model_path: str | None, world_size: int, tensor_parallel_size: int = 1) -> tuple[bool, str]:
     """Whether ``rollout.name=auto`` should pick vLLM, and why not when it should not.
 
-    vLLM is chosen when it is installed, the actor is one process (an in-process vLLM engine owns a
-    torch.distributed group of its own, which would collide with FSDP's), the model comes from a directory (not a
-    user's module object) and, on CPU, the attention head dimension is at least 32 (vLLM's CPU kernels).
+    vLLM is chosen when it is installed, ``tensor_parallel_size`` fits the ``world_size`` actor ranks
+    (:func:`rollout_tp_error`; every rank runs an engine, inside the actor's torch.distributed world), the model
+    comes from a directory (not a user's module object) and, on CPU, the attention head dimension is at least 32
+    (vLLM's CPU kernels).
     """
     import importlib.util
     import json
@@ -102,8 +126,9 @@ def vllm_usable_for(model_path: str | None, world_size: int) -> tuple[bool, str]
 
     if importlib.util.find_spec("vllm") is None:
         return False, "vllm is not installed (pip install -e .[vllm])"
-    if world_size > 1:
-        return False, f"the actor has {world_size} ranks; the in-process vLLM engine is used with one"
+    tp_error = rollout_tp_error(tensor_parallel_size, world_size)
+    if tp_error:
+        return False, tp_error
     if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
         return False, "the actor is not loaded from a model directory"
     with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:

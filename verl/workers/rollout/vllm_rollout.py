@@ -10,12 +10,18 @@ Notes on vLLM that shape this code:
   reference;
 - after start-up the CPU backend repacks weights, so ``model.load_weights`` no longer applies; the model runner's
   ``reload_weights(weights_iterator=...)`` (reached with ``LLM.collective_rpc``) does;
-- a per-request ``seed`` in ``SamplingParams`` crashes the CPU sampler, so only the engine-wide seed is used.
+- a per-request ``seed`` in ``SamplingParams`` crashes the CPU sampler, so only the engine-wide seed is used;
+- with more than one actor rank every rank runs its own engine inside the actor's torch.distributed world, through
+  vLLM's ``external_launcher`` executor (the one upstream verl uses): vLLM then does not create a world of its own
+  (which would collide with FSDP's default group) but builds its tensor-parallel groups from ``tp`` consecutive
+  ranks of the existing one; every other rank group is an independent replica ("external data parallelism" in
+  ``vllm.distributed.parallel_state.initialize_model_parallel``). It works with gloo on CPU and NCCL on GPU.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -36,9 +42,11 @@ from verl.workers.rollout.base import (
     register_rollout,
     resolve_sampling,
     resolve_special_ids,
+    rollout_tp_error,
 )
 
 _GIB = 1 << 30
+logger = logging.getLogger(__name__)
 
 
 def import_vllm() -> Any:
@@ -105,6 +113,61 @@ def retie_parameters(model: torch.nn.Module, aliases: list[tuple[str, str]]) -> 
         quant_method = getattr(alias_module, "quant_method", None)
         if quant_method is not None and hasattr(quant_method, "process_weights_after_loading"):
             quant_method.process_weights_after_loading(alias_module)
+
+
+def distributed_layout(tensor_parallel_size: int) -> tuple[int, int, int]:
+    """``(world_size, rank, dp_rank)`` of this process for an engine of ``tensor_parallel_size``: the actor's
+    torch.distributed world (1, 0, 0 without one) and the index of this rank's tensor-parallel group, i.e. of its
+    data-parallel replica (groups are consecutive ranks, as vLLM builds them).
+
+    Raises:
+        ValueError: the size does not fit the world (:func:`verl.workers.rollout.base.rollout_tp_error`).
+    """
+    dist = torch.distributed
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    rank = dist.get_rank() if world > 1 else 0
+    error = rollout_tp_error(tensor_parallel_size, world)
+    if error:
+        raise ValueError(error)
+    return world, rank, rank // int(tensor_parallel_size)
+
+
+def _export_launcher_env(rank: int, world_size: int) -> None:
+    """The torchrun variables vLLM's ``external_launcher`` executor reads (``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE``): the backends set them for every worker; a process that formed its group by other means gets
+    them from torch.distributed (``LOCAL_RANK`` = the current CUDA device, which vLLM's GPU worker uses, or the
+    rank on CPU)."""
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    if "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(torch.cuda.current_device() if torch.cuda.is_available() else rank)
+
+
+_SHM_DIR = "/dev/shm"
+
+
+def remove_stale_cpu_shm(group_ranks: list[int], shm_dir: str = _SHM_DIR) -> list[str]:
+    """Delete the shared-memory segments a killed run left for the tensor-parallel group ``group_ranks``; returns
+    the names removed.
+
+    vLLM's CPU tensor-parallel communicator exchanges activations through segments named
+    ``<ident>-tp:<n>-[<ranks>]-cpushm_<i>`` and refuses to start (``create shm in SHMManager failed. errno: 17``)
+    when one exists. ``<ident>`` comes from the executor's init method, which for ``external_launcher`` is always
+    ``env://``: the names are the same for every run on a host, and the segments of ranks that were killed (a
+    Ray group's shutdown kills its actors) outlive them. Unlinking leaves any mapping of a live process intact.
+    """
+    if not os.path.isdir(shm_dir):
+        return []
+    marker = f"-[{'-'.join(str(r) for r in group_ranks)}]-cpushm_"
+    removed = []
+    for name in os.listdir(shm_dir):
+        if "-tp:" in name and marker in name:
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+                removed.append(name)
+            except OSError:  # removed by another process meanwhile, or not ours: vLLM reports what remains
+                pass
+    return removed
 
 
 # verl's rollout keys that are vllm.LLM (EngineArgs) arguments of the same name
@@ -177,17 +240,25 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         dtype = resolve_dtype_name(str(config_get(config, "dtype", "auto")), "cuda" if on_gpu else "cpu")
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
         self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
+        self.tp_size = int(config_get(config, "tensor_model_parallel_size", 1))
+        world, rank, self.dp_rank = distributed_layout(self.tp_size)
+        self.dp_size = world // self.tp_size
+        # An engine inside a multi-rank actor reuses the actor's world (see the module docstring) instead of
+        # initialising torch.distributed itself; shutdown() must then leave that world to its owner.
+        self.external_launcher = world > 1
         args: dict[str, Any] = dict(
             model=self.model_path,
             tokenizer=self.model_path,
             dtype=dtype,
-            seed=int(config_get(config, "seed", 0)),
+            # one stream per replica: with the same seed, replicas given the same prompts (rollout.n copies split
+            # over ranks) would sample the same responses; the ranks of one tensor-parallel group must agree
+            seed=int(config_get(config, "seed", 0)) + self.dp_rank,
             # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
             # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
             enforce_eager=bool(config_get(config, "enforce_eager", False)) or not on_gpu,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
-            tensor_parallel_size=int(config_get(config, "tensor_model_parallel_size", 1)),
+            tensor_parallel_size=self.tp_size,
             trust_remote_code=bool(config_get(config, "trust_remote_code", False)),
             # log-probs of the sampled token after temperature (and top-k/top-p, when set)
             logprobs_mode="processed_logprobs",
@@ -200,6 +271,16 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)
+        if self.external_launcher:
+            _export_launcher_env(rank, world)
+            args["distributed_executor_backend"] = "external_launcher"
+            if self.tp_size > 1 and not on_gpu:
+                first = self.dp_rank * self.tp_size
+                if rank == first:
+                    removed = remove_stale_cpu_shm(list(range(first, first + self.tp_size)))
+                    if removed:
+                        logger.warning("removed shared memory left by an earlier vLLM CPU engine: %s", removed)
+                torch.distributed.barrier()  # no rank of the group creates its segment before the clean-up
         args.update(engine_args_from_config(config, max_model_len))
         args.update(engine_kwargs)
         start = time.perf_counter()
@@ -222,12 +303,18 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self._model_eos = getattr(model_config.hf_config, "eos_token_id", None)
         self._sleep_enabled = False
         self.engine_start_s = 0.0
+        parallel = llm.llm_engine.vllm_config.parallel_config
+        self.tp_size = int(parallel.tensor_parallel_size)
+        self.external_launcher = parallel.distributed_executor_backend == "external_launcher"
+        _, _, self.dp_rank = distributed_layout(self.tp_size) if self.external_launcher else (1, 0, 0)
+        self.dp_size = (torch.distributed.get_world_size() // self.tp_size) if self.external_launcher else 1
         self._adopt_engine(llm)
         return self
 
     def shutdown(self) -> None:
         """Stop the engine and tear down the torch.distributed state an in-process vLLM engine creates, so the
-        process can start another engine or form its own process group afterwards."""
+        process can start another engine or form its own process group afterwards. An engine that joined the
+        actor's world (``external_launcher``) releases only the groups vLLM made; the world stays with the actor."""
         import gc
 
         llm = getattr(self, "llm", None)
@@ -241,10 +328,17 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
                     break
             del llm, engine
         gc.collect()
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        from vllm.distributed import parallel_state
 
-        destroy_model_parallel()
-        destroy_distributed_environment()
+        parallel_state.destroy_model_parallel()
+        if getattr(self, "external_launcher", False):
+            # destroy_distributed_environment() would also destroy the default group, which FSDP still uses:
+            # release vLLM's own coordinator of that world only
+            if parallel_state._WORLD is not None:
+                parallel_state._WORLD.destroy()
+            parallel_state._WORLD = None
+            return
+        parallel_state.destroy_distributed_environment()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
@@ -253,6 +347,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.llm = llm
         self._tied_aliases: list[tuple[str, str]] = self.llm.apply_model(find_tied_parameters)[0]
         self.last_weight_sync_s: float | None = None
+        self.weight_syncs = 0  # completed update_weights calls
         self._asleep_tags: set[str] = set()
 
     # --------------------------------------------------------------------------------------------- memory
@@ -291,6 +386,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             self.llm.apply_model(lambda model: retie_parameters(model, aliases))
         self.llm.reset_prefix_cache()
         self.last_weight_sync_s = time.perf_counter() - start
+        self.weight_syncs += 1
 
     # ------------------------------------------------------------------------------------------ generate
     def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
