@@ -184,8 +184,11 @@ def test_each_rank_generates_with_its_own_engine_and_follows_the_update(ray_cpu,
         assert [i["weight_syncs"] for i in group.rollout_info()] == [2, 2]
 
         after = group.generate_sequences(greedy)
-        group.save_checkpoint(str(tmp_path / "ckpt"))
-        updated = _transformers_reference(str(tmp_path / "ckpt" / "huggingface"), greedy)
+        group.save_checkpoint(str(tmp_path / "ckpt"))  # each rank writes its own shards; merged for transformers
+        from verl.model_merger import merge_checkpoint
+
+        merged = merge_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "merged"))
+        updated = _transformers_reference(merged, greedy)
         _assert_matches(after, updated, "updated weights")
         # the comparison is meaningful: the update changed what both engines generate
         for rows in (slice(0, BATCH // 2), slice(BATCH // 2, BATCH)):

@@ -586,6 +586,7 @@ class PPOTrainer(BaseTrainer):
             handle.remove()
         self._grad_hooks = []
         self._close_exporters()
+        self._driver.release_rollout()
         for group in self._driver.worker_groups.values():
             if callable(getattr(group, "shutdown", None)):
                 group.shutdown()

@@ -520,6 +520,19 @@ class RayPPOTrainer:
             )
         return final_dir
 
+    def release_rollout(self) -> None:
+        """Stop the rollout engines before the worker processes go away: a vLLM engine then frees its process
+        groups and a tensor-parallel CPU engine its shared memory, which killed processes would leave behind. One
+        rank runs in this process, whose exit releases its engine: it is left alone."""
+        group = self.worker_groups.get("actor_rollout")
+        stop = getattr(group, "shutdown_rollout", None)
+        if not callable(stop) or int(getattr(group, "world_size", 1)) <= 1:
+            return
+        try:
+            stop()
+        except Exception as err:  # noqa: BLE001 - teardown must not hide the run's result
+            logger.warning("stopping the rollout engines failed: %s", err)
+
     def driver_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
         if self.train_dataloader is not None:

@@ -170,6 +170,7 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.get("enable_debug_mode", False))):
         trainer.fit()
+    trainer.release_rollout()
 
     for manager in (reward_fn, val_reward_fn):  # their reward worker processes are not needed any more
         if callable(getattr(manager, "close", None)):
