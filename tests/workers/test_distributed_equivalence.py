@@ -14,7 +14,6 @@ step is ``-lr * g / (|g| + eps)``, i.e. ``-g`` to within ``|g| / 1e4``, so the p
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -33,30 +32,6 @@ RESPONSE_LEN = 6
 PROMPT_LEN = 5
 BATCH = 8  # rows 0-3 go to rank 0, rows 4-7 to rank 1
 RESPONSE_LENGTHS = [1, 2, 1, 2, 6, 6, 5, 6]  # valid response tokens per row (unequal across the two ranks)
-
-
-@pytest.fixture(scope="module")
-def ray_cpu() -> Iterator[None]:
-    """One Ray session for the module (reused if the suite already started one); ranks are CPU-only."""
-    old_device = os.environ.get("VERL_DEVICE")
-    os.environ["VERL_DEVICE"] = "cpu"  # the 1-rank reference runs on the same device as the Ray ranks
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            num_cpus=4,
-            num_gpus=0,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "VERL_DEVICE": "cpu"}},
-        )
-    yield
-    if started:
-        ray.shutdown()
-    if old_device is None:
-        os.environ.pop("VERL_DEVICE", None)
-    else:
-        os.environ["VERL_DEVICE"] = old_device
 
 
 def _config(model_dir: str, world_size: int, extra: tuple[str, ...] = ()):

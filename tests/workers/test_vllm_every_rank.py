@@ -13,8 +13,6 @@ Checked against plain transformers, never against the workers themselves:
 from __future__ import annotations
 
 import importlib.util
-import os
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -31,30 +29,6 @@ ray = pytest.importorskip("ray")
 
 PROMPT_LEN, RESPONSE_LEN, BATCH, PAD, EOS = 8, 6, 8, 256, 258
 LOGPROB_ATOL = 1e-3  # vLLM's CPU kernels vs transformers' eager attention, fp32
-
-
-@pytest.fixture(scope="module")
-def ray_cpu() -> Iterator[None]:
-    """One Ray session for the module (reused if the suite already started one); ranks are CPU-only."""
-    old_device = os.environ.get("VERL_DEVICE")
-    os.environ["VERL_DEVICE"] = "cpu"
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            num_cpus=4,
-            num_gpus=0,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "VERL_DEVICE": "cpu"}},
-        )
-    yield
-    if started:
-        ray.shutdown()
-    if old_device is None:
-        os.environ.pop("VERL_DEVICE", None)
-    else:
-        os.environ["VERL_DEVICE"] = old_device
 
 
 @pytest.fixture(scope="module")
