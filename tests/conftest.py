@@ -9,6 +9,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# A guard only: verl itself starts local Rays on loopback (verl.single_controller.ray.cluster), and
+# tests/single_controller/test_loopback_only.py checks that without this variable.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest
 import torch

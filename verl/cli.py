@@ -1,9 +1,9 @@
 """The ``verl`` console script: one command with a subcommand per entry point.
 
 ``verl ppo key=value ...`` is ``python -m verl.trainer.main_ppo key=value ...``; likewise ``sft``, ``dpo``,
-``kto``, ``eval``, ``merge`` and ``serve``. Each subcommand forwards the rest of the command line untouched to its
-module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults, ``verl version``
-the version.
+``kto``, ``eval``, ``merge``, ``serve`` and ``report``. Each subcommand forwards the rest of the command line
+untouched to its module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults,
+``verl version`` the version.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from verl.version import __version__
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 1
+# third-party modules that only an optional extra installs (pyproject.toml), for the hint when one is missing
+EXTRA_OF_MODULE = {"fastapi": "serve", "uvicorn": "serve", "gguf": "bundled", "datasets": "data", "vllm": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "eval": Subcommand("verl.trainer.main_eval", "score generated responses / evaluate a model"),
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
     "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
+    "report": Subcommand("verl.utils.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
 }
 
 
@@ -70,7 +73,9 @@ def resolve_main(module_name: str) -> Callable[[list[str]], int]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:  # the module exists but needs something that is not installed
-        raise LookupError(f"{module_name} cannot be imported: {e} (is an optional extra missing?)") from e
+        extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
+        hint = f"install the '{extra}' extra: pip install 'verl[{extra}]'" if extra else "is an optional extra missing?"
+        raise LookupError(f"{module_name} cannot be imported: {e} ({hint})") from e
     main_fn = getattr(module, "main", None)
     if main_fn is None and _is_package(module) and importlib.util.find_spec(f"{module_name}.__main__") is not None:
         main_fn = getattr(importlib.import_module(f"{module_name}.__main__"), "main", None)

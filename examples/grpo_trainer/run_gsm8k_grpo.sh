@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO on GSM8K. First convert your local copy: python examples/data_preprocess/gsm8k.py --input_dir <dir> --local_dir ~/data/gsm8k
+# GRPO on GSM8K. First: python examples/data_preprocess/gsm8k.py --local_save_dir ~/data/gsm8k (add --local_dataset_path DIR for a local copy)
 set -euo pipefail
 PY=${PYTHON:-python}
 DATA=${DATA:-$HOME/data/gsm8k}

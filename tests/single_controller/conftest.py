@@ -9,11 +9,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
-    """A local Ray with 8 logical CPUs; the actors of the tests ask for fractions of them."""
+    """A local Ray (loopback only) with 8 logical CPUs; the actors of the tests ask for fractions of them."""
     ray = pytest.importorskip("ray")
+    from verl.single_controller.ray import start_or_join_ray
+
     started = not ray.is_initialized()
     if started:
-        ray.init(
+        # the product's path: a local Ray on 127.0.0.1 only
+        start_or_join_ray(
             num_cpus=8,
             num_gpus=0,
             include_dashboard=False,

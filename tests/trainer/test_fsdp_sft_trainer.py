@@ -73,7 +73,8 @@ def test_cfg_job_accepts_verl_keys_and_maps_them(capsys) -> None:
     assert sft["optim.lr_warmup_steps_ratio"] == 0.2 and sft["optim.warmup_style"] == "cosine"
     assert sft["trainer.resume_mode"] == "resume_path" and sft["trainer.resume_from_path"] == "/ckpt/global_step_4"
     assert sft["data.messages_key"] == "messages" and sft["data.apply_chat_template"] is True
-    assert sft["trainer.default_local_dir"] == "checkpoints/gsm8k-sft/test"
+    # the experiment name is derived from what the run trains: sft-<model>-<data>-lora<r>
+    assert sft["trainer.default_local_dir"] == "checkpoints/verl/sft-m-t-lora8"
 
 
 @pytest.mark.parametrize(

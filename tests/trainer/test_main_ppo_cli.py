@@ -80,6 +80,24 @@ def test_user_yaml_with_config_and_hydra_style_options(tmp_path: Path, capsys: p
     assert main_ppo.main(["--config-path", str(tmp_path), "--cfg", "job"]) == 2
     assert "--config-path needs --config-name" in capsys.readouterr().err
 
+    # a defaults list is composed (not dropped): the file's own base, and an unknown entry is a one-line error
+    (tmp_path / "base.yaml").write_text("defaults:\n  - ppo_trainer\n  - _self_\ntrainer:\n  seed: 11\n")
+    (tmp_path / "child.yaml").write_text("defaults:\n  - base\n  - _self_\ntrainer:\n  experiment_name: child\n")
+    assert main_ppo.main(["-cp", str(tmp_path), "-cn", "child", "--cfg", "job"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["trainer"]["seed"], printed["trainer"]["experiment_name"]) == (11, "child")
+    (tmp_path / "bad.yaml").write_text("defaults:\n  - bsae\n  - _self_\n")
+    assert main_ppo.main(["--config", str(tmp_path / "bad.yaml"), "--cfg", "job"]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {tmp_path / 'bad.yaml'}: defaults entry 'bsae': no config 'bsae'" in err
+
+
+def test_hydra_keys_on_the_command_line_are_not_trainer_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_ppo.main(["--cfg", "job", "hydra.run.dir=/tmp/x", "hydra/job_logging=disabled"]) == 0
+    assert "hydra" not in yaml.safe_load(capsys.readouterr().out)
+    assert main_ppo.main(["--cfg", "hydra", "hydra.job.chdir=true"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["hydra"]["job"]["chdir"] is True
+
 
 def _fake_ray_trainer(monkeypatch: pytest.MonkeyPatch, run_ppo) -> None:
     fake = types.ModuleType("verl.trainer.ppo.ray_trainer")
@@ -87,7 +105,8 @@ def _fake_ray_trainer(monkeypatch: pytest.MonkeyPatch, run_ppo) -> None:
     monkeypatch.setitem(sys.modules, "verl.trainer.ppo.ray_trainer", fake)
 
 
-def test_without_cfg_the_config_goes_to_run_ppo(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_cfg_the_config_goes_to_run_ppo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's .hydra record goes to trainer.default_local_dir (relative)
     received: list[DictConfig] = []
     _fake_ray_trainer(monkeypatch, received.append)
     assert main_ppo.main(["trainer.total_training_steps=2", "+trainer.note=x"]) == 0
@@ -98,8 +117,10 @@ def test_without_cfg_the_config_goes_to_run_ppo(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_config_error_raised_by_the_trainer_exits_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    monkeypatch.chdir(tmp_path)
+
     def run_ppo(cfg: DictConfig) -> None:
         raise ConfigError("data.train_files: the dataset has 3 rows, fewer than data.train_batch_size=16")
 

@@ -1,4 +1,4 @@
-"""Model paths (local, bundled, cached hub id), loaders, and calling arbitrary modules for logits / values."""
+"""Model paths (local, bundled, hub id in the cache), loaders, and calling arbitrary modules for logits / values."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from verl.trainer.config.validation import ConfigError
 from verl.utils import model_loader
 from verl.utils.model_loader import (
     BUNDLED_MODELS,
@@ -27,11 +28,31 @@ BUNDLED = "smollm2-135m-instruct"
 
 
 # ------------------------------------------------------------------------------------------------- resolving
-@pytest.mark.parametrize("bad", ["/no/such/dir", "no-such-model", "org/not-in-any-cache-xyz"])
-def test_unknown_paths_name_the_path_and_list_the_bundled_models(bad):
+@pytest.mark.parametrize("bad", ["/no/such/dir", "./rel/dir", "~/no/such", "a/b/c", "no-such-model"])
+def test_unknown_paths_name_the_path_and_list_the_bundled_models(bad, monkeypatch):
+    def no_hub(*args, **kwargs):
+        raise AssertionError("a path-like or single-word name must not be looked up on the hub")
+
+    monkeypatch.setattr("verl.utils.hub.resolve_hub_model", no_hub)
     with pytest.raises(FileNotFoundError) as info:
         resolve_model_path(bad)
-    assert repr(bad) in str(info.value) and BUNDLED in str(info.value)
+    message = str(info.value)
+    assert repr(bad) in message and BUNDLED in message and "\n" not in message
+    assert isinstance(info.value, ConfigError)  # entry points: exit code 2, no traceback
+
+
+def test_hub_id_not_in_cache_offline_is_one_actionable_line(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as info:
+        resolve_model_path("org/not-in-any-cache-xyz")
+    message = str(info.value)
+    assert "\n" not in message and isinstance(info.value, ConfigError)
+    assert "'org/not-in-any-cache-xyz'" in message and "HF_HUB_OFFLINE=1 is set" in message
+    assert "hf download org/not-in-any-cache-xyz" in message and str(tmp_path) in message
 
 
 def test_unknown_bundled_scheme_lists_the_bundled_models():
@@ -61,7 +82,19 @@ def test_hub_id_found_in_the_local_cache_without_network(tmp_path, monkeypatch):
     (repo / "refs" / "main").write_text(commit)
     (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    # config only (e.g. left by AutoConfig.from_pretrained): enough for a tokenizer path, not for a model
+    assert resolve_model_path("someorg/tiny", require_weights=False) == str(snapshot)
+    with pytest.raises(FileNotFoundError, match="someorg/tiny"):
+        resolve_model_path("someorg/tiny")
+    (snapshot / "model.safetensors").write_bytes(b"x")
     assert resolve_model_path("someorg/tiny") == str(snapshot)
+    # a revision resolves through refs/<revision>, a commit hash directly
+    (repo / "refs" / "v1").write_text(commit)
+    assert resolve_model_path("someorg/tiny@v1") == str(snapshot)
+    assert resolve_model_path(f"someorg/tiny@{commit}") == str(snapshot)
+    with pytest.raises(FileNotFoundError, match="someorg/tiny@v2"):
+        resolve_model_path("someorg/tiny@v2")
 
 
 def test_bundled_name_uses_the_converted_cache(tmp_path, monkeypatch):

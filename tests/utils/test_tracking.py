@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import types
 
@@ -166,6 +167,41 @@ def test_progress_bar_shows_score_and_throughput() -> None:
     bar.update({})
     assert bar.bar.n == 4
     bar.close()
+
+
+def test_lines_go_above_a_live_bar_and_plain_without_one(capsys) -> None:
+    """With a live bar: each line clears the bar first (a carriage return on the bar's stream) and the bar is drawn
+    again after it; Python warnings take the same way until the bar closes. Without a bar: plain lines only."""
+    import warnings
+
+    from verl.utils.logging_utils import console_write, live_progress_bar_class
+
+    tracker = Tracking("p", "e", "console")
+    assert live_progress_bar_class() is None
+    tracker.log({"critic/score/mean": 0.5}, step=1)
+    first = capsys.readouterr()
+    assert first.out == "step 1 | score 0.5\n" and first.err == ""
+
+    original = warnings.showwarning
+    bar = ProgressBar(total=3, disable=False, desc="Bar")
+    assert live_progress_bar_class() is not None
+    assert warnings.showwarning.__name__ == "_show_warning_above_bar"
+    capsys.readouterr()
+    tracker.log({"critic/score/mean": 0.25}, step=2)
+    console_write("a notice", sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("careful", UserWarning, stacklevel=1)
+    live = capsys.readouterr()
+    assert live.out == "step 2 | score 0.25\n"
+    # stderr: the bar cleared ("\r" + blanks + "\r") before each line and redrawn ("\rBar: ...") after it; the
+    # step line went to stdout between the first clear and redraw
+    assert re.match(r"\r +\r\rBar: ", live.err), repr(live.err)
+    assert re.search(r"\r +\ra notice\n\rBar: ", live.err), repr(live.err)
+    assert re.search(r"\r +\r[^\r]*UserWarning: careful\n[^\r]*\n\rBar: ", live.err), repr(live.err)  # + source line
+    bar.close()
+    assert warnings.showwarning is original and live_progress_bar_class() is None
+    tracker.finish()
 
 
 def test_dump_rollout_jsonl(tmp_path) -> None:

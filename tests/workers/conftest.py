@@ -17,7 +17,10 @@ def ray_cpu() -> Iterator[None]:
     os.environ["VERL_DEVICE"] = "cpu"
     started = not ray.is_initialized()
     if started:
-        ray.init(
+        from verl.single_controller.ray import start_or_join_ray
+
+        # the product's path: a local Ray on 127.0.0.1 only
+        start_or_join_ray(
             num_cpus=4,
             num_gpus=0,
             include_dashboard=False,

@@ -77,6 +77,7 @@ API_DEFAULTS: dict[str, Any] = {
     "trainer.val_before_train": False,
     "trainer.export_hf": False,
     "trainer.plot": False,
+    "trainer.report.enable": False,
     "trainer.default_local_dir": "outputs/verl_api",
 }
 
@@ -393,12 +394,27 @@ class PPOTrainer(BaseTrainer):
                 CriticWorker,
                 {"config": cfg.critic, "critic_module": self.critic_model, "tokenizer": self.tokenizer},
             )
-        driver = RayPPOTrainer(config=cfg, tokenizer=self.tokenizer, reward_fn=reward_manager)
+        driver = RayPPOTrainer(
+            config=cfg, tokenizer=self.tokenizer, reward_fn=reward_manager, run_identity=self._run_identity()
+        )
         driver.worker_groups = create_colocated_worker_groups(
             backend="local", roles=roles, world_size=1, name_prefix=driver.worker_name_prefix()
         )
         driver.init_workers()
         return driver
+
+    def _run_identity(self) -> dict[str, Any]:
+        """What this trainer's checkpoints are of: the user's model objects (config and parameter count, taken
+        before the workers wrap them), the algorithm and LoRA rank; checked before every resume as in main_ppo."""
+        from verl.trainer.config import critic_enabled
+        from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_module
+
+        cfg = self.config
+        models = {"actor": model_fingerprint_from_module(self.actor_model)}
+        if critic_enabled(cfg) and self.critic_model is not None:
+            models["critic"] = model_fingerprint_from_module(self.critic_model)
+        lora_rank = int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+        return make_identity("ppo", str(cfg.algorithm.adv_estimator), models, lora_rank)
 
     def _install_data_parallel(self) -> None:
         from verl.api.device_mesh import data_parallel_mesh, install_gradient_averaging
@@ -562,18 +578,22 @@ class PPOTrainer(BaseTrainer):
         ``path``: a directory :meth:`save_checkpoint` (or ``main_ppo``) wrote; None takes the latest complete one
         under :attr:`checkpoint_dir`. Restores the actor (and critic) weights, optimizer and lr scheduler, the RNG
         states, the step count, the KL coefficient, the generation counter and the data provider's position, so
-        the following steps are those of an uninterrupted run. An incomplete or weights-only checkpoint raises.
+        the following steps are those of an uninterrupted run. An incomplete or weights-only checkpoint raises, and
+        so does a checkpoint of another model (architecture, shapes, roles, LoRA rank; with ``path=None`` also
+        another algorithm): :class:`~verl.utils.checkpoint.identity.CheckpointMismatchError`, before anything loads.
         """
         from verl.utils.checkpoint.layout import find_latest_ckpt_path
         from verl.utils.fs import namespaced_path
 
+        mode = "resume_path"  # a checkpoint of another model is refused; one of another algorithm only warns
         if path is None:
             path = find_latest_ckpt_path(self.checkpoint_dir)
             if path is None:
                 raise FileNotFoundError(f"no complete checkpoint under {self.checkpoint_dir!r} to resume from")
+            mode = "auto"  # found, not named: another algorithm's checkpoint is refused too
         elif not os.path.isdir(path) and self.namespace and os.path.isdir(namespaced_path(path, self.namespace)):
             path = namespaced_path(path, self.namespace)  # the path given to save_checkpoint, before the namespace
-        step = self._driver.load_checkpoint(path)
+        step = self._driver.load_checkpoint(path, mode=mode)
         state = self._driver.resumed_state or {}
         provider = self.data_provider
         if "data_provider" in state and callable(getattr(provider, "load_state_dict", None)):

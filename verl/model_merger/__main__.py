@@ -38,9 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend not in SUPPORTED_BACKENDS:
         print(f"error: --backend {args.backend!r} is not supported; use one of {SUPPORTED_BACKENDS}", file=sys.stderr)
         return 2
-    out = merge_checkpoint(
-        args.local_dir, args.target_dir, dtype=args.dtype, merge_lora=args.merge_lora, base_model_path=args.base_model
-    )
+    from verl.utils.hub import HubPathError
+
+    try:
+        out = merge_checkpoint(
+            args.local_dir,
+            args.target_dir,
+            dtype=args.dtype,
+            merge_lora=args.merge_lora,
+            base_model_path=args.base_model,
+        )
+    except HubPathError as e:  # a base model id that is not cached and cannot be downloaded: one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"saved Hugging Face model to {out}")
     return 0
 

@@ -141,10 +141,13 @@ def _read_adapter_base(adapter_dir: str, base_model_path: str | None) -> str:
     if not base:
         raise ValueError(f"{cfg_path} has no base_model_name_or_path; pass base_model_path / --base_model")
     if not os.path.isdir(base):
-        raise FileNotFoundError(
-            f"base model {base!r} of adapter {adapter_dir} is not a local directory; pass base_model_path / "
-            "--base_model pointing at the base Hugging Face dir"
-        )
+        from verl.utils.hub import ModelPathError
+        from verl.utils.model_loader import resolve_model_path
+
+        try:  # a hub id or bundled name: from the cache or downloaded once
+            return resolve_model_path(base)
+        except ModelPathError as e:
+            raise ModelPathError(f"base model of adapter {adapter_dir} (or pass --base_model): {e}") from None
     return base
 
 

@@ -6,6 +6,33 @@ together are decoded together (dynamic batching on the project's rollout engine,
 docs/serving.md.
 """
 
-from verl.serve.app import ServeConfig, create_app
+from __future__ import annotations
 
-__all__ = ["ServeConfig", "create_app"]
+from typing import Any
+
+__all__ = ["ServeConfig", "create_app", "require_serve_extra"]
+
+
+def require_serve_extra() -> None:
+    """Raise a ModuleNotFoundError naming the ``serve`` extra when FastAPI or uvicorn is not installed."""
+    import importlib.util
+
+    for name in ("fastapi", "uvicorn"):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(
+                f"verl serve needs {name}, from the 'serve' extra: pip install 'verl[serve]'", name=name
+            )
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use, so `python -m verl.serve` can say which extra is missing instead of a traceback
+    if name == "ServeConfig":
+        from verl.serve.config import ServeConfig
+
+        return ServeConfig
+    if name == "create_app":
+        require_serve_extra()
+        from verl.serve import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'verl.serve' has no attribute {name!r}")

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from verl.serve.app import ServeConfig, create_app
+from verl.serve import require_serve_extra
+from verl.serve.config import ServeConfig
 from verl.serve.engine import ENGINES
 
 
@@ -16,8 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="verl serve", description="Serve a Hugging Face model directory over HTTP (FastAPI + uvicorn)."
     )
-    p.add_argument("model", metavar="MODEL_DIR", help="Hugging Face dir (e.g. a run's hf_model/), bundled model "
-                   "name (smollm2-135m-instruct) or PEFT LoRA adapter dir")  # fmt: skip
+    p.add_argument("model", metavar="MODEL_DIR", help="Hugging Face dir (e.g. a run's hf_model/), hub id "
+                   "(org/name[@rev]), bundled model name (smollm2-135m-instruct) or PEFT LoRA adapter dir")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--lora", metavar="ADAPTER_DIR", default=None, help="LoRA adapter applied to MODEL_DIR")
@@ -38,9 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and serve until interrupted (SIGINT/SIGTERM shut down cleanly); returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        require_serve_extra()
+    except ModuleNotFoundError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     import uvicorn
 
-    args = build_parser().parse_args(argv)
+    from verl.serve.app import create_app
+
     for name, value in (("--max-batch-size", args.max_batch_size), ("--max-queue", args.max_queue),
                         ("--max-new-tokens", args.max_new_tokens)):  # fmt: skip
         if value < 1:
@@ -56,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from verl.utils.hub import HubPathError, prefetch_model
+
+    try:  # a hub id is fetched now, so a bad one is one line here, not a traceback from the server's startup
+        prefetch_model(args.model)
+    except HubPathError as e:
+        print(f"verl serve: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
         model=args.model,

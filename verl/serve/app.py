@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from verl.serve.batching import Batcher, Completion, Job
+from verl.serve.config import ServeConfig
 from verl.serve.engine import ModelSource
 from verl.serve.metrics import ServeMetrics
 from verl.serve.schemas import (
@@ -38,36 +38,6 @@ from verl.serve.schemas import (
 logger = logging.getLogger(__name__)
 
 _DISCONNECT_POLL_S = 0.5
-
-
-@dataclass
-class ServeConfig:
-    """Options of the service (the CLI flags of ``python -m verl.serve``).
-
-    Attributes:
-        model: Hugging Face dir, bundled model name, or LoRA adapter dir. lora: an adapter applied to ``model``.
-        engine: ``auto`` | ``hf`` | ``vllm``. dtype: ``auto`` | ``float32`` | ``bfloat16`` | ``float16``.
-        max_batch_size: most requests decoded together. batch_wait_ms: how long a batch is held open for more.
-        no_batching: decode one request at a time (``max_batch_size=1``), to measure what batching buys.
-        max_queue: most requests waiting; more get 503 with ``Retry-After``.
-        request_timeout_s: time limit of a request (queueing included); past it the request is cancelled, 504.
-        max_new_tokens: default and upper bound of the response length per request.
-        max_model_len: context length (prompt + response) accepted; default the model's.
-        served_model_name: the ``model`` name clients use; default the model directory's base name.
-    """
-
-    model: str
-    lora: str | None = None
-    engine: str = "auto"
-    dtype: str = "auto"
-    max_batch_size: int = 32
-    batch_wait_ms: float = 10.0
-    no_batching: bool = False
-    max_queue: int = 256
-    request_timeout_s: float = 120.0
-    max_new_tokens: int = 256
-    max_model_len: int | None = None
-    served_model_name: str | None = None
 
 
 class _State:

@@ -22,12 +22,9 @@ def _check_backend(backend: str) -> None:
 def _ray_pool(
     process_on_nodes: list[int], use_gpu: bool, name_prefix: str, cpus_per_worker: float, placement_timeout_s: float
 ) -> Any:
-    import ray
+    from verl.single_controller.ray import RayResourcePool, start_or_join_ray
 
-    from verl.single_controller.ray import RayResourcePool
-
-    if not ray.is_initialized():
-        ray.init()
+    start_or_join_ray()  # a local Ray on loopback unless $RAY_ADDRESS names a cluster; no-op when running
     # One group per pool here, so no fractional sharing of bundles is needed.
     return RayResourcePool(
         process_on_nodes=list(process_on_nodes),
@@ -90,7 +87,8 @@ def create_worker_group(
     """A group of ``world_size`` workers ``cls(**init_kwargs)`` on the ``local`` or ``ray`` backend.
 
     For Ray, a resource pool of ``world_size // nnodes`` bundles per node is created (and released by
-    ``group.shutdown()``); Ray is started with defaults if it is not running yet.
+    ``group.shutdown()``); if Ray is not running yet, a local Ray listening on 127.0.0.1 only is started (or the
+    cluster in ``$RAY_ADDRESS`` joined), see :func:`verl.single_controller.ray.start_or_join_ray`.
     """
     _check_backend(backend)
     cia = ClassWithInitArgs(cls, **dict(init_kwargs or {}))

@@ -48,5 +48,8 @@ def init_distributed_if_needed(device_name: str) -> bool:
     if not torch.distributed.is_initialized():
         if device_name == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        torch.distributed.init_process_group(backend=distributed_backend(device_name))
+        from verl.utils.distributed import init_process_group_from_env
+
+        # env:// semantics; a loopback MASTER_ADDR keeps the rendezvous store and gloo/NCCL sockets on loopback
+        init_process_group_from_env(distributed_backend(device_name))
     return True

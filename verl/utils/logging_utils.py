@@ -5,6 +5,10 @@ per-sync notices). By default (``level=None``) the loggers of the libraries belo
 distinct warning once (later repeats are counted and summarised at exit), and drop the notices that describe what
 the trainer does on purpose (a weight sync that skips tied or weight-less modules). ``trainer.enable_debug_mode``
 or ``trainer.third_party_log_level=INFO`` (or ``DEBUG``/``WARNING``) brings them all back at that level.
+
+Console lines and a live progress bar share the terminal: :func:`console_write` (the trainers' per-step lines and
+notices) and the console handlers here (log records) write *above* a live tqdm bar with ``tqdm.write``, which
+clears the bar, writes the line and redraws the bar below it; with no live bar they write plainly.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import re
 import sys
 import warnings
+from typing import Any, TextIO
 
 THIRD_PARTY_LOGGERS = ("vllm", "transformers", "ray", "torch.distributed", "accelerate", "peft", "datasets")
 
@@ -65,9 +70,45 @@ _FILTER = _OncePerMessage()
 _USER_VLLM_ENV = {k: os.environ.get(k) for k in ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING")}
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at emit time (test runners and notebooks swap it; a stream captured at
-    set-up could be closed by then)."""
+def live_progress_bar_class() -> Any:
+    """The tqdm class when at least one tqdm bar is live (shown, not closed), else None.
+
+    tqdm keeps its live bars in the class-level ``tqdm._instances`` (a disabled bar, e.g. ``disable=None`` on a
+    stream that is not a terminal, never joins it). Looked up through ``sys.modules``: when tqdm was never imported
+    there is no bar, and nothing is imported here.
+    """
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return None
+    cls = std.tqdm
+    return cls if len(getattr(cls, "_instances", ())) > 0 else None
+
+
+def console_write(text: str, stream: TextIO | None = None) -> None:
+    """Write ``text`` and a newline to ``stream`` (default: the current ``sys.stdout``) and flush.
+
+    While a progress bar is live this goes through ``tqdm.write``, which clears the bar, writes the line and redraws
+    the bar under it, so the line never lands inside the bar's line (a terminal shows stdout and stderr on one
+    screen: a bar on stderr is cleared for a line on stdout too). Without a live bar it is a plain write.
+    """
+    out = stream if stream is not None else sys.stdout
+    bar_cls = live_progress_bar_class()
+    if bar_cls is not None:
+        bar_cls.write(text, file=out)
+    else:
+        out.write(text + "\n")
+    out.flush()
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """A logging handler for the console of a run: writes to whatever ``sys.stderr`` is at emit time (test runners
+    and notebooks swap it; a stream captured at set-up could be closed by then), above a live progress bar
+    (``tqdm.write``) when one is shown, so log records never land inside the bar's line.
+
+    Example (your own loggers next to the trainer's progress bar)::
+
+        logging.getLogger("my_reward").addHandler(ConsoleHandler())
+    """
 
     @property  # type: ignore[override]
     def stream(self):  # noqa: D102
@@ -77,8 +118,22 @@ class _StderrHandler(logging.StreamHandler):
     def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the live sys.stderr always wins
         pass
 
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102
+        if live_progress_bar_class() is None:
+            super().emit(record)
+            return
+        try:
+            console_write(self.format(record), self.stream)
+        except RecursionError:  # the stdlib handlers re-raise it too
+            raise
+        except Exception:  # noqa: BLE001 - a failing console must not fail the run (stdlib behaviour)
+            self.handleError(record)
 
-class _QuietHandler(_StderrHandler):
+
+_StderrHandler = ConsoleHandler  # the name the rest of this module grew up with
+
+
+class _QuietHandler(ConsoleHandler):
     """The one console handler of a quiet third-party logger (filters act per handler, so children are covered)."""
 
     def __init__(self) -> None:

@@ -5,7 +5,12 @@ A *model path* is one of:
 - a local Hugging Face directory (``config.json`` + weights + tokenizer files);
 - a bundled name from :data:`BUNDLED_MODELS` (e.g. ``smollm2-135m-instruct``, optionally written
   ``bundled://smollm2-135m-instruct``), converted once to a safetensors directory in the verl cache;
-- a hub id (``org/name``) that is already in the local Hugging Face cache. Nothing is ever downloaded.
+- a Hugging Face hub id, ``org/name`` or ``org/name@revision``: taken from the local Hugging Face cache, or
+  downloaded into it once (:mod:`verl.utils.hub`: only config, tokenizer and safetensors files; ``HF_HUB_OFFLINE``,
+  ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HOME`` apply).
+
+:func:`resolve_model_path` is the one function every model path goes through (actor, critic, reward model,
+reference, tokenizer paths, the offline trainers, ``verl serve``, ``main_eval``, the model merger's base model).
 
 The ``forward_logits`` / ``forward_values`` helpers let the actor and critic call either a transformers model or any
 plain ``torch.nn.Module`` whose ``forward(input_ids, attention_mask=None)`` returns logits.
@@ -179,33 +184,27 @@ def materialize_bundled_model(name: str) -> str:
     return str(target)
 
 
-def _from_local_hf_cache(repo_id: str) -> str | None:
-    """The snapshot directory of ``repo_id`` if it is in the local HF cache; never touches the network."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:  # pragma: no cover - huggingface_hub ships with transformers
-        return None
-    try:
-        path = snapshot_download(repo_id=repo_id, local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure means "not cached"; the caller raises a clear error
-        return None
-    return path if os.path.isfile(os.path.join(path, "config.json")) else None
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """Turn a model path, bundled name or cached hub id into a local Hugging Face directory.
+def resolve_model_path(name_or_path: str | os.PathLike, require_weights: bool = True) -> str:
+    """Turn a model path, bundled name or hub id into a local Hugging Face directory.
 
     Order: an existing local directory (must contain ``config.json``); a bundled name (``smollm2-135m-instruct``
-    or ``bundled://smollm2-135m-instruct``), converted once and cached; a hub id already in the local HF cache.
-    Raises ``FileNotFoundError`` naming the path and listing the bundled names when none applies.
+    or ``bundled://smollm2-135m-instruct``), converted once and cached; a hub id ``org/name[@revision]``, from the
+    local Hugging Face cache or downloaded into it (:func:`verl.utils.hub.resolve_hub_model`). A string written as
+    a path (starting with ``/``, ``.``, ``~`` or with two or more ``/``) is never looked up on the hub.
+    ``require_weights=False`` (tokenizer paths) accepts a cached snapshot without weights.
+
+    Raises:
+        ModelPathError: (a one-line ``ConfigError`` and a ``FileNotFoundError``) naming the path and what to do.
     """
+    from verl.utils.hub import ModelPathError, looks_like_local_path, parse_hub_id, resolve_hub_model
+
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
-        raise ValueError(f"model path must be a non-empty string, got {name_or_path!r}")
+        raise ModelPathError(f"model path must be a non-empty string, got {name_or_path!r}")
     raw = str(name_or_path).strip()
     expanded = os.path.expanduser(raw)
     if os.path.isdir(expanded):
         if not os.path.isfile(os.path.join(expanded, "config.json")):
-            raise FileNotFoundError(
+            raise ModelPathError(
                 f"model directory {expanded!r} has no config.json; expected a Hugging Face model directory"
             )
         return os.path.abspath(expanded)
@@ -213,14 +212,18 @@ def resolve_model_path(name_or_path: str) -> str:
     if name.lower() in BUNDLED_MODELS:
         return materialize_bundled_model(name.lower())
     if raw.startswith(BUNDLED_PREFIX):
-        raise ValueError(f"unknown bundled model {name!r} in {raw!r}; bundled models: {_bundled_names()}")
-    if raw.count("/") == 1 and not raw.startswith(("/", ".", "~")):
-        cached = _from_local_hf_cache(raw)
-        if cached is not None:
-            return cached
-    raise FileNotFoundError(
-        f"model path {raw!r} is not a local directory, not a bundled model, and not a hub id in the local "
-        f"Hugging Face cache (nothing is downloaded); bundled models: {_bundled_names()}"
+        raise ModelPathError(f"unknown bundled model {name!r} in {raw!r}; bundled models: {_bundled_names()}")
+    hub_id = parse_hub_id(raw)
+    if hub_id is not None:
+        return resolve_hub_model(hub_id, require_weights=require_weights)
+    if looks_like_local_path(raw):
+        raise ModelPathError(
+            f"model path {raw!r} does not exist (it is written as a local path, so the Hugging Face hub is not "
+            f"tried); give a Hugging Face model directory, a hub id org/name, or a bundled model: {_bundled_names()}"
+        )
+    raise ModelPathError(
+        f"model path {raw!r} is not a local directory, not a bundled model ({_bundled_names()}) and not a Hugging "
+        "Face hub id (org/name or org/name@revision)"
     )
 
 
@@ -231,7 +234,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, padding_side: str
     """
     from transformers import AutoTokenizer
 
-    local = resolve_model_path(path)
+    local = resolve_model_path(path, require_weights=False)
     tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:

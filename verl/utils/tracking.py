@@ -18,15 +18,18 @@ import numbers
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from verl.utils.fs import atomic_write_text, makedirs, namespaced_path
+from verl.utils.logging_utils import console_write
 
 __all__ = [
     "SUPPORTED_BACKENDS",
     "ProgressBar",
     "Tracking",
+    "console_write",
     "dump_rollout_jsonl",
     "to_scalar",
 ]
@@ -130,7 +133,11 @@ def _fmt(value: int | float) -> str:
 
 
 class _ConsoleBackend:
-    """One compact line per step on stdout; the full dict goes to the ``verl.utils.tracking`` logger at DEBUG."""
+    """One compact line per step on stdout; the full dict goes to the ``verl.utils.tracking`` logger at DEBUG.
+
+    Lines go above a live progress bar (:func:`verl.utils.logging_utils.console_write`), never into its line; with
+    no bar (stderr not a terminal: CI logs, pipes) they are plain lines.
+    """
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream
@@ -140,20 +147,18 @@ class _ConsoleBackend:
         parts += [f"{k} {_fmt(v)}" for k, v in data.items() if k.startswith("val-core/")]
         if not parts:  # no known key: show the first few so the line is never empty
             parts = [f"{k} {_fmt(v)}" for k, v in list(data.items())[:6]]
-        print(f"step {step} | " + " | ".join(parts), file=self.stream or sys.stdout, flush=True)
+        console_write(f"step {step} | " + " | ".join(parts), self.stream)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("step %d metrics: %s", step, json.dumps(data, sort_keys=True, default=str))
 
     def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
-        out = self.stream or sys.stdout
-        print(f"step {step} | {len(rows)} validation generations:", file=out)
+        lines = [f"step {step} | {len(rows)} validation generations:"]
         for row in rows:
             one_line = " ".join(str(row["output"]).split())
-            print(
-                f"  [score {_fmt(float(row['score']))}] {' '.join(str(row['input']).split())!r} -> {one_line!r}",
-                file=out,
+            lines.append(
+                f"  [score {_fmt(float(row['score']))}] {' '.join(str(row['input']).split())!r} -> {one_line!r}"
             )
-        out.flush()
+        console_write("\n".join(lines), self.stream)
 
     def finish(self) -> None:
         pass
@@ -450,11 +455,29 @@ class Tracking:
         self.finish()
 
 
+def _show_warning_above_bar(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """``warnings.showwarning`` while a :class:`ProgressBar` is shown: the stdlib text, written above the bar."""
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    try:
+        console_write(text.rstrip("\n"), file if file is not None else sys.stderr)
+    except OSError:  # the stdlib ignores a console that cannot be written to
+        pass
+
+
 class ProgressBar:
     """A tqdm bar over training steps showing step/total, ETA, score and tokens/s.
 
     ``update(metrics, step)`` moves the bar to ``step`` and shows ``critic/score/mean`` and ``perf/throughput``
     from ``metrics`` when present.
+
+    The bar is drawn only when its stream (stderr) is a terminal (``disable=None``, tqdm's rule): CI logs and pipes
+    get no carriage returns or escape codes, only the console backend's plain line per step. While the bar is shown,
+    everything the run prints goes above it: the console backend's step lines and the trainers' notices through
+    :func:`~verl.utils.logging_utils.console_write`, log records through the run's console handlers
+    (:class:`~verl.utils.logging_utils.ConsoleHandler`), and Python warnings through ``warnings.showwarning``,
+    which the bar routes through ``tqdm.write`` until it closes.
     """
 
     def __init__(self, total: int, initial: int = 0, desc: str = "Training", disable: bool | None = None) -> None:
@@ -463,6 +486,10 @@ class ProgressBar:
         self.total = int(total)
         self.bar = tqdm(total=self.total, initial=int(initial), desc=desc, disable=disable, dynamic_ncols=True)
         self.step = int(initial)
+        self._previous_showwarning: Any = None
+        if not self.bar.disable and warnings.showwarning is getattr(warnings, "_showwarning_orig", None):
+            self._previous_showwarning = warnings.showwarning
+            warnings.showwarning = _show_warning_above_bar
 
     def update(self, metrics: Mapping[str, Any] | None = None, step: int | None = None) -> None:
         """Advance to ``step`` (default: one step further) and refresh the score / throughput fields."""
@@ -485,7 +512,10 @@ class ProgressBar:
         return str(self.bar.postfix or "")
 
     def close(self) -> None:
-        """Close the bar."""
+        """Close the bar (it stays on screen as the last line) and give ``warnings.showwarning`` back."""
+        if self._previous_showwarning is not None and warnings.showwarning is _show_warning_above_bar:
+            warnings.showwarning = self._previous_showwarning
+        self._previous_showwarning = None
         self.bar.close()
 
     def __enter__(self) -> ProgressBar:

@@ -28,6 +28,8 @@ from verl.utils.precision import resolve_dtype
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 
 logger = logging.getLogger(__name__)
+# MFU peaks already logged by this process (one line per peak, not one per step)
+_LOGGED_PEAKS: set[str] = set()
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
@@ -241,7 +243,7 @@ class ActorRolloutRefWorker(Worker):
             self.tokenizer = self._given_tokenizer
         else:
             self.tokenizer = load_tokenizer(
-                resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path),
+                model_cfg.get("tokenizer_path") or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
                 trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
             )
         remove_padding_setting = model_cfg.get("use_remove_padding", None)
@@ -541,8 +543,9 @@ class ActorRolloutRefWorker(Worker):
 
     def _actor_mfu(self, data: DataProto, seconds: float, sp_group: Any = None) -> dict[str, float]:
         """``perf/mfu/actor`` (verl's name): model FLOPs of the update (``ppo_epochs`` forward + backward passes
-        over this rank's sequences, :mod:`verl.utils.flops_counter`) over ``seconds`` x the device's peak in the
-        actor's compute dtype (GPU table, else a matmul probe measured once)."""
+        over this rank's sequences, :mod:`verl.utils.flops_counter`) over ``seconds`` x the peak in the actor's
+        compute dtype, and ``perf/peak_flops`` (FLOP/s) with ``perf/peak_flops_measured`` (1: measured at the
+        model's matmul shapes for one micro-batch, 0: the GPU's datasheet rate). Rank 0 logs the peak once."""
         config = getattr(self.actor_module, "config", None)
         mask = data.batch["attention_mask"] if "attention_mask" in data.batch.keys() else None
         if config is None or mask is None or not hasattr(config, "num_hidden_layers"):
@@ -550,12 +553,37 @@ class ActorRolloutRefWorker(Worker):
         if self.compute_device.type == "cuda":
             torch.cuda.synchronize(self.compute_device)
         dtype = resolve_dtype(str(self.config.actor.get("dtype", "auto")), self.compute_device)
-        peak, _ = flops_counter.device_peak_flops(self.compute_device, dtype)
+        shapes = flops_counter.model_matmul_shapes(config, self._micro_batch_tokens(mask))
+        peak = flops_counter.peak_flops(self.compute_device, dtype, shapes)
+        if peak.description not in _LOGGED_PEAKS and self.rank == 0:
+            _LOGGED_PEAKS.add(peak.description)
+            logger.info("MFU peak: %s", peak.description)
         epochs = int(self.config.actor.get("ppo_epochs", 1))
         flops = flops_counter.training_flops(config, mask.sum(-1).tolist()) * epochs
         if sp_group is not None and dist.is_initialized():  # the gathered batch is shared by the group's ranks
             flops /= dist.get_world_size(sp_group)
-        return {"perf/mfu/actor": flops_counter.mfu(flops, seconds, peak)}
+        return {
+            "perf/mfu/actor": flops_counter.mfu(flops, seconds, peak.flops),
+            "perf/peak_flops": peak.flops,
+            "perf/peak_flops_measured": float(peak.source == "measured"),
+        }
+
+    def _micro_batch_tokens(self, mask: torch.Tensor) -> int:
+        """Tokens of one actor micro-batch on this rank (the M of its matmuls), rounded up to a power of two:
+        ``ppo_max_token_len_per_gpu`` capped by the batch with ``use_dynamic_bsz``; else
+        ``ppo_micro_batch_size_per_gpu`` rows of the padded length, or of the mean valid length when padding is
+        removed. Rounded so that a batch a little longer or shorter than the last reuses its peak probe (a larger
+        M runs no slower, so the peak errs high and the MFU low)."""
+        actor_cfg = self.config.actor
+        rows, width = int(mask.shape[0]), int(mask.shape[-1])
+        valid = int(mask.sum().item())
+        if bool(actor_cfg.get("use_dynamic_bsz", False)):
+            tokens = min(int(actor_cfg.get("ppo_max_token_len_per_gpu") or valid), valid)
+        else:
+            micro_rows = min(int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or rows), rows)
+            per_row = valid / max(rows, 1) if getattr(self.actor, "use_remove_padding", False) else width
+            tokens = int(micro_rows * per_row)
+        return 1 << (max(tokens, 1) - 1).bit_length()
 
     # -------------------------------------------------------------------------------------------- checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -635,7 +663,7 @@ class CriticWorker(Worker):
         if self._given_tokenizer is not None:
             self.tokenizer = self._given_tokenizer
         else:
-            self.tokenizer = load_tokenizer(resolve_model_path(model_cfg.get("tokenizer_path") or model_cfg.path))
+            self.tokenizer = load_tokenizer(model_cfg.get("tokenizer_path") or model_cfg.path)
         if module is None:
             module = load_value_model(
                 resolve_model_path(model_cfg.path),
@@ -732,7 +760,7 @@ class RewardModelWorker(Worker):
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)
         input_tok = self.config.model.get("input_tokenizer")
-        self.input_tokenizer = load_tokenizer(resolve_model_path(input_tok)) if input_tok else None
+        self.input_tokenizer = load_tokenizer(input_tok) if input_tok else None
         self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
         self.module.requires_grad_(False)
 

@@ -44,7 +44,8 @@ def test_a_user_yaml_naming_data_turns_the_demo_off(tmp_path) -> None:
     assert cfg.trainer.total_training_steps is None and cfg.algorithm.adv_estimator == "gae"
 
 
-def test_cli_says_when_it_runs_the_demo(capsys, monkeypatch) -> None:
+def test_cli_says_when_it_runs_the_demo(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's .hydra record goes to trainer.default_local_dir (relative)
     calls = []
     monkeypatch.setattr("verl.trainer.main_ppo._load_run_ppo", lambda: calls.append)
     assert main(["trainer.total_training_steps=1"]) == 0

@@ -14,6 +14,7 @@ from verl.trainer.ppo.metric_utils import (
     bootstrap_metric,
     calc_maj_val,
     compute_data_metrics,
+    compute_reward_extra_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     flatten_validation_metrics,
@@ -89,6 +90,49 @@ def test_data_metrics_of_a_batch_without_valid_response_tokens() -> None:
     # nothing to average: statistics are 0 instead of NaN, lengths are 0
     assert m["critic/advantages/mean"] == 0.0 and m["critic/values/max"] == 0.0
     assert m["response_length/mean"] == 0.0 and m["response_length/clip_ratio"] == 0.0
+
+
+def _object_column(values: list) -> np.ndarray:
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
+
+
+def test_reward_extra_metrics_by_hand(caplog: pytest.LogCaptureFixture) -> None:
+    """Numeric extras: mean/max/min over the samples that reported them; strings and lists are skipped with one
+    debug line per key; columns that are not reward extras are never read."""
+    rows = 4
+    batch = DataProto.from_dict(
+        tensors={"x": torch.zeros(rows, 1)},
+        non_tensors={
+            "hits": np.array([3, 1, 0, 2], dtype=object),  # mean 1.5, max 3, min 0
+            "format_ok": np.array([True, False, True, True], dtype=object),  # bools count 0/1: mean 0.75
+            "partial": np.array([0.5, float("nan"), None, np.float32(1.5)], dtype=object),  # 2 reported: mean 1.0
+            "pred": np.array(["a", "b", "c", "d"], dtype=object),  # not numeric: skipped
+            "steps": _object_column([[1], [2, 3], [], [4]]),  # lists: skipped
+            "uid": np.array(["u0", "u0", "u1", "u1"], dtype=object),  # not a reward extra
+        },
+        meta_info={"reward_extra_keys": ["hits", "format_ok", "partial", "pred", "steps", "missing"]},
+    )
+    metric_utils._NON_NUMERIC_EXTRAS.clear()
+    with caplog.at_level("DEBUG", logger="verl.trainer.ppo.metric_utils"):
+        metrics = compute_reward_extra_metrics(batch)
+        assert compute_reward_extra_metrics(batch) == metrics
+    assert metrics == {
+        "reward_extra/hits/mean": 1.5,
+        "reward_extra/hits/max": 3.0,
+        "reward_extra/hits/min": 0.0,
+        "reward_extra/format_ok/mean": 0.75,
+        "reward_extra/format_ok/max": 1.0,
+        "reward_extra/format_ok/min": 0.0,
+        "reward_extra/partial/mean": 1.0,
+        "reward_extra/partial/max": 1.5,
+        "reward_extra/partial/min": 0.5,
+    }
+    skipped = [r.getMessage() for r in caplog.records if "not numeric" in r.getMessage()]
+    assert len(skipped) == 2 and "'pred'" in skipped[0] and "'steps'" in skipped[1]  # once per key, two calls
+    # without the trainer's list of extra keys nothing is read
+    assert compute_reward_extra_metrics(DataProto.from_dict(tensors={"x": torch.zeros(1, 1)})) == {}
 
 
 def test_timing_and_throughput_metrics_by_hand() -> None:

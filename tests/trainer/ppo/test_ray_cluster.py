@@ -53,6 +53,10 @@ def cluster() -> Iterator[object]:
     # people's memory, and a killed worker here would be a false failure (the raylets inherit this variable)
     old_monitor = os.environ.get("RAY_memory_monitor_refresh_ms")
     os.environ["RAY_memory_monitor_refresh_ms"] = "0"
+    from verl.single_controller.ray import keep_ray_on_loopback
+
+    # both raylets and the GCS on 127.0.0.1 only, as a single-machine run (the variable reaches the raylets)
+    assert keep_ray_on_loopback()
     two_nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
     two_nodes.add_node(num_cpus=2, num_gpus=0)
     two_nodes.wait_for_nodes()

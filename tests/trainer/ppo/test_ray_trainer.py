@@ -20,11 +20,13 @@ from verl.trainer.ppo.runner import run_ppo
 from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 from verl.workers.reward_manager.abstract import RewardComputationError
 
-# Pays the share of ASCII characters; "pred" (the first character) gives validation a majority vote to count.
+# Pays the share of ASCII characters; "pred" (the first character) gives validation a majority vote to count;
+# "hits" (the ASCII characters) and "ascii_share" (the score again) are numeric extras logged at every step.
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    score = sum(1 for ch in solution_str if ord(ch) < 128) / len(solution_str) if solution_str else 0.0
-    return {"score": score, "pred": solution_str[:1]}
+    hits = sum(1 for ch in solution_str if ord(ch) < 128)
+    score = hits / len(solution_str) if solution_str else 0.0
+    return {"score": score, "pred": solution_str[:1], "hits": hits, "ascii_share": score}
 
 
 def odd_answers_fail(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -143,6 +145,10 @@ def test_metrics_with_verl_names_are_logged(ppo_run: Path) -> None:
         assert 1 <= metrics["response_length/min"] <= metrics["response_length/mean"] <= 2
         assert 0 <= metrics["response_length/clip_ratio"] <= 1
         assert metrics["actor/lr"] == pytest.approx(1e-3)
+        # fp32 is in no datasheet table: the peak is measured at the model's matmul shapes, and the MFU against it
+        # is a fraction
+        assert metrics["perf/peak_flops"] > 0 and metrics["perf/peak_flops_measured"] == 1
+        assert 0 < metrics["perf/mfu/actor"] <= 1
     last = records[-1]["metrics"]
     # validation ran at step 3 only (test_freq=3): n=2 sampled responses per prompt
     for name in ("mean@2", "best@2/mean", "maj@2/mean"):
@@ -150,6 +156,22 @@ def test_metrics_with_verl_names_are_logged(ppo_run: Path) -> None:
     assert "timing_s/testing" in last
     assert not any(k.startswith("val-core/") for k in records[0]["metrics"])
     assert 0 <= last["val-core/arithmetic/reward/mean@2"] <= last["val-core/arithmetic/reward/best@2/mean"] <= 1
+
+
+def test_reward_extras_are_logged_at_every_training_step(ppo_run: Path) -> None:
+    """The reward function's numeric extras are training metrics (``reward_extra/<key>/{mean,max,min}``) at every
+    step, not only at validation; the string extra ``pred`` is skipped."""
+    records = _records(ppo_run)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for record in records:
+        metrics = record["metrics"]
+        # "ascii_share" is the score itself: its batch mean is the logged mean score
+        assert metrics["reward_extra/ascii_share/mean"] == pytest.approx(metrics["critic/score/mean"])
+        assert metrics["reward_extra/ascii_share/max"] == pytest.approx(metrics["critic/score/max"])
+        # 2-token responses of a byte tokenizer: 0 to 2 ASCII characters
+        assert 0 <= metrics["reward_extra/hits/min"] <= metrics["reward_extra/hits/mean"] <= 2
+        assert metrics["reward_extra/hits/mean"] <= metrics["reward_extra/hits/max"] <= 2
+        assert not any(k.startswith("reward_extra/pred") for k in metrics)
 
 
 def test_rollout_dump_matches_the_logged_scores(ppo_run: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import socket
 from collections.abc import Callable, Iterator, MutableMapping
@@ -100,6 +99,11 @@ class Worker:
         self._local_world_size = local_world_size
         self._master_addr = master_addr
         self._master_port = master_port
+        if self._backend is not None and master_addr is not None:
+            # all ranks on this machine (MASTER_ADDR is loopback): gloo/NCCL/vLLM sockets stay on loopback too
+            from verl.utils.distributed import apply_loopback_network_env
+
+            apply_loopback_network_env(master_addr)
         if self._in_process or self._backend is not None:
             # Write back so that workers built later in the same process (colocated roles) agree on the port,
             # and so libraries reading torchrun's variables see them. A stand-alone worker leaves the caller's
@@ -188,13 +192,10 @@ class Worker:
         os.environ.update(self._dist_env_vars())
         if backend == "nccl":
             torch.cuda.set_device(self.device)
-        dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            rank=self._rank,
-            world_size=self._world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        from verl.utils.distributed import init_process_group_from_env
+
+        # env:// semantics; a loopback MASTER_ADDR keeps the rendezvous store and gloo/NCCL sockets on loopback
+        init_process_group_from_env(backend, timeout_s=timeout_s)
 
     def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
         """Declare this rank's place in the mesh ``mesh_name`` for N-D dispatch

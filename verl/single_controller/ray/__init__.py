@@ -7,6 +7,7 @@ from verl.single_controller.ray.base import (
     WorkerDiedError,
     create_colocated_worker_cls,
 )
+from verl.single_controller.ray.cluster import keep_ray_on_loopback, requested_cluster, start_or_join_ray
 
 __all__ = [
     "RayClassWithInitArgs",
@@ -14,4 +15,7 @@ __all__ = [
     "RayWorkerGroup",
     "WorkerDiedError",
     "create_colocated_worker_cls",
+    "keep_ray_on_loopback",
+    "requested_cluster",
+    "start_or_join_ray",
 ]

@@ -1,8 +1,10 @@
-"""The command line shared by every trainer entry point (``main_ppo``, and the SFT/DPO/KTO mains that follow it).
+"""The command line shared by every trainer entry point (``main_ppo``, SFT/DPO/KTO, ``fsdp_sft_trainer``, eval).
 
-``prog [--config FILE.yaml] [--config-path DIR --config-name NAME] [--cfg job] key=value ...``: build the config
-with :func:`load_config`, print it with ``--cfg job``, otherwise hand it to the trainer's run function. An invalid
-config prints the :class:`ConfigError` message on stderr and exits with code 2 (no traceback).
+``prog [--config FILE.yaml | --config-path DIR --config-name NAME] [--cfg job] [-m] key=value ...``: build the
+config with :func:`build_config` (Hydra composition of defaults lists, then this project's layers), print it with
+``--cfg job``, otherwise write Hydra's run record and hand the config to the trainer's run function; with ``-m``
+run one job per combination of swept values (:mod:`verl.trainer.config.multirun`). An invalid config prints the
+:class:`ConfigError` message on stderr and exits with code 2 (no traceback).
 """
 
 from __future__ import annotations
@@ -15,9 +17,18 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.loader import config_to_yaml, demo_overlay_applies, load_config
+from verl.trainer.config.hydra_keys import (
+    RunSettings,
+    first_missing_dir,
+    job_environment,
+    remove_run_record,
+    run_settings,
+    write_run_record,
+)
+from verl.trainer.config.loader import BuiltConfig, build_config, config_to_yaml
+from verl.trainer.config.multirun import run_sweep, wants_multirun
 from verl.trainer.config.validation import ConfigError, ConfigWarning
 
 EXIT_OK = 0
@@ -32,38 +43,68 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         description=description,
         epilog=(
             "overrides: key=value sets a key (value parsed as YAML), +key=value adds a new key, "
-            "++key=value sets or adds, ~key deletes. Example: data.train_batch_size=32 "
-            "actor_rollout_ref.rollout.n=8 trainer.logger=[console,file]"
+            "++key=value sets or adds, ~key deletes; group@package=option picks a config group option; "
+            "hydra.run.dir=DIR, hydra.job.chdir=true, hydra/job_logging=disabled ... are Hydra's. "
+            "Example: data.train_batch_size=32 actor_rollout_ref.rollout.n=8 trainer.logger=[console,file]. "
+            "Sweep: -m actor_rollout_ref.actor.optim.lr=1e-6,1e-5 data.seed=range(1,3)"
         ),
     )
-    parser.add_argument("--config", metavar="FILE.yaml", help="a YAML file merged over the packaged defaults")
-    parser.add_argument(
-        "--config-path", metavar="DIR", help="Hydra-style: directory of the YAML named by --config-name"
-    )
+    parser.add_argument("--config", metavar="FILE.yaml", help="a YAML file (its defaults: list is composed)")
+    parser.add_argument("--config-path", "-cp", metavar="DIR", help="Hydra-style: directory of the primary YAML")
     parser.add_argument(
         "--config-name",
+        "-cn",
         metavar="NAME",
-        help="Hydra-style: with --config-path, the user YAML DIR/NAME.yaml; alone, a packaged config name",
+        help="Hydra-style: the primary YAML DIR/NAME.yaml; alone (or when DIR has none), a packaged config name",
     )
     parser.add_argument(
         "--cfg",
-        choices=["job"],
-        help="print the resolved, validated config as YAML and exit (nothing is trained)",
+        choices=["job", "hydra", "all"],
+        help="print the resolved, validated config as YAML and exit (job: the trainer's; hydra: Hydra's node)",
+    )
+    parser.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="run one job per combination of the swept values (key=a,b,c, key=range(1,4), key=choice(a,b))",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
 
-def _config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str | None]:
-    """``(packaged config name, user YAML path or None)`` from the parsed options."""
-    if args.config and args.config_path:
+def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str | None, str | None]:
+    """``(packaged config name, user YAML path or None, user config directory or None)`` from the options.
+
+    ``--config-path DIR --config-name NAME`` reads ``DIR/NAME.yaml``; when DIR has no such file and NAME is a
+    packaged config, that config is the primary with DIR on the search path (for its config groups), as in Hydra.
+    """
+    from verl.trainer.config.loader import packaged_config_names
+
+    if args.config and (args.config_path or args.config_name):
         raise ConfigError("give either --config FILE.yaml or --config-path DIR --config-name NAME, not both")
     if args.config_path:
         if not args.config_name:
             raise ConfigError("--config-path needs --config-name (the YAML file name inside that directory)")
-        name = args.config_name if args.config_name.endswith((".yaml", ".yml")) else f"{args.config_name}.yaml"
-        return default_name, os.path.join(args.config_path, name)
-    return (args.config_name or default_name), args.config
+        stem = args.config_name[: -len(".yaml")] if args.config_name.endswith(".yaml") else args.config_name
+        file_name = args.config_name if args.config_name.endswith((".yaml", ".yml")) else f"{stem}.yaml"
+        path = os.path.join(args.config_path, file_name)
+        if os.path.isfile(path) or stem not in packaged_config_names():
+            return default_name, path, None
+        return stem, None, args.config_path
+    return (args.config_name or default_name), args.config, None
+
+
+def _short_name(prog: str) -> str:
+    """``python -m verl.trainer.main_ppo`` -> ``main_ppo``: Hydra's default job name (the app's module)."""
+    return prog.split()[-1].rsplit(".", 1)[-1]
+
+
+def _print_warnings(prog: str, caught: list[warnings.WarningMessage]) -> None:
+    for w in caught:
+        if issubclass(w.category, ConfigWarning):
+            print(f"{prog}: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def run_entrypoint(
@@ -75,55 +116,114 @@ def run_entrypoint(
     schema: type,
     load_run_fn: Callable[[], Callable[[DictConfig], Any]],
 ) -> int:
-    """Parse ``argv``, build and validate the config, then print it (``--cfg job``) or run it.
+    """Parse ``argv``, build and validate the config, then print it (``--cfg job``) or run it (``-m``: each job).
 
-    ``load_run_fn`` imports the trainer lazily, so ``--cfg job`` and config errors never pay for torch.
+    ``load_run_fn`` imports the trainer lazily, so ``--cfg job`` and config errors never pay for torch. Before the
+    trainer starts, Hydra's record of the run (``.hydra/``) is written to ``hydra.run.dir`` (see
+    :mod:`verl.trainer.config.hydra_keys`).
 
     Returns:
-        The process exit code: 0 on success, 2 for a bad command line or config, 1 when the trainer is missing,
-        ``128 + N`` when signal N (SIGTERM, SIGINT) stopped the run after its checkpoint was saved.
+        The process exit code: 0 on success, 2 for a bad command line or config, 1 when the trainer is missing (or,
+        with ``-m``, when a job failed), ``128 + N`` when signal N (SIGTERM, SIGINT) stopped the run after its
+        checkpoint was saved.
     """
     parser = build_parser(prog, description)
     try:
         args = parser.parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
         return int(e.code) if isinstance(e.code, int) else EXIT_BAD_CONFIG
+    job_name = _short_name(prog)
+    try:
+        name, config_file, config_dir = config_source(args, config_name)
+        multirun = args.multirun or wants_multirun(args.overrides, config_file)
+    except ConfigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    if multirun:
+        return run_sweep(
+            args,
+            prog=prog,
+            name=name,
+            config_file=config_file,
+            config_dir=config_dir,
+            schema=schema,
+            job_name=job_name,
+            load_run_fn=load_run_fn,
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigWarning)
         try:
-            name, config_file = _config_source(args, config_name)
-            cfg = load_config(args.overrides, config_name=name, config_file=config_file, schema=schema)
+            built = build_config(
+                args.overrides,
+                config_name=name,
+                config_file=config_file,
+                schema=schema,
+                config_dir=config_dir,
+                job_name=job_name,
+            )
         except ConfigError as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return EXIT_BAD_CONFIG
-    for w in caught:
-        if issubclass(w.category, ConfigWarning):
-            print(f"{prog}: warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if args.cfg == "job":
-        sys.stdout.write(config_to_yaml(cfg))
+    _print_warnings(prog, caught)
+    if args.cfg:
+        sys.stdout.write(cfg_text(built, args.cfg))
         sys.stdout.flush()
         return EXIT_OK
-    if demo_overlay_applies(schema, config_file, args.overrides):
+    if built.demo_applied:
         print(
             f"{prog}: no data.train_files given: running the embedded demo "
             f"(verl/trainer/config/{schema.demo_config_name}.yaml over the defaults)",
             file=sys.stderr,
         )
+    settings = run_settings(built.hydra, built.cfg)
+    return run_one_job(prog, built, settings, list(args.overrides), load_run_fn)
+
+
+def cfg_text(built: BuiltConfig, which: str) -> str:
+    """What ``--cfg job|hydra|all`` prints."""
+    if which == "job":
+        return config_to_yaml(built.cfg)
+    hydra = OmegaConf.to_yaml(OmegaConf.create({"hydra": OmegaConf.to_container(built.hydra, resolve=False)}))
+    return hydra if which == "hydra" else hydra + config_to_yaml(built.cfg)
+
+
+def run_one_job(
+    prog: str,
+    built: BuiltConfig,
+    settings: RunSettings,
+    overrides: list[str],
+    load_run_fn: Callable[[], Callable[[DictConfig], Any]],
+) -> int:
+    """Write the run's record, set up its environment (logging, env vars, working directory) and run it."""
     from verl.utils.logging_utils import configure_logging
 
-    trainer_cfg = cfg.get("trainer") or {}
+    trainer_cfg = built.cfg.get("trainer") or {}
     configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
     try:
         run_fn = load_run_fn()
     except ImportError as e:
         print(f"{prog}: the trainer is not available in this installation: {e}", file=sys.stderr)
         return EXIT_RUNTIME_ERROR
+    home = OmegaConf.select(built.cfg, "trainer.default_local_dir", default=None)
+    if settings.chdir and isinstance(home, str) and not os.path.isabs(home):
+        # the job runs inside its run directory: keep the checkpoints where the config said, not nested under it
+        built.cfg.trainer.default_local_dir = os.path.abspath(home)
+    created = first_missing_dir(settings.run_dir)
     try:
-        result = run_fn(cfg)
-    except ConfigError as e:  # a problem only the trainer can see (e.g. dataset smaller than one batch)
-        print(f"{prog}: {e}", file=sys.stderr)
+        write_run_record(settings, built.cfg, built.hydra, overrides)
+    except OSError as e:
+        print(f"{prog}: cannot write the run record under hydra.run.dir={settings.run_dir}: {e}", file=sys.stderr)
+        return EXIT_RUNTIME_ERROR
+    rejected: ConfigError | None = None
+    with job_environment(settings):
+        try:
+            result = run_fn(built.cfg)
+        except ConfigError as e:  # a problem only the trainer can see (e.g. dataset smaller than one batch)
+            rejected = e
+    if rejected is not None:
+        print(f"{prog}: {rejected}", file=sys.stderr)
+        # the trainer refused to start: a directory this call made holds only its record, so it goes too
+        remove_run_record(settings, created)
         return EXIT_BAD_CONFIG
     stopped_by = result.get("stopped_by") if isinstance(result, dict) else None
     if stopped_by:  # stopped early by a signal after saving: the shell's code for "ended by that signal"

@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 
+# registers ${verl.experiment_name:...}, the default trainer.experiment_name of fsdp_sft_trainer.yaml
+from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -117,10 +120,12 @@ class FSDPSFTCheckpointConfig:
 class FSDPSFTTrainerConfig:
     """``trainer`` of verl's SFT config."""
 
-    default_local_dir: str = "checkpoints/gsm8k-sft/test"
+    # YAML: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+    default_local_dir: str = "checkpoints/verl/sft"
     default_hdfs_dir: Optional[str] = None
-    project_name: str = "gsm8k-sft"
-    experiment_name: str = "test"
+    project_name: str = "verl"  # verl: gsm8k-sft
+    # verl: test; YAML: ${verl.experiment_name:sft,...}: sft-<model>-<data>[-lora<r>] (experiment_name.py)
+    experiment_name: str = "sft"
     total_epochs: int = 4
     total_training_steps: Optional[int] = None
     logger: list[str] = _list("console")

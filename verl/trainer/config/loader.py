@@ -1,4 +1,5 @@
-"""Build a trainer config: packaged YAML defaults <- optional user YAML <- ``key=value`` overrides, then validate.
+"""Build a trainer config: Hydra composition (packaged defaults, the user's YAML and its ``defaults:`` list, config
+groups, ``hydra.*`` keys; see :mod:`verl.trainer.config.compose`) <- ``key=value`` overrides, then validate.
 
 Override grammar (verl/Hydra-style, one string each):
 
@@ -192,7 +193,9 @@ def _alias_user_yaml(user: DictConfig, aliases: dict[str, str]) -> DictConfig:
 
 
 def demo_overlay_applies(schema: type | None, config_file: str | None, overrides: list[str] | None) -> bool:
-    """Whether the schema's embedded-demo layer (``demo.yaml`` for ``main_ppo``) goes under the user's layers.
+    """Whether the schema's embedded-demo layer (``demo.yaml`` for ``main_ppo``) goes under the user's layers,
+    judged from one user YAML and the overrides (:func:`build_config` also looks into the files its defaults list
+    pulls in, and reports its decision as ``BuiltConfig.demo_applied``).
 
     It does when the schema names one and neither the user YAML nor an override sets ``data.train_files``: a bare
     ``main_ppo`` (and ``make demo``) trains the quick bundled demo, while a user's script, which always names its
@@ -235,7 +238,10 @@ def packaged_config_text(config_name: str, package: str = CONFIG_PACKAGE) -> str
 
 
 def load_user_yaml(path: str) -> DictConfig:
-    """Load a user YAML file as a mapping, dropping Hydra's own top-level keys (``defaults``, ``hydra``)."""
+    """Load a user YAML file as a mapping, dropping Hydra's own top-level keys (``defaults``, ``hydra``).
+
+    A plain reader for tools that want one file's own keys; :func:`build_config` composes the defaults list instead.
+    """
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path}: not found")
     try:
@@ -250,20 +256,26 @@ def load_user_yaml(path: str) -> DictConfig:
     return user
 
 
+@dataclass
+class BuiltConfig:
+    """What :func:`build_config` made: the resolved, validated job config; Hydra's own node (``hydra.*``: run
+    directory, job name, logging ...); whether the embedded demo layer applied; the keys the user set."""
+
+    cfg: DictConfig
+    hydra: DictConfig
+    demo_applied: bool
+    user_keys: set[str]
+
+
 def load_config(
     overrides: list[str] | None = None,
     config_name: str = "ppo_trainer",
     config_file: str | None = None,
     schema: type | None = PPOConfig,
     package: str = CONFIG_PACKAGE,
+    config_dir: str | None = None,
 ) -> DictConfig:
-    """Build, resolve and validate a trainer config.
-
-    Layers, later wins: the packaged ``<package>/<config_name>.yaml`` defaults, then ``config_file`` (a user YAML
-    deep-merged on top), then ``overrides`` (see the module docstring for the grammar). ``${...}`` interpolations
-    are resolved after all layers, so ``data.max_response_length=32`` also moves ``rollout.response_length``.
-    The result is validated against the dataclass ``schema`` (skipped when ``schema`` is None); its warnings are
-    emitted as :class:`ConfigWarning`.
+    """Build, resolve and validate a trainer config (see :func:`build_config`); returns only the job config.
 
     Returns:
         The resolved ``DictConfig`` (not in struct mode: the trainer may fill in runtime keys).
@@ -271,21 +283,79 @@ def load_config(
     Raises:
         ConfigError: every problem found, one per line (bad override, unknown key, wrong type, bad arithmetic...).
     """
-    cfg = OmegaConf.create(packaged_config_text(config_name, package))
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"packaged config {config_name!r}: the top level must be a mapping")
-    if demo_overlay_applies(schema, config_file, overrides):
-        cfg = OmegaConf.merge(cfg, OmegaConf.create(packaged_config_text(schema.demo_config_name, package)))
+    return build_config(overrides, config_name, config_file, schema, package, config_dir).cfg
+
+
+def build_config(
+    overrides: list[str] | None = None,
+    config_name: str = "ppo_trainer",
+    config_file: str | None = None,
+    schema: type | None = PPOConfig,
+    package: str = CONFIG_PACKAGE,
+    config_dir: str | None = None,
+    job_name: str = "app",
+) -> BuiltConfig:
+    """Build, resolve and validate a trainer config, Hydra's way with this project's layers on top.
+
+    Layers, later wins:
+
+    1. Hydra composition (:mod:`verl.trainer.config.compose`): the packaged ``<config_name>`` (with the embedded
+       demo layered on it when the schema names one and nothing sets ``data.train_files``), or the user's
+       ``config_file`` with its ``defaults:`` list (a file without one starts from ``<config_name>``); config-group
+       choices and ``hydra.*`` overrides are applied by Hydra here. ``config_dir`` puts a directory of the user's
+       configs on the search path without a primary file of its own.
+    2. Key aliases of the schema (``critic.model.fsdp_config`` -> ``critic.fsdp_config``).
+    3. ``overrides`` (see the module docstring for the grammar; a sweep value such as ``key=a,b`` is an error here:
+       the entry point expands ``-m`` sweeps into one call per job).
+    4. ``${...}`` interpolations, resolved after all layers, so ``data.max_response_length=32`` also moves
+       ``rollout.response_length``; then the schema's ``adapt_defaults`` and validation against the dataclass
+       ``schema`` (skipped when ``schema`` is None); its warnings are emitted as :class:`ConfigWarning`.
+
+    Raises:
+        ConfigError: every problem found, one per line.
+    """
+    from verl.trainer.config.compose import _packaged_container, compose, packaged_sources, reorder_like
+    from verl.trainer.config.hydra_keys import check_hydra_keys, is_group_override, is_hydra_override
+    from verl.trainer.config.sweep import reject_sweeps
+
+    template = _packaged_container(config_name, package, None)  # also: a clear error for an unknown name
+    tokens = [item.text if isinstance(item, Override) else item for item in (overrides or [])]
+    reject_sweeps(tokens)
+    groups = set(packaged_sources(package).packaged_groups)
+    for d in [os.path.dirname(os.path.abspath(config_file)) if config_file else None, config_dir]:
+        if d and os.path.isdir(d):
+            groups.update(f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f)))
+    hydra_side = [t for t in tokens if is_hydra_override(t) or is_group_override(t, groups)]
+    ours = [t for t in tokens if t not in hydra_side]
+    yaml_hydra = peek_hydra_section(config_file)
+    check_hydra_keys(hydra_side, yaml_hydra, config_file)
     aliases = dict(getattr(schema, "key_aliases", None) or {})
-    user_keys: set[str] = set()  # dotted keys the user set (YAML or override): defaults may adapt, these not
-    if config_file is not None:
-        user_yaml = _alias_user_yaml(load_user_yaml(config_file), aliases)
-        user_keys.update(_dotted_keys(OmegaConf.to_container(user_yaml, resolve=False)))
-        cfg = OmegaConf.merge(cfg, user_yaml)
     try:
-        parsed = _alias_overrides(list(overrides or []), aliases)
+        parsed: list[Any] = _alias_overrides(ours, aliases)
     except ConfigError:
-        parsed = list(overrides or [])  # apply_overrides reports every malformed override at once
+        parsed = list(ours)  # apply_overrides reports every malformed override at once
+    demo_name = getattr(schema, "demo_config_name", None)
+    sets_data = any(isinstance(ov, Override) and ov.op != "delete" and ov.key == "data.train_files" for ov in parsed)
+    composed = compose(
+        config_name,
+        config_file,
+        hydra_side,
+        package=package,
+        demo_name=demo_name,
+        demo_off=sets_data,
+        config_dir=config_dir,
+        job_name=job_name,
+    )
+    cfg = OmegaConf.create(reorder_like(OmegaConf.to_container(composed.cfg, resolve=False), template))
+    if config_file is not None:
+        missing = [k for k in template if k not in cfg]
+        if missing:
+            raise ConfigError(
+                f"config file {config_file}: the composed config has no {', '.join(missing)}: does its defaults "
+                f"list name the packaged base ({config_name}) before _self_?"
+            )
+    cfg = _alias_user_yaml(cfg, aliases)
+    user_keys = {rename_aliased_key(k, aliases) for k in composed.user_keys}
     user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
     added = apply_overrides(cfg, parsed)
     try:
@@ -297,7 +367,18 @@ def load_config(
         adapt(cfg, user_keys)
     if schema is not None:
         validate_config(cfg, schema, extra_keys=added)
-    return cfg
+    return BuiltConfig(cfg, composed.hydra, composed.demo_applied, user_keys)
+
+
+def peek_hydra_section(config_file: str | None) -> Any:
+    """The ``hydra:`` section of a user YAML (None when absent or unreadable: composing reports that)."""
+    if config_file is None or not os.path.isfile(config_file):
+        return None
+    try:
+        node = OmegaConf.load(config_file)
+    except Exception:  # noqa: BLE001 - reported with the file name when the file is composed
+        return None
+    return node.get("hydra") if isinstance(node, DictConfig) else None
 
 
 def _dotted_keys(node: Any, prefix: str = "") -> list[str]:

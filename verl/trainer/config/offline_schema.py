@@ -111,10 +111,18 @@ class OfflineOptimConfig(OptimConfig):
 
 
 @dataclass
+class OfflineReportConfig:
+    """``trainer.report``: the run's ``report.html`` (verl/utils/report)."""
+
+    enable: bool = True
+
+
+@dataclass
 class OfflineTrainerConfig:
     """``trainer``: epochs/steps, logging, checkpoints, export."""
 
     project_name: str = "verl"
+    # YAML: ${verl.experiment_name:<trainer>,...}: <trainer>-<model>-<data>[-lora<r>] (experiment_name.py)
     experiment_name: str = "offline"
     namespace: Optional[str] = None
     logger: list[str] = _list("console", "file")
@@ -131,6 +139,8 @@ class OfflineTrainerConfig:
     overwrite_checkpoints: bool = False  # resume_mode=disable in a directory with checkpoints: delete them
     default_local_dir: str = "outputs/verl/offline"
     export_hf: bool = True
+    plot: bool = True  # metrics.png at each save and at the end
+    report: OfflineReportConfig = field(default_factory=OfflineReportConfig)
     seed: int = 1
     torch_threads: Optional[int] = None
     allow_unsafe_operations: bool = False  # required by model.trust_remote_code=true
@@ -194,7 +204,9 @@ class SFTConfig:
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
     trainer: OfflineTrainerConfig = field(
-        default_factory=lambda: OfflineTrainerConfig(experiment_name="sft", default_local_dir="outputs/verl/sft")
+        default_factory=lambda: OfflineTrainerConfig(
+            experiment_name="sft-smollm2-135m-instruct", default_local_dir="outputs/verl/sft-smollm2-135m-instruct"
+        )
     )
 
     @classmethod
@@ -215,7 +227,9 @@ class DPOConfig:
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
     trainer: OfflineTrainerConfig = field(
-        default_factory=lambda: OfflineTrainerConfig(experiment_name="dpo", default_local_dir="outputs/verl/dpo")
+        default_factory=lambda: OfflineTrainerConfig(
+            experiment_name="dpo-smollm2-135m-instruct", default_local_dir="outputs/verl/dpo-smollm2-135m-instruct"
+        )
     )
     beta: float = 0.1
     loss_type: DPOLossType = "sigmoid"
@@ -245,7 +259,9 @@ class KTOConfig:
     ref: RefModelConfig = field(default_factory=RefModelConfig)
     optim: OfflineOptimConfig = field(default_factory=lambda: OfflineOptimConfig(lr=1.0e-6))
     trainer: OfflineTrainerConfig = field(
-        default_factory=lambda: OfflineTrainerConfig(experiment_name="kto", default_local_dir="outputs/verl/kto")
+        default_factory=lambda: OfflineTrainerConfig(
+            experiment_name="kto-smollm2-135m-instruct", default_local_dir="outputs/verl/kto-smollm2-135m-instruct"
+        )
     )
     beta: float = 0.1
     desirable_weight: float = 1.0

@@ -298,10 +298,14 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             "trainer.critic_warmup",
             "data.dataloader_num_workers",
             "trainer.log_val_generations",
+            "trainer.report.num_samples",
         ],
         errors,
         minimum=0,
     )
+    bad_steps = [s for s in (_get(cfg, "trainer.report.sample_steps") or []) if int(s) < 1]
+    if bad_steps:
+        errors.append(f"trainer.report.sample_steps: steps count from 1, got {bad_steps}")
     use_critic = critic_enabled(cfg)
     if use_critic:
         _check_positive(

@@ -20,6 +20,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 
+# registers ${verl.experiment_name:...}, the default trainer.experiment_name of the packaged YAML files
+from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -398,12 +401,22 @@ class AlgorithmConfig:
 
 # ------------------------------------------------------------------------------------------------------ trainer
 @dataclass
+class ReportConfig:
+    """``trainer.report``: the run's ``report.html`` (verl/utils/report) and the training samples it shows."""
+
+    enable: bool = True
+    num_samples: int = 4  # rows of the training batch kept per sampled step in samples.jsonl (0: none)
+    sample_steps: Optional[list[int]] = None  # None: step 1, every step that saves a checkpoint, the last step
+
+
+@dataclass
 class TrainerConfig:
     """``trainer``: the driver loop (backend, world size, steps, validation, checkpoints, logging)."""
 
     backend: Literal["auto", "local", "ray"] = "auto"
     project_name: str = "verl"
-    experiment_name: str = "demo"
+    # YAML: ${verl.experiment_name:...}, <algorithm>-<model>-<data>[-lora<r>] (experiment_name.py); demo.yaml: demo
+    experiment_name: str = "ppo-smollm2-135m-instruct"
     namespace: Optional[str] = None
     logger: list[str] = _list("console", "file", "tensorboard")
     log_dir: Optional[str] = None
@@ -426,12 +439,14 @@ class TrainerConfig:
     resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
     resume_from_path: Optional[str] = None
     overwrite_checkpoints: bool = False  # resume_mode=disable in a directory with checkpoints: delete them
-    default_local_dir: str = "outputs/verl/demo"  # YAML: outputs/${trainer.project_name}/${trainer.experiment_name}
+    # YAML: outputs/${trainer.project_name}/${trainer.experiment_name}
+    default_local_dir: str = "outputs/verl/ppo-smollm2-135m-instruct"
     rollout_data_dir: Optional[str] = None
     validation_data_dir: Optional[str] = None
     balance_batch: bool = True
     export_hf: bool = True
     plot: bool = True
+    report: ReportConfig = field(default_factory=ReportConfig)
     seed: int = 1
     deterministic: bool = False
     torch_threads: Optional[int] = None

@@ -32,10 +32,16 @@ from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
 from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
 from verl.utils.checkpoint.checkpoint_manager import is_peft_model
-from verl.utils.checkpoint.layout import get_step_dir, prepare_checkpoint_root, resolve_resume_path
+from verl.utils.checkpoint.layout import (
+    check_checkpoint_root,
+    get_step_dir,
+    prepare_checkpoint_root,
+    resolve_resume_path,
+)
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
 from verl.utils.graceful_stop import GracefulStop
+from verl.utils.logging_utils import console_write
 from verl.utils.model_loader import load_causal_lm, load_tokenizer
 from verl.utils.optim import build_lr_scheduler, build_optimizer
 from verl.utils.precision import resolve_dtype
@@ -59,7 +65,7 @@ class OfflineTrainer:
     """Base of :class:`SFTTrainer`, :class:`DPOTrainer` and :class:`KTOTrainer` (see the module docstring).
 
     Args:
-        model: a model path (local HF dir, bundled name, cached hub id) or a ``torch.nn.Module`` (trained in place;
+        model: a model path (local HF dir, bundled name, hub id) or a ``torch.nn.Module`` (trained in place;
             its floating-point weights are kept in fp32).
         tokenizer: a Hugging Face tokenizer; loaded from the model path when None.
         dataset / eval_dataset: a ``datasets.Dataset``, parquet/jsonl/json path(s), a DataFrame or a list of dicts.
@@ -112,6 +118,8 @@ class OfflineTrainer:
             torch.set_num_threads(int(self.config.trainer.torch_threads))
 
         self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer(model)
+        # what this trainer's checkpoints are of, from config.json or the given module before LoRA wraps it
+        self.run_identity: dict[str, Any] | None = self._make_identity(model)
         self.model = self._load_policy(model)
         self.train_dataset = self._make_dataset(dataset) if dataset is not None else None
         self.eval_dataset = self._make_dataset(eval_dataset) if eval_dataset is not None else None
@@ -135,14 +143,57 @@ class OfflineTrainer:
         self.global_step = 0
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
+        self._reporter: Any = None  # metrics.png / report.html of the current fit() (rank 0), see _make_reporter
 
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
+    def algorithm_name(cls) -> str:
+        """``sft`` / ``dpo`` / ``kto``: the trainer and algorithm recorded in its checkpoints' identity."""
+        return str(cls.config_schema.config_name).removesuffix("_trainer")
+
+    @classmethod
+    def identity_of(cls, config: DictConfig, model: Any = None) -> dict[str, Any]:
+        """The run identity (:func:`verl.utils.checkpoint.identity.make_identity`) of training ``model`` (a module;
+        default: ``config.model.path``, fingerprinted from its ``config.json`` and safetensors headers) with
+        ``config``: the algorithm, the LoRA rank and the ``actor`` role's model fingerprint. Reads no weights."""
+        from verl.utils.checkpoint.identity import (
+            make_identity,
+            model_fingerprint_from_module,
+            model_fingerprint_from_path,
+        )
+        from verl.utils.model_loader import resolve_model_path
+
+        mcfg = config.model
+        if isinstance(model, torch.nn.Module):
+            fingerprint = model_fingerprint_from_module(model.get_base_model() if is_peft_model(model) else model)
+        else:
+            override = OmegaConf.to_container(mcfg.override_config, resolve=True) if mcfg.get("override_config") else {}
+            fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
+        name = cls.algorithm_name()
+        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0))
+
+    def _make_identity(self, model: Any) -> dict[str, Any] | None:
+        try:
+            return self.identity_of(self.config, model)
+        except (OSError, ValueError) as err:
+            logger.warning("checkpoints of this run record no identity: cannot read the model config (%s)", err)
+            return None
+
+    @classmethod
     def from_config(cls, config: DictConfig) -> OfflineTrainer:
-        """Build a trainer from a full config (as ``python -m verl.trainer.main_*`` loads it)."""
+        """Build a trainer from a full config (as ``python -m verl.trainer.main_*`` loads it).
+
+        A checkpoint of another model (algorithm, LoRA rank) where this run would resume or save is refused first,
+        from ``config.json`` and the completion markers, before the model loads
+        (:class:`~verl.utils.checkpoint.identity.CheckpointMismatchError`, a ``ConfigError``: exit code 2).
+        """
         if not config.data.train_files:
             raise ConfigError("data.train_files: no training data given; set data.train_files=<parquet or jsonl path>")
         try:
+            from verl.utils.hub import resolve_config_paths
+
+            resolve_config_paths(config)  # hub ids: cached or downloaded once (a file lock: ranks do not race)
+            check_checkpoint_root(config.trainer, lambda: cls.identity_of(config))
             return cls(
                 model=config.model.path,
                 dataset=config.data.train_files,
@@ -350,7 +401,9 @@ class OfflineTrainer:
     def _train_step(self, items: Sequence[dict[str, Any]]) -> dict[str, float]:
         assert self.optimizer is not None
         batches = self._micro_batches(items, self.train_dataset)
-        units = self._all_reduce([sum(self._count_units(b) for b in batches)])[0]
+        # tokens (attention mask) of the step over all ranks: perf/throughput, as verl's PPO metric
+        local_tokens = sum(float(b["attention_mask"].sum()) for b in batches if "attention_mask" in b)
+        units, tokens = self._all_reduce([sum(self._count_units(b) for b in batches), local_tokens])
         if units <= 0:
             raise ValueError("a training batch holds no loss units (no response tokens / examples)")
         self.model.train()
@@ -374,6 +427,8 @@ class OfflineTrainer:
         self._policy_is_initial = False
         metrics = self._reduce_stats(stats)
         metrics.update({"grad_norm": grad_norm, "lr": lr})
+        if tokens > 0:
+            metrics["perf/total_num_tokens"] = tokens
         return metrics
 
     # --------------------------------------------------------------------------------------------- evaluate
@@ -484,6 +539,35 @@ class OfflineTrainer:
             self.lr_scheduler,
             extra={"global_step": self.global_step, "epoch": epoch},
             max_to_keep=self.config.trainer.max_ckpt_to_keep,
+            identity=self.run_identity,
+        )
+        if self._reporter is not None:  # rank 0: metrics.png and report.html follow each checkpoint
+            self._reporter.update(self.global_step)
+
+    def _make_reporter(self, tracker: Any) -> Any:
+        """The :class:`~verl.utils.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
+        ``trainer.report.enable``: ``report.html``), None when both are off."""
+        from verl.utils.report import RunReporter, describe_hardware
+
+        tcfg = self.config.trainer
+        plot = bool(tcfg.get("plot", False))
+        report = bool((tcfg.get("report") or {}).get("enable", False))
+        if not (plot or report):
+            return None
+        return RunReporter(
+            self.output_root,
+            self.algorithm_name(),
+            self.config,
+            getattr(tracker, "metrics_path", None),
+            plot=plot,
+            report=report,
+            hardware=describe_hardware(str(tcfg.device), str(self.config.model.dtype), self.world_size),
+            extra={
+                "algorithm": self.algorithm_name(),
+                "project": str(tcfg.project_name),
+                "experiment": str(tcfg.experiment_name),
+                "total_steps": int(self._plan()[1]),
+            },
         )
 
     def _any_rank(self, flag: bool) -> bool:
@@ -502,14 +586,15 @@ class OfflineTrainer:
             )
         if dist.is_initialized():
             dist.barrier()
-        path = resolve_resume_path(
-            {
-                "default_local_dir": tcfg.default_local_dir,
-                "namespace": tcfg.namespace,
-                "resume_mode": tcfg.resume_mode,
-                "resume_from_path": tcfg.resume_from_path,
-            }
-        )
+        resume_cfg = {
+            "default_local_dir": tcfg.default_local_dir,
+            "namespace": tcfg.namespace,
+            "resume_mode": tcfg.resume_mode,
+            "resume_from_path": tcfg.resume_from_path,
+        }
+        # another run's checkpoint (model, algorithm, LoRA rank) is refused before it loads; the same on every rank
+        check_checkpoint_root(resume_cfg, self.run_identity, self.output_root)
+        path = resolve_resume_path(resume_cfg, identity=self.run_identity)
         if path is None:
             return
         extra = ckpt.load_checkpoint(path, self.model, self.optimizer, self.lr_scheduler)
@@ -541,6 +626,10 @@ class OfflineTrainer:
         self._resume()
         saved_at = self.global_step if self.global_step > 0 else -1
         tracker = self._make_tracker(self.global_step if self.resumed_from else -1) if self.rank == 0 else None
+        self._reporter = self._make_reporter(tracker) if self.rank == 0 else None
+        if self._reporter is not None:
+            self._reporter.start(resumed_step=self.global_step if self.resumed_from else None)
+        failure: str | None = None
         bar = ProgressBar(total=total, initial=self.global_step, desc=type(self).__name__) if self.rank == 0 else None
         bsz, logging_steps = int(self.config.data.train_batch_size), int(tcfg.logging_steps)
         save_freq, test_freq = int(tcfg.save_freq), int(tcfg.test_freq)
@@ -561,6 +650,9 @@ class OfflineTrainer:
                         self.global_step += 1
                         metrics["epoch"] = epoch + (b + 1) / per_epoch
                         metrics["perf/time_per_step"] = time.perf_counter() - t0
+                        if "perf/total_num_tokens" in metrics:  # tokens / s / rank (verl's perf/throughput)
+                            step_tokens = metrics["perf/total_num_tokens"]
+                            metrics["perf/throughput"] = step_tokens / (metrics["perf/time_per_step"] * self.world_size)
                         window.append(metrics)
                         stopping = self._any_rank(stop.requested)
                         if self.global_step % logging_steps == 0 or self.global_step == total or stopping:
@@ -595,19 +687,23 @@ class OfflineTrainer:
             if stopping:
                 self.stopped_by = stop.signal_name or "signal on another rank"
                 if self.rank == 0:
-                    print(
+                    console_write(  # above the progress bar, which is still shown
                         f"[verl] stopped by {self.stopped_by} after step {self.global_step}; checkpoint "
                         f"{get_step_dir(self.output_root, self.global_step)}; run the same command again to resume",
-                        file=sys.stderr,
-                        flush=True,
+                        sys.stderr,
                     )
             elif tcfg.export_hf:
                 ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+        except BaseException as err:
+            failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
+            raise
         finally:
             if bar is not None:
                 bar.close()
             if tracker is not None:
                 tracker.finish()
+            if self._reporter is not None:
+                self._reporter.finish(self.global_step, stopped_by=self.stopped_by if stopping else None, error=failure)
         if stopping:  # the CLI exits with 128 + the signal number
             final["stopped_by"] = self.stopped_by  # type: ignore[assignment]
         final["global_step"] = float(self.global_step)

@@ -57,8 +57,10 @@ def save_checkpoint(
     scheduler: Any,
     extra: dict[str, Any],
     max_to_keep: int | None,
+    identity: dict[str, Any] | None = None,
 ) -> str:
-    """Write ``<root>/global_step_<step>`` atomically, mark it complete, apply retention; returns its path.
+    """Write ``<root>/global_step_<step>`` atomically, mark it complete (recording ``identity``: what it is a
+    checkpoint of, see :mod:`verl.utils.checkpoint.identity`), apply retention; returns its path.
 
     Collective under torch.distributed: every rank writes its own shards."""
     step_dir = get_step_dir(root, step)
@@ -66,7 +68,7 @@ def save_checkpoint(
     with atomic_step_dir(step_dir) as tmp:
         manager.save_checkpoint(os.path.join(tmp, ROLE), global_step=step, extra=extra)
     if _rank() == 0:
-        finalize_checkpoint(root, step, roles=[ROLE])
+        finalize_checkpoint(root, step, roles=[ROLE], identity=identity)
         remove_old_checkpoints(root, max_to_keep, subdir=ROLE, current_step=step)
     _barrier()
     return step_dir

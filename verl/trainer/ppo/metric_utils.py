@@ -2,12 +2,16 @@
 
 Everything here is a pure function of a DataProto batch (or of timings / validation results), so the driver loop
 only collects and logs. Names: ``critic/{score,rewards,advantages,returns,values}/{mean,max,min}``,
-``response_length/*``, ``prompt_length/*``, ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/*`` and
+``response_length/*``, ``prompt_length/*``, ``reward_extra/<key>/{mean,max,min}`` (the extra fields a reward function
+returns next to ``score``), ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/*`` and
 ``val-core/<data_source>/<var>/{mean@N, best@N/mean, maj@N/mean}`` (and ``val-aux/...``).
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import numbers
 import os
 import time
 from collections import defaultdict
@@ -19,6 +23,8 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -74,6 +80,57 @@ def compute_data_metrics(batch: DataProto, use_critic: bool = True) -> dict[str,
     metrics.update(_masked_stats("prompt_length", prompt_len))
     max_prompt_length = prompt_mask.shape[-1]
     metrics["prompt_length/clip_ratio"] = torch.eq(prompt_len, max_prompt_length).float().mean().item()
+    return metrics
+
+
+# extras already said to be non-numeric (one debug line per key and process, not one per step)
+_NON_NUMERIC_EXTRAS: set[str] = set()
+
+
+def _extra_number(value: Any) -> float | None:
+    """A reward extra as a float (bools count 0/1; numpy scalars, 0-d arrays and one-element tensors count as their
+    value); None for a missing value (None, NaN: a sample that did not report the key); raises TypeError for anything
+    else (strings, lists, arrays)."""
+    if (isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, np.generic):
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return None if math.isnan(number) else number
+    raise TypeError(type(value).__name__)
+
+
+def compute_reward_extra_metrics(batch: DataProto, keys: list[str] | None = None) -> dict[str, float]:
+    """``reward_extra/<key>/{mean,max,min}`` over the batch for each numeric extra field of the reward function.
+
+    A reward function may return ``{"score": s, "hits": 3, "format_ok": True}``; the reward manager turns the other
+    keys into per-sample columns of ``batch.non_tensor_batch`` (``keys``, default ``meta_info["reward_extra_keys"]``,
+    which the trainer fills). Samples that did not report a key (None/NaN) are left out of its statistics; a key
+    with any non-numeric value (a string, a list) is skipped, said once per key at DEBUG. TRL logs every reward
+    component the same way; verl itself reports them only at validation (``val-aux/<source>/<key>/...``).
+    """
+    keys = list(batch.meta_info.get("reward_extra_keys", [])) if keys is None else keys
+    metrics: dict[str, float] = {}
+    for key in keys:
+        column = batch.non_tensor_batch.get(key)
+        if column is None:
+            continue
+        try:
+            values = [v for v in (_extra_number(x) for x in column) if v is not None]
+        except TypeError as err:
+            if key not in _NON_NUMERIC_EXTRAS:
+                _NON_NUMERIC_EXTRAS.add(key)
+                logger.debug("reward extra %r is not numeric (a value of type %s): not logged as a metric", key, err)
+            continue
+        if not values:
+            continue
+        arr = np.asarray(values, dtype=np.float64)
+        metrics[f"reward_extra/{key}/mean"] = float(arr.mean())
+        metrics[f"reward_extra/{key}/max"] = float(arr.max())
+        metrics[f"reward_extra/{key}/min"] = float(arr.min())
     return metrics
 
 

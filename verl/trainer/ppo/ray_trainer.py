@@ -29,6 +29,7 @@ from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty
 )
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
+    compute_reward_extra_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     marked_timer,
@@ -37,6 +38,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.validation import decode_generations, run_validation
 from verl.utils.graceful_stop import GracefulStop
+from verl.utils.logging_utils import console_write
 from verl.utils.torch_functional import masked_mean
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class RayPPOTrainer:
         train_sampler=None,
         worker_groups: dict[str, Any] | None = None,
         role_worker_mapping: dict[str, type] | None = None,
+        run_identity: dict[str, Any] | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
 
@@ -109,8 +112,15 @@ class RayPPOTrainer:
         self.resumed_state: dict[str, Any] | None = None
         # the checkpoint directory load_checkpoint restored, None when the run started fresh
         self.resumed_from: str | None = None
+        # what this run's checkpoints are of (model, algorithm, roles, LoRA rank; verl/utils/checkpoint/identity.py):
+        # recorded in each completion marker, compared before each resume; None: derived from the config when needed
+        self.run_identity: dict[str, Any] | None = run_identity
+        self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
         # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
         self.stopped_by: str | None = None
+        # metrics.png / report.html of the run (verl/utils/report): created on first use, None when both are off
+        self._reporter: Any = None
+        self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -270,13 +280,17 @@ class RayPPOTrainer:
     def _attach_scores(
         batch: DataProto, scores: torch.Tensor, extra: dict[str, list], metrics: dict[str, Any]
     ) -> DataProto:
-        """Store ``token_level_scores``; per-sample extras become non-tensor columns, batch counters metrics."""
+        """Store ``token_level_scores``; per-sample extras become non-tensor columns (their names listed in
+        ``meta_info["reward_extra_keys"]`` for the ``reward_extra/*`` metrics), batch counters metrics."""
         batch.batch["token_level_scores"] = scores
+        extra_keys = list(batch.meta_info.get("reward_extra_keys", []))
         for key, values in extra.items():
             if len(values) == len(batch) and not key.startswith("reward/"):
                 batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
+                extra_keys += [] if key in extra_keys else [key]
             elif key.startswith("reward/"):
                 metrics[key] = float(np.sum(values))
+        batch.meta_info["reward_extra_keys"] = extra_keys
         return batch
 
     def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
@@ -365,6 +379,7 @@ class RayPPOTrainer:
             batch, reward_future = self.rollout_stage(batch, timing, metrics)
             batch = self.update_stage(batch, timing, metrics, reward_future)
         metrics.update(self.batch_metrics(batch, timing))
+        self._record_report_samples(batch)
         return metrics
 
     def rollout_stage(
@@ -457,8 +472,9 @@ class RayPPOTrainer:
         )
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
-        """Data, timing, throughput and memory metrics of a finished step (verl's names)."""
+        """Data, reward extras, timing, throughput and memory metrics of a finished step (verl's names)."""
         metrics = compute_data_metrics(batch, use_critic=self.use_critic)
+        metrics.update(compute_reward_extra_metrics(batch))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
         metrics.update(memory_metrics())
@@ -482,6 +498,19 @@ class RayPPOTrainer:
     def step_dir(self, step: int) -> str:
         return os.path.join(self.checkpoint_dir, f"global_step_{step}")
 
+    def identity(self) -> dict[str, Any] | None:
+        """This run's identity (:func:`verl.trainer.ppo.runner.ppo_run_identity` of the config unless one was given);
+        None, with a warning, when the model directory cannot be read (the checkpoint then records none)."""
+        if self.run_identity is None:
+            from verl.trainer.ppo.runner import ppo_run_identity
+
+            try:
+                self.run_identity = ppo_run_identity(self.config)
+            except (OSError, ValueError) as err:
+                logger.warning("checkpoints of this run record no identity: cannot read the model config (%s)", err)
+                return None
+        return self.run_identity
+
     def save_checkpoint(
         self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
     ) -> str:
@@ -494,9 +523,19 @@ class RayPPOTrainer:
         selects what the workers write; without ``extra`` no ``data.pt`` is written either. ``extra_state`` joins
         ``data.pt`` (plain types and tensors only: it is read back with ``weights_only=True``).
         """
-        from verl.utils.checkpoint.layout import finalize_checkpoint, remove_old_checkpoints, write_complete_marker
+        from verl.utils.checkpoint.layout import (
+            check_checkpoint_root,
+            finalize_checkpoint,
+            remove_old_checkpoints,
+            write_complete_marker,
+        )
         from verl.utils.fs import atomic_directory
 
+        if path is None and not self._root_checked:
+            # (the Python API saves without fit()) another run's checkpoints here would be replaced step by step
+            # and deleted by retention: refused before anything is written
+            check_checkpoint_root({"resume_mode": "auto"}, self.identity, self.checkpoint_dir)
+            self._root_checked = True
         final_dir = path or self.step_dir(self.global_steps)
         with atomic_directory(final_dir) as tmp_dir:
             self.actor_rollout_wg.save_checkpoint(
@@ -509,15 +548,17 @@ class RayPPOTrainer:
             if save_contents is None or "extra" in save_contents:
                 torch.save({**self.driver_state(), **(extra_state or {})}, os.path.join(tmp_dir, "data.pt"))
             if path is not None:  # marked inside the temp dir: the directory appears complete in one rename
-                write_complete_marker(tmp_dir, self.global_steps)
+                write_complete_marker(tmp_dir, self.global_steps, identity=self.identity())
         if path is not None:
             return final_dir
-        finalize_checkpoint(self.checkpoint_dir, self.global_steps)
+        finalize_checkpoint(self.checkpoint_dir, self.global_steps, identity=self.identity())
         trainer_cfg = self.config.trainer
         for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
             remove_old_checkpoints(
                 self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
             )
+        if not self._in_fit:  # (the Python API) fit() updates the report once the step's metrics are logged
+            self.update_report()
         return final_dir
 
     def release_rollout(self) -> None:
@@ -541,26 +582,31 @@ class RayPPOTrainer:
             state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
         return state
 
-    def load_checkpoint(self, path: str | None = None) -> int:
+    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
         """Resume from ``path`` (a complete checkpoint directory) or, when None, per ``trainer.resume_mode``;
         returns the restored global step (0 when starting fresh).
 
         Restores the workers (weights, optimizer, lr scheduler, RNG), the step count, the data loader position,
         the generation counter and the KL coefficient. The whole ``data.pt`` dict is kept in
-        :attr:`resumed_state` for callers that saved their own ``extra_state``.
+        :attr:`resumed_state` for callers that saved their own ``extra_state``. A checkpoint of another model
+        (algorithm, roles, LoRA rank) raises :class:`~verl.utils.checkpoint.identity.CheckpointMismatchError` before
+        anything loads; an explicit ``path`` is checked as ``mode`` (``resume_path``: named by the user, an algorithm
+        change only warns; ``auto``: found by the caller under its root).
         """
         from verl.utils.checkpoint.checkpoint_manager import safe_torch_load
+        from verl.utils.checkpoint.identity import check_resume_identity
         from verl.utils.checkpoint.layout import require_intact, resolve_resume_path
 
         if path is None:
             # auto: the newest complete checkpoint whose files match their checksums (bad ones are warned about)
-            path = resolve_resume_path(self.config.trainer, self.checkpoint_dir)
+            path = resolve_resume_path(self.config.trainer, self.checkpoint_dir, identity=self.identity)
             if path is None:
                 return 0
         elif not os.path.isdir(path):
             raise FileNotFoundError(f"checkpoint {path!r} does not exist")
         else:
             require_intact(path)
+            check_resume_identity(path, self.identity, mode)
         data_file = os.path.join(path, "data.pt")
         if not os.path.exists(data_file):
             raise FileNotFoundError(
@@ -628,16 +674,24 @@ class RayPPOTrainer:
         self.load_checkpoint()
         # rows of steps after the resumed one are dropped from the JSONL log: those steps run again
         self._tracker = self._make_tracker(keep_through_step=self.global_steps if self.resumed_from else -1)
+        reporter = self.reporter()
+        if reporter is not None:
+            reporter.start(resumed_step=self.global_steps if self.resumed_from else None)
         val_metrics: dict[str, float] = {}
         if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
             val_metrics = self._timed_validate()
             self._log(val_metrics, step=0)
             if trainer_cfg.get("val_only", False):
+                self._tracker.finish()
+                if reporter is not None:
+                    reporter.finish(self.global_steps)
                 return val_metrics
         progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
         save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
         saved_at = self.global_steps  # a resumed step is already on disk
         self.stopped_by = None
+        self._in_fit = True
+        failure: str | None = None
         try:
             with GracefulStop("PPO") as stop:
                 while self.global_steps < self.total_training_steps and not stop.requested:
@@ -669,6 +723,8 @@ class RayPPOTrainer:
                     metrics["training/epoch"] = self._epoch
                     self._log(metrics, step=self.global_steps)
                     progress.update(metrics)
+                    if saved_at == self.global_steps:  # metrics.png and report.html follow each checkpoint
+                        self.update_report()
             if stop.requested:
                 self.stopped_by = stop.signal_name
                 if save_freq == 0:
@@ -677,16 +733,97 @@ class RayPPOTrainer:
                     where = f"checkpoint {self.step_dir(saved_at)}"
                 else:
                     where = "no checkpoint (no step had finished)"
-                print(
+                console_write(  # above the progress bar, which is still shown
                     f"[verl] stopped by {stop.signal_name} after step {self.global_steps}; {where}; "
                     "run the same command again to resume",
-                    file=sys.stderr,
-                    flush=True,
+                    sys.stderr,
                 )
+        except BaseException as err:
+            failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
+            raise
         finally:
             progress.close()
             self._tracker.finish()
+            self._in_fit = False
+            if self._reporter is not None:
+                self._reporter.finish(self.global_steps, stopped_by=self.stopped_by, error=failure)
         return val_metrics
+
+    # ----------------------------------------------------------------------------------------------- report
+    def reporter(self) -> Any:
+        """The run's :class:`~verl.utils.report.RunReporter` (``metrics.png`` with ``trainer.plot``, ``report.html``
+        and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both are off."""
+        if self._reporter is None:
+            from verl.utils.report import RunReporter, describe_hardware
+
+            trainer_cfg = self.config.trainer
+            plot = bool(trainer_cfg.get("plot", False))
+            report = bool((trainer_cfg.get("report") or {}).get("enable", False))
+            if not (plot or report):
+                return None
+            actor_dtype = self.config.actor_rollout_ref.actor.get("dtype", "auto")
+            self._reporter = RunReporter(
+                self.checkpoint_dir,
+                "ppo",
+                self.config,
+                self.metrics_path,
+                plot=plot,
+                report=report,
+                hardware=describe_hardware(str(trainer_cfg.get("device", "auto")), str(actor_dtype), self.n_ranks),
+                extra={
+                    "algorithm": str(self.algorithm.adv_estimator),
+                    "project": str(trainer_cfg.get("project_name")),
+                    "experiment": str(trainer_cfg.get("experiment_name")),
+                    "total_steps": int(self.total_training_steps),
+                },
+            )
+        return self._reporter
+
+    def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
+        """Redraw ``metrics.png`` (unless ``redraw_plot`` is False) and rebuild ``report.html`` now (no-op when both
+        are off); ``status`` None keeps the recorded one (``running`` during fit, the final one after it). Never
+        raises."""
+        reporter = self.reporter()
+        if reporter is None:
+            return
+        reporter.metrics_path = self.metrics_path or reporter.metrics_path
+        status = status or str(reporter.info.get("status") or "running")
+        reporter.update(self.global_steps, status, redraw_plot=redraw_plot)
+
+    def _report_sample_step(self, step: int) -> bool:
+        """``trainer.report.sample_steps`` (a list: exactly those steps; null: the first step, every step that saves
+        a checkpoint and the last step), when ``trainer.report.num_samples`` > 0."""
+        report = self.config.trainer.get("report") or {}
+        if not report.get("enable", False) or int(report.get("num_samples", 0) or 0) <= 0:
+            return False
+        steps = report.get("sample_steps")
+        if steps is not None:
+            return step in {int(s) for s in steps}
+        save_freq = int(self.config.trainer.save_freq)
+        return step == 1 or step >= self.total_training_steps or (save_freq > 0 and step % save_freq == 0)
+
+    def _record_report_samples(self, batch: DataProto) -> None:
+        """``trainer.report.num_samples`` rows of this step's batch, spread over it (prompt, response, score, ground
+        truth, data source), appended to ``samples.jsonl`` for the report."""
+        if not self._report_sample_step(self.global_steps) or self.reporter() is None:
+            return
+        k = min(int(self.config.trainer.report.num_samples), len(batch))
+        idxs = sorted({i * len(batch) // k for i in range(k)})
+        picked = batch.select_idxs(idxs)
+        prompts, responses, extra = decode_generations(self.tokenizer, picked)
+        scores = picked.batch["token_level_scores"].sum(-1).tolist()
+        sources = picked.non_tensor_batch.get("data_source")
+        rows = []
+        for j in range(len(idxs)):
+            row = {"prompt": prompts[j], "response": responses[j], "score": scores[j]}
+            row["ground_truth"] = extra["ground_truth"][j] if "ground_truth" in extra else None
+            if sources is not None:
+                row["data_source"] = str(sources[j])
+            if "advantages" in picked.batch.keys():
+                mask = picked.batch["response_mask"][j].bool()
+                row["advantage"] = float(picked.batch["advantages"][j][mask].mean()) if mask.any() else 0.0
+            rows.append(row)
+        self._reporter.record_samples(self.global_steps, rows)
 
     def _timed_validate(self) -> dict[str, float]:
         timing: dict[str, float] = {}

@@ -46,10 +46,14 @@ def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     """The keyword arguments of ``ray.init`` from ``ray_kwargs.ray_init`` (verl's key); null values are left out.
 
-    No ``address``: Ray itself joins ``$RAY_ADDRESS`` when set, else starts a local cluster. The workers' default
-    environment (quiet tokenizers, the driver's device choice) is merged under ``ray_init.runtime_env``.
+    No ``address`` (or ``"local"``) and no ``$RAY_ADDRESS``: :func:`init_ray` starts a local Ray listening on
+    127.0.0.1 only; an ``address`` or ``$RAY_ADDRESS`` joins that cluster, and then the arguments that only a new
+    instance takes are left out. The workers' default environment (quiet tokenizers, the driver's device choice)
+    is merged under ``ray_init.runtime_env``.
     """
     from omegaconf import OmegaConf
+
+    from verl.single_controller.ray.cluster import requested_cluster
 
     section = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
     kwargs = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(section), resolve=True).items() if v is not None}
@@ -62,7 +66,7 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     kwargs["runtime_env"] = runtime_env
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("log_to_driver", True)
-    if kwargs.get("address") or os.environ.get("RAY_ADDRESS"):
+    if requested_cluster(kwargs.get("address")) is not None:
         # joining a running cluster: its resources were fixed by `ray start`, and ray.init refuses these
         for key in ("num_cpus", "num_gpus", "include_dashboard"):
             kwargs.pop(key, None)
@@ -70,14 +74,18 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
 
 
 def init_ray(config: DictConfig) -> None:
-    """Start or join Ray for a run on the ``ray`` backend (no-op when Ray is already initialised)."""
+    """Start (on loopback) or join Ray for a run on the ``ray`` backend (no-op when Ray is already initialised);
+    see :func:`verl.single_controller.ray.start_or_join_ray`."""
     import ray
+
+    from verl.single_controller.ray.cluster import start_or_join_ray
 
     if ray.is_initialized():
         return
     kwargs = ray_init_kwargs(config)
-    ray.init(**kwargs)
-    logger.info("Ray: %s; cluster resources %s", kwargs.get("address") or "local", ray.cluster_resources())
+    started = start_or_join_ray(**kwargs)
+    where = "a new local instance" if started else kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+    logger.info("Ray: %s; cluster resources %s", where, ray.cluster_resources())
 
 
 def _score_summary(metrics: dict[str, float]) -> str:
@@ -113,6 +121,29 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     return train_dataset, val_dataset, sampler
 
 
+def ppo_run_identity(config: DictConfig) -> dict[str, Any]:
+    """What a checkpoint of this PPO-family run is a checkpoint of (``identity.make_identity``):
+    the advantage estimator, the LoRA rank, and the actor's (and, when trained, the critic's) model fingerprint
+    from its ``config.json`` (with ``override_config``) and safetensors headers. Reads no weights."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.config import critic_enabled
+    from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_path
+    from verl.utils.model_loader import resolve_model_path
+
+    def fingerprint(section: Any) -> dict[str, Any]:
+        override = section.get("override_config") or {}
+        override = OmegaConf.to_container(override, resolve=True) if not isinstance(override, dict) else override
+        return model_fingerprint_from_path(resolve_model_path(str(section.path)), override)
+
+    model = config.actor_rollout_ref.model
+    models = {"actor": fingerprint(model)}
+    if critic_enabled(config):
+        models["critic"] = fingerprint(config.critic.model)
+    lora_rank = int(model.get("lora_rank", 0) or 0)
+    return make_identity("ppo", str(config.algorithm.adv_estimator), models, lora_rank)
+
+
 def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> Any:
     """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
     managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
@@ -121,17 +152,24 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
-    from verl.utils.model_loader import load_tokenizer, resolve_model_path
+    from verl.utils.model_loader import load_tokenizer
 
     trainer_cfg = config.trainer
     # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads
-    from verl.utils.checkpoint.layout import checkpoint_root, prepare_checkpoint_root
+    from verl.utils.checkpoint.layout import check_checkpoint_root, checkpoint_root, prepare_checkpoint_root
 
     prepare_checkpoint_root(
         checkpoint_root(trainer_cfg),
         str(trainer_cfg.get("resume_mode", "auto")),
         overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
     )
+    from verl.utils.hub import resolve_config_paths
+
+    resolve_config_paths(config)  # hub ids: from the HF cache or downloaded once, before anything reads them
+    # a checkpoint of another model (algorithm, roles, LoRA rank) where this run would resume or save is refused
+    # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
+    identity = ppo_run_identity(config)
+    check_checkpoint_root(trainer_cfg, identity)
     seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
     apply_runtime_switches(trainer_cfg)
     from verl.trainer.config.parallel_checks import resolve_backend
@@ -140,7 +178,7 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
         init_ray(config)
 
     tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
-    tokenizer = load_tokenizer(resolve_model_path(tokenizer_path or config.actor_rollout_ref.model.path))
+    tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path)  # resolves it (tokenizer only)
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
@@ -149,6 +187,7 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
     trainer = RayPPOTrainer(
+        run_identity=identity,
         config=config,
         tokenizer=tokenizer,
         reward_fn=reward_fn,
@@ -162,7 +201,8 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
 
 
 def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> dict[str, Any]:
-    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot"}``."""
+    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
+    (``plot`` / ``report``: the paths of ``metrics.png`` / ``report.html``, None when not written)."""
     trainer = build_ppo_trainer(config, role_worker_mapping)
     trainer_cfg = config.trainer
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
@@ -180,6 +220,7 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
         "output_dir": trainer.checkpoint_dir,
         "hf_dir": None,
         "plot": None,
+        "report": None,
         "stopped_by": trainer.stopped_by,
     }
     history = trainer.val_history
@@ -190,16 +231,19 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
     if result["val_after"]:
         print(f"validation after training (step {history[-1][0]}): {_score_summary(result['val_after'])}")
 
-    if trainer.stopped_by:  # an interrupted run is continued, not exported
+    if trainer.stopped_by:  # an interrupted run is continued, not exported (fit() updated its report)
         return result
     if trainer_cfg.get("export_hf", False) and trainer.global_steps > 0:
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")
-    if trainer_cfg.get("plot", False):
-        from verl.utils.plotting import plot_metrics
+        trainer.update_report(redraw_plot=False)  # the report lists the export too
+    from verl.utils.report import PLOT_FILE, REPORT_FILE
 
-        jsonl = trainer.metrics_path
-        if jsonl and os.path.exists(jsonl):
-            result["plot"] = plot_metrics(jsonl, os.path.join(trainer.checkpoint_dir, "metrics.png"))
-            print(f"plot: {os.path.join(trainer.checkpoint_dir, 'metrics.png')}")
+    # metrics.png (trainer.plot) and report.html (trainer.report.enable): written by fit() at each save and its end
+    reporter = trainer.reporter()
+    for key, name in (("plot", PLOT_FILE), ("report", REPORT_FILE)):
+        path = os.path.join(trainer.checkpoint_dir, name)
+        if reporter is not None and getattr(reporter, key) and os.path.isfile(path):
+            result[key] = path
+            print(f"{key}: {path}")
     return result

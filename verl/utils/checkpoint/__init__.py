@@ -2,7 +2,8 @@
 
 Layout: ``<default_local_dir>/global_step_N/<role>`` (per-rank shard files, see
 :mod:`.fsdp_checkpoint_manager`), ``checkpoint_complete.json`` written last, the
-``latest_checkpointed_iteration.txt`` tracker (see :mod:`.layout`).
+``latest_checkpointed_iteration.txt`` tracker (see :mod:`.layout`). The marker records the run identity (model,
+architecture, algorithm, roles, LoRA rank) that every resume is checked against (see :mod:`.identity`).
 """
 
 from verl.utils.checkpoint.checkpoint_manager import (
@@ -14,7 +15,9 @@ from verl.utils.checkpoint.checkpoint_manager import (
     set_rng_state,
 )
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+from verl.utils.checkpoint.identity import CheckpointMismatchError, check_resume_identity, make_identity
 from verl.utils.checkpoint.layout import (
+    check_checkpoint_root,
     checkpoint_root,
     finalize_checkpoint,
     find_latest_ckpt_path,
@@ -28,8 +31,11 @@ from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_op
 from verl.utils.checkpoint.sharded_state import ShardReader, read_full_state_dict, save_state_shards
 
 __all__ = [
+    "CheckpointMismatchError",
     "FSDPCheckpointManager",
     "ShardReader",
+    "check_checkpoint_root",
+    "check_resume_identity",
     "checkpoint_root",
     "finalize_checkpoint",
     "find_latest_ckpt_path",
@@ -39,6 +45,7 @@ __all__ = [
     "get_step_dir",
     "load_extra_state",
     "load_optimizer_shards",
+    "make_identity",
     "read_full_state_dict",
     "remove_old_checkpoints",
     "resolve_resume_path",

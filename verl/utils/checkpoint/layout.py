@@ -24,10 +24,11 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional, Union
 
+from verl.utils.checkpoint.identity import check_resume_identity
 from verl.utils.fs import TMP_PREFIX, atomic_directory, atomic_write_text, namespaced_path
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "STEP_DIR_PREFIX",
     "TRACKER_FILENAME",
     "atomic_step_dir",
+    "check_checkpoint_root",
     "checkpoint_root",
     "finalize_checkpoint",
     "find_latest_ckpt_path",
@@ -44,6 +46,7 @@ __all__ = [
     "get_step_dir",
     "is_complete_step_dir",
     "list_step_dirs",
+    "newest_complete_step_dir",
     "prepare_checkpoint_root",
     "read_tracker",
     "remove_old_checkpoints",
@@ -59,6 +62,8 @@ TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_RE = re.compile(r"global_step_(\d+)")
 RESUME_MODES = ("auto", "disable", "resume_path")
+# a run identity, or a zero-argument callable computing it when there is a checkpoint to compare it with
+IdentityArg = Optional[Union[dict[str, Any], Callable[[], Optional[dict[str, Any]]]]]
 
 
 def get_checkpoint_tracker_filename(root: str) -> str:
@@ -125,26 +130,36 @@ def read_tracker(root: str) -> int | None:
     return step
 
 
-def finalize_checkpoint(root: str, global_step: int, roles: list[str] | None = None) -> str:
+def finalize_checkpoint(
+    root: str, global_step: int, roles: list[str] | None = None, identity: dict[str, Any] | None = None
+) -> str:
     """Mark ``global_step_N`` complete and point the tracker at it; call after every role has been saved.
 
-    ``roles`` defaults to the sub-directories present. Writes ``checkpoint_complete.json`` into the step dir,
-    then ``latest_checkpointed_iteration.txt`` (both atomically), in that order. Returns the step dir.
+    ``roles`` defaults to the sub-directories present; ``identity`` (:func:`.identity.make_identity`) records what
+    the checkpoint is of. Writes ``checkpoint_complete.json`` into the step dir, then
+    ``latest_checkpointed_iteration.txt`` (both atomically), in that order. Returns the step dir.
     """
     step_dir = get_step_dir(root, global_step)
-    write_complete_marker(step_dir, global_step, roles, who="finalize_checkpoint")
+    write_complete_marker(step_dir, global_step, roles, who="finalize_checkpoint", identity=identity)
     atomic_write_text(get_checkpoint_tracker_filename(root), f"{int(global_step)}\n")
     return step_dir
 
 
 def write_complete_marker(
-    step_dir: str, global_step: int, roles: list[str] | None = None, who: str = "write_complete_marker"
+    step_dir: str,
+    global_step: int,
+    roles: list[str] | None = None,
+    who: str = "write_complete_marker",
+    identity: dict[str, Any] | None = None,
 ) -> str:
     """Write ``checkpoint_complete.json`` (atomically) into ``step_dir`` once every role in it is saved.
 
     The tracker-free half of :func:`finalize_checkpoint`, for a checkpoint saved to a directory of the caller's
     choosing (``PPOTrainer.save_checkpoint(path=...)``): :func:`is_complete_step_dir` then accepts it for resume.
-    ``roles`` defaults to the sub-directories present. Returns the marker's path.
+    ``roles`` defaults to the sub-directories present. ``identity`` (:func:`.identity.make_identity`: model,
+    architecture, algorithm, roles, LoRA rank) is stored under ``"identity"``, so a later run can tell before
+    loading anything whether this is a checkpoint of its own model (:func:`.identity.check_resume_identity`).
+    Returns the marker's path.
     """
     if not os.path.isdir(step_dir):
         raise FileNotFoundError(f"{who}: {step_dir} does not exist; save the roles first")
@@ -159,7 +174,9 @@ def write_complete_marker(
 
     # The checksums make a later change to any file (overwritten, truncated, removed) visible before a resume.
     files = compute_checksums(step_dir, exclude=(COMPLETE_MARKER,))
-    body = {"global_step": int(global_step), "roles": roles, "time": time.time(), "files": files}
+    body: dict[str, Any] = {"global_step": int(global_step), "roles": roles, "time": time.time(), "files": files}
+    if identity is not None:
+        body["identity"] = identity
     marker = os.path.join(step_dir, COMPLETE_MARKER)
     atomic_write_text(marker, json.dumps(body))
     return marker
@@ -300,13 +317,20 @@ def checkpoint_root(trainer_config: Any) -> str:
     return namespaced_path(str(base), _cfg_get(trainer_config, "namespace"))
 
 
-def resolve_resume_path(trainer_config: Any, default_local_dir: str | None = None) -> str | None:
+def resolve_resume_path(
+    trainer_config: Any, default_local_dir: str | None = None, identity: IdentityArg = None
+) -> str | None:
     """Which checkpoint to resume from, per ``trainer.resume_mode``.
 
     - ``disable``: None (train from scratch).
     - ``auto``: the latest complete checkpoint under ``default_local_dir`` when given (taken as the final,
       already namespaced root), else under :func:`checkpoint_root`; None if there is none.
     - ``resume_path``: ``trainer.resume_from_path`` (a ``global_step_N`` dir); a missing value or path raises.
+
+    With ``identity`` (this run's :func:`.identity.make_identity`, or a zero-argument callable returning it, called
+    only when there is a checkpoint to check), the chosen checkpoint must be one of this run's model:
+    :func:`.identity.check_resume_identity` raises :class:`.identity.CheckpointMismatchError` otherwise, before
+    anything is loaded.
     """
     mode = _cfg_get(trainer_config, "resume_mode", "auto")
     if mode not in RESUME_MODES:
@@ -314,7 +338,10 @@ def resolve_resume_path(trainer_config: Any, default_local_dir: str | None = Non
     if mode == "disable":
         return None
     if mode == "auto":
-        return find_latest_ckpt_path(default_local_dir or checkpoint_root(trainer_config))
+        found = find_latest_ckpt_path(default_local_dir or checkpoint_root(trainer_config))
+        if found is not None and identity is not None:
+            check_resume_identity(found, identity, "auto")
+        return found
     path = _cfg_get(trainer_config, "resume_from_path")
     if not path:
         raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N dir)")
@@ -324,7 +351,56 @@ def resolve_resume_path(trainer_config: Any, default_local_dir: str | None = Non
     if not _STEP_RE.fullmatch(os.path.basename(os.path.normpath(path))):
         raise ValueError(f"trainer.resume_from_path={path} is not a global_step_N directory")
     require_intact(path, "trainer.resume_from_path")
+    if identity is not None:
+        check_resume_identity(path, identity, "resume_path")
     return os.path.abspath(path)
+
+
+def newest_complete_step_dir(root: str | None) -> str | None:
+    """The step directory a resume under ``root`` would most likely take, from the completion markers alone: the
+    tracker's step when it is complete, else the highest complete one; None when there is none. Unlike
+    :func:`find_latest_ckpt_path` no file is hashed, so this is cheap enough to run before anything loads."""
+    if not root or not os.path.isdir(root):
+        return None
+    step = read_tracker(root)
+    if step is not None and is_complete_step_dir(get_step_dir(root, step)):
+        return get_step_dir(root, step)
+    for _step, path in reversed(list_step_dirs(root)):
+        if is_complete_step_dir(path):
+            return path
+    return None
+
+
+def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_local_dir: str | None = None) -> None:
+    """Refuse, before anything is loaded, a run whose checkpoints would collide with another run's.
+
+    Checked against this run's ``identity`` (:func:`.identity.check_resume_identity`): under ``resume_mode=auto``
+    the checkpoint it would resume (the newest complete one of the root); under ``resume_path`` the named
+    checkpoint (an algorithm change is then only a warning) and the newest checkpoint of the root this run will
+    save into (its steps and retention would mix with another run's). ``disable`` checks nothing
+    (:func:`prepare_checkpoint_root` refuses or clears a used root). ``default_local_dir`` is the final,
+    namespaced root (default: :func:`checkpoint_root`). Reads completion markers only; raises
+    :class:`.identity.CheckpointMismatchError`.
+    """
+    mode = _cfg_get(trainer_config, "resume_mode", "auto")
+    if mode not in ("auto", "resume_path"):
+        return
+    memo: list[Any] = []
+
+    def current() -> Any:  # computed once, and only when a marker records an identity to compare with
+        if not memo:
+            memo.append(identity() if callable(identity) else identity)
+        return memo[0]
+
+    root = default_local_dir or checkpoint_root(trainer_config)
+    named = _cfg_get(trainer_config, "resume_from_path") if mode == "resume_path" else None
+    if named and os.path.isdir(str(named)) and is_complete_step_dir(str(named)):
+        check_resume_identity(str(named), current, "resume_path")
+        if os.path.abspath(os.path.dirname(os.path.normpath(str(named)))) == os.path.abspath(root):
+            return  # a checkpoint of the root's own run, named explicitly: that run continues
+    newest = newest_complete_step_dir(root)
+    if newest is not None:
+        check_resume_identity(newest, current, "auto")
 
 
 def require_intact(step_dir: str, what: str = "checkpoint") -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.logging_utils import console_write
 from verl.utils.process_pool import PoolTaskError, ProcessPool, default_num_workers
 
 logger = logging.getLogger(__name__)
@@ -291,10 +292,10 @@ class AbstractRewardManager:
             reward_tensor[sample.index, max(sample.valid_response_length - 1, 0)] = score
             if examined[sample.data_source] < self.num_examine:
                 examined[sample.data_source] += 1
-                print(f"[prompt] {sample.prompt_str}")
-                print(f"[response] {sample.response_str}")
-                print(f"[ground_truth] {sample.ground_truth}")
-                print(f"[score] {score}" + (" (error)" if failed else ""))
+                console_write(  # above the trainer's progress bar
+                    f"[prompt] {sample.prompt_str}\n[response] {sample.response_str}\n"
+                    f"[ground_truth] {sample.ground_truth}\n[score] {score}" + (" (error)" if failed else "")
+                )
 
         # Every key gets one value per sample; samples that did not report a key get NaN.
         keys: list[str] = []
