@@ -189,8 +189,10 @@ class Pipeline:
                 raise TypeError(f"stage {i} ({stage.name}) needs a DataProto, got {type(data).__name__}")
             is_update = isinstance(stage, UpdateStage)
             if is_update:
-                trainer.driver.global_steps += 1
-            data = stage.run(trainer, data)
+                with trainer.driver.next_step():
+                    data = stage.run(trainer, data)
+            else:
+                data = stage.run(trainer, data)
             if is_update and isinstance(data, dict):
                 data = trainer._finish_step(data)
             self.outputs[f"{i}:{stage.name}"] = data

@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import math
-import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
@@ -33,6 +32,13 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.trainer.ppo.batch_rollout import (
+    decode_responses,
+    generate_groups,
+    generate_on_group,
+    prompt_meta,
+    score_rollouts,
+)
 
 __all__ = [
     "AccuracyEvaluator",
@@ -47,8 +53,6 @@ __all__ = [
     "ngrams",
     "repetition_rate",
 ]
-
-_GEN_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
 # ----------------------------------------------------------------------------------------------- base class
@@ -103,46 +107,24 @@ class Evaluator:
 def generate_for_eval(
     trainer: Any, batch: DataProto, n: int = 1, do_sample: bool = False, temperature: float | None = None
 ) -> DataProto:
-    """Generate ``n`` responses per prompt of ``batch`` with the trainer's actor group.
+    """Generate ``n`` responses per prompt of ``batch`` with the trainer's actor group
+    (:func:`verl.trainer.ppo.batch_rollout.generate_groups`).
 
     Greedy calls (``do_sample=False``) are marked ``validate`` so the engine applies ``rollout.val_kwargs``; sampled
-    calls use the rollout's training settings unless ``temperature`` is given.
+    calls use the rollout's training settings unless ``temperature`` is given. Evaluation calls are not numbered
+    with the training calls' seeds (``rollout.seed``): adding an evaluator leaves the training samples as they were.
 
     Returns the prompts' non-tensor columns repeated ``n`` times (interleaved, with a ``uid`` per prompt) joined
     with the rollout output (``responses [bs*n, response_len]``, ``response_mask``, full ``input_ids`` ...).
-    Batches that do not divide over the group's ranks are padded and unpadded.
     """
-    if batch.batch is None:
-        raise ValueError(f"generate_for_eval: the prompt batch has no tensors; expected {list(_GEN_KEYS)}")
-    # new containers (tensors shared): the caller's batch is left as it was
-    gen = batch.select(batch_keys=[k for k in _GEN_KEYS if k in batch.batch.keys()], non_tensor_batch_keys=[])
-    uids = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-    rest = DataProto(non_tensor_batch={**batch.non_tensor_batch, "uid": uids}, meta_info=dict(batch.meta_info))
-    tok = trainer.tokenizer
-    gen.meta_info.update(
-        {
-            "eos_token_id": tok.eos_token_id,
-            "pad_token_id": tok.pad_token_id,
-            "global_steps": int(getattr(trainer, "global_steps", 0)),
-            # greedy evaluation follows rollout.val_kwargs; sampled evaluation the training sampling settings
-            # (val_kwargs usually has temperature 0, which would silently turn sampling into greedy decoding)
-            "validate": not do_sample,
-            "do_sample": bool(do_sample),
-        }
-    )
+    meta = prompt_meta(trainer.tokenizer, int(getattr(trainer, "global_steps", 0)))
+    # greedy evaluation follows rollout.val_kwargs; sampled evaluation the training sampling settings
+    # (val_kwargs usually has temperature 0, which would silently turn sampling into greedy decoding)
+    meta.update({"validate": not do_sample, "do_sample": bool(do_sample)})
     if temperature is not None:
-        gen.meta_info["temperature"] = float(temperature)
-    gen = gen.repeat(repeat_times=n, interleave=True)
-    wg = trainer.actor_rollout_wg
-    padded, pad = pad_dataproto_to_divisor(gen, int(getattr(wg, "world_size", 1)))
-    out = unpad_dataproto(wg.generate_sequences(padded), pad)
-    return rest.repeat(repeat_times=n, interleave=True).union(out)
-
-
-def decode_responses(tokenizer: Any, data: DataProto) -> list[str]:
-    """The valid part (``response_mask``) of every response, decoded without special tokens."""
-    responses, mask = data.batch["responses"], data.batch["response_mask"]
-    return [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
+        meta["temperature"] = float(temperature)
+    prompts = DataProto(batch.batch, {k: v for k, v in batch.non_tensor_batch.items() if k != "uid"}, batch.meta_info)
+    return generate_groups(prompts, n, lambda gen: generate_on_group(trainer.actor_rollout_wg, gen), meta)
 
 
 def _sources(data: DataProto) -> list[str]:
@@ -164,8 +146,6 @@ class RewardEvaluator(Evaluator):
         """Generate greedily on the prompt set, score, average (per data source and overall)."""
         if not self.should_run(trainer):
             return {}
-        from verl.trainer.ppo.reward import compute_reward
-
         reward_fn = self.reward_fn or getattr(trainer, "val_reward_fn", None)
         if reward_fn is None:
             raise ValueError("RewardEvaluator: no reward_fn given and the trainer has no val_reward_fn")
@@ -173,7 +153,7 @@ class RewardEvaluator(Evaluator):
         sources: list[str] = []
         for batch in self.batches(trainer):
             data = generate_for_eval(trainer, batch)
-            tensor, _ = compute_reward(data, reward_fn)
+            _, tensor, _ = score_rollouts(data, reward_fn)
             scores.extend(tensor.sum(-1).tolist())
             sources.extend(_sources(data))
         return _grouped_means(f"{self.prefix}/reward", scores, sources)

@@ -3,7 +3,7 @@
 Nothing here re-implements the algorithm. The trainer builds a validated ``ppo_trainer`` config from the
 documents' keys (see :data:`DOC_KEYS` and ``docs/api.md``), creates the same worker groups as
 ``python -m verl.trainer.main_ppo`` (local backend) around the user's own model objects, and runs each step through
-:meth:`verl.trainer.ppo.ray_trainer.RayPPOTrainer.train_step` on a left-padded prompt batch it builds.
+:meth:`verl.trainer.ppo.ray_trainer.RayPPOTrainer.step` on a left-padded prompt batch it builds.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -359,46 +358,36 @@ class PPOTrainer(BaseTrainer):
         return reward, reward.as_reward_manager(tok)
 
     def _build_driver(self, reward_manager: Any) -> Any:
-        """The ``main_ppo`` driver with worker groups built around the user's objects (local backend)."""
-        from verl.single_controller import create_colocated_worker_groups
-        from verl.trainer.config import critic_enabled, need_reference_policy
+        """The ``main_ppo`` driver, its worker roles (:meth:`RayPPOTrainer.worker_roles`) built around the user's
+        model objects on the local backend."""
+        from verl.trainer.config import critic_enabled
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
         cfg = self.config
-        steps = int(cfg.trainer.get("total_training_steps") or 1)
-        for section in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
-            section.total_training_steps = steps  # the LR scheduler's horizon, read when the workers are built
+        ranks = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        if str(cfg.trainer.backend) != "local" or ranks != 1:
+            raise ValueError(
+                f"PPOTrainer runs its workers in this process around your model objects (trainer.backend=local, one "
+                f"rank), got trainer.backend={cfg.trainer.backend} with {ranks} ranks: for data parallelism launch one "
+                "process per rank (a data DeviceMesh, docs/api.md), for Ray use python -m verl.trainer.main_ppo"
+            )
         if critic_enabled(cfg) and self.critic_model is None:
             raise ValueError(
                 f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} trains a critic: pass critic_model="
             )
-        actor_role = "actor_rollout_ref" if need_reference_policy(cfg) else "actor_rollout"
         rollout = None
         if isinstance(self.actor_model, vLLMActor):
             rollout = self.actor_model.build_rollout(cfg.actor_rollout_ref.rollout)
-        roles: dict[str, tuple[type, dict[str, Any]]] = {
-            "actor_rollout": (
-                ActorRolloutRefWorker,
-                {
-                    "config": cfg.actor_rollout_ref,
-                    "role": actor_role,
-                    "actor_module": self.actor_model,
-                    "tokenizer": self.tokenizer,
-                    "rollout": rollout,
-                },
-            )
+        role_kwargs = {
+            "actor_rollout": {"actor_module": self.actor_model, "tokenizer": self.tokenizer, "rollout": rollout},
+            "critic": {"critic_module": self.critic_model, "tokenizer": self.tokenizer},
         }
-        if critic_enabled(cfg):
-            roles["critic"] = (
-                CriticWorker,
-                {"config": cfg.critic, "critic_module": self.critic_model, "tokenizer": self.tokenizer},
-            )
         driver = RayPPOTrainer(
-            config=cfg, tokenizer=self.tokenizer, reward_fn=reward_manager, run_identity=self._run_identity()
-        )
-        driver.worker_groups = create_colocated_worker_groups(
-            backend="local", roles=roles, world_size=1, name_prefix=driver.worker_name_prefix()
+            config=cfg,
+            tokenizer=self.tokenizer,
+            reward_fn=reward_manager,
+            run_identity=self._run_identity(),
+            role_kwargs=role_kwargs,
         )
         driver.init_workers()
         return driver
@@ -472,16 +461,6 @@ class PPOTrainer(BaseTrainer):
             batch = batch.slice(rows.start, rows.stop)
         return batch
 
-    def _profiler(self) -> Any:
-        policy = self.security
-        step = self._driver.global_steps
-        if not policy.enable_profiling or (policy.profile_steps and step not in policy.profile_steps):
-            return nullcontext()
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        return profile(activities=activities, record_shapes=False)
-
     def step(self, prompts: Any, attention_mask: torch.Tensor | None = None) -> dict[str, float]:
         """One full PPO iteration (rollout -> reward -> log-probs -> advantages -> updates) on ``prompts``.
 
@@ -489,16 +468,7 @@ class PPOTrainer(BaseTrainer):
         documents' names (:data:`DOC_METRIC_NAMES`) and ``loss``: the actor's objective
         ``pg_loss - entropy_coeff * entropy + kl_loss_coef * kl_loss`` (the last term with ``use_kl_loss``).
         """
-        batch = self.make_batch(prompts, attention_mask)
-        self._driver.global_steps += 1
-        profiler = self._profiler()
-        with profiler:
-            metrics = self._driver.train_step(batch)
-        if profiler.__class__ is not nullcontext:
-            trace_dir = os.path.join(self.checkpoint_dir, "profile")
-            os.makedirs(trace_dir, exist_ok=True)
-            profiler.export_chrome_trace(os.path.join(trace_dir, f"step_{self.global_steps}.json"))
-        return self._finish_step(metrics)
+        return self._finish_step(self._driver.step(self.make_batch(prompts, attention_mask)))
 
     def _finish_step(self, metrics: dict[str, Any]) -> dict[str, float]:
         """Add the document names, run evaluators and exporters, record the step."""

@@ -12,14 +12,13 @@ trained actor after every update through the same mechanism as ``rollout.name=vl
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from verl.api.models import ActorModel
 from verl.protocol import DataProto
+from verl.trainer.ppo.batch_rollout import attach_scores
 
 if TYPE_CHECKING:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -39,35 +38,15 @@ class RolloutManager:
         ...), each prompt repeated ``n`` times in a row (default ``rollout.n``) and tagged with its ``uid``.
 
         ``meta`` (e.g. ``do_sample=False``, ``temperature=0.7``) overrides the sampling settings of this call.
+        The caller's batch is left as it was.
         """
-        driver = self.driver
-        n = int(driver.config.actor_rollout_ref.rollout.n if n is None else n)
-        batch = DataProto(
-            batch=batch.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info)
-        )
-        if "uid" not in batch.non_tensor_batch:
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
-        gen_batch = batch.select(batch_keys=gen_keys, non_tensor_batch_keys=[], meta_info_keys=[])
-        rest = batch.select(batch_keys=[k for k in batch.batch.keys() if k not in gen_keys], deepcopy=False)
-        gen_batch.meta_info.update(driver.prompt_batch_meta())
-        gen_batch.meta_info.update(meta)
-        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
-        output = driver.generate(gen_batch)
-        return rest.repeat(repeat_times=n, interleave=True).union(output)
+        return self.driver.generate_groups(batch, n, **meta)
 
     def score(self, batch: DataProto) -> DataProto:
         """Add ``token_level_scores [bs, response_len]`` (reward model scores and/or the reward function's) and the
         reward function's extra per-sample values as non-tensor columns."""
-        driver = self.driver
-        if driver.use_rm and "rm_scores" not in batch.batch.keys():
-            batch = batch.union(driver.rm_wg.compute_rm_score(batch))
-        scores, extra = driver.compute_scores(batch)
-        batch.batch["token_level_scores"] = scores
-        for key, values in extra.items():
-            if len(values) == len(batch):
-                batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
-        return batch
+        batch, scores, extra = self.driver.score(batch)
+        return attach_scores(batch, scores, extra)
 
     def rollout(self, batch: DataProto, n: int | None = None) -> DataProto:
         """:meth:`generate` then :meth:`score`."""

@@ -325,6 +325,7 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
     import torch
 
     from verl.protocol import DataProto
+    from verl.trainer.ppo.batch_rollout import decode_responses, generate_groups, prompt_meta
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.device import get_device_name, get_torch_device
     from verl.utils.model_loader import load_causal_lm, load_tokenizer
@@ -354,15 +355,11 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
     rollout = HFRollout(model, rollout_cfg, tokenizer=tokenizer)
     n = int(cfg.rollout.n)
     rows: list[dict[str, Any]] = []
+    meta = prompt_meta(tokenizer)
     for batch_dict in loader:
         batch = DataProto.from_single_dict(batch_dict)
-        gen = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=[])
-        gen.meta_info.update({"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id})
-        out = rollout.generate_sequences(gen.repeat(repeat_times=n, interleave=True))
-        texts = [
-            tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
-            for r, m in zip(out.batch["responses"], out.batch["response_mask"])
-        ]
+        out = generate_groups(batch, n, rollout.generate_sequences, meta)
+        texts = decode_responses(tokenizer, out)
         for j in range(len(batch)):
             rm = batch.non_tensor_batch["reward_model"][j]
             rows.append(

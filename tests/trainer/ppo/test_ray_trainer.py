@@ -308,3 +308,33 @@ def test_reward_function_errors_fail_or_count(tiny_model_dir: str, task_files: d
     # failed samples score 0, the others 1
     assert [r["score"] for r in rows] == [0.0 if int(r["ground_truth"]) % 2 else 1.0 for r in rows]
     assert metrics["critic/score/mean"] == pytest.approx(1 - odd / len(rows))
+
+
+def test_worker_roles_and_the_step_counter_have_one_home(
+    tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path
+) -> None:
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+    class MyActor(ActorRolloutRefWorker):
+        pass
+
+    grpo = _config(tiny_model_dir, task_files, tmp_path, ["algorithm.adv_estimator=grpo"])
+    driver = RayPPOTrainer(
+        grpo,
+        tokenizer=None,
+        role_worker_mapping={"actor_rollout": MyActor},
+        role_kwargs={"actor_rollout": {"actor_module": "the user's model"}},
+    )
+    roles = driver.worker_roles()
+    assert set(roles) == {"actor_rollout"}  # GRPO without a KL: no critic, no reference policy
+    cls, kwargs = roles["actor_rollout"]
+    assert cls is MyActor and kwargs["role"] == "actor_rollout" and kwargs["actor_module"] == "the user's model"
+
+    ppo = _config(tiny_model_dir, task_files, tmp_path, ["actor_rollout_ref.actor.use_kl_loss=true"])
+    roles = RayPPOTrainer(ppo, tokenizer=None).worker_roles()
+    assert roles["critic"][0] is CriticWorker and roles["actor_rollout"][1]["role"] == "actor_rollout_ref"
+
+    with driver.next_step() as step:
+        assert step == 1 == driver.global_steps
+    with driver.next_step() as step:
+        assert step == 2

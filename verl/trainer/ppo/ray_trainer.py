@@ -8,10 +8,10 @@ moves DataProto batches between them, so the same code runs on the local backend
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -20,8 +20,17 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.batch_rollout import (
+    attach_scores,
+    decode_generations,
+    generate_groups,
+    generate_on_group,
+    prompt_meta,
+    score_rollouts,
+    tag_groups,
+)
 from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty, compute_advantage: verl's home)
     apply_kl_penalty,
     compute_advantage,
@@ -36,7 +45,7 @@ from verl.trainer.ppo.metric_utils import (
     memory_metrics,
     reduce_metrics,
 )
-from verl.trainer.ppo.validation import decode_generations, run_validation
+from verl.trainer.ppo.validation import run_validation
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
 from verl.utils.torch_functional import masked_mean
@@ -50,8 +59,9 @@ class RayPPOTrainer:
 
     ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
     :func:`verl.trainer.ppo.runner.run_ppo` or passed in by the Python API; ``worker_groups`` lets a caller supply
-    already created groups (``{"actor_rollout": wg, "critic": wg, "rm": wg}``) and ``role_worker_mapping`` other
-    worker classes for those roles (subclasses of the FSDP workers).
+    already created groups (``{"actor_rollout": wg, "critic": wg, "rm": wg}``), ``role_worker_mapping`` other
+    worker classes for those roles (subclasses of the FSDP workers) and ``role_kwargs`` extra constructor arguments
+    per role (the Python API's own model objects: ``{"actor_rollout": {"actor_module": model, ...}}``).
     """
 
     def __init__(
@@ -67,6 +77,7 @@ class RayPPOTrainer:
         worker_groups: dict[str, Any] | None = None,
         role_worker_mapping: dict[str, type] | None = None,
         run_identity: dict[str, Any] | None = None,
+        role_kwargs: dict[str, dict[str, Any]] | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
 
@@ -97,6 +108,7 @@ class RayPPOTrainer:
         self.worker_groups = worker_groups or {}
         # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
         self.role_worker_mapping = dict(role_worker_mapping or {})
+        self.role_kwargs = {role: dict(kwargs) for role, kwargs in (role_kwargs or {}).items()}
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.step_hooks: list[Callable[[int, dict[str, float]], None]] = []
@@ -169,30 +181,37 @@ class RayPPOTrainer:
             steps = int(self.config.trainer.total_training_steps)
         self.total_training_steps = steps
 
+    def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
+        """Role -> (worker class, constructor arguments) of this run: the actor (with rollout, and reference policy
+        when a KL needs one), the critic when the estimator trains one, the reward model when enabled. The one
+        place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+
+        classes = {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker, "rm": RewardModelWorker}
+        classes.update(self.role_worker_mapping)
+        actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
+        kwargs: dict[str, dict[str, Any]] = {
+            "actor_rollout": {"config": self.config.actor_rollout_ref, "role": actor_role}
+        }
+        if self.use_critic:
+            kwargs["critic"] = {"config": self.config.critic}
+        if self.use_rm:
+            kwargs["rm"] = {"config": self.config.reward_model}
+        return {role: (classes[role], {**args, **self.role_kwargs.get(role, {})}) for role, args in kwargs.items()}
+
     def init_workers(self) -> None:
         """Create the worker groups (colocated in one process per rank) and load the models."""
         from verl.single_controller import create_colocated_worker_groups
         from verl.trainer.config.parallel_checks import resolve_backend
-        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
-        # schedulers need the horizon before the optimizers are built
+        # schedulers need the horizon before the optimizers are built; without a dataset (the Python API brings its
+        # own batches) it is the configured step budget
+        horizon = self.total_training_steps or int(self.config.trainer.get("total_training_steps") or 1)
         for section in (self.config.actor_rollout_ref.actor.optim, self.config.critic.optim):
             OmegaConf.set_struct(section, False)
-            section.total_training_steps = self.total_training_steps
+            section.total_training_steps = horizon
         if not self.worker_groups:
-            actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
-            classes = {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker, "rm": RewardModelWorker}
-            classes.update(self.role_worker_mapping)
-            roles: dict[str, tuple[type, dict[str, Any]]] = {
-                "actor_rollout": (
-                    classes["actor_rollout"],
-                    {"config": self.config.actor_rollout_ref, "role": actor_role},
-                )
-            }
-            if self.use_critic:
-                roles["critic"] = (classes["critic"], {"config": self.config.critic})
-            if self.use_rm:
-                roles["rm"] = (classes["rm"], {"config": self.config.reward_model})
+            roles = self.worker_roles()
             trainer_cfg = self.config.trainer
             self.worker_groups = create_colocated_worker_groups(
                 backend=resolve_backend(trainer_cfg),
@@ -225,14 +244,11 @@ class RayPPOTrainer:
 
     # ---------------------------------------------------------------------------------------------- one step
     def prompt_batch_meta(self) -> dict[str, Any]:
-        return {
-            "eos_token_id": self.tokenizer.eos_token_id,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "global_steps": self.global_steps,
-        }
+        """The meta of this step's generation calls (stop and pad ids, the step)."""
+        return prompt_meta(self.tokenizer, self.global_steps)
 
     def generate(self, gen_batch: DataProto) -> DataProto:
-        """Generate through the actor group; batches that do not divide over the ranks are padded then unpadded.
+        """Generate through the actor group (padded to its world size, see :func:`generate_on_group`).
 
         With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``. The driver numbers
         the calls (not the rollout engine) because the count is part of the checkpointed driver state: a resumed
@@ -242,71 +258,41 @@ class RayPPOTrainer:
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = int(seed) + self._gen_calls
         self._gen_calls += 1
-        padded, pad_size = pad_dataproto_to_divisor(gen_batch, self.actor_rollout_wg.world_size)
-        output = self.actor_rollout_wg.generate_sequences(padded)
-        return unpad_dataproto(output, pad_size)
+        return generate_on_group(self.actor_rollout_wg, gen_batch)
+
+    def generate_groups(self, prompts: DataProto, n: int | None = None, **meta: Any) -> DataProto:
+        """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged
+        with its ``uid`` (:func:`verl.trainer.ppo.batch_rollout.generate_groups`); ``meta`` (``do_sample=False``,
+        ``validate=True``, ``temperature=0.7`` ...) sets this call's sampling."""
+        n = int(self.config.actor_rollout_ref.rollout.n if n is None else n)
+        return generate_groups(prompts, n, self.generate, {**self.prompt_batch_meta(), **meta})
+
+    def score(
+        self, rollouts: DataProto, reward_fn: Callable[..., Any] | None = None
+    ) -> tuple[DataProto, torch.Tensor, dict[str, list]]:
+        """Reward-model scores (when enabled) then the reward function's (default: the training one) token-level
+        scores ``[bs, response_len]`` and extras (:func:`verl.trainer.ppo.batch_rollout.score_rollouts`)."""
+        reward_model = self.rm_wg if self.use_rm else None
+        return score_rollouts(rollouts, reward_fn or self.reward_fn, reward_model)
 
     def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
-        """Repeat prompts ``rollout.n`` times with a group id ``uid`` and generate (plus ReMax greedy baselines)."""
-        n = int(self.config.actor_rollout_ref.rollout.n)
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
-        gen_batch = batch.pop(batch_keys=gen_keys)
-        gen_batch.meta_info.update(self.prompt_batch_meta())
-        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+        """Repeat prompts ``rollout.n`` times with a group id ``uid`` and generate (plus ReMax greedy baselines:
+        the scores of a greedy response to the same prompt, ``reward_baselines [bs * n]``)."""
+        tag_groups(batch)
         with marked_timer("gen", timing):
-            gen_output = self.generate(gen_batch)
-        reward_baselines = None
+            rollouts = self.generate_groups(batch)
         if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing):
-                greedy = gen_batch.select(batch_keys=gen_keys, meta_info_keys=list(gen_batch.meta_info))
-                greedy.meta_info["do_sample"] = False
-                baseline = batch.repeat(repeat_times=n, interleave=True).union(self.generate(greedy))
-                baseline_scores, _ = self.compute_scores(baseline)
-                reward_baselines = baseline_scores.sum(dim=-1)
-        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
-        if reward_baselines is not None:
-            batch.batch["reward_baselines"] = reward_baselines
-        return batch
-
-    def _score(self, batch: DataProto, timing: dict[str, float]) -> tuple[torch.Tensor, dict[str, list]]:
-        """Reward-model scores (when enabled) and the reward function's token-level scores."""
-        with marked_timer("reward", timing):
-            if self.use_rm:
-                batch = batch.union(self.rm_wg.compute_rm_score(batch))
-            return self.compute_scores(batch)
-
-    @staticmethod
-    def _attach_scores(
-        batch: DataProto, scores: torch.Tensor, extra: dict[str, list], metrics: dict[str, Any]
-    ) -> DataProto:
-        """Store ``token_level_scores``; per-sample extras become non-tensor columns (their names listed in
-        ``meta_info["reward_extra_keys"]`` for the ``reward_extra/*`` metrics), batch counters metrics."""
-        batch.batch["token_level_scores"] = scores
-        extra_keys = list(batch.meta_info.get("reward_extra_keys", []))
-        for key, values in extra.items():
-            if len(values) == len(batch) and not key.startswith("reward/"):
-                batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
-                extra_keys += [] if key in extra_keys else [key]
-            elif key.startswith("reward/"):
-                metrics[key] = float(np.sum(values))
-        batch.meta_info["reward_extra_keys"] = extra_keys
-        return batch
+                _, baseline_scores, _ = self.score(self.generate_groups(batch, do_sample=False))
+                rollouts.batch["reward_baselines"] = baseline_scores.sum(dim=-1)
+        return rollouts
 
     def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
         """Generate and attach ``token_level_scores`` synchronously."""
         batch = self._rollout(batch, timing)
-        scores, extra = self._score(batch, timing)
-        return self._attach_scores(batch, scores, extra, metrics)
-
-    def compute_scores(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list]]:
-        from verl.trainer.ppo.reward import compute_reward
-
-        if self.reward_fn is None:
-            if "rm_scores" in batch.batch.keys():
-                return batch.batch["rm_scores"], {}
-            raise ValueError("no reward function and no reward model: set custom_reward_function or reward_model")
-        return compute_reward(batch, self.reward_fn)
+        with marked_timer("reward", timing):
+            batch, scores, extra = self.score(batch)
+        return attach_scores(batch, scores, extra, metrics)
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         """Reorder rows so every data-parallel rank gets a similar number of tokens (equal row counts)."""
@@ -371,6 +357,27 @@ class RayPPOTrainer:
             )
         return kept[: keep_groups * n]
 
+    @contextlib.contextmanager
+    def next_step(self) -> Iterator[int]:
+        """The one place the step counter advances: ``global_steps + 1`` for the body (which yields it), traced by
+        the step profiler when that step is selected. For callers that run a step's stages themselves (the Python
+        API's dataflow pipelines); :meth:`step` runs a whole one."""
+        self.global_steps += 1
+        with self.profiler.step(self.global_steps):
+            yield self.global_steps
+
+    def step(self, batch: DataProto) -> dict[str, float]:
+        """The next training step on a prompt batch: advances ``global_steps``, runs :meth:`train_step` under the
+        step profiler (``trainer.enable_profiling``/``profile_steps``) and writes the debug dump
+        (``trainer.enable_debug_mode``). :meth:`fit` and the Python API's ``PPOTrainer.step`` both call this."""
+        with self.next_step():
+            metrics = self.train_step(batch)
+        if self.debug_dir is not None:
+            from verl.utils.profiler import dump_step_debug
+
+            dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
+        return metrics
+
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One full PPO iteration on a batch of prompts; returns the step's metrics."""
         timing: dict[str, float] = {}
@@ -432,7 +439,7 @@ class RayPPOTrainer:
         if reward_future is not None:
             with marked_timer("reward", timing):
                 scores, extra = reward_future.result()
-            batch = self._attach_scores(batch, scores, extra, metrics)
+            batch = attach_scores(batch, scores, extra, metrics)
         if "token_level_scores" not in batch.batch.keys():
             raise ValueError("update_stage needs scored rollouts (token_level_scores): score the batch first")
 
@@ -698,13 +705,7 @@ class RayPPOTrainer:
                     batch = self._next_training_batch()
                     if batch is None:
                         break
-                    self.global_steps += 1
-                    with self.profiler.step(self.global_steps):
-                        metrics = self.train_step(batch)
-                    if self.debug_dir is not None:
-                        from verl.utils.profiler import dump_step_debug
-
-                        dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
+                    metrics = self.step(batch)
                     is_last = self.global_steps >= self.total_training_steps
                     if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
                         val_metrics = self._timed_validate()

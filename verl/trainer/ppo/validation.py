@@ -7,30 +7,16 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.batch_rollout import decode_generations
 from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
-from verl.trainer.ppo.reward import compute_reward
 
 if TYPE_CHECKING:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-
-
-def decode_generations(tokenizer, batch: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
-    """Decoded prompts, decoded valid responses and the ground truths of a generated batch, for the dumps."""
-    prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-    responses = [
-        tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
-        for row, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
-    ]
-    extra: dict[str, list[str]] = {}
-    if "reward_model" in batch.non_tensor_batch:
-        extra["ground_truth"] = [str(x.get("ground_truth")) for x in batch.non_tensor_batch["reward_model"]]
-    return prompts, responses, extra
 
 
 def select_generations_to_log(
@@ -64,16 +50,9 @@ def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
                 break
             batch = batch[: max_samples - seen]
         seen += len(batch)
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        gen_keys = [k for k in ("input_ids", "attention_mask", "position_ids") if k in batch.batch.keys()]
-        gen_batch = batch.pop(batch_keys=gen_keys)
-        gen_batch.meta_info.update(trainer.prompt_batch_meta())
-        gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
-        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
-        batch = batch.repeat(repeat_times=n, interleave=True).union(trainer.generate(gen_batch))
-        if trainer.use_rm:
-            batch = batch.union(trainer.rm_wg.compute_rm_score(batch))
-        scores, extra = compute_reward(batch, trainer.val_reward_fn)
+        meta = {"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))}
+        batch = trainer.generate_groups(batch, n, **meta)
+        batch, scores, extra = trainer.score(batch, trainer.val_reward_fn)
         infos["reward"].extend(scores.sum(-1).tolist())
         for key, values in extra.items():
             if len(values) == len(batch):
