@@ -133,9 +133,7 @@ class VerlSide:
 
     def step(self) -> dict[str, float]:
         """One optimizer step: fetch prompts, generate, reward, log-probs, advantages, update."""
-        batch = self._next_batch()
-        self.trainer.global_steps += 1
-        self.last_metrics = self.trainer.train_step(batch)
+        self.last_metrics = self.trainer.step(self._next_batch())
         return self.last_metrics
 
     @property
