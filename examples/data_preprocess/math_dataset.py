@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         "--local_save_dir", "--local_dir", dest="local_save_dir", default="~/data/math", help="output directory"
     )
     args = parser.parse_args(argv)
-    from verl.utils.hub import HubPathError, load_raw_splits, save_splits
+    from verl.utils.dataset.raw_splits import load_raw_splits, save_splits
+    from verl.utils.hub import HubPathError
 
     try:
         raw = load_raw_splits(

@@ -99,16 +99,16 @@ def test_hydra_keys_on_the_command_line_are_not_trainer_keys(capsys: pytest.Capt
     assert yaml.safe_load(capsys.readouterr().out)["hydra"]["job"]["chdir"] is True
 
 
-def _fake_ray_trainer(monkeypatch: pytest.MonkeyPatch, run_ppo) -> None:
-    fake = types.ModuleType("verl.trainer.ppo.ray_trainer")
+def _fake_runner(monkeypatch: pytest.MonkeyPatch, run_ppo) -> None:
+    fake = types.ModuleType("verl.trainer.ppo.runner")
     fake.run_ppo = run_ppo
-    monkeypatch.setitem(sys.modules, "verl.trainer.ppo.ray_trainer", fake)
+    monkeypatch.setitem(sys.modules, "verl.trainer.ppo.runner", fake)
 
 
 def test_without_cfg_the_config_goes_to_run_ppo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)  # the run's .hydra record goes to trainer.default_local_dir (relative)
     received: list[DictConfig] = []
-    _fake_ray_trainer(monkeypatch, received.append)
+    _fake_runner(monkeypatch, received.append)
     assert main_ppo.main(["trainer.total_training_steps=2", "+trainer.note=x"]) == 0
     (cfg,) = received
     assert isinstance(cfg, DictConfig)
@@ -124,7 +124,7 @@ def test_config_error_raised_by_the_trainer_exits_2(
     def run_ppo(cfg: DictConfig) -> None:
         raise ConfigError("data.train_files: the dataset has 3 rows, fewer than data.train_batch_size=16")
 
-    _fake_ray_trainer(monkeypatch, run_ppo)
+    _fake_runner(monkeypatch, run_ppo)
     assert main_ppo.main([]) == 2
     assert "fewer than data.train_batch_size=16" in capsys.readouterr().err
 

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from verl.trainer import run_paths
 from verl.trainer.config.validation import ConfigError
 from verl.utils import hub
 from verl.utils.hub import HubId, ModelPathError, parse_hub_id, select_model_files
@@ -308,9 +309,9 @@ def test_resolve_config_paths_names_the_key_and_checks_data_ids(fake_hub, tiny_m
         }
     )
     with pytest.raises(ModelPathError, match=r"^reward_model\.model\.path: model 'tiny-org/missing'"):
-        hub.resolve_config_paths(cfg)
+        run_paths.resolve_config_paths(cfg)
     cfg.reward_model.enable = False  # the critic is off too: its path is never looked at
-    resolved = hub.resolve_config_paths(cfg)
+    resolved = run_paths.resolve_config_paths(cfg)
     assert list(resolved) == ["actor_rollout_ref.model.path"] and os.path.isdir(
         resolved["actor_rollout_ref.model.path"]
     )
@@ -319,7 +320,7 @@ def test_resolve_config_paths_names_the_key_and_checks_data_ids(fake_hub, tiny_m
     with pytest.raises(
         hub.DatasetPathError, match=r"^data\.train_files: 'openai/gsm8k' is not a file.*data_preprocess"
     ):
-        hub.resolve_config_paths(cfg)
+        run_paths.resolve_config_paths(cfg)
 
 
 # ------------------------------------------------------------------------------------------------ subprocesses

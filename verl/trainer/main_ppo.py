@@ -18,7 +18,7 @@ from verl.trainer.config.schema import PPOConfig
 
 def _load_run_ppo() -> Callable[[DictConfig], Any]:
     # Imported only when training: torch, transformers and the workers are not needed to print or check a config.
-    from verl.trainer.ppo.ray_trainer import run_ppo
+    from verl.trainer.ppo.runner import run_ppo
 
     return run_ppo
 

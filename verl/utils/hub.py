@@ -12,13 +12,12 @@ and transformers' ``revision=`` written into the id), becomes a local snapshot d
    everywhere in huggingface_hub; under ``HF_HUB_OFFLINE=1`` nothing is downloaded.
 
 The download runs under a file lock in the cache, so ranks or workers resolving the same id at once download it
-once; the driver resolves every model path of a run (:func:`resolve_config_paths`) before any worker starts, so the
-workers find the snapshot in the cache. When a model cannot be had, :class:`ModelPathError` (a one-line
-:class:`~verl.trainer.config.validation.ConfigError`, so entry points exit with code 2 and no traceback) names the
-id, why, and how to get it.
+once; the driver resolves every model path of a run (:func:`verl.trainer.run_paths.resolve_config_paths`) before
+any worker starts, so the workers find the snapshot in the cache. When a model cannot be had,
+:class:`ModelPathError` (a one-line :class:`~verl.trainer.config.validation.ConfigError`, so entry points exit with
+code 2 and no traceback) names the id, why, and how to get it.
 
-The data-preparation scripts (``examples/data_preprocess/``) read raw data sets through :func:`load_raw_splits`:
-local ``.parquet``/``.jsonl`` files when a path is given, else ``datasets.load_dataset`` from the hub.
+Raw data sets for the data-preparation scripts are read by :mod:`verl.utils.dataset.raw_splits`.
 """
 
 from __future__ import annotations
@@ -30,10 +29,9 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from verl.trainer.config.validation import ConfigError
 
@@ -42,7 +40,7 @@ DEFAULT_REVISION = "main"
 _NAME = r"[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9_])?"
 _REPO_ID_RE = re.compile(rf"^{_NAME}/{_NAME}$")
 # Local data files named in data.train_files: a path with one of these endings is never taken for a hub id.
-_DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow", ".txt")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow", ".txt")
 
 
 class HubPathError(ConfigError):
@@ -180,7 +178,7 @@ def hub_endpoint() -> str:
     return str(constants.ENDPOINT)
 
 
-def _display_path(path: str) -> str:
+def display_path(path: str) -> str:
     home = str(Path.home())
     return "~" + path[len(home) :] if path == home or path.startswith(home + os.sep) else path
 
@@ -266,7 +264,7 @@ def _failure_hint(hub_id: HubId, error: BaseException) -> tuple[str, str]:
 
 
 def _model_error(hub_id: HubId, why: str, todo: str) -> ModelPathError:
-    cache = _display_path(hub_cache_dir())
+    cache = display_path(hub_cache_dir())
     return ModelPathError(
         f"model {str(hub_id)!r} is not a local directory, not in the Hugging Face cache ({cache}), and could not be "
         f"downloaded ({why}): {todo}"
@@ -291,7 +289,7 @@ def download_model_snapshot(hub_id: HubId) -> str:
     skipped = len(siblings) - len(wanted)
     # stderr, like the progress bars under it: the user sees why the run pauses, whatever the logging setup
     print(
-        f"verl: downloading model {str(hub_id)!r} from {hub_endpoint()} into {_display_path(hub_cache_dir())}: "
+        f"verl: downloading model {str(hub_id)!r} from {hub_endpoint()} into {display_path(hub_cache_dir())}: "
         f"{len(wanted)} files, {size / 2**20:.1f} MiB ({skipped} other files in the repo skipped)",
         file=sys.stderr,
         flush=True,
@@ -341,239 +339,3 @@ def resolve_hub_model(hub_id: HubId, require_weights: bool = True) -> str:
             "weights (other formats such as .h5, .msgpack or .gguf are not loaded)"
         )
     return snapshot
-
-
-# ------------------------------------------------------------------------------------------------ run configs
-def _select(config: Any, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if node is None:
-            return None
-        try:
-            node = node.get(part) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, part, None)
-        except Exception:  # noqa: BLE001 - an unresolvable interpolation counts as unset here
-            return None
-    return node
-
-
-def _model_keys(config: Any) -> list[tuple[str, bool]]:
-    """``(dotted key, needs weights)`` of the model paths a run with ``config`` loads."""
-    if _select(config, "actor_rollout_ref") is not None:  # PPO / GRPO
-        from verl.trainer.config.ppo_checks import critic_enabled
-
-        keys = [
-            ("actor_rollout_ref.model.path", True),
-            ("actor_rollout_ref.model.tokenizer_path", False),
-            ("data.tokenizer", False),
-        ]
-        try:
-            with_critic = critic_enabled(config)
-        except Exception:  # noqa: BLE001 - a partial config (tests, the Python API): resolve what is there
-            with_critic = False
-        if with_critic:
-            keys += [("critic.model.path", True), ("critic.model.tokenizer_path", False)]
-        if bool(_select(config, "reward_model.enable")):
-            keys += [("reward_model.model.path", True), ("reward_model.model.input_tokenizer", False)]
-        return keys
-    # offline trainers (SFT, DPO, KTO) and main_eval
-    return [("model.path", True), ("model.tokenizer_path", False), ("ref.path", True)]
-
-
-def prefetch_model(value: str, require_weights: bool = True) -> str | None:
-    """Resolve (download when needed) a model path that is not an existing local path; None for a local path.
-
-    Existing files and directories are left to their loader (a training checkpoint or a LoRA adapter is not a
-    model directory but is accepted by ``verl serve`` and ``main_eval``).
-    """
-    if os.path.exists(os.path.expanduser(str(value))):
-        return None
-    from verl.utils.model_loader import resolve_model_path
-
-    return resolve_model_path(str(value), require_weights=require_weights)
-
-
-def check_data_files(config: Any, keys: Iterable[str] = ("data.train_files", "data.val_files")) -> None:
-    """Refuse a hub data set id given where parquet files are expected (one line naming the key)."""
-    for key in keys:
-        value = _select(config, key)
-        if value is None or value == "":
-            continue
-        entries = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else [value]
-        for entry in entries:
-            entry = str(entry)
-            if os.path.exists(os.path.expanduser(entry)) or entry.lower().endswith(_DATA_SUFFIXES):
-                continue
-            if parse_hub_id(entry) is not None:
-                raise DatasetPathError(
-                    f"{key}: {entry!r} is not a file; it looks like a Hugging Face data set id, but {key} takes "
-                    "parquet files in verl's schema: prepare them with a script in examples/data_preprocess/ (e.g. "
-                    "`python examples/data_preprocess/gsm8k.py --local_save_dir ~/data/gsm8k`, then "
-                    f"{key}=~/data/gsm8k/train.parquet)"
-                )
-
-
-def resolve_config_paths(config: Any) -> dict[str, str]:
-    """On the driver, before any worker starts: resolve every model path of a run, downloading hub ids once.
-
-    Checks the data files for hub data set ids too. Returns ``{dotted key: local directory}`` for the keys that
-    were hub ids or bundled names (local paths are left to the loaders). Workers later resolve the same ids to the
-    same cached snapshots without touching the network.
-
-    Raises:
-        ModelPathError / DatasetPathError: one line, prefixed with the config key.
-    """
-    check_data_files(config)
-    resolved: dict[str, str] = {}
-    for key, require_weights in _model_keys(config):
-        value = _select(config, key)
-        if not value or not isinstance(value, (str, os.PathLike)):
-            continue
-        try:
-            local = prefetch_model(str(value), require_weights=require_weights)
-        except ModelPathError as e:
-            raise ModelPathError(f"{key}: {e}") from None
-        if local is not None:
-            resolved[key] = local
-    return resolved
-
-
-# ------------------------------------------------------------------------------------------------ raw data sets
-def read_local_records(path: str) -> list[dict[str, Any]]:
-    """The rows of a local ``.parquet`` or ``.jsonl`` file as dicts (a JSON error names the file and line)."""
-    if not os.path.isfile(path):
-        raise DatasetPathError(f"data file {path} does not exist")
-    if not path.endswith((".parquet", ".jsonl", ".json")):
-        raise ValueError(f"{path}: expected a .parquet or .jsonl file")
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {line_no}: invalid JSON: {e}") from e
-    return records
-
-
-def find_split_file(directory: str, split: str) -> str:
-    """The one ``.parquet``/``.jsonl`` file under ``directory`` (or one level down, the hub layout
-    ``main/train-00000-of-00001.parquet``) whose name starts with ``split``; ValueError naming what was found."""
-    candidates = sorted(
-        p
-        for ext in ("parquet", "jsonl")
-        for pattern in (f"{split}*.{ext}", f"*/{split}*.{ext}")
-        for p in glob.glob(os.path.join(glob.escape(directory), pattern))
-    )
-    if len(candidates) != 1:
-        raise ValueError(f"expected one {split} file (.parquet or .jsonl) under {directory}, found {candidates}")
-    return candidates[0]
-
-
-def load_raw_splits(
-    dataset_id: str,
-    splits: Iterable[str],
-    config_name: str | None = None,
-    local_path: str | None = None,
-    split_files: Mapping[str, str | None] | None = None,
-) -> dict[str, tuple[str, list[dict[str, Any]]]]:
-    """The raw rows of each split: ``{split: (where they came from, rows)}``.
-
-    ``split_files[split]`` names a local ``.parquet``/``.jsonl`` file; else ``local_path`` is a directory holding
-    one file per split (see :func:`find_split_file`), e.g. a ``hf download --repo-type dataset`` snapshot; else the
-    data set is loaded from the hub with ``datasets.load_dataset(dataset_id, config_name)`` (its cache under
-    ``HF_HOME``; ``HF_DATASETS_OFFLINE=1`` keeps it offline).
-
-    Raises:
-        DatasetPathError: one line when a local path does not exist or the hub data set cannot be loaded.
-    """
-    splits = list(splits)
-    split_files = dict(split_files or {})
-    out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    if local_path is not None:
-        local_path = os.path.expanduser(local_path)
-        if not os.path.isdir(local_path):
-            raise DatasetPathError(f"--local_dataset_path {local_path}: not a directory")
-    remaining = []
-    for split in splits:
-        explicit = split_files.get(split)
-        if explicit:
-            path = os.path.expanduser(explicit)
-        elif local_path is not None:
-            path = find_split_file(local_path, split)
-        else:
-            remaining.append(split)
-            continue
-        out[split] = (path, read_local_records(path))
-    if remaining:
-        dataset = _load_hub_dataset(dataset_id, config_name)
-        for split in remaining:
-            if split not in dataset:
-                raise DatasetPathError(f"data set {dataset_id!r} has no split {split!r} (splits: {sorted(dataset)})")
-            out[split] = (f"{dataset_id}[{split}]", dataset[split].to_list())
-    return {split: out[split] for split in splits}
-
-
-def _load_hub_dataset(dataset_id: str, config_name: str | None) -> Any:
-    """``datasets.load_dataset(dataset_id, config_name)``; every failure becomes one :class:`DatasetPathError`."""
-    todo = (
-        f"run `hf download {dataset_id} --repo-type dataset --local-dir DIR` on a machine with network and pass "
-        "--local_dataset_path DIR"
-    )
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetPathError(
-            f"loading {dataset_id!r} from the hub needs the `datasets` package (pip install 'verl[data]' or "
-            f"pip install datasets), or give local files: {todo}"
-        ) from None
-    name = f"{dataset_id!r}" + (f" (config {config_name!r})" if config_name else "")
-    offline = next(
-        (
-            f"{v}={os.environ[v]} is set"
-            for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
-            if os.environ.get(v, "0") not in ("", "0")
-        ),
-        None,
-    )
-    try:
-        return datasets.load_dataset(dataset_id, config_name)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as e:  # noqa: BLE001 - every hub failure becomes one actionable line
-        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        why = offline if offline and isinstance(e, ConnectionError) else f"{type(e).__name__}: {detail}"
-        cache = _display_path(str(datasets.config.HF_DATASETS_CACHE))
-        raise DatasetPathError(
-            f"data set {name} is not in the Hugging Face cache ({cache}) and could not be downloaded ({why}): {todo}"
-        ) from None
-
-
-def save_splits(rows: Mapping[str, list[dict[str, Any]]], out_dir: str) -> dict[str, str]:
-    """Write each split's rows to ``<out_dir>/<split>.parquet`` atomically (temp file, then ``os.replace``).
-
-    Returns ``{split: path}``; an empty split is refused (ValueError) before anything is written.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for split, split_rows in rows.items():
-        if not split_rows:
-            raise ValueError(f"refusing to write an empty {split} split to {out_dir}")
-    os.makedirs(out_dir, exist_ok=True)
-    written = {}
-    for split, split_rows in rows.items():
-        path = os.path.join(out_dir, f"{split}.parquet")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            pq.write_table(pa.Table.from_pylist(list(split_rows)), tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        written[split] = path
-    return written

@@ -36,6 +36,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.defaults_check import ConfigSources, check_defaults_list
+from verl.trainer.config.packaged import packaged_config_names, packaged_config_text
 from verl.trainer.config.validation import ConfigError
 
 PRIMARY_NAME = "__verl_primary__"
@@ -72,8 +73,6 @@ class Composed:
 @lru_cache(maxsize=32)
 def _packaged_container(name: str, package: str, demo_name: str | None) -> dict[str, Any]:
     """A packaged YAML as a plain dict (``demo_name`` merged over it when given); parsed once per process."""
-    from verl.trainer.config.loader import packaged_config_text
-
     node = OmegaConf.create(packaged_config_text(name, package))
     if not isinstance(node, DictConfig):
         raise ConfigError(f"packaged config {name!r}: the top level must be a mapping")
@@ -93,8 +92,6 @@ def register_packaged_configs(package: str, demo_for: str | None = None, demo_na
     only rewritten when the variant changes.
     """
     from hydra.core.config_store import ConfigStore
-
-    from verl.trainer.config.loader import packaged_config_names
 
     variant = (package, demo_for, demo_name)
     if _REGISTERED and _REGISTERED[-1] == variant:
@@ -120,8 +117,6 @@ def register_packaged_configs(package: str, demo_for: str | None = None, demo_na
 
 def packaged_sources(package: str) -> ConfigSources:
     """The packaged names and groups (with their options), for the defaults-list check."""
-    from verl.trainer.config.loader import packaged_config_names
-
     groups: dict[str, set[str]] = {}
     for slices in GROUP_SLICES.values():
         for group, option, _ in slices:

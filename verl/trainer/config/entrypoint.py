@@ -11,29 +11,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from verl.trainer.config.hydra_keys import (
-    RunSettings,
-    first_missing_dir,
-    job_environment,
-    remove_run_record,
-    run_settings,
-    write_run_record,
+from verl.trainer.config.hydra_keys import run_settings
+from verl.trainer.config.job import (  # noqa: F401  (cfg_text, run_one_job: importable from here, as before)
+    EXIT_BAD_CONFIG,
+    EXIT_OK,
+    EXIT_RUNTIME_ERROR,
+    cfg_text,
+    print_warnings,
+    run_one_job,
 )
-from verl.trainer.config.loader import BuiltConfig, build_config, config_to_yaml
+from verl.trainer.config.loader import build_config
 from verl.trainer.config.multirun import run_sweep, wants_multirun
 from verl.trainer.config.validation import ConfigError, ConfigWarning
-
-EXIT_OK = 0
-EXIT_RUNTIME_ERROR = 1
-EXIT_BAD_CONFIG = 2
 
 
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -78,7 +74,7 @@ def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str
     ``--config-path DIR --config-name NAME`` reads ``DIR/NAME.yaml``; when DIR has no such file and NAME is a
     packaged config, that config is the primary with DIR on the search path (for its config groups), as in Hydra.
     """
-    from verl.trainer.config.loader import packaged_config_names
+    from verl.trainer.config.packaged import packaged_config_names
 
     if args.config and (args.config_path or args.config_name):
         raise ConfigError("give either --config FILE.yaml or --config-path DIR --config-name NAME, not both")
@@ -97,14 +93,6 @@ def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str
 def _short_name(prog: str) -> str:
     """``python -m verl.trainer.main_ppo`` -> ``main_ppo``: Hydra's default job name (the app's module)."""
     return prog.split()[-1].rsplit(".", 1)[-1]
-
-
-def _print_warnings(prog: str, caught: list[warnings.WarningMessage]) -> None:
-    for w in caught:
-        if issubclass(w.category, ConfigWarning):
-            print(f"{prog}: warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def run_entrypoint(
@@ -164,7 +152,7 @@ def run_entrypoint(
         except ConfigError as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return EXIT_BAD_CONFIG
-    _print_warnings(prog, caught)
+    print_warnings(prog, caught)
     if args.cfg:
         sys.stdout.write(cfg_text(built, args.cfg))
         sys.stdout.flush()
@@ -177,55 +165,3 @@ def run_entrypoint(
         )
     settings = run_settings(built.hydra, built.cfg)
     return run_one_job(prog, built, settings, list(args.overrides), load_run_fn)
-
-
-def cfg_text(built: BuiltConfig, which: str) -> str:
-    """What ``--cfg job|hydra|all`` prints."""
-    if which == "job":
-        return config_to_yaml(built.cfg)
-    hydra = OmegaConf.to_yaml(OmegaConf.create({"hydra": OmegaConf.to_container(built.hydra, resolve=False)}))
-    return hydra if which == "hydra" else hydra + config_to_yaml(built.cfg)
-
-
-def run_one_job(
-    prog: str,
-    built: BuiltConfig,
-    settings: RunSettings,
-    overrides: list[str],
-    load_run_fn: Callable[[], Callable[[DictConfig], Any]],
-) -> int:
-    """Write the run's record, set up its environment (logging, env vars, working directory) and run it."""
-    from verl.utils.logging_utils import configure_logging
-
-    trainer_cfg = built.cfg.get("trainer") or {}
-    configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
-    try:
-        run_fn = load_run_fn()
-    except ImportError as e:
-        print(f"{prog}: the trainer is not available in this installation: {e}", file=sys.stderr)
-        return EXIT_RUNTIME_ERROR
-    home = OmegaConf.select(built.cfg, "trainer.default_local_dir", default=None)
-    if settings.chdir and isinstance(home, str) and not os.path.isabs(home):
-        # the job runs inside its run directory: keep the checkpoints where the config said, not nested under it
-        built.cfg.trainer.default_local_dir = os.path.abspath(home)
-    created = first_missing_dir(settings.run_dir)
-    try:
-        write_run_record(settings, built.cfg, built.hydra, overrides)
-    except OSError as e:
-        print(f"{prog}: cannot write the run record under hydra.run.dir={settings.run_dir}: {e}", file=sys.stderr)
-        return EXIT_RUNTIME_ERROR
-    rejected: ConfigError | None = None
-    with job_environment(settings):
-        try:
-            result = run_fn(built.cfg)
-        except ConfigError as e:  # a problem only the trainer can see (e.g. dataset smaller than one batch)
-            rejected = e
-    if rejected is not None:
-        print(f"{prog}: {rejected}", file=sys.stderr)
-        # the trainer refused to start: a directory this call made holds only its record, so it goes too
-        remove_run_record(settings, created)
-        return EXIT_BAD_CONFIG
-    stopped_by = result.get("stopped_by") if isinstance(result, dict) else None
-    if stopped_by:  # stopped early by a signal after saving: the shell's code for "ended by that signal"
-        return 128 + int(signal.Signals[stopped_by])
-    return EXIT_OK

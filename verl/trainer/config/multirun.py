@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.hydra_keys import is_hydra_override, override_key, resolve_in, run_settings
+from verl.trainer.config.job import cfg_text, print_warnings, run_one_job
 from verl.trainer.config.loader import BuiltConfig, build_config, peek_hydra_section
 from verl.trainer.config.sweep import expand, override_dirname, parse_sweep
 from verl.trainer.config.validation import ConfigError, ConfigWarning
@@ -129,8 +130,6 @@ def run_sweep(
     load_run_fn: Callable[[], Callable[[DictConfig], Any]],
 ) -> int:
     """Plan, validate and run every job of a ``-m`` sweep; returns the exit code (see the module docstring)."""
-    from verl.trainer.config.entrypoint import _print_warnings, cfg_text, run_one_job
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigWarning)
         try:
@@ -141,7 +140,7 @@ def run_sweep(
         except ConfigError as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return EXIT_BAD_CONFIG
-    _print_warnings(prog, caught)
+    print_warnings(prog, caught)
     n = len(planned)
     if args.cfg:
         for num, (ovs, built, _) in enumerate(planned):

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from verl.trainer.config.overrides import parse_value
 from verl.trainer.config.validation import ConfigError
 
 _SWEEP_FUNC_RE = re.compile(r"^\s*(range|choice|glob|interval|shuffle|sort|tag)\s*\(")
@@ -50,8 +51,6 @@ def _split_top_level(value: str) -> list[str]:
 
 def _as_token_value(text: str, typed: Any) -> str:
     """An element of a sweep written so the loader's YAML value parser reads back ``typed``."""
-    from verl.trainer.config.loader import parse_value
-
     try:
         if parse_value(text) == typed:
             return text

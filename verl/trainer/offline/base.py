@@ -190,7 +190,7 @@ class OfflineTrainer:
         if not config.data.train_files:
             raise ConfigError("data.train_files: no training data given; set data.train_files=<parquet or jsonl path>")
         try:
-            from verl.utils.hub import resolve_config_paths
+            from verl.trainer.run_paths import resolve_config_paths
 
             resolve_config_paths(config)  # hub ids: cached or downloaded once (a file lock: ranks do not race)
             check_checkpoint_root(config.trainer, lambda: cls.identity_of(config))

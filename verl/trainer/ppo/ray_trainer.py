@@ -506,10 +506,10 @@ class RayPPOTrainer:
         return os.path.join(self.checkpoint_dir, f"global_step_{step}")
 
     def identity(self) -> dict[str, Any] | None:
-        """This run's identity (:func:`verl.trainer.ppo.runner.ppo_run_identity` of the config unless one was given);
+        """This run's identity (:func:`~verl.trainer.ppo.run_identity.ppo_run_identity` of the config unless given);
         None, with a warning, when the model directory cannot be read (the checkpoint then records none)."""
         if self.run_identity is None:
-            from verl.trainer.ppo.runner import ppo_run_identity
+            from verl.trainer.ppo.run_identity import ppo_run_identity
 
             try:
                 self.run_identity = ppo_run_identity(self.config)
@@ -844,6 +844,3 @@ class RayPPOTrainer:
             step_dir = self.save_checkpoint()
         merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
         return target_dir
-
-
-from verl.trainer.ppo.runner import run_ppo  # noqa: E402, F401  (re-exported: main_ppo imports it from here)

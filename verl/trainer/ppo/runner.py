@@ -121,29 +121,6 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     return train_dataset, val_dataset, sampler
 
 
-def ppo_run_identity(config: DictConfig) -> dict[str, Any]:
-    """What a checkpoint of this PPO-family run is a checkpoint of (``identity.make_identity``):
-    the advantage estimator, the LoRA rank, and the actor's (and, when trained, the critic's) model fingerprint
-    from its ``config.json`` (with ``override_config``) and safetensors headers. Reads no weights."""
-    from omegaconf import OmegaConf
-
-    from verl.trainer.config import critic_enabled
-    from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_path
-    from verl.utils.model_loader import resolve_model_path
-
-    def fingerprint(section: Any) -> dict[str, Any]:
-        override = section.get("override_config") or {}
-        override = OmegaConf.to_container(override, resolve=True) if not isinstance(override, dict) else override
-        return model_fingerprint_from_path(resolve_model_path(str(section.path)), override)
-
-    model = config.actor_rollout_ref.model
-    models = {"actor": fingerprint(model)}
-    if critic_enabled(config):
-        models["critic"] = fingerprint(config.critic.model)
-    lora_rank = int(model.get("lora_rank", 0) or 0)
-    return make_identity("ppo", str(config.algorithm.adv_estimator), models, lora_rank)
-
-
 def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> Any:
     """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
     managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
@@ -152,6 +129,7 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
+    from verl.trainer.ppo.run_identity import ppo_run_identity
     from verl.utils.model_loader import load_tokenizer
 
     trainer_cfg = config.trainer
@@ -163,7 +141,7 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
         str(trainer_cfg.get("resume_mode", "auto")),
         overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
     )
-    from verl.utils.hub import resolve_config_paths
+    from verl.trainer.run_paths import resolve_config_paths
 
     resolve_config_paths(config)  # hub ids: from the HF cache or downloaded once, before anything reads them
     # a checkpoint of another model (algorithm, roles, LoRA rank) where this run would resume or save is refused

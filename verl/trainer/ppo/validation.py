@@ -7,16 +7,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import decode_generations
 from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
-
-if TYPE_CHECKING:
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 
 def select_generations_to_log(
@@ -29,8 +26,11 @@ def select_generations_to_log(
     return [{"input": i, "output": o, "score": float(s)} for i, o, s in rows[: max(int(n), 0)]]
 
 
-def run_validation(trainer: RayPPOTrainer) -> dict[str, float]:
-    """Generate ``val_kwargs.n`` responses per validation prompt (greedy by default), score and reduce them."""
+def run_validation(trainer: Any) -> dict[str, float]:
+    """Generate ``val_kwargs.n`` responses per validation prompt (greedy by default), score and reduce them.
+
+    ``trainer`` is the driver (:class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`, which imports this module):
+    its ``generate_groups``, ``score``, ``val_dataloader``, ``val_reward_fn`` and tracker are used."""
     if trainer.val_dataloader is None or trainer.val_reward_fn is None:
         return {}
     val_kwargs = trainer.config.actor_rollout_ref.rollout.val_kwargs

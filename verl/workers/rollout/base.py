@@ -23,6 +23,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask, pad_sequence_to_length
+from verl.workers.rollout.sampling import sample_from_logits  # noqa: F401  (importable from here, as before)
 
 # Modules that register the built-in engines when imported; imported lazily so that `vllm` stays optional.
 _BUILTIN_ENGINE_MODULES = {
@@ -137,26 +138,6 @@ def vllm_usable_for(model_path: str | None, world_size: int, tensor_parallel_siz
     if not torch.cuda.is_available() and head_dim < 32:
         return False, f"head dim {head_dim} < 32, below what vLLM's CPU attention supports"
     return True, ""
-
-
-def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
-    """One token per row drawn from ``softmax(logits)`` ``[batch, vocab]`` -> ``[batch]`` (``-inf`` = excluded).
-
-    Inverse-CDF sampling: ``u ~ U[0, total)`` located in the running sum of the probabilities. It draws from the
-    same distribution as ``torch.multinomial(probs, 1)``, which on CPU uses the exponential race (one exponential
-    variate per vocabulary entry: ~50 ms per decode step for 32 rows x 49k tokens, a quarter of the decode time);
-    this needs one uniform per row and a cumulative sum. Uses (and advances) torch's global RNG, unless
-    ``uniforms [batch, 1]`` (draws from ``U[0, 1)``) are given: decode loops draw every step's uniforms up front,
-    one per row and step, so a row's tokens do not depend on which other rows share its batch and the step has no
-    RNG call inside (it can be compiled or captured as a CUDA graph).
-    """
-    probs = torch.softmax(logits.float(), dim=-1)
-    cdf = probs.cumsum(dim=-1)
-    if uniforms is None:
-        uniforms = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype)
-    u = uniforms.to(cdf.dtype) * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1)
-    return tokens.clamp_(max=logits.shape[-1] - 1)
 
 
 def config_get(config: Any, key: str, default: Any = None) -> Any:

@@ -48,7 +48,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.workers.rollout.base import StepHook, sample_from_logits
+from verl.workers.rollout.base import StepHook
+from verl.workers.rollout.sampling import choose_tokens, token_log_probs
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 logger = logging.getLogger(__name__)
@@ -323,8 +324,6 @@ class FastDecoder:
     @staticmethod
     def _choose(logits: torch.Tensor, st: _DecodeState, c: _StepConsts) -> None:
         """Sample the token of response index ``st.step`` from ``logits [B, vocab]`` and record it (in place)."""
-        from verl.workers.rollout.hf_rollout import filter_top_k_top_p
-
         bs = logits.shape[0]
         scores = logits.float()
         if c.min_new_tokens > 0:
@@ -334,17 +333,14 @@ class FastDecoder:
             forbid = torch.where(st.is_eos & (st.step < c.min_new_tokens), float("-inf"), 0.0)
             scores = scores + forbid
         index = st.step.expand(bs, 1)
-        if c.greedy:
-            sampled = scores.argmax(dim=-1)
-        else:
-            filtered = filter_top_k_top_p(scores / c.temperature, c.top_k, c.top_p)
-            sampled = sample_from_logits(filtered, st.uniforms.gather(1, index))
+        uniforms = None if c.greedy else st.uniforms.gather(1, index)
+        sampled = choose_tokens(scores, c.greedy, c.temperature, c.top_k, c.top_p, uniforms)
         is_end = st.is_eos.gather(0, sampled)  # before padding: the pad id need not be a vocabulary index
         next_tokens = sampled.masked_fill(st.finished, c.pad_id)
         st.tokens.scatter_(1, index, next_tokens.unsqueeze(-1))
         if c.calculate_log_probs:
-            lp = torch.log_softmax(logits.float() / c.logprob_temperature, dim=-1)
-            st.log_probs.scatter_(1, index, lp.gather(-1, next_tokens.unsqueeze(-1)))
+            lp = token_log_probs(logits, next_tokens, c.logprob_temperature)
+            st.log_probs.scatter_(1, index, lp.unsqueeze(-1))
         newly = is_end & ~st.finished
         st.finish_step.copy_(torch.where(newly, st.step, st.finish_step))
         st.finished.logical_or_(newly)

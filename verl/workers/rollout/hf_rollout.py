@@ -32,35 +32,13 @@ from verl.workers.rollout.base import (
     register_rollout,
     resolve_sampling,
     resolve_special_ids,
-    sample_from_logits,
 )
 from verl.workers.rollout.fast_decode import FastDecoder, resolve_decode_mode, supports_fast_decode
-
-
-def filter_top_k_top_p(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
-    """Mask ``logits [bs, vocab]`` to ``-inf`` outside the top-k tokens and outside the nucleus of mass ``top_p``.
-
-    Nucleus sampling (Holtzman et al., 2020): keep the smallest set of most likely tokens whose cumulative
-    probability reaches ``top_p``; a token is dropped when the mass of the tokens ranked above it already
-    exceeds ``top_p``, so the most likely token is always kept. ``top_k <= 0`` and ``top_p >= 1`` are off.
-    """
-    if 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        mass_above = probs.cumsum(dim=-1) - probs
-        drop_sorted = mass_above > top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
-
-
-def _token_log_probs(step_logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``log softmax(logits / temperature)`` at ``tokens``: ``[bs, T, vocab]``, ``[bs, T]`` -> ``[bs, T]``."""
-    log_probs = torch.log_softmax(step_logits.float() / temperature, dim=-1)
-    return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+from verl.workers.rollout.sampling import (  # noqa: F401  (filter_top_k_top_p: importable from here, as before)
+    choose_tokens,
+    filter_top_k_top_p,
+    token_log_probs,
+)
 
 
 def _generation_owner(module: torch.nn.Module) -> Any:
@@ -334,7 +312,7 @@ class HFRollout(BaseRollout):
         log_probs = None
         if settings.calculate_log_probs:
             step_logits = torch.stack(out.logits, dim=1)
-            log_probs = _token_log_probs(step_logits, responses, settings.logprob_temperature)
+            log_probs = token_log_probs(step_logits, responses, settings.logprob_temperature)
         return responses, log_probs
 
     def _decode_loop(
@@ -352,7 +330,7 @@ class HFRollout(BaseRollout):
         device = input_ids.device
         eos = torch.tensor(list(eos_ids), device=device, dtype=input_ids.dtype)
         finished = torch.zeros(bs, dtype=torch.bool, device=device)
-        tokens, token_log_probs = [], []
+        tokens, step_log_probs = [], []
         # one uniform per row and step, drawn up front as the fast decode loop does (same tokens for the same seed)
         uniforms = None if settings.greedy else torch.rand(bs, settings.response_length, device=device)
         for step in range(settings.response_length):
@@ -360,16 +338,14 @@ class HFRollout(BaseRollout):
             scores = logits.clone()
             if step < settings.min_new_tokens:
                 scores[:, eos] = float("-inf")
-            if settings.greedy:
-                next_tokens = scores.argmax(dim=-1)
-            else:
-                filtered = filter_top_k_top_p(scores / settings.temperature, settings.top_k, settings.top_p)
-                next_tokens = sample_from_logits(filtered, uniforms[:, step : step + 1])
+            step_uniforms = None if settings.greedy else uniforms[:, step : step + 1]
+            next_tokens = choose_tokens(
+                scores, settings.greedy, settings.temperature, settings.top_k, settings.top_p, step_uniforms
+            )
             next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_id), next_tokens)
             tokens.append(next_tokens)
             if settings.calculate_log_probs:
-                lp = torch.log_softmax(logits / settings.logprob_temperature, dim=-1)
-                token_log_probs.append(lp.gather(-1, next_tokens.unsqueeze(-1)).squeeze(-1))
+                step_log_probs.append(token_log_probs(logits, next_tokens, settings.logprob_temperature))
             finished = finished | torch.isin(next_tokens, eos)
             if on_step is not None:
                 stop = on_step(step, next_tokens, finished)
@@ -381,4 +357,4 @@ class HFRollout(BaseRollout):
             if bool(finished.all()):
                 break
         responses = torch.stack(tokens, dim=1)
-        return responses, torch.stack(token_log_probs, dim=1) if token_log_probs else None
+        return responses, torch.stack(step_log_probs, dim=1) if step_log_probs else None

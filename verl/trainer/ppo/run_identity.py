@@ -1,0 +1,30 @@
+"""What a checkpoint of a PPO-family run is a checkpoint of: recorded in every completion marker and compared before
+every resume (:mod:`verl.utils.checkpoint.identity`), so a run never resumes another model's checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config import critic_enabled
+from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_path
+from verl.utils.model_loader import resolve_model_path
+
+
+def ppo_run_identity(config: DictConfig) -> dict[str, Any]:
+    """What a checkpoint of this PPO-family run is a checkpoint of (``identity.make_identity``):
+    the advantage estimator, the LoRA rank, and the actor's (and, when trained, the critic's) model fingerprint
+    from its ``config.json`` (with ``override_config``) and safetensors headers. Reads no weights."""
+
+    def fingerprint(section: Any) -> dict[str, Any]:
+        override = section.get("override_config") or {}
+        override = OmegaConf.to_container(override, resolve=True) if not isinstance(override, dict) else override
+        return model_fingerprint_from_path(resolve_model_path(str(section.path)), override)
+
+    model = config.actor_rollout_ref.model
+    models = {"actor": fingerprint(model)}
+    if critic_enabled(config):
+        models["critic"] = fingerprint(config.critic.model)
+    lora_rank = int(model.get("lora_rank", 0) or 0)
+    return make_identity("ppo", str(config.algorithm.adv_estimator), models, lora_rank)
