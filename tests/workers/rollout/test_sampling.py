@@ -41,3 +41,19 @@ def test_seeded_draws_are_reproducible() -> None:
     torch.manual_seed(7)
     b = sample_from_logits(logits)
     assert torch.equal(a, b)
+
+
+def test_one_sampler_for_every_decode_loop() -> None:
+    """choose_tokens: argmax when greedy; with uniforms a fixed draw (the same tokens whatever else is in the batch);
+    top-k 1 samples the argmax; token_log_probs reads log softmax(logits / T) at the tokens."""
+    from verl.workers.rollout.sampling import choose_tokens, token_log_probs
+
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0]])
+    assert choose_tokens(logits, greedy=True).tolist() == [1, 0]
+    assert choose_tokens(logits, greedy=False, top_k=1, uniforms=torch.rand(2, 1)).tolist() == [1, 0]
+    u = torch.tensor([[0.999], [0.0]])
+    both = choose_tokens(logits, greedy=False, temperature=2.0, uniforms=u)
+    alone = choose_tokens(logits[1:], greedy=False, temperature=2.0, uniforms=u[1:])
+    assert both[1] == alone[0] == 0 and both[0] == 2  # u=0 picks the first token; u->1 the last with mass
+    expected = torch.log_softmax(logits / 2.0, dim=-1)[[0, 1], [1, 2]]
+    assert torch.allclose(token_log_probs(logits, torch.tensor([1, 2]), 2.0), expected)

@@ -124,8 +124,9 @@ def packaged_sources(package: str) -> ConfigSources:
     return ConfigSources(packaged_names=set(packaged_config_names(package)), packaged_groups=groups)
 
 
-def load_primary(path: str, default_base: str) -> DictConfig:
-    """Read a user YAML as the primary config: a mapping; ``defaults: [default_base, _self_]`` when it has none."""
+def read_yaml_mapping(path: str) -> DictConfig:
+    """A user YAML file whose top level is a mapping; a missing file, bad YAML (with its line and column) or a list
+    at the top is a one-line :class:`ConfigError` naming the file."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path}: not found")
     try:
@@ -134,6 +135,12 @@ def load_primary(path: str, default_base: str) -> DictConfig:
         raise ConfigError(f"config file {path}: invalid YAML: {' '.join(str(e).split())}") from e
     if not isinstance(node, DictConfig):
         raise ConfigError(f"config file {path}: the top level must be a mapping of sections, got a list")
+    return node
+
+
+def load_primary(path: str, default_base: str) -> DictConfig:
+    """Read a user YAML as the primary config: a mapping; ``defaults: [default_base, _self_]`` when it has none."""
+    node = read_yaml_mapping(path)
     if "defaults" not in node:
         node = OmegaConf.create({"defaults": [default_base, "_self_"], **OmegaConf.to_container(node)})
     elif not OmegaConf.is_list(node.defaults):

@@ -73,14 +73,9 @@ def load_user_yaml(path: str) -> DictConfig:
 
     A plain reader for tools that want one file's own keys; :func:`build_config` composes the defaults list instead.
     """
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file {path}: not found")
-    try:
-        user = OmegaConf.load(path)
-    except Exception as e:  # yaml.YAMLError or OmegaConf errors; the message carries line and column
-        raise ConfigError(f"config file {path}: invalid YAML: {' '.join(str(e).split())}") from e
-    if not isinstance(user, DictConfig):
-        raise ConfigError(f"config file {path}: the top level must be a mapping of sections, got a list")
+    from verl.trainer.config.compose import read_yaml_mapping
+
+    user = read_yaml_mapping(path)
     for key in _HYDRA_ONLY_KEYS:
         if key in user:
             del user[key]
