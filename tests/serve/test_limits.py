@@ -235,6 +235,10 @@ def test_client_disconnect_cancels_its_stream(patient):
             assert r.status_code == 200
             first = next(r.iter_lines())
             assert first.startswith('data: {"response"'), first
+            # the row is decoding (the health route reads the batcher from the event loop: give it a moment)
+            deadline = time.monotonic() + 2.0
+            while c.get("/health").json()["running"] != 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
             assert c.get("/health").json()["running"] == 1
         # leaving the block closed the connection mid-stream: the row stops long before its 3000 tokens
     deadline = time.monotonic() + 1.0
