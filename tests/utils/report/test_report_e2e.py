@@ -11,6 +11,7 @@ import pytest
 
 from verl.trainer import main_dpo, main_ppo
 from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
+from verl.utils.device import get_device_name
 from verl.utils.report import PLOT_FILE, REPORT_FILE, RUN_INFO_FILE, SAMPLES_FILE
 from verl.utils.report.__main__ import main as report_main
 
@@ -42,7 +43,6 @@ def _grpo_overrides(model_dir: str, root: Path, out: Path, steps: int) -> list[s
         "trainer.report.num_samples=2",
         "trainer.logger=[file]",
         "trainer.torch_threads=1",
-        "trainer.device=cpu",
         f"trainer.default_local_dir={out}",
     ]
 
@@ -64,7 +64,8 @@ def test_grpo_run_report_in_browser(tiny_model_dir: str, tmp_path: Path, browser
     info = json.loads((out / RUN_INFO_FILE).read_text())
     assert info["status"] == "finished" and info["global_step"] == 2 and info["resumed_from_step"] == 1
     assert info["started_at"] == first["started_at"] and info["hf_export"] == "hf_model"
-    assert info["hardware"]["device"] == "cpu" and info["hardware"]["dtype"] == "float32"
+    # the device the trainer picked by itself (trainer.device=auto): cuda on a GPU box, cpu elsewhere
+    assert info["hardware"]["device"] == get_device_name("auto") and info["hardware"]["dtype"] == "float32"
     assert info["metrics_file"] == os.path.join("logs", "metrics.jsonl")
     samples = [json.loads(line) for line in (out / SAMPLES_FILE).read_text().splitlines()]
     assert [s["step"] for s in samples] == [1, 1, 2, 2]  # sampled at every saving step, 2 rows each
@@ -106,7 +107,6 @@ def test_dpo_run_report_panels(tiny_model_dir: str, tmp_path: Path) -> None:
         "data.micro_batch_size_per_gpu=1",
         "model.dtype=float32",
         "trainer.logger=[file]",
-        "trainer.device=cpu",
     ]
     assert main_dpo.main(argv) == 0
     info = json.loads((out / RUN_INFO_FILE).read_text())
