@@ -30,7 +30,7 @@ _LAZY_ATTRS: dict[str, str] = {
     "RolloutWorker": "verl.api.dataflow",
     "ReplayBuffer": "verl.api.replay_buffer",
     "BaseTrainer": "verl.trainer.base",
-    "BaseAlgorithm": "verl.trainer.ppo.algos.base_algorithm",
+    "BaseAlgorithm": "verl.algorithms.base_algorithm",
 }
 
 __all__ = ["__version__", *_LAZY_ATTRS]

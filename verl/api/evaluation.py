@@ -229,7 +229,7 @@ class KLEvaluator(Evaluator):
                 "KLEvaluator needs a reference policy; enable one with actor_rollout_ref.actor.use_kl_loss=true or "
                 "algorithm.use_kl_in_reward=true"
             )
-        from verl.trainer.ppo.core_algos import kl_penalty
+        from verl.algorithms.core_algos import kl_penalty
         from verl.utils.torch_functional import masked_mean
 
         if self._fixed is None:

@@ -100,9 +100,9 @@ def build_ppo_config(
     ``rollout_batch_size`` takes the other one's value. Raises :class:`verl.trainer.config.ConfigError` naming every
     bad key or value.
     """
+    from verl.algorithms.registry import AdvantageEstimator
     from verl.trainer.config import ConfigError, PPOConfig, validate_config
     from verl.trainer.config.loader import Override, apply_overrides, packaged_config_text
-    from verl.trainer.ppo.algos.registry import AdvantageEstimator
 
     if isinstance(user, DictConfig):
         user = OmegaConf.to_container(user, resolve=True)  # type: ignore[assignment]
@@ -176,7 +176,7 @@ def build_ppo_config(
 
 def _as_algorithm(value: Any) -> Any:
     """A :class:`verl.trainer.BaseAlgorithm` instance for ``value`` (an instance or a subclass), else None."""
-    from verl.trainer.ppo.algos.base_algorithm import BaseAlgorithm
+    from verl.algorithms.base_algorithm import BaseAlgorithm
 
     if isinstance(value, type) and issubclass(value, BaseAlgorithm):
         return value()

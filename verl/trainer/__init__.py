@@ -11,7 +11,7 @@ from typing import Any
 
 _LAZY: dict[str, str] = {
     "BaseTrainer": "verl.trainer.base",
-    "BaseAlgorithm": "verl.trainer.ppo.algos.base_algorithm",
+    "BaseAlgorithm": "verl.algorithms.base_algorithm",
 }
 
 __all__ = sorted(_LAZY)

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl.trainer.config.validation import ConfigError
+from verl.utils.errors import ConfigError
 
 DEFAULT_REVISION = "main"
 # huggingface_hub's rule for repo ids: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters.

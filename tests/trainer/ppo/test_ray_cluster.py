@@ -121,7 +121,7 @@ def _worker_config(model_dir: str, n_per_node: int, nnodes: int):
 
 def _grpo_batch() -> dict[str, torch.Tensor]:
     """Fixed prompts (each twice: a GRPO group), responses of unequal lengths, outcome scores -> GRPO advantages."""
-    from verl.trainer.ppo.algos.advantage import compute_grpo_outcome_advantage
+    from verl.algorithms.advantage import compute_grpo_outcome_advantage
 
     gen = torch.Generator().manual_seed(321)
     prompts = torch.randint(0, 256, (BATCH // 2, PROMPT_LEN), generator=gen).repeat_interleave(2, dim=0)

@@ -16,19 +16,9 @@ from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verl.utils.errors import ConfigError, ConfigWarning
 
-class ConfigError(ValueError):
-    """An invalid config; ``problems`` holds one message per problem (the message joins them with newlines)."""
-
-    def __init__(self, problems: list[str] | str) -> None:
-        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
-        n = len(self.problems)
-        header = f"invalid config ({n} problem{'s' if n != 1 else ''}):"
-        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
-
-
-class ConfigWarning(UserWarning):
-    """A legal but suspicious config (e.g. a KL penalty applied twice)."""
+__all__ = ["ConfigError", "ConfigWarning", "validate_config"]
 
 
 def validate_config(cfg: DictConfig, schema: type, extra_keys: Iterable[str] = ()) -> list[str]:

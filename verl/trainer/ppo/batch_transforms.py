@@ -6,16 +6,15 @@ users import them.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.algorithms import core_algos
+from verl.algorithms.registry import call_with_supported_kwargs
 from verl.protocol import DataProto
-from verl.trainer.ppo import core_algos
 from verl.utils.torch_functional import masked_mean
 
 
@@ -34,14 +33,6 @@ def apply_kl_penalty(
     current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
     kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
-
-
-def _call_with_supported_kwargs(fn: Callable, **kwargs: Any):
-    """Call ``fn`` with the subset of ``kwargs`` its signature accepts (all of them if it takes ``**kwargs``)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(**kwargs)
-    return fn(**{k: v for k, v in kwargs.items() if k in params})
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -95,7 +86,7 @@ def compute_advantage(
         kwargs["values"] = data.batch["values"]
     if "reward_baselines" in data.batch.keys():
         kwargs["reward_baselines"] = data.batch["reward_baselines"]
-    advantages, returns = _call_with_supported_kwargs(fn, **kwargs)
+    advantages, returns = call_with_supported_kwargs(fn, **kwargs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     return data

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.algorithms import core_algos
 from verl.protocol import DataProto
-from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
     decode_generations,

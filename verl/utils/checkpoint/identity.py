@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verl.trainer.config.validation import ConfigError
+from verl.utils.errors import ConfigError
 
 __all__ = [
     "IDENTITY_FORMAT",

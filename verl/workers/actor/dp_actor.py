@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorDict
 
-from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.model_loader import forward_logits
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits

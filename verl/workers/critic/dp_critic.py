@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorDict
 
-from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.algorithms.core_algos import compute_value_loss
 from verl.utils.model_loader import forward_values
 from verl.utils.padding import pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import masked_mean

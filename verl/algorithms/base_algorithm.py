@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from verl.trainer.ppo.algos.registry import (
+from verl.algorithms.registry import (
+    call_with_supported_kwargs,
     get_adv_estimator_fn,
     get_policy_loss_fn,
     register_adv_est,
@@ -70,10 +71,8 @@ class BaseAlgorithm:
 
         Default: the registered :attr:`base_estimator`.
         """
-        from verl.trainer.ppo.batch_transforms import _call_with_supported_kwargs
-
         fn = get_adv_estimator_fn(self.base_estimator)
-        return _call_with_supported_kwargs(
+        return call_with_supported_kwargs(
             fn, token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, **kwargs
         )
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo.algos.registry import get_config_value
+from verl.algorithms.registry import get_config_value
 
 KL_PENALTY_TYPES: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
 

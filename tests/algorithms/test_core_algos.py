@@ -319,3 +319,12 @@ def test_uniform_calling_convention_for_all_builtins() -> None:
         adv, ret = core_algos.get_adv_estimator_fn(member)(**kwargs)
         assert adv.shape == ret.shape == (4, 4), member
         assert torch.all(adv[mask == 0] == 0), member
+
+
+def test_verl_module_path_is_the_same_module_object():
+    """``verl.trainer.ppo.core_algos`` (verl's path) is the algorithms floor's module itself, not a copy."""
+    import verl.algorithms.core_algos as floor
+    import verl.trainer.ppo.core_algos as verl_path
+
+    assert verl_path is floor
+    assert verl_path.ADV_ESTIMATOR_REGISTRY is floor.ADV_ESTIMATOR_REGISTRY

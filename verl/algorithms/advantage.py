@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo.algos.registry import AdvantageEstimator, register_adv_est, resolve_param
+from verl.algorithms.registry import AdvantageEstimator, register_adv_est, resolve_param
 from verl.utils import torch_functional as verl_F
 
 

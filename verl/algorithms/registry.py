@@ -7,6 +7,7 @@ and selecting it by name in the config (``algorithm.adv_estimator=...``,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -157,3 +158,15 @@ def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:
     if explicit is not None:
         return explicit
     return get_config_value(config, name, default)
+
+
+def call_with_supported_kwargs(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call ``fn`` with the subset of ``kwargs`` its signature accepts (all of them if it takes ``**kwargs``).
+
+    The driver passes every estimator the same keyword set; an estimator written for an older verl that takes fewer
+    keywords still runs.
+    """
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(**kwargs)
+    return fn(**{k: v for k, v in kwargs.items() if k in params})

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo.algos.losses import agg_loss
-from verl.trainer.ppo.algos.registry import get_config_value, register_policy_loss
+from verl.algorithms.losses import agg_loss
+from verl.algorithms.registry import get_config_value, register_policy_loss
 from verl.utils import torch_functional as verl_F
 
 LOG_RATIO_CLAMP = 20.0

@@ -1,0 +1,20 @@
+"""Errors raised on every floor: the ground floor defines them so no module imports upward to raise one.
+
+``verl.trainer.config`` re-exports them, where users catch them.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """An invalid config; ``problems`` holds one message per problem (the message joins them with newlines)."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
+        n = len(self.problems)
+        header = f"invalid config ({n} problem{'s' if n != 1 else ''}):"
+        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
+
+
+class ConfigWarning(UserWarning):
+    """A legal but suspicious config (e.g. a KL penalty applied twice)."""
