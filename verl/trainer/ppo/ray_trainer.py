@@ -36,6 +36,8 @@ from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty
     compute_advantage,
     filter_uniform_groups,
 )
+from verl.trainer.ppo.driver_checkpoint import DriverCheckpointMixin
+from verl.trainer.ppo.driver_report import DriverReportMixin
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_reward_extra_metrics,
@@ -54,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------- trainer
-class RayPPOTrainer:
+class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
     """Driver of PPO-family training (PPO with a critic, GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, DAPO settings).
 
     ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
@@ -501,73 +503,6 @@ class RayPPOTrainer:
         """Greedy (``rollout.val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
         return run_validation(self)
 
-    # ------------------------------------------------------------------------------------------- checkpoints
-    def step_dir(self, step: int) -> str:
-        return os.path.join(self.checkpoint_dir, f"global_step_{step}")
-
-    def identity(self) -> dict[str, Any] | None:
-        """This run's identity (:func:`~verl.trainer.ppo.run_identity.ppo_run_identity` of the config unless given);
-        None, with a warning, when the model directory cannot be read (the checkpoint then records none)."""
-        if self.run_identity is None:
-            from verl.trainer.ppo.run_identity import ppo_run_identity
-
-            try:
-                self.run_identity = ppo_run_identity(self.config)
-            except (OSError, ValueError) as err:
-                logger.warning("checkpoints of this run record no identity: cannot read the model config (%s)", err)
-                return None
-        return self.run_identity
-
-    def save_checkpoint(
-        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
-    ) -> str:
-        """Write ``global_step_N/{actor,critic}`` and the driver state ``data.pt`` atomically, then mark the
-        directory complete (``checkpoint_complete.json``).
-
-        ``path`` None: ``<checkpoint_dir>/global_step_N``, then the ``latest_checkpointed_iteration.txt`` tracker
-        and retention. An explicit ``path`` gets the completion marker only (no tracker, no retention).
-        ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``; default ``*.checkpoint.save_contents``)
-        selects what the workers write; without ``extra`` no ``data.pt`` is written either. ``extra_state`` joins
-        ``data.pt`` (plain types and tensors only: it is read back with ``weights_only=True``).
-        """
-        from verl.utils.checkpoint.layout import (
-            check_checkpoint_root,
-            finalize_checkpoint,
-            remove_old_checkpoints,
-            write_complete_marker,
-        )
-        from verl.utils.fs import atomic_directory
-
-        if path is None and not self._root_checked:
-            # (the Python API saves without fit()) another run's checkpoints here would be replaced step by step
-            # and deleted by retention: refused before anything is written
-            check_checkpoint_root({"resume_mode": "auto"}, self.identity, self.checkpoint_dir)
-            self._root_checked = True
-        final_dir = path or self.step_dir(self.global_steps)
-        with atomic_directory(final_dir) as tmp_dir:
-            self.actor_rollout_wg.save_checkpoint(
-                os.path.join(tmp_dir, "actor"), self.global_steps, save_contents=save_contents
-            )
-            if self.use_critic:
-                self.critic_wg.save_checkpoint(
-                    os.path.join(tmp_dir, "critic"), self.global_steps, save_contents=save_contents
-                )
-            if save_contents is None or "extra" in save_contents:
-                torch.save({**self.driver_state(), **(extra_state or {})}, os.path.join(tmp_dir, "data.pt"))
-            if path is not None:  # marked inside the temp dir: the directory appears complete in one rename
-                write_complete_marker(tmp_dir, self.global_steps, identity=self.identity())
-        if path is not None:
-            return final_dir
-        finalize_checkpoint(self.checkpoint_dir, self.global_steps, identity=self.identity())
-        trainer_cfg = self.config.trainer
-        for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
-            remove_old_checkpoints(
-                self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
-            )
-        if not self._in_fit:  # (the Python API) fit() updates the report once the step's metrics are logged
-            self.update_report()
-        return final_dir
-
     def release_rollout(self) -> None:
         """Stop the rollout engines before the worker processes go away: a vLLM engine then frees its process
         groups and a tensor-parallel CPU engine its shared memory, which killed processes would leave behind. One
@@ -581,92 +516,7 @@ class RayPPOTrainer:
         except Exception as err:  # noqa: BLE001 - teardown must not hide the run's result
             logger.warning("stopping the rollout engines failed: %s", err)
 
-    def driver_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
-        if self.train_dataloader is not None:
-            state["dataloader"] = self.train_dataloader.state_dict()
-        if self.kl_ctrl_in_reward is not None:
-            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
-        return state
-
-    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
-        """Resume from ``path`` (a complete checkpoint directory) or, when None, per ``trainer.resume_mode``;
-        returns the restored global step (0 when starting fresh).
-
-        Restores the workers (weights, optimizer, lr scheduler, RNG), the step count, the data loader position,
-        the generation counter and the KL coefficient. The whole ``data.pt`` dict is kept in
-        :attr:`resumed_state` for callers that saved their own ``extra_state``. A checkpoint of another model
-        (algorithm, roles, LoRA rank) raises :class:`~verl.utils.checkpoint.identity.CheckpointMismatchError` before
-        anything loads; an explicit ``path`` is checked as ``mode`` (``resume_path``: named by the user, an algorithm
-        change only warns; ``auto``: found by the caller under its root).
-        """
-        from verl.utils.checkpoint.checkpoint_manager import safe_torch_load
-        from verl.utils.checkpoint.identity import check_resume_identity
-        from verl.utils.checkpoint.layout import require_intact, resolve_resume_path
-
-        if path is None:
-            # auto: the newest complete checkpoint whose files match their checksums (bad ones are warned about)
-            path = resolve_resume_path(self.config.trainer, self.checkpoint_dir, identity=self.identity)
-            if path is None:
-                return 0
-        elif not os.path.isdir(path):
-            raise FileNotFoundError(f"checkpoint {path!r} does not exist")
-        else:
-            require_intact(path)
-            check_resume_identity(path, self.identity, mode)
-        data_file = os.path.join(path, "data.pt")
-        if not os.path.exists(data_file):
-            raise FileNotFoundError(
-                f"checkpoint {path!r} has no training state {data_file!r} (saved with save_training_state=False?): "
-                "it holds weights only and cannot be resumed from"
-            )
-        state = safe_torch_load(data_file, "the driver's training state (step, data position, KL coefficient)")
-        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
-        if self.use_critic:
-            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-        self.global_steps = int(state["global_steps"])
-        self._epoch = int(state.get("epoch", 0))
-        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
-        if self.train_dataloader is not None and "dataloader" in state:
-            self.train_dataloader.load_state_dict(state["dataloader"])
-        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
-            self.kl_ctrl_in_reward.value = state["kl_coef"]
-        self.resumed_state = state
-        self.resumed_from = path
-        # said before the first step, so a run that continues is never mistaken for one that started over
-        message = f"resumed from {path} at step {self.global_steps} (epoch {self._epoch})"
-        logger.info(message)
-        print(f"[verl] {message}", flush=True)
-        return self.global_steps
-
     # -------------------------------------------------------------------------------------------------- fit
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        if self._tracker is not None:
-            self._tracker.log(data=metrics, step=step)
-        for hook in self.step_hooks:
-            hook(step, metrics)
-
-    @property
-    def metrics_path(self) -> str | None:
-        """The JSONL metrics file of the current (or last) ``fit()``, when the ``file`` logger is on."""
-        return getattr(self._tracker, "metrics_path", None)
-
-    def _make_tracker(self, keep_through_step: int | None = None):
-        from verl.utils.tracking import Tracking
-
-        trainer_cfg = self.config.trainer
-        explicit = trainer_cfg.get("log_dir")
-        log_dir = explicit or os.path.join(self.checkpoint_dir, "logs")
-        return Tracking(
-            namespace=self.namespace if explicit else None,
-            project_name=trainer_cfg.project_name,
-            experiment_name=trainer_cfg.experiment_name,
-            default_backend=list(trainer_cfg.logger),
-            config=OmegaConf.to_container(self.config, resolve=True),
-            log_dir=log_dir,
-            keep_through_step=keep_through_step,
-        )
-
     def fit(self) -> dict[str, float]:
         """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
         from verl.utils.checkpoint.layout import prepare_checkpoint_root
@@ -750,82 +600,6 @@ class RayPPOTrainer:
                 self._reporter.finish(self.global_steps, stopped_by=self.stopped_by, error=failure)
         return val_metrics
 
-    # ----------------------------------------------------------------------------------------------- report
-    def reporter(self) -> Any:
-        """The run's :class:`~verl.utils.report.RunReporter` (``metrics.png`` with ``trainer.plot``, ``report.html``
-        and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both are off."""
-        if self._reporter is None:
-            from verl.utils.report import RunReporter, describe_hardware
-
-            trainer_cfg = self.config.trainer
-            plot = bool(trainer_cfg.get("plot", False))
-            report = bool((trainer_cfg.get("report") or {}).get("enable", False))
-            if not (plot or report):
-                return None
-            actor_dtype = self.config.actor_rollout_ref.actor.get("dtype", "auto")
-            self._reporter = RunReporter(
-                self.checkpoint_dir,
-                "ppo",
-                self.config,
-                self.metrics_path,
-                plot=plot,
-                report=report,
-                hardware=describe_hardware(str(trainer_cfg.get("device", "auto")), str(actor_dtype), self.n_ranks),
-                extra={
-                    "algorithm": str(self.algorithm.adv_estimator),
-                    "project": str(trainer_cfg.get("project_name")),
-                    "experiment": str(trainer_cfg.get("experiment_name")),
-                    "total_steps": int(self.total_training_steps),
-                },
-            )
-        return self._reporter
-
-    def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
-        """Redraw ``metrics.png`` (unless ``redraw_plot`` is False) and rebuild ``report.html`` now (no-op when both
-        are off); ``status`` None keeps the recorded one (``running`` during fit, the final one after it). Never
-        raises."""
-        reporter = self.reporter()
-        if reporter is None:
-            return
-        reporter.metrics_path = self.metrics_path or reporter.metrics_path
-        status = status or str(reporter.info.get("status") or "running")
-        reporter.update(self.global_steps, status, redraw_plot=redraw_plot)
-
-    def _report_sample_step(self, step: int) -> bool:
-        """``trainer.report.sample_steps`` (a list: exactly those steps; null: the first step, every step that saves
-        a checkpoint and the last step), when ``trainer.report.num_samples`` > 0."""
-        report = self.config.trainer.get("report") or {}
-        if not report.get("enable", False) or int(report.get("num_samples", 0) or 0) <= 0:
-            return False
-        steps = report.get("sample_steps")
-        if steps is not None:
-            return step in {int(s) for s in steps}
-        save_freq = int(self.config.trainer.save_freq)
-        return step == 1 or step >= self.total_training_steps or (save_freq > 0 and step % save_freq == 0)
-
-    def _record_report_samples(self, batch: DataProto) -> None:
-        """``trainer.report.num_samples`` rows of this step's batch, spread over it (prompt, response, score, ground
-        truth, data source), appended to ``samples.jsonl`` for the report."""
-        if not self._report_sample_step(self.global_steps) or self.reporter() is None:
-            return
-        k = min(int(self.config.trainer.report.num_samples), len(batch))
-        idxs = sorted({i * len(batch) // k for i in range(k)})
-        picked = batch.select_idxs(idxs)
-        prompts, responses, extra = decode_generations(self.tokenizer, picked)
-        scores = picked.batch["token_level_scores"].sum(-1).tolist()
-        sources = picked.non_tensor_batch.get("data_source")
-        rows = []
-        for j in range(len(idxs)):
-            row = {"prompt": prompts[j], "response": responses[j], "score": scores[j]}
-            row["ground_truth"] = extra["ground_truth"][j] if "ground_truth" in extra else None
-            if sources is not None:
-                row["data_source"] = str(sources[j])
-            if "advantages" in picked.batch.keys():
-                mask = picked.batch["response_mask"][j].bool()
-                row["advantage"] = float(picked.batch["advantages"][j][mask].mean()) if mask.any() else 0.0
-            rows.append(row)
-        self._reporter.record_samples(self.global_steps, rows)
-
     def _timed_validate(self) -> dict[str, float]:
         timing: dict[str, float] = {}
         with marked_timer("testing", timing):
@@ -834,13 +608,3 @@ class RayPPOTrainer:
             metrics["timing_s/testing"] = timing["testing"]
             self.val_history.append((self.global_steps, dict(metrics)))
         return metrics
-
-    def export_hf(self, target_dir: str) -> str:
-        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
-        from verl.model_merger import merge_checkpoint
-
-        step_dir = self.step_dir(self.global_steps)
-        if not os.path.isdir(step_dir):
-            step_dir = self.save_checkpoint()
-        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
-        return target_dir
