@@ -1,4 +1,5 @@
-"""The workers the driver calls: actor/rollout/reference, critic and reward model, on FSDP2 (or one process).
+"""The workers the driver calls: actor/rollout/reference (here), critic and reward model (re-exported from
+``critic_worker.py`` and ``reward_model_worker.py``), on FSDP2 (or one process).
 
 Each public method is registered with a dispatch mode, so a WorkerGroup can split a DataProto across ranks, run
 the method on every rank and merge the results. One worker class serves several roles (verl's hybrid engine):
@@ -22,83 +23,31 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import flops_counter, fsdp_utils
-from verl.utils.checkpoint.fsdp_checkpoint_manager import DEFAULT_CONTENTS, FSDPCheckpointManager
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.precision import resolve_dtype
+from verl.workers.critic_worker import CriticWorker
+from verl.workers.fsdp_setup import (
+    ModelHolder,
+    checkpoint_manager,
+    enable_ulysses,
+    is_already_placed,
+    loaded,
+    mutable_copy,
+    per_rank_sequences,
+    set_torch_threads,
+    shard,
+)
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
+from verl.workers.reward_model_worker import RewardModelWorker
+
+# verl's module of the three workers; the critic and reward-model workers have files of their own
+__all__ = ["ROLES", "ActorRolloutRefWorker", "CriticWorker", "RewardModelWorker", "worker_init_kwargs"]
 
 logger = logging.getLogger(__name__)
 # MFU peaks already logged by this process (one line per peak, not one per step)
 _LOGGED_PEAKS: set[str] = set()
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
-
-
-def _mutable_copy(config: DictConfig) -> DictConfig:
-    """A resolved, writable copy: workers adjust batch sizes per rank without touching the driver's config."""
-    return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
-
-
-def _per_rank_sequences(prompts: int, n: int, world_size: int, what: str) -> int:
-    """Turn a count of prompts into a count of sequences on one rank (verl's convention), explaining failures."""
-    sequences = prompts * n
-    if sequences % world_size != 0 or sequences // world_size == 0:
-        raise ValueError(
-            f"{what}={prompts} prompts x rollout.n={n} = {sequences} sequences cannot be split evenly over "
-            f"{world_size} ranks; choose {what} so that {what} * n is a positive multiple of {world_size}"
-        )
-    return sequences // world_size
-
-
-def _set_torch_threads() -> None:
-    threads = os.environ.get("VERL_TORCH_THREADS")
-    if threads:
-        torch.set_num_threads(int(threads))
-
-
-class _ModelHolder:
-    """Builds the torch objects of one trainable role (model, optimizer, scheduler) the same way for all roles."""
-
-    @staticmethod
-    def build_optimizer(module: torch.nn.Module, optim_config: DictConfig):
-        from verl.utils.optim import build_lr_scheduler, build_optimizer
-
-        params = [p for p in module.parameters() if p.requires_grad]
-        optimizer = build_optimizer(params, optim_config)
-        scheduler = build_lr_scheduler(optimizer, optim_config, int(optim_config.get("total_training_steps", -1)))
-        return optimizer, scheduler
-
-
-def _is_already_placed(module: torch.nn.Module) -> bool:
-    """True when the owner already distributed ``module`` (FSDP wrapper or DTensor parameters): never re-shard it."""
-    if fsdp_utils.is_fsdp_module(module) or any(fsdp_utils.is_fsdp_module(m) for m in module.modules()):
-        return True
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in module.parameters())
-
-
-def _shard(worker: Worker, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
-    """FSDP2 over all ranks, or hybrid sharding over groups of ``fsdp_config.fsdp_size`` ranks; one rank: as is."""
-    if worker.world_size <= 1 or _is_already_placed(module):
-        return module
-    mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.get("fsdp_size", -1)))
-    return fsdp_utils.apply_fsdp2(
-        module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), mesh=mesh
-    )
-
-
-def _loaded(policy: OffloadPolicy | None, with_optimizer: bool = False):
-    """The offloaded model (and optimizer state) on the device for a block; nothing without a policy."""
-    return policy.loaded(with_optimizer) if policy is not None else nullcontext()
-
-
-def _enable_ulysses(module: torch.nn.Module) -> None:
-    """Give the transformers model under ``module`` (a PEFT wrapper, ...) the sequence-parallel attention."""
-    from verl.utils.ulysses import enable_ulysses_attention
-
-    inner = module.get_base_model() if hasattr(module, "get_base_model") else module
-    enable_ulysses_attention(inner)
 
 
 class ActorRolloutRefWorker(Worker):
@@ -130,8 +79,8 @@ class ActorRolloutRefWorker(Worker):
         self.rollout_name = "hf"  # resolved in init_model (rollout.name may be "auto")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
-        _set_torch_threads()
-        self.config = _mutable_copy(config)
+        set_torch_threads()
+        self.config = mutable_copy(config)
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
@@ -150,7 +99,7 @@ class ActorRolloutRefWorker(Worker):
         if self._is_actor:
             actor = self.config.actor
             actor.ppo_max_token_len_per_gpu = int(actor.ppo_max_token_len_per_gpu) * self.actor_sp
-            actor.ppo_mini_batch_size = _per_rank_sequences(
+            actor.ppo_mini_batch_size = per_rank_sequences(
                 int(actor.ppo_mini_batch_size),
                 n,
                 self.world_size // self.actor_sp,
@@ -195,7 +144,7 @@ class ActorRolloutRefWorker(Worker):
                 ),
                 override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
             )
-        if not _is_already_placed(module):
+        if not is_already_placed(module):
             module.to(self.compute_device)
         if not trainable:
             module.requires_grad_(False)
@@ -217,7 +166,7 @@ class ActorRolloutRefWorker(Worker):
         return module
 
     def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
-        return _shard(self, module, fsdp_config)
+        return shard(self, module, fsdp_config)
 
     def _sp_group(self, size: int) -> Any:
         """The sequence-parallel group of ``size`` ranks this rank belongs to (None for size 1); built once."""
@@ -258,14 +207,14 @@ class ActorRolloutRefWorker(Worker):
             policy = self._load_policy(self.model_path, trainable=self._is_actor, module=given)
             use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, policy)
             if self._is_actor and self.actor_sp > 1:
-                _enable_ulysses(policy)
+                enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
             if self._is_actor and bool(self.config.actor.get("use_torch_compile", False)):
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
                 # layer's all-gather hooks; the fast decode loop calls submodules directly and stays eager
                 fsdp_utils.compile_decoder_layers(self.actor_module)
         if self._is_actor:
-            self.actor_optimizer, self.actor_lr_scheduler = _ModelHolder.build_optimizer(
+            self.actor_optimizer, self.actor_lr_scheduler = ModelHolder.build_optimizer(
                 self.actor_module, self.config.actor.optim
             )
             self.actor = DataParallelPPOActor(
@@ -283,7 +232,7 @@ class ActorRolloutRefWorker(Worker):
             if self._is_lora and self.actor_module is not None:
                 # the frozen base under the adapters is the reference policy
                 if ref_group is not None:
-                    _enable_ulysses(self.actor_module)
+                    enable_ulysses(self.actor_module)
                 self.ref_policy = DataParallelPPOActor(
                     config=self.config.actor,
                     actor_module=self.actor_module,
@@ -295,7 +244,7 @@ class ActorRolloutRefWorker(Worker):
                 if self.actor_module is None:  # a reference-only worker decides auto from its own model
                     use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, ref_model)
                 if ref_group is not None:
-                    _enable_ulysses(ref_model)
+                    enable_ulysses(ref_model)
                 self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
                 self.ref_policy = DataParallelPPOActor(
                     config=self.config.actor,
@@ -487,7 +436,7 @@ class ActorRolloutRefWorker(Worker):
         # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
         # the group pools its chunks, generates them together and each rank keeps its own rows
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
-        with _loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
+        with loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return own_rows(output, rows).to("cpu")
 
@@ -505,7 +454,7 @@ class ActorRolloutRefWorker(Worker):
         actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
         data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
-        with _loaded(self.actor_offload):
+        with loaded(self.actor_offload):
             log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs}
         if entropys is not None:
@@ -521,7 +470,7 @@ class ActorRolloutRefWorker(Worker):
         self._log_prob_meta(data, self.config.ref, self.ref_sp)
         on_actor = self._is_lora and self.ref_module is None
         context = self.actor_module.disable_adapter() if on_actor else nullcontext()
-        with _loaded(self.actor_offload if on_actor else self.ref_offload), context:
+        with loaded(self.actor_offload if on_actor else self.ref_offload), context:
             log_probs, _ = ref_policy.compute_log_prob(data, calculate_entropy=False)
         return own_rows(DataProto.from_dict(tensors={"ref_log_prob": log_probs}), rows).to("cpu")
 
@@ -531,7 +480,7 @@ class ActorRolloutRefWorker(Worker):
         actor = self._require(self.actor, "update_actor", ("actor", "actor_rollout", "actor_rollout_ref"))
         data, _ = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
-        with _loaded(self.actor_offload, with_optimizer=True):
+        with loaded(self.actor_offload, with_optimizer=True):
             start = time.perf_counter()
             metrics = actor.update_policy(data)
             metrics.update(self._actor_mfu(data, time.perf_counter() - start, actor.sp_group))
@@ -594,229 +543,20 @@ class ActorRolloutRefWorker(Worker):
         ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) overrides ``actor.checkpoint.save_contents``
         for this call (the Python API's ``save_optimizer`` / ``save_training_state`` flags).
         """
-        with _loaded(self.actor_offload, with_optimizer=True):
-            manager = _checkpoint_manager(
+        with loaded(self.actor_offload, with_optimizer=True):
+            manager = checkpoint_manager(
                 self, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor, save_contents
             )
             manager.save_checkpoint(local_path, global_step)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
-        with _loaded(self.actor_offload, with_optimizer=True):
-            manager = _checkpoint_manager(
+        with loaded(self.actor_offload, with_optimizer=True):
+            manager = checkpoint_manager(
                 self, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor
             )
             manager.load_checkpoint(local_path)
             self._sync_rollout_weights()
-
-
-def _checkpoint_manager(
-    worker: Worker, module, optimizer, scheduler, section: DictConfig, contents: list[str] | None = None
-) -> FSDPCheckpointManager:
-    """The role's checkpoint writer/reader; ``contents`` overrides ``<section>.checkpoint.save_contents``."""
-    ckpt_cfg = section.get("checkpoint", {})
-    return FSDPCheckpointManager(
-        module,
-        optimizer,
-        scheduler,
-        processing_class=getattr(worker, "tokenizer", None),
-        save_contents=list(contents if contents is not None else ckpt_cfg.get("save_contents", DEFAULT_CONTENTS)),
-        load_contents=list(ckpt_cfg.get("load_contents", DEFAULT_CONTENTS)),
-    )
-
-
-class CriticWorker(Worker):
-    """Value model (LM backbone + scalar head) of one data-parallel rank. ``config`` is the ``critic`` section."""
-
-    def __init__(self, config: DictConfig, critic_module: torch.nn.Module | None = None, tokenizer: Any = None):
-        """``critic_module`` / ``tokenizer``: the Python API's own value model and tokenizer, used in place."""
-        super().__init__()
-        self._given_critic_module = critic_module
-        self._given_tokenizer = tokenizer
-        _set_torch_threads()
-        self.config = _mutable_copy(config)
-        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
-        init_distributed_if_needed(self.device_name)
-        self.compute_device = get_torch_device(self.device_name)
-        n = int(self.config.get("rollout_n", 1))
-        self.sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
-        self.offload = None
-        self.config.ppo_mini_batch_size = _per_rank_sequences(
-            int(self.config.ppo_mini_batch_size), n, self.world_size // self.sp_size, "critic.ppo_mini_batch_size"
-        )
-        # Ulysses: each rank holds 1 / sp of every sequence, so the group's token budget is sp times the per-GPU one
-        self.config.ppo_max_token_len_per_gpu = int(self.config.ppo_max_token_len_per_gpu) * self.sp_size
-        self.tokenizer = None
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        from verl.utils.model_loader import (
-            load_tokenizer,
-            load_value_model,
-            resolve_attn_implementation,
-            resolve_model_path,
-        )
-        from verl.workers.critic.dp_critic import DataParallelPPOCritic
-
-        model_cfg = self.config.model
-        module = self._given_critic_module
-        if self._given_tokenizer is not None:
-            self.tokenizer = self._given_tokenizer
-        else:
-            self.tokenizer = load_tokenizer(model_cfg.get("tokenizer_path") or model_cfg.path)
-        if module is None:
-            module = load_value_model(
-                resolve_model_path(model_cfg.path),
-                dtype=torch.float32,
-                attn_implementation=resolve_attn_implementation(
-                    model_cfg.get("attn_implementation"), self.compute_device.type
-                ),
-                # critic.model.override_config: HF config fields of the value model (e.g. dropout), as for the actor
-                override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
-            ).to(self.compute_device)
-        elif not _is_already_placed(module):
-            module = module.to(self.compute_device)
-        if model_cfg.get("enable_gradient_checkpointing", False):
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        sp_group = None
-        if self.sp_size > 1:
-            from verl.utils.ulysses import sequence_parallel_group
-
-            _enable_ulysses(module)
-            sp_group = sequence_parallel_group(self.compute_device.type, self.sp_size)
-        module = _shard(self, module, self.config.fsdp_config)
-        self.critic_module = module
-        self.critic_optimizer, self.critic_lr_scheduler = _ModelHolder.build_optimizer(module, self.config.optim)
-        self.critic = DataParallelPPOCritic(
-            config=self.config,
-            critic_module=module,
-            critic_optimizer=self.critic_optimizer,
-            lr_scheduler=self.critic_lr_scheduler,
-            use_remove_padding=bool(model_cfg.get("use_remove_padding", False)),
-            sp_group=sp_group,
-        )
-        self.offload = OffloadPolicy(
-            module, self.critic_optimizer, self.config.fsdp_config, self.compute_device, "critic.fsdp_config"
-        )
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def compute_values(self, data: DataProto) -> DataProto:
-        """``values`` ``[batch, response_len]`` of the current value model."""
-        data, rows = gather_group_batch(data.to(self.compute_device), self.critic.sp_group)
-        data.meta_info["micro_batch_size"] = int(self.config.forward_micro_batch_size_per_gpu)
-        data.meta_info["max_token_len"] = int(self.config.ppo_max_token_len_per_gpu)
-        data.meta_info["use_dynamic_bsz"] = bool(self.config.use_dynamic_bsz)
-        with _loaded(self.offload):
-            values = self.critic.compute_values(data)
-        return own_rows(DataProto.from_dict(tensors={"values": values}), rows).to("cpu")
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_critic(self, data: DataProto) -> DataProto:
-        data, _ = gather_group_batch(data.to(self.compute_device), self.critic.sp_group)
-        with _loaded(self.offload, with_optimizer=True):
-            metrics = self.critic.update_critic(data)
-        if self.critic_lr_scheduler is not None:
-            metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
-            self.critic_lr_scheduler.step()
-        return DataProto(meta_info={"metrics": metrics})
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
-        with _loaded(self.offload, with_optimizer=True):
-            manager = _checkpoint_manager(
-                self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config, save_contents
-            )
-            manager.save_checkpoint(local_path, global_step)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str) -> None:
-        with _loaded(self.offload, with_optimizer=True):
-            manager = _checkpoint_manager(
-                self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.config
-            )
-            manager.load_checkpoint(local_path)
-
-
-class RewardModelWorker(Worker):
-    """A sequence classifier that scores (prompt, response) pairs. ``config`` is the ``reward_model`` section.
-
-    The score of a sequence is the classifier output at its last valid token, written at the last valid response
-    position of ``rm_scores`` ``[batch, response_len]``. When the policy's tokenizer differs from the reward
-    model's, responses are decoded and re-tokenised with the reward model's own tokenizer (and chat template).
-    """
-
-    def __init__(self, config: DictConfig):
-        super().__init__()
-        _set_torch_threads()
-        self.config = _mutable_copy(config)
-        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
-        init_distributed_if_needed(self.device_name)
-        self.compute_device = get_torch_device(self.device_name)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        from verl.utils.model_loader import load_sequence_classifier, load_tokenizer, resolve_model_path
-
-        path = resolve_model_path(self.config.model.path)
-        self.tokenizer = load_tokenizer(path)
-        input_tok = self.config.model.get("input_tokenizer")
-        self.input_tokenizer = load_tokenizer(input_tok) if input_tok else None
-        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
-        self.module.requires_grad_(False)
-
-    def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Classifier output at the last valid token of each row: ``[batch]``."""
-        micro = int(self.config.get("micro_batch_size_per_gpu", 16))
-        dtype = resolve_dtype(str(self.config.get("dtype", "auto")), self.compute_device)
-        scores = []
-        for start in range(0, input_ids.shape[0], micro):
-            ids = input_ids[start : start + micro]
-            mask = attention_mask[start : start + micro]
-            position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
-                logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
-            last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
-            scores.append(
-                logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
-                if logits.dim() == 3
-                else logits[:, 0].float()
-            )
-        return torch.cat(scores)
-
-    def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
-        src = self.input_tokenizer
-        prompts, responses = data.batch["prompts"], data.batch["responses"]
-        response_mask = data.batch["response_mask"]
-        prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]]
-        texts = []
-        for i in range(prompts.shape[0]):
-            prompt = src.decode(prompts[i][prompt_mask[i].bool()], skip_special_tokens=True)
-            response = src.decode(responses[i][response_mask[i].bool()], skip_special_tokens=True)
-            chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
-            if getattr(self.tokenizer, "chat_template", None):
-                texts.append(self.tokenizer.apply_chat_template(chat, tokenize=False))
-            else:
-                texts.append(prompt + response)
-        max_length = self.config.get("max_length") or None
-        enc = self.tokenizer(
-            texts, return_tensors="pt", padding=True, truncation=max_length is not None, max_length=max_length
-        )
-        return enc["input_ids"].to(self.compute_device), enc["attention_mask"].to(self.compute_device)
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def compute_rm_score(self, data: DataProto) -> DataProto:
-        data = data.to(self.compute_device)
-        if self.input_tokenizer is not None and self.input_tokenizer.get_vocab() != self.tokenizer.get_vocab():
-            input_ids, attention_mask = self._retokenize(data)
-        else:
-            input_ids, attention_mask = data.batch["input_ids"], data.batch["attention_mask"]
-        with torch.no_grad():
-            scores = self._score_rows(input_ids, attention_mask)
-        response_mask = data.batch["response_mask"]
-        rm_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-        last = (response_mask.sum(-1) - 1).clamp(min=0).long()
-        rm_scores[torch.arange(rm_scores.shape[0], device=rm_scores.device), last] = scores
-        return DataProto.from_dict(tensors={"rm_scores": rm_scores}).to("cpu")
 
 
 def worker_init_kwargs(config: DictConfig, role: str) -> dict[str, Any]:

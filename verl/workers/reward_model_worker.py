@@ -1,0 +1,100 @@
+"""The reward-model worker: a sequence classifier scoring (prompt, response) pairs (verl's ``RewardModelWorker``)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from omegaconf import DictConfig
+
+from verl.protocol import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.precision import resolve_dtype
+from verl.workers.fsdp_setup import (
+    mutable_copy,
+    set_torch_threads,
+)
+
+
+class RewardModelWorker(Worker):
+    """A sequence classifier that scores (prompt, response) pairs. ``config`` is the ``reward_model`` section.
+
+    The score of a sequence is the classifier output at its last valid token, written at the last valid response
+    position of ``rm_scores`` ``[batch, response_len]``. When the policy's tokenizer differs from the reward
+    model's, responses are decoded and re-tokenised with the reward model's own tokenizer (and chat template).
+    """
+
+    def __init__(self, config: DictConfig):
+        super().__init__()
+        set_torch_threads()
+        self.config = mutable_copy(config)
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.utils.model_loader import load_sequence_classifier, load_tokenizer, resolve_model_path
+
+        path = resolve_model_path(self.config.model.path)
+        self.tokenizer = load_tokenizer(path)
+        input_tok = self.config.model.get("input_tokenizer")
+        self.input_tokenizer = load_tokenizer(input_tok) if input_tok else None
+        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
+        self.module.requires_grad_(False)
+
+    def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Classifier output at the last valid token of each row: ``[batch]``."""
+        micro = int(self.config.get("micro_batch_size_per_gpu", 16))
+        dtype = resolve_dtype(str(self.config.get("dtype", "auto")), self.compute_device)
+        scores = []
+        for start in range(0, input_ids.shape[0], micro):
+            ids = input_ids[start : start + micro]
+            mask = attention_mask[start : start + micro]
+            position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
+                logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+            last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
+            scores.append(
+                logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
+                if logits.dim() == 3
+                else logits[:, 0].float()
+            )
+        return torch.cat(scores)
+
+    def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+        src = self.input_tokenizer
+        prompts, responses = data.batch["prompts"], data.batch["responses"]
+        response_mask = data.batch["response_mask"]
+        prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]]
+        texts = []
+        for i in range(prompts.shape[0]):
+            prompt = src.decode(prompts[i][prompt_mask[i].bool()], skip_special_tokens=True)
+            response = src.decode(responses[i][response_mask[i].bool()], skip_special_tokens=True)
+            chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            if getattr(self.tokenizer, "chat_template", None):
+                texts.append(self.tokenizer.apply_chat_template(chat, tokenize=False))
+            else:
+                texts.append(prompt + response)
+        max_length = self.config.get("max_length") or None
+        enc = self.tokenizer(
+            texts, return_tensors="pt", padding=True, truncation=max_length is not None, max_length=max_length
+        )
+        return enc["input_ids"].to(self.compute_device), enc["attention_mask"].to(self.compute_device)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        data = data.to(self.compute_device)
+        if self.input_tokenizer is not None and self.input_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            input_ids, attention_mask = self._retokenize(data)
+        else:
+            input_ids, attention_mask = data.batch["input_ids"], data.batch["attention_mask"]
+        with torch.no_grad():
+            scores = self._score_rows(input_ids, attention_mask)
+        response_mask = data.batch["response_mask"]
+        rm_scores = torch.zeros_like(response_mask, dtype=torch.float32)
+        last = (response_mask.sum(-1) - 1).clamp(min=0).long()
+        rm_scores[torch.arange(rm_scores.shape[0], device=rm_scores.device), last] = scores
+        return DataProto.from_dict(tensors={"rm_scores": rm_scores}).to("cpu")
