@@ -6,20 +6,20 @@ import os
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.workers.config import CriticConfig
 from verl.workers.fsdp_setup import (
     ModelHolder,
     checkpoint_manager,
     enable_ulysses,
     is_already_placed,
     loaded,
-    mutable_copy,
     per_rank_sequences,
+    private_section,
     set_torch_threads,
     shard,
 )
@@ -29,18 +29,18 @@ from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_r
 class CriticWorker(Worker):
     """Value model (LM backbone + scalar head) of one data-parallel rank. ``config`` is the ``critic`` section."""
 
-    def __init__(self, config: DictConfig, critic_module: torch.nn.Module | None = None, tokenizer: Any = None):
+    def __init__(self, config: Any, critic_module: torch.nn.Module | None = None, tokenizer: Any = None):
         """``critic_module`` / ``tokenizer``: the Python API's own value model and tokenizer, used in place."""
         super().__init__()
         self._given_critic_module = critic_module
         self._given_tokenizer = tokenizer
         set_torch_threads()
-        self.config = mutable_copy(config)
+        self.config = private_section(config, CriticConfig)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
         self.compute_device = get_torch_device(self.device_name)
-        n = int(self.config.get("rollout_n", 1))
-        self.sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
+        n = int(self.config.rollout_n)
+        self.sp_size = int(self.config.ulysses_sequence_parallel_size or 1)
         self.offload = None
         self.config.ppo_mini_batch_size = per_rank_sequences(
             int(self.config.ppo_mini_batch_size), n, self.world_size // self.sp_size, "critic.ppo_mini_batch_size"
@@ -64,20 +64,20 @@ class CriticWorker(Worker):
         if self._given_tokenizer is not None:
             self.tokenizer = self._given_tokenizer
         else:
-            self.tokenizer = load_tokenizer(model_cfg.get("tokenizer_path") or model_cfg.path)
+            self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path)
         if module is None:
             module = load_value_model(
                 resolve_model_path(model_cfg.path),
                 dtype=torch.float32,
                 attn_implementation=resolve_attn_implementation(
-                    model_cfg.get("attn_implementation"), self.compute_device.type
+                    model_cfg.attn_implementation, self.compute_device.type
                 ),
                 # critic.model.override_config: HF config fields of the value model (e.g. dropout), as for the actor
-                override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
+                override_config=dict(model_cfg.override_config) or None,
             ).to(self.compute_device)
         elif not is_already_placed(module):
             module = module.to(self.compute_device)
-        if model_cfg.get("enable_gradient_checkpointing", False):
+        if model_cfg.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         sp_group = None
         if self.sp_size > 1:
@@ -93,7 +93,7 @@ class CriticWorker(Worker):
             critic_module=module,
             critic_optimizer=self.critic_optimizer,
             lr_scheduler=self.critic_lr_scheduler,
-            use_remove_padding=bool(model_cfg.get("use_remove_padding", False)),
+            use_remove_padding=bool(model_cfg.use_remove_padding),
             sp_group=sp_group,
         )
         self.offload = OffloadPolicy(

@@ -3,21 +3,29 @@ offload and checkpoint manager, shared by the actor/rollout/ref, critic and rewa
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import nullcontext
+from typing import Any, TypeVar
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
+from verl.base_config import omega_conf_to_dataclass
 from verl.single_controller.base import Worker
 from verl.utils import fsdp_utils
-from verl.utils.checkpoint.fsdp_checkpoint_manager import DEFAULT_CONTENTS, FSDPCheckpointManager
+from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+from verl.workers.config import CheckpointContentsConfig, FSDPConfig, OptimConfig, RefFSDPConfig
 from verl.workers.parallel_state import OffloadPolicy
 
+T = TypeVar("T")
 
-def mutable_copy(config: DictConfig) -> DictConfig:
-    """A resolved, writable copy: workers adjust batch sizes per rank without touching the driver's config."""
-    return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+
+def private_section(config: Any, section_type: type[T]) -> T:
+    """The worker's own typed copy of its config section (``DictConfig``, dict or dataclass; interpolations
+    resolved, missing keys at their dataclass defaults): workers adjust batch sizes per rank without touching the
+    driver's config."""
+    section = omega_conf_to_dataclass(config, section_type)
+    return copy.deepcopy(section) if section is config else section
 
 
 def per_rank_sequences(prompts: int, n: int, world_size: int, what: str) -> int:
@@ -41,12 +49,12 @@ class ModelHolder:
     """Builds the torch objects of one trainable role (model, optimizer, scheduler) the same way for all roles."""
 
     @staticmethod
-    def build_optimizer(module: torch.nn.Module, optim_config: DictConfig):
+    def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
         from verl.utils.optim import build_lr_scheduler, build_optimizer
 
         params = [p for p in module.parameters() if p.requires_grad]
         optimizer = build_optimizer(params, optim_config)
-        scheduler = build_lr_scheduler(optimizer, optim_config, int(optim_config.get("total_training_steps", -1)))
+        scheduler = build_lr_scheduler(optimizer, optim_config, int(optim_config.total_training_steps))
         return optimizer, scheduler
 
 
@@ -59,14 +67,12 @@ def is_already_placed(module: torch.nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in module.parameters())
 
 
-def shard(worker: Worker, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
+def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | RefFSDPConfig) -> torch.nn.Module:
     """FSDP2 over all ranks, or hybrid sharding over groups of ``fsdp_config.fsdp_size`` ranks; one rank: as is."""
     if worker.world_size <= 1 or is_already_placed(module):
         return module
-    mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.get("fsdp_size", -1)))
-    return fsdp_utils.apply_fsdp2(
-        module, reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), mesh=mesh
-    )
+    mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.fsdp_size))
+    return fsdp_utils.apply_fsdp2(module, reshard_after_forward=bool(fsdp_config.reshard_after_forward), mesh=mesh)
 
 
 def loaded(policy: OffloadPolicy | None, with_optimizer: bool = False):
@@ -83,15 +89,16 @@ def enable_ulysses(module: torch.nn.Module) -> None:
 
 
 def checkpoint_manager(
-    worker: Worker, module, optimizer, scheduler, section: DictConfig, contents: list[str] | None = None
+    worker: Worker, module, optimizer, scheduler, section: Any, contents: list[str] | None = None
 ) -> FSDPCheckpointManager:
     """The role's checkpoint writer/reader; ``contents`` overrides ``<section>.checkpoint.save_contents``."""
-    ckpt_cfg = section.get("checkpoint", {})
+    # the actor's section has ``checkpoint``; the critic's has none and saves verl's default contents
+    ckpt_cfg = section.get("checkpoint") or CheckpointContentsConfig()
     return FSDPCheckpointManager(
         module,
         optimizer,
         scheduler,
         processing_class=getattr(worker, "tokenizer", None),
-        save_contents=list(contents if contents is not None else ckpt_cfg.get("save_contents", DEFAULT_CONTENTS)),
-        load_contents=list(ckpt_cfg.get("load_contents", DEFAULT_CONTENTS)),
+        save_contents=list(contents if contents is not None else ckpt_cfg.save_contents),
+        load_contents=list(ckpt_cfg.load_contents),
     )

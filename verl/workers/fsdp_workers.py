@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
@@ -25,6 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import flops_counter, fsdp_utils
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.precision import resolve_dtype
+from verl.workers.config import ActorRolloutRefConfig, FSDPConfig, RefConfig, RefFSDPConfig, RolloutConfig
 from verl.workers.critic_worker import CriticWorker
 from verl.workers.fsdp_setup import (
     ModelHolder,
@@ -32,8 +33,8 @@ from verl.workers.fsdp_setup import (
     enable_ulysses,
     is_already_placed,
     loaded,
-    mutable_copy,
     per_rank_sequences,
+    private_section,
     set_torch_threads,
     shard,
 )
@@ -64,7 +65,7 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(
         self,
-        config: DictConfig,
+        config: DictConfig | ActorRolloutRefConfig,
         role: str,
         actor_module: torch.nn.Module | None = None,
         tokenizer: Any = None,
@@ -80,20 +81,20 @@ class ActorRolloutRefWorker(Worker):
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
         set_torch_threads()
-        self.config = mutable_copy(config)
+        self.config = private_section(config, ActorRolloutRefConfig)
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
-        self._is_lora = int(self.config.model.get("lora_rank", 0)) > 0
+        self._is_lora = int(self.config.model.lora_rank) > 0
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
         self.compute_device = get_torch_device(self.device_name)
 
         n = int(self.config.rollout.n)
         # Ulysses: a group of sp ranks pools its rows, so a mini-batch splits over world / sp data-parallel groups
-        self.actor_sp = int(self.config.actor.get("ulysses_sequence_parallel_size", 1) or 1)
-        self.ref_sp = int(self.config.ref.get("ulysses_sequence_parallel_size", 1) or 1)
+        self.actor_sp = int(self.config.actor.ulysses_sequence_parallel_size or 1)
+        self.ref_sp = int(self.config.ref.ulysses_sequence_parallel_size or 1)
         self._sp_groups: dict[int, Any] = {}
         self.actor_offload = self.ref_offload = None
         if self._is_actor:
@@ -138,11 +139,11 @@ class ActorRolloutRefWorker(Worker):
             module = load_causal_lm(
                 path,
                 dtype=torch.float32,
-                trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+                trust_remote_code=bool(model_cfg.trust_remote_code),
                 attn_implementation=resolve_attn_implementation(
-                    model_cfg.get("attn_implementation"), self.compute_device.type
+                    model_cfg.attn_implementation, self.compute_device.type
                 ),
-                override_config=OmegaConf.to_container(model_cfg.get("override_config", {})) or None,
+                override_config=dict(model_cfg.override_config) or None,
             )
         if not is_already_placed(module):
             module.to(self.compute_device)
@@ -156,16 +157,16 @@ class ActorRolloutRefWorker(Worker):
             module = apply_lora(
                 module,
                 int(model_cfg.lora_rank),
-                int(model_cfg.get("lora_alpha", 16)),
-                model_cfg.get("target_modules", "all-linear"),
+                int(model_cfg.lora_alpha),
+                model_cfg.target_modules,
             )
-        if model_cfg.get("enable_gradient_checkpointing", False):
+        if model_cfg.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if hasattr(module, "enable_input_require_grads"):
                 module.enable_input_require_grads()
         return module
 
-    def _maybe_shard(self, module: torch.nn.Module, fsdp_config: DictConfig) -> torch.nn.Module:
+    def _maybe_shard(self, module: torch.nn.Module, fsdp_config: FSDPConfig | RefFSDPConfig) -> torch.nn.Module:
         return shard(self, module, fsdp_config)
 
     def _sp_group(self, size: int) -> Any:
@@ -192,10 +193,10 @@ class ActorRolloutRefWorker(Worker):
             self.tokenizer = self._given_tokenizer
         else:
             self.tokenizer = load_tokenizer(
-                model_cfg.get("tokenizer_path") or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
-                trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+                model_cfg.tokenizer_path or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
+                trust_remote_code=bool(model_cfg.trust_remote_code),
             )
-        remove_padding_setting = model_cfg.get("use_remove_padding", None)
+        remove_padding_setting = model_cfg.use_remove_padding
         use_remove_padding = bool(remove_padding_setting)
         ref_source = self._given_ref_module
         if given is not None and self._is_ref and ref_source is None and not self._is_lora:
@@ -209,7 +210,7 @@ class ActorRolloutRefWorker(Worker):
             if self._is_actor and self.actor_sp > 1:
                 enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
-            if self._is_actor and bool(self.config.actor.get("use_torch_compile", False)):
+            if self._is_actor and bool(self.config.actor.use_torch_compile):
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
                 # layer's all-gather hooks; the fast decode loop calls submodules directly and stays eager
                 fsdp_utils.compile_decoder_layers(self.actor_module)
@@ -276,7 +277,7 @@ class ActorRolloutRefWorker(Worker):
         usable, why_not = vllm_usable_for(
             None if self._given_actor_module is not None else self.model_path,
             self.world_size,
-            int(self.config.rollout.get("tensor_model_parallel_size", 1)),
+            int(self.config.rollout.tensor_model_parallel_size),
         )
         if not usable:
             logger.info("rollout.name=auto: using hf because %s", why_not)
@@ -359,7 +360,7 @@ class ActorRolloutRefWorker(Worker):
         ``layered_summon``: the whole state dict up front.
         """
         module = self.actor_module
-        layered = bool(self.config.rollout.get("layered_summon", False)) or self.world_size > 1
+        layered = bool(self.config.rollout.layered_summon) or self.world_size > 1
         if self._is_lora:
             items = self._merged_lora_weights(module)
             return items if layered else iter(list(items))
@@ -440,7 +441,7 @@ class ActorRolloutRefWorker(Worker):
             output = rollout.generate_sequences(prompts)
         return own_rows(output, rows).to("cpu")
 
-    def _log_prob_meta(self, data: DataProto, section: DictConfig, sp: int = 1) -> None:
+    def _log_prob_meta(self, data: DataProto, section: RolloutConfig | RefConfig, sp: int = 1) -> None:
         data.meta_info["micro_batch_size"] = int(section.log_prob_micro_batch_size_per_gpu)
         # a rank holds 1 / sp of each sequence: a micro-batch of the sequence-parallel group may carry sp times the
         # per-GPU token budget (verl's rule)
@@ -501,13 +502,13 @@ class ActorRolloutRefWorker(Worker):
             return {}
         if self.compute_device.type == "cuda":
             torch.cuda.synchronize(self.compute_device)
-        dtype = resolve_dtype(str(self.config.actor.get("dtype", "auto")), self.compute_device)
+        dtype = resolve_dtype(str(self.config.actor.dtype), self.compute_device)
         shapes = flops_counter.model_matmul_shapes(config, self._micro_batch_tokens(mask))
         peak = flops_counter.peak_flops(self.compute_device, dtype, shapes)
         if peak.description not in _LOGGED_PEAKS and self.rank == 0:
             _LOGGED_PEAKS.add(peak.description)
             logger.info("MFU peak: %s", peak.description)
-        epochs = int(self.config.actor.get("ppo_epochs", 1))
+        epochs = int(self.config.actor.ppo_epochs)
         flops = flops_counter.training_flops(config, mask.sum(-1).tolist()) * epochs
         if sp_group is not None and dist.is_initialized():  # the gathered batch is shared by the group's ranks
             flops /= dist.get_world_size(sp_group)
@@ -526,10 +527,10 @@ class ActorRolloutRefWorker(Worker):
         actor_cfg = self.config.actor
         rows, width = int(mask.shape[0]), int(mask.shape[-1])
         valid = int(mask.sum().item())
-        if bool(actor_cfg.get("use_dynamic_bsz", False)):
-            tokens = min(int(actor_cfg.get("ppo_max_token_len_per_gpu") or valid), valid)
+        if bool(actor_cfg.use_dynamic_bsz):
+            tokens = min(int(actor_cfg.ppo_max_token_len_per_gpu or valid), valid)
         else:
-            micro_rows = min(int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or rows), rows)
+            micro_rows = min(int(actor_cfg.ppo_micro_batch_size_per_gpu or rows), rows)
             per_row = valid / max(rows, 1) if getattr(self.actor, "use_remove_padding", False) else width
             tokens = int(micro_rows * per_row)
         return 1 << (max(tokens, 1) - 1).bit_length()

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.precision import resolve_dtype
+from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
-    mutable_copy,
+    private_section,
     set_torch_threads,
 )
 
@@ -26,10 +27,10 @@ class RewardModelWorker(Worker):
     model's, responses are decoded and re-tokenised with the reward model's own tokenizer (and chat template).
     """
 
-    def __init__(self, config: DictConfig):
+    def __init__(self, config: Any):
         super().__init__()
         set_torch_threads()
-        self.config = mutable_copy(config)
+        self.config = private_section(config, RewardModelConfig)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
         self.compute_device = get_torch_device(self.device_name)
@@ -40,15 +41,15 @@ class RewardModelWorker(Worker):
 
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)
-        input_tok = self.config.model.get("input_tokenizer")
+        input_tok = self.config.model.input_tokenizer
         self.input_tokenizer = load_tokenizer(input_tok) if input_tok else None
         self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
         self.module.requires_grad_(False)
 
     def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Classifier output at the last valid token of each row: ``[batch]``."""
-        micro = int(self.config.get("micro_batch_size_per_gpu", 16))
-        dtype = resolve_dtype(str(self.config.get("dtype", "auto")), self.compute_device)
+        micro = int(self.config.micro_batch_size_per_gpu)
+        dtype = resolve_dtype(str(self.config.dtype), self.compute_device)
         scores = []
         for start in range(0, input_ids.shape[0], micro):
             ids = input_ids[start : start + micro]
@@ -78,7 +79,7 @@ class RewardModelWorker(Worker):
                 texts.append(self.tokenizer.apply_chat_template(chat, tokenize=False))
             else:
                 texts.append(prompt + response)
-        max_length = self.config.get("max_length") or None
+        max_length = self.config.max_length or None
         enc = self.tokenizer(
             texts, return_tensors="pt", padding=True, truncation=max_length is not None, max_length=max_length
         )

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.algorithms import core_algos
 from verl.algorithms.registry import call_with_supported_kwargs
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
+from verl.trainer.config.schema import AlgorithmConfig
 from verl.utils.torch_functional import masked_mean
 
 
@@ -63,8 +65,10 @@ def compute_advantage(
     ``num_repeat`` is accepted for that signature (the groups come from ``uid``). A missing ``response_mask`` is
     taken from ``attention_mask``.
     """
-    algorithm_config = algorithm_config if algorithm_config is not None else config
-    algorithm_config = algorithm_config if algorithm_config is not None else OmegaConf.create({})
+    # typed: keys the caller left out take AlgorithmConfig's defaults; a user's +keys stay readable by estimators
+    algorithm_config = omega_conf_to_dataclass(
+        algorithm_config if algorithm_config is not None else config, AlgorithmConfig
+    )
     del num_repeat
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
     if "response_mask" not in data.batch.keys():
@@ -73,12 +77,10 @@ def compute_advantage(
         "token_level_rewards": data.batch["token_level_rewards"],
         "response_mask": data.batch["response_mask"],
         "index": data.non_tensor_batch["uid"],
-        "gamma": float(gamma if gamma is not None else algorithm_config.get("gamma", 1.0)),
-        "lam": float(lam if lam is not None else algorithm_config.get("lam", 1.0)),
+        "gamma": float(gamma if gamma is not None else algorithm_config.gamma),
+        "lam": float(lam if lam is not None else algorithm_config.lam),
         "norm_adv_by_std_in_grpo": bool(
-            norm_adv_by_std_in_grpo
-            if norm_adv_by_std_in_grpo is not None
-            else algorithm_config.get("norm_adv_by_std_in_grpo", True)
+            norm_adv_by_std_in_grpo if norm_adv_by_std_in_grpo is not None else algorithm_config.norm_adv_by_std_in_grpo
         ),
         "config": algorithm_config,
     }

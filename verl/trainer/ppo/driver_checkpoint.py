@@ -82,7 +82,7 @@ class DriverCheckpointMixin:
         trainer_cfg = self.config.trainer
         for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
             remove_old_checkpoints(
-                self.checkpoint_dir, int(trainer_cfg.get(keep) or 0), subdir=role, current_step=self.global_steps
+                self.checkpoint_dir, int(trainer_cfg[keep] or 0), subdir=role, current_step=self.global_steps
             )
         if not self._in_fit:  # (the Python API) fit() updates the report once the step's metrics are logged
             self.update_report()

@@ -34,7 +34,7 @@ class DriverReportMixin:
         from verl.utils.tracking import Tracking
 
         trainer_cfg = self.config.trainer
-        explicit = trainer_cfg.get("log_dir")
+        explicit = trainer_cfg.log_dir
         log_dir = explicit or os.path.join(self.checkpoint_dir, "logs")
         return Tracking(
             namespace=self.namespace if explicit else None,
@@ -53,11 +53,11 @@ class DriverReportMixin:
             from verl.utils.report import RunReporter, describe_hardware
 
             trainer_cfg = self.config.trainer
-            plot = bool(trainer_cfg.get("plot", False))
-            report = bool((trainer_cfg.get("report") or {}).get("enable", False))
+            plot = bool(trainer_cfg.plot)
+            report = bool(trainer_cfg.report.enable)
             if not (plot or report):
                 return None
-            actor_dtype = self.config.actor_rollout_ref.actor.get("dtype", "auto")
+            actor_dtype = self.config.actor_rollout_ref.actor.dtype
             self._reporter = RunReporter(
                 self.checkpoint_dir,
                 "ppo",
@@ -65,11 +65,11 @@ class DriverReportMixin:
                 self.metrics_path,
                 plot=plot,
                 report=report,
-                hardware=describe_hardware(str(trainer_cfg.get("device", "auto")), str(actor_dtype), self.n_ranks),
+                hardware=describe_hardware(str(trainer_cfg.device), str(actor_dtype), self.n_ranks),
                 extra={
                     "algorithm": str(self.algorithm.adv_estimator),
-                    "project": str(trainer_cfg.get("project_name")),
-                    "experiment": str(trainer_cfg.get("experiment_name")),
+                    "project": str(trainer_cfg.project_name),
+                    "experiment": str(trainer_cfg.experiment_name),
                     "total_steps": int(self.total_training_steps),
                 },
             )
@@ -89,10 +89,10 @@ class DriverReportMixin:
     def _report_sample_step(self, step: int) -> bool:
         """``trainer.report.sample_steps`` (a list: exactly those steps; null: the first step, every step that saves
         a checkpoint and the last step), when ``trainer.report.num_samples`` > 0."""
-        report = self.config.trainer.get("report") or {}
-        if not report.get("enable", False) or int(report.get("num_samples", 0) or 0) <= 0:
+        report = self.config.trainer.report
+        if not report.enable or int(report.num_samples or 0) <= 0:
             return False
-        steps = report.get("sample_steps")
+        steps = report.sample_steps
         if steps is not None:
             return step in {int(s) for s in steps}
         save_freq = int(self.config.trainer.save_freq)

@@ -93,19 +93,19 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         self.train_sampler = train_sampler
         self.use_critic = critic_enabled(config)
         self.use_reference_policy = need_reference_policy(config)
-        self.use_rm = bool(config.reward_model.get("enable", False))
+        self.use_rm = bool(config.reward_model.enable)
         self.algorithm = config.algorithm
         self.kl_ctrl_in_reward = (
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
         self.n_ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
         self.global_steps = 0
-        self.namespace = config.trainer.get("namespace")
+        self.namespace = config.trainer.namespace
         self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
         from verl.utils.profiler import StepProfiler
 
         self.profiler = StepProfiler.from_config(config.trainer, os.path.join(self.checkpoint_dir, "profile"))
-        debug = config.trainer.get("enable_debug_mode", False)
+        debug = config.trainer.enable_debug_mode
         self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
         # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
@@ -158,7 +158,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
                 f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
             )
         # data.dataloader_num_workers: worker processes that read and collate batches ahead of the trainer
-        num_workers = int(data_cfg.get("dataloader_num_workers", 0) or 0)
+        num_workers = int(data_cfg.dataloader_num_workers or 0)
         self.train_dataloader = StatefulDataLoader(
             self.train_dataset,
             batch_size=int(data_cfg.train_batch_size),
@@ -168,7 +168,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             num_workers=num_workers,
         )
         if self.val_dataset is not None and len(self.val_dataset) > 0:
-            val_bs = data_cfg.get("val_batch_size") or len(self.val_dataset)
+            val_bs = data_cfg.val_batch_size or len(self.val_dataset)
             self.val_dataloader = StatefulDataLoader(
                 self.val_dataset,
                 batch_size=int(val_bs),
@@ -179,7 +179,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             )
         steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
         # an explicit step budget wins (verl's rule); the run still ends when the epochs run out
-        if self.config.trainer.get("total_training_steps"):
+        if self.config.trainer.total_training_steps:
             steps = int(self.config.trainer.total_training_steps)
         self.total_training_steps = steps
 
@@ -208,7 +208,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
 
         # schedulers need the horizon before the optimizers are built; without a dataset (the Python API brings its
         # own batches) it is the configured step budget
-        horizon = self.total_training_steps or int(self.config.trainer.get("total_training_steps") or 1)
+        horizon = self.total_training_steps or int(self.config.trainer.total_training_steps or 1)
         for section in (self.config.actor_rollout_ref.actor.optim, self.config.critic.optim):
             OmegaConf.set_struct(section, False)
             section.total_training_steps = horizon
@@ -223,11 +223,9 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
                 name_prefix=self.worker_name_prefix(),
                 nnodes=int(trainer_cfg.nnodes),
                 # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
-                resource_pool_spec=OmegaConf.to_container(trainer_cfg.get("resource_pool_spec") or DictConfig({})),
-                resource_pool_mapping=OmegaConf.to_container(
-                    trainer_cfg.get("resource_pool_mapping") or DictConfig({})
-                ),
-                placement_timeout_s=float(self.config.get("ray_kwargs", {}).get("placement_timeout_s", 120.0)),
+                resource_pool_spec=OmegaConf.to_container(trainer_cfg.resource_pool_spec or DictConfig({})),
+                resource_pool_mapping=OmegaConf.to_container(trainer_cfg.resource_pool_mapping or DictConfig({})),
+                placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
         for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
             if name in self.worker_groups:
@@ -239,7 +237,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
     def _use_gpu(self) -> bool:
         from verl.utils.device import get_device_name
 
-        return get_device_name(self.config.trainer.get("device", "auto")) == "cuda"
+        return get_device_name(self.config.trainer.device) == "cuda"
 
     def worker_name_prefix(self) -> str:
         return f"{self.namespace}_" if self.namespace else "verl_"
@@ -256,7 +254,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         the calls (not the rollout engine) because the count is part of the checkpointed driver state: a resumed
         run then draws exactly the samples the uninterrupted run drew.
         """
-        seed = self.config.actor_rollout_ref.rollout.get("seed")
+        seed = self.config.actor_rollout_ref.rollout.seed
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = int(seed) + self._gen_calls
         self._gen_calls += 1
@@ -332,7 +330,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         while True:
             num_gen += 1
             scored = self._rollout_and_score(batch, timing, metrics)
-            metric_name = cfg.get("metric", "acc")
+            metric_name = cfg.metric
             if metric_name in scored.non_tensor_batch:
                 values = np.asarray(scored.non_tensor_batch[metric_name], dtype=np.float64)
             else:
@@ -340,7 +338,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             filtered, groups = filter_uniform_groups(scored, values)
             kept = filtered if kept is None else DataProto.concat([kept, filtered])
             num_groups += groups
-            max_gen = int(cfg.get("max_num_gen_batches", 0))
+            max_gen = int(cfg.max_num_gen_batches)
             if num_groups >= target or (max_gen > 0 and num_gen >= max_gen):
                 break
             batch = self._next_training_batch()
@@ -397,14 +395,14 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         """Generate ``rollout.n`` responses per prompt, balance ranks, and score them (or start scoring in the
         background when ``reward_model.launch_reward_fn_async``: the future is resolved by :meth:`update_stage`)."""
         reward_future = None
-        if self.algorithm.filter_groups.get("enable", False):
+        if self.algorithm.filter_groups.enable:
             batch = self._collect_filtered_batch(batch, timing, metrics)
-        elif self.config.reward_model.get("launch_reward_fn_async", False) and not self.use_rm:
+        elif self.config.reward_model.launch_reward_fn_async and not self.use_rm:
             batch = self._rollout(batch, timing)
         else:
             batch = self._rollout_and_score(batch, timing, metrics)
         batch.meta_info["global_steps"] = self.global_steps
-        if self.config.trainer.get("balance_batch", True):
+        if self.config.trainer.balance_batch:
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         if "token_level_scores" not in batch.batch.keys():
@@ -459,7 +457,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         if int(self.config.trainer.critic_warmup) <= self.global_steps:
             with marked_timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
-        if self.config.trainer.get("rollout_data_dir"):
+        if self.config.trainer.rollout_data_dir:
             self._dump_rollout(batch)
         self.last_batch = batch
         return batch
@@ -473,7 +471,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         """
         actor = self.config.actor_rollout_ref.actor
         return (
-            bool(actor.get("skip_old_log_prob_on_policy", False))
+            bool(actor.skip_old_log_prob_on_policy)
             and int(actor.ppo_epochs) == 1
             and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
             and not self.config.algorithm.use_kl_in_reward
@@ -525,8 +523,8 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         trainer_cfg = self.config.trainer
         prepare_checkpoint_root(
             self.checkpoint_dir,
-            str(trainer_cfg.get("resume_mode", "auto")),
-            overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
+            str(trainer_cfg.resume_mode),
+            overwrite=bool(trainer_cfg.overwrite_checkpoints),
         )
         self.load_checkpoint()
         # rows of steps after the resumed one are dropped from the JSONL log: those steps run again
@@ -535,10 +533,10 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         if reporter is not None:
             reporter.start(resumed_step=self.global_steps if self.resumed_from else None)
         val_metrics: dict[str, float] = {}
-        if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
+        if trainer_cfg.val_before_train and self.global_steps == 0:
             val_metrics = self._timed_validate()
             self._log(val_metrics, step=0)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 self._tracker.finish()
                 if reporter is not None:
                     reporter.finish(self.global_steps)

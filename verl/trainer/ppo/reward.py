@@ -16,16 +16,21 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from verl.base_config import omega_conf_to_dataclass
+from verl.trainer.config.schema import CustomRewardFunctionConfig, DataConfig, RewardModelConfig
+
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-def _section(config: Any, key: str) -> Any:
+def _section(config: Any, key: str, section_type: type[T]) -> T:
+    """``config.<key>`` as its typed section (keys the caller left out at their defaults)."""
     value = config.get(key) if hasattr(config, "get") else getattr(config, key, None)
-    return value if value is not None else {}
+    return omega_conf_to_dataclass(value, section_type)
 
 
 def _plain(value: Any) -> Any:
@@ -79,13 +84,11 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
 def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:
     """The user's reward function from ``custom_reward_function`` (``path``, ``name``, ``reward_kwargs``), with
     ``reward_kwargs`` bound by functools.partial; None when no path is set."""
-    section = _section(config, "custom_reward_function")
-    path = section.get("path") if hasattr(section, "get") else None
-    if not path:
+    section = _section(config, "custom_reward_function", CustomRewardFunctionConfig)
+    if not section.path:
         return None
-    name = section.get("name") or "compute_score"
-    fn = load_function_from_file(str(path), str(name))
-    reward_kwargs = dict(_plain(section.get("reward_kwargs") or {}))
+    fn = load_function_from_file(str(section.path), str(section.name or "compute_score"))
+    reward_kwargs = dict(_plain(section.reward_kwargs or {}))
     if not reward_kwargs:
         return fn
     wrapped = functools.partial(fn, **reward_kwargs)
@@ -115,8 +118,6 @@ def _drop_unaccepted_safety_kwargs(manager_cls: type, kwargs: dict[str, Any]) ->
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    from verl.trainer.config.schema import RewardModelConfig
-
     defaults = RewardModelConfig()
     for key in _SAFETY_KWARGS:
         if key in kwargs and key not in params:
@@ -145,23 +146,23 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     from verl.workers.reward_manager.batch import BatchRewardManager, per_sample_to_batch
     from verl.workers.reward_manager.dapo import DAPORewardManager
 
-    rm_cfg = _section(config, "reward_model")
-    data_cfg = _section(config, "data")
-    name = rm_cfg.get("reward_manager", "naive") or "naive"
+    rm_cfg = _section(config, "reward_model", RewardModelConfig)
+    data_cfg = _section(config, "data", DataConfig)
+    name = rm_cfg.reward_manager or "naive"
     manager_cls = get_reward_manager_cls(str(name))
     is_batch = issubclass(manager_cls, BatchRewardManager)
 
-    remote_cfg = rm_cfg.get("remote") or {}
-    remote_url = remote_cfg.get("url") if hasattr(remote_cfg, "get") else None
-    custom_path = _section(config, "custom_reward_function").get("path")
+    remote_cfg = rm_cfg.remote
+    remote_url = remote_cfg.url
+    custom_path = _section(config, "custom_reward_function", CustomRewardFunctionConfig).path
     if remote_url and custom_path:
         raise ValueError(
             f"both custom_reward_function.path ({custom_path}) and reward_model.remote.url ({remote_url}) are set; "
             "choose one reward source"
         )
     compute_score = get_custom_reward_fn(config)
-    sandbox_cfg = rm_cfg.get("sandbox_fusion") or {}
-    sandbox_url = sandbox_cfg.get("url") if hasattr(sandbox_cfg, "get") else None
+    sandbox_cfg = rm_cfg.sandbox_fusion
+    sandbox_url = sandbox_cfg.url
     if sandbox_url and compute_score is None and not remote_url:
         # verl: the default scorer runs code data sources on the Sandbox Fusion server
         from verl.utils.reward_score import default_compute_score
@@ -170,8 +171,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
         compute_score = functools.partial(
             default_compute_score,
             sandbox_fusion_url=str(sandbox_url),
-            concurrent_semaphore=ProcessLocalSemaphore(int(sandbox_cfg.get("max_concurrent", 64))),
-            memory_limit_mb=int(sandbox_cfg.get("memory_limit_mb", 1024)),
+            concurrent_semaphore=ProcessLocalSemaphore(int(sandbox_cfg.max_concurrent)),
+            memory_limit_mb=int(sandbox_cfg.memory_limit_mb),
         )
     if remote_url:
         from verl.utils.reward_score.remote import make_remote_compute_score
@@ -184,23 +185,23 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
 
     kwargs: dict[str, Any] = {
         "compute_score": compute_score,
-        "reward_fn_key": data_cfg.get("reward_fn_key", "data_source") or "data_source",
-        "on_error": rm_cfg.get("on_error", "fail") or "fail",
-        "timeout_s": rm_cfg.get("timeout_s", None),
-        "batch_timeout_s": rm_cfg.get("batch_timeout_s", None),
-        "num_workers": rm_cfg.get("num_workers", None),
+        "reward_fn_key": data_cfg.reward_fn_key or "data_source",
+        "on_error": rm_cfg.on_error or "fail",
+        "timeout_s": rm_cfg.timeout_s,
+        "batch_timeout_s": rm_cfg.batch_timeout_s,
+        "num_workers": rm_cfg.num_workers,
     }
     if issubclass(manager_cls, DAPORewardManager):
-        kwargs["max_resp_len"] = data_cfg.get("max_response_length", None)
-        kwargs["overlong_buffer_cfg"] = _plain(rm_cfg.get("overlong_buffer", None))
+        kwargs["max_resp_len"] = data_cfg.max_response_length
+        kwargs["overlong_buffer_cfg"] = rm_cfg.overlong_buffer.to_dict()
     # reward_model.reward_kwargs (verl: +reward_model.reward_kwargs.overlong_buffer_cfg.enable=true,
     # +reward_model.reward_kwargs.max_resp_len=...), then the caller's; a mapping is merged key by key
-    for extra in (_plain(rm_cfg.get("reward_kwargs") or {}), reward_kwargs):
+    for extra in (_plain(rm_cfg.reward_kwargs or {}), reward_kwargs):
         for key, value in dict(extra).items():
             if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
                 value = {**kwargs[key], **value}
             kwargs[key] = value
-    if "compute_score" in reward_kwargs and rm_cfg.get("num_workers") is None:
+    if "compute_score" in reward_kwargs and rm_cfg.num_workers is None:
         # A live Python object from the caller (PPOTrainer(reward_fn=...)) may use state of this process (a
         # counter, a model, a tokenizer): it runs here, as a plain call, unless reward_model.num_workers asks for
         # killable worker processes; time limits cannot stop a call in this process, so none is set.
@@ -213,7 +214,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     try:
         return manager_cls(tokenizer, num_examine, **kwargs)
     except TypeError as err:  # an unknown constructor argument: name the config key that carried it
-        if rm_cfg.get("reward_kwargs"):
+        if rm_cfg.reward_kwargs:
             raise TypeError(f"reward_model.reward_kwargs={_plain(rm_cfg.reward_kwargs)}: {err}") from err
         raise
 
@@ -227,11 +228,10 @@ def check_reward_endpoints(config: Any, timeout_s: float = 5.0) -> None:
 
     from verl.trainer.config.validation import ConfigError
 
-    rm_cfg = _section(config, "reward_model")
+    rm_cfg = _section(config, "reward_model", RewardModelConfig)
     problems = []
     for key in ("remote", "sandbox_fusion"):
-        section = rm_cfg.get(key) or {}
-        url = section.get("url") if hasattr(section, "get") else None
+        url = rm_cfg[key].url
         if not url:
             continue
         parsed = urllib.parse.urlparse(str(url))
@@ -255,15 +255,14 @@ def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:
     from verl.trainer.config.validation import ConfigError
     from verl.utils.reward_score import KNOWN_DATA_SOURCES, has_default_scorer
 
-    rm_cfg = _section(config, "reward_model")
-    remote = rm_cfg.get("remote") or {}
+    rm_cfg = _section(config, "reward_model", RewardModelConfig)
     if (
-        _section(config, "custom_reward_function").get("path")
-        or (hasattr(remote, "get") and remote.get("url"))
-        or rm_cfg.get("enable")
+        _section(config, "custom_reward_function", CustomRewardFunctionConfig).path
+        or rm_cfg.remote.url
+        or rm_cfg.enable
     ):
         return
-    key = _section(config, "data").get("reward_fn_key", "data_source") or "data_source"
+    key = _section(config, "data", DataConfig).reward_fn_key or "data_source"
     problems = []
     for name, dataset in datasets.items():
         if dataset is None or not hasattr(dataset, "data_sources"):

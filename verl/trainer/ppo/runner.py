@@ -31,14 +31,14 @@ def apply_runtime_switches(trainer_cfg: DictConfig) -> None:
     from verl.utils.security import SecurityPolicy, set_security_policy
 
     set_security_policy(SecurityPolicy.from_config(trainer_cfg))
-    threads = trainer_cfg.get("torch_threads")
+    threads = trainer_cfg.torch_threads
     if threads:
         torch.set_num_threads(int(threads))
         os.environ["VERL_TORCH_THREADS"] = str(int(threads))
     from verl.utils.logging_utils import configure_logging
 
-    configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
-    device = trainer_cfg.get("device", "auto")
+    configure_logging(bool(trainer_cfg.enable_debug_mode), trainer_cfg.third_party_log_level)
+    device = trainer_cfg.device
     if device != "auto":
         os.environ["VERL_DEVICE"] = device
 
@@ -55,7 +55,7 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
 
     from verl.single_controller.ray.cluster import requested_cluster
 
-    section = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
+    section = config.ray_kwargs.ray_init or {}
     kwargs = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(section), resolve=True).items() if v is not None}
     env_vars = {"TOKENIZERS_PARALLELISM": "false"}
     if os.environ.get("VERL_DEVICE"):
@@ -113,10 +113,10 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"data.{key}: {e}") from e
 
-    if not data_cfg.get("train_files"):
+    if not data_cfg.train_files:
         raise ConfigError("data.train_files: not set; give the training parquet file(s), e.g. data.train_files=...")
     train_dataset = load("train_files")
-    val_dataset = load("val_files") if data_cfg.get("val_files") else None
+    val_dataset = load("val_files") if data_cfg.val_files else None
     sampler = create_rl_sampler(data_cfg, train_dataset)
     return train_dataset, val_dataset, sampler
 
@@ -138,8 +138,8 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
 
     prepare_checkpoint_root(
         checkpoint_root(trainer_cfg),
-        str(trainer_cfg.get("resume_mode", "auto")),
-        overwrite=bool(trainer_cfg.get("overwrite_checkpoints", False)),
+        str(trainer_cfg.resume_mode),
+        overwrite=bool(trainer_cfg.overwrite_checkpoints),
     )
     from verl.trainer.run_paths import resolve_config_paths
 
@@ -148,14 +148,14 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
     identity = ppo_run_identity(config)
     check_checkpoint_root(trainer_cfg, identity)
-    seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
+    seed_everything(int(trainer_cfg.seed), bool(trainer_cfg.deterministic))
     apply_runtime_switches(trainer_cfg)
     from verl.trainer.config.parallel_checks import resolve_backend
 
     if resolve_backend(trainer_cfg) == "ray":
         init_ray(config)
 
-    tokenizer_path = config.data.get("tokenizer") or config.actor_rollout_ref.model.get("tokenizer_path")
+    tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
     tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path)  # resolves it (tokenizer only)
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
@@ -186,7 +186,7 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
     trainer.init_workers()
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
-    with torch.autograd.set_detect_anomaly(bool(trainer_cfg.get("enable_debug_mode", False))):
+    with torch.autograd.set_detect_anomaly(bool(trainer_cfg.enable_debug_mode)):
         trainer.fit()
     trainer.release_rollout()
 
@@ -211,7 +211,7 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
 
     if trainer.stopped_by:  # an interrupted run is continued, not exported (fit() updated its report)
         return result
-    if trainer_cfg.get("export_hf", False) and trainer.global_steps > 0:
+    if trainer_cfg.export_hf and trainer.global_steps > 0:
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too

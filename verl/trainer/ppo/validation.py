@@ -34,13 +34,13 @@ def run_validation(trainer: Any) -> dict[str, float]:
     if trainer.val_dataloader is None or trainer.val_reward_fn is None:
         return {}
     val_kwargs = trainer.config.actor_rollout_ref.rollout.val_kwargs
-    n = int(val_kwargs.get("n", 1))
-    max_samples = int(trainer.config.data.get("val_max_samples", -1) or -1)
+    n = int(val_kwargs.n)
+    max_samples = int(trainer.config.data.val_max_samples or -1)
     sources: list[str] = []
     uids: list[str] = []
     infos: dict[str, list] = {"reward": []}
-    dump_dir = trainer.config.trainer.get("validation_data_dir")
-    n_logged = int(trainer.config.trainer.get("log_val_generations", 0) or 0)
+    dump_dir = trainer.config.trainer.validation_data_dir
+    n_logged = int(trainer.config.trainer.log_val_generations or 0)
     dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
     seen = 0
     for batch_dict in trainer.val_dataloader:
@@ -50,7 +50,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
                 break
             batch = batch[: max_samples - seen]
         seen += len(batch)
-        meta = {"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))}
+        meta = {"validate": True, "do_sample": bool(val_kwargs.do_sample)}
         batch = trainer.generate_groups(batch, n, **meta)
         batch, scores, extra = trainer.score(batch, trainer.val_reward_fn)
         infos["reward"].extend(scores.sum(-1).tolist())

@@ -13,12 +13,12 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.base_config import omega_conf_to_dataclass
 from verl.utils.model_loader import forward_logits
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.micro_batching import (
-    as_dict_config,
     autocast_context,
     enable_input_grads_for_checkpointing,
     forward_micro_batches_no_grad,
@@ -28,6 +28,7 @@ from verl.workers.actor.micro_batching import (
     restore_order,
     run_mini_batch_updates,
 )
+from verl.workers.config import ActorConfig
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -213,7 +214,7 @@ class DataParallelPPOActor(BasePPOActor):
         use_remove_padding: bool | None = None,
         sp_group: Any = None,
     ) -> None:
-        super().__init__(as_dict_config(config, "actor"))
+        super().__init__(omega_conf_to_dataclass(config, ActorConfig))
         # Ulysses: the process group over which each sequence is split (None: whole sequences on this rank)
         self.sp_group = sp_group
         self.actor_module = actor_module
@@ -229,7 +230,7 @@ class DataParallelPPOActor(BasePPOActor):
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_requires_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         device = module_device(self.actor_module)
-        with autocast_context(device, str(self.config.get("dtype", "auto"))):
+        with autocast_context(device, str(self.config.dtype)):
             if self.sp_group is not None:
                 import torch.distributed as dist
 
@@ -289,12 +290,12 @@ class DataParallelPPOActor(BasePPOActor):
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
         """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics."""
         cfg = self.config
-        entropy_coeff = float(cfg.get("entropy_coeff", 0.0))
+        entropy_coeff = float(cfg.entropy_coeff)
         response_mask = response_mask_of(micro).to(torch.float32)
         log_prob, entropy = self._forward_micro_batch(
             micro, temperature, calculate_entropy=True, entropy_requires_grad=entropy_coeff != 0
         )
-        loss_mode = str((cfg.get("policy_loss") or {}).get("loss_mode", "vanilla"))
+        loss_mode = str(cfg.policy_loss.loss_mode)
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)
         old_log_prob = micro["old_log_probs"] if "old_log_probs" in micro.keys() else log_prob.detach()
@@ -313,15 +314,15 @@ class DataParallelPPOActor(BasePPOActor):
             # Entropy bonus: maximising entropy means subtracting it from the loss.
             policy_loss = policy_loss - entropy_coeff * entropy_loss
         kl_loss = None
-        if bool(cfg.get("use_kl_loss", False)):
-            kld = kl_penalty(log_prob, micro["ref_log_prob"], str(cfg.get("kl_loss_type", "low_var_kl")))
+        if cfg.use_kl_loss:
+            kld = kl_penalty(log_prob, micro["ref_log_prob"], str(cfg.kl_loss_type))
             kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
-            policy_loss = policy_loss + float(cfg.get("kl_loss_coef", 0.001)) * kl_loss
+            policy_loss = policy_loss + float(cfg.kl_loss_coef) * kl_loss
         metrics: dict[str, float] = {"actor/pg_loss": float(pg_loss.detach().item())}
         metrics["actor/entropy"] = float(entropy_loss.detach().item())
         if kl_loss is not None:
             metrics["actor/kl_loss"] = float(kl_loss.detach().item())
-            metrics["actor/kl_coef"] = float(cfg.get("kl_loss_coef", 0.001))
+            metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
         for name, value in (pg_metrics or {}).items():
             key = name if name.startswith("actor/") else f"actor/{name}"
             metrics[key] = float(value.detach().float().mean().item()) if torch.is_tensor(value) else float(value)
@@ -355,7 +356,7 @@ class DataParallelPPOActor(BasePPOActor):
             raise ValueError(f"{who}: meta_info['temperature'] must be > 0, got {temperature}")
         global_step = data.meta_info.get("global_steps", "unknown")
         keys = ["responses", "input_ids", "attention_mask", "advantages"]
-        if bool(cfg.get("use_kl_loss", False)):
+        if cfg.use_kl_loss:
             keys.append("ref_log_prob")
         require_batch_keys(data.batch, keys, who)
         if "old_log_probs" not in data.batch.keys() and not data.meta_info.get("on_policy", False):
@@ -366,7 +367,7 @@ class DataParallelPPOActor(BasePPOActor):
         for optional in ("old_log_probs", "position_ids", "response_mask", "rollout_is_weights"):
             if optional in data.batch.keys():
                 keys.append(optional)
-        loss_agg_mode = str(cfg.get("loss_agg_mode", "token-mean"))
+        loss_agg_mode = str(cfg.loss_agg_mode)
         return run_mini_batch_updates(
             self.actor_module,
             self.actor_optimizer,

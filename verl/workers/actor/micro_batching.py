@@ -11,15 +11,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
 from verl.utils.precision import resolve_dtype
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+from verl.workers.config import ActorConfig, CriticConfig
 
 # One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts
 # for the non-finite-loss error message).
@@ -27,17 +26,6 @@ MicroLossFn = Callable[[TensorDict], tuple[torch.Tensor, Mapping[str, float], Ma
 
 # Aggregation modes whose mini-batch value is a mean over tokens; every other mode averages over sequences.
 _TOKEN_MEAN_MODES = ("token-mean",)
-
-
-def as_dict_config(config: Any, what: str) -> DictConfig:
-    """``config`` as an omegaconf DictConfig (accepts DictConfig, a mapping or a dataclass instance)."""
-    if isinstance(config, DictConfig):
-        return config
-    if is_dataclass(config) and not isinstance(config, type):
-        return OmegaConf.create(asdict(config))
-    if isinstance(config, Mapping):
-        return OmegaConf.create(dict(config))
-    raise TypeError(f"{what} config must be a DictConfig, a dict or a dataclass; got {type(config).__name__}")
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
@@ -269,7 +257,7 @@ def run_mini_batch_updates(
     module: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     lr_scheduler: Any | None,
-    config: DictConfig,
+    config: ActorConfig | CriticConfig,
     batch: TensorDict,
     global_step: Any,
     role: str,
@@ -288,21 +276,19 @@ def run_mini_batch_updates(
     ``{role}/grad_norm``, one per mini-batch; ``{role}/grad_norm_nonfinite`` (skipped steps) and ``{role}/lr``
     once.
     """
-    loss_agg_mode = str(config.get("loss_agg_mode", "token-mean"))
-    mini_batch_size = int(config.get("ppo_mini_batch_size", int(batch.batch_size[0])))
-    use_dynamic_bsz = bool(config.get("use_dynamic_bsz", False))
-    micro_batch_size = config.get("ppo_micro_batch_size_per_gpu", None)
-    max_token_len = config.get("ppo_max_token_len_per_gpu", None)
+    loss_agg_mode = str(config.loss_agg_mode)
+    mini_batch_size = int(config.ppo_mini_batch_size)
+    use_dynamic_bsz = bool(config.use_dynamic_bsz)
+    micro_batch_size = config.ppo_micro_batch_size_per_gpu
+    max_token_len = config.ppo_max_token_len_per_gpu
     device = module_device(module)
     seed = int(global_step) if isinstance(global_step, int) else 0
 
     module.train()
     metrics: dict[str, list[float]] = defaultdict(list)
     skipped = 0
-    for epoch in range(int(config.get("ppo_epochs", 1))):
-        for mini_idx, mini in iter_mini_batches(
-            batch, mini_batch_size, epoch, bool(config.get("shuffle", False)), seed
-        ):
+    for epoch in range(int(config.ppo_epochs)):
+        for mini_idx, mini in iter_mini_batches(batch, mini_batch_size, epoch, bool(config.shuffle), seed):
             mini_tokens = dp_mean_token_count(response_mask_of(mini))
             micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
             optimizer.zero_grad(set_to_none=True)
@@ -315,7 +301,7 @@ def run_mini_batch_updates(
                 (loss * share).backward()
                 for name, value in micro_metrics.items():
                     mini_metrics[name] += share * value
-            grad_norm, stepped = clip_grad_and_step(module, optimizer, config.get("grad_clip"))
+            grad_norm, stepped = clip_grad_and_step(module, optimizer, config.grad_clip)
             skipped += 0 if stepped else 1
             for name, value in mini_metrics.items():
                 metrics[name].append(value)

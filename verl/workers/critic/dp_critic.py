@@ -9,11 +9,11 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import compute_value_loss
+from verl.base_config import omega_conf_to_dataclass
 from verl.utils.model_loader import forward_values
 from verl.utils.padding import pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.micro_batching import (
-    as_dict_config,
     autocast_context,
     enable_input_grads_for_checkpointing,
     forward_micro_batches_no_grad,
@@ -23,6 +23,7 @@ from verl.workers.actor.micro_batching import (
     restore_order,
     run_mini_batch_updates,
 )
+from verl.workers.config import CriticConfig
 from verl.workers.critic.base import BasePPOCritic
 
 if TYPE_CHECKING:
@@ -96,19 +97,19 @@ class DataParallelPPOCritic(BasePPOCritic):
         use_remove_padding: bool | None = None,
         sp_group: Any = None,
     ) -> None:
-        super().__init__(as_dict_config(config, "critic"))
+        super().__init__(omega_conf_to_dataclass(config, CriticConfig))
         self.sp_group = sp_group  # Ulysses: each sequence split over this group (None: whole sequences)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self.lr_scheduler = lr_scheduler
         if use_remove_padding is None:
-            use_remove_padding = bool((self.config.get("model") or {}).get("use_remove_padding", False))
+            use_remove_padding = bool(self.config.model.use_remove_padding)
         self.use_remove_padding = bool(use_remove_padding)
         enable_input_grads_for_checkpointing(critic_module)
 
     def _forward_micro_batch(self, micro: TensorDict) -> torch.Tensor:
         device = module_device(self.critic_module)
-        with autocast_context(device, str(self.config.get("dtype", "auto"))):
+        with autocast_context(device, str(self.config.dtype)):
             if self.sp_group is not None:
                 import torch.distributed as dist
 
@@ -190,7 +191,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             "critic",
             partial(
                 self._micro_loss,
-                cliprange_value=float(cfg.get("cliprange_value", 0.5)),
-                loss_agg_mode=str(cfg.get("loss_agg_mode", "token-mean")),
+                cliprange_value=float(cfg.cliprange_value),
+                loss_agg_mode=str(cfg.loss_agg_mode),
             ),
         )

@@ -1,0 +1,73 @@
+"""The actor and reference sections (``actor_rollout_ref.actor``, ``actor_rollout_ref.ref``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verl.base_config import BaseConfig, list_field
+from verl.workers.config.engine import FSDPConfig, RefFSDPConfig
+from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode
+from verl.workers.config.optimizer import OptimConfig
+
+
+@dataclass
+class PolicyLossConfig(BaseConfig):
+    """``actor.policy_loss``: which policy loss to use and the knobs of the Clip-Cov / KL-Cov variants."""
+
+    loss_mode: str = "vanilla"
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+
+
+@dataclass
+class CheckpointContentsConfig(BaseConfig):
+    """``actor.checkpoint``: which parts a checkpoint saves and which a resume loads."""
+
+    save_contents: list[CheckpointContent] = list_field("model", "optimizer", "extra")
+    load_contents: list[CheckpointContent] = list_field("model", "optimizer", "extra")
+
+
+@dataclass
+class ActorConfig(BaseConfig):
+    """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer)."""
+
+    strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2); megatron is rejected by the cross-field checks
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size_per_gpu: int = 32
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    ppo_epochs: int = 1
+    use_torch_compile: bool = False  # torch.compile each decoder layer after FSDP sharding
+    ulysses_sequence_parallel_size: int = 1
+    skip_old_log_prob_on_policy: bool = True
+    shuffle: bool = False
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    grad_clip: float = 1.0
+    dtype: ComputeDType = "auto"
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig(BaseConfig):
+    """``actor_rollout_ref.ref``: the frozen reference policy (log-probs for the KL term)."""
+
+    log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    ulysses_sequence_parallel_size: int = 1  # YAML: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}
+    fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)

@@ -1,0 +1,36 @@
+"""The critic section (``critic``): the value function trained for GAE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verl.base_config import BaseConfig
+from verl.workers.config.engine import FSDPConfig
+from verl.workers.config.literals import ComputeDType, LossAggMode
+from verl.workers.config.model import CriticModelConfig
+from verl.workers.config.optimizer import OptimConfig
+
+
+@dataclass
+class CriticConfig(BaseConfig):
+    """``critic``: the value function trained for GAE (section handed to ``CriticWorker``)."""
+
+    enable: Optional[bool] = None
+    strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2)
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    ppo_mini_batch_size: int = 256  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+    ppo_micro_batch_size_per_gpu: int = 16
+    forward_micro_batch_size_per_gpu: int = 32
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = 1  # YAML: ${actor_rollout_ref.actor.ppo_epochs}
+    ulysses_sequence_parallel_size: int = 1
+    rollout_n: int = 1  # YAML: ${actor_rollout_ref.rollout.n}
+    shuffle: bool = False
+    cliprange_value: float = 0.5
+    loss_agg_mode: LossAggMode = "token-mean"
+    grad_clip: float = 1.0
+    dtype: ComputeDType = "auto"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

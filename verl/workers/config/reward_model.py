@@ -1,0 +1,60 @@
+"""The reward section (``reward_model``): the reward model and the reward manager that scores responses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from verl.base_config import BaseConfig, dict_field
+from verl.workers.config.literals import ComputeDType
+from verl.workers.config.model import RewardModelModelConfig
+
+
+@dataclass
+class OverlongBufferConfig(BaseConfig):
+    """``reward_model.overlong_buffer``: DAPO's soft length penalty (dapo reward manager only)."""
+
+    enable: bool = False
+    len: int = 8
+    penalty_factor: float = 1.0
+    log: bool = False
+
+
+@dataclass
+class RemoteRewardConfig(BaseConfig):
+    """``reward_model.remote``: a reward function served over HTTP (POST json -> ``{"score": float}``)."""
+
+    url: Optional[str] = None
+    timeout_s: float = 10.0
+    max_retries: int = 3
+    max_concurrency: int = 8
+
+
+@dataclass
+class SandboxFusionConfig(BaseConfig):
+    """``reward_model.sandbox_fusion``: run the default scorer's code rewards on a Sandbox Fusion server."""
+
+    url: Optional[str] = None  # e.g. http://127.0.0.1:8080/run_code; null: the local sandbox
+    max_concurrent: int = 64  # requests in flight per reward process
+    memory_limit_mb: int = 1024  # memory limit of one test program
+
+
+@dataclass
+class RewardModelConfig(BaseConfig):
+    """``reward_model``: the reward model and the reward manager that turns responses into token-level scores."""
+
+    enable: bool = False
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    micro_batch_size_per_gpu: int = 16
+    dtype: ComputeDType = "auto"
+    max_length: Optional[int] = None
+    reward_manager: str = "naive"  # naive | batch | dapo | any name registered with reward_manager.register
+    reward_kwargs: dict[str, Any] = dict_field()  # extra keyword arguments of the reward manager's constructor
+    launch_reward_fn_async: bool = False
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    on_error: Literal["fail", "zero"] = "fail"
+    timeout_s: float = 30.0
+    batch_timeout_s: Optional[float] = None  # deadline of one batch's scoring; null: only the per-sample limit
+    num_workers: Optional[int] = None  # reward worker processes; null: min(8, CPUs); 0: in the trainer process
+    remote: RemoteRewardConfig = field(default_factory=RemoteRewardConfig)
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)

@@ -1,0 +1,72 @@
+"""The rollout section (``actor_rollout_ref.rollout``): the generation engine and its sampling parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from verl.base_config import BaseConfig, dict_field
+from verl.workers.config.literals import ComputeDType
+
+
+@dataclass
+class ValKwargsConfig(BaseConfig):
+    """``rollout.val_kwargs``: sampling used during validation (greedy by default)."""
+
+    do_sample: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+
+
+@dataclass
+class MultiTurnConfig(BaseConfig):
+    """``rollout.multi_turn``: multi-turn (tool-calling) rollouts; only ``enable=false`` is implemented."""
+
+    enable: bool = False
+
+
+@dataclass
+class EngineKwargsConfig(BaseConfig):
+    """``rollout.engine_kwargs``: extra arguments of each engine's constructor (``vllm``: ``vllm.LLM`` kwargs)."""
+
+    vllm: dict[str, Any] = dict_field()
+
+
+@dataclass
+class RolloutConfig(BaseConfig):
+    """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
+
+    name: Literal["auto", "hf", "vllm"] = "auto"
+    mode: str = "sync"  # sync; async (the rollout server of agent loops) is rejected by the cross-field checks
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+    response_length: int = 512  # YAML: ${data.max_response_length}
+    prompt_length: int = 512  # YAML: ${data.max_prompt_length}
+    min_new_tokens: int = 0
+    dtype: ComputeDType = "auto"
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = 1
+    max_num_seqs: int = 256
+    enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
+    free_cache_engine: bool = True
+    calculate_log_probs: bool = False
+    log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    seed: int = 0
+    # vLLM engine options (vllm.LLM / EngineArgs arguments of the same names); the hf engine has no equivalent
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: int = 8192
+    max_model_len: Optional[int] = None  # null: prompt_length + response_length
+    enable_prefix_caching: bool = True
+    disable_log_stats: bool = True
+    load_format: str = "auto"  # auto | dummy | safetensors | pt | ...: how vLLM initialises weights before the sync
+    layered_summon: bool = False  # sync weights to the engine one sharded layer at a time
+    engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
