@@ -321,7 +321,7 @@ class PPOTrainer(BaseTrainer):
         )
         self.namespace = self.config.trainer.get("namespace")
         trainer_cfg = self.config.trainer
-        seed_everything(int(trainer_cfg.get("seed", 1)), bool(trainer_cfg.get("deterministic", False)))
+        seed_everything(int(trainer_cfg.seed), bool(trainer_cfg.deterministic))
         apply_runtime_switches(trainer_cfg)
         self.security = SecurityPolicy.from_config(self.config)
         set_security_policy(self.security)
@@ -451,10 +451,10 @@ class PPOTrainer(BaseTrainer):
             prompts,
             self.tokenizer,
             attention_mask=attention_mask,
-            prompt_key=str(data_cfg.get("prompt_key", "prompt")),
+            prompt_key=str(data_cfg.prompt_key),
             max_prompt_length=int(data_cfg.max_prompt_length),
-            truncation=str(data_cfg.get("truncation", "error")),
-            apply_chat_template=bool(data_cfg.get("apply_chat_template", True)),
+            truncation=str(data_cfg.truncation),
+            apply_chat_template=bool(data_cfg.apply_chat_template),
         )
         if self.dp_mesh is not None and self.dp_mesh.size > 1:
             rows = self.dp_mesh.shard(len(batch))

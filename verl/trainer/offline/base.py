@@ -442,8 +442,8 @@ class OfflineTrainer(ReferencePolicyMixin):
         from verl.utils.report import RunReporter, describe_hardware
 
         tcfg = self.config.trainer
-        plot = bool(tcfg.get("plot", False))
-        report = bool((tcfg.get("report") or {}).get("enable", False))
+        plot = bool(tcfg.plot)
+        report = bool(tcfg.report.enable)
         if not (plot or report):
             return None
         return RunReporter(
@@ -474,7 +474,7 @@ class OfflineTrainer(ReferencePolicyMixin):
         tcfg = self.config.trainer
         if self.rank == 0:  # one rank cleans up; the others wait so nobody reads a directory being removed
             prepare_checkpoint_root(
-                self.output_root, str(tcfg.resume_mode), overwrite=bool(tcfg.get("overwrite_checkpoints", False))
+                self.output_root, str(tcfg.resume_mode), overwrite=bool(tcfg.overwrite_checkpoints)
             )
         if dist.is_initialized():
             dist.barrier()
