@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any, TypeVar
 
-__all__ = ["BaseConfig", "dict_field", "list_field", "omega_conf_to_dataclass"]
+__all__ = ["BaseConfig", "dict_field", "get_config_value", "list_field", "omega_conf_to_dataclass"]
 
 T = TypeVar("T")
 _EXTRA = "_extra"
@@ -157,3 +157,37 @@ def omega_conf_to_dataclass(config: Any, dataclass_type: type[T]) -> T:
     if extra and isinstance(instance, BaseConfig):
         instance.extra.update(extra)
     return instance
+
+
+_MISSING = object()
+
+
+def get_config_value(config: Any, path: str, default: Any = None) -> Any:
+    """Read ``path`` (dotted, e.g. ``"policy_loss.clip_cov_ratio"``) from a DictConfig, dict, dataclass or object.
+
+    The one reader for code that accepts a config of any kind, or none (verl's extension points: a user's loss or
+    reward manager, the utilities shared by the PPO, SFT and DPO trainers). Attribute and key access both work; a
+    missing key, a ``None`` config or a ``None`` value yields ``default``. A component that owns its typed section
+    reads attributes instead.
+    """
+    node = config
+    for part in path.split("."):
+        if node is None:
+            return default
+        value = _MISSING
+        if isinstance(node, dict):
+            value = node.get(part, _MISSING)
+        else:
+            try:
+                value = getattr(node, part)
+            except (AttributeError, KeyError):
+                getter = getattr(node, "get", None)
+                if callable(getter):
+                    try:
+                        value = getter(part, _MISSING)
+                    except Exception:  # noqa: BLE001 - any mapping-like failure means "absent"
+                        value = _MISSING
+        if value is _MISSING:
+            return default
+        node = value
+    return default if node is None else node

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from verl.base_config import get_config_value
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
 AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -120,37 +122,6 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
             f"Registered: {sorted(POLICY_LOSS_REGISTRY)}"
         )
     return POLICY_LOSS_REGISTRY[key]
-
-
-_MISSING = object()
-
-
-def get_config_value(config: Any, path: str, default: Any = None) -> Any:
-    """Read ``path`` (dotted, e.g. ``"policy_loss.clip_cov_ratio"``) from a DictConfig, dict, dataclass or object.
-
-    Attribute and key access both work; a missing key, a ``None`` config or a ``None`` value yields ``default``.
-    """
-    node = config
-    for part in path.split("."):
-        if node is None:
-            return default
-        value = _MISSING
-        if isinstance(node, dict):
-            value = node.get(part, _MISSING)
-        else:
-            try:
-                value = getattr(node, part)
-            except (AttributeError, KeyError):
-                getter = getattr(node, "get", None)
-                if callable(getter):
-                    try:
-                        value = getter(part, _MISSING)
-                    except Exception:  # noqa: BLE001 - any mapping-like failure means "absent"
-                        value = _MISSING
-        if value is _MISSING:
-            return default
-        node = value
-    return default if node is None else node
 
 
 def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:

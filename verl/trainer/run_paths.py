@@ -10,30 +10,26 @@ Errors are one line prefixed with the config key (:class:`~verl.utils.hub.ModelP
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
+from verl.base_config import get_config_value
 from verl.utils.hub import DATA_SUFFIXES, DatasetPathError, ModelPathError, parse_hub_id
 from verl.utils.model_loader import resolve_model_path
 
 __all__ = ["check_data_files", "prefetch_model", "resolve_config_paths"]
 
 
-def _select(config: Any, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if node is None:
-            return None
-        try:
-            node = node.get(part) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, part, None)
-        except Exception:  # noqa: BLE001 - an unresolvable interpolation counts as unset here
-            return None
-    return node
+def _value(config: Any, dotted: str) -> Any:
+    try:
+        return get_config_value(config, dotted)
+    except Exception:  # noqa: BLE001 - an unresolvable interpolation counts as unset here
+        return None
 
 
 def _model_keys(config: Any) -> list[tuple[str, bool]]:
     """``(dotted key, needs weights)`` of the model paths a run with ``config`` loads."""
-    if _select(config, "actor_rollout_ref") is not None:  # PPO / GRPO
+    if _value(config, "actor_rollout_ref") is not None:  # PPO / GRPO
         from verl.trainer.config.ppo_checks import critic_enabled
 
         keys = [
@@ -47,7 +43,7 @@ def _model_keys(config: Any) -> list[tuple[str, bool]]:
             with_critic = False
         if with_critic:
             keys += [("critic.model.path", True), ("critic.model.tokenizer_path", False)]
-        if bool(_select(config, "reward_model.enable")):
+        if bool(_value(config, "reward_model.enable")):
             keys += [("reward_model.model.path", True), ("reward_model.model.input_tokenizer", False)]
         return keys
     # offline trainers (SFT, DPO, KTO) and main_eval
@@ -68,7 +64,7 @@ def prefetch_model(value: str, require_weights: bool = True) -> str | None:
 def check_data_files(config: Any, keys: Iterable[str] = ("data.train_files", "data.val_files")) -> None:
     """Refuse a hub data set id given where parquet files are expected (one line naming the key)."""
     for key in keys:
-        value = _select(config, key)
+        value = _value(config, key)
         if value is None or value == "":
             continue
         entries = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else [value]
@@ -98,7 +94,7 @@ def resolve_config_paths(config: Any) -> dict[str, str]:
     check_data_files(config)
     resolved: dict[str, str] = {}
     for key, require_weights in _model_keys(config):
-        value = _select(config, key)
+        value = _value(config, key)
         if not value or not isinstance(value, (str, os.PathLike)):
             continue
         try:

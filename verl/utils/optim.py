@@ -9,26 +9,14 @@ verl), ``min_lr_ratio``,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, is_dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    """Read ``key`` from a DictConfig, a mapping or a dataclass, with a default when absent or None."""
-    if config is None:
-        return default
-    if is_dataclass(config) and not isinstance(config, type):
-        config = asdict(config)
-    if isinstance(config, Mapping) or hasattr(config, "get"):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None else value
+from verl.base_config import get_config_value
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: Any) -> Optimizer:
@@ -36,16 +24,16 @@ def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim
 
     An ``optimizer`` key, when present, must name AdamW (the only optimizer built here).
     """
-    name = str(_get(optim_config, "optimizer", "AdamW"))
+    name = str(get_config_value(optim_config, "optimizer", "AdamW"))
     if name.lower() not in ("adamw", "adamw_torch"):
         raise ValueError(f"optim.optimizer={name!r} is not supported; use 'AdamW'")
-    lr = float(_get(optim_config, "lr", 1e-5))
-    betas_raw = _get(optim_config, "betas", (0.9, 0.999))
+    lr = float(get_config_value(optim_config, "lr", 1e-5))
+    betas_raw = get_config_value(optim_config, "betas", (0.9, 0.999))
     betas = tuple(float(b) for b in betas_raw)
     if len(betas) != 2:
         raise ValueError(f"optim.betas must have two values, got {list(betas_raw)}")
-    eps = float(_get(optim_config, "eps", 1e-8))
-    weight_decay = float(_get(optim_config, "weight_decay", 0.0))
+    eps = float(get_config_value(optim_config, "eps", 1e-8))
+    weight_decay = float(get_config_value(optim_config, "weight_decay", 0.0))
     if lr < 0:
         raise ValueError(f"optim.lr must be >= 0, got {lr}")
     params = list(params)
@@ -114,10 +102,10 @@ def get_cosine_schedule_with_warmup(
 
 def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
     """``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio * total_training_steps)`` (0 if no ratio)."""
-    steps = int(_get(optim_config, "lr_warmup_steps", 0))
+    steps = int(get_config_value(optim_config, "lr_warmup_steps", 0))
     if steps > 0:
         return steps
-    ratio = float(_get(optim_config, "lr_warmup_steps_ratio", 0.0))
+    ratio = float(get_config_value(optim_config, "lr_warmup_steps_ratio", 0.0))
     if ratio < 0:
         raise ValueError(f"optim.lr_warmup_steps_ratio must be >= 0, got {ratio}")
     if ratio > 0:
@@ -138,10 +126,13 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
     """
     total = total_training_steps
     if total is None or total <= 0:
-        total = int(_get(optim_config, "total_training_steps", -1))
+        total = int(get_config_value(optim_config, "total_training_steps", -1))
     warmup = resolve_warmup_steps(optim_config, total)
     # verl: warmup_style, when given, overrides lr_scheduler_type (it is the older name of the same setting)
-    style = str(_get(optim_config, "warmup_style", None) or _get(optim_config, "lr_scheduler_type", "constant"))
+    style = str(
+        get_config_value(optim_config, "warmup_style", None)
+        or get_config_value(optim_config, "lr_scheduler_type", "constant")
+    )
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
@@ -151,7 +142,7 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
             optimizer,
             num_warmup_steps=warmup,
             num_training_steps=total,
-            min_lr_ratio=float(_get(optim_config, "min_lr_ratio", 0.0)),
-            num_cycles=float(_get(optim_config, "num_cycles", 0.5)),
+            min_lr_ratio=float(get_config_value(optim_config, "min_lr_ratio", 0.0)),
+            num_cycles=float(get_config_value(optim_config, "num_cycles", 0.5)),
         )
     raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

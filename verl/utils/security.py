@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from verl.base_config import get_config_value
+
 __all__ = [
     "ENV_ALLOW_UNSAFE",
     "SecurityPolicy",
@@ -40,18 +42,6 @@ SWITCH = "trainer.allow_unsafe_operations"
 
 class UnsafeOperationError(PermissionError):
     """An operation refused because ``trainer.allow_unsafe_operations`` is off."""
-
-
-def _cfg_get(section: Any, key: str, default: Any) -> Any:
-    if section is None:
-        return default
-    if isinstance(section, dict):
-        value = section.get(key, default)
-    elif hasattr(section, "get") and not hasattr(section, "__dataclass_fields__"):
-        value = section.get(key, default)
-    else:
-        value = getattr(section, key, default)
-    return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -74,17 +64,17 @@ class SecurityPolicy:
     def from_config(cls, config: Any) -> SecurityPolicy:
         """Read the switches from a full run config (with a ``trainer`` section), the ``trainer`` section itself,
         a plain dict or a dataclass; missing keys keep their safe defaults."""
-        section = _cfg_get(config, "trainer", None)
+        section = get_config_value(config, "trainer", None)
         trainer = section if section is not None else config
-        steps = _cfg_get(trainer, "profile_steps", ())
+        steps = get_config_value(trainer, "profile_steps", ())
         try:
             profile_steps = tuple(int(s) for s in steps)
         except (TypeError, ValueError) as e:
             raise ValueError(f"trainer.profile_steps must be a list of step numbers, got {steps!r}") from e
         return cls(
-            allow_unsafe_operations=bool(_cfg_get(trainer, "allow_unsafe_operations", False)),
-            enable_debug_mode=bool(_cfg_get(trainer, "enable_debug_mode", False)),
-            enable_profiling=bool(_cfg_get(trainer, "enable_profiling", False)),
+            allow_unsafe_operations=bool(get_config_value(trainer, "allow_unsafe_operations", False)),
+            enable_debug_mode=bool(get_config_value(trainer, "enable_debug_mode", False)),
+            enable_profiling=bool(get_config_value(trainer, "enable_profiling", False)),
             profile_steps=profile_steps,
         )
 

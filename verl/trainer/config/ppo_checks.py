@@ -63,16 +63,9 @@ def _check_registered(value: str, path: str, module: str, attr: str, errors: lis
 
 def _check_positive(cfg: DictConfig, paths: Iterable[str], errors: list[str], minimum: int = 1) -> None:
     for path in paths:
-        value = _get(cfg, path)
+        value = OmegaConf.select(cfg, path)
         if value is not None and value < minimum:
             errors.append(f"{path}: must be >= {minimum}, got {value}")
-
-
-def _get(cfg: DictConfig, path: str) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        node = node[part]
-    return node
 
 
 def _check_mini_micro(
@@ -150,7 +143,7 @@ def fit_mini_batch_defaults(cfg: DictConfig, user_keys: Iterable[str]) -> dict[s
         # the critic's mini-batch follows the actor's unless set itself (``${actor...}`` in the YAML)
         if _user_set(key, user) or (prefix == "critic" and _user_set(actor_key, user)):
             continue
-        section = _get(cfg, prefix)
+        section = OmegaConf.select(cfg, prefix)
         try:
             current = int(section.ppo_mini_batch_size)
         except (TypeError, ValueError, AttributeError):
@@ -181,7 +174,7 @@ def fit_micro_batch_defaults(cfg: DictConfig, user_keys: Iterable[str]) -> dict[
         key = f"{prefix}.ppo_micro_batch_size_per_gpu"
         if key in user or any(key.startswith(u + ".") for u in user):
             continue
-        section = _get(cfg, prefix)
+        section = OmegaConf.select(cfg, prefix)
         try:
             ranks = world // sp_size(section)
             per_rank = int(section.ppo_mini_batch_size) * n // ranks
@@ -303,7 +296,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         errors,
         minimum=0,
     )
-    bad_steps = [s for s in (_get(cfg, "trainer.report.sample_steps") or []) if int(s) < 1]
+    bad_steps = [s for s in (OmegaConf.select(cfg, "trainer.report.sample_steps") or []) if int(s) < 1]
     if bad_steps:
         errors.append(f"trainer.report.sample_steps: steps count from 1, got {bad_steps}")
     use_critic = critic_enabled(cfg)
@@ -369,7 +362,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     if use_critic:
         budgets += [("critic", "ppo_max_token_len_per_gpu", "use_dynamic_bsz")]
     for prefix, budget_key, flag_key in budgets:
-        section = _get(cfg, prefix)
+        section = OmegaConf.select(cfg, prefix)
         # with Ulysses a rank holds 1 / sp of each sequence: the group's budget is sp times the per-GPU one
         sp = sp_size(actor if prefix == "actor_rollout_ref.rollout" else section)
         if section[flag_key] and section[budget_key] * sp < seq_len:

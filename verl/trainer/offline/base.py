@@ -473,9 +473,7 @@ class OfflineTrainer(ReferencePolicyMixin):
     def _resume(self) -> None:
         tcfg = self.config.trainer
         if self.rank == 0:  # one rank cleans up; the others wait so nobody reads a directory being removed
-            prepare_checkpoint_root(
-                self.output_root, str(tcfg.resume_mode), overwrite=bool(tcfg.overwrite_checkpoints)
-            )
+            prepare_checkpoint_root(self.output_root, str(tcfg.resume_mode), overwrite=bool(tcfg.overwrite_checkpoints))
         if dist.is_initialized():
             dist.barrier()
         resume_cfg = {

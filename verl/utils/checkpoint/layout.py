@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional, Union
 
+from verl.base_config import get_config_value
 from verl.utils.checkpoint.identity import check_resume_identity
 from verl.utils.fs import TMP_PREFIX, atomic_directory, atomic_write_text, namespaced_path
 
@@ -303,18 +304,12 @@ def remove_old_checkpoints(
     return removed
 
 
-def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    if hasattr(cfg, "get") and not isinstance(cfg, type):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default)
-
-
 def checkpoint_root(trainer_config: Any) -> str:
     """The checkpoint root of a run: ``trainer.default_local_dir``, under ``trainer.namespace`` when set."""
-    base = _cfg_get(trainer_config, "default_local_dir")
+    base = get_config_value(trainer_config, "default_local_dir")
     if not base:
         raise ValueError("trainer.default_local_dir is not set")
-    return namespaced_path(str(base), _cfg_get(trainer_config, "namespace"))
+    return namespaced_path(str(base), get_config_value(trainer_config, "namespace"))
 
 
 def resolve_resume_path(
@@ -332,7 +327,7 @@ def resolve_resume_path(
     :func:`.identity.check_resume_identity` raises :class:`.identity.CheckpointMismatchError` otherwise, before
     anything is loaded.
     """
-    mode = _cfg_get(trainer_config, "resume_mode", "auto")
+    mode = get_config_value(trainer_config, "resume_mode", "auto")
     if mode not in RESUME_MODES:
         raise ValueError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
     if mode == "disable":
@@ -342,7 +337,7 @@ def resolve_resume_path(
         if found is not None and identity is not None:
             check_resume_identity(found, identity, "auto")
         return found
-    path = _cfg_get(trainer_config, "resume_from_path")
+    path = get_config_value(trainer_config, "resume_from_path")
     if not path:
         raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N dir)")
     path = str(path)
@@ -382,7 +377,7 @@ def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_lo
     namespaced root (default: :func:`checkpoint_root`). Reads completion markers only; raises
     :class:`.identity.CheckpointMismatchError`.
     """
-    mode = _cfg_get(trainer_config, "resume_mode", "auto")
+    mode = get_config_value(trainer_config, "resume_mode", "auto")
     if mode not in ("auto", "resume_path"):
         return
     memo: list[Any] = []
@@ -393,7 +388,7 @@ def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_lo
         return memo[0]
 
     root = default_local_dir or checkpoint_root(trainer_config)
-    named = _cfg_get(trainer_config, "resume_from_path") if mode == "resume_path" else None
+    named = get_config_value(trainer_config, "resume_from_path") if mode == "resume_path" else None
     if named and os.path.isdir(str(named)) and is_complete_step_dir(str(named)):
         check_resume_identity(str(named), current, "resume_path")
         if os.path.abspath(os.path.dirname(os.path.normpath(str(named)))) == os.path.abspath(root):

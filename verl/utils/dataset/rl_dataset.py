@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.base_config import get_config_value
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
@@ -26,17 +27,6 @@ logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("data_source", "reward_model")
 TRUNCATION_MODES = ("error", "left", "right")
-
-
-def _cfg_get(config: Any, key: str, default: Any) -> Any:
-    """Read ``key`` from a DictConfig / dict / dataclass section, falling back to ``default``."""
-    if config is None:
-        return default
-    if hasattr(config, "get"):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None and default is not None else value
 
 
 def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -101,13 +91,13 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.data_files = [resolve_data_path(str(f)) for f in data_files]
         self.tokenizer = tokenizer
         self.config = config
-        self.prompt_key: str = _cfg_get(config, "prompt_key", "prompt")
-        self.max_prompt_length: int = int(_cfg_get(config, "max_prompt_length", 1024))
-        self.return_raw_chat: bool = bool(_cfg_get(config, "return_raw_chat", False))
-        self.filter_overlong_prompts: bool = bool(_cfg_get(config, "filter_overlong_prompts", True))
-        self.truncation: str = str(_cfg_get(config, "truncation", "error"))
-        self.apply_chat_template: bool = bool(_cfg_get(config, "apply_chat_template", True))
-        max_samples = _cfg_get(config, "max_samples", -1)
+        self.prompt_key: str = get_config_value(config, "prompt_key", "prompt")
+        self.max_prompt_length: int = int(get_config_value(config, "max_prompt_length", 1024))
+        self.return_raw_chat: bool = bool(get_config_value(config, "return_raw_chat", False))
+        self.filter_overlong_prompts: bool = bool(get_config_value(config, "filter_overlong_prompts", True))
+        self.truncation: str = str(get_config_value(config, "truncation", "error"))
+        self.apply_chat_template: bool = bool(get_config_value(config, "apply_chat_template", True))
+        max_samples = get_config_value(config, "max_samples", -1)
         self.max_samples: int = -1 if max_samples is None else int(max_samples)
         if self.max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verl.base_config import get_config_value
 from verl.workers.reward_manager.abstract import Sample
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -21,13 +22,6 @@ def overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, p
     expected_len = max_resp_len - buffer_len
     exceed_len = response_length - expected_len
     return min(-exceed_len / buffer_len * penalty_factor, 0.0)
-
-
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None else value
 
 
 @register("dapo")
@@ -50,10 +44,10 @@ class DAPORewardManager(NaiveRewardManager):
         **kwargs: Any,
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key, **kwargs)
-        self.overlong_enable = bool(_get(overlong_buffer_cfg, "enable", False))
-        self.overlong_len = int(_get(overlong_buffer_cfg, "len", 0))
-        self.overlong_penalty_factor = float(_get(overlong_buffer_cfg, "penalty_factor", 1.0))
-        self.overlong_log = bool(_get(overlong_buffer_cfg, "log", False))
+        self.overlong_enable = bool(get_config_value(overlong_buffer_cfg, "enable", False))
+        self.overlong_len = int(get_config_value(overlong_buffer_cfg, "len", 0))
+        self.overlong_penalty_factor = float(get_config_value(overlong_buffer_cfg, "penalty_factor", 1.0))
+        self.overlong_log = bool(get_config_value(overlong_buffer_cfg, "log", False))
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:
