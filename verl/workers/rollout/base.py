@@ -47,6 +47,23 @@ class BaseRollout(ABC):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; returns the layout described in the module docstring."""
 
+    def uses_agent_loops(self, prompts: DataProto) -> bool:
+        """Whether this call runs agent loops: ``rollout.multi_turn.enable`` is on and the call is not one of the
+        loops' own turn requests (``meta_info["agent_loop_turn"]``)."""
+        multi_turn = config_get(getattr(self, "config", None), "multi_turn", None)
+        return bool(config_get(multi_turn, "enable", False)) and not prompts.meta_info.get("agent_loop_turn", False)
+
+    def run_agent_loops(self, prompts: DataProto) -> DataProto:
+        """Generate the batch with the agent loops (``verl.experimental.agent_loop``), their turn requests batched
+        onto this engine's own ``generate_sequences``; the runner (tools, interactions) is built on first use."""
+        from verl.experimental.agent_loop.runner import AgentLoopRunner
+
+        runner = getattr(self, "_agent_loop_runner", None)
+        if runner is None:
+            runner = AgentLoopRunner(self.config, getattr(self, "tokenizer", None), self.generate_sequences)
+            self._agent_loop_runner = runner
+        return runner.generate_sequences(prompts)
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
         """Give the engine the actor's current weights (``(name, tensor)`` pairs under transformers names).
 

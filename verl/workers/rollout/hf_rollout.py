@@ -177,7 +177,12 @@ class HFRollout(BaseRollout):
         :data:`~verl.workers.rollout.base.StepHook`); the rows whose entry of the returned mask is True stop there,
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
         requests through it; training never passes one.
+
+        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
+        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
         """
+        if on_step is None and self.uses_agent_loops(prompts):
+            return self.run_agent_loops(prompts)
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
         owner = _generation_owner(self.module)
