@@ -27,9 +27,7 @@ class Gsm8kInteraction(BaseInteraction):
             raise ValueError(f"Gsm8kInteraction: config.method={self.method!r} must be 'strict' or 'flexible'")
         self._instances: dict[str, dict[str, Any]] = {}
 
-    async def start_interaction(
-        self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any
-    ) -> str:
+    async def start_interaction(self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any) -> str:
         if ground_truth is None:
             raise ValueError("Gsm8kInteraction: interaction_kwargs needs a ground_truth")
         instance_id = instance_id or str(uuid4())

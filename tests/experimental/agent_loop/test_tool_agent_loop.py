@@ -143,8 +143,9 @@ def test_response_length_limit_truncates_the_conversation(tok, kit, calc_config)
 def test_tool_response_truncated_to_max_length(tok, kit, calc_config) -> None:
     big = '<tool_call>{"name": "calculator", "arguments": {"expression": "7**300"}}</tool_call>'
     engine = kit.ScriptedEngine(tok, {"Q1": [big, "ok"]})
-    config = kit.rollout_config(tool_config_path=calc_config, max_tool_response_length=20,
-                                tool_response_truncate_side="right")
+    config = kit.rollout_config(
+        tool_config_path=calc_config, max_tool_response_length=20, tool_response_truncate_side="right"
+    )
     out = kit.run(tok, engine, config, kit.prompt_batch(tok, ["Q1"]))
     ids, mask = _valid(out, 0)
     shown = tok.decode([t for t, m in zip(ids, mask) if m == 0])
@@ -152,12 +153,15 @@ def test_tool_response_truncated_to_max_length(tok, kit, calc_config) -> None:
     assert out.non_tensor_batch["agent_metrics"][0]["tool_responses_cut"] == 1
 
 
-@pytest.mark.parametrize(("template", "mode", "mismatch"), [
-    ("STRICT_TEMPLATE", "strict", False),
-    ("NEWLINE_TEMPLATE", "strict", True),
-    ("NEWLINE_TEMPLATE", "ignore_strippable", False),
-    ("NEWLINE_TEMPLATE", "disable", False),
-])
+@pytest.mark.parametrize(
+    ("template", "mode", "mismatch"),
+    [
+        ("STRICT_TEMPLATE", "strict", False),
+        ("NEWLINE_TEMPLATE", "strict", True),
+        ("NEWLINE_TEMPLATE", "ignore_strippable", False),
+        ("NEWLINE_TEMPLATE", "disable", False),
+    ],
+)
 def test_tokenization_sanity_check_modes(kit, calc_config, template, mode, mismatch) -> None:
     tok = kit.chat_tokenizer(getattr(kit, template))
     engine = kit.ScriptedEngine(tok, {"Q1": [CALC, "408"]})
@@ -173,16 +177,20 @@ def test_gsm8k_interaction_gives_feedback_until_correct(tok, kit, tmp_path) -> N
         "    config: {}\n",
     )
     engine = kit.ScriptedEngine(tok, {"Q1": ["#### 5", "#### 7"], "Q2": ["#### 1", "#### 2", "#### 3"]})
-    infos = [{"interaction_kwargs": {"name": "gsm8k", "ground_truth": "7"}},
-             {"interaction_kwargs": {"name": "gsm8k", "ground_truth": "9"}}]
+    infos = [
+        {"interaction_kwargs": {"name": "gsm8k", "ground_truth": "7"}},
+        {"interaction_kwargs": {"name": "gsm8k", "ground_truth": "9"}},
+    ]
     config = kit.rollout_config(interaction_config_path=path, max_user_turns=2)
     out = kit.run(tok, engine, config, kit.prompt_batch(tok, ["Q1", "Q2"], infos))
     m0, m1 = out.non_tensor_batch["agent_metrics"]
     assert (m0["assistant_turns"], m0["user_turns"]) == (2, 2)
     assert float(out.non_tensor_batch["agent_reward"][0]) == 1.0
     ids, mask = _valid(out, 0)
-    feedback = tok.encode("<|user|>Your response is incorrect! You need to reflect on your answer and try again.\n"
-                          "<|assistant|>", add_special_tokens=False)
+    feedback = tok.encode(
+        "<|user|>Your response is incorrect! You need to reflect on your answer and try again.\n<|assistant|>",
+        add_special_tokens=False,
+    )
     first = tok.encode("#### 5", add_special_tokens=False) + [tok.eos_token_id]
     assert ids[: len(first) + len(feedback)] == first + feedback
     assert mask[: len(first) + len(feedback)] == [1] * len(first) + [0] * len(feedback)

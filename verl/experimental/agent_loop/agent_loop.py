@@ -94,9 +94,11 @@ class AgentLoopSettings:
         if self.max_tool_response_length < 1:
             out.append(f"{key}.max_tool_response_length={self.max_tool_response_length} must be >= 1")
         if self.tool_response_truncate_side not in TRUNCATE_SIDES:
-            out.append(f"{key}.tool_response_truncate_side={self.tool_response_truncate_side!r}: one of {TRUNCATE_SIDES}")
+            side = self.tool_response_truncate_side
+            out.append(f"{key}.tool_response_truncate_side={side!r}: one of {TRUNCATE_SIDES}")
         if self.tokenization_sanity_check_mode not in SANITY_MODES:
-            out.append(f"{key}.tokenization_sanity_check_mode={self.tokenization_sanity_check_mode!r}: one of {SANITY_MODES}")
+            mode = self.tokenization_sanity_check_mode
+            out.append(f"{key}.tokenization_sanity_check_mode={mode!r}: one of {SANITY_MODES}")
         if self.num_workers < 1:
             out.append(f"actor_rollout_ref.rollout.agent.num_workers={self.num_workers} must be >= 1")
         return out
@@ -181,8 +183,10 @@ def get_agent_loop_class(agent_name: str) -> type[AgentLoopBase]:
     """The loop registered under ``agent_name``; unknown names raise ``ValueError`` listing the known ones."""
     _load_builtins()
     if agent_name not in _REGISTRY:
-        raise ValueError(f"unknown agent loop {agent_name!r} (agent_name column or agent.default_agent_loop); "
-                         f"registered: {sorted(_REGISTRY)}")
+        raise ValueError(
+            f"unknown agent loop {agent_name!r} (agent_name column or agent.default_agent_loop); "
+            f"registered: {sorted(_REGISTRY)}"
+        )
     return _REGISTRY[agent_name]
 
 

@@ -94,7 +94,9 @@ class RequestBatcher:
     async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
         """Generate at most ``max_tokens`` tokens after ``prompt_ids`` (served in a batch with other requests)."""
         if not prompt_ids or max_tokens < 1:
-            raise ValueError(f"generate: need a non-empty prompt and max_tokens >= 1, got {len(prompt_ids)}, {max_tokens}")
+            raise ValueError(
+                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
+            )
         request = _Request(list(prompt_ids), int(max_tokens))
         with self._cond:
             if self._closed:

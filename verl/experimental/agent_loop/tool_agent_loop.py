@@ -124,7 +124,8 @@ class ToolAgentLoop(AgentLoopBase):
         if metrics.get("ok") is False:
             ep.tool_errors += 1
         text = response.text or ""
-        text, cut = truncate_text(text, self.settings.max_tool_response_length, self.settings.tool_response_truncate_side)
+        s = self.settings
+        text, cut = truncate_text(text, s.max_tool_response_length, s.tool_response_truncate_side)
         ep.tool_responses_cut += int(cut)
         return text
 
@@ -178,7 +179,8 @@ class ToolAgentLoop(AgentLoopBase):
         finally:
             for name, instance_id in ep.instances.items():
                 kw = tools_kwargs.get(name) or {}
-                ep.reward += float(await self.tools[name].calc_reward(instance_id, **(kw.get("calc_reward_kwargs") or {})))
+                reward = await self.tools[name].calc_reward(instance_id, **(kw.get("calc_reward_kwargs") or {}))
+                ep.reward += float(reward)
                 await self.tools[name].release(instance_id, **(kw.get("release_kwargs") or {}))
             if interaction is not None:
                 await interaction.finalize_interaction(interaction_id)
