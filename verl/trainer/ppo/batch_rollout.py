@@ -148,8 +148,11 @@ def attach_scores(
 
 
 def decode_responses(tokenizer: Any, rollouts: DataProto) -> list[str]:
-    """The valid part (``response_mask``) of every response, decoded without special tokens."""
-    responses, mask = rollouts.batch["responses"], rollouts.batch["response_mask"]
+    """The valid part of every response (the response part of ``attention_mask``: in multi-turn rollouts the
+    whole conversation after the prompt, tool and user turns included; in single-turn ones the same tokens as
+    ``response_mask``), decoded without special tokens."""
+    responses = rollouts.batch["responses"]
+    mask = rollouts.batch["attention_mask"][:, -responses.shape[-1] :]
     return [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
 
 
