@@ -42,8 +42,10 @@ def test_default_name_and_errors(tmp_path) -> None:
     path = tmp_path / "i.yaml"
     path.write_text("interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n")
     assert list(initialize_interactions_from_config(str(path))) == ["gsm8k"]
-    path.write_text("interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
-                    "    config: {method: loose}\n")
+    path.write_text(
+        "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
+        "    config: {method: loose}\n"
+    )
     with pytest.raises(ValueError, match=r"interaction\[0\].*method='loose'"):
         initialize_interactions_from_config(str(path))
     path.write_text("interaction:\n  - class_name: verl.tools.calculator_tool.CalculatorTool\n")

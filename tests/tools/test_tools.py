@@ -8,23 +8,27 @@ import json
 import pytest
 
 from verl.tools.calculator_tool import CalculatorError, CalculatorTool, safe_eval
-from verl.tools.local_search_tool import LocalSearchTool
 from verl.tools.schemas import ToolResponse
 from verl.tools.utils.bm25 import BM25Index
 from verl.tools.utils.tool_registry import initialize_tools_from_config
 from verl.utils.sandbox import sandbox_support
 
-# verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml, as users have it
-UPSTREAM_GSM8K = """\
+# verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml, as users have it (its trailing space
+# after "config:" and its long description line included)
+UPSTREAM_GSM8K = (
+    """\
 tools:
   - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
-    config: 
+    config:"""
+    + " "
+    + """
       type: native
     tool_schema:
       type: "function"
       function:
         name: "calc_gsm8k_reward"
-        description: "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed answer is incorrect or not correctly parsed)"
+        description: "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if """
+    + """parsed answer is incorrect or not correctly parsed)"
         parameters:
           type: "object"
           properties:
@@ -33,6 +37,7 @@ tools:
               description: "The model's answer to the GSM8K math problem, must be a digits"
           required: ["answer"]
 """
+)
 
 
 def test_upstream_gsm8k_tool_config_loads_and_scores(tmp_path) -> None:

@@ -41,7 +41,9 @@ def test_gpt_oss_calls_and_analysis_channel(tok) -> None:
     turn = parser.parse_text(text)
     assert turn.calls == [FunctionCall("calculator", '{"expression": "2*21"}')] and turn.errors == []
     assert "I should add" not in turn.content
-    recipient_first = parser.parse_text('<|start|>assistant to=functions.get<|channel|>commentary json<|message|>{"a": 1}<|call|>')
+    recipient_first = parser.parse_text(
+        '<|start|>assistant to=functions.get<|channel|>commentary json<|message|>{"a": 1}<|call|>'
+    )
     assert recipient_first.calls == [FunctionCall("get", '{"a": 1}')]
     bad = parser.parse_text("<|channel|>commentary to=functions.get <|constrain|>json<|message|>{nope<|call|>")
     assert bad.calls == [] and bad.errors[0].startswith("arguments of tool call 'get' are not valid JSON")

@@ -86,5 +86,6 @@ def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path) ->
     assert metrics["critic/score/mean"] == pytest.approx(0.25)
     assert metrics["critic/score/min"] == pytest.approx(0.25)
     assert "actor/pg_loss" in metrics
-    dumps = [json.loads(line) for f in sorted((out / "rollouts").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    files = sorted((out / "rollouts").glob("*.jsonl"))
+    dumps = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     assert dumps and all("<|tool|>42\n<|assistant|>" in d["output"] for d in dumps), dumps[:1]
