@@ -1,6 +1,7 @@
 """One PPO step with ``rollout.multi_turn.enable=true`` on the tiny model: the trainer's generation goes through
 the hf engine's agent loops (a registered loop that inserts a tool reply between two generated turns), the
-reward the loop earned reaches the token-level scores, and the ``agent/*`` metrics are logged."""
+reward the loop earned reaches the token-level scores, and the ``agent/*`` (and ``val-agent/*``) metrics are
+logged."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path) ->
             "actor_rollout_ref.rollout.dtype=float32",
             "trainer.total_training_steps=1",
             "trainer.val_before_train=false",
-            "trainer.test_freq=-1",
+            "trainer.test_freq=1",
             "trainer.save_freq=0",
             "trainer.logger=[file]",
             "trainer.export_hf=false",
@@ -86,6 +87,8 @@ def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path) ->
     assert metrics["critic/score/mean"] == pytest.approx(0.25)
     assert metrics["critic/score/min"] == pytest.approx(0.25)
     assert "actor/pg_loss" in metrics
+    # validation after the step runs the same loops (greedy) and logs them under val-agent/
+    assert metrics["val-agent/num_turns/mean"] == 4.0 and metrics["val-agent/reward/mean"] == 0.25
     files = sorted((out / "rollouts").glob("*.jsonl"))
     dumps = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     assert dumps and all("<|tool|>42\n<|assistant|>" in d["output"] for d in dumps), dumps[:1]

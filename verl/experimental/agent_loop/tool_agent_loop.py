@@ -74,6 +74,26 @@ class _Episode:
         self.log_probs += log_probs
 
 
+_mismatch_reported = False
+
+
+def _report_mismatch(index: Any, mismatch: str, mode: str) -> None:
+    """The first mismatch of the process is a warning, the others debug lines (all are counted in the metrics)."""
+    global _mismatch_reported
+    if _mismatch_reported:
+        logger.debug("tokenization sanity check (sample %s): %s", index, mismatch)
+        return
+    _mismatch_reported = True
+    logger.warning(
+        "tokenization sanity check (sample %s, mode %s): %s; the model is trained on the turn-by-turn tokens. "
+        "Further mismatches are counted in agent/sanity_mismatch_ratio (whitespace-only differences pass with "
+        "rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable)",
+        index,
+        mode,
+        mismatch,
+    )
+
+
 @register("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
     """The multi-turn tool-calling loop (see the module docstring)."""
@@ -194,7 +214,7 @@ class ToolAgentLoop(AgentLoopBase):
                 self.settings.tokenization_sanity_check_mode,
             )
             if mismatch:
-                logger.warning("tokenization sanity check (sample %s): %s", kwargs.get("index"), mismatch)
+                _report_mismatch(kwargs.get("index"), mismatch, self.settings.tokenization_sanity_check_mode)
         return AgentLoopOutput(
             prompt_ids=ep.prompt_ids,
             response_ids=ep.response_ids,
