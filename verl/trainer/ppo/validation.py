@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import decode_generations
-from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
 
 
