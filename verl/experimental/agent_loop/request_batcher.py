@@ -75,6 +75,8 @@ class RequestBatcher:
         self._closed = False
         self.batch_sizes: list[int] = []
         self.engine_s = 0.0
+        # torch's CPU thread count is per thread (OpenMP): the serving thread uses the caller's
+        self._torch_threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._serve, name="agent-loop-batcher", daemon=True)
         self._thread.start()
 
@@ -132,6 +134,7 @@ class RequestBatcher:
             return batch
 
     def _serve(self) -> None:
+        torch.set_num_threads(self._torch_threads)
         while True:
             batch = self._take_batch()
             if batch is None:
