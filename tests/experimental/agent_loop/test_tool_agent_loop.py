@@ -208,6 +208,9 @@ def test_single_turn_agent_is_one_generation_of_the_row_prompt(tok, kit) -> None
     assert engine.batch_sizes == [2]
     assert _valid(out, 0)[0] == tok.encode("hello", add_special_tokens=False) + [tok.eos_token_id]
     assert torch.equal(out.batch["prompts"][:, -batch.batch["input_ids"].shape[1] :], batch.batch["input_ids"])
+    batch.meta_info["response_length"] = 3  # a call's own length wins over the config's, as for plain engines
+    short = kit.run(tok, engine, config, batch)
+    assert short.batch["responses"].shape == (2, 3) and _valid(short, 0)[0] == tok.encode("hel")
 
 
 def test_agent_name_column_and_user_registered_loop(tok, kit, tmp_path) -> None:

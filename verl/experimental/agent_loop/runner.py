@@ -17,6 +17,7 @@ scores, added to the final reward by the trainer) and ``agent_metrics`` (dict pe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -90,6 +91,9 @@ class AgentLoopRunner:
             row["prompt_ids"] = [int(t) for t in input_ids[i][attention_mask[i].bool()].tolist()]
             rows.append(row)
         meta = dict(prompts.meta_info)
+        settings = self.settings
+        if meta.get("response_length") is not None:  # a call's own length (as for single-turn engines)
+            settings = dataclasses.replace(settings, response_length=int(meta["response_length"]))
         meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         batcher = RequestBatcher(self.generate_batch, meta)
@@ -99,7 +103,7 @@ class AgentLoopRunner:
             batcher.open_trajectory()
         shares = [s for s in np.array_split(np.arange(n), min(self.settings.num_workers, n)) if len(s)]
         threads = [
-            threading.Thread(target=self._worker, args=(list(share), rows, meta, batcher, results, errors))
+            threading.Thread(target=self._worker, args=(list(share), rows, meta, settings, batcher, results, errors))
             for share in shares
         ]
         try:
@@ -112,15 +116,16 @@ class AgentLoopRunner:
             self.last_batch_sizes = list(batcher.batch_sizes)
         if errors:
             raise errors[0]
-        prompt_len = max(self.settings.prompt_length, input_ids.shape[1])
+        prompt_len = max(settings.prompt_length, input_ids.shape[1])
         pad = meta["pad_token_id"] if meta["pad_token_id"] is not None else 0
-        return build_agent_output(results, prompt_len, self.settings.response_length, int(pad), meta)
+        return build_agent_output(results, prompt_len, settings.response_length, int(pad), meta)
 
     def _worker(
         self,
         share: list[int],
         rows: list[dict[str, Any]],
         meta: dict[str, Any],
+        settings: AgentLoopSettings,
         batcher: RequestBatcher,
         results: list[AgentLoopOutput | None],
         errors: list[BaseException],
@@ -128,10 +133,8 @@ class AgentLoopRunner:
         async def one(i: int) -> None:
             start = time.perf_counter()
             try:
-                name = rows[i].get("agent_name") or self.settings.default_agent_loop
-                loop = get_agent_loop_class(str(name))(
-                    self.settings, batcher, self.tokenizer, self.tools, self.interactions
-                )
+                name = rows[i].get("agent_name") or settings.default_agent_loop
+                loop = get_agent_loop_class(str(name))(settings, batcher, self.tokenizer, self.tools, self.interactions)
                 kwargs = {k: v for k, v in rows[i].items() if k != "agent_name"}
                 results[i] = await loop.run(meta, **kwargs)
                 results[i].metrics["latency_s"] = time.perf_counter() - start
