@@ -11,14 +11,16 @@ from verl.workers.rollout.hf_rollout import HFRollout
 
 def test_single_turn_agent_matches_plain_generation(rollout_config, make_prompts, byte_prompts) -> None:
     model, tok = make_tiny_causal_lm(seed=0), make_byte_tokenizer()
-    plain = HFRollout(model, rollout_config(response_length=6), tokenizer=tok)
-    looped = HFRollout(model, rollout_config(response_length=6, multi_turn={"enable": True}), tokenizer=tok)
+    plain = HFRollout(model, rollout_config(response_length=6, calculate_log_probs=True), tokenizer=tok)
+    looped_config = rollout_config(response_length=6, calculate_log_probs=True, multi_turn={"enable": True})
+    looped = HFRollout(model, looped_config, tokenizer=tok)
     prompts = make_prompts(byte_prompts, prompt_len=8, do_sample=False)
     expected = plain.generate_sequences(prompts)
     out = looped.generate_sequences(prompts)
     assert looped._agent_loop_runner.last_batch_sizes == [5]  # every trajectory's request in one engine call
     for key in ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
         assert torch.equal(out.batch[key], expected.batch[key]), key
+    torch.testing.assert_close(out.batch["rollout_log_probs"], expected.batch["rollout_log_probs"])
     assert [m["num_turns"] for m in out.non_tensor_batch["agent_metrics"]] == [2] * 5
     assert plain.uses_agent_loops(prompts) is False and looped.uses_agent_loops(prompts) is True
 
