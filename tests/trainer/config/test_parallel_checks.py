@@ -42,7 +42,6 @@ def test_explicit_local_backend_with_several_ranks_is_an_error_with_the_fix() ->
         ("critic.strategy=megatron", "critic.strategy='megatron' is not implemented"),
         ("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode='async' is not implemented"),
         ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=false (rollout on separate"),
-        ("actor_rollout_ref.rollout.multi_turn.enable=true", "multi_turn.enable=true: multi-turn (tool-calling)"),
     ],
 )
 def test_values_without_an_implementation_are_rejected(override: str, fragment: str) -> None:

@@ -149,3 +149,37 @@ def test_callers_do_not_write_the_rollout_idiom_again(path: str) -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     }
     assert not {"repeat", "uuid4", "generate_sequences"} & calls, path
+
+
+def test_agent_columns_reach_the_engine_and_agent_reward_is_added(byte_tokenizer) -> None:
+    from verl.trainer.ppo.batch_rollout import add_agent_reward
+
+    prompts = _prompts(byte_tokenizer, ["ab", "cde"])
+    prompts.non_tensor_batch["raw_prompt"] = np.array([[{"role": "user", "content": t}] for t in "xy"], dtype=object)
+    prompts.non_tensor_batch["agent_name"] = np.array(["tool_agent", "single_turn_agent"], dtype=object)
+    seen: list[dict] = []
+
+    def engine(gen: DataProto) -> DataProto:
+        seen.append({k: list(v) for k, v in gen.non_tensor_batch.items()})
+        responses = gen.batch["input_ids"][:, -2:].clone()
+        mask = torch.tensor([[1, 0], [1, 1], [1, 1], [1, 1]])[: len(gen)]
+        return DataProto.from_dict(
+            tensors={
+                "prompts": gen.batch["input_ids"],
+                "responses": responses,
+                "response_mask": mask,
+                "attention_mask": torch.cat([gen.batch["attention_mask"], torch.ones_like(mask)], -1),
+            },
+            non_tensors={**gen.non_tensor_batch, "agent_reward": np.array([0.5, 1.0, 0.0, 2.0], dtype=object)},
+        )
+
+    rollouts = generate_groups(prompts, 2, engine)
+    assert seen[0]["agent_name"] == ["tool_agent", "tool_agent", "single_turn_agent", "single_turn_agent"]
+    assert [m[0]["content"] for m in seen[0]["raw_prompt"]] == ["x", "x", "y", "y"]
+    assert list(rollouts.non_tensor_batch["agent_name"]) == seen[0]["agent_name"]
+    scores = torch.zeros(4, 2)
+    scores[:, 1] = 1.0
+    total = add_agent_reward(rollouts, scores)
+    # added at the last token attention_mask covers (mask 0 on the first row's last token is a tool token)
+    assert total.tolist() == [[0.0, 1.5], [0.0, 2.0], [0.0, 1.0], [0.0, 3.0]]
+    assert scores[:, 0].sum() == 0 and add_agent_reward(_prompts(byte_tokenizer, ["a"]), scores) is scores

@@ -222,3 +222,12 @@ def test_huge_prompts_are_filtered_before_tokenizing(tmp_path, byte_tokenizer, m
     assert max(longest) < 1000  # the 2 MB row was never tokenised
     with pytest.raises(ValueError, match=r"d\.parquet row 1: far over the limit \(not tokenised\)"):
         RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts=False))
+
+
+def test_agent_name_column_is_kept_for_agent_loops(tmp_path, byte_tokenizer):
+    rows = [{**_row("a"), "agent_name": "tool_agent"}, {**_row("b"), "agent_name": None}]
+    ds = RLHFDataset(_write(str(tmp_path / "agents.parquet"), rows), byte_tokenizer, _cfg())
+    batch = collate_fn([ds[0], ds[1]])
+    assert list(batch["agent_name"]) == ["tool_agent", None]  # None: rollout.agent.default_agent_loop
+    plain = RLHFDataset(_write(str(tmp_path / "plain.parquet"), [_row("a")]), byte_tokenizer, _cfg())
+    assert "agent_name" not in plain[0]

@@ -3,7 +3,7 @@
 * placement: ``trainer.backend`` against the number of ranks, Ulysses sequence-parallel sizes and ``fsdp_size``
   against the world size;
 * implemented values: keys verl scripts set whose other values select machinery that does not exist here
-  (``actor.strategy=megatron``, ``rollout.mode=async``, ``hybrid_engine=false``, ``multi_turn.enable=true``) are
+  (``actor.strategy=megatron``, ``rollout.mode=async``, ``hybrid_engine=false``) are
   errors that say so, instead of being accepted and ignored.
 """
 
@@ -139,11 +139,6 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
         errors.append(
             "actor_rollout_ref.hybrid_engine=false (rollout on separate workers) is not implemented; actor, rollout "
             "and reference always share one worker per rank, as in verl: set actor_rollout_ref.hybrid_engine=true"
-        )
-    if bool(arr.rollout.multi_turn.enable):
-        errors.append(
-            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn (tool-calling) rollouts are not supported "
-            "yet; set it to false for single-turn generation"
         )
     tp = int(arr.rollout.get("tensor_model_parallel_size", 1))
     if str(arr.rollout.name) == "hf" and tp > 1:

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 
 
@@ -307,6 +308,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             errors,
         )
     check_implemented(cfg, errors, warns)
+    check_multi_turn(cfg, errors, warns)
     check_placement(cfg, errors)
     check_value_ranges(cfg, use_critic, errors)
     if errors:  # the arithmetic below divides by these

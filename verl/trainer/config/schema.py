@@ -28,6 +28,7 @@ from verl.trainer.config import experiment_name as _experiment_name  # noqa: F40
 from verl.workers.config import (  # noqa: F401  (the worker sections, importable from here as before)
     ActorConfig,
     ActorRolloutRefConfig,
+    AgentConfig,
     CheckpointContent,
     CheckpointContentsConfig,
     ComputeDType,

@@ -25,7 +25,9 @@ import torch
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
 __all__ = [
+    "AGENT_KEYS",
     "GEN_KEYS",
+    "add_agent_reward",
     "attach_scores",
     "decode_generations",
     "decode_responses",
@@ -38,6 +40,8 @@ __all__ = [
 
 # the prompt tensors a rollout engine reads; everything else stays with the driver and is joined back afterwards
 GEN_KEYS = ("input_ids", "attention_mask", "position_ids")
+# the prompt columns agent loops read (multi-turn rollouts), sent to the engine too where the batch has them
+AGENT_KEYS = ("raw_prompt", "extra_info", "agent_name", "index")
 
 Generate = Callable[[DataProto], DataProto]
 
@@ -78,10 +82,13 @@ def generate_groups(prompts: DataProto, n: int, generate: Generate, meta: dict[s
         raise ValueError(f"generate_groups: the prompt batch has no tensors; expected {list(GEN_KEYS)}")
     prompts = tag_groups(DataProto(prompts.batch, dict(prompts.non_tensor_batch), dict(prompts.meta_info)))
     gen_keys = [k for k in GEN_KEYS if k in prompts.batch.keys()]
-    gen_batch = prompts.select(batch_keys=gen_keys, non_tensor_batch_keys=[], meta_info_keys=[])
+    agent_keys = [k for k in AGENT_KEYS if k in prompts.non_tensor_batch]
+    gen_batch = prompts.select(batch_keys=gen_keys, non_tensor_batch_keys=agent_keys, meta_info_keys=[])
     rest = prompts.select(batch_keys=[k for k in prompts.batch.keys() if k not in gen_keys])
     gen_batch.meta_info.update(meta or {})
     output = generate(gen_batch.repeat(repeat_times=n, interleave=True))
+    for key in agent_keys:  # the prompt's own columns come back from ``rest``
+        output.non_tensor_batch.pop(key, None)
     return rest.repeat(repeat_times=n, interleave=True).union(output)
 
 
@@ -104,7 +111,21 @@ def score_rollouts(
             return rollouts, rollouts.batch["rm_scores"], {}
         raise ValueError("no reward function and no reward model: set custom_reward_function or reward_model")
     scores, extra = compute_reward(rollouts, reward_fn)
-    return rollouts, scores, extra
+    return rollouts, add_agent_reward(rollouts, scores), extra
+
+
+def add_agent_reward(rollouts: DataProto, scores: torch.Tensor) -> torch.Tensor:
+    """``scores [bs, response_len]`` plus the reward agent loops earned in the episode (``agent_reward``: tool
+    rewards and interaction scores), added at each response's last token (the last one ``attention_mask``
+    covers, where reward managers put the outcome score). Without that column ``scores`` is returned as is."""
+    if "agent_reward" not in rollouts.non_tensor_batch:
+        return scores
+    bonus = torch.tensor([float(x) for x in rollouts.non_tensor_batch["agent_reward"]], dtype=scores.dtype)
+    response_len = rollouts.batch["responses"].shape[-1]
+    valid = rollouts.batch["attention_mask"][:, -response_len:].sum(-1).clamp(min=1) - 1
+    scores = scores.clone()
+    scores[torch.arange(len(bonus)), valid.to(scores.device)] += bonus.to(scores.device)
+    return scores
 
 
 def attach_scores(
@@ -127,8 +148,11 @@ def attach_scores(
 
 
 def decode_responses(tokenizer: Any, rollouts: DataProto) -> list[str]:
-    """The valid part (``response_mask``) of every response, decoded without special tokens."""
-    responses, mask = rollouts.batch["responses"], rollouts.batch["response_mask"]
+    """The valid part of every response (the response part of ``attention_mask``: in multi-turn rollouts the
+    whole conversation after the prompt, tool and user turns included; in single-turn ones the same tokens as
+    ``response_mask``), decoded without special tokens."""
+    responses = rollouts.batch["responses"]
+    mask = rollouts.batch["attention_mask"][:, -responses.shape[-1] :]
     return [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def compute_data_metrics(batch: DataProto, use_critic: bool = True) -> dict[str,
     metrics.update(_masked_stats("prompt_length", prompt_len))
     max_prompt_length = prompt_mask.shape[-1]
     metrics["prompt_length/clip_ratio"] = torch.eq(prompt_len, max_prompt_length).float().mean().item()
+    metrics.update(compute_agent_metrics(batch.non_tensor_batch))  # agent/* of multi-turn rollouts
     return metrics
 
 

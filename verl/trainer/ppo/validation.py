@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import decode_generations
 from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
@@ -43,6 +44,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
     n_logged = int(trainer.config.trainer.log_val_generations or 0)
     dumped: dict[str, list] = {"prompts": [], "responses": [], "scores": [], "ground_truth": []}
     seen = 0
+    agent_columns: dict[str, list] = {}
     for batch_dict in trainer.val_dataloader:
         batch = DataProto.from_single_dict(batch_dict)
         if max_samples > 0:
@@ -65,6 +67,9 @@ def run_validation(trainer: Any) -> dict[str, float]:
             dumped["ground_truth"].extend(dump_extra.get("ground_truth", [""] * len(batch)))
         sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch))).tolist())
         uids.extend(batch.non_tensor_batch["uid"].tolist())
+        for key in ("agent_metrics", "agent_reward"):  # multi-turn rollouts: val-agent/* metrics
+            if key in batch.non_tensor_batch:
+                agent_columns.setdefault(key, []).extend(batch.non_tensor_batch[key].tolist())
     infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
     tracker = getattr(trainer, "_tracker", None)
     if n_logged > 0 and tracker is not None and sources:
@@ -82,4 +87,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
             dumped["scores"],
             {"ground_truth": dumped["ground_truth"]},
         )
-    return flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+    metrics = flatten_validation_metrics(process_validation_metrics(sources, uids, infos))
+    agent = compute_agent_metrics({k: np.array(v, dtype=object) for k, v in agent_columns.items()})
+    metrics.update({f"val-{k}": v for k, v in agent.items()})
+    return metrics

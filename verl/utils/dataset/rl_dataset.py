@@ -307,6 +307,8 @@ class RLHFDataset(torch.utils.data.Dataset):
         }
         if self.return_raw_chat:
             out["raw_prompt"] = row[self.prompt_key]
+        if "agent_name" in row:  # the agent loop of a multi-turn rollout (rollout.agent.default_agent_loop if null)
+            out["agent_name"] = row["agent_name"]
         return out
 
     def data_sources(self, key: str = "data_source") -> dict[str, tuple[str, int]]:

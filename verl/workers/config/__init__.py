@@ -17,10 +17,11 @@ from verl.workers.config.reward_model import (
     RewardModelConfig,
     SandboxFusionConfig,
 )
-from verl.workers.config.rollout import EngineKwargsConfig, MultiTurnConfig, RolloutConfig, ValKwargsConfig
+from verl.workers.config.rollout import AgentConfig, EngineKwargsConfig, MultiTurnConfig, RolloutConfig, ValKwargsConfig
 
 __all__ = [
     "ActorConfig",
+    "AgentConfig",
     "ActorRolloutRefConfig",
     "CheckpointContent",
     "CheckpointContentsConfig",

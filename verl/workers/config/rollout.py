@@ -22,9 +22,27 @@ class ValKwargsConfig(BaseConfig):
 
 @dataclass
 class MultiTurnConfig(BaseConfig):
-    """``rollout.multi_turn``: multi-turn (tool-calling) rollouts; only ``enable=false`` is implemented."""
+    """``rollout.multi_turn``: multi-turn rollouts with tools and interactions (``docs/agent_loop.md``)."""
 
     enable: bool = False
+    max_assistant_turns: Optional[int] = None  # null: limited by response_length only
+    max_user_turns: Optional[int] = None  # interaction replies; null: no limit
+    max_parallel_calls: int = 1  # tool calls of one turn run concurrently; more are answered with an error
+    max_tool_response_length: int = 256  # characters of a tool reply shown to the model
+    tool_response_truncate_side: Literal["left", "right", "middle"] = "middle"
+    tool_config_path: Optional[str] = None  # tools: - class_name, config, tool_schema
+    interaction_config_path: Optional[str] = None  # interaction: - name, class_name, config
+    format: str = "hermes"  # tool-call format of the model's output: hermes | gpt-oss
+    tokenization_sanity_check_mode: Literal["strict", "ignore_strippable", "disable"] = "strict"
+
+
+@dataclass
+class AgentConfig(BaseConfig):
+    """``rollout.agent``: the agent loops that run multi-turn rollouts."""
+
+    num_workers: int = 1  # event-loop threads the batch's trajectories are split over
+    default_agent_loop: str = "single_turn_agent"  # for rows without an agent_name column
+    agent_loop_config_path: Optional[str] = None  # - name, _target_ of user agent loops
 
 
 @dataclass
@@ -70,3 +88,4 @@ class RolloutConfig(BaseConfig):
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)

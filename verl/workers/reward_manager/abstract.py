@@ -210,10 +210,10 @@ class AbstractRewardManager:
         responses = batch["responses"].cpu()
         prompt_len = prompts.shape[-1]
         attention_mask = batch["attention_mask"].cpu()
-        if "response_mask" in batch.keys():
-            response_mask = batch["response_mask"].cpu()
-        else:
-            response_mask = attention_mask[:, prompt_len:]
+        # the response part of attention_mask: a multi-turn response is the whole conversation after the prompt
+        # (its tool and user turns have response_mask 0 but are part of what is scored); single-turn rollouts have
+        # response_mask equal to it
+        response_mask = attention_mask[:, prompt_len:]
         valid_prompt_mask = attention_mask[:, :prompt_len].bool()
         valid_resp_len = response_mask.sum(dim=-1).tolist()
         ntb = data.non_tensor_batch

@@ -21,8 +21,10 @@ from typing import Any
 
 import torch
 
+from verl.base_config import get_config_value, omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask, pad_sequence_to_length
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.sampling import sample_from_logits  # noqa: F401  (importable from here, as before)
 
 # Modules that register the built-in engines when imported; imported lazily so that `vllm` stays optional.
@@ -46,6 +48,24 @@ class BaseRollout(ABC):
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; returns the layout described in the module docstring."""
+
+    def uses_agent_loops(self, prompts: DataProto) -> bool:
+        """Whether this call runs agent loops: ``rollout.multi_turn.enable`` is on and the call is not one of the
+        loops' own turn requests (``meta_info["agent_loop_turn"]``)."""
+        enabled = get_config_value(getattr(self, "config", None), "multi_turn.enable", False)
+        return bool(enabled) and not prompts.meta_info.get("agent_loop_turn", False)
+
+    def run_agent_loops(self, prompts: DataProto) -> DataProto:
+        """Generate the batch with the agent loops (``verl.experimental.agent_loop``), their turn requests batched
+        onto this engine's own ``generate_sequences``; the runner (tools, interactions) is built on first use."""
+        from verl.experimental.agent_loop.runner import AgentLoopRunner
+
+        runner = getattr(self, "_agent_loop_runner", None)
+        if runner is None:
+            section = omega_conf_to_dataclass(self.config, RolloutConfig)
+            runner = AgentLoopRunner(section, getattr(self, "tokenizer", None), self.generate_sequences)
+            self._agent_loop_runner = runner
+        return runner.generate_sequences(prompts)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
         """Give the engine the actor's current weights (``(name, tensor)`` pairs under transformers names).
@@ -140,14 +160,6 @@ def vllm_usable_for(model_path: str | None, world_size: int, tensor_parallel_siz
     return True, ""
 
 
-def config_get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a DictConfig, dict or dataclass section; ``default`` when absent or None."""
-    if config is None:
-        return default
-    value = config.get(key, None) if hasattr(config, "get") else getattr(config, key, None)
-    return default if value is None else value
-
-
 @dataclass(frozen=True)
 class SamplingSettings:
     """The sampling parameters of one ``generate_sequences`` call, after config, validation and overrides."""
@@ -178,15 +190,15 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
     ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``.
     """
     validate = bool(meta_info.get("validate", False))
-    source = config_get(config, "val_kwargs", {}) if validate else config
+    source = get_config_value(config, "val_kwargs", {}) if validate else config
     where = "rollout.val_kwargs" if validate else "rollout"
 
     def pick(key: str, default: Any) -> tuple[Any, str]:
         if meta_info.get(key) is not None:
             return meta_info[key], f"meta_info[{key!r}]"
-        value = config_get(source, key, None)
+        value = get_config_value(source, key, None)
         if value is None:
-            value = config_get(config, key, default)
+            value = get_config_value(config, key, default)
         return value, f"{where}.{key}"
 
     do_sample, _ = pick("do_sample", True)
@@ -194,7 +206,7 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
     top_p, p_where = pick("top_p", 1.0)
     top_k, k_where = pick("top_k", -1)
     response_length, r_where = pick("response_length", None)
-    min_new_tokens = int(config_get(config, "min_new_tokens", 0))
+    min_new_tokens = int(get_config_value(config, "min_new_tokens", 0))
     if response_length is None or int(response_length) < 1:
         raise ValueError(f"{r_where}={response_length!r}: the response length must be a positive integer")
     if float(temperature) < 0:
@@ -212,7 +224,7 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
         top_k=int(top_k),
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
-        calculate_log_probs=bool(config_get(config, "calculate_log_probs", False)),
+        calculate_log_probs=bool(get_config_value(config, "calculate_log_probs", False)),
     )
 
 

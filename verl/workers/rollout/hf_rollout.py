@@ -18,17 +18,18 @@ from typing import Any
 
 import torch
 
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.model_loader import forward_logits
 from verl.utils.precision import resolve_dtype
 from verl.utils.torch_functional import pad_sequence_to_length
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
     StepHook,
     build_rollout_output,
     check_prompts,
-    config_get,
     register_rollout,
     resolve_sampling,
     resolve_special_ids,
@@ -120,7 +121,7 @@ class HFRollout(BaseRollout):
         gather_params: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.module = module
-        self.config = config
+        self.config = omega_conf_to_dataclass(config, RolloutConfig)
         self.tokenizer = tokenizer
         self._gather_params_factory = gather_params
         self._num_calls = 0
@@ -164,7 +165,7 @@ class HFRollout(BaseRollout):
         """``meta_info["seed"]`` as is, else ``rollout.seed`` plus the call index (fresh samples each step)."""
         if meta_info.get("seed") is not None:
             return int(meta_info["seed"])
-        seed = config_get(self.config, "seed", None)
+        seed = self.config.seed
         return None if seed is None else int(seed) + self._num_calls
 
     def generate_sequences(
@@ -177,15 +178,20 @@ class HFRollout(BaseRollout):
         :data:`~verl.workers.rollout.base.StepHook`); the rows whose entry of the returned mask is True stop there,
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
         requests through it; training never passes one.
+
+        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
+        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
         """
+        if on_step is None and self.uses_agent_loops(prompts):
+            return self.run_agent_loops(prompts)
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
         owner = _generation_owner(self.module)
         model_eos = getattr(getattr(owner, "generation_config", None), "eos_token_id", None)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=model_eos)
         device = self._device()
-        micro = max(1, int(config_get(self.config, "max_num_seqs", 256)))
-        dtype = resolve_dtype(str(config_get(self.config, "dtype", "auto")), device)
+        micro = max(1, int(self.config.max_num_seqs))
+        dtype = resolve_dtype(str(self.config.dtype), device)
         seed = self._seed_for_call(prompts.meta_info)
         self._num_calls += 1
 
@@ -255,7 +261,7 @@ class HFRollout(BaseRollout):
         """The static-cache decoder of this engine, kept across calls (its compiled step or CUDA graphs and their
         buffers are reused). ``rollout.enforce_eager`` picks the mode: true -> eager; false (default) -> CUDA
         graphs on CUDA, :data:`~verl.workers.rollout.fast_decode.CPU_AUTO_MODE` on CPU."""
-        mode = resolve_decode_mode(bool(config_get(self.config, "enforce_eager", False)), device)
+        mode = resolve_decode_mode(bool(self.config.enforce_eager), device)
         decoder = self._fast_decoder
         if decoder is None or decoder.module is not self.module or decoder.requested_mode != mode:
             decoder = self._fast_decoder = FastDecoder(self.module, mode=mode)

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from verl.base_config import get_config_value
 from verl.protocol import DataProto
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.model_loader import resolve_model_path
@@ -38,7 +39,6 @@ from verl.workers.rollout.base import (
     SamplingSettings,
     build_rollout_output,
     check_prompts,
-    config_get,
     register_rollout,
     resolve_sampling,
     resolve_special_ids,
@@ -185,13 +185,13 @@ def engine_args_from_config(config: Any, max_model_len: int) -> dict[str, Any]:
     """
     args: dict[str, Any] = {}
     for key in ENGINE_ARG_KEYS:
-        value = config_get(config, key, None)
+        value = get_config_value(config, key, None)
         if value is not None:
             args[key] = int(value) if key == "max_num_batched_tokens" else bool(value)
-    load_format = config_get(config, "load_format", None)
+    load_format = get_config_value(config, "load_format", None)
     if load_format is not None:
         args["load_format"] = str(load_format)
-    extra = config_get(config_get(config, "engine_kwargs", None), "vllm", None) or {}
+    extra = get_config_value(get_config_value(config, "engine_kwargs", None), "vllm", None) or {}
     if hasattr(extra, "items"):
         from omegaconf import DictConfig, OmegaConf
 
@@ -230,17 +230,17 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.tie_word_embeddings = bool(hf_config.get("tie_word_embeddings", False))
         self._model_eos = hf_config.get("eos_token_id")
         self._vllm = vllm
-        prompt_length = int(config_get(config, "prompt_length", 512))
-        response_length = int(config_get(config, "response_length", 512))
-        max_model_len = int(config_get(config, "max_model_len", prompt_length + response_length))
-        max_num_seqs = int(config_get(config, "max_num_seqs", 256))
+        prompt_length = int(get_config_value(config, "prompt_length", 512))
+        response_length = int(get_config_value(config, "response_length", 512))
+        max_model_len = int(get_config_value(config, "max_model_len", prompt_length + response_length))
+        max_num_seqs = int(get_config_value(config, "max_num_seqs", 256))
         on_gpu = torch.cuda.is_available()
         # vLLM's own "auto" follows the checkpoint's dtype (bf16 for most models), which is ~100x slower than fp32
         # on CPUs without native bf16: resolve it here with the one rule the trainer uses
-        dtype = resolve_dtype_name(str(config_get(config, "dtype", "auto")), "cuda" if on_gpu else "cpu")
+        dtype = resolve_dtype_name(str(get_config_value(config, "dtype", "auto")), "cuda" if on_gpu else "cpu")
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
-        self._sleep_enabled = bool(config_get(config, "free_cache_engine", False)) and on_gpu
-        self.tp_size = int(config_get(config, "tensor_model_parallel_size", 1))
+        self._sleep_enabled = bool(get_config_value(config, "free_cache_engine", False)) and on_gpu
+        self.tp_size = int(get_config_value(config, "tensor_model_parallel_size", 1))
         world, rank, self.dp_rank = distributed_layout(self.tp_size)
         self.dp_size = world // self.tp_size
         # An engine inside a multi-rank actor reuses the actor's world (see the module docstring) instead of
@@ -252,14 +252,14 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             dtype=dtype,
             # one stream per replica: with the same seed, replicas given the same prompts (rollout.n copies split
             # over ranks) would sample the same responses; the ranks of one tensor-parallel group must agree
-            seed=int(config_get(config, "seed", 0)) + self.dp_rank,
+            seed=int(get_config_value(config, "seed", 0)) + self.dp_rank,
             # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
             # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
-            enforce_eager=bool(config_get(config, "enforce_eager", False)) or not on_gpu,
+            enforce_eager=bool(get_config_value(config, "enforce_eager", False)) or not on_gpu,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=self.tp_size,
-            trust_remote_code=bool(config_get(config, "trust_remote_code", False)),
+            trust_remote_code=bool(get_config_value(config, "trust_remote_code", False)),
             # log-probs of the sampled token after temperature (and top-k/top-p, when set)
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self._sleep_enabled,
@@ -267,7 +267,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             use_tqdm_on_load=current_third_party_level() not in (None, "unset"),
         )
         if on_gpu:
-            args["gpu_memory_utilization"] = float(config_get(config, "gpu_memory_utilization", 0.5))
+            args["gpu_memory_utilization"] = float(get_config_value(config, "gpu_memory_utilization", 0.5))
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)

@@ -1,0 +1,70 @@
+"""Checks of rollout.multi_turn.* and rollout.agent.*: accepted values, errors naming the key, the fix."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from verl.trainer.config import ConfigError, ConfigWarning, load_config
+
+MT = "actor_rollout_ref.rollout.multi_turn"
+AGENT = "actor_rollout_ref.rollout.agent"
+
+
+def test_multi_turn_keys_load_with_upstream_names(tmp_path) -> None:
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools: []\n")
+    cfg = load_config(
+        [
+            "actor_rollout_ref.rollout.name=hf",
+            "data.return_raw_chat=true",
+            f"{MT}.enable=true",
+            f"{MT}.max_assistant_turns=5",
+            f"{MT}.max_user_turns=2",
+            f"{MT}.max_parallel_calls=4",
+            f"{MT}.max_tool_response_length=512",
+            f"{MT}.tool_response_truncate_side=left",
+            f"{MT}.tool_config_path={tools}",
+            f"{MT}.format=gpt-oss",
+            f"{MT}.tokenization_sanity_check_mode=ignore_strippable",
+            f"{AGENT}.num_workers=2",
+            f"{AGENT}.default_agent_loop=tool_agent",
+        ]
+    )
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    assert (mt.max_assistant_turns, mt.max_parallel_calls, mt.format) == (5, 4, "gpt-oss")
+    assert cfg.actor_rollout_ref.rollout.agent.num_workers == 2
+
+
+def test_bad_multi_turn_values_are_errors_naming_the_key(tmp_path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            [
+                "actor_rollout_ref.rollout.name=vllm",
+                f"{MT}.enable=true",
+                f"{MT}.max_parallel_calls=0",
+                f"{MT}.max_assistant_turns=0",
+                f"{MT}.format=xml",
+                f"{MT}.interaction_config_path={tmp_path / 'missing.yaml'}",
+                f"{AGENT}.default_agent_loop=mine",
+            ]
+        )
+    problems = "\n".join(info.value.problems)
+    assert f"{MT}.max_parallel_calls=0 must be >= 1" in problems
+    assert f"{MT}.max_assistant_turns=0 must be null (no limit) or an integer >= 1" in problems
+    assert f"{MT}.format='xml' is unknown; known formats: ['gpt-oss', 'hermes']" in problems
+    assert f"{MT}.interaction_config_path='{tmp_path / 'missing.yaml'}': no such file" in problems
+    assert f"{AGENT}.default_agent_loop='mine' is not a registered agent loop" in problems
+    assert "set actor_rollout_ref.rollout.name=hf (got 'vllm')" in problems
+    assert "set data.return_raw_chat=true" in problems
+
+
+def test_tool_config_without_enable_is_a_warning(tmp_path) -> None:
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools: []\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        load_config([f"{MT}.tool_config_path={tools}"])
+    notices = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
+    assert any(f"set while {MT}.enable=false" in n for n in notices), notices

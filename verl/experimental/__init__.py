@@ -1,0 +1,1 @@
+"""Features whose interfaces follow verl's ``verl.experimental`` package (the agent loop)."""

@@ -1,0 +1,206 @@
+"""The agent-loop interface: one coroutine per sample that talks to the rollout engine (and tools, users) and
+returns its trajectory as token ids with a response mask.
+
+Loops register under a name (:func:`register`); a sample's ``agent_name`` column picks one, else
+``rollout.agent.default_agent_loop``. Built in: ``single_turn_agent`` (one generation) and ``tool_agent`` (tool
+calls and interactions over several turns). Users add loops with ``@register("my_agent")`` in a module they import,
+or list them in ``rollout.agent.agent_loop_config_path``::
+
+    - name: my_agent
+      _target_: my_package.my_module.MyAgentLoop
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from omegaconf import OmegaConf
+
+from verl.experimental.agent_loop.request_batcher import RequestBatcher
+from verl.tools.utils.tool_registry import load_class
+
+__all__ = [
+    "AgentLoopBase",
+    "AgentLoopOutput",
+    "AgentLoopSettings",
+    "available_agent_loops",
+    "get_agent_loop_class",
+    "load_agent_loop_config",
+    "register",
+]
+
+SanityMode = Literal["strict", "ignore_strippable", "disable"]
+SANITY_MODES = ("strict", "ignore_strippable", "disable")
+TRUNCATE_SIDES = ("left", "right", "middle")
+
+
+@dataclass(frozen=True)
+class AgentLoopSettings:
+    """What a loop reads from ``actor_rollout_ref.rollout`` (``multi_turn.*``, ``agent.*``, the lengths), built by
+    :meth:`from_rollout_config`; the defaults live in the config dataclasses (``MultiTurnConfig``, ``AgentConfig``)."""
+
+    prompt_length: int
+    response_length: int
+    max_assistant_turns: int | None
+    max_user_turns: int | None
+    max_parallel_calls: int
+    max_tool_response_length: int
+    tool_response_truncate_side: str
+    format: str
+    tokenization_sanity_check_mode: SanityMode
+    default_agent_loop: str
+    num_workers: int
+
+    @classmethod
+    def from_rollout_config(cls, rollout: Any, validate: bool = True) -> AgentLoopSettings:
+        """Read the settings from a complete rollout section (a ``RolloutConfig``, or the validated ``DictConfig``)
+        and, with ``validate``, raise ValueError listing :meth:`problems`."""
+        section = rollout
+        mt, agent = section.multi_turn, section.agent
+        settings = cls(
+            prompt_length=int(section.prompt_length),
+            response_length=int(section.response_length),
+            max_assistant_turns=mt.max_assistant_turns,
+            max_user_turns=mt.max_user_turns,
+            max_parallel_calls=int(mt.max_parallel_calls),
+            max_tool_response_length=int(mt.max_tool_response_length),
+            tool_response_truncate_side=str(mt.tool_response_truncate_side),
+            format=str(mt.format),
+            tokenization_sanity_check_mode=str(mt.tokenization_sanity_check_mode),
+            default_agent_loop=str(agent.default_agent_loop),
+            num_workers=int(agent.num_workers),
+        )
+        problems = settings.problems() if validate else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        return settings
+
+    def problems(self) -> list[str]:
+        """Invalid values, one message each naming the key (empty when valid)."""
+        key = "actor_rollout_ref.rollout.multi_turn"
+        out = []
+        for name in ("max_assistant_turns", "max_user_turns"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                out.append(f"{key}.{name}={value!r} must be null (no limit) or an integer >= 1")
+        if self.max_parallel_calls < 1:
+            out.append(f"{key}.max_parallel_calls={self.max_parallel_calls} must be >= 1")
+        if self.max_tool_response_length < 1:
+            out.append(f"{key}.max_tool_response_length={self.max_tool_response_length} must be >= 1")
+        if self.tool_response_truncate_side not in TRUNCATE_SIDES:
+            side = self.tool_response_truncate_side
+            out.append(f"{key}.tool_response_truncate_side={side!r}: one of {TRUNCATE_SIDES}")
+        if self.tokenization_sanity_check_mode not in SANITY_MODES:
+            mode = self.tokenization_sanity_check_mode
+            out.append(f"{key}.tokenization_sanity_check_mode={mode!r}: one of {SANITY_MODES}")
+        if self.num_workers < 1:
+            out.append(f"actor_rollout_ref.rollout.agent.num_workers={self.num_workers} must be >= 1")
+        return out
+
+
+@dataclass
+class AgentLoopOutput:
+    """One trajectory. ``response_ids``/``response_mask``/``response_logprobs`` are aligned lists
+    (mask 1: tokens the model generated, trained on; 0: tool and user tokens); ``reward_score`` is the reward
+    earned inside the loop (tool rewards and interaction scores) that the trainer adds to the final reward."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None = None
+    reward_score: float = 0.0
+    num_turns: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentLoopBase:
+    """Base class of agent loops: subclasses implement :meth:`run`.
+
+    Args:
+        settings: the loop settings.
+        server: the request batcher (``await server.generate(prompt_ids, max_tokens)``).
+        tokenizer: the model's tokenizer (chat template, decode).
+        tools: ``{name: BaseTool}`` from ``multi_turn.tool_config_path`` (shared by all trajectories).
+        interactions: ``{name: BaseInteraction}`` from ``multi_turn.interaction_config_path``.
+    """
+
+    def __init__(
+        self,
+        settings: AgentLoopSettings,
+        server: RequestBatcher,
+        tokenizer: Any,
+        tools: dict[str, Any] | None = None,
+        interactions: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.server = server
+        self.tokenizer = tokenizer
+        self.tools = dict(tools or {})
+        self.interactions = dict(interactions or {})
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Run one sample. ``kwargs``: ``prompt_ids`` (the row's prompt token ids) and the row's columns
+        (``raw_prompt``, ``extra_info``, ``index``, ...)."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[AgentLoopBase]] = {}
+
+
+def register(agent_name: str):
+    """Class decorator registering an :class:`AgentLoopBase` subclass under ``agent_name``."""
+
+    def decorator(cls: type[AgentLoopBase]) -> type[AgentLoopBase]:
+        if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
+            raise TypeError(f"@register({agent_name!r}) needs an AgentLoopBase subclass, got {cls!r}")
+        existing = _REGISTRY.get(agent_name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"agent loop {agent_name!r} is already registered to {existing.__qualname__}")
+        _REGISTRY[agent_name] = cls
+        return cls
+
+    return decorator
+
+
+def _load_builtins() -> None:
+    import verl.experimental.agent_loop.single_turn_agent_loop  # noqa: F401
+    import verl.experimental.agent_loop.tool_agent_loop  # noqa: F401
+
+
+def available_agent_loops() -> list[str]:
+    """The registered loop names."""
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def get_agent_loop_class(agent_name: str) -> type[AgentLoopBase]:
+    """The loop registered under ``agent_name``; unknown names raise ``ValueError`` listing the known ones."""
+    _load_builtins()
+    if agent_name not in _REGISTRY:
+        raise ValueError(
+            f"unknown agent loop {agent_name!r} (agent_name column or agent.default_agent_loop); "
+            f"registered: {sorted(_REGISTRY)}"
+        )
+    return _REGISTRY[agent_name]
+
+
+def load_agent_loop_config(path: str) -> list[str]:
+    """Register the loops listed in ``path`` (``- name: ..., _target_: pkg.module.Class``); returns their names."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"agent loop config {path!r} (rollout.agent.agent_loop_config_path) not found")
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of entries with name and _target_")
+    names = []
+    for i, entry in enumerate(raw):
+        where = f"{path}: [{i}]"
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("_target_"):
+            raise ValueError(f"{where}: each entry needs name and _target_ (a dotted class path); got {entry!r}")
+        cls = load_class(entry["_target_"], where)
+        if not issubclass(cls, AgentLoopBase):
+            raise ValueError(f"{where}: {entry['_target_']} is not a subclass of AgentLoopBase")
+        register(str(entry["name"]))(cls)
+        names.append(str(entry["name"]))
+    return names

@@ -1,0 +1,182 @@
+"""Generation requests of many agent-loop coroutines, served in batches by one rollout engine.
+
+Each trajectory awaits :meth:`RequestBatcher.generate` with its token ids so far and a token budget. A dedicated
+thread owns the engine: it takes every request waiting, left-pads them into one prompt batch
+(``input_ids``/``attention_mask``/``position_ids [n, max_len]``), calls the engine's ``generate_sequences`` once
+with ``response_length`` = the largest budget among them, and hands each request its own tokens (cut to its
+budget). While the engine works, trajectories that are running tools keep going (they live in event loops on
+other threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow costs
+about its slowest trajectory, not the sum of all.
+
+When a request arrives the thread waits up to ``batch_wait_s`` for more, and stops waiting as soon as every
+registered trajectory (:meth:`open_trajectory`) not busy elsewhere has a request in the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.torch_functional import compute_position_id_with_mask
+
+__all__ = ["RequestBatcher", "TokenOutput"]
+
+TURN_META_KEY = "agent_loop_turn"
+"""``meta_info`` flag of the batcher's own engine calls (the engine generates plainly instead of looping again)."""
+
+
+@dataclass
+class TokenOutput:
+    """One request's answer: the generated ids (EOS included when it ended there), their log-probs (when the
+    engine computes them), and why it stopped: ``eos`` or ``length``."""
+
+    token_ids: list[int]
+    log_probs: list[float] | None
+    stop_reason: str
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    future: Future = field(default_factory=Future)
+
+
+class RequestBatcher:
+    """Batches requests from any thread's event loop onto ``generate_batch`` (an engine's ``generate_sequences``).
+
+    Args:
+        generate_batch: prompts DataProto -> rollout DataProto (``responses``, ``response_mask``
+            ``[n, response_len]``, optionally ``rollout_log_probs``).
+        meta_info: the generation call's meta (sampling settings, ``eos_token_id``, ``pad_token_id``, seed).
+        batch_wait_s: longest wait for more requests once one is queued.
+    """
+
+    def __init__(
+        self, generate_batch: Callable[[DataProto], DataProto], meta_info: dict[str, Any], batch_wait_s: float = 0.02
+    ) -> None:
+        self.generate_batch = generate_batch
+        self.meta_info = dict(meta_info)
+        self.batch_wait_s = float(batch_wait_s)
+        eos = meta_info.get("eos_token_id")
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.pad_token_id = int(meta_info.get("pad_token_id") if meta_info.get("pad_token_id") is not None else 0)
+        self._queue: list[_Request] = []
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self.batch_sizes: list[int] = []
+        self.engine_s = 0.0
+        # torch's CPU thread count is per thread (OpenMP): the serving thread uses the caller's
+        self._torch_threads = torch.get_num_threads()
+        self._thread = threading.Thread(target=self._serve, name="agent-loop-batcher", daemon=True)
+        self._thread.start()
+
+    # --------------------------------------------------------------------------------------------- trajectories
+    def open_trajectory(self) -> None:
+        """Count a trajectory as active (its requests are expected)."""
+        with self._cond:
+            self._active += 1
+            self._cond.notify_all()
+
+    def close_trajectory(self) -> None:
+        """The trajectory is done: the batcher no longer waits for its requests."""
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
+        """Generate at most ``max_tokens`` tokens after ``prompt_ids`` (served in a batch with other requests)."""
+        if not prompt_ids or max_tokens < 1:
+            raise ValueError(
+                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
+            )
+        request = _Request(list(prompt_ids), int(max_tokens))
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the request batcher is closed")
+            self._queue.append(request)
+            self._cond.notify_all()
+        return await asyncio.wrap_future(request.future)
+
+    def close(self) -> None:
+        """Stop the serving thread (requests still queued fail)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    # --------------------------------------------------------------------------------------------- serving side
+    def _take_batch(self) -> list[_Request] | None:
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                for request in self._queue:
+                    request.future.set_exception(RuntimeError("the request batcher was closed"))
+                self._queue.clear()
+                return None
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(self._queue) < self._active and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
+            batch, self._queue = self._queue, []
+            return batch
+
+    def _serve(self) -> None:
+        torch.set_num_threads(self._torch_threads)
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            try:
+                outputs = self._run(batch)
+            except BaseException as e:  # noqa: BLE001  (handed to every waiting trajectory)
+                for request in batch:
+                    request.future.set_exception(e)
+                continue
+            for request, output in zip(batch, outputs):
+                request.future.set_result(output)
+
+    def _run(self, batch: list[_Request]) -> list[TokenOutput]:
+        width = max(len(r.prompt_ids) for r in batch)
+        input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, request in enumerate(batch):
+            input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids, dtype=torch.long)
+            attention_mask[i, width - len(request.prompt_ids) :] = 1
+        meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch), TURN_META_KEY: True}
+        if self.meta_info.get("seed") is not None:
+            meta["seed"] = int(self.meta_info["seed"]) + 7919 * len(self.batch_sizes)
+        prompts = DataProto.from_dict(
+            tensors={
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "position_ids": compute_position_id_with_mask(attention_mask),
+            },
+            meta_info=meta,
+        )
+        start = time.perf_counter()
+        out = self.generate_batch(prompts)
+        self.engine_s += time.perf_counter() - start
+        self.batch_sizes.append(len(batch))
+        responses, mask = out.batch["responses"].cpu(), out.batch["response_mask"].cpu()
+        log_probs = out.batch["rollout_log_probs"].cpu() if "rollout_log_probs" in out.batch.keys() else None
+        results = []
+        for i, request in enumerate(batch):
+            n = min(int(mask[i].sum()), request.max_tokens)
+            ids = [int(t) for t in responses[i, :n].tolist()]
+            stop = "eos" if ids and ids[-1] in self.eos_ids else "length"
+            lp = None if log_probs is None else [float(x) for x in log_probs[i, :n].tolist()]
+            results.append(TokenOutput(ids, lp, stop))
+        return results

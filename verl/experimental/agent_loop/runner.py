@@ -1,0 +1,194 @@
+"""Run a prompt batch through agent loops and return it in the rollout layout (the engine-side entry point).
+
+``AgentLoopRunner.generate_sequences(prompts)`` is what a rollout engine's ``generate_sequences`` calls when
+``rollout.multi_turn.enable`` is true. Every row becomes one coroutine of the loop named by its ``agent_name``
+column (else ``rollout.agent.default_agent_loop``); the rows are split over ``rollout.agent.num_workers`` worker
+threads, each with its own event loop (a tool that blocks its loop stalls only its share); all of them send their
+generation requests to one :class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` over the engine.
+
+Output, like a single-turn engine's (``verl.workers.rollout.base``): ``prompts [bs, prompt_len]`` (left-padded),
+``responses``/``response_mask [bs, response_length]`` (right-padded; mask 0 on tool and user tokens),
+``input_ids``/``attention_mask``/``position_ids [bs, prompt_len + response_length]``, ``rollout_log_probs``
+when the engine computes them, and the non-tensor columns ``agent_reward`` (float: tool rewards and interaction
+scores, added to the final reward by the trainer) and ``agent_metrics`` (dict per sample, see
+:mod:`verl.experimental.agent_loop.metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopOutput,
+    AgentLoopSettings,
+    get_agent_loop_class,
+    load_agent_loop_config,
+)
+from verl.experimental.agent_loop.request_batcher import RequestBatcher
+from verl.experimental.agent_loop.tool_parser import ToolParser
+from verl.protocol import DataProto
+from verl.utils.torch_functional import compute_position_id_with_mask
+
+__all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "build_agent_output"]
+
+AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name", "index")
+"""Prompt columns an agent loop reads, carried to the engine with the prompt tensors."""
+
+
+class AgentLoopRunner:
+    """Agent loops over one engine.
+
+    Args:
+        rollout_config: the ``actor_rollout_ref.rollout`` section as a ``RolloutConfig`` (``multi_turn.*``,
+            ``agent.*``, lengths).
+        tokenizer: the model's tokenizer.
+        generate_batch: the engine's plain ``generate_sequences`` (prompts DataProto -> rollout DataProto).
+    """
+
+    def __init__(self, rollout_config: Any, tokenizer: Any, generate_batch: Callable[[DataProto], DataProto]) -> None:
+        from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
+        from verl.tools.utils.tool_registry import initialize_tools_from_config
+
+        if tokenizer is None:
+            raise ValueError("multi-turn rollouts need the model's tokenizer (the engine was built without one)")
+        self.settings = AgentLoopSettings.from_rollout_config(rollout_config)
+        self.tokenizer = tokenizer
+        self.generate_batch = generate_batch
+        mt, agent = rollout_config.multi_turn, rollout_config.agent
+        tool_path = mt.tool_config_path
+        self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
+        interaction_path = mt.interaction_config_path
+        self.interactions = initialize_interactions_from_config(interaction_path) if interaction_path else {}
+        loop_path = agent.agent_loop_config_path
+        if loop_path:
+            load_agent_loop_config(loop_path)
+        get_agent_loop_class(self.settings.default_agent_loop)
+        ToolParser.get_tool_parser(self.settings.format, tokenizer)
+        self.last_batch_sizes: list[int] = []
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Run every row's agent loop; returns the layout of the module docstring."""
+        input_ids, attention_mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].cpu()
+        n = input_ids.shape[0]
+        columns = {k: prompts.non_tensor_batch[k] for k in AGENT_INPUT_KEYS if k in prompts.non_tensor_batch}
+        rows = []
+        for i in range(n):
+            row = {k: v[i] for k, v in columns.items()}
+            row["prompt_ids"] = [int(t) for t in input_ids[i][attention_mask[i].bool()].tolist()]
+            rows.append(row)
+        meta = dict(prompts.meta_info)
+        settings = self.settings
+        if meta.get("response_length") is not None:  # a call's own length (as for single-turn engines)
+            settings = dataclasses.replace(settings, response_length=int(meta["response_length"]))
+        meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
+        meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        batcher = RequestBatcher(self.generate_batch, meta)
+        results: list[AgentLoopOutput | None] = [None] * n
+        errors: list[BaseException] = []
+        for _ in range(n):
+            batcher.open_trajectory()
+        shares = [s for s in np.array_split(np.arange(n), min(self.settings.num_workers, n)) if len(s)]
+        threads = [
+            threading.Thread(target=self._worker, args=(list(share), rows, meta, settings, batcher, results, errors))
+            for share in shares
+        ]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            batcher.close()
+            self.last_batch_sizes = list(batcher.batch_sizes)
+        if errors:
+            raise errors[0]
+        prompt_len = max(settings.prompt_length, input_ids.shape[1])
+        pad = meta["pad_token_id"] if meta["pad_token_id"] is not None else 0
+        return build_agent_output(results, prompt_len, settings.response_length, int(pad), meta)
+
+    def _worker(
+        self,
+        share: list[int],
+        rows: list[dict[str, Any]],
+        meta: dict[str, Any],
+        settings: AgentLoopSettings,
+        batcher: RequestBatcher,
+        results: list[AgentLoopOutput | None],
+        errors: list[BaseException],
+    ) -> None:
+        async def one(i: int) -> None:
+            start = time.perf_counter()
+            try:
+                name = rows[i].get("agent_name") or settings.default_agent_loop
+                loop = get_agent_loop_class(str(name))(settings, batcher, self.tokenizer, self.tools, self.interactions)
+                kwargs = {k: v for k, v in rows[i].items() if k != "agent_name"}
+                results[i] = await loop.run(meta, **kwargs)
+                results[i].metrics["latency_s"] = time.perf_counter() - start
+            finally:
+                batcher.close_trajectory()
+
+        async def main() -> None:
+            outcomes = await asyncio.gather(*(one(i) for i in share), return_exceptions=True)
+            errors.extend(o for o in outcomes if isinstance(o, BaseException))
+
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001  (re-raised by the calling thread)
+            errors.append(e)
+
+
+def build_agent_output(
+    outputs: list[AgentLoopOutput], prompt_len: int, response_length: int, pad_token_id: int, meta: dict[str, Any]
+) -> DataProto:
+    """Pad trajectories into the rollout layout (see the module docstring)."""
+    n = len(outputs)
+    prompts = torch.full((n, prompt_len), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((n, prompt_len), dtype=torch.long)
+    responses = torch.full((n, response_length), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((n, response_length), dtype=torch.long)
+    response_attn = torch.zeros((n, response_length), dtype=torch.long)
+    with_log_probs = all(o.response_logprobs is not None for o in outputs)
+    log_probs = torch.zeros((n, response_length), dtype=torch.float32)
+    for i, o in enumerate(outputs):
+        if len(o.prompt_ids) > prompt_len or len(o.response_ids) > response_length:
+            raise ValueError(
+                f"agent loop output {i}: prompt {len(o.prompt_ids)} / response {len(o.response_ids)} tokens exceed "
+                f"prompt_length={prompt_len} / response_length={response_length}"
+            )
+        if len(o.response_mask) != len(o.response_ids):
+            raise ValueError(f"agent loop output {i}: response_mask and response_ids differ in length")
+        if o.prompt_ids:
+            prompts[i, prompt_len - len(o.prompt_ids) :] = torch.tensor(o.prompt_ids)
+            prompt_mask[i, prompt_len - len(o.prompt_ids) :] = 1
+        k = len(o.response_ids)
+        if k:
+            responses[i, :k] = torch.tensor(o.response_ids)
+            response_mask[i, :k] = torch.tensor(o.response_mask)
+            response_attn[i, :k] = 1
+            if with_log_probs:
+                log_probs[i, :k] = torch.tensor(o.response_logprobs, dtype=torch.float32)
+    attention_mask = torch.cat([prompt_mask, response_attn], dim=-1)
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompts, responses], dim=-1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+    }
+    if with_log_probs:
+        tensors["rollout_log_probs"] = log_probs * response_mask
+    non_tensors = {
+        "agent_reward": np.array([float(o.reward_score) for o in outputs], dtype=object),
+        "agent_metrics": np.array([{**o.metrics, "num_turns": o.num_turns} for o in outputs], dtype=object),
+    }
+    meta = {k: v for k, v in meta.items() if k != "agent_loop_turn"}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)

@@ -1,0 +1,56 @@
+"""Checks of ``actor_rollout_ref.rollout.multi_turn.*`` and ``rollout.agent.*`` (agent-loop rollouts)."""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+__all__ = ["check_multi_turn"]
+
+MT = "actor_rollout_ref.rollout.multi_turn"
+AGENT = "actor_rollout_ref.rollout.agent"
+
+
+def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
+    """Ranges and files of the multi-turn keys; with ``enable`` the engine must be ``hf`` and loops that read chat
+    messages need ``data.return_raw_chat``. Keys set while ``enable`` is false are a warning (they do nothing)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopSettings, available_agent_loops
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    rollout = cfg.actor_rollout_ref.rollout
+    mt, agent = rollout.multi_turn, rollout.agent
+    settings = AgentLoopSettings.from_rollout_config(rollout, validate=False)
+    errors.extend(settings.problems())
+    if settings.format not in ToolParser.available():
+        errors.append(f"{MT}.format={settings.format!r} is unknown; known formats: {ToolParser.available()}")
+    files = [
+        (f"{MT}.tool_config_path", mt.tool_config_path),
+        (f"{MT}.interaction_config_path", mt.interaction_config_path),
+        (f"{AGENT}.agent_loop_config_path", agent.agent_loop_config_path),
+    ]
+    for key, path in files:
+        if path is not None and not os.path.isfile(str(path)):
+            errors.append(f"{key}={path!r}: no such file")
+    loop_path = files[2][1]
+    if loop_path is None and settings.default_agent_loop not in available_agent_loops():
+        errors.append(
+            f"{AGENT}.default_agent_loop={settings.default_agent_loop!r} is not a registered agent loop "
+            f"({available_agent_loops()}); list your own in {AGENT}.agent_loop_config_path"
+        )
+    if not bool(mt.enable):
+        set_keys = [key for key, path in files if path is not None]
+        if set_keys:
+            warns.append(f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true")
+        return
+    if str(rollout.name) != "hf":
+        errors.append(
+            f"{MT}.enable=true runs the agent loops on the hf engine only in this version; set "
+            f"actor_rollout_ref.rollout.name=hf (got {rollout.name!r})"
+        )
+    reads_chat = files[0][1] or files[1][1] or settings.default_agent_loop != "single_turn_agent"
+    if reads_chat and not bool(cfg.data.get("return_raw_chat", False)):
+        errors.append(
+            f"{MT}.enable=true with tools, interactions or agent loop {settings.default_agent_loop!r}: the loops "
+            f"read each prompt's chat messages; set data.return_raw_chat=true"
+        )
