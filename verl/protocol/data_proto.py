@@ -1,25 +1,10 @@
-"""DataProto: the one data currency between the driver and the workers.
-
-A ``DataProto`` bundles three things that travel together through an RL step:
-
-- ``batch``: a ``tensordict.TensorDict`` whose tensors share the leading batch dimension ``N``
-  (e.g. ``input_ids [N, seq_len]``, ``response_mask [N, response_len]``);
-- ``non_tensor_batch``: a dict of numpy arrays (usually ``dtype=object``) of length ``N`` holding per-sample
-  python values (``uid``, ``data_source``, ``reward_model`` dicts, ...);
-- ``meta_info``: a plain dict of batch-level values (``eos_token_id``, ``temperature``, ``metrics``, ...).
-
-Every row operation (index, slice, chunk, repeat, reorder, concat) is applied to ``batch`` and
-``non_tensor_batch`` together, so the i-th tensor row and the i-th python value always describe the same sample.
-Names and semantics follow open-source verl's ``verl.protocol`` so existing driver and worker code carries over.
-"""
+"""``DataProto`` and ``DataProtoItem``: the batch class itself (see :mod:`verl.protocol` for the overview)."""
 
 from __future__ import annotations
 
 import copy
 import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,17 +12,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from verl.utils.dataproto_utils import (
-    DataProtoConfig,
-    all_gather_data_proto,
-    deserialize_single_tensor,
-    deserialize_tensordict,
-    fold_batch_dim,
-    list_of_dict_to_dict_of_list,
-    serialize_single_tensor,
-    serialize_tensordict,
-    unfold_batch_dim,
-)
+from verl.protocol.errors import DataProtoError
+from verl.protocol.unions import _merge_metrics, union_numpy_dict, union_tensor_dict, union_two_dict
+from verl.utils.dataproto_utils import DataProtoConfig
 from verl.utils.fs import atomic_binary_file
 from verl.utils.safe_serialization import compact_tensor as _compact
 from verl.utils.safe_serialization import decode_array as _decode_array
@@ -46,26 +23,7 @@ from verl.utils.safe_serialization import from_plain as _from_plain
 from verl.utils.safe_serialization import object_array as _object_array
 from verl.utils.safe_serialization import to_plain as _to_plain
 
-__all__ = [
-    "DataProto",
-    "DataProtoConfig",
-    "DataProtoItem",
-    "DataProtoFuture",
-    "all_gather_data_proto",
-    "collate_fn",
-    "deserialize_single_tensor",
-    "deserialize_tensordict",
-    "fold_batch_dim",
-    "list_of_dict_to_dict_of_list",
-    "pad_dataproto_to_divisor",
-    "serialize_single_tensor",
-    "serialize_tensordict",
-    "unfold_batch_dim",
-    "union_numpy_dict",
-    "union_tensor_dict",
-    "union_two_dict",
-    "unpad_dataproto",
-]
+__all__ = ["DataProto", "DataProtoItem"]
 
 _SAVE_FORMAT = "verl.DataProto"
 _SAVE_VERSION = 1
@@ -82,37 +40,8 @@ def _plain_tensor_dict(td: TensorDict, where: str, to_cpu: bool) -> dict[str, An
             value = value.cpu() if to_cpu else value
             out[key] = _compact(value)
         else:
-            raise ValueError(f"batch key {where}.{key!r} holds a {type(value).__name__}, not a tensor")
+            raise DataProtoError(f"batch key {where}.{key!r} holds a {type(value).__name__}, not a tensor")
     return out
-
-
-def _values_equal(a: Any, b: Any) -> bool:
-    """Element equality that treats NaN == NaN and compares arrays / tensors by content."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        try:
-            return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
-        except TypeError:  # equal_nan is unsupported for object dtype
-            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):
-        return False
-
-
-def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape:
-        return False
-    if a.dtype != object and b.dtype != object:
-        return _values_equal(a, b)
-    return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
 
 
 def _as_key_list(keys: str | Sequence[str] | None, what: str) -> list[str] | None:
@@ -123,72 +52,6 @@ def _as_key_list(keys: str | Sequence[str] | None, what: str) -> list[str] | Non
     if not isinstance(keys, (list, tuple)):
         raise TypeError(f"{what} must be a str or a list of str, got {type(keys).__name__}")
     return list(keys)
-
-
-def _merge_metrics(metric_dicts: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Merge per-worker ``{name: value | list}`` dicts into ``{name: [values from every worker, in order]}``."""
-    merged: dict[str, list[Any]] = {}
-    for metrics in metric_dicts:
-        for name, value in metrics.items():
-            bucket = merged.setdefault(name, [])
-            if isinstance(value, (list, tuple)):
-                bucket.extend(value)
-            else:
-                bucket.append(value)
-    return merged
-
-
-# ---- union helpers ---------------------------------------------------------------------------------------------------
-def union_tensor_dict(tensor_dict1: TensorDict | None, tensor_dict2: TensorDict | None) -> TensorDict | None:
-    """Add the keys of ``tensor_dict2`` to ``tensor_dict1`` (in place) and return it.
-
-    Both must have the same ``batch_size``; a key present in both must hold equal tensors, otherwise a ValueError
-    names the key. ``None`` stands for "no tensors" and yields the other argument.
-    """
-    if tensor_dict1 is None:
-        return tensor_dict2
-    if tensor_dict2 is None:
-        return tensor_dict1
-    if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise ValueError(
-            f"cannot union batches of different sizes: {list(tensor_dict1.batch_size)} vs "
-            f"{list(tensor_dict2.batch_size)}"
-        )
-    for key, value in tensor_dict2.items(include_nested=True, leaves_only=True):
-        if key in tensor_dict1.keys(include_nested=True, leaves_only=True):
-            mine = tensor_dict1.get(key)
-            same = mine.shape == value.shape and mine.dtype == value.dtype and torch.equal(mine, value.to(mine.device))
-            if not same:
-                raise ValueError(f"union conflict on batch key {key!r}: both sides hold it with different values")
-        else:
-            tensor_dict1.set(key, value)
-    return tensor_dict1
-
-
-def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Add the arrays of ``tensor_dict2`` to ``tensor_dict1`` (in place) and return it.
-
-    A key present in both must hold equal arrays (element-wise, NaN equal to NaN), otherwise ValueError naming it.
-    """
-    for key, value in tensor_dict2.items():
-        if key in tensor_dict1:
-            if not _arrays_equal(np.asarray(tensor_dict1[key]), np.asarray(value)):
-                raise ValueError(f"union conflict on non-tensor key {key!r}: both sides hold it with different values")
-        else:
-            tensor_dict1[key] = value
-    return tensor_dict1
-
-
-def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
-    """Add the entries of ``dict2`` to ``dict1`` (in place) and return it; a key in both must hold equal values
-    (ValueError naming it otherwise). Used for ``meta_info``."""
-    for key, value in dict2.items():
-        if key in dict1:
-            if not _values_equal(dict1[key], value):
-                raise ValueError(f"union conflict on meta_info key {key!r}: {dict1[key]!r} vs {value!r}")
-        else:
-            dict1[key] = value
-    return dict1
 
 
 _union_meta = union_two_dict
@@ -215,6 +78,10 @@ class DataProto:
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.non_tensor_batch is None:  # verl accepts None for "no non-tensors"
+            self.non_tensor_batch = {}
+        if self.meta_info is None:
+            self.meta_info = {}
         self.check_consistency()
 
     # ---- construction -----------------------------------------------------------------------------------------
@@ -227,7 +94,7 @@ class DataProto:
             if not isinstance(self.batch, TensorDict):
                 raise TypeError(f"DataProto.batch must be a TensorDict, got {type(self.batch).__name__}")
             if len(self.batch.batch_size) == 0:
-                raise ValueError("DataProto.batch must have at least one batch dimension, got batch_size=[]")
+                raise DataProtoError("DataProto.batch must have at least one batch dimension, got batch_size=[]")
         if not isinstance(self.non_tensor_batch, dict):
             raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
         if not isinstance(self.meta_info, dict):
@@ -242,11 +109,11 @@ class DataProto:
                     "(use DataProto.from_dict / from_single_dict to convert lists)"
                 )
             if value.ndim == 0:
-                raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per sample")
+                raise DataProtoError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per sample")
             if ref_len is None:
                 ref_key, ref_len = f"non_tensor_batch[{key!r}]", len(value)
             elif len(value) != ref_len:
-                raise ValueError(
+                raise DataProtoError(
                     f"non_tensor_batch[{key!r}] has length {len(value)} but {ref_key} has batch size {ref_len}"
                 )
 
@@ -257,16 +124,19 @@ class DataProto:
         non_tensors: dict[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
         num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
         """Build a DataProto whose batch size is the first ``num_batch_dims`` dims of the tensors.
 
-        Non-tensor lists are converted to 1-D object arrays. Tensors with differing leading dims raise ValueError
-        naming the key and both shapes.
+        Non-tensor lists are converted to 1-D object arrays. Tensors with differing leading dims raise
+        :class:`DataProtoError` naming the key and both shapes. ``auto_padding=True`` marks this DataProto (in
+        ``meta_info[DataProtoConfig.auto_padding_key]``) so DP dispatch pads it to a multiple of the rank count and
+        ``chunk`` accepts uneven sizes (see :meth:`is_padding_enabled`).
         """
         tensors = dict(tensors or {})
         non_tensors = dict(non_tensors or {})
         if num_batch_dims < 1:
-            raise ValueError(f"num_batch_dims must be >= 1, got {num_batch_dims}")
+            raise DataProtoError(f"num_batch_dims must be >= 1, got {num_batch_dims}")
         batch = None
         if tensors:
             first_key = next(iter(tensors))
@@ -275,11 +145,11 @@ class DataProto:
                 if not isinstance(tensor, torch.Tensor):
                     raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(tensor).__name__}")
                 if tensor.dim() < num_batch_dims:
-                    raise ValueError(f"tensors[{key!r}] has {tensor.dim()} dims, fewer than {num_batch_dims=}")
+                    raise DataProtoError(f"tensors[{key!r}] has {tensor.dim()} dims, fewer than {num_batch_dims=}")
                 if batch_size is None:
                     batch_size = tensor.shape[:num_batch_dims]
                 elif tensor.shape[:num_batch_dims] != batch_size:
-                    raise ValueError(
+                    raise DataProtoError(
                         f"tensors[{key!r}] has leading shape {list(tensor.shape[:num_batch_dims])} but "
                         f"tensors[{first_key!r}] has {list(batch_size)}"
                     )
@@ -288,12 +158,18 @@ class DataProto:
             key: value if isinstance(value, np.ndarray) else _object_array(list(value))
             for key, value in non_tensors.items()
         }
-        return cls(batch=batch, non_tensor_batch=converted, meta_info=dict(meta_info or {}))
+        meta = dict(meta_info or {})
+        if auto_padding:
+            meta[DataProtoConfig.auto_padding_key] = True
+        return cls(batch=batch, non_tensor_batch=converted, meta_info=meta)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
-        """Build a DataProto from one dict: tensors go to ``batch``, numpy arrays / lists / tuples to
-        ``non_tensor_batch``; any other value raises ValueError naming the key."""
+    def from_single_dict(
+        cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None, auto_padding: bool = False
+    ) -> DataProto:
+        """Build a DataProto (of ``cls``) from one dict: tensors go to ``batch``, numpy arrays / lists / tuples to
+        ``non_tensor_batch``; any other value raises DataProtoError naming the key. ``auto_padding``: as
+        :meth:`from_dict`."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
             if isinstance(value, torch.Tensor):
@@ -301,11 +177,45 @@ class DataProto:
             elif isinstance(value, (np.ndarray, list, tuple)):
                 non_tensors[key] = value
             else:
-                raise ValueError(
+                raise DataProtoError(
                     f"from_single_dict: key {key!r} holds a {type(value).__name__}; expected a tensor, a numpy "
                     "array or a list (put batch-level values in meta_info)"
                 )
-        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
+
+    @classmethod
+    def from_tensordict(
+        cls,
+        tensor_dict: TensorDict,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+    ) -> DataProto:
+        """Build a DataProto from a TensorDict (the inverse of :meth:`to_tensordict`).
+
+        Tensor leaves go to ``batch`` (batch size: the first ``num_batch_dims`` dims of ``tensor_dict``); per-sample
+        non-tensor entries (``NonTensorStack``, one value per row) go to ``non_tensor_batch`` as object arrays;
+        batch-level entries (``NonTensorData``) go to ``meta_info``, updated by ``meta_info`` if given.
+        """
+        from verl.utils.tensordict_utils import split_tensordict
+
+        tensors, non_tensors, meta = split_tensordict(tensor_dict)
+        meta.update(meta_info or {})
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta, num_batch_dims=num_batch_dims)
+
+    def to_tensordict(self) -> TensorDict:
+        """One TensorDict holding everything: the tensors, each non-tensor column as a ``NonTensorStack`` (read back
+        as a list) and each ``meta_info`` entry as ``NonTensorData`` (read back as the value)."""
+        from verl.utils.tensordict_utils import get_tensordict
+
+        columns: dict[str, Any] = dict(self.batch.items()) if self.batch is not None else {}
+        for key, value in self.non_tensor_batch.items():
+            columns[key] = list(value)
+        return get_tensordict(columns, dict(self.meta_info))
+
+    def is_padding_enabled(self) -> bool:
+        """True when this DataProto was built with ``auto_padding=True`` or ``DataProtoConfig.auto_padding`` is on
+        (``VERL_AUTO_PADDING=1`` also turns it on)."""
+        return bool(self.meta_info.get(DataProtoConfig.auto_padding_key, False)) or DataProtoConfig.auto_padding
 
     # ---- size and indexing ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -348,7 +258,7 @@ class DataProto:
         idx = idxs.detach().cpu().numpy() if isinstance(idxs, torch.Tensor) else np.asarray(idxs)
         if idx.dtype == bool:
             if idx.shape != (len(self),):
-                raise ValueError(f"boolean mask has shape {list(idx.shape)} but the batch has {len(self)} rows")
+                raise DataProtoError(f"boolean mask has shape {list(idx.shape)} but the batch has {len(self)} rows")
             idx = np.flatnonzero(idx)
         elif idx.size == 0:
             idx = idx.astype(np.int64)
@@ -432,7 +342,7 @@ class DataProto:
         old = _as_key_list(old_keys, "old_keys") or []
         new = _as_key_list(new_keys, "new_keys") or []
         if len(old) != len(new):
-            raise ValueError(f"rename needs as many new keys as old keys, got {old} -> {new}")
+            raise DataProtoError(f"rename needs as many new keys as old keys, got {old} -> {new}")
         if old and self.batch is None:
             raise KeyError(f"cannot rename {old}: this DataProto has no tensors")
         for o, n in zip(old, new):
@@ -447,7 +357,7 @@ class DataProto:
         Batch sizes must match; a key present on both sides with different values raises ValueError naming it.
         """
         if not self._is_empty() and not other._is_empty() and len(self) != len(other):
-            raise ValueError(f"cannot union DataProtos of different batch sizes: {len(self)} vs {len(other)}")
+            raise DataProtoError(f"cannot union DataProtos of different batch sizes: {len(self)} vs {len(other)}")
         self.batch = union_tensor_dict(self.batch, other.batch)
         self.non_tensor_batch = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
         self.meta_info = _union_meta(self.meta_info, other.meta_info)
@@ -463,17 +373,17 @@ class DataProto:
         """Concatenate along the batch dim. meta_info comes from ``data[0]``, except ``meta_info["metrics"]``:
         every part's metrics dict (``{name: value | list}``) is merged into ``{name: [values in part order]}``."""
         if not data:
-            raise ValueError("DataProto.concat needs at least one DataProto")
+            raise DataProtoError("DataProto.concat needs at least one DataProto")
         has_batch = [d.batch is not None for d in data]
         if any(has_batch) and not all(has_batch):
-            raise ValueError(f"cannot concat DataProtos with and without tensors (has batch: {has_batch})")
+            raise DataProtoError(f"cannot concat DataProtos with and without tensors (has batch: {has_batch})")
         for i, d in enumerate(data[1:], start=1):
             for what, mine, first in (
                 ("batch", d.batch, data[0].batch),
                 ("non-tensor", d.non_tensor_batch, data[0].non_tensor_batch),
             ):
                 if mine is not None and set(mine.keys()) != set(first.keys()):
-                    raise ValueError(
+                    raise DataProtoError(
                         f"cannot concat: part {i} has {what} keys {sorted(mine.keys())}, "
                         f"part 0 has {sorted(first.keys())}"
                     )
@@ -485,35 +395,94 @@ class DataProto:
         metric_dicts = [d.meta_info["metrics"] for d in data if d.meta_info.get("metrics") is not None]
         for m in metric_dicts:
             if not isinstance(m, dict):
-                raise ValueError(f"meta_info['metrics'] must be a dict of name -> value, got {type(m).__name__}")
+                raise DataProtoError(f"meta_info['metrics'] must be a dict of name -> value, got {type(m).__name__}")
         if metric_dicts:
             meta["metrics"] = _merge_metrics(metric_dicts)
         return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def chunk(self, chunks: int) -> list[DataProto]:
-        """Split into ``chunks`` equal parts (views). The batch size must be divisible by ``chunks``."""
+        """Split into ``chunks`` parts (views), in order.
+
+        The batch size must be divisible by ``chunks`` unless :meth:`is_padding_enabled`; then, as ``torch.chunk``,
+        every part has ``ceil(N / chunks)`` rows except the last non-empty one (10 rows in 4 chunks: 3, 3, 3, 1),
+        and parts past the end are empty, so exactly ``chunks`` parts come back.
+        """
         if not isinstance(chunks, int) or chunks < 1:
-            raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+            raise DataProtoError(f"chunks must be a positive int, got {chunks!r}")
         n = len(self)
-        if n % chunks != 0:
-            raise ValueError(
-                f"cannot chunk a batch of size {n} into {chunks} equal chunks ({n} % {chunks} = {n % chunks}); "
-                f"pad it first with pad_dataproto_to_divisor(data, {chunks}) and unpad the result"
+        if n % chunks == 0:
+            size = n // chunks
+            return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+        if not self.is_padding_enabled():
+            raise DataProtoError(
+                f"only support equal chunk. Got size of DataProto {n} and chunk {chunks}: {n} % {chunks} = "
+                f"{n % chunks}; pad it first with pad_dataproto_to_divisor(data, {chunks}) and unpad the result, "
+                "or enable auto-padding (DataProto.from_dict(..., auto_padding=True))"
             )
-        size = n // chunks
-        return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+        size = -(-n // chunks)
+        return [self.slice(min(i * size, n), min((i + 1) * size, n)) for i in range(chunks)]
+
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Cut every row into ``n_split`` rows along its second dim (the "columns").
+
+        For a key in ``split_keys`` of shape ``[N, C, ...]`` (``C`` divisible by ``n_split``) row ``i`` becomes rows
+        ``i * n_split + j`` holding columns ``j*C/n_split : (j+1)*C/n_split``; every other key is repeated
+        ``n_split`` times (interleaved). Non-tensor keys in ``split_keys`` must hold ``C`` values per row.
+        Returns ``N * n_split`` rows; meta_info is kept.
+        """
+        if not isinstance(n_split, int) or n_split < 1:
+            raise DataProtoError(f"n_split must be a positive int, got {n_split!r}")
+        split_keys = list(split_keys or [])
+        n = len(self)
+        known = set(self.batch.keys() if self.batch is not None else ()) | set(self.non_tensor_batch)
+        missing = [k for k in split_keys if k not in known]
+        if missing:
+            raise KeyError(f"unfold_column_chunks: split_keys {missing} not found; available: {sorted(known)}")
+        repeated = self.repeat(n_split, interleave=True)
+        batch = None
+        if self.batch is not None:
+            columns = {}
+            for key, value in self.batch.items():
+                if key in split_keys:
+                    if value.dim() < 2 or value.shape[1] % n_split:
+                        raise DataProtoError(
+                            f"unfold_column_chunks: batch key {key!r} has shape {list(value.shape)}; its dim 1 must "
+                            f"be divisible by n_split={n_split}"
+                        )
+                    width = value.shape[1] // n_split
+                    columns[key] = value.reshape(n * n_split, width, *value.shape[2:])
+                else:
+                    columns[key] = repeated.batch[key]
+            batch = TensorDict(columns, batch_size=[n * n_split])
+        non_tensor = {}
+        for key, value in self.non_tensor_batch.items():
+            if key not in split_keys:
+                non_tensor[key] = repeated.non_tensor_batch[key]
+                continue
+            parts: list[Any] = []
+            for row in value:
+                row = list(row)
+                if len(row) % n_split:
+                    raise DataProtoError(
+                        f"unfold_column_chunks: non-tensor key {key!r} has a row of {len(row)} values, not "
+                        f"divisible by n_split={n_split}"
+                    )
+                width = len(row) // n_split
+                parts.extend(row[j * width : (j + 1) * width] for j in range(n_split))
+            non_tensor[key] = _object_array(parts)
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
 
     def split(self, split_size: int) -> list[DataProto]:
         """Split into consecutive parts of ``split_size`` rows; the last part may be smaller."""
         if not isinstance(split_size, int) or split_size < 1:
-            raise ValueError(f"split_size must be a positive int, got {split_size!r}")
+            raise DataProtoError(f"split_size must be a positive int, got {split_size!r}")
         return [self.slice(i, i + split_size) for i in range(0, len(self), split_size)]
 
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """Repeat every row ``repeat_times`` times: rows ``[a, b]`` become ``[a, a, b, b]`` with ``interleave``
         (the GRPO layout, samples of one prompt adjacent) and ``[a, b, a, b]`` without."""
         if repeat_times < 1:
-            raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
+            raise DataProtoError(f"repeat_times must be >= 1, got {repeat_times}")
         base = np.arange(len(self))
         idx = np.repeat(base, repeat_times) if interleave else np.tile(base, repeat_times)
         return self.select_idxs(idx)
@@ -523,18 +492,18 @@ class DataProto:
         -> ``[a, a, b]``)."""
         counts = np.asarray(repeat_times.cpu() if isinstance(repeat_times, torch.Tensor) else repeat_times)
         if counts.shape != (len(self),) or (counts < 0).any():
-            raise ValueError(f"repeat_times must be {len(self)} non-negative ints, got {counts.tolist()}")
+            raise DataProtoError(f"repeat_times must be {len(self)} non-negative ints, got {counts.tolist()}")
         return self.select_idxs(np.repeat(np.arange(len(self)), counts))
 
     def padding(self, padding_size: int, padding_candidate: str = "") -> None:
         """Append ``padding_size`` copies of the last row (``padding_candidate="first"``: of the first row), in
         place (verl's ``DataProto.padding``)."""
         if padding_size < 0:
-            raise ValueError(f"padding_size must be >= 0, got {padding_size}")
+            raise DataProtoError(f"padding_size must be >= 0, got {padding_size}")
         if padding_size == 0:
             return
         if len(self) == 0:
-            raise ValueError("cannot pad a DataProto without rows")
+            raise DataProtoError("cannot pad a DataProto without rows")
         candidate = self.select_idxs([0 if padding_candidate == "first" else len(self) - 1])
         padded = DataProto.concat([self, candidate.repeat(padding_size)])
         self.batch = padded.batch
@@ -568,14 +537,16 @@ class DataProto:
         kwargs = dict(dataloader_kwargs or {})
         unknown = set(kwargs) - {"shuffle", "drop_last"}
         if unknown:
-            raise ValueError(f"make_iterator: unsupported dataloader_kwargs {sorted(unknown)} (use shuffle/drop_last)")
+            raise DataProtoError(
+                f"make_iterator: unsupported dataloader_kwargs {sorted(unknown)} (use shuffle/drop_last)"
+            )
         if mini_batch_size < 1 or epochs < 0:
-            raise ValueError(
+            raise DataProtoError(
                 f"make_iterator needs mini_batch_size >= 1 and epochs >= 0, got {mini_batch_size}, {epochs}"
             )
         n = len(self)
         if n % mini_batch_size != 0 and not kwargs.get("drop_last", False):
-            raise ValueError(
+            raise DataProtoError(
                 f"batch size {n} is not divisible by mini_batch_size {mini_batch_size}; pass drop_last=True in "
                 "dataloader_kwargs or pad the batch"
             )
@@ -622,11 +593,11 @@ class DataProto:
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
-            raise ValueError(f"{path}: not a DataProto file readable with weights_only=True ({exc})") from exc
+            raise DataProtoError(f"{path}: not a DataProto file readable with weights_only=True ({exc})") from exc
         if not isinstance(payload, dict) or payload.get("format") != _SAVE_FORMAT:
-            raise ValueError(f"{path}: not a DataProto file (missing format tag {_SAVE_FORMAT!r})")
+            raise DataProtoError(f"{path}: not a DataProto file (missing format tag {_SAVE_FORMAT!r})")
         if payload.get("version") != _SAVE_VERSION:
-            raise ValueError(f"{path}: unsupported DataProto file version {payload.get('version')!r}")
+            raise DataProtoError(f"{path}: unsupported DataProto file version {payload.get('version')!r}")
         batch = None
         if payload["batch"] is not None:
             batch = TensorDict(payload["batch"], batch_size=payload["batch_size"])
@@ -669,94 +640,3 @@ class DataProto:
     def print_size(self, prefix: str = "") -> None:
         """Print ``get_data_info()`` (for debugging)."""
         print(prefix + self.get_data_info())
-
-
-# ---- module functions ------------------------------------------------------------------------------------------------
-def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
-    """Append ``pad_size`` rows so that ``len(padded) % size_divisor == 0``; the padding repeats rows from the start
-    (row 0, 1, ..., cycling if ``pad_size > len(data)``). Returns ``(padded, pad_size)``."""
-    if not isinstance(size_divisor, int) or size_divisor < 1:
-        raise ValueError(f"size_divisor must be a positive int, got {size_divisor!r}")
-    n = len(data)
-    if n == 0 or n % size_divisor == 0:
-        return data, 0
-    pad_size = size_divisor - n % size_divisor
-    padding = data.select_idxs(np.arange(pad_size) % n)
-    return DataProto.concat([data, padding]), pad_size
-
-
-def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
-    """Drop the last ``pad_size`` rows added by ``pad_dataproto_to_divisor``.
-
-    A DataProto without rows (e.g. a worker's metrics-only output of a padded call) is returned unchanged.
-    """
-    if data._is_empty() and pad_size >= 0:
-        return data
-    if pad_size < 0 or pad_size > len(data):
-        raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
-    return data[: len(data) - pad_size] if pad_size else data
-
-
-def collate_fn(data_items: list[DataProtoItem]) -> DataProto:
-    """Stack a list of DataProtoItems (e.g. from a torch DataLoader over a DataProto) back into a DataProto;
-    meta_info comes from the first item."""
-    if not data_items:
-        raise ValueError("collate_fn needs at least one DataProtoItem")
-    batch = None
-    if data_items[0].batch is not None:
-        batch = torch.stack([item.batch for item in data_items]).contiguous()
-    non_tensor = {
-        k: _object_array([item.non_tensor_batch[k] for item in data_items]) for k in data_items[0].non_tensor_batch
-    }
-    return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(data_items[0].meta_info))
-
-
-# ---- DataProtoFuture -------------------------------------------------------------------------------------------------
-def _select_chunk(data: DataProto, index: int, chunks: int) -> DataProto:
-    return data.chunk(chunks)[index]
-
-
-@dataclass(eq=False)
-class DataProtoFuture:
-    """A DataProto that is not computed yet: ``get()`` resolves ``futures``, merges them with ``collect_fn`` and
-    applies ``dispatch_fn`` (e.g. "take chunk i") if set. Lets the driver pass one step's output to the next step
-    without waiting for it."""
-
-    collect_fn: Callable[[list[Any]], Any]
-    futures: list[Any]
-    dispatch_fn: Callable[[Any], Any] | None = None
-
-    @staticmethod
-    def concat(data: list[Any]) -> DataProtoFuture:
-        """A future that concatenates the DataProtos behind ``data`` (object refs, futures or values)."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
-
-    def chunk(self, chunks: int) -> list[DataProtoFuture]:
-        """``chunks`` futures; the i-th resolves to ``self.get().chunk(chunks)[i]``."""
-        previous = self.dispatch_fn
-
-        def make(i: int) -> Callable[[Any], Any]:
-            def dispatch(x: Any) -> Any:
-                return _select_chunk(previous(x) if previous is not None else x, i, chunks)
-
-            return dispatch
-
-        return [DataProtoFuture(self.collect_fn, self.futures, make(i)) for i in range(chunks)]
-
-    def get(self) -> Any:
-        """Resolve every future (``ray.ObjectRef`` via one ``ray.get``, ``concurrent.futures.Future`` via
-        ``.result()``, anything else as is), then apply ``collect_fn`` and ``dispatch_fn``."""
-        values = list(self.futures)
-        # ray is imported only if the caller already did: no ObjectRef can exist otherwise
-        ray = sys.modules.get("ray")
-        if ray is not None:
-            ref_positions = [i for i, v in enumerate(values) if isinstance(v, ray.ObjectRef)]
-            if ref_positions:
-                resolved = ray.get([values[i] for i in ref_positions])
-                for i, v in zip(ref_positions, resolved):
-                    values[i] = v
-        values = [v.result() if isinstance(v, Future) else v for v in values]
-        output = self.collect_fn(values)
-        if self.dispatch_fn is not None:
-            output = self.dispatch_fn(output)
-        return output
