@@ -45,6 +45,14 @@ def _dict() -> Any:
 
 # --------------------------------------------------------------------------------------------------------- data
 @dataclass
+class CustomDatasetClassConfig:
+    """``data.custom_cls``: a dataset class of your own, loaded from ``path`` (a python file or module), ``name``."""
+
+    path: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
 class DataConfig:
     """``data``: where prompts come from and how they are tokenized and batched."""
 
@@ -65,6 +73,7 @@ class DataConfig:
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
     dataloader_num_workers: int = 0
+    custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
 
 
 # ---------------------------------------------------------------------------------------------- actor/rollout/ref

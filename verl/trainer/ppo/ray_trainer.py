@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.algorithms import core_algos
+from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
@@ -45,6 +46,7 @@ from verl.trainer.ppo.metric_utils import (
     memory_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.utils import Role, compute_response_mask, normalize_role_worker_mapping  # noqa: F401
 from verl.trainer.ppo.validation import run_validation
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
@@ -75,7 +77,7 @@ class RayPPOTrainer:
         collate_fn: Callable | None = None,
         train_sampler=None,
         worker_groups: dict[str, Any] | None = None,
-        role_worker_mapping: dict[str, type] | None = None,
+        role_worker_mapping: dict[Any, type] | None = None,
         run_identity: dict[str, Any] | None = None,
         role_kwargs: dict[str, dict[str, Any]] | None = None,
     ):
@@ -107,7 +109,7 @@ class RayPPOTrainer:
         self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
         # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
-        self.role_worker_mapping = dict(role_worker_mapping or {})
+        self.role_worker_mapping = normalize_role_worker_mapping(role_worker_mapping)  # verl's Role keys too
         self.role_kwargs = {role: dict(kwargs) for role, kwargs in (role_kwargs or {}).items()}
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
