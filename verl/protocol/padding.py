@@ -37,9 +37,10 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     return data[: len(data) - pad_size] if pad_size else data
 
 
-def collate_fn(data_items: list[DataProtoItem]) -> DataProto:
+def collate_fn(x: list[DataProtoItem]) -> DataProto:
     """Stack a list of DataProtoItems (e.g. from a torch DataLoader over a DataProto) back into a DataProto;
-    meta_info comes from the first item."""
+    meta_info comes from the first item. ``x``: the items (verl's parameter name)."""
+    data_items = x
     if not data_items:
         raise DataProtoError("collate_fn needs at least one DataProtoItem")
     batch = None
