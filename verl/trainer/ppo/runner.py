@@ -149,11 +149,15 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     return train_dataset, val_dataset, sampler
 
 
-def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> Any:
+def build_ppo_trainer(
+    config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
+) -> Any:
     """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
     managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
 
-    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``).
+    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``, or verl's
+    ``Role`` members); ``trainer_cls`` is a :class:`RayPPOTrainer` subclass to build instead (a recipe's trainer
+    that overrides a stage).
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
@@ -192,7 +196,11 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
-    trainer = RayPPOTrainer(
+    if trainer_cls is None:
+        trainer_cls = RayPPOTrainer
+    elif not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
+        raise TypeError(f"trainer_cls must be a subclass of RayPPOTrainer, got {trainer_cls!r}")
+    trainer = trainer_cls(
         run_identity=identity,
         config=config,
         tokenizer=tokenizer,
@@ -206,10 +214,14 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     return trainer
 
 
-def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> dict[str, Any]:
-    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
+def run_ppo(
+    config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
+) -> dict[str, Any]:
+    """Train with the given config (``trainer_cls``: see :func:`build_ppo_trainer`).
+
+    Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
     (``plot`` / ``report``: the paths of ``metrics.png`` / ``report.html``, None when not written)."""
-    trainer = build_ppo_trainer(config, role_worker_mapping)
+    trainer = build_ppo_trainer(config, role_worker_mapping, trainer_cls)
     trainer_cfg = config.trainer
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
     trainer.init_workers()
