@@ -12,8 +12,9 @@ Every row operation (index, slice, chunk, repeat, reorder, concat) is applied to
 ``non_tensor_batch`` together, so the i-th tensor row and the i-th python value always describe the same sample.
 Names and semantics follow open-source verl's ``verl.protocol`` so existing driver and worker code carries over.
 
-The code lives in four modules: ``data_proto`` (DataProto, DataProtoItem), ``unions`` (union helpers), ``padding``
-(pad / unpad / collate) and ``future`` (DataProtoFuture); every name is importable from ``verl.protocol`` as in verl.
+The code lives in six modules: ``data_proto`` (DataProto, DataProtoItem), ``persistence`` (save / load, pickling,
+size summaries), ``unions`` (union helpers), ``padding`` (pad / unpad / collate), ``future`` (DataProtoFuture) and
+``errors`` (DataProtoError); every name is importable from ``verl.protocol`` as in verl.
 """
 
 from __future__ import annotations
