@@ -233,8 +233,10 @@ def test_registry_and_constructor_checks(byte_tokenizer):
     assert get_reward_manager_cls("naive") is NaiveRewardManager
     assert get_reward_manager_cls("batch") is BatchRewardManager
     assert get_reward_manager_cls("dapo") is DAPORewardManager
-    with pytest.raises(ValueError, match=r"unknown reward manager 'prime'; registered: \['batch', 'dapo', 'naive'"):
-        get_reward_manager_cls("prime")
+    with pytest.raises(
+        ValueError, match=r"unknown reward manager 'nope'; registered: \['batch', 'dapo', 'naive', 'prime'"
+    ):
+        get_reward_manager_cls("nope")
 
     @register("constant_test")
     class Constant(AbstractRewardManager):
