@@ -99,3 +99,37 @@ def test_custom_cls_errors_name_the_key(byte_tokenizer, tmp_path: Path) -> None:
     cfg.custom_cls = {"path": str(ROOT / "recipe" / "mean_baseline" / "dataset.py"), "name": "DifficultyTaggedDataset"}
     dataset = create_rl_dataset(str(tmp_path / "t.parquet"), cfg, byte_tokenizer)
     assert type(dataset).__name__ == "DifficultyTaggedDataset" and dataset[0]["extra_info"]["difficulty"] >= 1
+
+
+def test_ray_ppo_trainer_takes_verls_constructor_arguments(tmp_path: Path) -> None:
+    from verl.single_controller.ray import RayWorkerGroup
+    from verl.trainer.config import load_config
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+    config = load_config([f"trainer.default_local_dir={tmp_path}", "trainer.device=cpu"])
+    pools = ResourcePoolManager(
+        resource_pool_spec={"global_pool": [1], "critic_pool": [1]},
+        mapping={Role.ActorRollout: "global_pool", Role.RefPolicy: "global_pool", Role.Critic: "critic_pool"},
+    )
+    mapping = {
+        Role.ActorRollout: ActorRolloutRefWorker,
+        Role.RefPolicy: ActorRolloutRefWorker,
+        Role.Critic: CriticWorker,
+    }
+    kwargs = dict(config=config, tokenizer=None, role_worker_mapping=mapping, resource_pool_manager=pools)
+    trainer = RayPPOTrainer(**kwargs, ray_worker_group_cls=RayWorkerGroup, processor=None, device_name="cpu")
+    assert trainer.role_worker_mapping == {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker}
+    assert trainer._pool_settings() == {
+        "resource_pool_spec": {"global_pool": [1], "critic_pool": [1]},
+        "resource_pool_mapping": {"actor_rollout": "global_pool", "critic": "critic_pool"},
+    }
+    assert pools.get_n_gpus() == 2
+    with pytest.raises(ValueError, match="processor must be None"):
+        RayPPOTrainer(**kwargs, processor=object())
+    with pytest.raises(ValueError, match="ray_worker_group_cls=.*not supported"):
+        RayPPOTrainer(**kwargs, ray_worker_group_cls=dict)
+    with pytest.raises(ValueError, match="device_name='cuda' but trainer.device='cpu'"):
+        RayPPOTrainer(**kwargs, device_name="cuda")
+    with pytest.raises(ValueError, match="Critic -> pool 'nope'"):
+        ResourcePoolManager({"global_pool": [1]}, {Role.Critic: "nope"}).pool_settings()

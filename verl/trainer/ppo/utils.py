@@ -7,13 +7,22 @@ by ``Role``) works with :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
-__all__ = ["Role", "compute_response_mask", "need_critic", "need_reference_policy", "need_reward_model", "role_key"]
+__all__ = [
+    "ResourcePoolManager",
+    "Role",
+    "compute_response_mask",
+    "need_critic",
+    "need_reference_policy",
+    "need_reward_model",
+    "role_key",
+]
 
 
 class Role(Enum):
@@ -71,6 +80,65 @@ def normalize_role_worker_mapping(mapping: dict[Any, type] | None) -> dict[str, 
             )
         out[key] = cls
     return out
+
+
+@dataclass
+class ResourcePoolManager:
+    """verl's pool layout: ``resource_pool_spec`` maps a pool name to its ranks per node (``{"global_pool": [8]}``),
+    ``mapping`` a :class:`Role` to a pool name. Passed to ``RayPPOTrainer(resource_pool_manager=...)`` it replaces
+    ``trainer.resource_pool_spec`` / ``trainer.resource_pool_mapping``; the pools are created by the trainer's
+    ``init_workers``."""
+
+    resource_pool_spec: dict[str, list[int]]
+    mapping: dict[Any, str] = field(default_factory=dict)
+
+    def get_n_gpus(self) -> int:
+        """Ranks over all pools: the sum of every pool's ranks per node."""
+        return sum(sum(sizes) for sizes in self.resource_pool_spec.values())
+
+    def pool_settings(self) -> tuple[dict[str, list[int]], dict[str, str]]:
+        """``(resource_pool_spec, resource_pool_mapping)`` in the trainer's form: worker-group keys instead of
+        roles (``Role.RefPolicy`` is hosted by the actor; two roles of one group must name the same pool)."""
+        spec = {str(pool): list(sizes) for pool, sizes in self.resource_pool_spec.items()}
+        mapping: dict[str, str] = {}
+        for role, pool in self.mapping.items():
+            key = role_key(role)
+            if key is None:
+                continue
+            if pool not in spec:
+                raise ValueError(f"ResourcePoolManager: {role} -> pool {pool!r}, which is not one of {sorted(spec)}")
+            if key in mapping and mapping[key] != pool:
+                raise ValueError(f"ResourcePoolManager: {role} -> {pool!r} but {key!r} is already on {mapping[key]!r}")
+            mapping[key] = pool
+        return spec, mapping
+
+
+def check_verl_trainer_args(
+    config: Any, ray_worker_group_cls: type | None, processor: Any, device_name: str | None
+) -> None:
+    """Check the verl ``RayPPOTrainer`` arguments this trainer does not use differently: ``ray_worker_group_cls``
+    must be ``RayWorkerGroup`` (groups are built by the trainer), ``processor`` ``None`` (text models only) and
+    ``device_name`` the device ``trainer.device`` selects. ValueError naming the argument otherwise."""
+    if ray_worker_group_cls is not None:
+        from verl.single_controller.ray import RayWorkerGroup
+
+        if ray_worker_group_cls is not RayWorkerGroup:
+            raise ValueError(
+                f"RayPPOTrainer: ray_worker_group_cls={ray_worker_group_cls!r} is not supported; the trainer builds "
+                "RayWorkerGroup groups itself (pass RayWorkerGroup or nothing)"
+            )
+    if processor is not None:
+        raise ValueError("RayPPOTrainer: processor must be None (multimodal processors are not supported)")
+    if device_name is not None:
+        from verl.utils.device import get_device_name
+
+        device = str(config.trainer.get("device", "auto"))
+        chosen = get_device_name(device)
+        if device_name != chosen:
+            raise ValueError(
+                f"RayPPOTrainer: device_name={device_name!r} but trainer.device={device!r} selects {chosen!r}; "
+                "set trainer.device instead"
+            )
 
 
 def need_reference_policy(role_worker_mapping: dict[Any, Any]) -> bool:
