@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from verl.protocol.unions import union_two_dict
-
 __all__ = ["append_to_dict", "convert_to_regular_types", "timeout_limit", "union_two_dict"]
 
 
@@ -42,6 +40,15 @@ def convert_to_regular_types(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
     return obj
+
+
+def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
+    """Add the entries of ``dict2`` to ``dict1`` (in place) and return it; a key in both must hold equal values
+    (:class:`~verl.utils.errors.DataProtoError` naming it otherwise). Same function as
+    :func:`verl.protocol.union_two_dict`, imported on call so ``verl.utils`` does not import ``verl.protocol``."""
+    from verl.protocol.unions import union_two_dict as _union
+
+    return _union(dict1, dict2)
 
 
 def timeout_limit(seconds: float, use_signals: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.tensorclass import NonTensorData, NonTensorStack
 
-from verl.protocol.errors import DataProtoError
+from verl.utils.errors import DataProtoError
 
 __all__ = [
     "assert_tensordict_eq",
