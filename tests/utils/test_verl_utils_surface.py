@@ -117,3 +117,11 @@ def test_hf_tokenizer_sets_a_pad_token(tiny_model_dir: str) -> None:
         import verl.utils
 
         _ = verl.utils.nope
+
+
+def test_set_pad_token_id_uses_eos() -> None:
+    from verl.utils.tokenizer import set_pad_token_id
+
+    tok = SimpleNamespace(pad_token_id=None, pad_token=None, eos_token_id=2, eos_token="</s>")
+    set_pad_token_id(tok)
+    assert (tok.pad_token_id, tok.pad_token) == (2, "</s>")
