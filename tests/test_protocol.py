@@ -244,7 +244,7 @@ def test_chunk_and_split() -> None:
     assert [rows(c) for c in chunks] == [[0, 1], [2, 3], [4, 5]]
     assert [c.non_tensor_batch["uid"].tolist() for c in chunks] == [["u0", "u1"], ["u2", "u3"], ["u4", "u5"]]
     assert [rows(s) for s in data.split(4)] == [[0, 1, 2, 3], [4, 5]]
-    with pytest.raises(ValueError, match=r"size 10 into 3 .*pad"):
+    with pytest.raises(ValueError, match=r"Got size of DataProto 10 and chunk 3.*pad"):
         make_data(10).chunk(3)
 
 

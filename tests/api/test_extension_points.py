@@ -110,7 +110,7 @@ def test_algorithm_registration_rules():
         def compute_advantage(self, token_level_rewards, response_mask, index=None, **kwargs):
             return token_level_rewards, token_level_rewards
 
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="already been registered"):
         Impostor().register()
     with pytest.raises(Exception, match="BaseAlgorithm subclass"):
         build_ppo_config({"algorithm": "not_an_algorithm"})

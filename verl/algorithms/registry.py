@@ -63,37 +63,44 @@ def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
     )
 
 
-def _register(registry: dict[str, Callable[..., Any]], kind: str, name: str, fn: Callable[..., Any]) -> None:
+def _check_free(registry: dict[str, Callable[..., Any]], name: str, fn: Callable[..., Any]) -> None:
+    """Refuse a second, different advantage estimator under ``name`` (verl's wording, which tests match on)."""
     existing = registry.get(name)
     if existing is not None and not _same_function(existing, fn):
         raise ValueError(
-            f"{kind} {name!r} is already registered to {existing.__module__}.{existing.__qualname__}; "
-            f"refusing to replace it with {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)!s}"
+            f"Adv estimator {name} has already been registered: {existing} vs {fn} "
+            f"({existing.__module__}.{existing.__qualname__} holds the name; pick another name)"
         )
-    registry[name] = fn
 
 
 def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
     """Decorator registering an advantage estimator under ``name_or_enum`` (a str or an AdvantageEstimator).
 
-    The function is returned unchanged. Registering another function under a taken name raises ValueError.
+    The function is returned unchanged. An Enum member registers its ``.value``. Registering the same function
+    again is a no-op (so is a re-executed definition: a module reload); another function under a taken name raises
+    ``ValueError("Adv estimator <name> has already been registered: ...")``, as verl does.
     """
     name = _key(name_or_enum)
 
     def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
-        _register(ADV_ESTIMATOR_REGISTRY, "advantage estimator", name, fn)
+        _check_free(ADV_ESTIMATOR_REGISTRY, name, fn)
+        ADV_ESTIMATOR_REGISTRY[name] = fn
         return fn
 
     return decorator
 
 
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvEstimatorFn:
-    """The advantage estimator registered under ``name_or_enum``; ValueError listing the known names if none."""
+    """The advantage estimator registered under ``name_or_enum`` (case-sensitive).
+
+    An unknown name raises ``ValueError("Unknown advantage estimator simply: <name>. ...")``: verl's wording, followed
+    by the config key and the registered names.
+    """
     name = _key(name_or_enum)
     if name not in ADV_ESTIMATOR_REGISTRY:
         raise ValueError(
-            f"Unknown advantage estimator {name!r} (algorithm.adv_estimator). "
-            f"Registered: {sorted(ADV_ESTIMATOR_REGISTRY)}"
+            f"Unknown advantage estimator simply: {name}. Set algorithm.adv_estimator to one of "
+            f"{sorted(ADV_ESTIMATOR_REGISTRY)} or register it with @register_adv_est({name!r})"
         )
     return ADV_ESTIMATOR_REGISTRY[name]
 
@@ -102,24 +109,29 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator registering a policy loss under ``name`` (selected by ``actor.policy_loss.loss_mode``).
 
     The function must take ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-    config=None, rollout_is_weights=None)`` and return ``(pg_loss, metrics)``.
+    config=None, rollout_is_weights=None)`` and return ``(pg_loss, metrics)``. As in verl, registering a name that is
+    taken replaces the previous function (a recipe may override a built-in loss such as ``"vanilla"``).
     """
     key = _key(name)
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        _register(POLICY_LOSS_REGISTRY, "policy loss", key, fn)
+        POLICY_LOSS_REGISTRY[key] = fn
         return fn
 
     return decorator
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
-    """The policy loss registered under ``name``; ValueError listing the known names if none."""
+    """The policy loss registered under ``name``.
+
+    An unknown name raises ``ValueError("Unsupported loss mode: <name>. Supported modes are: [...]")`` (verl's
+    wording), followed by the config key that selects it.
+    """
     key = _key(name)
     if key not in POLICY_LOSS_REGISTRY:
         raise ValueError(
-            f"Unknown policy loss {key!r} (actor_rollout_ref.actor.policy_loss.loss_mode). "
-            f"Registered: {sorted(POLICY_LOSS_REGISTRY)}"
+            f"Unsupported loss mode: {key}. Supported modes are: {list(POLICY_LOSS_REGISTRY.keys())} "
+            "(actor_rollout_ref.actor.policy_loss.loss_mode)"
         )
     return POLICY_LOSS_REGISTRY[key]
 

@@ -23,6 +23,19 @@ def _load_run_ppo() -> Callable[[DictConfig], Any]:
     return run_ppo
 
 
+def __getattr__(name: str) -> Any:
+    # verl's names, imported on first use (training code is not needed to print or check a config)
+    if name in ("run_ppo", "create_rl_dataset"):
+        from verl.trainer.ppo import runner
+
+        return getattr(runner, name)
+    if name == "create_rl_sampler":
+        from verl.utils.dataset.sampler import create_rl_sampler
+
+        return create_rl_sampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run PPO from command-line arguments (``sys.argv[1:]`` when ``argv`` is None); returns the exit code."""
     return run_entrypoint(

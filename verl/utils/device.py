@@ -6,6 +6,8 @@ import os
 
 import torch
 
+is_cuda_available: bool = torch.cuda.is_available()  # verl's module constant
+
 
 def get_device_name(preference: str = "auto") -> str:
     """``"cuda"`` when a GPU is usable (and not disabled), else ``"cpu"``.

@@ -18,3 +18,12 @@ class ConfigError(ValueError):
 
 class ConfigWarning(UserWarning):
     """A legal but suspicious config (e.g. a KL penalty applied twice)."""
+
+
+class DataProtoError(ValueError, AssertionError):
+    """A DataProto / TensorDict operation got data it cannot use (mismatched batch sizes, an uneven chunk, a union
+    conflict).
+
+    It is a ``ValueError`` (the project's convention for bad input) and also an ``AssertionError``, because verl
+    raises these cases with ``assert`` and its tests and recipes catch ``AssertionError``.
+    """

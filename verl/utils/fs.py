@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 __all__ = [
+    "copy_local_path_from_hdfs",
     "atomic_binary_file",
     "atomic_directory",
     "atomic_write_bytes",
@@ -224,3 +225,8 @@ def copy_to_local(src: str, cache_dir: str | None = None, use_shm: bool = False)
         with fs.open(remote, "rb") as f:
             atomic_write_bytes(dst, f.read())
     return dst
+
+
+def copy_local_path_from_hdfs(src: str, cache_dir: str | None = None, use_shm: bool = False) -> str:
+    """verl's older name of :func:`copy_to_local` (same arguments, same result)."""
+    return copy_to_local(src, cache_dir=cache_dir, use_shm=use_shm)

@@ -20,7 +20,29 @@ import torch
 
 from verl.utils.fs import atomic_write_text, makedirs
 
-__all__ = ["StepProfiler", "dump_step_debug", "tensor_summary"]
+__all__ = ["StepProfiler", "dump_step_debug", "marked_timer", "simple_timer", "tensor_summary"]
+
+
+@contextlib.contextmanager
+def simple_timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
+    """Add the wall time of the ``with`` body to ``timing_raw[name]`` (seconds), also when the body raises."""
+    import time
+
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def marked_timer(
+    name: str, timing_raw: dict[str, float], color: str | None = None, domain: str | None = None, **kwargs: Any
+) -> Iterator[None]:
+    """:func:`simple_timer` under verl's name; ``color``, ``domain`` and other keywords style verl's NVTX ranges and
+    are accepted and ignored here (no NVTX annotations are emitted)."""
+    with simple_timer(name, timing_raw):
+        yield
 
 
 class StepProfiler:

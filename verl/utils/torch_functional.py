@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from verl.utils.optim import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup  # noqa: F401
+
 # Elements of one float32 [chunk, vocab] working block (~128 MiB) when the caller gives no chunk size.
 _AUTO_CHUNK_ELEMENTS = 1 << 25
 

@@ -143,7 +143,7 @@ def test_load_dapo_with_overlong(byte_tokenizer):
     reward, extra = compute_reward(_batch(byte_tokenizer, ["123456"], ["123456"]), manager)
     assert reward.sum().item() == pytest.approx(1.0 - (7 - 4) / 4)  # 7 valid tokens, factor 1.0
     assert extra["acc"] == [1.0]
-    with pytest.raises(ValueError, match="unknown reward manager 'nope'"):
+    with pytest.raises(ValueError, match="Unknown reward manager: nope"):
         load_reward_manager(_config(**{"reward_model.reward_manager": "nope"}), byte_tokenizer, 0)
     with pytest.raises(TypeError, match="unknown arguments"):
         load_reward_manager(_config(), byte_tokenizer, 0, typo_kwarg=1)

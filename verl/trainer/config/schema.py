@@ -59,6 +59,14 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------------------------------------- data
 @dataclass
+class CustomDatasetClassConfig(BaseConfig):
+    """``data.custom_cls``: a dataset class of your own, loaded from ``path`` (a python file or module), ``name``."""
+
+    path: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
 class DataConfig(BaseConfig):
     """``data``: where prompts come from and how they are tokenized and batched."""
 
@@ -79,6 +87,7 @@ class DataConfig(BaseConfig):
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
     dataloader_num_workers: int = 0
+    custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
 
 
 # ------------------------------------------------------------------------------------------------------- reward

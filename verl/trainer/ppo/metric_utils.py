@@ -24,6 +24,7 @@ import torch
 
 from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
+from verl.utils.metric import reduce_metrics  # noqa: F401 - verl exposes it here too
 
 logger = logging.getLogger(__name__)
 
@@ -199,20 +200,6 @@ def _peak_rss_bytes() -> int:
 
     # ru_maxrss is KiB on Linux
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Mean of every list-valued metric (workers return per-micro-batch lists); scalars pass through."""
-    reduced: dict[str, float] = {}
-    for key, value in metrics.items():
-        if isinstance(value, (list, tuple, np.ndarray)):
-            flat = np.asarray(value, dtype=np.float64).reshape(-1)
-            reduced[key] = float(np.mean(flat)) if flat.size else float("nan")
-        elif isinstance(value, torch.Tensor):
-            reduced[key] = float(value.float().mean().item())
-        else:
-            reduced[key] = float(value)
-    return reduced
 
 
 def bootstrap_metric(

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.algorithms import core_algos
+from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
@@ -46,6 +47,13 @@ from verl.trainer.ppo.metric_utils import (
     marked_timer,
     memory_metrics,
     reduce_metrics,
+)
+from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, compute_response_mask: verl's home)
+    ResourcePoolManager,
+    Role,
+    check_verl_trainer_args,
+    compute_response_mask,
+    normalize_role_worker_mapping,
 )
 from verl.trainer.ppo.validation import run_validation
 from verl.utils.graceful_stop import GracefulStop
@@ -77,9 +85,13 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         collate_fn: Callable | None = None,
         train_sampler=None,
         worker_groups: dict[str, Any] | None = None,
-        role_worker_mapping: dict[str, type] | None = None,
+        role_worker_mapping: dict[Any, type] | None = None,
         run_identity: dict[str, Any] | None = None,
         role_kwargs: dict[str, dict[str, Any]] | None = None,
+        resource_pool_manager: Any = None,
+        ray_worker_group_cls: type | None = None,
+        processor: Any = None,
+        device_name: str | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
 
@@ -109,7 +121,10 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
         # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
-        self.role_worker_mapping = dict(role_worker_mapping or {})
+        self.role_worker_mapping = normalize_role_worker_mapping(role_worker_mapping)  # verl's Role keys too
+        # verl's constructor arguments: pools from a ResourcePoolManager; the rest must match what this trainer does
+        self.resource_pool_manager = resource_pool_manager
+        check_verl_trainer_args(config, ray_worker_group_cls, processor, device_name)
         self.role_kwargs = {role: dict(kwargs) for role, kwargs in (role_kwargs or {}).items()}
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
@@ -223,8 +238,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
                 name_prefix=self.worker_name_prefix(),
                 nnodes=int(trainer_cfg.nnodes),
                 # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
-                resource_pool_spec=OmegaConf.to_container(trainer_cfg.resource_pool_spec or DictConfig({})),
-                resource_pool_mapping=OmegaConf.to_container(trainer_cfg.resource_pool_mapping or DictConfig({})),
+                **self._pool_settings(),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
         for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
@@ -233,6 +247,18 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         self.actor_rollout_wg = self.worker_groups["actor_rollout"]
         self.critic_wg = self.worker_groups.get("critic")
         self.rm_wg = self.worker_groups.get("rm")
+
+    def _pool_settings(self) -> dict[str, Any]:
+        """``resource_pool_spec`` / ``resource_pool_mapping``: from the ResourcePoolManager if one was given, else
+        from ``trainer.resource_pool_spec`` / ``trainer.resource_pool_mapping``."""
+        if self.resource_pool_manager is not None:
+            spec, mapping = self.resource_pool_manager.pool_settings()
+            return {"resource_pool_spec": spec, "resource_pool_mapping": mapping}
+        trainer_cfg = self.config.trainer
+        return {
+            "resource_pool_spec": OmegaConf.to_container(trainer_cfg.resource_pool_spec or DictConfig({})),
+            "resource_pool_mapping": OmegaConf.to_container(trainer_cfg.resource_pool_mapping or DictConfig({})),
+        }
 
     def _use_gpu(self) -> bool:
         from verl.utils.device import get_device_name

@@ -93,39 +93,71 @@ def _score_summary(metrics: dict[str, float]) -> str:
     return ", ".join(f"{k} = {v:.4f}" for k, v in sorted(core.items())) or "(no validation metrics)"
 
 
+def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None, is_train: bool = True):
+    """The dataset of ``data_paths`` (verl's ``create_rl_dataset``): ``RLHFDataset``, or the class named by
+    ``data.custom_cls.path`` / ``.name``, built as ``cls(data_files=..., tokenizer=..., processor=..., config=...)``.
+
+    A custom class must subclass ``torch.utils.data.Dataset`` (TypeError naming it otherwise). ``is_train`` names the
+    config key (``data.train_files`` / ``data.val_files``) in the error raised for a file that cannot be used.
+    """
+    import torch.utils.data
+
+    from verl.trainer.config.validation import ConfigError
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    key = "data.train_files" if is_train else "data.val_files"
+    custom = data_config.get("custom_cls") if hasattr(data_config, "get") else None
+    dataset_cls: Any = RLHFDataset
+    if custom is not None and custom.get("path"):
+        from verl.utils.import_utils import load_extern_type
+
+        try:
+            dataset_cls = load_extern_type(custom.get("path"), custom.get("name"))
+        except (FileNotFoundError, AttributeError, ValueError, ImportError, RuntimeError) as e:
+            raise ConfigError(f"data.custom_cls: {e}") from e
+        if not (isinstance(dataset_cls, type) and issubclass(dataset_cls, torch.utils.data.Dataset)):
+            raise TypeError(
+                f"The custom dataset class '{custom.get('name')}' from '{custom.get('path')}' must inherit from "
+                "torch.utils.data.Dataset"
+            )
+    try:
+        return dataset_cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)
+    except ConfigError:
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"{key}: {e}") from e
+
+
 def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     """Train dataset, validation dataset (or None) and the resumable train sampler.
 
     A file that cannot be used (missing, empty, a missing column, a row of the wrong type) raises
     :class:`ConfigError` naming the config key, the file, the row and the column, so ``main_ppo`` reports it like
-    any other bad input (exit code 2, no traceback).
+    any other bad input (exit code 2, no traceback). ``data.custom_cls`` selects a dataset class of your own.
     """
     from verl.trainer.config.validation import ConfigError
-    from verl.utils.dataset.rl_dataset import RLHFDataset, create_rl_sampler
+    from verl.utils.dataset.rl_dataset import create_rl_sampler
 
     data_cfg = config.data
-
-    def load(key: str) -> Any:
-        try:
-            return RLHFDataset(data_cfg[key], tokenizer, data_cfg)
-        except ConfigError:
-            raise
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"data.{key}: {e}") from e
-
     if not data_cfg.train_files:
         raise ConfigError("data.train_files: not set; give the training parquet file(s), e.g. data.train_files=...")
-    train_dataset = load("train_files")
-    val_dataset = load("val_files") if data_cfg.val_files else None
+    train_dataset = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, is_train=True)
+    val_dataset = None
+    if data_cfg.val_files:
+        val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
     sampler = create_rl_sampler(data_cfg, train_dataset)
     return train_dataset, val_dataset, sampler
 
 
-def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> Any:
+def build_ppo_trainer(
+    config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
+) -> Any:
     """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
     managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
 
-    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``).
+    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``, or verl's
+    ``Role`` members); ``trainer_cls`` is a :class:`RayPPOTrainer` subclass to build instead (a recipe's trainer
+    that overrides a stage).
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
@@ -164,7 +196,11 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
-    trainer = RayPPOTrainer(
+    if trainer_cls is None:
+        trainer_cls = RayPPOTrainer
+    elif not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
+        raise TypeError(f"trainer_cls must be a subclass of RayPPOTrainer, got {trainer_cls!r}")
+    trainer = trainer_cls(
         run_identity=identity,
         config=config,
         tokenizer=tokenizer,
@@ -178,10 +214,14 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     return trainer
 
 
-def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = None) -> dict[str, Any]:
-    """Train with the given config. Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
+def run_ppo(
+    config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
+) -> dict[str, Any]:
+    """Train with the given config (``trainer_cls``: see :func:`build_ppo_trainer`).
+
+    Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
     (``plot`` / ``report``: the paths of ``metrics.png`` / ``report.html``, None when not written)."""
-    trainer = build_ppo_trainer(config, role_worker_mapping)
+    trainer = build_ppo_trainer(config, role_worker_mapping, trainer_cls)
     trainer_cfg = config.trainer
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
     trainer.init_workers()

@@ -172,9 +172,11 @@ class AbstractRewardManager:
         ]
 
     def close(self) -> None:
-        """Stop the reward worker processes (they start again if the manager is used afterwards)."""
-        if self._pool is not None:
-            self._pool.close()
+        """Stop the reward worker processes (they start again if the manager is used afterwards). A verl-style
+        subclass that never called this class's ``__init__`` has no pool: nothing to stop."""
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
 
     def __getstate__(self) -> dict[str, Any]:
         # Worker processes belong to the process that started them; a copy elsewhere starts its own.

@@ -10,14 +10,17 @@ REWARD_MANAGER_REGISTRY: dict[str, type] = {}
 def register(name: str) -> Callable[[type], type]:
     """Class decorator: make a reward manager available as ``reward_model.reward_manager=<name>``.
 
-    Registering a different class under a taken name raises ValueError (re-registering the same class is allowed,
-    so module reloads are harmless).
+    Registering a different class under a taken name raises verl's ``ValueError("Reward manager <name> has already
+    been registered: ...")`` (re-registering the same class is allowed, so module reloads are harmless).
     """
 
     def decorator(cls: type) -> type:
         existing = REWARD_MANAGER_REGISTRY.get(name)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"reward manager {name!r} is already registered to {existing.__qualname__}")
+            raise ValueError(
+                f"Reward manager {name} has already been registered: {existing} vs {cls} "
+                f"({existing.__qualname__} holds the name; pick another name)"
+            )
         REWARD_MANAGER_REGISTRY[name] = cls
         return cls
 
@@ -25,7 +28,11 @@ def register(name: str) -> Callable[[type], type]:
 
 
 def get_reward_manager_cls(name: str) -> type:
-    """The reward manager class registered as ``name``; unknown names raise ValueError listing the known ones."""
+    """The reward manager class registered as ``name``; an unknown name raises verl's ``ValueError("Unknown reward
+    manager: <name>")``, followed here by the config key and the registered names."""
     if name not in REWARD_MANAGER_REGISTRY:
-        raise ValueError(f"unknown reward manager {name!r}; registered: {sorted(REWARD_MANAGER_REGISTRY)}")
+        raise ValueError(
+            f"Unknown reward manager: {name}. Set reward_model.reward_manager to one of "
+            f"{sorted(REWARD_MANAGER_REGISTRY)} or register a class with @register({name!r})"
+        )
     return REWARD_MANAGER_REGISTRY[name]
