@@ -19,13 +19,7 @@ size summaries), ``unions`` (union helpers), ``padding`` (pad / unpad / collate)
 
 from __future__ import annotations
 
-from verl.protocol.data_proto import DataProto, DataProtoItem
-from verl.protocol.errors import DataProtoError
-from verl.protocol.future import DataProtoFuture
-from verl.protocol.padding import collate_fn, pad_dataproto_to_divisor, unpad_dataproto
-from verl.protocol.unions import union_numpy_dict, union_tensor_dict, union_two_dict
-from verl.utils.dataproto_utils import (
-    DataProtoConfig,
+from verl.protocol.batch_utils import (
     all_gather_data_proto,
     deserialize_single_tensor,
     deserialize_tensordict,
@@ -35,6 +29,12 @@ from verl.utils.dataproto_utils import (
     serialize_tensordict,
     unfold_batch_dim,
 )
+from verl.protocol.config import DataProtoConfig
+from verl.protocol.data_proto import DataProto, DataProtoItem
+from verl.protocol.errors import DataProtoError
+from verl.protocol.future import DataProtoFuture
+from verl.protocol.padding import collate_fn, pad_dataproto_to_divisor, unpad_dataproto
+from verl.protocol.unions import union_numpy_dict, union_tensor_dict, union_two_dict
 
 __all__ = [
     "DataProto",

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.protocol.config import DataProtoConfig
 from verl.protocol.errors import DataProtoError
 from verl.protocol.persistence import DataProtoPersistence
 from verl.protocol.unions import _merge_metrics, union_numpy_dict, union_tensor_dict, union_two_dict
-from verl.utils.dataproto_utils import DataProtoConfig
 from verl.utils.safe_serialization import object_array as _object_array
 
 __all__ = ["DataProto", "DataProtoItem"]

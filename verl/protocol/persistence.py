@@ -67,8 +67,8 @@ class DataProtoPersistence:
         with atomic_binary_file(os.fspath(filepath)) as f:
             torch.save(payload, f)
 
-    @staticmethod
-    def load_from_disk(filepath: str | os.PathLike) -> Any:
+    @classmethod
+    def load_from_disk(cls, filepath: str | os.PathLike) -> Any:
         """Read a file written by ``save_to_disk`` (tensors land on CPU) without unpickling arbitrary objects."""
         path = os.fspath(filepath)
         try:
@@ -84,9 +84,7 @@ class DataProtoPersistence:
             batch = TensorDict(payload["batch"], batch_size=payload["batch_size"])
         non_tensor = {k: _decode_array(v) for k, v in payload["non_tensor_batch"].items()}
         meta = {k: _from_plain(v) for k, v in payload["meta_info"].items()}
-        from verl.protocol.data_proto import DataProto
-
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        return cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def __getstate__(self) -> dict[str, Any]:
         # A plain dict of compact tensors pickles much faster than a TensorDict and never drags parent storages.

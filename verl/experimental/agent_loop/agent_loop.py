@@ -12,6 +12,7 @@ or list them in ``rollout.agent.agent_loop_config_path``::
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -164,9 +165,17 @@ def register(agent_name: str):
     return decorator
 
 
+# The built-in loops register themselves when their module is imported; imported by name on first lookup, as a
+# user's loop module is, so this module stays below the loops that subclass its base class.
+_BUILTIN_MODULES = (
+    "verl.experimental.agent_loop.single_turn_agent_loop",
+    "verl.experimental.agent_loop.tool_agent_loop",
+)
+
+
 def _load_builtins() -> None:
-    import verl.experimental.agent_loop.single_turn_agent_loop  # noqa: F401
-    import verl.experimental.agent_loop.tool_agent_loop  # noqa: F401
+    for name in _BUILTIN_MODULES:
+        importlib.import_module(name)
 
 
 def available_agent_loops() -> list[str]:

@@ -1,6 +1,5 @@
 """verl's module-level helpers around DataProto, re-exported by :mod:`verl.protocol` under verl's names.
 
-- :class:`DataProtoConfig`: process-wide switches (``DataProtoConfig.auto_padding``, or ``VERL_AUTO_PADDING=1``);
 - tensor / TensorDict (de)serialisation to plain picklable tuples of bytes (``serialize_single_tensor``,
   ``serialize_tensordict``, ``deserialize_single_tensor``, ``deserialize_tensordict``);
 - batch-dimension folding (``fold_batch_dim``, ``unfold_batch_dim``), ``list_of_dict_to_dict_of_list`` and
@@ -9,7 +8,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,10 +15,9 @@ import torch
 from tensordict import TensorDict
 
 if TYPE_CHECKING:
-    from verl.protocol import DataProto
+    from verl.protocol.data_proto import DataProto
 
 __all__ = [
-    "DataProtoConfig",
     "all_gather_data_proto",
     "deserialize_single_tensor",
     "deserialize_tensordict",
@@ -30,30 +27,6 @@ __all__ = [
     "serialize_tensordict",
     "unfold_batch_dim",
 ]
-
-AUTO_PADDING_ENV = "VERL_AUTO_PADDING"
-
-
-class _DataProtoConfigMeta(type):
-    """Class-level properties (``DataProtoConfig.auto_padding = True``), as verl spells them."""
-
-    _config: dict[str, Any] = {}
-    auto_padding_key = "_verl_auto_padding"
-
-    @property
-    def auto_padding(cls) -> bool:
-        """Pad DataProto batches that do not divide by the number of ranks in DP dispatch (and strip the padding
-        from the result). Also on when the environment sets ``VERL_AUTO_PADDING=1`` / ``true``."""
-        by_env = os.environ.get(AUTO_PADDING_ENV, "").strip().upper() in ("1", "TRUE")
-        return by_env or bool(cls._config.get(cls.auto_padding_key, False))
-
-    @auto_padding.setter
-    def auto_padding(cls, enabled: bool) -> None:
-        cls._config[cls.auto_padding_key] = bool(enabled)
-
-
-class DataProtoConfig(metaclass=_DataProtoConfigMeta):
-    """Process-wide DataProto settings: ``DataProtoConfig.auto_padding`` (default False)."""
 
 
 # ---- serialisation ---------------------------------------------------------------------------------------------------
