@@ -45,8 +45,8 @@ def test_one_rank_nccl_all_reduce(nccl_group) -> None:
 
 @cuda
 def test_cuda_memory_metrics_report_the_gpu() -> None:
-    from verl.metrics.exporter import memory_used_bytes
     from verl.trainer.ppo.metric_utils import memory_metrics
+    from verl.utils.tracking.prometheus import memory_used_bytes
 
     torch.cuda.reset_peak_memory_stats()
     x = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device="cuda")  # 64 MiB

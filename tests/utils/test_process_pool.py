@@ -12,7 +12,7 @@ import time
 import cloudpickle
 import pytest
 
-from verl.utils.process_pool import PoolTaskError, ProcessPool
+from verl.utils.sandbox.process_pool import PoolTaskError, ProcessPool
 
 # The workers get this module's functions by value, so they need not import the test module (and pytest).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -296,7 +296,7 @@ print(done.stdout.strip() or done.stderr.strip().splitlines()[-1])
 
 
 def test_sandbox_support_names_what_is_missing(monkeypatch):
-    import verl.utils.sandbox as sandbox
+    import verl.utils.sandbox.jail as sandbox
 
     sandbox.sandbox_support.cache_clear()
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)

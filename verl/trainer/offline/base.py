@@ -545,9 +545,9 @@ class OfflineTrainer:
             self._reporter.update(self.global_step)
 
     def _make_reporter(self, tracker: Any) -> Any:
-        """The :class:`~verl.utils.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
+        """The :class:`~verl.utils.tracking.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
         ``trainer.report.enable``: ``report.html``), None when both are off."""
-        from verl.utils.report import RunReporter, describe_hardware
+        from verl.utils.tracking.report import RunReporter, describe_hardware
 
         tcfg = self.config.trainer
         plot = bool(tcfg.get("plot", False))

@@ -130,7 +130,8 @@ class RayPPOTrainer:
         self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
         # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
         self.stopped_by: str | None = None
-        # metrics.png / report.html of the run (verl/utils/report): created on first use, None when both are off
+        # metrics.png / report.html of the run (verl/utils/tracking/report): created on first use, None when both
+        # are off
         self._reporter: Any = None
         self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
         if train_dataset is not None:
@@ -752,10 +753,11 @@ class RayPPOTrainer:
 
     # ----------------------------------------------------------------------------------------------- report
     def reporter(self) -> Any:
-        """The run's :class:`~verl.utils.report.RunReporter` (``metrics.png`` with ``trainer.plot``, ``report.html``
-        and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both are off."""
+        """The run's :class:`~verl.utils.tracking.report.RunReporter` (``metrics.png`` with ``trainer.plot``,
+        ``report.html`` and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both
+        are off."""
         if self._reporter is None:
-            from verl.utils.report import RunReporter, describe_hardware
+            from verl.utils.tracking.report import RunReporter, describe_hardware
 
             trainer_cfg = self.config.trainer
             plot = bool(trainer_cfg.get("plot", False))

@@ -215,7 +215,7 @@ def run_ppo(config: DictConfig, role_worker_mapping: dict[str, type] | None = No
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too
-    from verl.utils.report import PLOT_FILE, REPORT_FILE
+    from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE
 
     # metrics.png (trainer.plot) and report.html (trainer.report.enable): written by fit() at each save and its end
     reporter = trainer.reporter()

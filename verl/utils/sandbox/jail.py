@@ -1,6 +1,6 @@
 """Run untrusted Python (e.g. model-written code) in a jail: its own namespaces, an unprivileged user, limits.
 
-What the program gets (see :mod:`verl.utils.sandbox_setup`, which builds it, and docs/reliability.md):
+What the program gets (see :mod:`verl.utils.sandbox.jail_setup`, which builds it, and docs/reliability.md):
 
 - its own **mount, PID, network, IPC and UTS namespaces** (``unshare``; plus a user namespace when the trainer is
   not root): no network interface but a down loopback, no view of the trainer's or anyone else's processes
@@ -117,7 +117,7 @@ class SandboxResult:
         return f"exit status {self.returncode}" + (f": {tail[0][:200]}" if self.returncode else "")
 
 
-_SETUP_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_setup.py")
+_SETUP_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail_setup.py")
 _NAMESPACES = ("--mount", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child=SIGKILL")
 # directories replaced by empty ones: home directories, root's, runtime sockets and secrets, mounted media
 HIDDEN_DIRS = ("/root", "/home", "/run", "/mnt", "/media", "/srv")

@@ -1,4 +1,4 @@
-"""Tests of verl/utils/plotting.py."""
+"""Tests of verl/utils/tracking/plotting.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from verl.utils.plotting import (
+from verl.utils.tracking.plotting import (
     TRAINER_KINDS,
     MetricsFileError,
     collect_series,

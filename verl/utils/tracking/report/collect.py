@@ -1,7 +1,7 @@
 """Read a run directory into :class:`RunData`: everything ``report.html`` shows, from files only.
 
-Nothing here needs the training process: ``python -m verl.utils.report <run_dir>`` rebuilds the report of a run that
-is going on, finished or crashed. A file that cannot be read does not stop the report: the problem (file, line,
+Nothing here needs the training process: ``python -m verl.utils.tracking.report <run_dir>`` rebuilds the report of a run
+that is going on, finished or crashed. A file that cannot be read does not stop the report: the problem (file, line,
 what is wrong) is listed in :attr:`RunData.problems` and shown at the top of the page.
 """
 
@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.utils.plotting import Rows, available_keys, guess_trainer_kind, read_metrics_jsonl
-from verl.utils.report.run_files import CONFIG_FILE, PLOT_FILE, RUN_INFO_FILE, SAMPLES_FILE
+from verl.utils.tracking.plotting import Rows, available_keys, guess_trainer_kind, read_metrics_jsonl
+from verl.utils.tracking.report.run_files import CONFIG_FILE, PLOT_FILE, RUN_INFO_FILE, SAMPLES_FILE
 
 # time outside timing_s/step (the step's own phases are inside it)
 OUTSIDE_STEP = ("timing_s/testing", "timing_s/save_checkpoint")
@@ -125,7 +125,7 @@ def list_checkpoints(run_dir: str) -> tuple[list[Checkpoint], Checkpoint | None,
 
 
 def collect_run(run_dir: str, kind: str | None = None) -> RunData:
-    """Read ``run_dir`` (see :mod:`verl.utils.report.run_files` for its files) into :class:`RunData`.
+    """Read ``run_dir`` (see :mod:`verl.utils.tracking.report.run_files` for its files) into :class:`RunData`.
 
     ``kind`` overrides the trainer kind recorded in ``run_info.json`` (else guessed from the metric names).
     Raises FileNotFoundError when ``run_dir`` is not a directory or holds nothing of a run.

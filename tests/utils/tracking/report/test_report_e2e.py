@@ -12,8 +12,8 @@ import pytest
 from verl.trainer import main_dpo, main_ppo
 from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 from verl.utils.device import get_device_name
-from verl.utils.report import PLOT_FILE, REPORT_FILE, RUN_INFO_FILE, SAMPLES_FILE
-from verl.utils.report.__main__ import main as report_main
+from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE, RUN_INFO_FILE, SAMPLES_FILE
+from verl.utils.tracking.report.__main__ import main as report_main
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

@@ -1,11 +1,11 @@
 """A run's ``report.html``: curves, held-out results, time per phase, samples, checkpoints, hardware and config.
 
-The page is built from the files of the run directory alone (:mod:`verl.utils.report.collect`), so it can be
+The page is built from the files of the run directory alone (:mod:`verl.utils.tracking.report.collect`), so it can be
 rebuilt at any time, during the run or long after::
 
-    python -m verl.utils.report outputs/verl/demo        # or: verl report outputs/verl/demo
+    python -m verl.utils.tracking.report outputs/verl/demo        # or: verl report outputs/verl/demo
 
-The trainers keep it current through :class:`RunReporter` (:mod:`verl.utils.report.run_files`): at every
+The trainers keep it current through :class:`RunReporter` (:mod:`verl.utils.tracking.report.run_files`): at every
 checkpoint save and at the end (``trainer.report.enable``; ``trainer.plot`` for ``metrics.png``). The page is
 self-contained (inline SVG charts and CSS, no script, nothing fetched) and every text from the run is escaped.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 
 from verl.utils.fs import atomic_write_text
-from verl.utils.report.collect import RunData, collect_run, phase_table, validation_summary
-from verl.utils.report.render import render_html
-from verl.utils.report.run_files import (
+from verl.utils.tracking.report.collect import RunData, collect_run, phase_table, validation_summary
+from verl.utils.tracking.report.render import render_html
+from verl.utils.tracking.report.run_files import (
     CONFIG_FILE,
     PLOT_FILE,
     REPORT_FILE,

@@ -1,4 +1,4 @@
-"""Tests of verl/utils/report: the report of synthetic run directories, read back by a real browser."""
+"""Tests of verl/utils/tracking/report: the report of synthetic run directories, read back by a real browser."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl.utils.checkpoint.layout import write_complete_marker
-from verl.utils.report import (
+from verl.utils.tracking.report import (
     REPORT_FILE,
     RUN_INFO_FILE,
     SAMPLES_FILE,
@@ -21,7 +21,7 @@ from verl.utils.report import (
     validation_summary,
     write_report,
 )
-from verl.utils.report.__main__ import main as report_main
+from verl.utils.tracking.report.__main__ import main as report_main
 
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
 PHASES = {"gen": 2.0, "reward": 0.5, "update_actor": 1.0}  # seconds per step; timing_s/step = 4.0 -> other = 0.5

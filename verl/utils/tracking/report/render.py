@@ -1,7 +1,7 @@
-"""``report.html`` from :class:`~verl.utils.report.collect.RunData`: one self-contained page.
+"""``report.html`` from :class:`~verl.utils.tracking.report.collect.RunData`: one self-contained page.
 
-No network at view time: the charts are inline SVG drawn by matplotlib (the panels of verl/utils/plotting.py), the
-style sheet is inline, there is no script. Every piece of text from the run (prompts, responses, config values,
+No network at view time: the charts are inline SVG drawn by matplotlib (the panels of verl/utils/tracking/plotting.py),
+the style sheet is inline, there is no script. Every piece of text from the run (prompts, responses, config values,
 metric names, paths) goes through :func:`html.escape`.
 """
 
@@ -14,9 +14,9 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from verl.utils.plotting import available_keys, render_panel_svg, resolve_panels
-from verl.utils.report.collect import Checkpoint, RunData, phase_table, validation_summary
-from verl.utils.report.run_files import PLOT_FILE
+from verl.utils.tracking.plotting import available_keys, render_panel_svg, resolve_panels
+from verl.utils.tracking.report.collect import Checkpoint, RunData, phase_table, validation_summary
+from verl.utils.tracking.report.run_files import PLOT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ def render_html(data: RunData) -> str:
     """The whole page for ``data`` (a string of HTML5, no external resources)."""
     title = data.info.get("experiment") or os.path.basename(os.path.normpath(data.run_dir))
     generated = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    rebuild = f"python -m verl.utils.report {data.run_dir}"
+    rebuild = f"python -m verl.utils.tracking.report {data.run_dir}"
     parts = [
         _header(data),
         _problems(data),

@@ -7,8 +7,8 @@
         config.yaml                 the resolved config of the run (interpolations filled)
         samples.jsonl               PPO family: training samples at chosen steps (prompt, response, score, ...)
         logs/metrics.jsonl          the ``file`` logger's metrics (another place with trainer.log_dir)
-        metrics.png                 the panels of verl/utils/plotting.py
-        report.html                 the report, rebuilt from the files above (python -m verl.utils.report)
+        metrics.png                 the panels of verl/utils/tracking/plotting.py
+        report.html                 the report, rebuilt from the files above (python -m verl.utils.tracking.report)
 
 :class:`RunReporter` writes them: :meth:`~RunReporter.start` when training starts, :meth:`~RunReporter.update` after
 each checkpoint save and :meth:`~RunReporter.finish` at the end. Every write is atomic, and a failure to draw or
@@ -130,7 +130,8 @@ class RunReporter:
 
     Args:
         run_dir: the run's checkpoint directory; everything is written there.
-        kind: the trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``): which panels (verl/utils/plotting.py PANELS).
+        kind: the trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``): which panels
+            (verl/utils/tracking/plotting.py PANELS).
         config: the run's config (DictConfig or mapping), written resolved to ``config.yaml``.
         metrics_path: the ``metrics.jsonl`` of the ``file`` logger, or None when that logger is off.
         plot / report: write ``metrics.png`` / ``report.html`` (``trainer.plot``, ``trainer.report.enable``).
@@ -234,7 +235,7 @@ class RunReporter:
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _draw(self, redraw_plot: bool = True) -> None:
-        from verl.utils.plotting import plot_run
+        from verl.utils.tracking.plotting import plot_run
 
         metrics = self.metrics_path
         if self.plot and redraw_plot:
@@ -243,7 +244,7 @@ class RunReporter:
             else:
                 logger.info("no %s: the 'file' logger is off (trainer.logger), so there are no metrics", PLOT_FILE)
         if self.report:
-            from verl.utils.report import write_report
+            from verl.utils.tracking.report import write_report
 
             write_report(self.run_dir)
 
