@@ -57,7 +57,7 @@ class _State:
     async def start(cls, config: ServeConfig) -> _State:
         """Load the tokenizer and start the engine on its own thread (where every batch will run) and the batcher."""
         from verl.serve.engine import build_engine, resolve_model_source
-        from verl.utils.model_loader import load_tokenizer
+        from verl.utils.models.loader import load_tokenizer
 
         self = cls()
         self.config = config

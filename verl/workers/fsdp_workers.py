@@ -24,7 +24,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import flops_counter, fsdp_utils
 from verl.utils.checkpoint.fsdp_checkpoint_manager import DEFAULT_CONTENTS, FSDPCheckpointManager
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.precision import resolve_dtype
+from verl.utils.hardware.precision import resolve_dtype
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 
 logger = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class ActorRolloutRefWorker(Worker):
     # ----------------------------------------------------------------------------------------------- building
     def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
         """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
-        from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
+        from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
 
         model_cfg = self.config.model
         if module is None:
@@ -202,7 +202,7 @@ class ActorRolloutRefWorker(Worker):
             module.eval()
             return module
         if self._is_lora:
-            from verl.utils.lora import apply_lora
+            from verl.utils.models.lora import apply_lora
 
             module = apply_lora(
                 module,
@@ -232,7 +232,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load tokenizer and models, shard them, and build the actor, the rollout engine and the reference."""
-        from verl.utils.model_loader import load_tokenizer, resolve_model_path
+        from verl.utils.models.loader import load_tokenizer, resolve_model_path
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         model_cfg = self.config.model
@@ -650,7 +650,7 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.model_loader import (
+        from verl.utils.models.loader import (
             load_tokenizer,
             load_value_model,
             resolve_attn_implementation,
@@ -755,7 +755,7 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.model_loader import load_sequence_classifier, load_tokenizer, resolve_model_path
+        from verl.utils.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
 
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)

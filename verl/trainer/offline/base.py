@@ -41,10 +41,10 @@ from verl.utils.checkpoint.layout import (
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
 from verl.utils.graceful_stop import GracefulStop
+from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.logging_utils import console_write
-from verl.utils.model_loader import load_causal_lm, load_tokenizer
+from verl.utils.models.loader import load_causal_lm, load_tokenizer
 from verl.utils.optim import build_lr_scheduler, build_optimizer
-from verl.utils.precision import resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class OfflineTrainer:
             model_fingerprint_from_module,
             model_fingerprint_from_path,
         )
-        from verl.utils.model_loader import resolve_model_path
+        from verl.utils.models.loader import resolve_model_path
 
         mcfg = config.model
         if isinstance(model, torch.nn.Module):
@@ -230,7 +230,7 @@ class OfflineTrainer:
             )
         lora_rank = int(mcfg.get("lora_rank", 0) or 0)
         if lora_rank > 0:
-            from verl.utils.lora import apply_lora
+            from verl.utils.models.lora import apply_lora
 
             module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
         if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):

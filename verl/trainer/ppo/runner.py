@@ -130,7 +130,7 @@ def build_ppo_trainer(config: DictConfig, role_worker_mapping: dict[str, type] |
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
     from verl.trainer.ppo.run_identity import ppo_run_identity
-    from verl.utils.model_loader import load_tokenizer
+    from verl.utils.models.loader import load_tokenizer
 
     trainer_cfg = config.trainer
     # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
-from verl.utils.precision import resolve_dtype
+from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 
 # One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts

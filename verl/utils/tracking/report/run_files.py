@@ -79,7 +79,7 @@ def describe_hardware(device: str = "auto", dtype: str = "auto", ranks: int = 1)
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_count"] = torch.cuda.device_count()
     try:
-        from verl.utils.precision import precision_for, resolve_dtype_name
+        from verl.utils.hardware.precision import precision_for, resolve_dtype_name
 
         info["dtype"] = resolve_dtype_name(str(dtype), device_kind if device_kind in ("cpu", "cuda") else "cpu")
         if str(dtype) == "auto":

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from verl.trainer.config.validation import ConfigError
-from verl.utils import model_loader
-from verl.utils.model_loader import (
+from verl.utils.models import loader as model_loader
+from verl.utils.models.loader import (
     BUNDLED_MODELS,
     forward_logits,
     forward_values,
@@ -22,7 +22,7 @@ from verl.utils.model_loader import (
     load_value_model,
     resolve_model_path,
 )
-from verl.utils.tiny_models import make_byte_tokenizer, make_tiny_causal_lm
+from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 
 BUNDLED = "smollm2-135m-instruct"
 
@@ -33,7 +33,7 @@ def test_unknown_paths_name_the_path_and_list_the_bundled_models(bad, monkeypatc
     def no_hub(*args, **kwargs):
         raise AssertionError("a path-like or single-word name must not be looked up on the hub")
 
-    monkeypatch.setattr("verl.utils.hub.resolve_hub_model", no_hub)
+    monkeypatch.setattr("verl.utils.models.hub.resolve_hub_model", no_hub)
     with pytest.raises(FileNotFoundError) as info:
         resolve_model_path(bad)
     message = str(info.value)

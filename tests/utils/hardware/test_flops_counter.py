@@ -9,18 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.utils import flops_counter
-from verl.utils.flops_counter import (
+from verl.utils.flops_counter import forward_flops, matmul_parameters, mfu, model_matmul_shapes, training_flops
+from verl.utils.hardware import peak as peak_module
+from verl.utils.hardware.peak import (
     device_peak_flops,
-    forward_flops,
     gpu_table_peak,
-    matmul_parameters,
     measure_matmul_flops,
     measure_peak_at_shapes,
-    mfu,
-    model_matmul_shapes,
     peak_flops,
-    training_flops,
 )
 
 
@@ -51,7 +47,7 @@ def test_training_and_forward_flops_by_hand() -> None:
 
 def test_matches_a_real_transformers_model_parameter_count() -> None:
     """N equals the model's linear-layer weights (tiny Qwen2 with q/k/v biases: biases are not matmul work)."""
-    from verl.utils.tiny_models import make_tiny_causal_lm
+    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm()
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
@@ -95,7 +91,7 @@ def test_model_matmul_shapes_by_hand() -> None:
 
 
 def test_probe_shape_cuts_output_features_then_rows() -> None:
-    cut = flops_counter._probe_shape
+    cut = peak_module._probe_shape
     assert cut((64, 32, 100), 1e9) == (64, 32, 100)  # within budget: kept
     # 2 * 4096 * 1024 * 49152 FLOPs is far over 2^34: N goes down first, to 2^34 / (2 * 4096 * 1024) = 2048
     assert cut((4096, 1024, 49152), 2.0**34) == (4096, 1024, 2048)
@@ -149,8 +145,8 @@ def test_probe_is_cached_per_device_dtype_shapes_and_threads(monkeypatch) -> Non
         timed.append(shape)
         return 1e-3
 
-    monkeypatch.setattr(flops_counter, "_time_matmul", fake_time)
-    monkeypatch.setattr(flops_counter, "_PROBE_CACHE", {})
+    monkeypatch.setattr(peak_module, "_time_matmul", fake_time)
+    monkeypatch.setattr(peak_module, "_PROBE_CACHE", {})
     shapes = [(32, 8, 16), (8, 32, 10)]
     first = measure_peak_at_shapes("cpu", torch.float32, shapes, threads=1)
     assert timed == [(256, 256, 256), *shapes]  # a rough rate to size the probes, then each shape
@@ -167,7 +163,7 @@ def test_probe_is_cached_per_device_dtype_shapes_and_threads(monkeypatch) -> Non
 def test_tiny_model_step_mfu_is_within_0_and_1() -> None:
     """A real fp32 forward + backward + AdamW step of a small Llama on the CPU, with this process's threads: its
     model FLOPs over its time and the peak measured at its own matmul shapes give an MFU in (0, 1]."""
-    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     spec = TinyModelSpec(hidden_size=256, intermediate_size=1024, num_attention_heads=4, vocab_size=2048)
     model = make_tiny_causal_lm(spec)
