@@ -1,4 +1,4 @@
-"""Tests of verl/utils/tracking.py: backends, value conversion, progress bar, rollout dumps."""
+"""Tests of verl/utils/tracking/: backends, value conversion, progress bar, rollout dumps."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["SandboxResult", "SandboxUnavailableError", "run_python_sandboxed", "sandbox_support"]
@@ -222,69 +223,30 @@ def run_python_sandboxed(
     Raises:
         SandboxUnavailableError: the machine cannot build the jail.
     """
-    if not isinstance(code, str):
-        raise TypeError(f"run_python_sandboxed: code must be a string, got {type(code).__name__}")
-    if timeout_s <= 0 or memory_mb <= 0:
-        raise ValueError(f"run_python_sandboxed: timeout_s ({timeout_s}) and memory_mb ({memory_mb}) must be > 0")
-    if max_processes < 1 or tmp_mb < 1:
-        raise ValueError(f"run_python_sandboxed: max_processes ({max_processes}) and tmp_mb ({tmp_mb}) must be >= 1")
+    _check_arguments(code, timeout_s, memory_mb, max_processes, tmp_mb)
     prefix = sandbox_support()
     python = python or sys.executable
+    cpu_s = max(1, int(timeout_s + 0.999))
     root = tempfile.mkdtemp(prefix="verl-sandbox-")
     try:
-        os.chmod(root, 0o700)
-        paths = {n: os.path.join(root, n) for n in ("main.py", "launcher.py", "config.json", "stdin", "out", "err")}
-        with open(paths["main.py"], "w", encoding="utf-8") as f:
-            f.write(code)
-        with open(paths["launcher.py"], "w", encoding="utf-8") as f:
-            f.write(_RUN_ONLY_LAUNCHER if allow_network else _LAUNCHER)
-        with open(paths["stdin"], "w", encoding="utf-8") as f:
-            f.write(stdin)
-        cpu_s = max(1, int(timeout_s + 0.999))
-        uid = _run_uid() if os.geteuid() == 0 else None
-        config = {
-            "program": paths["main.py"],
-            "launcher": paths["launcher.py"],
+        settings = {
             "python": python,
-            "uid": uid,
-            "gid": uid,
             "memory_mb": int(memory_mb),
             "cpu_s": cpu_s,
             "max_output_bytes": int(max_output_bytes),
             "max_processes": int(max_processes),
             "tmp_mb": int(tmp_mb),
-            "hide": list(HIDDEN_DIRS),
-            "reveal": _reveal_paths(python),
         }
-        with open(paths["config.json"], "w", encoding="utf-8") as f:
-            json.dump(config, f)
+        paths = _write_run_dir(root, code, stdin, allow_network, settings)
         net = () if allow_network else ("--net",)
         cmd = [*prefix, *net, "--", python, "-I", _SETUP_SCRIPT, paths["config.json"]]
+        limits = functools.partial(_limits, memory_mb, cpu_s, max_output_bytes)
         start = time.monotonic()
-        timed_out = False
-        with open(paths["stdin"], "rb") as fin, open(paths["out"], "wb") as fout, open(paths["err"], "wb") as ferr:
-            try:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=fin,
-                    stdout=fout,
-                    stderr=ferr,
-                    cwd="/",
-                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=functools.partial(_limits, memory_mb, cpu_s, max_output_bytes),
-                )
-            except OSError as e:
-                return SandboxResult(None, "", f"cannot start the sandbox: {e}", False, 0.0, not allow_network, True)
-            try:
-                returncode = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                # unshare dies, its child (PID 1 of the namespace) gets its parent-death SIGKILL, and the kernel
-                # kills every other process of the namespace
-                os.killpg(proc.pid, signal.SIGKILL)
-                returncode = proc.wait()
+        try:
+            proc = _start_jail(cmd, paths, limits)
+        except OSError as e:
+            return SandboxResult(None, "", f"cannot start the sandbox: {e}", False, 0.0, not allow_network, True)
+        returncode, timed_out = _wait_jail(proc, timeout_s)
         duration = time.monotonic() - start
         stderr = _read_capped(paths["err"], max_output_bytes)
         setup_failed = returncode == _SETUP_FAILED and "sandbox setup:" in stderr
@@ -301,3 +263,71 @@ def run_python_sandboxed(
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_arguments(code: str, timeout_s: float, memory_mb: int, max_processes: int, tmp_mb: int) -> None:
+    """The arguments of :func:`run_python_sandboxed` that no jail could honour: a TypeError or ValueError."""
+    if not isinstance(code, str):
+        raise TypeError(f"run_python_sandboxed: code must be a string, got {type(code).__name__}")
+    if timeout_s <= 0 or memory_mb <= 0:
+        raise ValueError(f"run_python_sandboxed: timeout_s ({timeout_s}) and memory_mb ({memory_mb}) must be > 0")
+    if max_processes < 1 or tmp_mb < 1:
+        raise ValueError(f"run_python_sandboxed: max_processes ({max_processes}) and tmp_mb ({tmp_mb}) must be >= 1")
+
+
+def _write_run_dir(root: str, code: str, stdin: str, allow_network: bool, settings: dict) -> dict[str, str]:
+    """Write a run's files into the private directory ``root`` (mode 0700): the program (``main.py``), the launcher
+    that runs it, its stdin, and ``config.json`` for :mod:`~verl.utils.sandbox.jail_setup` (``settings``: the
+    interpreter and the limits; plus the paths, the run's uid/gid and the directories to hide and reveal).
+
+    Returns the path of each file by name, with ``out`` and ``err`` (the program's stdout and stderr, not created
+    here)."""
+    os.chmod(root, 0o700)
+    paths = {n: os.path.join(root, n) for n in ("main.py", "launcher.py", "config.json", "stdin", "out", "err")}
+    with open(paths["main.py"], "w", encoding="utf-8") as f:
+        f.write(code)
+    with open(paths["launcher.py"], "w", encoding="utf-8") as f:
+        f.write(_RUN_ONLY_LAUNCHER if allow_network else _LAUNCHER)
+    with open(paths["stdin"], "w", encoding="utf-8") as f:
+        f.write(stdin)
+    uid = _run_uid() if os.geteuid() == 0 else None
+    config = {
+        "program": paths["main.py"],
+        "launcher": paths["launcher.py"],
+        "uid": uid,
+        "gid": uid,
+        **settings,
+        "hide": list(HIDDEN_DIRS),
+        "reveal": _reveal_paths(settings["python"]),
+    }
+    with open(paths["config.json"], "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return paths
+
+
+def _start_jail(cmd: list[str], paths: dict[str, str], preexec: Callable[[], None]) -> subprocess.Popen:
+    """Start the jail command ``cmd`` on the run's stdin / stdout / stderr files, with a minimal environment, in a
+    session of its own (so a time-out kills all of it). Raises OSError when it cannot be started."""
+    with open(paths["stdin"], "rb") as fin, open(paths["out"], "wb") as fout, open(paths["err"], "wb") as ferr:
+        return subprocess.Popen(
+            cmd,
+            stdin=fin,
+            stdout=fout,
+            stderr=ferr,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=preexec,
+        )
+
+
+def _wait_jail(proc: subprocess.Popen, timeout_s: float) -> tuple[int, bool]:
+    """``(returncode, timed_out)`` of a started jail; past ``timeout_s`` its whole session is killed."""
+    try:
+        return proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        # unshare dies, its child (PID 1 of the namespace) gets its parent-death SIGKILL, and the kernel
+        # kills every other process of the namespace
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(), True

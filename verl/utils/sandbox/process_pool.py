@@ -88,6 +88,26 @@ def _kill_all(workers: list[_Worker | None]) -> None:
             _kill(w)
 
 
+class _Batch:
+    """The bookkeeping of one :meth:`ProcessPool.map` call: which inputs wait, which run where since when, which
+    workers are idle, the results so far, and the two time limits."""
+
+    def __init__(self, inputs: Sequence[dict[str, Any]], task_timeout_s: float | None, deadline_s: float | None):
+        self.inputs = inputs
+        self.results: list[Any] = [None] * len(inputs)
+        self.deadline_s = deadline_s
+        self.end = time.monotonic() + deadline_s if deadline_s and deadline_s > 0 else float("inf")
+        self.per_task = task_timeout_s if task_timeout_s and task_timeout_s > 0 else None
+        self.pending: deque[int] = deque(range(len(inputs)))
+        self.running: dict[int, tuple[int, float]] = {}  # worker index -> (input index, start time)
+        self.idle: deque[int] = deque()
+
+    def next_limit(self) -> float:
+        """The nearest moment a running input or the batch runs out of time (``inf`` when there is no limit)."""
+        limits = [self.end] + ([t0 + self.per_task for _, t0 in self.running.values()] if self.per_task else [])
+        return min(limits)
+
+
 class ProcessPool:
     """Run ``fn(**kwargs)`` for a list of inputs on ``num_workers`` worker processes.
 
@@ -186,75 +206,82 @@ class ProcessPool:
         yet started then fail too), or ``crash`` when its worker died. ``None`` or <= 0 disables either limit.
         Killed or dead workers are replaced before the next input.
         """
-        n = len(inputs)
-        results: list[Any] = [None] * n
-        if n == 0:
-            return results
-        start = time.monotonic()
-        batch_end = start + deadline_s if deadline_s and deadline_s > 0 else float("inf")
-        per_task = task_timeout_s if task_timeout_s and task_timeout_s > 0 else None
-        pending: deque[int] = deque(range(n))
-        running: dict[int, tuple[int, float]] = {}  # worker index -> (input index, start time)
-        n_workers = min(self.num_workers, n)
+        if len(inputs) == 0:
+            return []
+        batch = _Batch(inputs, task_timeout_s, deadline_s)
+        n_workers = min(self.num_workers, len(inputs))
         self._ensure_started(n_workers)
-        idle = deque(range(n_workers))
-        while pending or running:
-            while pending and idle:
-                w = idle.popleft()
-                if self._workers[w] is None:
-                    self._ensure_started(w + 1)
-                i = pending.popleft()
-                try:
-                    self._workers[w].conn.send_bytes(pickle.dumps((i, dict(inputs[i]))))  # type: ignore[union-attr]
-                except (BrokenPipeError, OSError):
-                    # died between inputs: the input was never given to it, so it is not this input's failure
-                    self._replace(w)
-                    pending.appendleft(i)
-                    idle.appendleft(w)
-                    continue
-                except Exception as e:  # unpicklable input
-                    results[i] = PoolTaskError(f"input cannot be sent to a worker: {type(e).__name__}: {e}", "error")
-                    idle.appendleft(w)
-                    continue
-                running[w] = (i, time.monotonic())
-            if not running:
+        batch.idle.extend(range(n_workers))
+        while batch.pending or batch.running:
+            self._hand_out(batch)
+            if not batch.running:
                 continue
-            now = time.monotonic()
-            limits = [batch_end] + ([t0 + per_task for _, t0 in running.values()] if per_task else [])
-            wait_s = max(0.0, min(limits) - now)
-            by_conn = {self._workers[w].conn: w for w in running}  # type: ignore[union-attr]
-            ready = wait(list(by_conn), timeout=None if wait_s == float("inf") else wait_s)
-            for conn in ready:
-                w = by_conn[conn]  # type: ignore[index]
-                i, _ = running.pop(w)
-                try:
-                    ok, value = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
-                except (EOFError, OSError):
-                    code = self._workers[w].proc.wait()  # type: ignore[union-attr]
-                    how = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
-                    results[i] = PoolTaskError(f"{self.name} worker process died ({how})", "crash")
-                    self._replace(w)
-                else:
-                    results[i] = value if ok else PoolTaskError(value[1], "error", value[0])
-                idle.append(w)
-            now = time.monotonic()
-            for w, (i, t0) in list(running.items()):
-                over_task = per_task is not None and now >= t0 + per_task
-                if over_task or now >= batch_end:
-                    running.pop(w)
-                    what = f"did not return within {per_task:g}s" if over_task else "was still running at the "
-                    if not over_task:
-                        what += f"batch deadline ({deadline_s:g}s)"
-                    results[i] = PoolTaskError(f"{self.name} function {what}; its worker was killed", "timeout")
-                    self._replace(w)
-                    idle.append(w)
-            if now >= batch_end:
-                for i in pending:
-                    results[i] = PoolTaskError(
-                        f"{self.name} function not started before the batch deadline ({deadline_s:g}s)", "timeout"
-                    )
-                pending.clear()
-        return results
+            self._collect(batch)
+            self._expire(batch)
+        return batch.results
+
+    def _hand_out(self, batch: _Batch) -> None:
+        """Give the next pending inputs to the idle workers (starting again any that was replaced)."""
+        while batch.pending and batch.idle:
+            w = batch.idle.popleft()
+            if self._workers[w] is None:
+                self._ensure_started(w + 1)
+            i = batch.pending.popleft()
+            try:
+                self._workers[w].conn.send_bytes(pickle.dumps((i, dict(batch.inputs[i]))))  # type: ignore[union-attr]
+            except (BrokenPipeError, OSError):
+                # died between inputs: the input was never given to it, so it is not this input's failure
+                self._replace(w)
+                batch.pending.appendleft(i)
+                batch.idle.appendleft(w)
+                continue
+            except Exception as e:  # unpicklable input
+                batch.results[i] = PoolTaskError(f"input cannot be sent to a worker: {type(e).__name__}: {e}", "error")
+                batch.idle.appendleft(w)
+                continue
+            batch.running[w] = (i, time.monotonic())
+
+    def _collect(self, batch: _Batch) -> None:
+        """Wait for the first results (at most until the nearest time limit) and file them; a worker that died
+        fails its input with ``crash`` and is replaced."""
+        wait_s = max(0.0, batch.next_limit() - time.monotonic())
+        by_conn = {self._workers[w].conn: w for w in batch.running}  # type: ignore[union-attr]
+        ready = wait(list(by_conn), timeout=None if wait_s == float("inf") else wait_s)
+        for conn in ready:
+            w = by_conn[conn]  # type: ignore[index]
+            i, _ = batch.running.pop(w)
+            try:
+                ok, value = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
+            except (EOFError, OSError):
+                code = self._workers[w].proc.wait()  # type: ignore[union-attr]
+                how = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"status {code}"
+                batch.results[i] = PoolTaskError(f"{self.name} worker process died ({how})", "crash")
+                self._replace(w)
+            else:
+                batch.results[i] = value if ok else PoolTaskError(value[1], "error", value[0])
+            batch.idle.append(w)
+
+    def _expire(self, batch: _Batch) -> None:
+        """Kill the workers whose input ran past its time limit or the batch deadline; at the deadline, fail the
+        inputs not started."""
+        now = time.monotonic()
+        per_task, deadline_s = batch.per_task, batch.deadline_s
+        for w, (i, t0) in list(batch.running.items()):
+            over_task = per_task is not None and now >= t0 + per_task
+            if over_task or now >= batch.end:
+                batch.running.pop(w)
+                what = f"did not return within {per_task:g}s" if over_task else "was still running at the "
+                if not over_task:
+                    what += f"batch deadline ({deadline_s:g}s)"
+                batch.results[i] = PoolTaskError(f"{self.name} function {what}; its worker was killed", "timeout")
+                self._replace(w)
+                batch.idle.append(w)
+        if now >= batch.end:
+            for i in batch.pending:
+                batch.results[i] = PoolTaskError(
+                    f"{self.name} function not started before the batch deadline ({deadline_s:g}s)", "timeout"
+                )
+            batch.pending.clear()
 
     def close(self) -> None:
         """Stop all workers (the pool can still be used: workers start again on the next :meth:`map`)."""
