@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.runner import apply_runtime_switches, build_datasets, seed_everything
-    from verl.utils.model_loader import load_tokenizer, resolve_model_path
+    from verl.utils.models.loader import load_tokenizer, resolve_model_path
 
     config = load_config(build_overrides(args))
     seed_everything(int(config.trainer.seed))

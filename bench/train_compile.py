@@ -30,7 +30,7 @@ from bench.decode_speed import build_model  # noqa: E402
 def measure(shape: str, compiled: bool, args: argparse.Namespace) -> dict:
     from verl.utils import flops_counter
     from verl.utils.fsdp_utils import compile_decoder_layers
-    from verl.utils.precision import resolve_dtype
+    from verl.utils.hardware.precision import resolve_dtype
 
     device = args.device or default_device()
     dtype = resolve_dtype("auto", torch.device(device))

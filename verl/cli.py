@@ -40,7 +40,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "eval": Subcommand("verl.trainer.main_eval", "score generated responses / evaluate a model"),
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
     "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
-    "report": Subcommand("verl.utils.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
+    "report": Subcommand("verl.utils.tracking.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
 }
 
 

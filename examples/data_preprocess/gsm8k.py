@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     """Load the raw splits, convert them and write ``train.parquet`` / ``test.parquet``; returns the exit code."""
     args = build_parser().parse_args(argv)
     from verl.utils.dataset.raw_splits import load_raw_splits, save_splits
-    from verl.utils.hub import HubPathError
+    from verl.utils.models.hub import HubPathError
 
     try:
         raw = load_raw_splits(

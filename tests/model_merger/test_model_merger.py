@@ -12,7 +12,7 @@ from verl.model_merger import merge_checkpoint
 from verl.model_merger.__main__ import main as merger_main
 from verl.utils.checkpoint.checkpoint_manager import save_model_hf
 from verl.utils.checkpoint.sharded_state import save_state_shards
-from verl.utils.tiny_models import make_tiny_causal_lm
+from verl.utils.models.tiny import make_tiny_causal_lm
 
 PROMPT = torch.tensor([[257, 72, 101, 108, 108, 111]])  # <bos> "Hello"
 

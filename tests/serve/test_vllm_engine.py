@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from verl.serve import ServeConfig
-from verl.utils.tiny_models import TinyModelSpec, make_tiny_model_dir
+from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
 
 pytestmark = [
     pytest.mark.vllm,

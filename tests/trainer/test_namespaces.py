@@ -52,7 +52,7 @@ def _build_trainer(cfg):
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.runner import build_datasets
-    from verl.utils.model_loader import load_tokenizer
+    from verl.utils.models.loader import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.actor_rollout_ref.model.path)
     train, val, sampler = build_datasets(cfg, tokenizer)

@@ -82,7 +82,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError(f"a model or tokenizer was loaded before the checkpoint check: {args[:1]}")
 
     import verl.trainer.offline.base as offline_base
-    import verl.utils.model_loader as model_loader
+    import verl.utils.models.loader as model_loader
 
     for module in (model_loader, offline_base):  # the offline trainers bind the loaders at import
         for name in ("load_tokenizer", "load_causal_lm"):
@@ -212,7 +212,7 @@ def test_python_api_refuses_another_models_checkpoint(byte_tokenizer, tmp_path: 
     from verl import PPOTrainer
     from verl.api.models import Actor
     from verl.utils.checkpoint.identity import CheckpointMismatchError
-    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     config = {
         "max_new_tokens": 2,

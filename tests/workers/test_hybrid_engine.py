@@ -98,7 +98,7 @@ def test_full_params_gathers_for_generation_and_reshards(single_rank_group) -> N
     from torch.distributed.tensor import DTensor
 
     from verl.utils import fsdp_utils
-    from verl.utils.tiny_models import make_tiny_causal_lm
+    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(seed=2)
     ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))

@@ -52,7 +52,7 @@ def load_full_state_dict(local_dir: str, merge_lora: bool = True) -> dict[str, t
         state, meta = read_full_state_dict(local_dir, "model")
         lora = meta.get("lora")
         if lora:
-            from verl.utils.lora import merged_state_dict
+            from verl.utils.models.lora import merged_state_dict
 
             state = merged_state_dict(state, float(lora["lora_alpha"]) / float(lora["r"]) if merge_lora else 0.0)
         prefix = meta.get("weights_prefix", "")
@@ -141,8 +141,8 @@ def _read_adapter_base(adapter_dir: str, base_model_path: str | None) -> str:
     if not base:
         raise ValueError(f"{cfg_path} has no base_model_name_or_path; pass base_model_path / --base_model")
     if not os.path.isdir(base):
-        from verl.utils.hub import ModelPathError
-        from verl.utils.model_loader import resolve_model_path
+        from verl.utils.models.hub import ModelPathError
+        from verl.utils.models.loader import resolve_model_path
 
         try:  # a hub id or bundled name: from the cache or downloaded once
             return resolve_model_path(base)

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     from verl.trainer.run_paths import prefetch_model
-    from verl.utils.hub import HubPathError
+    from verl.utils.models.hub import HubPathError
 
     try:  # a hub id is fetched now, so a bad one is one line here, not a traceback from the server's startup
         prefetch_model(args.model)

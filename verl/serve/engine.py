@@ -82,7 +82,7 @@ def resolve_model_source(model: str, lora: str | None = None, served_name: str |
     Raises:
         FileNotFoundError / ValueError: naming the path that is not a model or adapter directory.
     """
-    from verl.utils.model_loader import resolve_model_path
+    from verl.utils.models.loader import resolve_model_path
 
     adapter = None
     base: str | None = None
@@ -176,7 +176,7 @@ class HFServeEngine:
     per_row_sampling = False
 
     def __init__(self, model_dir: str, tokenizer: Any, dtype: str, device: torch.device) -> None:
-        from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
+        from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
         from verl.workers.rollout.hf_rollout import HFRollout
 
         self.tokenizer = tokenizer
@@ -305,10 +305,10 @@ def build_engine(
 ) -> HFServeEngine | VLLMServeEngine:
     """Start the engine ``engine`` (``auto``, ``hf`` or ``vllm``) on ``source.path``.
 
-    ``dtype="auto"`` is decided by :func:`verl.utils.precision.resolve_dtype` (bf16 only where the device multiplies
-    it natively), as for training.
+    ``dtype="auto"`` is decided by :func:`verl.utils.hardware.precision.resolve_dtype` (bf16 only where the device
+    multiplies it natively), as for training.
     """
-    from verl.utils.precision import resolve_dtype_name
+    from verl.utils.hardware.precision import resolve_dtype_name
 
     name, why = choose_engine(engine, source.path)
     logger.info("serving %s with the %s engine (%s)", source.path, name, why)

@@ -303,7 +303,7 @@ def read_generations(path: str, data_cfg: Any) -> list[dict[str, Any]]:
 
 def _resolve_model_dir(path: str, workdir: str) -> str:
     """A loadable HF directory for ``path``: a training checkpoint is merged (LoRA too) into ``workdir``."""
-    from verl.utils.model_loader import resolve_model_path
+    from verl.utils.models.loader import resolve_model_path
 
     candidate = os.path.expanduser(path)
     if os.path.isdir(os.path.join(candidate, "actor")):
@@ -328,8 +328,8 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
     from verl.trainer.ppo.batch_rollout import decode_responses, generate_groups, prompt_meta
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.device import get_device_name, get_torch_device
-    from verl.utils.model_loader import load_causal_lm, load_tokenizer
-    from verl.utils.precision import resolve_dtype
+    from verl.utils.hardware.precision import resolve_dtype
+    from verl.utils.models.loader import load_causal_lm, load_tokenizer
     from verl.workers.rollout.hf_rollout import HFRollout
 
     with tempfile.TemporaryDirectory(prefix="verl-eval-") as workdir:

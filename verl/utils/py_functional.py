@@ -56,8 +56,8 @@ def timeout_limit(seconds: float, use_signals: bool = False) -> Callable[[Callab
 
     The function runs in a daemon thread; past the limit the caller gets ``TimeoutError`` while the thread is left
     to finish on its own (python cannot stop a thread: for work that must really stop, use
-    :class:`verl.utils.process_pool.ProcessPool`). ``use_signals`` is accepted for verl's signature; signals are not
-    used (they only work in the main thread).
+    :class:`verl.utils.sandbox.process_pool.ProcessPool`). ``use_signals`` is accepted for verl's signature; signals
+    are not used (they only work in the main thread).
     """
     if seconds <= 0:
         raise ValueError(f"timeout_limit: seconds must be > 0, got {seconds}")

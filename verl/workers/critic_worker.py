@@ -51,7 +51,7 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.model_loader import (
+        from verl.utils.models.loader import (
             load_tokenizer,
             load_value_model,
             resolve_attn_implementation,

@@ -24,7 +24,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import flops_counter, fsdp_utils
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.precision import resolve_dtype
+from verl.utils.hardware.precision import resolve_dtype
 from verl.workers.config import ActorRolloutRefConfig, FSDPConfig, RefConfig, RefFSDPConfig, RolloutConfig
 from verl.workers.critic_worker import CriticWorker
 from verl.workers.fsdp_setup import (
@@ -132,7 +132,7 @@ class ActorRolloutRefWorker(Worker):
     # ----------------------------------------------------------------------------------------------- building
     def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
         """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
-        from verl.utils.model_loader import load_causal_lm, resolve_attn_implementation
+        from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
 
         model_cfg = self.config.model
         if module is None:
@@ -152,7 +152,7 @@ class ActorRolloutRefWorker(Worker):
             module.eval()
             return module
         if self._is_lora:
-            from verl.utils.lora import apply_lora
+            from verl.utils.models.lora import apply_lora
 
             module = apply_lora(
                 module,
@@ -182,7 +182,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load tokenizer and models, shard them, and build the actor, the rollout engine and the reference."""
-        from verl.utils.model_loader import load_tokenizer, resolve_model_path
+        from verl.utils.models.loader import load_tokenizer, resolve_model_path
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         model_cfg = self.config.model

@@ -11,7 +11,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.precision import resolve_dtype
+from verl.utils.hardware.precision import resolve_dtype
 from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
     private_section,
@@ -37,7 +37,7 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.model_loader import load_sequence_classifier, load_tokenizer, resolve_model_path
+        from verl.utils.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
 
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)

@@ -161,7 +161,7 @@ def test_safe_load_refuses_pickled_objects_and_names_missing(tmp_path) -> None:
 def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.utils.tiny_models import make_tiny_causal_lm
+    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(tokenizer=byte_tokenizer)
     gathered = {k: v.clone() for k, v in model.state_dict().items()}
@@ -181,7 +181,7 @@ def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:
 def test_save_model_hf_tied_weights_stored_once(tmp_path, byte_tokenizer) -> None:
     from transformers import AutoModelForCausalLM
 
-    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     model = make_tiny_causal_lm(TinyModelSpec(arch="qwen2", tie_word_embeddings=True), tokenizer=byte_tokenizer)
     gathered = {k: v.clone() for k, v in model.state_dict().items()}  # gathered copies: no shared storage

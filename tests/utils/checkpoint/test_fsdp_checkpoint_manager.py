@@ -33,7 +33,7 @@ def _optimize(model: torch.nn.Module):
 
 
 def _setup(tokenizer, seed: int, tied: bool = False):
-    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     spec = TinyModelSpec(arch="qwen2", tie_word_embeddings=True) if tied else None
     model = make_tiny_causal_lm(spec, tokenizer=tokenizer, seed=seed)
@@ -165,7 +165,7 @@ def test_fsdp2_tiny_lm_single_rank(tmp_path, single_rank_group, byte_tokenizer) 
 
 
 def _lora_setup(tokenizer, seed: int):
-    from verl.utils.lora import apply_lora
+    from verl.utils.models.lora import apply_lora
 
     model, _, _ = _setup(tokenizer, seed=seed)
     model = apply_lora(model, lora_rank=2, lora_alpha=8, target_modules=["q_proj", "v_proj"])

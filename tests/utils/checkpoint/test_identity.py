@@ -87,7 +87,7 @@ def test_fingerprint_from_path_reads_config_and_safetensors_headers_only(tiny_mo
 
 def test_fingerprint_from_module_sees_through_the_api_wrappers(byte_tokenizer) -> None:
     from verl.api.models import ActorModel, CriticModel
-    from verl.utils.tiny_models import make_tiny_causal_lm
+    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(tokenizer=byte_tokenizer)
     plain = model_fingerprint_from_module(model)

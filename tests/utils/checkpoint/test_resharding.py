@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 def _model_and_optimizer(fsdp_size: int = -1):
     from verl.utils import fsdp_utils
-    from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     # qwen2 with tied embeddings: an aliased weight; vocab 259 and hidden 64 split unevenly over 3 and 4 ranks
     model = make_tiny_causal_lm(TinyModelSpec(arch="qwen2", tie_word_embeddings=True), seed=0)

@@ -80,7 +80,7 @@ def test_raw_content_without_chat_template(tmp_path, byte_tokenizer):
 
 
 def test_no_pad_token_uses_eos(tmp_path):
-    from verl.utils.tiny_models import make_byte_tokenizer
+    from verl.utils.models.tiny import make_byte_tokenizer
 
     tok = make_byte_tokenizer(with_pad=False)
     assert tok.pad_token_id is None

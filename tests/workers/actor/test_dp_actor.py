@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
-from verl.utils.tiny_models import make_tiny_causal_lm
+from verl.utils.models.tiny import make_tiny_causal_lm
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
 YAML = os.path.join(os.path.dirname(__file__), "../../../verl/trainer/config/ppo_trainer.yaml")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.utils.tiny_models import make_byte_tokenizer, make_tiny_causal_lm
+from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
 

@@ -82,7 +82,7 @@ def test_sampling_matches_reference_loop_under_same_seed(model) -> None:
 def test_eos_stops_rows_and_pads_after() -> None:
     """With logits that always favour EOS (id 258), EOS is blocked for min_new_tokens steps (argmax of the zero
     logits is token 0), emitted at step min_new_tokens, and the loop stops there for every row."""
-    from verl.utils.tiny_models import make_tiny_causal_lm
+    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm().eval()
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from verl.utils.tiny_models import TinyModelSpec, make_tiny_causal_lm
+from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

@@ -112,7 +112,7 @@ class OfflineOptimConfig(OptimConfig):
 
 @dataclass
 class OfflineReportConfig:
-    """``trainer.report``: the run's ``report.html`` (verl/utils/report)."""
+    """``trainer.report``: the run's ``report.html`` (verl/utils/tracking/report)."""
 
     enable: bool = True
 

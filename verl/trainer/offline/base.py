@@ -40,10 +40,10 @@ from verl.utils.checkpoint.layout import (
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
 from verl.utils.graceful_stop import GracefulStop
+from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.logging_utils import console_write
-from verl.utils.model_loader import load_causal_lm, load_tokenizer
+from verl.utils.models.loader import load_causal_lm, load_tokenizer
 from verl.utils.optim import build_lr_scheduler, build_optimizer
-from verl.utils.precision import resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class OfflineTrainer(ReferencePolicyMixin):
             model_fingerprint_from_module,
             model_fingerprint_from_path,
         )
-        from verl.utils.model_loader import resolve_model_path
+        from verl.utils.models.loader import resolve_model_path
 
         mcfg = config.model
         if isinstance(model, torch.nn.Module):
@@ -229,7 +229,7 @@ class OfflineTrainer(ReferencePolicyMixin):
             )
         lora_rank = int(mcfg.get("lora_rank", 0) or 0)
         if lora_rank > 0:
-            from verl.utils.lora import apply_lora
+            from verl.utils.models.lora import apply_lora
 
             module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
         if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
@@ -437,9 +437,9 @@ class OfflineTrainer(ReferencePolicyMixin):
             self._reporter.update(self.global_step)
 
     def _make_reporter(self, tracker: Any) -> Any:
-        """The :class:`~verl.utils.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
+        """The :class:`~verl.utils.tracking.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
         ``trainer.report.enable``: ``report.html``), None when both are off."""
-        from verl.utils.report import RunReporter, describe_hardware
+        from verl.utils.tracking.report import RunReporter, describe_hardware
 
         tcfg = self.config.trainer
         plot = bool(tcfg.plot)

@@ -97,7 +97,7 @@ def export_hf(root: str, model: torch.nn.Module, tokenizer: Any) -> str | None:
         return None
     if is_peft_model(model):
         # a directory transformers loads directly: the adapters merged into the base weights
-        from verl.utils.lora import merged_state_dict
+        from verl.utils.models.lora import merged_state_dict
 
         lora_cfg = model.peft_config[model.active_adapter]
         state = merged_state_dict(state, float(lora_cfg.lora_alpha) / float(lora_cfg.r)) if _rank() == 0 else {}

@@ -13,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl.trainer.config.loader import packaged_config_text
 from verl.trainer.config.validation import ConfigError, validate_config
-from verl.utils.model_loader import forward_logits
+from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.model_loader import load_causal_lm
+from verl.utils.models.loader import load_causal_lm
 
 
 class ReferencePolicyMixin:

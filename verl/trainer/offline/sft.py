@@ -11,7 +11,7 @@ from verl.trainer.config.offline_schema import SFTConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.utils.dataset.sft_dataset import SFTDataset
-from verl.utils.model_loader import forward_logits
+from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
 

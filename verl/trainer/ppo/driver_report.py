@@ -47,10 +47,11 @@ class DriverReportMixin:
         )
 
     def reporter(self) -> Any:
-        """The run's :class:`~verl.utils.report.RunReporter` (``metrics.png`` with ``trainer.plot``, ``report.html``
-        and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both are off."""
+        """The run's :class:`~verl.utils.tracking.report.RunReporter` (``metrics.png`` with ``trainer.plot``,
+        ``report.html`` and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both
+        are off."""
         if self._reporter is None:
-            from verl.utils.report import RunReporter, describe_hardware
+            from verl.utils.tracking.report import RunReporter, describe_hardware
 
             trainer_cfg = self.config.trainer
             plot = bool(trainer_cfg.plot)

@@ -147,7 +147,8 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
         # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
         self.stopped_by: str | None = None
-        # metrics.png / report.html of the run (verl/utils/report): created on first use, None when both are off
+        # metrics.png / report.html of the run (verl/utils/tracking/report): created on first use, None when both
+        # are off
         self._reporter: Any = None
         self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
         if train_dataset is not None:

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config import critic_enabled
 from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_path
-from verl.utils.model_loader import resolve_model_path
+from verl.utils.models.loader import resolve_model_path
 
 
 def ppo_run_identity(config: DictConfig) -> dict[str, Any]:

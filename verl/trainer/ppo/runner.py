@@ -162,7 +162,7 @@ def build_ppo_trainer(
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
     from verl.trainer.ppo.run_identity import ppo_run_identity
-    from verl.utils.model_loader import load_tokenizer
+    from verl.utils.models.loader import load_tokenizer
 
     trainer_cfg = config.trainer
     # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads
@@ -255,7 +255,7 @@ def run_ppo(
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too
-    from verl.utils.report import PLOT_FILE, REPORT_FILE
+    from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE
 
     # metrics.png (trainer.plot) and report.html (trainer.report.enable): written by fit() at each save and its end
     reporter = trainer.reporter()

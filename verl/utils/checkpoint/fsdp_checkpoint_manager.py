@@ -160,7 +160,7 @@ class FSDPCheckpointManager:
             full = get_full_model_state_dict(module)  # collective: every rank takes part
             if rank == 0:
                 if is_peft_model(module):
-                    from verl.utils.lora import merged_state_dict
+                    from verl.utils.models.lora import merged_state_dict
 
                     lora = model_meta(module)["lora"]
                     full = merged_state_dict(full, lora["lora_alpha"] / lora["r"])

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.base_config import omega_conf_to_dataclass
-from verl.utils.model_loader import forward_logits
+from verl.utils.models.loader import forward_logits
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
@@ -198,7 +198,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     Args:
         config: the ``actor_rollout_ref.actor`` section (DictConfig, dict or dataclass).
-        actor_module: the policy; any module accepted by ``verl.utils.model_loader.forward_logits``.
+        actor_module: the policy; any module accepted by ``verl.utils.models.loader.forward_logits``.
         actor_optimizer: needed for ``update_policy`` only (a reference policy has none).
         lr_scheduler: reported in ``actor/lr``; the worker steps it.
         use_remove_padding: pack valid tokens into one row (``actor_rollout_ref.model.use_remove_padding``); the

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from verl.utils.logging_utils import console_write
-from verl.utils.process_pool import PoolTaskError, ProcessPool, default_num_workers
+from verl.utils.sandbox.process_pool import PoolTaskError, ProcessPool, default_num_workers
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +97,11 @@ class AbstractRewardManager:
         timeout_s: time limit of one reward function call, counted from its start (None or <= 0: none).
         batch_timeout_s: deadline of one batch, counted from the start of scoring; calls still running then are
             killed and calls not started fail (None or <= 0: none).
-        num_workers: worker processes that run the reward function (:class:`verl.utils.process_pool.ProcessPool`);
-            a call past a limit is killed there, and ``sys.exit``, ``os._exit`` or a crash fail only its sample.
-            ``0`` calls it in this process (no time limit can stop it then, so none may be set). ``None``: a pool
-            of ``min(8, CPUs)`` workers when a limit is set, else in this process.
+        num_workers: worker processes that run the reward function
+            (:class:`verl.utils.sandbox.process_pool.ProcessPool`); a call past a limit is killed there, and
+            ``sys.exit``, ``os._exit`` or a crash fail only its sample. ``0`` calls it in this process (no time limit
+            can stop it then, so none may be set). ``None``: a pool of ``min(8, CPUs)`` workers when a limit is set,
+            else in this process.
     """
 
     def __init__(

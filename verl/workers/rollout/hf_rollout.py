@@ -20,8 +20,8 @@ import torch
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
-from verl.utils.model_loader import forward_logits
-from verl.utils.precision import resolve_dtype
+from verl.utils.hardware.precision import resolve_dtype
+from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
