@@ -120,3 +120,38 @@ def test_close_stops_workers():
     assert not any(_alive(p) for p in pids)
     assert pool.map([{"x": 1}]) == [2]  # usable again
     pool.close()
+
+
+def test_workers_exit_when_the_caller_dies_without_closing_the_pool(tmp_path):
+    """A caller killed mid-call (OOM, SIGKILL) leaves no worker behind, even one busy in a long call."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(
+        f"""
+        import json, os, threading, time
+        from verl.utils.sandbox.process_pool import ProcessPool
+
+        def slow(x):
+            time.sleep(60)
+            return x
+
+        pool = ProcessPool(slow, 2, name="orphan-test")
+        threading.Thread(target=pool.map, args=([{{"x": 1}}, {{"x": 2}}],), daemon=True).start()
+        time.sleep(2.0)  # both workers are now busy in slow()
+        with open({str(tmp_path / "pids.json")!r}, "w") as f:
+            json.dump(pool.worker_pids(), f)
+        os._exit(0)  # no close(), no finalizers: as if killed
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    import json
+
+    pids = json.loads((tmp_path / "pids.json").read_text())
+    assert pids, "the pool started no worker"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)

@@ -327,11 +327,28 @@ def _error_payload(e: BaseException) -> tuple[str, str]:
     return type(e).__name__, what
 
 
+def _exit_when_orphaned(parent: int, period_s: float = 1.0) -> None:
+    """End this worker when its caller dies without closing the pool. A closed pipe is not enough: a process the
+    caller started later (a test's subprocess, a Ray worker) may hold the pipe's other end open, and a worker busy in
+    a long call never reads it. A daemon thread checks the parent pid and exits the process once it changed."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
 def _worker_main(read_fd: int, write_fd: int) -> None:
     """Worker loop: load the function, then answer ``(index, kwargs)`` with ``(True, result)`` or
     ``(False, (type name, message))`` until the caller closes the pipe."""
     import cloudpickle
 
+    _exit_when_orphaned(os.getppid())
     conn_in = Connection(read_fd, writable=False)
     conn_out = Connection(write_fd, readable=False)
     try:
