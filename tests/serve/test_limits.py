@@ -233,13 +233,17 @@ def test_client_disconnect_cancels_its_stream(patient):
     with httpx.Client(base_url=patient.url, timeout=30) as c:
         with c.stream("POST", "/generate", json=body) as r:
             assert r.status_code == 200
-            first = next(r.iter_lines())
+            # keep the line iterator referenced: a dropped one is closed by the garbage collector, which closes the
+            # response, i.e. disconnects early (that race made this test flaky)
+            lines = r.iter_lines()
+            first = next(lines)
             assert first.startswith('data: {"response"'), first
             # the row is decoding (the health route reads the batcher from the event loop: give it a moment)
             deadline = time.monotonic() + 2.0
             while c.get("/health").json()["running"] != 1 and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert c.get("/health").json()["running"] == 1
+            del lines
         # leaving the block closed the connection mid-stream: the row stops long before its 3000 tokens
     deadline = time.monotonic() + 1.0
     while httpx.get(patient.url + "/health").json()["running"] and time.monotonic() < deadline:
