@@ -4,7 +4,7 @@ Runs the embedded demo (bundled SmolLM2-135M-Instruct, arithmetic prompts) with
 ``actor_rollout_ref.rollout.calculate_log_probs=true`` and the old-log-prob pass forced on, for each rollout engine
 and rollout dtype asked for, and reports the per-step mismatch metrics the driver logs (k1/k3 KL, perplexity ratio,
 chi-square, token-weight range). The correction itself stays off, so the figures are the raw gap.
-Results: ``bench/results/rollout_mismatch_<machine>.json``.
+Results: ``bench/results/rollout_mismatch_<engines>_<machine>.json``.
 
     python bench/rollout_mismatch.py                          # hf engine (actor dtype), and vllm when importable
     python bench/rollout_mismatch.py --engines hf --rollout-dtypes float32 bfloat16 --steps 2
@@ -96,7 +96,7 @@ def main() -> None:
                 + [f"{step[f'rollout_corr/{k}']:.3g}" for k in KEYS]
             )
     print(markdown_table(["engine", "actor/rollout dtype", "step", *KEYS], rows))
-    print(save_result("rollout_mismatch", {"cases": cases}, per_machine=True))
+    print(save_result(f"rollout_mismatch_{'_'.join(engines)}", {"cases": cases}, per_machine=True))
 
 
 if __name__ == "__main__":
