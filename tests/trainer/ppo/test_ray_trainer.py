@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from verl.trainer.config import load_config
@@ -36,6 +37,7 @@ def odd_answers_fail(data_source, solution_str, ground_truth, extra_info=None, *
 """
 
 STEPS = 3
+LOGP_ON = "actor_rollout_ref.rollout.calculate_log_probs=true"
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +340,65 @@ def test_worker_roles_and_the_step_counter_have_one_home(
         assert step == 1 == driver.global_steps
     with driver.next_step() as step:
         assert step == 2
+
+
+def _spy_policy_loss(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Record the tensors each actor micro-batch hands to its policy loss."""
+    import verl.workers.actor.dp_actor as dp_actor
+
+    seen: list[dict] = []
+    real = dp_actor.get_policy_loss_fn
+
+    def spying(name: str):
+        fn = real(name)
+
+        def wrapped(**kwargs):
+            seen.append({k: kwargs[k] for k in ("old_log_prob", "rollout_is_weights", "response_mask")})
+            return fn(**kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(dp_actor, "get_policy_loss_fn", spying)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["correct", "bypass", "observe"])
+def test_rollout_correction_step(
+    tiny_model_dir: str, task_files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """One GRPO step with rollout correction: the rollout_corr/* metrics are logged and the actor's loss gets the
+    weights; in bypass mode the old-log-prob pass is skipped and the rollout's log-probs are the old policy; with the
+    correction off the mismatch metrics are logged whenever both log-probs are there."""
+    seen = _spy_policy_loss(monkeypatch)
+    rc = "algorithm.rollout_correction"
+    extra = ["algorithm.adv_estimator=grpo", "trainer.total_training_steps=1", LOGP_ON]
+    extra += {
+        "correct": [f"{rc}.rollout_is=token", f"{rc}.rollout_is_threshold=3.0", f"{rc}.rollout_rs=token"],
+        # the update is not treated as on-policy, so only bypass mode can skip the old-log-prob pass; the actor
+        # refuses a batch without old_log_probs there, so the rollout's log-probs must have taken their place
+        "bypass": [f"{rc}.bypass_mode=true", "actor_rollout_ref.actor.skip_old_log_prob_on_policy=false"],
+        "observe": ["actor_rollout_ref.actor.skip_old_log_prob_on_policy=false"],
+    }[mode]
+    run_ppo(_config(tiny_model_dir, task_files, tmp_path, extra))
+    (record,) = [r["metrics"] for r in _records(tmp_path) if "actor/pg_loss" in r.get("metrics", {})]
+    assert seen
+    if mode == "bypass":
+        assert "timing_s/old_log_prob" not in record and not any(k.startswith("rollout_corr/") for k in record)
+        assert all(s["rollout_is_weights"] is None for s in seen)
+        return
+    # the default update is on-policy (old log-probs skipped); the correction needs them, so the pass ran
+    assert "timing_s/old_log_prob" in record
+    for key in ("kl", "k3_kl", "ppl_ratio", "training_ppl", "rollout_ppl", "chi2_token"):
+        assert math.isfinite(record[f"rollout_corr/{key}"]), key
+    # hf engine and actor in float32 on the same weights: the two policies agree closely
+    assert abs(record["rollout_corr/ppl_ratio"] - 1) < 1e-3 and record["rollout_corr/k3_kl"] < 1e-4
+    if mode == "observe":
+        assert "rollout_corr/rollout_is_mean" not in record and all(s["rollout_is_weights"] is None for s in seen)
+        return
+    for key in ("rollout_is_mean", "rollout_is_max", "rollout_is_ratio_fraction_high", "rollout_rs_masked_fraction"):
+        assert math.isfinite(record[f"rollout_corr/{key}"]), key
+    for s in seen:
+        w = s["rollout_is_weights"]
+        assert w is not None and w.shape == s["old_log_prob"].shape
+        valid = s["response_mask"].bool()
+        assert torch.allclose(w[valid], torch.ones_like(w[valid]), atol=1e-2) and (w[~valid] == 0).all()

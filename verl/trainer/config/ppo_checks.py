@@ -241,6 +241,39 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
                 )
 
 
+def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
+    """``algorithm.rollout_correction``: thresholds in range, the rollout's log-probs available when any correction
+    is on, and bypass mode (where the rollout's log-probs *are* the old policy, so every weight would be 1) not
+    combined with weights, rejection or the veto."""
+    rc = cfg.algorithm.get("rollout_correction")
+    if rc is None:
+        return
+    prefix = "algorithm.rollout_correction"
+    upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
+    for key in ("rollout_is_threshold", "rollout_rs_threshold", "rollout_rs_threshold_lower"):
+        value = rc.get(key)
+        if value is not None and not float(value) > 0:
+            errors.append(f"{prefix}.{key}={value} must be > 0")
+    lower = rc.rollout_rs_threshold_lower
+    if lower is not None and float(upper) > 0 and float(lower) > float(upper):
+        errors.append(
+            f"{prefix}.rollout_rs_threshold_lower={lower} is above the upper rejection threshold {upper} "
+            f"({prefix}.rollout_rs_threshold, or rollout_is_threshold when that is null): every token would be rejected"
+        )
+    veto = rc.rollout_token_veto_threshold
+    if veto is not None and not 0 < float(veto) < 1:
+        errors.append(f"{prefix}.rollout_token_veto_threshold={veto} must be in (0, 1) (a weight that small vetoes)")
+    corrections = [k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if rc.get(k) is not None]
+    if rc.bypass_mode and corrections:
+        errors.append(
+            f"{prefix}.bypass_mode=true uses the rollout's log-probs as the old policy, so the rollout-vs-old "
+            f"weights are all 1; {', '.join(f'{prefix}.{k}' for k in corrections)} would do nothing: set them to null"
+        )
+    if (corrections or rc.bypass_mode) and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        what = ", ".join(f"{prefix}.{k}" for k in corrections + (["bypass_mode"] if rc.bypass_mode else []))
+        errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
+
+
 def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
 
@@ -249,7 +282,8 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     ``mini * n / W`` not divisible by the micro-batch (unless ``use_dynamic_bsz``); a dynamic-batch token budget
     below one full sequence; ``resume_mode=resume_path`` without ``resume_from_path``; ``gae`` with the critic
     disabled; a reward model enabled without a path; an unregistered ``adv_estimator`` / ``policy_loss.loss_mode``;
-    values out of range (:func:`check_value_ranges`).
+    values out of range (:func:`check_value_ranges`); bad ``algorithm.rollout_correction`` settings
+    (:func:`check_rollout_correction`).
     Warnings: KL both in the reward and in the loss; GRPO-style estimators with ``rollout.n == 1``.
     """
     errors: list[str] = []
@@ -311,6 +345,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     check_multi_turn(cfg, errors, warns)
     check_placement(cfg, errors)
     check_value_ranges(cfg, use_critic, errors)
+    check_rollout_correction(cfg, errors)
     if errors:  # the arithmetic below divides by these
         return errors, warns
 

@@ -122,6 +122,22 @@ class FilterGroupsConfig(BaseConfig):
 
 
 @dataclass
+class RolloutCorrectionConfig(BaseConfig):
+    """``algorithm.rollout_correction``: correct for the rollout engine's probabilities differing from the trainer's
+    (verl/algorithms/rollout_correction.py). Off by default; any of ``rollout_is``, ``rollout_rs``,
+    ``rollout_token_veto_threshold`` or ``bypass_mode`` needs ``actor_rollout_ref.rollout.calculate_log_probs``."""
+
+    rollout_is: Optional[Literal["token", "sequence"]] = None  # importance weights; None: no weights
+    rollout_is_threshold: float = 2.0  # truncation of the weights (TIS)
+    rollout_is_batch_normalize: bool = False  # divide the weights by their batch mean
+    rollout_rs: Optional[Literal["token", "sequence", "geometric"]] = None  # rejection sampling; None: none
+    rollout_rs_threshold: Optional[float] = None  # upper bound; None: rollout_is_threshold
+    rollout_rs_threshold_lower: Optional[float] = None  # None: 1 / upper
+    rollout_token_veto_threshold: Optional[float] = None  # reject a response holding a token weight below this
+    bypass_mode: bool = False  # the rollout's log-probs are the old policy (no old-log-prob pass)
+
+
+@dataclass
 class AlgorithmConfig(BaseConfig):
     """``algorithm``: advantage estimation and the KL-in-reward penalty."""
 
@@ -133,6 +149,7 @@ class AlgorithmConfig(BaseConfig):
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 # ------------------------------------------------------------------------------------------------------ trainer

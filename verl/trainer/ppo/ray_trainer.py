@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.algorithms import core_algos
 from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
+from verl.trainer.ppo import rollout_correction
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
     decode_generations,
@@ -445,18 +446,27 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         metrics: dict[str, Any],
         reward_future: Future | None = None,
     ) -> DataProto:
-        """The post-rollout half of a step on scored (or being scored) rollouts: old log-probs, reference
-        log-probs, values, KL in reward, advantages, critic update, actor update."""
+        """The post-rollout half of a step on scored (or being scored) rollouts: old log-probs (the rollout's in
+        ``algorithm.rollout_correction.bypass_mode``), rollout correction (importance weights, rejection and the
+        ``rollout_corr/*`` metrics), reference log-probs, values, KL in reward, advantages, critic update, actor
+        update."""
         batch.meta_info["global_steps"] = self.global_steps
         batch.meta_info.setdefault("global_token_num", batch.batch["attention_mask"].sum(-1).tolist())
-        batch.meta_info["on_policy"] = self._update_is_on_policy()
-        if not batch.meta_info["on_policy"]:
+        correction = self.algorithm.get("rollout_correction")
+        bypass = rollout_correction.bypass_mode(correction)
+        batch.meta_info["on_policy"] = (
+            self._update_is_on_policy() and not bypass and not rollout_correction.needs_old_log_probs(correction)
+        )
+        if bypass:
+            batch = rollout_correction.use_rollout_as_old(batch)
+        elif not batch.meta_info["on_policy"]:
             with marked_timer("old_log_prob", timing):
                 old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
                 if "entropys" in old_log_prob.batch.keys():
                     entropys = old_log_prob.batch.pop("entropys")
                     metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
                 batch = batch.union(old_log_prob)
+        metrics.update(rollout_correction.apply_rollout_correction(batch, correction))
         if self.use_reference_policy:
             with marked_timer("ref", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))

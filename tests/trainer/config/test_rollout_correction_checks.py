@@ -1,0 +1,62 @@
+"""algorithm.rollout_correction: the typed keys (upstream verl's names, off by default) and their checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.trainer.config.loader import load_config
+from verl.trainer.config.validation import ConfigError
+
+RC = "algorithm.rollout_correction"
+LOGP = "actor_rollout_ref.rollout.calculate_log_probs=true"
+
+
+def _problems(overrides: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    return e.value.problems
+
+
+def test_off_by_default() -> None:
+    rc = load_config().algorithm.rollout_correction
+    assert rc.rollout_is is None and rc.rollout_rs is None and rc.rollout_token_veto_threshold is None
+    assert rc.rollout_is_threshold == 2.0 and rc.bypass_mode is False
+
+
+def test_valid_settings_load() -> None:
+    cfg = load_config(
+        [LOGP, f"{RC}.rollout_is=sequence", f"{RC}.rollout_rs=geometric", f"{RC}.rollout_rs_threshold=1.001"]
+    )
+    assert cfg.algorithm.rollout_correction.rollout_rs == "geometric"
+    load_config([LOGP, f"{RC}.bypass_mode=true"])
+
+
+def test_correction_needs_the_rollout_log_probs() -> None:
+    (msg,) = _problems([f"{RC}.rollout_is=token"])
+    assert f"{RC}.rollout_is needs the rollout's log-probs" in msg
+    assert "actor_rollout_ref.rollout.calculate_log_probs=true" in msg
+    (msg,) = _problems([f"{RC}.bypass_mode=true"])
+    assert f"{RC}.bypass_mode needs" in msg
+
+
+def test_unknown_level_is_refused() -> None:
+    problems = _problems([LOGP, f"{RC}.rollout_is=geometric"])
+    assert any(p.startswith(f"{RC}.rollout_is") and "geometric" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0"], f"{RC}.rollout_is_threshold=0.0 must be > 0"),
+        ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=-1"], f"{RC}.rollout_rs_threshold=-1.0 must be > 0"),
+        (
+            [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=1.5", f"{RC}.rollout_rs_threshold_lower=2"],
+            f"{RC}.rollout_rs_threshold_lower=2.0 is above the upper rejection threshold 1.5",
+        ),
+        ([f"{RC}.rollout_token_veto_threshold=2"], f"{RC}.rollout_token_veto_threshold=2.0 must be in (0, 1)"),
+        ([f"{RC}.bypass_mode=true", f"{RC}.rollout_is=token"], f"{RC}.bypass_mode=true uses the rollout's log-probs"),
+    ],
+)
+def test_bad_values_name_the_key(overrides: list[str], fragment: str) -> None:
+    problems = _problems([LOGP, *overrides])
+    assert any(fragment in p for p in problems), problems
