@@ -33,7 +33,11 @@ def _worker(args: argparse.Namespace) -> None:
     import verl
     from bench._common import BUNDLED_SMOLLM2, make_config_s_dir, make_prompt_texts
     from bench._sides import GRPOWork, VerlSide
-    from verl.utils.models.loader import load_tokenizer, resolve_model_path
+
+    try:
+        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+    except ModuleNotFoundError:  # a checkout from before the ground-floor rooms (issue 22)
+        from verl.utils.model_loader import load_tokenizer, resolve_model_path
 
     torch.set_num_threads(args.threads)
     model = make_config_s_dir() if args.model == "config-s" else resolve_model_path(BUNDLED_SMOLLM2)
