@@ -9,11 +9,9 @@ rule scorers of ``verl.utils.reward_score.default_compute_score`` are used.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import logging
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -22,6 +20,7 @@ import torch
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.trainer.config.schema import CustomRewardFunctionConfig, DataConfig, RewardModelConfig
+from verl.utils.import_utils import load_module
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -53,18 +52,14 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
     file_path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(file_path):
         raise FileNotFoundError(f"custom_reward_function.path: reward function file {file_path} does not exist")
-    module_name = f"custom_reward_module_{abs(hash(file_path))}"
-    spec = importlib.util.spec_from_file_location(module_name, file_path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"custom_reward_function.path: cannot import {file_path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    # Registered so pickling (Ray) and dataclasses inside the file can find the module by name.
-    sys.modules[module_name] = module
+    # registered in sys.modules so pickling (Ray) and dataclasses inside the file find the module by name
     try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        sys.modules.pop(module_name, None)
-        raise ImportError(f"custom_reward_function.path: importing {file_path} failed: {type(e).__name__}: {e}") from e
+        module = load_module(file_path, module_name=f"custom_reward_module_{abs(hash(file_path))}")
+    except (ImportError, RuntimeError) as e:
+        cause = e.__cause__ or e
+        raise ImportError(
+            f"custom_reward_function.path: importing {file_path} failed: {type(cause).__name__}: {cause}"
+        ) from cause
     if not hasattr(module, name):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         raise AttributeError(
