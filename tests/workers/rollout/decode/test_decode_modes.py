@@ -91,9 +91,7 @@ def test_compaction_keeps_every_row_equal_to_the_reference_loop(model, monkeypat
     assert regroups and all(r < 6 for r in regroups)
     ids, mask, pos = _prompts()
     torch.manual_seed(7)
-    ref, ref_lp = HFRollout(LogitsOnly(model), {"response_length": 10}).decode_loop(ids.device).generate(
-        ids, mask, pos, settings, EOS, PAD
-    )
+    ref, ref_lp = DecodeLoop(LogitsOnly(model)).generate(ids, mask, pos, settings, EOS, PAD)
     assert torch.equal(fast, ref)
     # log-probs agree up to each row's end; after it the fast loop computes nothing (0) for dropped rows
     valid = _valid(fast)
