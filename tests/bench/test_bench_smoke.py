@@ -92,6 +92,16 @@ def test_demo_time_smoke() -> None:
     assert record["machine"]["dtype_auto"] in ("bfloat16", "float32")
 
 
+def test_decode_vs_generate_smoke() -> None:
+    out = _check(_run("decode_vs_generate.py"))
+    assert "x generate" in out
+    path = max(SMOKE_DIR.glob("decode_vs_generate_*.json"), key=lambda p: p.stat().st_mtime)
+    results = json.loads(path.read_text())["results"]
+    assert {r["arch"] for r in results} == {"qwen2", "gpt2", "mistral"}
+    # every side of every architecture decodes greedily to transformers generate's tokens
+    assert all(r["ms_per_token"] > 0 and r["greedy_tokens_equal_generate"] for r in results)
+
+
 def test_decode_speed_smoke() -> None:
     out = _check(_run("decode_speed.py"))
     assert "ms/step" in out
