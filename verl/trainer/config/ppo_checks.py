@@ -274,30 +274,20 @@ def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
 
 
-def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
-    """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
+def check_namespace(cfg: DictConfig, errors: list[str]) -> None:
+    """``trainer.namespace``: a name that is safe as one path component."""
+    if cfg.trainer.get("namespace") is None:
+        return
+    from verl.utils.fs import validate_namespace
 
-    Errors: non-positive sizes; ``train_batch_size * rollout.n`` not divisible by the world size; the actor (and,
-    when enabled, critic) mini-batch larger than or not dividing ``train_batch_size``; the per-rank mini-batch
-    ``mini * n / W`` not divisible by the micro-batch (unless ``use_dynamic_bsz``); a dynamic-batch token budget
-    below one full sequence; ``resume_mode=resume_path`` without ``resume_from_path``; ``gae`` with the critic
-    disabled; a reward model enabled without a path; an unregistered ``adv_estimator`` / ``policy_loss.loss_mode``;
-    values out of range (:func:`check_value_ranges`); bad ``algorithm.rollout_correction`` settings
-    (:func:`check_rollout_correction`).
-    Warnings: KL both in the reward and in the loss; GRPO-style estimators with ``rollout.n == 1``.
-    """
-    errors: list[str] = []
-    warns: list[str] = []
-    data, arr, trainer, algo = cfg.data, cfg.actor_rollout_ref, cfg.trainer, cfg.algorithm
-    actor, rollout = arr.actor, arr.rollout
-    if trainer.get("namespace") is not None:
-        from verl.utils.fs import validate_namespace
+    try:
+        validate_namespace(cfg.trainer.namespace)
+    except ValueError as err:
+        errors.append(f"trainer.namespace: {err}")
 
-        try:
-            validate_namespace(trainer.namespace)
-        except ValueError as err:
-            errors.append(f"trainer.namespace: {err}")
 
+def check_positive_sizes(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
+    """Batch sizes, lengths, counts and ranks that must be positive (or non-negative), and report steps from 1."""
     _check_positive(
         cfg,
         [
@@ -334,24 +324,21 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     bad_steps = [s for s in (OmegaConf.select(cfg, "trainer.report.sample_steps") or []) if int(s) < 1]
     if bad_steps:
         errors.append(f"trainer.report.sample_steps: steps count from 1, got {bad_steps}")
-    use_critic = critic_enabled(cfg)
     if use_critic:
         _check_positive(
             cfg,
             ["critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs"],
             errors,
         )
-    check_implemented(cfg, errors, warns)
-    check_multi_turn(cfg, errors, warns)
-    check_placement(cfg, errors)
-    check_value_ranges(cfg, use_critic, errors)
-    check_rollout_correction(cfg, errors)
-    if errors:  # the arithmetic below divides by these
-        return errors, warns
 
+
+def check_batch_division(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
+    """The step's sequences split evenly over the ranks, and the actor's (and critic's) mini-batches into
+    micro-batches per rank (:func:`_check_mini_micro`); the critic counts the actor's ``rollout.n``."""
+    trainer, actor = cfg.trainer, cfg.actor_rollout_ref.actor
     world = trainer.nnodes * trainer.n_gpus_per_node
     world_expr = f"trainer.nnodes * trainer.n_gpus_per_node = {trainer.nnodes} * {trainer.n_gpus_per_node}"
-    train_bs, n = data.train_batch_size, rollout.n
+    train_bs, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
     if (train_bs * n) % world != 0:
         errors.append(
             f"data.train_batch_size * actor_rollout_ref.rollout.n = {train_bs} * {n} = {train_bs * n} sequences "
@@ -371,27 +358,31 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         world // actor_sp,
         world_expr if actor_sp == 1 else f"({world_expr}) / ulysses_sequence_parallel_size {actor_sp}",
     )
-    if use_critic:
-        critic = cfg.critic
-        if critic.rollout_n != n:
-            errors.append(
-                f"critic.rollout_n={critic.rollout_n} differs from actor_rollout_ref.rollout.n={n}; the critic "
-                f"counts the same sequences as the actor (leave critic.rollout_n at its default, which follows n)"
-            )
-        _check_mini_micro(
-            errors,
-            "critic",
-            critic.ppo_mini_batch_size,
-            critic.ppo_micro_batch_size_per_gpu,
-            critic.use_dynamic_bsz,
-            train_bs,
-            n,
-            world // sp_size(critic),
-            world_expr
-            if sp_size(critic) == 1
-            else f"({world_expr}) / ulysses_sequence_parallel_size {sp_size(critic)}",
+    if not use_critic:
+        return
+    critic = cfg.critic
+    if critic.rollout_n != n:
+        errors.append(
+            f"critic.rollout_n={critic.rollout_n} differs from actor_rollout_ref.rollout.n={n}; the critic "
+            f"counts the same sequences as the actor (leave critic.rollout_n at its default, which follows n)"
         )
+    critic_sp = sp_size(critic)
+    _check_mini_micro(
+        errors,
+        "critic",
+        critic.ppo_mini_batch_size,
+        critic.ppo_micro_batch_size_per_gpu,
+        critic.use_dynamic_bsz,
+        train_bs,
+        n,
+        world // critic_sp,
+        world_expr if critic_sp == 1 else f"({world_expr}) / ulysses_sequence_parallel_size {critic_sp}",
+    )
 
+
+def check_token_budgets(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
+    """With dynamic batching, every token budget per GPU holds at least one full sequence (prompt + response)."""
+    data, actor = cfg.data, cfg.actor_rollout_ref.actor
     seq_len = data.max_prompt_length + data.max_response_length
     budgets = [("actor_rollout_ref.actor", "ppo_max_token_len_per_gpu", "use_dynamic_bsz")]
     budgets += [("actor_rollout_ref.ref", "log_prob_max_token_len_per_gpu", "log_prob_use_dynamic_bsz")]
@@ -411,6 +402,10 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
                 f"hold at least one sequence"
             )
 
+
+def check_algorithm_settings(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
+    """Resume path, GAE's critic, the KL controller, the reward model's path, and registered estimator and loss."""
+    trainer, algo = cfg.trainer, cfg.algorithm
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         errors.append(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_* checkpoint directory)"
@@ -436,19 +431,24 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
         )
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         errors.append("reward_model.enable=true needs reward_model.model.path (a sequence-classification model)")
-
     _check_registered(
         algo.adv_estimator, "algorithm.adv_estimator", "verl.trainer.ppo.core_algos", "ADV_ESTIMATOR_REGISTRY", errors
     )
     _check_registered(
-        actor.policy_loss.loss_mode,
+        cfg.actor_rollout_ref.actor.policy_loss.loss_mode,
         "actor_rollout_ref.actor.policy_loss.loss_mode",
         "verl.trainer.ppo.core_algos",
         "POLICY_LOSS_REGISTRY",
         errors,
     )
 
-    if algo.use_kl_in_reward and actor.use_kl_loss:
+
+def wasted_work_warnings(cfg: DictConfig, use_critic: bool) -> list[str]:
+    """Settings that run but waste the step: KL penalised twice, group estimators with one response per group, a
+    critic trained for an estimator that does not read values."""
+    algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
+    warns = []
+    if algo.use_kl_in_reward and cfg.actor_rollout_ref.actor.use_kl_loss:
         warns.append(
             "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true: the KL to the reference "
             "policy is penalised twice (in the reward and in the actor loss); usually only one is wanted"
@@ -463,4 +463,30 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
             f"critic.enable=true but algorithm.adv_estimator={algo.adv_estimator} does not use values: the critic "
             f"is trained for nothing"
         )
+    return warns
+
+
+def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
+
+    Each check is a function of its own: the namespace, positive sizes, what is implemented, multi-turn settings,
+    placement, value ranges, rollout correction; then (when those pass: the arithmetic divides by them) batch
+    division over the ranks, token budgets and the algorithm's settings. Warnings: :func:`wasted_work_warnings`.
+    """
+    errors: list[str] = []
+    warns: list[str] = []
+    use_critic = critic_enabled(cfg)
+    check_namespace(cfg, errors)
+    check_positive_sizes(cfg, use_critic, errors)
+    check_implemented(cfg, errors, warns)
+    check_multi_turn(cfg, errors, warns)
+    check_placement(cfg, errors)
+    check_value_ranges(cfg, use_critic, errors)
+    check_rollout_correction(cfg, errors)
+    if errors:  # the arithmetic below divides by these
+        return errors, warns
+    check_batch_division(cfg, use_critic, errors)
+    check_token_budgets(cfg, use_critic, errors)
+    check_algorithm_settings(cfg, use_critic, errors)
+    warns.extend(wasted_work_warnings(cfg, use_critic))
     return errors, warns
