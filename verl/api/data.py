@@ -321,7 +321,6 @@ def encode_prompts(
     column) are always present, as verl's reward managers need them. Prompts longer than ``max_prompt_length``
     follow ``truncation``: ``error`` (names the row), ``left`` or ``right``.
     """
-    import numpy as np
     import torch
 
     from verl.protocol import DataProto
@@ -329,49 +328,14 @@ def encode_prompts(
     if isinstance(prompts, DataProto):
         return prompts
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    extra: dict[str, list[Any]] = {}
     if isinstance(prompts, torch.Tensor):
-        ids = prompts.detach().to("cpu").long()
-        ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
-        if ids.dim() != 2:
-            raise ValueError(f"prompt input_ids must be [batch, len] or [len], got shape {tuple(ids.shape)}")
-        if attention_mask is None:
-            # leading pad tokens are left padding; everything from the first real token on is prompt
-            mask = (ids != pad_id).long().cummax(dim=-1).values
-        else:
-            mask = attention_mask.detach().to("cpu").long().reshape(ids.shape)
-        rows = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+        rows, extra = _rows_of_tensor(prompts, attention_mask, pad_id), {}
     else:
         items, extra = _prompt_texts_or_ids(prompts, prompt_key)
-        rows = []
-        for i, item in enumerate(items):
-            if isinstance(item, str):
-                if apply_chat_template and getattr(tokenizer, "chat_template", None):
-                    messages = [{"role": "user", "content": item}]
-                    rows.append(_chat_ids(tokenizer, messages))
-                else:
-                    rows.append(tokenizer.encode(item, add_special_tokens=False))
-            elif isinstance(item, (list, tuple)) and item and isinstance(item[0], dict):
-                rows.append(_chat_ids(tokenizer, list(item)))
-            elif isinstance(item, (list, tuple)) or (hasattr(item, "tolist") and not isinstance(item, dict)):
-                rows.append([int(t) for t in (item.tolist() if hasattr(item, "tolist") else item)])
-            else:
-                raise TypeError(f"prompt row {i}: expected a string, chat messages or token ids, got {type(item)}")
+        rows = [_row_ids(i, item, tokenizer, apply_chat_template) for i, item in enumerate(items)]
     if not rows:
         raise ValueError("no prompts given")
-    for i, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"prompt row {i} is empty after tokenization")
-        if len(row) > max_prompt_length:
-            if truncation == "left":
-                rows[i] = row[-max_prompt_length:]
-            elif truncation == "right":
-                rows[i] = row[:max_prompt_length]
-            else:
-                raise ValueError(
-                    f"prompt row {i} has {len(row)} tokens > data.max_prompt_length={max_prompt_length} "
-                    "(set data.truncation=left|right to cut it, or raise max_prompt_length)"
-                )
+    rows = [_fit_length(i, row, max_prompt_length, truncation) for i, row in enumerate(rows)]
     width = max(len(r) for r in rows)
     input_ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -379,22 +343,73 @@ def encode_prompts(
         input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
         mask[i, width - len(row) :] = 1
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    n = len(rows)
-    non_tensors: dict[str, Any] = {}
-    for key, values in extra.items():
+    return DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids},
+        non_tensors=_non_tensor_columns(extra, len(rows)),
+    )
+
+
+def _rows_of_tensor(ids: Any, attention_mask: Any, pad_id: int) -> list[list[int]]:
+    """The valid ids of each row of ``ids [batch, len]`` (or ``[len]``): after its left padding, or where
+    ``attention_mask`` is 1 when given."""
+    ids = ids.detach().to("cpu").long()
+    ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
+    if ids.dim() != 2:
+        raise ValueError(f"prompt input_ids must be [batch, len] or [len], got shape {tuple(ids.shape)}")
+    if attention_mask is None:
+        # leading pad tokens are left padding; everything from the first real token on is prompt
+        mask = (ids != pad_id).long().cummax(dim=-1).values
+    else:
+        mask = attention_mask.detach().to("cpu").long().reshape(ids.shape)
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+
+
+def _row_ids(i: int, item: Any, tokenizer: Any, apply_chat_template: bool) -> list[int]:
+    """Token ids of prompt row ``i``: a string (through the chat template when the tokenizer has one and
+    ``apply_chat_template``), chat messages, or token ids."""
+    if isinstance(item, str):
+        if apply_chat_template and getattr(tokenizer, "chat_template", None):
+            return _chat_ids(tokenizer, [{"role": "user", "content": item}])
+        return tokenizer.encode(item, add_special_tokens=False)
+    if isinstance(item, (list, tuple)) and item and isinstance(item[0], dict):
+        return _chat_ids(tokenizer, list(item))
+    if isinstance(item, (list, tuple)) or (hasattr(item, "tolist") and not isinstance(item, dict)):
+        return [int(t) for t in (item.tolist() if hasattr(item, "tolist") else item)]
+    raise TypeError(f"prompt row {i}: expected a string, chat messages or token ids, got {type(item)}")
+
+
+def _fit_length(i: int, row: list[int], max_prompt_length: int, truncation: str) -> list[int]:
+    """Row ``i`` within ``max_prompt_length`` tokens: cut on the ``left`` / ``right``, or ValueError (``error``)."""
+    if not row:
+        raise ValueError(f"prompt row {i} is empty after tokenization")
+    if len(row) <= max_prompt_length:
+        return row
+    if truncation == "left":
+        return row[-max_prompt_length:]
+    if truncation == "right":
+        return row[:max_prompt_length]
+    raise ValueError(
+        f"prompt row {i} has {len(row)} tokens > data.max_prompt_length={max_prompt_length} "
+        "(set data.truncation=left|right to cut it, or raise max_prompt_length)"
+    )
+
+
+def _non_tensor_columns(extra: dict[str, list[Any]], n: int) -> dict[str, Any]:
+    """The batch's other columns as object arrays, with ``data_source`` (default ``"api"``) and ``reward_model``
+    (``{"style": "rule", "ground_truth": ...}`` from a ``ground_truth`` column) always present."""
+    import numpy as np
+
+    def column(values: list[Any]) -> Any:
         arr = np.empty(n, dtype=object)
         arr[:] = values
-        non_tensors[key] = arr
-    if "data_source" not in non_tensors:
-        non_tensors["data_source"] = np.array(["api"] * n, dtype=object)
-    if "reward_model" not in non_tensors:
+        return arr
+
+    columns = {key: column(values) for key, values in extra.items()}
+    columns.setdefault("data_source", column(["api"] * n))
+    if "reward_model" not in columns:
         truths = extra.get("ground_truth", [None] * n)
-        arr = np.empty(n, dtype=object)
-        arr[:] = [{"style": "rule", "ground_truth": t} for t in truths]
-        non_tensors["reward_model"] = arr
-    return DataProto.from_dict(
-        tensors={"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids}, non_tensors=non_tensors
-    )
+        columns["reward_model"] = column([{"style": "rule", "ground_truth": t} for t in truths])
+    return columns
 
 
 def _chat_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:

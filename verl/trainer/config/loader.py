@@ -140,21 +140,15 @@ def build_config(
     Raises:
         ConfigError: every problem found, one per line.
     """
-    from verl.trainer.config.compose import _packaged_container, compose, packaged_sources, reorder_like
-    from verl.trainer.config.hydra_keys import check_hydra_keys, is_group_override, is_hydra_override
+    from verl.trainer.config.compose import _packaged_container, compose, reorder_like
+    from verl.trainer.config.hydra_keys import check_hydra_keys
     from verl.trainer.config.sweep import reject_sweeps
 
     template = _packaged_container(config_name, package, None)  # also: a clear error for an unknown name
     tokens = [item.text if isinstance(item, Override) else item for item in (overrides or [])]
     reject_sweeps(tokens)
-    groups = set(packaged_sources(package).packaged_groups)
-    for d in [os.path.dirname(os.path.abspath(config_file)) if config_file else None, config_dir]:
-        if d and os.path.isdir(d):
-            groups.update(f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f)))
-    hydra_side = [t for t in tokens if is_hydra_override(t) or is_group_override(t, groups)]
-    ours = [t for t in tokens if t not in hydra_side]
-    yaml_hydra = peek_hydra_section(config_file)
-    check_hydra_keys(hydra_side, yaml_hydra, config_file)
+    hydra_side, ours = split_overrides(tokens, package, config_file, config_dir)
+    check_hydra_keys(hydra_side, peek_hydra_section(config_file), config_file)
     aliases = dict(getattr(schema, "key_aliases", None) or {})
     try:
         parsed: list[Any] = _alias_overrides(ours, aliases)
@@ -184,6 +178,28 @@ def build_config(
     user_keys = {rename_aliased_key(k, aliases) for k in composed.user_keys}
     user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
     added = apply_overrides(cfg, parsed)
+    _resolve_and_validate(cfg, schema, user_keys, added)
+    return BuiltConfig(cfg, composed.hydra, composed.demo_applied, user_keys)
+
+
+def split_overrides(
+    tokens: list[str], package: str, config_file: str | None, config_dir: str | None
+) -> tuple[list[str], list[str]]:
+    """``(hydra's, ours)``: ``hydra.*`` keys and config-group choices (groups of the package, of the user's config
+    file's directory and of ``config_dir``) go into Hydra's composition; the rest are applied after it."""
+    from verl.trainer.config.compose import packaged_sources
+    from verl.trainer.config.hydra_keys import is_group_override, is_hydra_override
+
+    groups = set(packaged_sources(package).packaged_groups)
+    for d in [os.path.dirname(os.path.abspath(config_file)) if config_file else None, config_dir]:
+        if d and os.path.isdir(d):
+            groups.update(f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f)))
+    hydra_side = [t for t in tokens if is_hydra_override(t) or is_group_override(t, groups)]
+    return hydra_side, [t for t in tokens if t not in hydra_side]
+
+
+def _resolve_and_validate(cfg: DictConfig, schema: type | None, user_keys: set[str], added: Any) -> None:
+    """Layer 4 of :func:`build_config`, in place: interpolations, the schema's ``adapt_defaults``, validation."""
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
@@ -193,7 +209,6 @@ def build_config(
         adapt(cfg, user_keys)
     if schema is not None:
         validate_config(cfg, schema, extra_keys=added)
-    return BuiltConfig(cfg, composed.hydra, composed.demo_applied, user_keys)
 
 
 def peek_hydra_section(config_file: str | None) -> Any:
