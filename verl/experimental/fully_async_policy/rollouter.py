@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import traceback
 from typing import Any
@@ -129,6 +130,10 @@ class Rollouter:
                 if not self.process.is_alive():
                     raise self._dead_error(doing) from None
                 continue
+            except (OSError, EOFError) as err:  # the queue's other end went away mid-message
+                raise self._dead_error(doing) from err
+            if isinstance(item, bytes):
+                item = pickle.loads(item)  # noqa: S301 - written by our own rollout process
             if isinstance(item, tuple) and item and item[0] == "error":
                 raise RolloutWorkerError(f"the rollout worker (pid {self.process.pid}) failed:\n{item[1]}")
             return item
@@ -145,7 +150,9 @@ class Rollouter:
             raise RuntimeError(f"more than {self.max_outstanding} prompt batches in flight: read results first")
         if not self.process.is_alive():
             raise self._dead_error("submitting prompts")
-        self._requests.put((prompts, dict(meta)))
+        # plain pickles both ways: torch's queue pickler would share tensor storage through file descriptors of
+        # the producing process, which a killed rollouter takes with it mid-read
+        self._requests.put(pickle.dumps((prompts, dict(meta))))
         self.outstanding += 1
 
     def next_result(self) -> DataProto:
@@ -305,8 +312,8 @@ def rollouter_main(
                 continue
             if item == _STOP:
                 return
-            prompts, meta = item
-            results.put(proc.generate(prompts, meta))
+            prompts, meta = pickle.loads(item)  # noqa: S301 - written by the driver
+            results.put(pickle.dumps(proc.generate(prompts, meta)))
     except Exception:  # noqa: BLE001 - the driver reports it, naming this process
         results.put(("error", traceback.format_exc()))
         raise
