@@ -4,8 +4,8 @@
   stamped with the weight version the trainer holds when it trains on it (on-policy for real);
 - with staleness 1 and partial rollouts every consumed sample's staleness is logged and within the bound, and a run
   resumed from its step-2 checkpoint trains on the same prompts, in the same order, as the uninterrupted run;
-- one-step-off trains on batches exactly one version old; a killed rollout worker stops the run with
-  RolloutWorkerError, not a hang.
+- one-step-off trains on batches exactly one version old, with use_rollout_log_probs on the rollouter's own
+  log-probs as the old policy; a killed rollout worker stops the run with RolloutWorkerError, not a hang.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from verl.trainer.config import load_config
@@ -112,7 +113,8 @@ def test_staleness_bound_logged_and_resume_keeps_the_data_order(tiny_model_dir, 
     full, metrics = _train(_config(tiny_model_dir, task, tmp_path / "full", 4, extra))
     staleness = [m["async/staleness/max"] for m in metrics]
     assert len(staleness) == 4 and max(staleness) <= 1
-    assert staleness[1:] == [1, 1, 1]  # one version ahead: the rollouter used its allowance
+    # one version ahead: the rollouter used its allowance (a batch it had not started before a push would be 0)
+    assert staleness[0] == 0 and 1 in staleness[1:]
     for record in full.consumed_log:
         assert all(record["step"] - 1 - v <= 1 for v in record["versions"])
 
@@ -127,13 +129,27 @@ def test_staleness_bound_logged_and_resume_keeps_the_data_order(tiny_model_dir, 
 def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path):
     from verl.experimental.fully_async_policy.rollouter import RolloutWorkerError
 
-    cfg = _config(tiny_model_dir, task, tmp_path / "osop", 5, ["async_training.mode=one_step_off"])
+    cfg = _config(
+        tiny_model_dir,
+        task,
+        tmp_path / "osop",
+        5,
+        [
+            "async_training.mode=one_step_off",
+            "async_training.use_rollout_log_probs=true",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        ],
+    )
     trainer = build_ppo_trainer(cfg)
     trainer.init_workers()
     seen: list[float] = []
+    old_is_rollout: list[bool] = []
 
     def kill_after_two(step: int, metrics: dict[str, float]) -> None:
         seen.append(metrics["async/staleness/max"])
+        # use_rollout_log_probs: the old policy of the update is the rollouter's own log-probs (bypass mode)
+        batch = trainer.last_batch.batch
+        old_is_rollout.append(bool(torch.equal(batch["old_log_probs"], batch["rollout_log_probs"])))
         if step == 2:
             os.kill(trainer.rollouter.pid, signal.SIGKILL)
 
@@ -153,3 +169,4 @@ def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path
     assert isinstance(outcome.get("error"), RolloutWorkerError)
     assert "exited with code -9" in str(outcome["error"])
     assert seen == [0, 1]  # batch 1 from the initial weights, batch 2 one version old
+    assert old_is_rollout == [True, True]
