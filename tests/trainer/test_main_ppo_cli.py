@@ -30,6 +30,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "reward_model",
         "custom_reward_function",
         "algorithm",
+        "async_training",
         "trainer",
         "ray_kwargs",
     }

@@ -402,6 +402,38 @@ class ActorRolloutRefWorker(Worker):
                 pass
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_weight_sender(self, host: str, port: int, backend: str) -> None:
+        """Rank 0 opens the weight-transfer group to a rollout process of its own (the asynchronous trainers,
+        :mod:`verl.workers.rollout.weight_transfer`); waits until that process joins."""
+        from verl.workers.rollout.weight_transfer import WeightTransferGroup
+
+        if self.rank == 0:
+            self._weight_sender = WeightTransferGroup(host, port, rank=0, backend=backend)
+            self._weight_sender.connect()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def send_rollout_weights(self, version: int) -> int:
+        """Push the actor's weights to the rollout process as ``version`` (rank 0 sends; every rank takes part in
+        the gathers of a sharded actor). With LoRA only the adapter tensors travel (``lora_A``/``lora_B`` under
+        the PEFT names; the rollout model carries the same adapters), else the full weights under transformers
+        names. Returns the bytes sent (0 on the other ranks)."""
+        actor = self._require(self.actor, "send_rollout_weights", ("actor", "actor_rollout", "actor_rollout_ref"))
+        if self._is_lora:
+            items = (
+                (name, fsdp_utils.full_tensor_cpu(p.detach()))
+                for name, p in actor.actor_module.named_parameters()
+                if "lora_" in name
+            )
+        else:
+            items = self._rollout_weights()
+        with loaded(self.actor_offload):
+            if self.rank == 0:
+                return self._weight_sender.send(items, {"version": int(version)})
+            for _ in items:
+                pass
+        return 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rollout_info(self) -> dict[str, Any]:
         """Which engine generates on this rank: ``name`` (``hf``, ``vllm``, ``given``), the ``pid`` of the process
         it runs in and, for vLLM, ``tp_size`` / ``dp_rank`` / ``dp_size`` (tensor-parallel size, index of this

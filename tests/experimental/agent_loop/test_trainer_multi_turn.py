@@ -39,7 +39,10 @@ REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=
 
 
 @pytest.mark.slow
-def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path, mode: str) -> None:
+    """Synchronously, and with the agent loops running inside the fully asynchronous trainer's rollouter process
+    (docs/async_training.md)."""
     train, test = generate_arithmetic_splits(train_size=4, test_size=2, seed=3)
     write_parquet(train, str(tmp_path / "train.parquet"))
     write_parquet(test, str(tmp_path / "test.parquet"))
@@ -76,6 +79,7 @@ def test_one_ppo_step_with_multi_turn_rollouts(tiny_model_dir: str, tmp_path) ->
             f"trainer.rollout_data_dir={out / 'rollouts'}",
             f"trainer.default_local_dir={out}",
         ]
+        + (["async_training.mode=fully_async", "async_training.staleness_threshold=0"] if mode != "sync" else [])
     )
     run_ppo(cfg)
     (record,) = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]

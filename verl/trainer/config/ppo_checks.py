@@ -274,6 +274,58 @@ def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
 
 
+def check_async_training(cfg: DictConfig, errors: list[str]) -> None:
+    """``async_training``: values in range; ``partial_rollout`` and the fully-async schedule keys only with
+    ``mode=fully_async``; the rollout's log-probs available for ``use_rollout_log_probs``; the stages a queued
+    rollout cannot go through refused (ReMax's greedy baseline, DAPO's regeneration); one local trainer rank."""
+    at = cfg.get("async_training")
+    if at is None:
+        return
+    prefix = "async_training"
+    if float(at.staleness_threshold) < 0:
+        errors.append(f"{prefix}.staleness_threshold={at.staleness_threshold} must be >= 0 (0: on-policy)")
+    for key in ("trigger_parameter_sync_step", "require_batches"):
+        if int(at.get(key)) < 1:
+            errors.append(f"{prefix}.{key}={at.get(key)} must be >= 1")
+    mode = at.mode
+    if at.partial_rollout and mode != "fully_async":
+        errors.append(
+            f"{prefix}.partial_rollout=true needs {prefix}.mode=fully_async (there is no weight push during a "
+            f"rollout to continue across with mode={mode})"
+        )
+    if mode is None:
+        if at.use_rollout_log_probs:
+            errors.append(
+                f"{prefix}.use_rollout_log_probs=true acts in asynchronous training only (set {prefix}.mode); "
+                "synchronously use algorithm.rollout_correction.bypass_mode"
+            )
+        return
+    if at.use_rollout_log_probs:
+        if not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+            errors.append(
+                f"{prefix}.use_rollout_log_probs=true needs the rollout's log-probs: set "
+                "actor_rollout_ref.rollout.calculate_log_probs=true"
+            )
+        rc = cfg.algorithm.get("rollout_correction") or {}
+        set_keys = [k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if rc.get(k) is not None]
+        if set_keys:
+            errors.append(
+                f"{prefix}.use_rollout_log_probs=true makes the rollout's log-probs the old policy, so "
+                f"algorithm.rollout_correction.{set_keys[0]} would weigh nothing: set it to null"
+            )
+    if str(cfg.algorithm.adv_estimator) == "remax":
+        errors.append(f"{prefix}.mode={mode}: algorithm.adv_estimator=remax needs a greedy rollout per step")
+    if cfg.algorithm.filter_groups.enable:
+        errors.append(f"{prefix}.mode={mode}: algorithm.filter_groups regenerates within a step; not supported")
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    if world != 1 or str(cfg.trainer.backend) == "ray":
+        errors.append(
+            f"{prefix}.mode={mode}: the trainer runs on one rank of the local backend (trainer.nnodes * "
+            f"trainer.n_gpus_per_node = {world}, trainer.backend={cfg.trainer.backend}); the rollouter is the "
+            "second process"
+        )
+
+
 def check_namespace(cfg: DictConfig, errors: list[str]) -> None:
     """``trainer.namespace``: a name that is safe as one path component."""
     if cfg.trainer.get("namespace") is None:
@@ -470,8 +522,9 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
 
     Each check is a function of its own: the namespace, positive sizes, what is implemented, multi-turn settings,
-    placement, value ranges, rollout correction; then (when those pass: the arithmetic divides by them) batch
-    division over the ranks, token budgets and the algorithm's settings. Warnings: :func:`wasted_work_warnings`.
+    placement, value ranges, rollout correction, asynchronous training; then (when those pass: the arithmetic
+    divides by them) batch division over the ranks, token budgets and the algorithm's settings. Warnings:
+    :func:`wasted_work_warnings`.
     """
     errors: list[str] = []
     warns: list[str] = []
@@ -483,6 +536,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     check_placement(cfg, errors)
     check_value_ranges(cfg, use_critic, errors)
     check_rollout_correction(cfg, errors)
+    check_async_training(cfg, errors)
     if errors:  # the arithmetic below divides by these
         return errors, warns
     check_batch_division(cfg, use_critic, errors)

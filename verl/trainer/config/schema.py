@@ -152,6 +152,20 @@ class AlgorithmConfig(BaseConfig):
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
+@dataclass
+class AsyncTrainingConfig(BaseConfig):
+    """``async_training``: one-step-off-policy and fully asynchronous training (docs/async_training.md), upstream
+    verl's keys. ``mode`` null trains synchronously; the other keys act with ``mode=fully_async`` (one_step_off fixes
+    staleness 1, a push every step, one batch a step)."""
+
+    mode: Optional[Literal["one_step_off", "fully_async"]] = None
+    staleness_threshold: float = 0.1  # weight versions the rollouter may run ahead (0: on-policy)
+    trigger_parameter_sync_step: int = 1  # training steps between two weight pushes
+    require_batches: int = 1  # prompt batches consumed per step
+    partial_rollout: bool = False  # continue unfinished responses with the weights pushed meanwhile
+    use_rollout_log_probs: bool = False  # the rollout's log-probs are the old policy (bypass mode)
+
+
 # ------------------------------------------------------------------------------------------------------ trainer
 @dataclass
 class ReportConfig(BaseConfig):
@@ -248,6 +262,7 @@ class PPOConfig(BaseConfig):
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 

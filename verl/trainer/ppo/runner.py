@@ -149,6 +149,21 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     return train_dataset, val_dataset, sampler
 
 
+def async_trainer_cls(config: DictConfig) -> type | None:
+    """The trainer of ``async_training.mode`` (docs/async_training.md): one-step-off-policy or fully asynchronous;
+    None for synchronous training."""
+    mode = config.get("async_training", {}).get("mode") if hasattr(config, "get") else None
+    if mode == "one_step_off":
+        from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayPPOTrainer
+
+        return OneStepOffRayPPOTrainer
+    if mode == "fully_async":
+        from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
+
+        return FullyAsyncRayPPOTrainer
+    return None
+
+
 def build_ppo_trainer(
     config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
 ) -> Any:
@@ -197,7 +212,7 @@ def build_ppo_trainer(
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
     if trainer_cls is None:
-        trainer_cls = RayPPOTrainer
+        trainer_cls = async_trainer_cls(config) or RayPPOTrainer
     elif not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
         raise TypeError(f"trainer_cls must be a subclass of RayPPOTrainer, got {trainer_cls!r}")
     trainer = trainer_cls(

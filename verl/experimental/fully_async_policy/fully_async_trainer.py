@@ -1,0 +1,248 @@
+"""Fully asynchronous PPO/GRPO: a rollouter process streams rollouts into a bounded queue, the trainer consumes them.
+
+The training loop is :meth:`RayPPOTrainer.fit` unchanged; only where a step's rollouts come from differs. Before
+each step the trainer tops up the rollouter's queue with as many prompt batches as the staleness bound allows
+(:meth:`FullyAsyncRayPPOTrainer.fill_queue`), then the step's rollout stage takes the oldest finished rollouts instead
+of generating, scores them and runs :meth:`update_stage` as usual; after every ``trigger_parameter_sync_step`` steps
+the new weights go to the rollouter (:meth:`sync_weights`).
+
+Schedule (upstream verl's ``async_training`` keys, ``verl/experimental/fully_async_policy``):
+
+- one step consumes ``require_batches`` prompt batches of ``data.train_batch_size`` prompts (``rollout.n`` responses
+  each); one parameter version lasts ``trigger_parameter_sync_step`` steps, i.e. ``R = require_batches *
+  trigger_parameter_sync_step`` batches;
+- the weight version ``v`` counts pushes; while the rollouter holds version ``v`` it may have been given prompt
+  batches with index ``i < floor((v + 1 + staleness_threshold) * R)`` (0-based): ``staleness_threshold=0`` admits only
+  the batches trained under version ``v`` itself, 1 admits one version ahead (one-step-off-policy), 0.5 half of one;
+- the staleness of a consumed row is the trainer's version minus the version its generation started with; the rule
+  above keeps it at most ``ceil(staleness_threshold)``, and every batch is checked against that bound
+  (``async/staleness/max`` is logged each step; a violation stops the run).
+
+With ``staleness_threshold=0`` and ``trigger_parameter_sync_step=1`` every sample is generated with exactly the
+weights that train on it (on-policy), so the run reproduces the synchronous trainer on the same seed; the
+``rollout_weight_version`` stamped on each row is the proof. ``use_rollout_log_probs`` takes the old-policy
+log-probs from the rollout (``algorithm.rollout_correction.bypass_mode``) instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+from omegaconf import open_dict
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.metric_utils import marked_timer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+__all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
+
+
+class StalenessError(RuntimeError):
+    """A consumed rollout was generated with weights older than ``async_training.staleness_threshold`` allows."""
+
+
+class FullyAsyncRayPPOTrainer(RayPPOTrainer):
+    """:class:`RayPPOTrainer` whose rollouts come from a separate rollouter process (see the module docstring).
+
+    The trainer's own worker group trains (and validates); the rollouter holds a second copy of the policy and
+    its engine; rank 0 of the actor group pushes the weights to it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config.async_training
+        self.staleness_threshold = self.schedule_staleness()
+        self.trigger_parameter_sync_step = self.schedule_trigger()
+        self.require_batches = self.schedule_require_batches()
+        self.partial_rollout = bool(cfg.partial_rollout)
+        if bool(cfg.use_rollout_log_probs):
+            # the rollout's log-probs are the old policy: the bypass mode of rollout correction
+            with open_dict(self.config):
+                self.config.algorithm.rollout_correction.bypass_mode = True
+        self.rollouter: Any = None
+        self.weight_version = 0
+        # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
+        self._inflight: deque[dict[str, Any]] = deque()
+        self._issued = 0  # prompt batches given to the rollouter so far in this run (its data index)
+        self._consumed = 0
+        self._step_async_metrics: dict[str, float] = {}
+        # per consumed step: {"step", "versions" (rollout_weight_version per row), "prompts" (prompt token ids per
+        # row)}: the record that the schedule held and of the data order, for tests and reports
+        self.consumed_log: list[dict[str, Any]] = []
+
+    # ---------------------------------------------------------------------------------------------- schedule
+    def schedule_staleness(self) -> float:
+        """The staleness threshold this trainer runs with (``async_training.staleness_threshold``)."""
+        return float(self.config.async_training.staleness_threshold)
+
+    def schedule_trigger(self) -> int:
+        """Steps per weight push (``async_training.trigger_parameter_sync_step``)."""
+        return int(self.config.async_training.trigger_parameter_sync_step)
+
+    def schedule_require_batches(self) -> int:
+        """Prompt batches per step (``async_training.require_batches``)."""
+        return int(self.config.async_training.require_batches)
+
+    @property
+    def max_staleness(self) -> int:
+        """The largest staleness (in weight versions) a consumed row may have: ``ceil(staleness_threshold)``."""
+        return math.ceil(self.staleness_threshold)
+
+    @property
+    def batches_per_version(self) -> int:
+        return self.require_batches * self.trigger_parameter_sync_step
+
+    def admitted_batches(self) -> int:
+        """How many prompt batches may have been submitted while the rollouter holds ``weight_version``:
+        ``floor((v + 1 + staleness_threshold) * R)``, capped at what the run will consume."""
+        allowed = math.floor((self.weight_version + 1 + self.staleness_threshold) * self.batches_per_version + 1e-9)
+        total = self.total_training_steps * self.require_batches
+        return min(allowed, total)
+
+    def _create_dataloaders(self) -> None:
+        super()._create_dataloaders()
+        if not self.config.trainer.total_training_steps:
+            # a step consumes require_batches loader batches
+            self.total_training_steps = max(1, self.total_training_steps // self.schedule_require_batches())
+
+    # ---------------------------------------------------------------------------------------------- rollouter
+    def start_rollouter(self) -> None:
+        """Start the rollout process and give it the trainer's current weights (version ``weight_version``: 0, or
+        the number of pushes before the resumed step)."""
+        from verl.experimental.fully_async_policy.rollouter import Rollouter
+
+        if self.rollouter is not None:
+            return
+        bound = math.ceil((1 + self.staleness_threshold) * self.batches_per_version) + 1
+        self.rollouter = Rollouter(
+            self.config, self.actor_rollout_wg, max_outstanding=bound, partial_rollout=self.partial_rollout
+        )
+        resumed = (self.resumed_state or {}).get("weight_version")
+        self.weight_version = int(resumed) if resumed is not None else 0
+        self._push(self.weight_version)
+
+    def close_rollouter(self) -> None:
+        if self.rollouter is not None:
+            self.rollouter.close()
+            self.rollouter = None
+
+    def _push(self, version: int) -> float:
+        start = time.perf_counter()
+        sent = self.rollouter.push_weights(version)
+        self.weight_version = version
+        self._step_async_metrics["async/param_sync_bytes"] = float(sent)
+        return time.perf_counter() - start
+
+    def sync_weights(self) -> float:
+        """Push the actor's weights to the rollouter as the next version; returns the seconds it took."""
+        return self._push(self.weight_version + 1)
+
+    # ------------------------------------------------------------------------------------------------- queue
+    def fill_queue(self) -> None:
+        """Submit prompt batches to the rollouter until the staleness rule (module docstring) or the data stops."""
+        while self._issued < self.admitted_batches():
+            snapshot = {
+                "dataloader": copy.deepcopy(self.train_dataloader.state_dict()),
+                "epoch": self._epoch,
+                "gen_calls": self._gen_calls,
+            }
+            prompts = RayPPOTrainer._next_training_batch(self)
+            if prompts is None:
+                return
+            meta = self.prompt_batch_meta()
+            seed = self.config.actor_rollout_ref.rollout.seed
+            if seed is not None:
+                meta["seed"] = int(seed) + self._gen_calls  # numbered as the synchronous trainer numbers its calls
+            self._gen_calls += 1
+            self.rollouter.submit(prompts, meta)
+            self._inflight.append(snapshot)
+            self._issued += 1
+
+    def _next_training_batch(self) -> DataProto | None:
+        """Top up the queue; a placeholder for the step when rollouts are in flight (the step's rollout stage waits
+        for them, under ``timing_s/gen``), None when the data is exhausted."""
+        self.start_rollouter()
+        self.fill_queue()
+        if not self._inflight:
+            return None
+        return DataProto(meta_info={"async_rollouts": min(self.require_batches, len(self._inflight))})
+
+    def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
+        """The oldest finished rollouts (``require_batches`` prompt batches, ``bs * n`` rows each), checked and
+        stamped with their staleness (``rollout_staleness`` per row and the ``async/*`` metrics)."""
+        count = int(batch.meta_info.get("async_rollouts", 0))
+        if count < 1:
+            raise RuntimeError("the asynchronous trainer's rollout stage needs the batch of _next_training_batch")
+        with marked_timer("gen", timing):
+            parts = [self.rollouter.next_result() for _ in range(count)]
+        for _ in parts:
+            self._inflight.popleft()
+        self._consumed += count
+        rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts)
+        versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
+        staleness = self.weight_version - versions
+        worst = int(staleness.max())
+        if worst > self.max_staleness or int(staleness.min()) < 0:
+            raise StalenessError(
+                f"step {self.global_steps}: a rollout generated with weight version {int(versions.min())} reached "
+                f"the trainer at version {self.weight_version} (staleness {worst} > bound {self.max_staleness} of "
+                f"async_training.staleness_threshold={self.staleness_threshold})"
+            )
+        rollouts.non_tensor_batch["rollout_staleness"] = staleness.astype(object)
+        prompts = rollouts.batch["prompts"]
+        pad = self.tokenizer.pad_token_id
+        self.consumed_log.append(
+            {
+                "step": self.global_steps,
+                "versions": versions.tolist(),
+                "prompts": [tuple(int(t) for t in row if int(t) != pad) for row in prompts],
+            }
+        )
+        interruptions = sum(int(p.meta_info.get("partial_rollout_interruptions", 0)) for p in parts)
+        self._step_async_metrics.update(
+            {
+                "async/staleness/mean": float(staleness.mean()),
+                "async/staleness/max": float(worst),
+                "async/staleness/min": float(staleness.min()),
+                "async/weight_version": float(self.weight_version),
+                "async/queue_in_flight": float(len(self._inflight)),
+                "async/partial_rollout_interruptions": float(interruptions),
+            }
+        )
+        for key in ("eos_token_id", "pad_token_id"):
+            rollouts.meta_info.pop(key, None)
+        return rollouts
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """The synchronous step on the queued rollouts, then the weight push when one is due."""
+        self._step_async_metrics = {}
+        metrics = super().train_step(batch)
+        due = self.global_steps % self.trigger_parameter_sync_step == 0
+        if due and self.global_steps < self.total_training_steps:
+            metrics["timing_s/param_sync"] = self.sync_weights()
+        metrics.update(self._step_async_metrics)
+        return metrics
+
+    # -------------------------------------------------------------------------------------------- checkpoints
+    def driver_state(self) -> dict[str, Any]:
+        """The synchronous state, with the data position moved back to the oldest batch still in flight: a resumed
+        run gives the rollouter those prompt batches again, in the same order, before any new one."""
+        state = super().driver_state()
+        if self._inflight:
+            oldest = self._inflight[0]
+            state.update(
+                {"dataloader": oldest["dataloader"], "epoch": oldest["epoch"], "gen_calls": oldest["gen_calls"]}
+            )
+        state["weight_version"] = int(self.weight_version)
+        return state
+
+    def fit(self) -> dict[str, float]:
+        try:
+            return super().fit()
+        finally:
+            self.close_rollouter()

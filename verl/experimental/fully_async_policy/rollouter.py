@@ -1,0 +1,319 @@
+"""The rollouter: a process of its own that turns prompt batches into rollouts while the trainer trains.
+
+Driver side, :class:`Rollouter` starts the process, hands it prompt batches (:meth:`Rollouter.submit`), reads the
+finished rollouts in submission order (:meth:`Rollouter.next_result`, from a bounded queue) and pushes new weights
+(:meth:`Rollouter.push_weights`) over the one weight-transfer path
+(:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU). Process side,
+:func:`rollouter_main` builds a rollout-only :class:`~verl.workers.fsdp_workers.ActorRolloutRefWorker` (its own copy
+of the policy and engine, loaded from ``actor_rollout_ref.model.path``) and loops: take pending weights, take the
+next prompt batch, generate ``rollout.n`` responses per prompt (:func:`verl.trainer.ppo.batch_rollout.generate_groups`,
+so multi-turn agent loops and tools run here too), stamp every row with the weight version it was generated with,
+and queue the result.
+
+Every row carries ``rollout_weight_version`` (the version of the weights its generation started with: a partial
+rollout continued after a sync is as old as its oldest part) and ``rollout_weight_version_last``. Versions count
+pushes: version ``v`` is the trainer's weights after its ``v``-th push (0: the initial weights).
+
+A rollouter that dies (killed, out of memory, an exception) is found within a poll interval: the driver raises
+:class:`RolloutWorkerError` naming the process and its exit code instead of waiting forever; the process itself
+exits when the driver process is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import traceback
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from verl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Rollouter", "RolloutWorkerError", "rollouter_main"]
+
+POLL_S = 0.05  # how often a waiting side checks that the other one is still alive
+_STOP = "stop"
+
+
+class RolloutWorkerError(RuntimeError):
+    """The rollout worker process died or failed; the run stops instead of waiting for rollouts that never come."""
+
+
+def _weight_backend(device: str) -> str:
+    """NCCL between two GPUs; gloo on CPU, and where the rollouter shares the trainer's only GPU (time-sliced:
+    NCCL cannot join two ranks on one device, so the tensors travel through host memory)."""
+    import torch
+
+    return "nccl" if device == "cuda" and torch.cuda.device_count() > 1 else "gloo"
+
+
+class Rollouter:
+    """The driver's handle on the rollout process.
+
+    Args:
+        config: the full PPO config (``actor_rollout_ref`` builds the engine; ``trainer.device`` picks the backend).
+        actor_group: the trainer's actor worker group, whose rank 0 sends the weights
+            (``init_weight_sender`` / ``send_rollout_weights`` of ``ActorRolloutRefWorker``).
+        max_outstanding: the most prompt batches submitted and not yet read (the bound of the result queue).
+        partial_rollout: stop unfinished responses at a weight sync and continue them with the new weights.
+    """
+
+    def __init__(
+        self, config: DictConfig, actor_group: Any, max_outstanding: int, partial_rollout: bool = False
+    ) -> None:
+        from verl.single_controller.base.worker import find_free_port
+        from verl.utils.device import get_device_name
+
+        self.device = get_device_name(config.trainer.device)
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited torch threads, CUDA or locks
+        self.max_outstanding = int(max_outstanding)
+        self._requests: Any = ctx.Queue()
+        self._results: Any = ctx.Queue(maxsize=self.max_outstanding)
+        self._syncs: Any = ctx.Queue()
+        self._sync_pending = ctx.Event()
+        port = find_free_port()
+        container = OmegaConf.to_container(config, resolve=True)
+        self.process = ctx.Process(
+            target=rollouter_main,
+            args=(container, port, self._requests, self._results, self._syncs, self._sync_pending, os.getpid()),
+            kwargs={"partial_rollout": bool(partial_rollout)},
+            name="verl-rollouter",
+            daemon=True,
+        )
+        # with a second GPU the rollouter generates there (the trainer's one rank is on the first)
+        second_gpu = _weight_backend(self.device) == "nccl"
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if second_gpu:
+            visible = (saved or ",".join(str(i) for i in range(2))).split(",")
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible[1]
+        try:
+            self.process.start()
+        finally:
+            if second_gpu:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        self.outstanding = 0
+        self.version = 0
+        self._actor_group = actor_group
+        try:
+            self._wait_ready()
+            actor_group.init_weight_sender("127.0.0.1", port, _weight_backend(self.device))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def _dead_error(self, doing: str) -> RolloutWorkerError:
+        code = self.process.exitcode
+        return RolloutWorkerError(
+            f"the rollout worker (pid {self.process.pid}) exited with code {code} while the trainer was {doing}; "
+            "see its log above for the cause"
+        )
+
+    def _get(self, doing: str) -> Any:
+        while True:
+            try:
+                item = self._results.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise self._dead_error(doing) from None
+                continue
+            except (OSError, EOFError) as err:  # the queue's other end went away mid-message
+                raise self._dead_error(doing) from err
+            if isinstance(item, bytes):
+                item = pickle.loads(item)  # noqa: S301 - written by our own rollout process
+            if isinstance(item, tuple) and item and item[0] == "error":
+                raise RolloutWorkerError(f"the rollout worker (pid {self.process.pid}) failed:\n{item[1]}")
+            return item
+
+    def _wait_ready(self) -> None:
+        item = self._get("waiting for it to load the model")
+        if item != "ready":
+            raise RolloutWorkerError(f"unexpected first message from the rollout worker: {item!r}")
+
+    def submit(self, prompts: DataProto, meta: dict[str, Any]) -> None:
+        """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each; ``meta`` is the generation
+        call's ``meta_info`` (stop/pad ids, ``seed``)."""
+        if self.outstanding >= self.max_outstanding:
+            raise RuntimeError(f"more than {self.max_outstanding} prompt batches in flight: read results first")
+        if not self.process.is_alive():
+            raise self._dead_error("submitting prompts")
+        # plain pickles both ways: torch's queue pickler would share tensor storage through file descriptors of
+        # the producing process, which a killed rollouter takes with it mid-read
+        self._requests.put(pickle.dumps((prompts, dict(meta))))
+        self.outstanding += 1
+
+    def next_result(self) -> DataProto:
+        """The rollouts of the oldest submitted batch (``bs * n`` rows), waiting for them."""
+        if self.outstanding == 0:
+            raise RuntimeError("no prompt batch in flight")
+        result = self._get("waiting for rollouts")
+        self.outstanding -= 1
+        return result
+
+    def push_weights(self, version: int) -> int:
+        """Send the trainer's weights as ``version``; returns the bytes sent. Blocks until the rollouter has taken
+        them (between two batches, or at once with partial rollouts)."""
+        if not self.process.is_alive():
+            raise self._dead_error("pushing weights")
+        self._syncs.put(int(version))
+        self._sync_pending.set()
+        try:
+            sent = int(sum(self._actor_group.send_rollout_weights(int(version))))
+        except Exception as err:
+            if not self.process.is_alive():
+                raise self._dead_error("pushing weights") from err
+            raise
+        self.version = int(version)
+        return sent
+
+    def close(self) -> None:
+        """Stop the process (politely, then by force)."""
+        if self.process.is_alive():
+            self._requests.put(_STOP)
+            self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        for q in (self._requests, self._results, self._syncs):
+            q.cancel_join_thread()
+            q.close()
+
+
+# ------------------------------------------------------------------------------------------------- process side
+class _RolloutProcess:
+    """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
+
+    def __init__(self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool) -> None:
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+        self.config = config
+        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout")
+        self.worker.init_model()
+        self.lora = int(config.actor_rollout_ref.model.lora_rank) > 0
+        if self.lora and self.worker.rollout_name == "hf":
+            self._add_lora()
+        self.port = port
+        self.transfer: Any = None  # joined in connect(), after the trainer saw "ready"
+        self.syncs = syncs
+        self.sync_pending = sync_pending
+        self.partial_rollout = partial_rollout
+        self.version = 0
+
+    def connect(self) -> None:
+        """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready")."""
+        from verl.utils.device import get_device_name
+        from verl.workers.rollout.weight_transfer import WeightTransferGroup
+
+        device = get_device_name(self.config.trainer.device)
+        self.transfer = WeightTransferGroup("127.0.0.1", self.port, rank=1, backend=_weight_backend(device))
+        self.transfer.connect()
+
+    def _add_lora(self) -> None:
+        """The rollout model gets the actor's LoRA adapters (same rank, alpha, targets), so a push of only the
+        adapter tensors lands in parameters of the same names (the engine generates with the module in place)."""
+        from verl.utils.models.lora import apply_lora
+
+        model_cfg = self.config.actor_rollout_ref.model
+        module = apply_lora(
+            self.worker.actor_module, int(model_cfg.lora_rank), int(model_cfg.lora_alpha), model_cfg.target_modules
+        )
+        module.requires_grad_(False)
+        module.eval()
+        self.worker.actor_module = module
+        self.worker.rollout.module = module
+
+    def take_sync(self) -> None:
+        """Receive one push (blocking on the trainer's broadcast) and load it into the engine."""
+        from verl.workers.rollout.weight_transfer import load_named_tensors
+
+        self.syncs.get()
+        meta, tensors = self.transfer.receive()
+        if self.worker.rollout_name == "hf":
+            # the hf engine generates with this module: copying into it is the update
+            load_named_tensors(self.worker.actor_module, tensors)
+        else:
+            self.worker.rollout.update_weights(tensors)
+            for _ in tensors:  # whatever the engine left unread, so the stream stays aligned
+                pass
+        self.version = int(meta["version"])
+        if self.syncs.empty():
+            self.sync_pending.clear()
+
+    def generate(self, prompts: DataProto, meta: dict[str, Any]) -> DataProto:
+        from verl.trainer.ppo.batch_rollout import generate_groups, generate_on_group
+
+        start_version = self.version
+        interruptions = 0
+        rollout = self.worker.rollout
+        n = int(self.config.actor_rollout_ref.rollout.n)
+
+        def generate_fn(gen_batch: DataProto) -> DataProto:
+            nonlocal interruptions
+            use_partial = (
+                self.partial_rollout and self.worker.rollout_name == "hf" and not rollout.uses_agent_loops(gen_batch)
+            )
+            if not use_partial:
+                return generate_on_group(self.worker, gen_batch)
+            from verl.experimental.fully_async_policy.partial_rollout import generate_resumable
+
+            out, interruptions = generate_resumable(rollout, gen_batch, self.sync_pending.is_set, self.take_sync)
+            return out
+
+        rollouts = generate_groups(prompts, n, generate_fn, meta)
+        rows = len(rollouts)
+        rollouts.non_tensor_batch["rollout_weight_version"] = np.full(rows, start_version, dtype=object)
+        rollouts.non_tensor_batch["rollout_weight_version_last"] = np.full(rows, self.version, dtype=object)
+        rollouts.meta_info["partial_rollout_interruptions"] = interruptions
+        return rollouts
+
+
+def rollouter_main(
+    config: dict[str, Any],
+    port: int,
+    requests: Any,
+    results: Any,
+    syncs: Any,
+    sync_pending: Any,
+    parent_pid: int,
+    partial_rollout: bool = False,
+) -> None:
+    """Entry point of the rollout process (see the module docstring). Reports ``"ready"`` once the model is
+    loaded, then one result per request; an exception is reported as ``("error", traceback)`` before exiting."""
+    from verl.utils.logging_utils import configure_logging
+
+    configure_logging(False, None)
+    cfg = OmegaConf.create(config)
+    try:
+        proc = _RolloutProcess(cfg, port, syncs, sync_pending, partial_rollout)
+        results.put("ready")
+        proc.connect()
+        while True:
+            if os.getppid() != parent_pid:  # the driver is gone: nobody will read what this process makes
+                return
+            if sync_pending.is_set():
+                proc.take_sync()
+                continue
+            try:
+                item = requests.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if item == _STOP:
+                return
+            prompts, meta = pickle.loads(item)  # noqa: S301 - written by the driver
+            results.put(pickle.dumps(proc.generate(prompts, meta)))
+    except Exception:  # noqa: BLE001 - the driver reports it, naming this process
+        results.put(("error", traceback.format_exc()))
+        raise
