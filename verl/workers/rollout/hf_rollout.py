@@ -22,6 +22,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.models.loader import forward_logits
+from verl.utils.models.vlm import vision_forward_kwargs
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
@@ -179,6 +180,11 @@ class HFRollout(BaseRollout):
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
         requests through it; training never passes one.
 
+        Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
+        :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward (``pixel_values``,
+        ``image_grid_thw``, ``mm_token_type_ids``; the model derives its 3-D positions from them, and keeps the
+        offset for the decode steps), the decode steps are the usual ones.
+
         With ``rollout.multi_turn.enable`` the batch runs through the agent loops
         (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
         """
@@ -204,6 +210,7 @@ class HFRollout(BaseRollout):
         # response lengths of rows stopped by on_step (rows that end with EOS keep response_length: the EOS mask
         # already ends them)
         stopped_at = torch.full((input_ids.shape[0],), settings.response_length, dtype=torch.long)
+        mm_rows = prompts.non_tensor_batch.get("multi_modal_inputs")
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._generation_mode())
             stack.enter_context(self.gather_params())
@@ -222,6 +229,7 @@ class HFRollout(BaseRollout):
                     eos_ids,
                     pad_id,
                     on_step=None if on_step is None else _row_hook(on_step, rows, stopped_at),
+                    multi_modal_rows=None if mm_rows is None else list(mm_rows[rows]),
                 )
                 responses.append(pad_sequence_to_length(resp, settings.response_length, pad_id))
                 if lp is not None:
@@ -245,11 +253,19 @@ class HFRollout(BaseRollout):
         eos_ids: Sequence[int],
         pad_id: int,
         on_step: StepHook | None = None,
+        multi_modal_rows: list[Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # Columns that are padding in every row cost compute and change nothing: drop them.
         first_real = int(attention_mask.any(dim=0).long().argmax())
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
+        if multi_modal_rows is not None and any(bool(r) for r in multi_modal_rows):
+            if not _supports_hf_generate(self.module):
+                raise ValueError(f"{type(self.module).__name__} has no generate(): it cannot take image inputs")
+            prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, multi_modal_rows)
+            # generate() derives the 3-D positions itself from the same inputs (and the offset of the decode steps)
+            prefill.pop("position_ids", None)
+            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step, prefill)
         if self.use_fast_decode and supports_fast_decode(self.module):
             decoder = self.fast_decoder(input_ids.device)
             return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
@@ -275,8 +291,10 @@ class HFRollout(BaseRollout):
         eos_ids: Sequence[int],
         pad_id: int,
         on_step: StepHook | None = None,
+        prefill_inputs: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``."""
+        """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``.
+        ``prefill_inputs`` (a VLM's images) go to ``generate``, which feeds them to the first forward only."""
         from transformers import GenerationConfig, StoppingCriteriaList
 
         kwargs: dict[str, Any] = dict(
@@ -311,6 +329,7 @@ class HFRollout(BaseRollout):
                 attention_mask=attention_mask,
                 generation_config=generation_config,
                 stopping_criteria=stopping,
+                **(prefill_inputs or {}),
             )
         finally:
             owner.generation_config = saved
