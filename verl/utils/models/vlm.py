@@ -25,8 +25,11 @@ __all__ = [
     "freeze_vision_tower",
     "image_only_processor",
     "is_vision_language_model",
+    "config_has_vision",
     "load_processor",
+    "processor_for_model",
     "multi_modal_token_types",
+    "placeholder_token_ids",
     "unwrap_model",
     "vision_forward_kwargs",
     "vision_tower",
@@ -98,6 +101,16 @@ def multi_modal_token_types(input_ids: torch.Tensor, config: Any) -> torch.Tenso
     if video_id is not None:
         types = types.masked_fill(input_ids == int(video_id), 2)
     return types
+
+
+def placeholder_token_ids(module: torch.nn.Module) -> list[int]:
+    """The image / video placeholder token ids of a vision-language model (what a rollout must not sample)."""
+    config = unwrap_model(module).config
+    return [
+        int(t)
+        for t in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+        if t is not None
+    ]
 
 
 def _concat(rows: Sequence[dict[str, Any] | None], key: str) -> torch.Tensor | None:
@@ -204,6 +217,32 @@ def image_only_processor(image_processor: Any, tokenizer: Any, chat_template: st
     return _PROCESSOR_CLASS(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template or tokenizer.chat_template
     )
+
+
+def config_has_vision(path: str) -> bool:
+    """Whether the model directory's ``config.json`` declares a ``vision_config`` (read without transformers)."""
+    import json
+    import os
+
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        return False
+    with open(config_file, encoding="utf-8") as f:
+        return json.load(f).get("vision_config") is not None
+
+
+def processor_for_model(model_path: str, tokenizer: Any = None) -> Any:
+    """The processor of a vision-language model at ``model_path`` (a name the loader resolves), None for a text
+    model (whose directory is not searched for a processor at all)."""
+    from verl.utils.models.loader import resolve_model_path
+
+    local = resolve_model_path(model_path, require_weights=False)
+    if not config_has_vision(local):
+        return None
+    processor = load_processor(local, tokenizer)
+    if processor is None:
+        raise ValueError(f"{model_path} is a vision-language model but no processor could be loaded from {local}")
+    return processor
 
 
 def load_processor(path: str, tokenizer: Any = None, **kwargs: Any) -> Any:

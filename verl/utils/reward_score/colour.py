@@ -12,15 +12,16 @@ __all__ = ["compute_score"]
 
 
 def compute_score(solution_str: str, ground_truth: str) -> float:
-    """1.0 for the right colour (first word, or the first character's half of the alphabet), else 0.0."""
+    """1.0 for the right colour (its name as the first word, or for red / blue the first character's half of the
+    alphabet), else 0.0."""
     colour = str(ground_truth).strip().lower()
-    if colour not in ("red", "blue"):
-        raise ValueError(f"synthetic_colour: ground_truth must be 'red' or 'blue', got {ground_truth!r}")
     text = solution_str.strip()
     if not text:
         return 0.0
     first_word = text.split()[0].strip(".,!").lower()
-    if first_word in ("red", "blue"):
-        return 1.0 if first_word == colour else 0.0
+    if first_word == colour:
+        return 1.0
+    if colour not in ("red", "blue") or first_word in ("red", "blue"):
+        return 0.0  # the one-character alphabet covers the two colours of the task only
     is_ascii = ord(text[0]) < 128
     return 1.0 if is_ascii == (colour == "red") else 0.0

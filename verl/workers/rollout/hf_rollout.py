@@ -22,7 +22,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.models.loader import forward_logits
-from verl.utils.models.vlm import vision_forward_kwargs
+from verl.utils.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
@@ -259,13 +259,15 @@ class HFRollout(BaseRollout):
         first_real = int(attention_mask.any(dim=0).long().argmax())
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
-        if multi_modal_rows is not None and any(bool(r) for r in multi_modal_rows):
-            if not _supports_hf_generate(self.module):
-                raise ValueError(f"{type(self.module).__name__} has no generate(): it cannot take image inputs")
-            prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, multi_modal_rows)
+        if is_vision_language_model(self.module):
+            rows = multi_modal_rows if multi_modal_rows is not None else [None] * input_ids.shape[0]
+            prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, rows)
             # generate() derives the 3-D positions itself from the same inputs (and the offset of the decode steps)
             prefill.pop("position_ids", None)
-            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step, prefill)
+            # an image placeholder inside a response would have no image behind it in the actor's forward: never
+            # sample one (log-probs still come from the unfiltered logits, as the actor computes them)
+            suppress = placeholder_token_ids(self.module)
+            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step, prefill, suppress)
         if self.use_fast_decode and supports_fast_decode(self.module):
             decoder = self.fast_decoder(input_ids.device)
             return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
@@ -292,9 +294,11 @@ class HFRollout(BaseRollout):
         pad_id: int,
         on_step: StepHook | None = None,
         prefill_inputs: dict[str, Any] | None = None,
+        suppress_tokens: Sequence[int] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``.
-        ``prefill_inputs`` (a VLM's images) go to ``generate``, which feeds them to the first forward only."""
+        ``prefill_inputs`` (a VLM's images) go to ``generate``, which feeds them to the first forward only;
+        ``suppress_tokens`` are never sampled."""
         from transformers import GenerationConfig, StoppingCriteriaList
 
         kwargs: dict[str, Any] = dict(
@@ -309,6 +313,7 @@ class HFRollout(BaseRollout):
             repetition_penalty=1.0,
             return_dict_in_generate=True,
             output_logits=settings.calculate_log_probs,
+            suppress_tokens=list(suppress_tokens) or None,
         )
         if not settings.greedy:
             kwargs.update(
