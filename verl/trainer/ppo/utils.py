@@ -117,7 +117,9 @@ def check_verl_trainer_args(
     config: Any, ray_worker_group_cls: type | None, processor: Any, device_name: str | None
 ) -> None:
     """Check the verl ``RayPPOTrainer`` arguments this trainer does not use differently: ``ray_worker_group_cls``
-    must be ``RayWorkerGroup`` (groups are built by the trainer) and ``device_name`` the device ``trainer.device`` selects. ValueError naming the argument otherwise."""
+    must be ``RayWorkerGroup`` (groups are built by the trainer) and ``device_name`` the device ``trainer.device``
+    selects; ``processor`` (a vision-language model's) is accepted as is. ValueError naming the argument otherwise."""
+    del processor  # the datasets and workers load the processor themselves
     if ray_worker_group_cls is not None:
         from verl.single_controller.ray import RayWorkerGroup
 
