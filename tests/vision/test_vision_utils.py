@@ -86,3 +86,25 @@ def test_lora_adapts_only_the_language_model_and_padding_is_refused() -> None:
     assert trainable and all("lora_" in n for n in trainable)
     assert any("language_model" in n for n in trainable)
     assert not any("visual" in n for n in trainable)
+
+
+def test_geo3k_launch_script_resolves_as_upstream(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "examples", "grpo_trainer", "run_qwen2_5_vl-7b.sh")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=root, HOME=str(tmp_path))
+    for engine in (["hf"],):  # the default engine (vllm) runs in tests/examples/test_launch_scripts.py
+        out = subprocess.run(
+            ["bash", script, *engine, "--cfg", "job"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        import yaml
+
+        cfg = yaml.safe_load(out.stdout[out.stdout.index("data:") :])
+        assert cfg["data"]["image_key"] == "images" and cfg["data"]["train_files"].endswith("geo3k/train.parquet")
+        assert cfg["actor_rollout_ref"]["model"]["path"] == "Qwen/Qwen2.5-VL-7B-Instruct"
+        assert cfg["actor_rollout_ref"]["rollout"]["name"] == (engine[0] if engine else "vllm")
+        assert cfg["actor_rollout_ref"]["rollout"]["n"] == 5 and cfg["algorithm"]["adv_estimator"] == "grpo"
