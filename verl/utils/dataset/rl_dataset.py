@@ -22,7 +22,7 @@ from verl.base_config import get_config_value
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
-from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, placeholder_content, process_image
+from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, processor_inputs
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
@@ -302,22 +302,12 @@ class RLHFDataset(torch.utils.data.Dataset):
         placeholders become image content parts of the chat template, the processor expands each image block to
         the image's merged patch count; the raw ids keep one placeholder token per image (what vLLM expands
         itself, as upstream's ``raw_prompt_ids``)."""
-        from verl.utils.models.vlm import MULTI_MODAL_INPUT_KEYS
-
         where = f"RLHFDataset: {origin[0]} row {origin[1]}"
-        images = [
-            process_image(image, self.min_pixels, self.max_pixels, where=f"{where} image {k}")
-            for k, image in enumerate(row[self.image_key])
-        ]
-        messages = [{"role": m["role"], "content": placeholder_content(m["content"])} for m in row[self.prompt_key]]
-        try:
-            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            inputs = self.processor(text=[text], images=images, return_tensors="pt")
-        except Exception as e:
-            raise ValueError(f"{where}: the processor failed on the row's chat and images: {e}") from e
-        mm_inputs = {k: inputs[k] for k in MULTI_MODAL_INPUT_KEYS if k in inputs}
+        ids, mm_inputs, images, text = processor_inputs(
+            self.processor, row[self.prompt_key], row[self.image_key], where, self.min_pixels, self.max_pixels
+        )
         raw_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return inputs["input_ids"][0].tolist(), mm_inputs, images, raw_ids
+        return ids, mm_inputs, images, raw_ids
 
     def _tokenize(self, row: dict[str, Any], origin: tuple[str, int]) -> list[int]:
         if self._has_images(row):

@@ -19,7 +19,7 @@ import math
 import os
 from typing import Any
 
-__all__ = ["IMAGE_PLACEHOLDER", "VIDEO_PLACEHOLDER", "placeholder_content", "process_image"]
+__all__ = ["IMAGE_PLACEHOLDER", "VIDEO_PLACEHOLDER", "placeholder_content", "process_image", "processor_inputs"]
 
 IMAGE_PLACEHOLDER = "<image>"
 VIDEO_PLACEHOLDER = "<video>"
@@ -85,6 +85,34 @@ def process_image(
         return img
     size = (max(1, int(width * scale)), max(1, int(height * scale)))
     return img.resize(size)
+
+
+def processor_inputs(
+    processor: Any,
+    messages: list[dict[str, Any]],
+    images: list[Any],
+    where: str,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    add_generation_prompt: bool = True,
+) -> tuple[list[int], dict[str, Any], list[Any], str]:
+    """Chat ``messages`` with ``<image>`` placeholders and their stored ``images`` through a multi-modal processor.
+
+    Returns ``(input_ids, multi_modal_inputs, images, text)``: the prompt ids with each image block expanded to the
+    image's merged patch count, the processor's ``pixel_values [patches, dim]`` / ``image_grid_thw [images, 3]``, the
+    decoded RGB images and the rendered chat text (one placeholder token per image). Errors name ``where``.
+    """
+    from verl.utils.models.vlm import MULTI_MODAL_INPUT_KEYS
+
+    decoded = [process_image(img, min_pixels, max_pixels, where=f"{where} image {k}") for k, img in enumerate(images)]
+    rendered = [{"role": m["role"], "content": placeholder_content(m["content"])} for m in messages]
+    try:
+        text = processor.apply_chat_template(rendered, add_generation_prompt=add_generation_prompt, tokenize=False)
+        inputs = processor(text=[text], images=decoded, return_tensors="pt")
+    except Exception as e:
+        raise ValueError(f"{where}: the processor failed on the chat and its images: {e}") from e
+    mm_inputs = {k: inputs[k] for k in MULTI_MODAL_INPUT_KEYS if k in inputs}
+    return inputs["input_ids"][0].tolist(), mm_inputs, decoded, text
 
 
 def placeholder_content(text: str) -> list[dict[str, str]] | str:
