@@ -41,9 +41,18 @@ def test_two_steps_run_validate_and_export_the_processor(workdir: Path) -> None:
     export = run / "hf_model"
     # the processor (image processor + tokenizer) is saved with the exported model
     assert (export / "processor_config.json").is_file() and (export / "tokenizer.json").is_file()
+    from verl.model_merger.base_model_merger import merge_checkpoint
     from verl.utils.models.vlm import load_processor
 
     assert load_processor(str(export)).image_processor is not None
+    # the checkpoint merger writes a vision-language model with its processor too
+    merged = merge_checkpoint(str(run / "global_step_2" / "actor"), str(workdir / "merged"))
+    assert (Path(merged) / "processor_config.json").is_file()
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(merged)
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    assert load_processor(merged).image_processor is not None
 
 
 @pytest.mark.slow
