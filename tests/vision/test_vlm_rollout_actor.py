@@ -135,3 +135,10 @@ def test_micro_batches_and_shuffled_minibatches_keep_each_samples_images(dataset
     assert all(torch.isfinite(torch.tensor(v)).all() for v in metrics["actor/pg_loss"])
     assert all(torch.equal(p, visual_before[n]) for n, p in model.model.visual.named_parameters())
     assert not torch.equal(model.lm_head.weight, lm_before)
+
+
+def test_agent_loops_with_images_are_refused(dataset, processor) -> None:
+    model, _ = make_tiny_vlm("qwen2_vl", processor=processor)
+    rollout = HFRollout(model, rollout_config(multi_turn={"enable": True}))
+    with pytest.raises(ValueError, match="agent loops.*images"):
+        rollout.generate_sequences(prompts_of(dataset, [0, 1]))

@@ -64,3 +64,14 @@ def test_freeze_vision_tower_through_the_worker(tmp_path) -> None:
     group.update_actor(batch)
     assert all(torch.equal(p, visual[n]) for n, p in module.model.visual.named_parameters())
     assert not torch.equal(module.lm_head.weight, lm_head)
+
+
+def test_critic_on_a_vision_language_model_is_refused(tmp_path) -> None:
+    from verl.workers.fsdp_workers import CriticWorker
+
+    model_dir = str(tmp_path / "model")
+    make_tiny_vlm("qwen2_vl", save_dir=model_dir)
+    cfg = load_config([f"actor_rollout_ref.model.path={model_dir}", "algorithm.adv_estimator=gae"])
+    group = create_worker_group("local", CriticWorker, {"config": cfg.critic})
+    with pytest.raises(ValueError, match="is a vision-language model: a critic that sees the images is not supported"):
+        group.init_model()
