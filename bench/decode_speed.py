@@ -1,12 +1,12 @@
 """Milliseconds per decode step of the hf engine's static-cache loop, per decode mode, against the bandwidth limit.
 
-A random Qwen2.5-shaped model (the bundled SmolLM2 vocabulary of 49152 tokens, tied embeddings) decodes
-``--rows`` sequences of ``--response-length`` tokens after ``--prompt-length``-token prompts, in each mode of
-verl/workers/rollout/fast_decode.py (eager, compile, and cuda_graph on CUDA), under autocast in the device's
-precision. Reported per mode: the median over ``--repeats`` calls of the time per generated token (prefill
-included, the first call of each mode is a warm-up and not counted: compilation and graph capture), the tokens
-of the eager and other modes compared, and on CUDA the bandwidth limit: the bytes a step must read (weights in
-the compute dtype + the KV cache filled so far, on average) over the device's memory bandwidth.
+A random Qwen2.5-shaped model (the bundled SmolLM2 vocabulary of 49152 tokens, tied embeddings) decodes ``--rows``
+sequences of ``--response-length`` tokens after ``--prompt-length``-token prompts, in each mode of the decode loop
+(verl/workers/rollout/decode/, static-cache forward: eager, compile, and cuda_graph on CUDA), under autocast in the
+device's precision. Reported per mode: the median over ``--repeats`` calls of the time per generated token (prefill
+included, the first call of each mode is a warm-up and not counted: compilation and graph capture), the tokens of
+the eager and other modes compared, and on CUDA the bandwidth limit: the bytes a step must read (weights in the
+compute dtype + the KV cache filled so far, on average) over the device's memory bandwidth.
 
     python bench/decode_speed.py --smoke                      # tiny shape, CI
     python bench/decode_speed.py --shapes 0.5B 1.5B           # on a CUDA machine: the issue-12 shapes, 128 rows
@@ -69,7 +69,7 @@ def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response:
 def run(args: argparse.Namespace) -> dict:
     from verl.utils.hardware.precision import resolve_dtype
     from verl.workers.rollout.base import SamplingSettings
-    from verl.workers.rollout.fast_decode import FastDecoder
+    from verl.workers.rollout.decode import DecodeLoop
 
     device = args.device or default_device()
     dtype = resolve_dtype("auto", torch.device(device))
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> dict:
         pos = torch.arange(args.prompt_length, device=device).expand_as(ids)
         reference = None
         for mode in modes:
-            decoder = FastDecoder(model, mode=mode)
+            decoder = DecodeLoop(model, mode=mode)
             times, first_call = [], float("nan")
             for i in range(args.repeats + 1):
                 torch.manual_seed(1)

@@ -16,8 +16,9 @@ vowel-share function of bench/toy_reward.py, KL-to-reference in the loss with co
 
 Engine pairings: ``default`` = what each side uses out of the box here (verl: ``rollout.name=auto``, i.e. vLLM when
 the vllm extra is installed and the model suits it, else ``hf``; TRL: ``use_vllm=False``, i.e. transformers
-``generate``); ``hf`` = our ``hf`` engine (the static-cache decode loop of verl/workers/rollout/fast_decode.py) vs
-TRL's ``generate``; ``generate`` = transformers ``generate`` on both sides (our fast loop off).
+``generate``); ``hf`` = our ``hf`` engine (the decode loop of verl/workers/rollout/decode/ on the static-cache forward)
+vs TRL's ``generate``; ``model_cache`` = our decode loop on the model's own forward and KV cache (the path of
+architectures without a static-cache forward) vs TRL's ``generate``.
 
     python bench/grpo_vs_trl.py --smoke
     python bench/grpo_vs_trl.py                       # the full matrix (long: tens of minutes on 2 cores)
@@ -46,7 +47,7 @@ class Case:
     config: str  # S | M
     beta: float
     threads: int
-    engine: str  # default | generate
+    engine: str  # default | hf | model_cache
     warmup: int
     steps: int
     response_length: int = 64
@@ -90,8 +91,8 @@ def _work_for(case: Case):
         dtype=dtype,
         trl_gradient_checkpointing=case.trl_grad_ckpt,
         # default: our out-of-the-box engine (rollout.name=auto: vLLM when installed and usable, else hf);
-        # hf: our hf engine (static-cache decode loop); generate: transformers generate (our fast loop off)
-        engine={"default": "auto", "hf": "hf", "generate": "hf"}[case.engine],
+        # hf: our hf engine (static-cache forward); model_cache: the same loop on the model's own forward
+        engine={"default": "auto", "hf": "hf", "model_cache": "hf"}[case.engine],
     )
 
 
@@ -103,7 +104,7 @@ def run_case(case: Case) -> dict:
     from bench._sides import VerlSide, alternate_in_trl_loop
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    HFRollout.use_fast_decode = case.engine != "generate"
+    HFRollout.use_static_cache = case.engine != "model_cache"
     work = _work_for(case)
     ours = VerlSide(work)
 
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--betas", default="0,0.04")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--engines", default="default,hf,generate")
+    parser.add_argument("--engines", default="default,hf,model_cache")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--m-threads", default="2", help="threads for config M (slow: one setting by default)")

@@ -76,7 +76,10 @@ def test_bad_config_keys_are_named():
 
 
 def test_step_returns_loss_and_verl_metrics(byte_tokenizer, tmp_path):
-    trainer = _trainer(byte_tokenizer, tmp_path, critic=True, reward_fn=ascii_fraction_reward, kl_coef=0.1, lr=1e-3)
+    # 7 tokens per response: two responses with the same ASCII fraction (zero advantages, no update) are unlikely
+    trainer = _trainer(
+        byte_tokenizer, tmp_path, critic=True, reward_fn=ascii_fraction_reward, kl_coef=0.1, lr=1e-3, max_new_tokens=7
+    )
     before = [p.detach().clone() for p in trainer.actor_model.parameters()]
     prompt_ids = byte_tokenizer.encode("hi", return_tensors="pt")
     out = trainer.step(torch.cat([prompt_ids, prompt_ids]))

@@ -21,13 +21,33 @@ scored batch).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import torch
 
 from verl.protocol import DataProto
 
-if TYPE_CHECKING:
-    from verl.api.models import ActorModel, RewardModel
-    from verl.api.ppo import PPOTrainer
+
+class PPOTrainer(Protocol):
+    """What the stages use of a trainer: :class:`verl.api.ppo.PPOTrainer` is the one that runs them. (A protocol,
+    so that this module, which the models' ``sample()`` / ``score()`` build stages from, imports neither.)"""
+
+    actor_model: torch.nn.Module
+    reward_model: Any
+    tokenizer: Any
+    config: Any
+    rollout_manager: Any  # verl.api.rollout.RolloutManager
+    driver: Any  # verl.trainer.ppo.ray_trainer.RayPPOTrainer
+
+    def make_batch(self, prompts: Any, attention_mask: torch.Tensor | None = None) -> DataProto: ...
+
+    def _finish_step(self, metrics: dict[str, Any]) -> dict[str, float]: ...
+
+
+class RewardModel(Protocol):
+    """What the score stage uses of a :class:`verl.api.models.RewardModel`."""
+
+    def as_reward_manager(self, tokenizer: Any) -> Any: ...
 
 
 class Stage:
@@ -68,7 +88,7 @@ class RolloutWorker(Stage):
 
     name = "sample"
 
-    def __init__(self, actor: ActorModel, n: int | None = None, sampling: dict[str, Any] | None = None) -> None:
+    def __init__(self, actor: torch.nn.Module, n: int | None = None, sampling: dict[str, Any] | None = None) -> None:
         if n is not None and int(n) < 1:
             raise ValueError(f"RolloutWorker: n={n!r} must be >= 1")
         self.actor = actor

@@ -5,9 +5,10 @@ They are plain ``torch.nn.Module`` objects that the workers of :mod:`verl.worker
 
 * ``forward(input_ids, attention_mask=None, ...)`` returning logits ``[batch, seq, vocab]`` (a tensor or an object
   with ``.logits``), used for log-probabilities and the PPO update;
-* ``generate(input_ids, **kwargs)``, used by the rollout engine when the model is a transformers model (it then
-  exposes a ``generation_config``); other models are sampled token by token through ``forward`` with the same
-  temperature / top-p / top-k semantics (see :mod:`verl.workers.rollout.hf_rollout`).
+* ``generate(input_ids, **kwargs)``, for the user's own code. The ``hf`` rollout engine decodes with its one loop
+  (:mod:`verl.workers.rollout.decode`): a wrapped transformers model (``hf_model``) through its own forward and
+  KV cache (Llama/Qwen2 on a static cache), other modules token by token through ``forward``, with the same
+  temperature / top-p / top-k semantics.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ class ActorModel(torch.nn.Module):
 
     @property
     def generation_config(self) -> Any:
-        """The wrapped transformers model's generation config; its presence selects transformers ``generate``."""
+        """The wrapped transformers model's generation config (its EOS ids end rollouts when the batch names none)."""
         inner = self.hf_model
         return None if inner is None else inner.generation_config
 

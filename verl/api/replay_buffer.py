@@ -21,16 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from verl.api.dataflow import MiniBatches, Stage
+from verl.api.dataflow import MiniBatches, PPOTrainer, Stage
 from verl.protocol import DataProto
-
-if TYPE_CHECKING:
-    from verl.api.ppo import PPOTrainer
 
 # tensors that span prompt + response (left-padded with the prompt) and the prompt itself
 _PROMPT_SPANNING = ("input_ids", "attention_mask", "position_ids")

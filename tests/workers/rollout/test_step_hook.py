@@ -1,6 +1,6 @@
 """HFRollout's per-step hook (used by the inference service): it sees every token, and the rows it stops end there.
 
-All three decode paths (the fast static-cache loop, transformers ``generate``, the plain loop) behave alike.
+The decode loop behaves alike with each of its forwards (static cache, the model's own KV cache, full forward).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ PAD, EOS = 256, 258
 
 
 class LogitsOnly(torch.nn.Module):
-    """A module without ``generate`` (exercises the plain decode loop)."""
+    """A module without ``generate`` (decoded by the full forward)."""
 
     def __init__(self, inner: torch.nn.Module) -> None:
         super().__init__()
@@ -31,11 +31,11 @@ def _rollout(path: str) -> HFRollout:
     if path == "loop":
         return HFRollout(LogitsOnly(model), config)
     rollout = HFRollout(model, config)
-    rollout.use_fast_decode = path == "fast"
+    rollout.use_static_cache = path == "static"
     return rollout
 
 
-@pytest.mark.parametrize("path", ["fast", "generate", "loop"])
+@pytest.mark.parametrize("path", ["static", "model_cache", "loop"])
 def test_hook_sees_tokens_and_stops_rows(path, make_prompts, byte_prompts):
     prompts = make_prompts(byte_prompts, prompt_len=8)
     free = _rollout(path).generate_sequences(prompts)

@@ -1,12 +1,13 @@
-"""Rollout with transformers ``generate`` on the actor's own module (the hybrid engine: one copy of the weights).
+"""Rollout on the actor's own module (the hybrid engine: one copy of the weights).
 
 The actor trains ``module`` and this engine generates with the very same parameter tensors, so there is nothing
 to synchronise after an update. Generation runs in eval mode under ``torch.no_grad`` with a KV cache, autocast
 in ``rollout.dtype``, micro-batched by ``rollout.max_num_seqs`` rows; the module's train/eval mode and its
 gradient-checkpointing state are restored afterwards.
 
-Modules without a transformers ``generate`` (any ``forward(input_ids, attention_mask=None) -> logits`` module)
-are decoded by a plain sampling loop without a KV cache, with the same sampling semantics.
+Every module decodes through the one loop of :mod:`verl.workers.rollout.decode` (one sampler, one end-of-row and
+hook logic): Llama/Qwen2 on a static-cache forward, other transformers models with their own forward and KV cache,
+any ``forward(input_ids, attention_mask=None, position_ids=None) -> logits`` module with a full forward per token.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import torch
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype
-from verl.utils.models.loader import forward_logits
 from verl.utils.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
@@ -35,7 +35,7 @@ from verl.workers.rollout.base import (
     resolve_sampling,
     resolve_special_ids,
 )
-from verl.workers.rollout.fast_decode import FastDecoder, resolve_decode_mode, supports_fast_decode
+from verl.workers.rollout.decode import DecodeLoop, resolve_decode_mode
 from verl.workers.rollout.sampling import (  # noqa: F401  (filter_top_k_top_p: importable from here, as before)
     choose_tokens,
     filter_top_k_top_p,
@@ -47,11 +47,6 @@ def _generation_owner(module: torch.nn.Module) -> Any:
     """The object whose ``generation_config`` ``generate`` reads (the base model under a PEFT wrapper)."""
     get_base = getattr(module, "get_base_model", None)
     return get_base() if callable(get_base) else module
-
-
-def _supports_hf_generate(module: torch.nn.Module) -> bool:
-    owner = _generation_owner(module)
-    return callable(getattr(module, "generate", None)) and getattr(owner, "generation_config", None) is not None
 
 
 def _row_hook(
@@ -73,28 +68,6 @@ def _row_hook(
     return hook
 
 
-class _HookStoppingCriteria:
-    """A transformers stopping criterion that feeds each new token to a :data:`StepHook` and stops the rows it
-    returns (transformers itself stops rows at EOS and pads them afterwards)."""
-
-    def __init__(self, on_step: StepHook, prompt_len: int, eos_ids: Sequence[int]) -> None:
-        self.on_step = on_step
-        self.prompt_len = prompt_len
-        self.eos_ids = list(eos_ids)
-        self.finished: torch.Tensor | None = None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
-        tokens = input_ids[:, -1]
-        eos = torch.tensor(self.eos_ids, device=tokens.device, dtype=tokens.dtype)
-        finished = torch.isin(tokens, eos)
-        if self.finished is not None:
-            finished |= self.finished
-        stop = self.on_step(input_ids.shape[1] - self.prompt_len - 1, tokens, finished)
-        stop = torch.zeros_like(finished) if stop is None else stop.to(device=finished.device, dtype=torch.bool)
-        self.finished = finished | stop
-        return stop
-
-
 @register_rollout("hf")
 class HFRollout(BaseRollout):
     """Generate with transformers on the actor's module.
@@ -110,9 +83,9 @@ class HFRollout(BaseRollout):
             :meth:`gather_params`.
     """
 
-    # Llama/Qwen2 modules decode with the lean static-cache loop of fast_decode.py (same sampling, less Python per
-    # token); False forces transformers generate (benchmarks compare the two).
-    use_fast_decode: bool = True
+    # Llama/Qwen2 modules decode on the static-cache forward (same logits, less Python per token); False makes
+    # them use the model's own forward and KV cache, as every other architecture does (benchmarks compare the two).
+    use_static_cache: bool = True
 
     def __init__(
         self,
@@ -126,7 +99,7 @@ class HFRollout(BaseRollout):
         self.tokenizer = tokenizer
         self._gather_params_factory = gather_params
         self._num_calls = 0
-        self._fast_decoder: FastDecoder | None = None
+        self._decoder: DecodeLoop | None = None
 
     @contextlib.contextmanager
     def gather_params(self) -> Iterator[None]:
@@ -180,13 +153,12 @@ class HFRollout(BaseRollout):
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
         requests through it; training never passes one.
 
-        Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
-        :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward (``pixel_values``,
-        ``image_grid_thw``, ``mm_token_type_ids``; the model derives its 3-D positions from them, and keeps the
-        offset for the decode steps), the decode steps are the usual ones.
-
         With ``rollout.multi_turn.enable`` the batch runs through the agent loops
         (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
+
+        Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
+        :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own
+        3-D positions (:meth:`_vision_prefill`); the decode steps are the usual ones.
         """
         if on_step is None and self.uses_agent_loops(prompts):
             if any(bool(r) for r in prompts.non_tensor_batch.get("multi_modal_inputs", ())):
@@ -261,132 +233,40 @@ class HFRollout(BaseRollout):
         first_real = int(attention_mask.any(dim=0).long().argmax())
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
+        decoder = self.decode_loop(input_ids.device)
         if is_vision_language_model(self.module):
-            rows = multi_modal_rows if multi_modal_rows is not None else [None] * input_ids.shape[0]
-            prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, rows)
-            # generate() derives the 3-D positions itself from the same inputs (and the offset of the decode steps)
-            prefill.pop("position_ids", None)
-            # an image placeholder inside a response would have no image behind it in the actor's forward: never
-            # sample one (log-probs still come from the unfiltered logits, as the actor computes them)
-            suppress = placeholder_token_ids(self.module)
-            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step, prefill, suppress)
-        if self.use_fast_decode and supports_fast_decode(self.module):
-            decoder = self.fast_decoder(input_ids.device)
-            return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
-        if _supports_hf_generate(self.module):
-            return self._hf_generate(input_ids, attention_mask, settings, eos_ids, pad_id, on_step)
-        return self._decode_loop(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
+            position_ids, prefill, banned = self._vision_prefill(input_ids, attention_mask, multi_modal_rows)
+            return decoder.generate(
+                input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step,
+                banned_ids=banned, **prefill,
+            )  # fmt: skip
+        return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
 
-    def fast_decoder(self, device: torch.device) -> FastDecoder:
-        """The static-cache decoder of this engine, kept across calls (its compiled step or CUDA graphs and their
-        buffers are reused). ``rollout.enforce_eager`` picks the mode: true -> eager; false (default) -> CUDA
-        graphs on CUDA, :data:`~verl.workers.rollout.fast_decode.CPU_AUTO_MODE` on CPU."""
+    def _vision_prefill(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, multi_modal_rows: list[Any] | None
+    ) -> tuple[torch.Tensor, dict[str, Any], list[int]]:
+        """A vision-language micro-batch's ``(position_ids, prefill inputs, tokens never to sample)``.
+
+        The prefill inputs are the rows' images and token types; the positions are the model's own 3-D ones
+        ``[3, bs, L]`` (:func:`~verl.utils.models.vlm.vision_forward_kwargs`, the ones the actor computes), from
+        which the loop continues the response positions (or the text positions ``[bs, L]`` when no row of the
+        micro-batch has images). Image placeholder tokens are never sampled: a placeholder inside a response would
+        have no image behind it in the actor's forward (log-probs still come from the unfiltered logits).
+        """
+        rows = multi_modal_rows if multi_modal_rows is not None else [None] * input_ids.shape[0]
+        prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, rows)
+        position_ids = prefill.pop("position_ids", None)
+        if position_ids is None:  # no images in this micro-batch: text positions
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return position_ids, prefill, placeholder_token_ids(self.module)
+
+    def decode_loop(self, device: torch.device) -> DecodeLoop:
+        """The decode loop of this engine, kept across calls (its compiled step or CUDA graphs and their buffers are
+        reused). ``rollout.enforce_eager`` picks the mode: true -> eager; false (default) -> CUDA graphs on CUDA,
+        :data:`~verl.workers.rollout.decode.CPU_AUTO_MODE` on CPU (forwards without a static cache run eager)."""
         mode = resolve_decode_mode(bool(self.config.enforce_eager), device)
-        decoder = self._fast_decoder
-        if decoder is None or decoder.module is not self.module or decoder.requested_mode != mode:
-            decoder = self._fast_decoder = FastDecoder(self.module, mode=mode)
+        decoder = self._decoder
+        stale = decoder is None or decoder.module is not self.module or decoder.requested_mode != mode
+        if stale or decoder.static_cache != self.use_static_cache:
+            decoder = self._decoder = DecodeLoop(self.module, mode=mode, static_cache=self.use_static_cache)
         return decoder
-
-    def _hf_generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        settings: SamplingSettings,
-        eos_ids: Sequence[int],
-        pad_id: int,
-        on_step: StepHook | None = None,
-        prefill_inputs: dict[str, Any] | None = None,
-        suppress_tokens: Sequence[int] = (),
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """transformers ``generate`` with a KV cache; returns responses ``[bs, T]`` and log-probs ``[bs, T]``.
-        ``prefill_inputs`` (a VLM's images) go to ``generate``, which feeds them to the first forward only;
-        ``suppress_tokens`` are never sampled."""
-        from transformers import GenerationConfig, StoppingCriteriaList
-
-        kwargs: dict[str, Any] = dict(
-            max_new_tokens=settings.response_length,
-            min_new_tokens=settings.min_new_tokens,
-            do_sample=not settings.greedy,
-            num_beams=1,
-            num_return_sequences=1,
-            eos_token_id=list(eos_ids),
-            pad_token_id=pad_id,
-            use_cache=True,
-            repetition_penalty=1.0,
-            return_dict_in_generate=True,
-            output_logits=settings.calculate_log_probs,
-            suppress_tokens=list(suppress_tokens) or None,
-        )
-        if not settings.greedy:
-            kwargs.update(
-                temperature=settings.temperature, top_p=settings.top_p, top_k=max(settings.top_k, 0), min_p=None
-            )
-        generation_config = GenerationConfig(**kwargs)
-        # generate() fills unset fields from the model's own generation_config (hub defaults such as
-        # repetition_penalty or top_k); sampling must follow the rollout config only, so swap in a bare one.
-        owner = _generation_owner(self.module)
-        saved = owner.generation_config
-        owner.generation_config = GenerationConfig(eos_token_id=list(eos_ids), pad_token_id=pad_id)
-        try:
-            stopping = StoppingCriteriaList()
-            if on_step is not None:
-                stopping.append(_HookStoppingCriteria(on_step, input_ids.shape[1], eos_ids))
-            out = self.module.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=generation_config,
-                stopping_criteria=stopping,
-                **(prefill_inputs or {}),
-            )
-        finally:
-            owner.generation_config = saved
-        responses = out.sequences[:, input_ids.shape[1] :]
-        log_probs = None
-        if settings.calculate_log_probs:
-            step_logits = torch.stack(out.logits, dim=1)
-            log_probs = token_log_probs(step_logits, responses, settings.logprob_temperature)
-        return responses, log_probs
-
-    def _decode_loop(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        settings: SamplingSettings,
-        eos_ids: Sequence[int],
-        pad_id: int,
-        on_step: StepHook | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token-by-token sampling for modules without ``generate`` (full forward each step, no KV cache)."""
-        bs = input_ids.shape[0]
-        device = input_ids.device
-        eos = torch.tensor(list(eos_ids), device=device, dtype=input_ids.dtype)
-        finished = torch.zeros(bs, dtype=torch.bool, device=device)
-        tokens, step_log_probs = [], []
-        # one uniform per row and step, drawn up front as the fast decode loop does (same tokens for the same seed)
-        uniforms = None if settings.greedy else torch.rand(bs, settings.response_length, device=device)
-        for step in range(settings.response_length):
-            logits = forward_logits(self.module, input_ids, attention_mask, position_ids)[:, -1, :].float()
-            scores = logits.clone()
-            if step < settings.min_new_tokens:
-                scores[:, eos] = float("-inf")
-            step_uniforms = None if settings.greedy else uniforms[:, step : step + 1]
-            next_tokens = choose_tokens(
-                scores, settings.greedy, settings.temperature, settings.top_k, settings.top_p, step_uniforms
-            )
-            next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_id), next_tokens)
-            tokens.append(next_tokens)
-            if settings.calculate_log_probs:
-                step_log_probs.append(token_log_probs(logits, next_tokens, settings.logprob_temperature))
-            finished = finished | torch.isin(next_tokens, eos)
-            if on_step is not None:
-                stop = on_step(step, next_tokens, finished)
-                if stop is not None:
-                    finished = finished | stop.to(device=device, dtype=torch.bool)
-            input_ids = torch.cat([input_ids, next_tokens.unsqueeze(-1).to(input_ids.dtype)], dim=-1)
-            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
-            position_ids = torch.cat([position_ids, position_ids[:, -1:] + 1], dim=-1)
-            if bool(finished.all()):
-                break
-        responses = torch.stack(tokens, dim=1)
-        return responses, torch.stack(step_log_probs, dim=1) if step_log_probs else None

@@ -1,5 +1,6 @@
-"""The decode step of the fast loop runs eager, compiled (torch.compile) or as a CUDA graph, and all three give the
-same tokens for the same seed; finished rows are compacted into smaller buckets without changing any row."""
+"""The decode step on the static-cache forward runs eager, compiled (torch.compile) or as a CUDA graph, and all
+three give the same tokens for the same seed; finished rows are compacted into smaller buckets without changing
+any row."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from verl.utils.models.tiny import make_tiny_causal_lm
 from verl.workers.rollout.base import SamplingSettings
-from verl.workers.rollout.fast_decode import FastDecoder, bucket_size, resolve_decode_mode
+from verl.workers.rollout.decode import DecodeLoop, bucket_size, resolve_decode_mode
 from verl.workers.rollout.hf_rollout import HFRollout
 
 PAD = 256
@@ -41,10 +42,19 @@ def _valid(tokens: torch.Tensor) -> torch.Tensor:
     return (is_end.cumsum(-1) - is_end) == 0
 
 
-def _generate(decoder: FastDecoder, settings: SamplingSettings, eos=EOS, device="cpu", seed: int = 7):
+def _generate(decoder: DecodeLoop, settings: SamplingSettings, eos=EOS, device="cpu", seed: int = 7):
     ids, mask, pos = (t.to(device) for t in _prompts())
     torch.manual_seed(seed)
     return decoder.generate(ids, mask, pos, settings, eos_ids=eos, pad_id=PAD)
+
+
+class LogitsOnly(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
 
 
 @pytest.fixture(scope="module")
@@ -60,28 +70,28 @@ def test_bucket_sizes_and_mode_resolution() -> None:
     assert resolve_decode_mode(False, torch.device("cuda")) == "cuda_graph"
     assert resolve_decode_mode(False, torch.device("cpu")) in ("eager", "compile")
     with pytest.raises(ValueError, match="decode mode 'fast'"):
-        FastDecoder(make_tiny_causal_lm(), mode="fast")
+        DecodeLoop(make_tiny_causal_lm(), mode="fast")
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        _generate(FastDecoder(make_tiny_causal_lm(), mode="cuda_graph"), _settings(True))
+        _generate(DecodeLoop(make_tiny_causal_lm(), mode="cuda_graph"), _settings(True))
 
 
 def test_compaction_keeps_every_row_equal_to_the_reference_loop(model, monkeypatch) -> None:
     """Sampling with early EOS: the eager loop drops finished rows mid-way and still draws, row for row, what the
-    cache-free reference loop draws under the same seed."""
+    cache-free full forward draws under the same seed."""
     regroups = []
-    original = FastDecoder._regroup
+    original = DecodeLoop._regroup
 
     def spy(self, st, rows, keep):
         regroups.append(rows)
         return original(self, st, rows, keep)
 
-    monkeypatch.setattr(FastDecoder, "_regroup", spy)
+    monkeypatch.setattr(DecodeLoop, "_regroup", spy)
     settings = _settings(False)
-    fast, fast_lp = _generate(FastDecoder(model), settings)
+    fast, fast_lp = _generate(DecodeLoop(model), settings)
     assert regroups and all(r < 6 for r in regroups)
     ids, mask, pos = _prompts()
     torch.manual_seed(7)
-    ref, ref_lp = HFRollout(model, {"response_length": 10})._decode_loop(ids, mask, pos, settings, EOS, PAD)
+    ref, ref_lp = DecodeLoop(LogitsOnly(model)).generate(ids, mask, pos, settings, EOS, PAD)
     assert torch.equal(fast, ref)
     # log-probs agree up to each row's end; after it the fast loop computes nothing (0) for dropped rows
     valid = _valid(fast)
@@ -96,8 +106,8 @@ def test_traced_step_has_no_graph_break_and_matches_eager(model, greedy) -> None
     """fullgraph=True: the step traces into one graph (no host sync, no data-dependent Python), the property CUDA
     graph capture needs; bucket padding (6 rows -> 8) and compaction do not change the tokens."""
     settings = _settings(greedy)
-    eager = _generate(FastDecoder(model, mode="eager"), settings)
-    traced = FastDecoder(model, mode="compile", check_every=2)
+    eager = _generate(DecodeLoop(model, mode="eager"), settings)
+    traced = DecodeLoop(model, mode="compile", check_every=2)
     traced.compile_options = {"backend": "eager", "fullgraph": True}
     out = _generate(traced, settings)
     assert torch.equal(out[0], eager[0])
@@ -112,10 +122,10 @@ def test_traced_step_has_no_graph_break_and_matches_eager(model, greedy) -> None
 @pytest.mark.slow
 def test_inductor_compiled_step_matches_eager(model) -> None:
     """torch.compile with inductor (C++ on CPU, Triton on GPU): same tokens as eager, greedy and sampled."""
-    decoder = FastDecoder(model, mode="compile")
+    decoder = DecodeLoop(model, mode="compile")
     for greedy in (True, False):
         settings = _settings(greedy)
-        eager = _generate(FastDecoder(model, mode="eager"), settings)
+        eager = _generate(DecodeLoop(model, mode="eager"), settings)
         out = _generate(decoder, settings)
         assert torch.equal(out[0], eager[0])
         valid = _valid(eager[0])
@@ -128,10 +138,10 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
     """The replayed graph runs the eager step's kernels: the same tokens (in bf16 too, against an eager loop that
     reads the whole cache as the graph does, so no reduction differs in length)."""
     model = make_tiny_causal_lm(seed=0).eval().to("cuda")
-    graphed = FastDecoder(model, mode="cuda_graph")
+    graphed = DecodeLoop(model, mode="cuda_graph")
     for greedy in (True, False):
         settings = _settings(greedy)
-        reference = FastDecoder(model, mode="eager")
+        reference = DecodeLoop(model, mode="eager")
         reference.attend_filled_only = dtype == torch.float32
         with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
             eager = _generate(reference, settings, device="cuda")
@@ -151,14 +161,14 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
 
 
 def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_config, make_prompts, byte_prompts) -> None:
-    from verl.workers.rollout.fast_decode import CPU_AUTO_MODE
+    from verl.workers.rollout.decode import CPU_AUTO_MODE
 
     rollout = HFRollout(model, rollout_config(do_sample=False))
-    first = rollout.fast_decoder(torch.device("cpu"))
-    assert first.mode == CPU_AUTO_MODE and rollout.fast_decoder(torch.device("cpu")) is first
+    first = rollout.decode_loop(torch.device("cpu"))
+    assert first.mode == CPU_AUTO_MODE and rollout.decode_loop(torch.device("cpu")) is first
     rollout.generate_sequences(make_prompts(byte_prompts))
-    assert rollout._fast_decoder is first  # reused across calls (compiled step / graphs and buffers kept)
+    assert rollout._decoder is first  # reused across calls (compiled step / graphs and buffers kept)
     eager = HFRollout(model, rollout_config(do_sample=False, enforce_eager=True))
-    assert eager.fast_decoder(torch.device("cpu")).mode == "eager"
+    assert eager.decode_loop(torch.device("cpu")).mode == "eager"
     # on CUDA, enforce_eager=false means CUDA graphs (the mode is resolved without touching a GPU)
-    assert rollout.fast_decoder(torch.device("cuda")).mode == "cuda_graph"
+    assert rollout.decode_loop(torch.device("cuda")).mode == "cuda_graph"

@@ -1,0 +1,439 @@
+"""The ``hf`` engine's one decode loop: sampling, end of rows, per-step hooks and batch compaction, written once for
+every model forward (:func:`decode_forward_for` picks it).
+
+- :class:`~verl.workers.rollout.decode.static_cache.StaticCacheForward` (Llama, Qwen2): the model's submodules on
+  a preallocated KV cache; its step has fixed shapes, so it can also run compiled or as a CUDA graph.
+- :class:`~verl.workers.rollout.decode.model_forward.ModelCacheForward` (any other transformers causal LM,
+  FSDP-sharded modules, extra prefill inputs such as images): the model's own ``forward`` with its KV cache.
+- :class:`~verl.workers.rollout.decode.model_forward.FullForward` (a bare logits module): a full forward per token.
+
+One decode step (forward of the last tokens, sampling, bookkeeping) reads and writes the tensors of a
+:class:`DecodeState` only: the cache slot and the response index are device tensors, every step's uniforms are
+drawn before the loop, and the step never reads a value back to the host. With the static-cache forward it runs
+three ways (``mode``):
+
+- ``eager``: plain PyTorch, attending only over the filled part of the cache;
+- ``compile``: ``torch.compile`` (inductor) of the step;
+- ``cuda_graph``: the step captured once per batch-size bucket as a ``torch.cuda.CUDAGraph`` and replayed (one
+  launch per token instead of hundreds of kernel launches: a small model's decode step is bound by launch
+  overhead, not by reading its weights).
+
+The other forwards run eager. Prefill is always eager. In the compiled and graph modes the batch is padded up to a
+bucket (1, 2, 4, 8, then multiples of 8: vLLM's CUDA-graph capture sizes), so a handful of graphs serve every batch
+size. Every few steps the loop reads how many rows are still running: when at most half of the bucket is, the
+running rows are gathered into a smaller bucket (finished rows stop costing work), and when none is, the loop ends.
+
+Sampling (:mod:`verl.workers.rollout.sampling`, the one sampler): EOS is forbidden before ``min_new_tokens``, then
+temperature, top-k and nucleus filtering (Holtzman et al. 2020), then one inverse-CDF draw per row with a uniform
+drawn up front (greedy: argmax); rows that produced EOS continue with the pad id. So every forward and every mode
+produce the same tokens for the same seed (up to the forwards' floating-point differences).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import torch
+
+from verl.workers.rollout.base import StepHook
+from verl.workers.rollout.decode.model_forward import FullForward, ModelCacheForward, supports_model_cache
+from verl.workers.rollout.decode.state import DecodeState, alloc_state
+from verl.workers.rollout.decode.static_cache import StaticCacheForward, supports_static_cache
+from verl.workers.rollout.sampling import choose_tokens, token_log_probs
+
+logger = logging.getLogger(__name__)
+
+DECODE_MODES = ("eager", "compile", "cuda_graph")
+# Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
+# docs/benchmarks.md ("Compiled decode on CPU"), inductor's step does not beat the eager one on CPU.
+CPU_AUTO_MODE = "eager"
+
+
+class DecodeForward(Protocol):
+    """How the loop runs the model: a cache it allocates and regroups, a prefill and a one-token decode step."""
+
+    graphable: bool  # the decode step has fixed shapes (compile / CUDA graphs may take it)
+    vocab: int | None
+
+    def cache_dtype(self, input_ids: torch.Tensor) -> torch.dtype: ...
+
+    def alloc_cache(self, rows: int, capacity: int, dtype: torch.dtype, device: Any) -> Any: ...
+
+    def copy_rows(self, src: Any, dst: Any, keep: torch.Tensor) -> Any: ...
+
+    def prefill(
+        self, cache: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, **kw: Any
+    ) -> torch.Tensor: ...
+
+    def decode(self, st: DecodeState, live: int | None) -> torch.Tensor: ...
+
+
+def decode_forward_for(module: torch.nn.Module, static_cache: bool = True) -> DecodeForward:
+    """The forward the loop uses for ``module``: the static-cache one where supported (and ``static_cache``), the
+    model's own forward with its KV cache for other transformers causal LMs, a full forward per token otherwise."""
+    if static_cache and supports_static_cache(module):
+        return StaticCacheForward(module)
+    if supports_model_cache(module):
+        return ModelCacheForward(module)
+    return FullForward(module)
+
+
+def resolve_decode_mode(enforce_eager: bool, device: torch.device) -> str:
+    """The decode mode for ``rollout.enforce_eager`` on ``device``: ``eager`` when enforced, else CUDA graphs on
+    CUDA and :data:`CPU_AUTO_MODE` elsewhere."""
+    if enforce_eager:
+        return "eager"
+    return "cuda_graph" if device.type == "cuda" else CPU_AUTO_MODE
+
+
+def bucket_size(rows: int) -> int:
+    """The padded batch size of ``rows`` running rows: 1, 2, 4, 8, then the next multiple of 8."""
+    if rows < 1:
+        raise ValueError(f"bucket_size needs at least one row, got {rows}")
+    if rows <= 8:
+        return 1 << (rows - 1).bit_length()
+    return -(-rows // 8) * 8
+
+
+@dataclass(frozen=True)
+class _StepConsts:
+    """The sampling constants a step is specialised on (part of a graph's key)."""
+
+    greedy: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    min_new_tokens: int
+    logprob_temperature: float
+    calculate_log_probs: bool
+    pad_id: int
+
+
+class DecodeLoop:
+    """Sample responses after left-padded prompts with one model forward (see the module docstring).
+
+    Keep one instance per module to reuse its compiled step or captured graphs and their buffers across calls
+    (they hold the KV caches of the buckets in use: ``release()`` frees them). Graphs are captured again when the
+    module's parameters move to other storage.
+
+    Args:
+        module: the model: a transformers causal LM (possibly PEFT/FSDP-wrapped) or a logits module.
+        mode: ``eager``, ``compile`` (``torch.compile`` of the decode step) or ``cuda_graph`` (CUDA only); a forward
+            that is not graphable (see :func:`decode_forward_for`) always runs eager.
+        check_every: read the number of running rows back to the host every this many steps (early exit and
+            compaction); ``None``: every step on CPU, every 8 steps elsewhere (each read is a device sync).
+        static_cache: use the static-cache forward where the architecture has one (False: the model's own forward).
+    """
+
+    def __init__(
+        self, module: torch.nn.Module, mode: str = "eager", check_every: int | None = None, static_cache: bool = True
+    ) -> None:
+        if mode not in DECODE_MODES:
+            raise ValueError(f"decode mode {mode!r} is not one of {DECODE_MODES}")
+        self.module = module
+        self.static_cache = static_cache
+        self.forward: DecodeForward = decode_forward_for(module, static_cache)
+        self.requested_mode = mode  # ``mode`` itself falls back to eager if a CUDA graph cannot be captured
+        self.mode = mode if self.forward.graphable else "eager"
+        self.check_every = check_every
+        # eager mode attends over the filled part of the cache only (less to read); False reads the whole cache
+        # under the mask, kernel for kernel what the compiled and graph modes run (bit-identical results on CUDA)
+        self.attend_filled_only = True
+        # torch.compile options of the ``compile`` mode (tests trace with backend="eager", fullgraph=True)
+        self.compile_options: dict[str, Any] = {}
+        self._compiled: Callable[..., None] | None = None
+        self._states: dict[tuple[Any, ...], DecodeState] = {}
+        self._graphs: dict[tuple[Any, ...], Any] = {}
+        self._graph_pool: Any = None
+        self._param_key: tuple[int, ...] = ()
+        self._cache_dtype = torch.float32  # of this call's cache (part of a cached state's key)
+
+    def release(self) -> None:
+        """Free the cached decode buffers and CUDA graphs (they are rebuilt on the next call)."""
+        self._states.clear()
+        self._graphs.clear()
+        self._graph_pool = None
+
+    @staticmethod
+    def _choose(logits: torch.Tensor, st: DecodeState, c: _StepConsts) -> None:
+        """Sample the token of response index ``st.step`` from ``logits [B, vocab]`` and record it (in place)."""
+        bs = logits.shape[0]
+        scores = logits.float()
+        if c.min_new_tokens > 0:
+            # out of place: ``logits`` itself still feeds the (unmasked) log-probs below. An additive [vocab] row
+            # (-inf at the end ids while step < min_new_tokens): a broadcast add is much cheaper on CPU than a
+            # broadcast masked_fill, and needs no host-side step to decide
+            forbid = torch.where(st.is_eos & (st.step < c.min_new_tokens), float("-inf"), 0.0)
+            scores = scores + forbid
+        index = st.step.expand(bs, 1)
+        uniforms = None if c.greedy else st.uniforms.gather(1, index)
+        sampled = choose_tokens(scores, c.greedy, c.temperature, c.top_k, c.top_p, uniforms)
+        is_end = st.is_eos.gather(0, sampled)  # before padding: the pad id need not be a vocabulary index
+        next_tokens = sampled.masked_fill(st.finished, c.pad_id)
+        st.tokens.scatter_(1, index, next_tokens.unsqueeze(-1))
+        if c.calculate_log_probs:
+            lp = token_log_probs(logits, next_tokens, c.logprob_temperature)
+            st.log_probs.scatter_(1, index, lp.unsqueeze(-1))
+        newly = is_end & ~st.finished
+        st.finish_step.copy_(torch.where(newly, st.step, st.finish_step))
+        st.finished.logical_or_(newly)
+        st.last_tokens.copy_(next_tokens)
+        st.step.add_(1)
+
+    def _step(self, st: DecodeState, c: _StepConsts, live: int | None) -> None:
+        """One decode step in place: forward ``st.last_tokens``, sample the next ones, advance position and slot."""
+        logits = self.forward.decode(st, live)
+        self._choose(logits, st, c)
+        st.position.add_(1)
+        st.cur.add_(1)
+
+    def _run_step(self, st: DecodeState, c: _StepConsts, host_cur: int) -> None:
+        if self.mode == "eager":
+            filled_only = self.attend_filled_only or not self.forward.graphable
+            self._step(st, c, host_cur + 1 if filled_only else None)
+        elif self.mode == "compile":
+            if self._compiled is None:
+                self._compiled = torch.compile(self._step, **self.compile_options)
+            self._compiled(st, c, None)
+        else:
+            try:
+                self._replay_graph(st, c)
+            except RuntimeError as err:
+                # a module variant with an op CUDA graphs cannot capture: decode eagerly from here on, visibly
+                logger.warning("CUDA graph capture of the decode step failed (%s); decoding eagerly instead", err)
+                self.mode = "eager"
+                self._graphs.clear()
+                self._step(st, c, None)
+
+    def _replay_graph(self, st: DecodeState, c: _StepConsts) -> None:
+        """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers."""
+        key = (id(st), c, torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None)
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._capture(st, c)
+            self._graphs[key] = graph
+        graph.replay()
+
+    def _capture(self, st: DecodeState, c: _StepConsts) -> Any:
+        saved = [t.clone() for t in st.scalars()]
+
+        def restore() -> None:
+            for t, s in zip(st.scalars(), saved):
+                t.copy_(s)
+
+        # No autocast weight cache inside the graph: a cached cast made outside the capture would be freed
+        # when this call's autocast region ends while the graph still reads it; the casts are replayed instead.
+        dtype = torch.get_autocast_dtype("cuda")
+        enabled = torch.is_autocast_enabled("cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+                # warm-up (lazy library initialisation); it writes the same cache slot and outputs the real step
+                # writes again, and the advanced counters are restored below
+                self._step(st, c, None)
+            torch.cuda.current_stream().wait_stream(side)
+            restore()
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+                    self._step(st, c, None)
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
+            restore()  # capture runs no kernel, the warm-up did: the step to replay starts from the saved state
+        return graph
+
+    def _state(self, rows: int, capacity: int, length: int, dtype: torch.dtype, device: Any) -> DecodeState:
+        """The decode buffers of a bucket: cached across calls in the compiled and graph modes (the graphs are
+        bound to their storage), fresh otherwise."""
+        vocab = self.forward.vocab or 0  # a bare module's vocabulary is known after its first forward
+
+        def alloc() -> DecodeState:
+            cache = self.forward.alloc_cache(rows, capacity, dtype, device)
+            return alloc_state(cache, rows, capacity, length, vocab, device)
+
+        if self.mode == "eager":
+            return alloc()
+        key = (rows, capacity, length, dtype, str(device))
+        state = self._states.get(key)
+        if state is None:
+            if any(k[1:] != key[1:] for k in self._states):
+                self.release()  # another capacity, length or dtype: the old buckets will not be used again soon
+            state = self._states[key] = alloc()
+        return state
+
+    def _regroup(self, st: DecodeState, rows: int, keep: torch.Tensor) -> DecodeState:
+        """The rows ``keep`` of ``st`` gathered into a state of ``rows`` rows (padding rows after them)."""
+        capacity, length = st.key_ok.shape[1], st.tokens.shape[1]
+        new = self._state(rows, capacity, length, self._cache_dtype, st.tokens.device)
+        n = keep.numel()
+        new.cache = self.forward.copy_rows(st.cache, new.cache, keep)
+        for f in fields(DecodeState):
+            if f.name in ("cache", "slots", "is_eos"):
+                continue
+            src, dst = getattr(st, f.name), getattr(new, f.name)
+            if src.dim() == 0:
+                dst.copy_(src)
+            else:
+                dst[:n].copy_(src.index_select(0, keep))
+        if new.is_eos.shape != st.is_eos.shape:
+            new.is_eos = torch.zeros_like(st.is_eos)
+        new.is_eos.copy_(st.is_eos)
+        new.finished[n:] = True
+        new.finish_step[n:] = -1
+        new.row_ids[n:] = -1
+        new.key_ok[n:] = False
+        return new
+
+    @staticmethod
+    def _write_back(st: DecodeState, tokens: torch.Tensor, log_probs: torch.Tensor, finish: torch.Tensor) -> None:
+        """Copy the real rows of ``st`` into the caller-ordered outputs."""
+        real = st.row_ids >= 0
+        ids = st.row_ids[real]
+        tokens[ids] = st.tokens[real]
+        log_probs[ids] = st.log_probs[real]
+        finish[ids] = st.finish_step[real]
+
+    def _start(
+        self, st: DecodeState, logits: torch.Tensor, prompt_mask: torch.Tensor, position_ids: torch.Tensor,
+        eos_ids: Sequence[int], consts: _StepConsts,
+    ) -> None:  # fmt: skip
+        """Set ``st`` up after prefill (``logits [bs, vocab]`` of the prompts' last positions) and sample response
+        token 0 from them."""
+        bs, prompt_len = prompt_mask.shape
+        rows, length = st.tokens.shape
+        device = logits.device
+        vocab = int(logits.shape[-1])
+        if st.is_eos.numel() != vocab:
+            st.is_eos = torch.zeros(vocab, dtype=torch.bool, device=device)
+        # an end id outside the LM head's vocabulary can never be sampled: it ends nothing
+        ends = [int(e) for e in eos_ids if 0 <= int(e) < vocab]
+        st.is_eos.zero_()
+        st.is_eos[torch.tensor(ends, dtype=torch.long, device=device)] = True
+        st.key_ok.fill_(True)
+        st.key_ok[:bs, :prompt_len] = prompt_mask.bool()
+        st.key_ok[bs:] = False
+        st.finished.fill_(True)
+        st.finished[:bs] = False
+        st.finish_step.fill_(-1)
+        st.finish_step[:bs] = length
+        st.row_ids.fill_(-1)
+        st.row_ids[:bs] = torch.arange(bs, device=device)
+        st.tokens.fill_(consts.pad_id)
+        st.log_probs.zero_()
+        st.step.zero_()
+        st.position.zero_()
+        st.position[:bs] = position_ids[:, -1:]
+        if not consts.greedy:
+            st.uniforms[:bs] = torch.rand(bs, length, device=device)
+        if rows > bs:  # padding rows of the bucket: any logits (their tokens are masked to the pad id)
+            logits = torch.cat([logits, logits.new_zeros(rows - bs, logits.shape[-1])])
+        self._choose(logits, st, consts)
+        st.cur.fill_(prompt_len)
+        st.position.add_(1)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        settings: Any,
+        eos_ids: Sequence[int],
+        pad_id: int,
+        on_step: StepHook | None = None,
+        **model_inputs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Sample up to ``settings.response_length`` tokens after left-padded prompts.
+
+        Args:
+            input_ids, attention_mask, position_ids: ``[bs, prompt_len]`` (left padding, positions of real tokens
+                counted from 0).
+            settings: the rollout's :class:`~verl.workers.rollout.base.SamplingSettings`.
+            eos_ids: token ids that end a response; pad_id: the id written after the end.
+            on_step: optional :data:`~verl.workers.rollout.base.StepHook` called after each token; the rows it
+                returns stop as if they had produced EOS.
+            model_inputs: extra inputs of the prefill forward (e.g. ``pixel_values``); the model's own forward only.
+
+        Returns:
+            ``(responses [bs, T], log_probs [bs, T] | None)`` with ``T <= response_length`` (shorter when every row
+            finished early); log-probs are ``log_softmax(logits / logprob_temperature)`` of the chosen tokens up to
+            each row's end (after it they may be 0: a row dropped from the batch is not computed any more).
+        """
+        bs, prompt_len = input_ids.shape
+        device = input_ids.device
+        length = settings.response_length
+        if self.mode == "cuda_graph" and device.type != "cuda":
+            raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, the model is on {device}")
+        if self.mode == "cuda_graph":
+            weights = self.forward.weights_key()
+            if weights != self._param_key:  # parameters re-allocated: captured graphs read stale storage
+                self.release()
+                self._param_key = weights
+        consts = _StepConsts(
+            greedy=settings.greedy,
+            temperature=float(settings.temperature),
+            top_k=int(settings.top_k),
+            top_p=float(settings.top_p),
+            min_new_tokens=int(settings.min_new_tokens),
+            logprob_temperature=float(settings.logprob_temperature),
+            calculate_log_probs=bool(settings.calculate_log_probs),
+            pad_id=int(pad_id),
+        )
+        exact = self.mode == "eager"
+        rows = bs if exact else bucket_size(bs)
+        # round the capacity so prompts of similar lengths share buffers (and graphs)
+        capacity = prompt_len + length if exact else 64 * math.ceil((prompt_len + length) / 64)
+        self._cache_dtype = self.forward.cache_dtype(input_ids)
+        st = self._state(rows, capacity, length, self._cache_dtype, device)
+        logits = self.forward.prefill(st.cache, input_ids, attention_mask, position_ids, **model_inputs)
+        self._start(st, logits, attention_mask, position_ids, eos_ids, consts)
+
+        tokens = torch.full((bs, length), pad_id, dtype=torch.long, device=device)
+        log_probs = torch.zeros(bs, length, device=device)
+        finish = torch.full((bs,), length, dtype=torch.long, device=device)
+        every = self.check_every or (1 if device.type == "cpu" else 8)
+        for step in range(1, length + 1):
+            if on_step is not None:
+                st = self._call_hook(on_step, step - 1, st, bs, pad_id)
+            # the last token needs no forward pass; min_new_tokens forbids stopping earlier, so skip the check
+            if step == length:
+                break
+            if step % every == 0 or on_step is not None:
+                running = int((~st.finished).sum())
+                if running == 0 and step >= settings.min_new_tokens:
+                    break
+                if 0 < running <= st.finished.shape[0] // 2:
+                    self._write_back(st, tokens, log_probs, finish)
+                    keep = (~st.finished).nonzero().squeeze(-1)
+                    st = self._regroup(st, running if exact else bucket_size(running), keep)
+            self._run_step(st, consts, prompt_len + step - 1)
+        self._write_back(st, tokens, log_probs, finish)
+        # every row has finished, and at least min_new_tokens steps ran
+        steps = min(length, max(settings.min_new_tokens, int(finish.max()) + 1))
+        return tokens[:, :steps], (log_probs[:, :steps] if settings.calculate_log_probs else None)
+
+    def _call_hook(self, on_step: StepHook, step: int, st: DecodeState, bs: int, pad_id: int) -> DecodeState:
+        """Show the hook the tokens of response index ``step`` in the caller's row order; stop the rows it returns."""
+        real = st.row_ids >= 0
+        ids = st.row_ids[real]
+        tokens = torch.full((bs,), pad_id, dtype=torch.long, device=st.tokens.device)
+        finished = torch.ones(bs, dtype=torch.bool, device=st.tokens.device)
+        tokens[ids] = st.tokens[real, step]
+        finished[ids] = st.finished[real]
+        stop = on_step(step, tokens, finished)
+        if stop is None:
+            return st
+        stop = stop.to(device=st.tokens.device, dtype=torch.bool)
+        mine = torch.zeros_like(st.finished)
+        mine[real] = stop[ids]
+        newly = mine & ~st.finished
+        st.finish_step[newly] = step
+        st.finished |= mine
+        return st

@@ -1,0 +1,216 @@
+"""The forward of a Llama-family causal LM (Llama, Qwen2) on a static KV cache: the decode loop's fast path.
+
+``transformers`` spends most of a small model's decode step in Python: cache objects, mask building, output
+bookkeeping. This forward calls the model's own submodules (embeddings, norms, projections, MLPs, rotary embedding,
+LM head) in the same order with the same weights, so the logits are the model's logits, but keeps the per-token work
+to the minimum:
+
+- one preallocated KV cache per layer ``[batch, kv_heads, capacity, head_dim]`` (no concatenation, no
+  reallocation);
+- the attention bias of one decode step built from a key mask ``[batch, capacity]`` (prompt padding) and the
+  current cache slot (the causal part is implicit while decoding one token at a time);
+- grouped-query attention as one matmul per key/value head; prefill uses
+  ``torch.nn.functional.scaled_dot_product_attention``.
+
+The decode step reads and writes fixed-shape tensors only (the slot is a device tensor), so the loop can compile it
+or capture it as a CUDA graph (:mod:`verl.workers.rollout.decode.loop`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from verl.workers.rollout.decode.state import DecodeState
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+StaticKV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def causal_lm(module: torch.nn.Module) -> Any:
+    """The transformers ``*ForCausalLM`` a module decodes with: the model under a PEFT wrapper (LoRA layers stay in
+    place inside it) or under the Python API's ``ActorModel`` (its ``hf_model``), else the module itself."""
+    get_base = getattr(module, "get_base_model", None)
+    if callable(get_base):
+        return get_base()
+    inner = getattr(module, "hf_model", None)
+    return inner if isinstance(inner, torch.nn.Module) else module
+
+
+def supports_static_cache(module: torch.nn.Module) -> bool:
+    """True for an unsharded Llama/Qwen2 causal LM with full attention in every layer and rotary positions."""
+    lm = causal_lm(module)
+    config = getattr(lm, "config", None)
+    if config is None or getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    backbone = getattr(lm, "model", None)
+    if backbone is None or not hasattr(lm, "lm_head"):
+        return False
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(backbone, name):
+            return False
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and any(t != "full_attention" for t in layer_types):
+        return False  # sliding-window layers need a windowed mask: the model's own forward handles them
+    if getattr(config, "use_sliding_window", False):
+        return False
+    from torch.distributed.tensor import DTensor
+
+    # sharded parameters (FSDP2) only exist as full tensors inside the sharding wrapper's own forward
+    return not any(isinstance(p, DTensor) for p in lm.parameters())
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, RoFormer), half-split layout: ``x cos + rotate_half(x) sin``.
+
+    ``x [bs, heads, L, head_dim]``, ``cos``/``sin`` ``[bs, 1, L, head_dim]``.
+    """
+    return x * cos + _rotate_half(x) * sin
+
+
+def _decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v for one query token, grouped-query heads without copying the cache.
+
+    ``q [bs, heads, 1, d]``, ``k``/``v`` ``[bs, kv_heads, S, d]``, ``bias [bs, 1, 1, S]`` -> ``[bs, heads, 1, d]``.
+    The query heads sharing a key/value head are stacked as rows of one matmul (CPU SDPA kernels are slow for a
+    single query row).
+    """
+    bs, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    qg = q.reshape(bs, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale + bias
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).reshape(bs, heads, 1, dim)
+
+
+class StaticCacheForward:
+    """Prefill and one-token decode of a Llama/Qwen2 causal LM on a static cache (see the module docstring).
+
+    Args:
+        module: the causal LM (possibly PEFT-wrapped); must pass :func:`supports_static_cache`.
+    """
+
+    graphable = True  # the decode step is a function of fixed-shape tensors: compile and CUDA graphs may take it
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        if not supports_static_cache(module):
+            raise ValueError(f"{type(module).__name__} is not supported by the static-cache forward")
+        lm = causal_lm(module)
+        self.module = module
+        self.lm = lm
+        self.backbone = lm.model
+        config = lm.config
+        self.num_heads = int(config.num_attention_heads)
+        self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
+        self.vocab = int(lm.lm_head.weight.shape[0])
+
+    def weights_key(self) -> tuple[int, ...]:
+        """Storage of every parameter (captured graphs read these addresses)."""
+        return tuple(p.data_ptr() for p in self.lm.parameters())
+
+    def cache_dtype(self, input_ids: torch.Tensor) -> torch.dtype:
+        """The dtype the projections write: the autocast dtype under autocast, else the embeddings'."""
+        device = input_ids.device
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.backbone.embed_tokens(input_ids[:1, :1]).dtype
+
+    def alloc_cache(self, rows: int, capacity: int, dtype: torch.dtype, device: Any) -> StaticKV:
+        """Per layer, k and v ``[rows, kv_heads, capacity, head_dim]``."""
+        # zeros, not empty: the compiled and graph steps read the whole cache (masked), and masked garbage could be NaN
+        shape = (rows, self.num_kv_heads, capacity, self.head_dim)
+        return [
+            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in range(len(self.backbone.layers))
+        ]
+
+    @staticmethod
+    def copy_rows(src: StaticKV, dst: StaticKV, keep: torch.Tensor) -> StaticKV:
+        """Rows ``keep`` of ``src`` into the first rows of ``dst`` (a smaller bucket); returns ``dst``."""
+        n = keep.numel()
+        for (k, v), (nk, nv) in zip(src, dst):
+            nk[:n].copy_(k.index_select(0, keep))
+            nv[:n].copy_(v.index_select(0, keep))
+        return dst
+
+    def prefill(
+        self,
+        cache: StaticKV,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        **model_inputs: Any,
+    ) -> torch.Tensor:
+        """Run the prompts ``[bs, L]`` (left padding) at cache slots ``[0, L)`` of the first ``bs`` rows; returns
+        last-position logits ``[bs, vocab]``."""
+        if model_inputs:
+            raise ValueError(f"the static-cache forward takes token inputs only, got {sorted(model_inputs)}")
+        bs, length = input_ids.shape
+        device = input_ids.device
+        # causal and padding mask; a padded query may see itself, so no row is fully masked (a fully masked row
+        # would give NaN that then leaks through the cache even at zero attention weight)
+        prompt_ok = attention_mask.bool()
+        allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril().unsqueeze(0) & prompt_ok[:, None]
+        allowed |= torch.eye(length, dtype=torch.bool, device=device).unsqueeze(0)
+        bias = torch.zeros(bs, 1, length, length, device=device)
+        bias.masked_fill_(~allowed.unsqueeze(1), torch.finfo(torch.float32).min)
+
+        hidden = self.backbone.embed_tokens(input_ids)
+        cos, sin = self.backbone.rotary_emb(hidden, position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        gqa = self.num_kv_heads != self.num_heads
+        for layer, (k_cache, v_cache) in zip(self.backbone.layers, cache):
+            attn = layer.self_attn
+            scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
+            x = layer.input_layernorm(hidden)
+            q = attn.q_proj(x).view(bs, length, self.num_heads, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q = _apply_rope(q, cos, sin).to(v.dtype)
+            k_cache[:bs, :, :length] = _apply_rope(k, cos, sin)
+            v_cache[:bs, :, :length] = v
+            out = F.scaled_dot_product_attention(
+                q, k_cache[:bs, :, :length], v_cache[:bs, :, :length], attn_mask=bias.to(q.dtype), scale=scale,
+                enable_gqa=gqa,
+            )  # fmt: skip
+            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, length, self.num_heads * self.head_dim))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        last = self.backbone.norm(hidden[:, -1:, :])
+        return self.lm.lm_head(last)[:, -1, :]
+
+    def decode(self, st: DecodeState, live: int | None) -> torch.Tensor:
+        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` (eager
+        only) limits attention to the first ``live`` slots, else the whole cache is read under the mask."""
+        bs = st.last_tokens.shape[0]
+        allowed = st.key_ok & (st.slots <= st.cur)
+        bias = torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+        bias = bias[:, None, None, :live]
+        hidden = self.backbone.embed_tokens(st.last_tokens.unsqueeze(-1))
+        cos, sin = self.backbone.rotary_emb(hidden, st.position)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        slot = st.cur.view(1)
+        for layer, (k_cache, v_cache) in zip(self.backbone.layers, st.cache):
+            attn = layer.self_attn
+            scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
+            x = layer.input_layernorm(hidden)
+            q = attn.q_proj(x).view(bs, 1, self.num_heads, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q = _apply_rope(q, cos, sin).to(v.dtype)
+            # a tensor slot, not a Python int: the same captured graph serves every position
+            k_cache.index_copy_(2, slot, _apply_rope(k, cos, sin).to(k_cache.dtype))
+            v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
+            out = _decode_attention(q, k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
+            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, 1, self.num_heads * self.head_dim))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.lm.lm_head(self.backbone.norm(hidden))[:, -1, :]
