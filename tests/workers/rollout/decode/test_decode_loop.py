@@ -156,3 +156,29 @@ def test_eos_stops_rows_and_pads_after() -> None:
     lse = torch.logsumexp(torch.tensor([10.0] + [0.0] * 258), 0)
     torch.testing.assert_close(log_probs[:, 0], torch.full((4,), -float(lse)))
     torch.testing.assert_close(log_probs[:, 2], torch.full((4,), 10.0 - float(lse)))
+
+
+@pytest.mark.parametrize("static_cache", [True, False])
+def test_banned_tokens_are_never_sampled_but_keep_their_log_probs(static_cache) -> None:
+    """Logits that favour token 7 then token 9: with 7 banned, greedy picks 9 at every step, and the log-prob is
+    read from the unfiltered logits (as the actor recomputes it)."""
+    from verl.utils.models.tiny import make_tiny_causal_lm
+
+    model = make_tiny_causal_lm().eval()
+
+    def fixed_logits(module, inputs, output):
+        fixed = torch.zeros_like(output)
+        fixed[..., 7], fixed[..., 9] = 10.0, 5.0
+        return fixed
+
+    model.lm_head.register_forward_hook(fixed_logits)
+    ids, mask, pos = _left_padded_prompts(model.config.vocab_size)
+    loop = DecodeLoop(model, static_cache=static_cache)
+    free, _ = loop.generate(ids, mask, pos, _settings(min_new_tokens=0), eos_ids=[258], pad_id=256)
+    assert bool((free == 7).all())
+    tokens, log_probs = loop.generate(
+        ids, mask, pos, _settings(min_new_tokens=0), eos_ids=[258], pad_id=256, banned_ids=[7]
+    )
+    assert bool((tokens == 9).all())
+    lse = torch.logsumexp(torch.tensor([10.0, 5.0] + [0.0] * 257), 0)
+    torch.testing.assert_close(log_probs, torch.full_like(log_probs, 5.0 - float(lse)))

@@ -111,6 +111,7 @@ class _StepConsts:
     logprob_temperature: float
     calculate_log_probs: bool
     pad_id: int
+    bans: bool  # some tokens are never sampled (``st.banned``)
 
 
 class DecodeLoop:
@@ -163,12 +164,14 @@ class DecodeLoop:
         """Sample the token of response index ``st.step`` from ``logits [B, vocab]`` and record it (in place)."""
         bs = logits.shape[0]
         scores = logits.float()
-        if c.min_new_tokens > 0:
+        blocked = st.is_eos & (st.step < c.min_new_tokens) if c.min_new_tokens > 0 else None
+        if c.bans:
+            blocked = st.banned if blocked is None else blocked | st.banned
+        if blocked is not None:
             # out of place: ``logits`` itself still feeds the (unmasked) log-probs below. An additive [vocab] row
-            # (-inf at the end ids while step < min_new_tokens): a broadcast add is much cheaper on CPU than a
-            # broadcast masked_fill, and needs no host-side step to decide
-            forbid = torch.where(st.is_eos & (st.step < c.min_new_tokens), float("-inf"), 0.0)
-            scores = scores + forbid
+            # (-inf at the end ids while step < min_new_tokens, and at banned ids): a broadcast add is much cheaper
+            # on CPU than a broadcast masked_fill, and needs no host-side step to decide
+            scores = scores + torch.where(blocked, float("-inf"), 0.0)
         index = st.step.expand(bs, 1)
         uniforms = None if c.greedy else st.uniforms.gather(1, index)
         sampled = choose_tokens(scores, c.greedy, c.temperature, c.top_k, c.top_p, uniforms)
@@ -275,16 +278,19 @@ class DecodeLoop:
         n = keep.numel()
         new.cache = self.forward.copy_rows(st.cache, new.cache, keep)
         for f in fields(DecodeState):
-            if f.name in ("cache", "slots", "is_eos"):
+            if f.name in ("cache", "slots", "is_eos", "banned"):
                 continue
             src, dst = getattr(st, f.name), getattr(new, f.name)
             if src.dim() == 0:
                 dst.copy_(src)
             else:
                 dst[:n].copy_(src.index_select(0, keep))
-        if new.is_eos.shape != st.is_eos.shape:
-            new.is_eos = torch.zeros_like(st.is_eos)
-        new.is_eos.copy_(st.is_eos)
+        for name in ("is_eos", "banned"):
+            src, dst = getattr(st, name), getattr(new, name)
+            if dst.shape != src.shape:
+                dst = torch.zeros_like(src)
+                setattr(new, name, dst)
+            dst.copy_(src)
         new.finished[n:] = True
         new.finish_step[n:] = -1
         new.row_ids[n:] = -1
@@ -302,7 +308,7 @@ class DecodeLoop:
 
     def _start(
         self, st: DecodeState, logits: torch.Tensor, prompt_mask: torch.Tensor, position_ids: torch.Tensor,
-        eos_ids: Sequence[int], consts: _StepConsts,
+        eos_ids: Sequence[int], banned_ids: Sequence[int], consts: _StepConsts,
     ) -> None:  # fmt: skip
         """Set ``st`` up after prefill (``logits [bs, vocab]`` of the prompts' last positions) and sample response
         token 0 from them."""
@@ -312,6 +318,10 @@ class DecodeLoop:
         vocab = int(logits.shape[-1])
         if st.is_eos.numel() != vocab:
             st.is_eos = torch.zeros(vocab, dtype=torch.bool, device=device)
+            st.banned = torch.zeros(vocab, dtype=torch.bool, device=device)
+        st.banned.zero_()
+        banned = [int(t) for t in banned_ids if 0 <= int(t) < vocab]
+        st.banned[torch.tensor(banned, dtype=torch.long, device=device)] = True
         # an end id outside the LM head's vocabulary can never be sampled: it ends nothing
         ends = [int(e) for e in eos_ids if 0 <= int(e) < vocab]
         st.is_eos.zero_()
@@ -329,7 +339,10 @@ class DecodeLoop:
         st.log_probs.zero_()
         st.step.zero_()
         st.position.zero_()
-        st.position[:bs] = position_ids[:, -1:]
+        # M-RoPE positions ``[3 or 4, bs, L]`` (a vision model): the prompt ends with text, whose components are
+        # equal; the response continues from there, one position per token, as 2-D ids the model expands
+        last = position_ids[-1] if position_ids.dim() == 3 else position_ids
+        st.position[:bs] = last[:, -1:]
         if not consts.greedy:
             st.uniforms[:bs] = torch.rand(bs, length, device=device)
         if rows > bs:  # padding rows of the bucket: any logits (their tokens are masked to the pad id)
@@ -348,17 +361,19 @@ class DecodeLoop:
         eos_ids: Sequence[int],
         pad_id: int,
         on_step: StepHook | None = None,
+        banned_ids: Sequence[int] = (),
         **model_inputs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Sample up to ``settings.response_length`` tokens after left-padded prompts.
 
         Args:
             input_ids, attention_mask, position_ids: ``[bs, prompt_len]`` (left padding, positions of real tokens
-                counted from 0).
+                counted from 0); a vision model's M-RoPE ``position_ids`` are ``[3, bs, prompt_len]``.
             settings: the rollout's :class:`~verl.workers.rollout.base.SamplingSettings`.
             eos_ids: token ids that end a response; pad_id: the id written after the end.
             on_step: optional :data:`~verl.workers.rollout.base.StepHook` called after each token; the rows it
                 returns stop as if they had produced EOS.
+            banned_ids: tokens never sampled (their log-probs still come from the unfiltered logits).
             model_inputs: extra inputs of the prefill forward (e.g. ``pixel_values``); the model's own forward only.
 
         Returns:
@@ -385,6 +400,7 @@ class DecodeLoop:
             logprob_temperature=float(settings.logprob_temperature),
             calculate_log_probs=bool(settings.calculate_log_probs),
             pad_id=int(pad_id),
+            bans=bool(banned_ids),
         )
         exact = self.mode == "eager"
         rows = bs if exact else bucket_size(bs)
@@ -393,7 +409,7 @@ class DecodeLoop:
         self._cache_dtype = self.forward.cache_dtype(input_ids)
         st = self._state(rows, capacity, length, self._cache_dtype, device)
         logits = self.forward.prefill(st.cache, input_ids, attention_mask, position_ids, **model_inputs)
-        self._start(st, logits, attention_mask, position_ids, eos_ids, consts)
+        self._start(st, logits, attention_mask, position_ids, eos_ids, banned_ids, consts)
 
         tokens = torch.full((bs, length), pad_id, dtype=torch.long, device=device)
         log_probs = torch.zeros(bs, length, device=device)

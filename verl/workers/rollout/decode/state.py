@@ -27,6 +27,7 @@ class DecodeState:
     log_probs: torch.Tensor  # [B, T] float32
     row_ids: torch.Tensor  # [B] long: row of the caller's batch (-1: padding)
     is_eos: torch.Tensor  # [vocab] bool: the end tokens of this call (data, not a constant: graphs outlive calls)
+    banned: torch.Tensor  # [vocab] bool: tokens never sampled in this call (e.g. a vision model's image placeholder)
 
     def scalars(self) -> list[torch.Tensor]:
         """The small tensors a step advances (saved and restored around a warm-up run)."""
@@ -50,4 +51,5 @@ def alloc_state(cache: Any, rows: int, capacity: int, length: int, vocab: int, d
         log_probs=torch.zeros(rows, length, device=device),
         row_ids=torch.full((rows,), -1, dtype=torch.long, device=device),
         is_eos=torch.zeros(vocab, dtype=torch.bool, device=device),
+        banned=torch.zeros(vocab, dtype=torch.bool, device=device),
     )
