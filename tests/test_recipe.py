@@ -125,8 +125,8 @@ def test_ray_ppo_trainer_takes_verls_constructor_arguments(tmp_path: Path) -> No
         "resource_pool_mapping": {"actor_rollout": "global_pool", "critic": "critic_pool"},
     }
     assert pools.get_n_gpus() == 2
-    with pytest.raises(ValueError, match="processor must be None"):
-        RayPPOTrainer(**kwargs, processor=object())
+    processor = object()  # a vision-language model's processor is accepted and kept
+    assert RayPPOTrainer(**kwargs, processor=processor).processor is processor
     with pytest.raises(ValueError, match="ray_worker_group_cls=.*not supported"):
         RayPPOTrainer(**kwargs, ray_worker_group_cls=dict)
     with pytest.raises(ValueError, match="device_name='cuda' but trainer.device='cpu'"):

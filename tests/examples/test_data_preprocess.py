@@ -125,3 +125,37 @@ def test_math_local_copy_and_boxed_ground_truth(tmp_path):
     assert default_compute_score(rows[1]["data_source"], "so \\boxed{1/2}", rows[1]["reward_model"]["ground_truth"])
     with pytest.raises(ValueError, match=r"x row 0: solution has no \\boxed"):
         module.convert_records([{"problem": "p", "solution": "no box"}], "train", "x")
+
+
+def test_geo3k_from_the_hub_and_from_a_local_parquet(tmp_path, monkeypatch):
+    import io
+
+    from PIL import Image
+
+    datasets = pytest.importorskip("datasets")
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (0, 255, 0)).save(buf, format="PNG")
+    raw = [{"problem": "<image>Find x.", "answer": "3", "images": [{"bytes": buf.getvalue(), "path": None}]}]
+    calls = []
+
+    def fake_load_dataset(path, name=None, **kwargs):
+        calls.append(path)
+        return datasets.DatasetDict({s: datasets.Dataset.from_list(raw) for s in ("train", "test")})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    geo3k = _load("geo3k")
+    assert geo3k.main(["--local_save_dir", str(tmp_path / "hub")]) == 0
+    assert calls == ["hiyouga/geometry3k"]
+    local = tmp_path / "raw"
+    local.mkdir()
+    for split in ("train", "test"):
+        pq.write_table(pa.Table.from_pylist(raw), local / f"{split}.parquet")
+    assert geo3k.main(["--local_dataset_path", str(local), "--local_save_dir", str(tmp_path / "out")]) == 0
+    for out in ("hub", "out"):
+        row = _rows(tmp_path / out / "train.parquet")[0]
+        assert row["data_source"] == "hiyouga/geometry3k" and row["reward_model"]["ground_truth"] == "3"
+        assert row["prompt"][0]["content"].startswith("<image>Find x. You FIRST think")
+        assert Image.open(io.BytesIO(row["images"][0]["bytes"])).size == (8, 8)
+    bad = [{"problem": "<image>x", "answer": "1", "images": [42]}]
+    with pytest.raises(ValueError, match="row 0 image 0: an image must be"):
+        geo3k.convert_records(bad, "train", "raw.parquet")

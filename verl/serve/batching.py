@@ -70,6 +70,7 @@ class Job:
     stop: tuple[str, ...] = ()
     stream: bool = False
     timeout_s: float = 60.0
+    multi_modal_inputs: dict[str, Any] | None = None  # a vision-language prompt's pixel_values / image_grid_thw
     id: int = field(default_factory=lambda: next(_job_ids))
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None

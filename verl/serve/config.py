@@ -19,6 +19,8 @@ class ServeConfig:
         max_new_tokens: default and upper bound of the response length per request.
         max_model_len: context length (prompt + response) accepted; default the model's.
         served_model_name: the ``model`` name clients use; default the model directory's base name.
+        allowed_local_media_path: a directory whose image files ``image_url`` parts may name (None: none).
+        allow_remote_images: fetch ``http(s)`` image URLs (off: refused).
     """
 
     model: str
@@ -33,3 +35,5 @@ class ServeConfig:
     max_new_tokens: int = 256
     max_model_len: int | None = None
     served_model_name: str | None = None
+    allowed_local_media_path: str | None = None
+    allow_remote_images: bool = False

@@ -211,6 +211,12 @@ class HFServeEngine:
         }
         prompts = DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": attention_mask})
         prompts.meta_info.update(meta)
+        if any(job.multi_modal_inputs for job in jobs):  # a vision-language request's images, row by row
+            import numpy as np
+
+            rows = np.empty(len(jobs), dtype=object)
+            rows[:] = [job.multi_modal_inputs for job in jobs]
+            prompts.non_tensor_batch["multi_modal_inputs"] = rows
 
         def on_step(step: int, rows: slice, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
             stop = []

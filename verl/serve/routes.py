@@ -159,14 +159,17 @@ def _chat_jobs(state: ServeState, body: ChatCompletionRequest) -> list[Job]:
     """``n`` jobs of an OpenAI chat completions request, on the prompt its chat template writes."""
     state.check_model(body.model)
     body.check_unsupported()
-    prompt_ids = state.chat_prompt(body)
+    prompt_ids, multi_modal_inputs = state.chat_prompt(body)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     stop = stop_list(body.stop)
-    return [
+    jobs = [
         state.make_job(prompt_ids, "messages", max_new, field, body.temperature, body.top_p, stop, body.stream)
         for _ in range(body.n)
     ]
+    for job in jobs:
+        job.multi_modal_inputs = multi_modal_inputs
+    return jobs
 
 
 @router.post("/v1/chat/completions")

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from verl.serve.images import ImagePart
+
 StrictFloat = Annotated[float, Strict()]  # JSON ints are still accepted for floats
 StrictInt = Annotated[int, Strict()]
 StrictStr = Annotated[str, Strict()]
@@ -139,15 +141,17 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One chat turn: ``role`` and ``content`` (a string or a list of text parts)."""
+    """One chat turn: ``role`` and ``content`` (a string or a list of text and ``image_url`` parts)."""
 
     model_config = ConfigDict(extra="ignore")
     role: StrictStr
-    content: StrictStr | list[TextPart]
+    content: StrictStr | list[TextPart | ImagePart]
 
     def text(self) -> str:
-        """The message content as one string."""
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        """The message's text as one string (image parts are left out: see :mod:`verl.serve.images`)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
 
 
 class ChatCompletionRequest(_OpenAIBody):

@@ -29,6 +29,7 @@ class ServeState:
     metrics: ServeMetrics
     source: ModelSource
     tokenizer: Any
+    processor: Any
     engine: Any
     executor: ThreadPoolExecutor
     batcher: Batcher
@@ -53,6 +54,10 @@ class ServeState:
             )
             try:
                 self.tokenizer = load_tokenizer(self.source.path)
+                from verl.utils.models.vlm import processor_for_model
+
+                # a vision-language model's processor (image_url content parts), None for text models
+                self.processor = processor_for_model(self.source.path, self.tokenizer)
                 self.engine = await loop.run_in_executor(
                     self.executor, build_engine, self.source, self.tokenizer, config.engine, config.dtype, batch,
                     config.max_model_len,
@@ -63,6 +68,7 @@ class ServeState:
         except BaseException:
             self.executor.shutdown(wait=True)
             raise
+        self.engine_name = "vllm" if type(self.engine).__name__.startswith("VLLM") else "hf"
         self.max_context = min(config.max_model_len or self.engine.max_context, self.engine.max_context)
         self.model_names = {self.source.name, config.model}
         self.batcher = Batcher(
@@ -141,7 +147,17 @@ class ServeState:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
-    def chat_prompt(self, request: ChatCompletionRequest) -> list[int]:
+    def chat_prompt(self, request: ChatCompletionRequest) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt ids of a chat request and, when its messages have images, their ``multi_modal_inputs``."""
+        from verl.serve.images import has_images, vision_chat_inputs
+
+        if has_images(request.messages):
+            if self.engine_name != "hf":
+                raise ServeError(400, "messages: images are served by the hf engine only (--engine hf)", "messages")
+            cfg = self.config
+            return vision_chat_inputs(
+                self.processor, request.messages, cfg.allowed_local_media_path, cfg.allow_remote_images
+            )
         if not getattr(self.tokenizer, "chat_template", None):
             raise ServeError(400, "messages: the model has no chat template; use /v1/completions", "messages")
         messages = [{"role": m.role, "content": m.text()} for m in request.messages]
@@ -150,7 +166,7 @@ class ServeState:
         except Exception as err:  # a template may reject a role order (e.g. two system messages)
             raise ServeError(400, f"messages: the chat template rejected them: {err}", "messages") from err
         # the template writes the special tokens (BOS) itself
-        return self.encode(text, add_special_tokens=False)
+        return self.encode(text, add_special_tokens=False), None
 
     def submit(self, jobs: list[Job]) -> None:
         """Queue all jobs of one request, or none (a full queue cancels the ones already queued)."""

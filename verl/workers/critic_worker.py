@@ -66,8 +66,16 @@ class CriticWorker(Worker):
         else:
             self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path)
         if module is None:
+            from verl.utils.models.vlm import config_has_vision
+
+            critic_path = resolve_model_path(model_cfg.path)
+            if config_has_vision(critic_path):
+                raise ValueError(
+                    f"critic.model.path={model_cfg.path} is a vision-language model: a critic that sees the images is "
+                    "not supported; train vision-language models with a critic-free estimator (grpo, rloo, ...)"
+                )
             module = load_value_model(
-                resolve_model_path(model_cfg.path),
+                critic_path,
                 dtype=torch.float32,
                 attn_implementation=resolve_attn_implementation(
                     model_cfg.attn_implementation, self.compute_device.type

@@ -98,7 +98,8 @@ def checkpoint_manager(
         module,
         optimizer,
         scheduler,
-        processing_class=getattr(worker, "tokenizer", None),
+        # a vision-language model's processor (tokenizer + image processor), else the tokenizer
+        processing_class=getattr(worker, "processor", None) or getattr(worker, "tokenizer", None),
         save_contents=list(contents if contents is not None else ckpt_cfg.save_contents),
         load_contents=list(ckpt_cfg.load_contents),
     )

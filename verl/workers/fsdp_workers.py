@@ -113,6 +113,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout = None
         self._rollout_tp_group = None  # a tensor-parallel vLLM engine's ranks (set by _build_rollout_tp_group)
         self.tokenizer = None
+        self.processor = None  # a vision-language model's processor (init_model)
         self.actor_optimizer = None
         self.actor_lr_scheduler = None
 
@@ -151,6 +152,10 @@ class ActorRolloutRefWorker(Worker):
             module.requires_grad_(False)
             module.eval()
             return module
+        if bool(self.config.actor.freeze_vision_tower):
+            from verl.utils.models.vlm import freeze_vision_tower
+
+            freeze_vision_tower(module)
         if self._is_lora:
             from verl.utils.models.lora import apply_lora
 
@@ -196,6 +201,10 @@ class ActorRolloutRefWorker(Worker):
                 model_cfg.tokenizer_path or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
                 trust_remote_code=bool(model_cfg.trust_remote_code),
             )
+        from verl.utils.models.vlm import processor_for_model
+
+        # a vision-language model's processor, saved with the tokenizer into checkpoints' huggingface/ dir
+        self.processor = processor_for_model(self.model_path, self.tokenizer) if given is None else None
         remove_padding_setting = model_cfg.use_remove_padding
         use_remove_padding = bool(remove_padding_setting)
         ref_source = self._given_ref_module

@@ -48,6 +48,7 @@ class SFTDataConfig(OfflineDataConfig):
     prompt_dict_keys: Optional[list[str]] = None  # path inside a dict-valued prompt field, e.g. [question]
     response_dict_keys: Optional[list[str]] = None
     apply_chat_template: bool = False  # render a plain-text prompt as a user message with the chat template
+    image_key: str = "images"  # a vision-language model's rows: the images their <image> placeholders refer to
 
 
 @dataclass

@@ -87,6 +87,11 @@ class DataConfig(BaseConfig):
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
     dataloader_num_workers: int = 0
+    image_key: str = "images"
+    video_key: str = "videos"
+    return_multi_modal_inputs: bool = True
+    min_pixels: Optional[int] = None
+    max_pixels: Optional[int] = None
     custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
 
 

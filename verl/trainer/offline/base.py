@@ -260,8 +260,10 @@ class OfflineTrainer(ReferencePolicyMixin):
         self.config = build_offline_config(self.config_schema, self.config, updates)
 
     def _collate(self, items: Sequence[dict[str, Any]], dataset: Any) -> dict[str, torch.Tensor]:
-        """``dataset.collate(items)`` with every tensor moved to the trainer's device."""
-        return {k: v.to(self.device) for k, v in dataset.collate(list(items)).items()}
+        """``dataset.collate(items)`` with every tensor moved to the trainer's device (per-row lists, such as a
+        vision-language batch's ``multi_modal_inputs``, stay as they are)."""
+        batch = dataset.collate(list(items))
+        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
         size = int(self.config.data.micro_batch_size_per_gpu)

@@ -12,6 +12,7 @@ from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.utils.dataset.sft_dataset import SFTDataset
 from verl.utils.models.loader import forward_logits
+from verl.utils.models.vlm import processor_for_model, vision_forward_kwargs
 from verl.utils.torch_functional import logprobs_from_logits
 
 
@@ -59,7 +60,12 @@ class SFTTrainer(OfflineTrainer):
         max_prompt_length: int | None = None,
         namespace: str | None = None,
         config: dict[str, Any] | DictConfig | None = None,
+        processor: Any = None,
     ) -> None:
+        # a vision-language model's processor: given, or loaded with a model path (None for text models)
+        self.processor = processor
+        if processor is None and isinstance(model, str):
+            self.processor = processor_for_model(model, tokenizer)
         super().__init__(
             model=model,
             tokenizer=tokenizer,
@@ -84,6 +90,8 @@ class SFTTrainer(OfflineTrainer):
             prompt_dict_keys=list(d.prompt_dict_keys) if d.get("prompt_dict_keys") else None,
             response_dict_keys=list(d.response_dict_keys) if d.get("response_dict_keys") else None,
             apply_chat_template=bool(d.get("apply_chat_template", False)),
+            processor=self.processor,
+            image_key=str(d.get("image_key", "images")),
         )
         return ds
 
@@ -91,8 +99,15 @@ class SFTTrainer(OfflineTrainer):
         return float(batch["loss_mask"][:, 1:].sum().item())
 
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
+        extra = None
+        if "multi_modal_inputs" in batch:  # images of a vision-language batch, row by row
+            extra = vision_forward_kwargs(
+                self.model, batch["input_ids"], batch["attention_mask"], batch["multi_modal_inputs"]
+            )
         with autocast(self.device, self.compute_dtype):
-            logits = forward_logits(self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+            logits = forward_logits(
+                self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], extra_inputs=extra
+            )
         loss_sum = sft_loss(logits, batch["input_ids"], batch["loss_mask"], reduction="sum")
         lengths = batch["loss_mask"][:, 1:].sum(-1)
         stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(lengths.sum().item()))}

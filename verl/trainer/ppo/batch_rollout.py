@@ -27,6 +27,7 @@ from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 __all__ = [
     "AGENT_KEYS",
     "GEN_KEYS",
+    "MULTI_MODAL_KEYS",
     "add_agent_reward",
     "attach_scores",
     "decode_generations",
@@ -42,6 +43,9 @@ __all__ = [
 GEN_KEYS = ("input_ids", "attention_mask", "position_ids")
 # the prompt columns agent loops read (multi-turn rollouts), sent to the engine too where the batch has them
 AGENT_KEYS = ("raw_prompt", "extra_info", "agent_name", "index")
+# a vision-language prompt's images (the processor's inputs for the hf engine, the raw images and the prompt ids
+# with one placeholder per image for vLLM), sent to the engine where the batch has them
+MULTI_MODAL_KEYS = ("multi_modal_inputs", "multi_modal_data", "raw_prompt_ids")
 
 Generate = Callable[[DataProto], DataProto]
 
@@ -83,6 +87,8 @@ def generate_groups(prompts: DataProto, n: int, generate: Generate, meta: dict[s
     prompts = tag_groups(DataProto(prompts.batch, dict(prompts.non_tensor_batch), dict(prompts.meta_info)))
     gen_keys = [k for k in GEN_KEYS if k in prompts.batch.keys()]
     agent_keys = [k for k in AGENT_KEYS if k in prompts.non_tensor_batch]
+    if "multi_modal_data" in prompts.non_tensor_batch:
+        agent_keys += [k for k in MULTI_MODAL_KEYS if k in prompts.non_tensor_batch]
     gen_batch = prompts.select(batch_keys=gen_keys, non_tensor_batch_keys=agent_keys, meta_info_keys=[])
     rest = prompts.select(batch_keys=[k for k in prompts.batch.keys() if k not in gen_keys])
     gen_batch.meta_info.update(meta or {})

@@ -98,6 +98,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
 
         self.config = config
         self.tokenizer = tokenizer
+        self.processor = processor  # a vision-language model's processor (the datasets already hold it)
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn or reward_fn
         self.train_dataset = train_dataset

@@ -128,12 +128,13 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
         raise ConfigError(f"{key}: {e}") from e
 
 
-def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
+def build_datasets(config: DictConfig, tokenizer, processor: Any = None) -> tuple[Any, Any, Any]:
     """Train dataset, validation dataset (or None) and the resumable train sampler.
 
     A file that cannot be used (missing, empty, a missing column, a row of the wrong type) raises
     :class:`ConfigError` naming the config key, the file, the row and the column, so ``main_ppo`` reports it like
     any other bad input (exit code 2, no traceback). ``data.custom_cls`` selects a dataset class of your own.
+    ``processor``: a vision-language model's processor, for rows with images.
     """
     from verl.trainer.config.validation import ConfigError
     from verl.utils.dataset.rl_dataset import create_rl_sampler
@@ -141,10 +142,10 @@ def build_datasets(config: DictConfig, tokenizer) -> tuple[Any, Any, Any]:
     data_cfg = config.data
     if not data_cfg.train_files:
         raise ConfigError("data.train_files: not set; give the training parquet file(s), e.g. data.train_files=...")
-    train_dataset = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, is_train=True)
+    train_dataset = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, processor, is_train=True)
     val_dataset = None
     if data_cfg.val_files:
-        val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
+        val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, processor, is_train=False)
     sampler = create_rl_sampler(data_cfg, train_dataset)
     return train_dataset, val_dataset, sampler
 
@@ -204,7 +205,11 @@ def build_ppo_trainer(
 
     tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
     tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path)  # resolves it (tokenizer only)
-    train_dataset, val_dataset, sampler = build_datasets(config, tokenizer)
+    from verl.utils.models.vlm import processor_for_model
+
+    # a vision-language model's processor (verl's hf_processor), None for text models
+    processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer)
+    train_dataset, val_dataset, sampler = build_datasets(config, tokenizer, processor)
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
     check_reward_endpoints(config)
@@ -225,6 +230,7 @@ def build_ppo_trainer(
         val_dataset=val_dataset,
         train_sampler=sampler,
         role_worker_mapping=role_worker_mapping,
+        processor=processor,
     )
     return trainer
 

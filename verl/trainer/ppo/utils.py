@@ -117,8 +117,9 @@ def check_verl_trainer_args(
     config: Any, ray_worker_group_cls: type | None, processor: Any, device_name: str | None
 ) -> None:
     """Check the verl ``RayPPOTrainer`` arguments this trainer does not use differently: ``ray_worker_group_cls``
-    must be ``RayWorkerGroup`` (groups are built by the trainer), ``processor`` ``None`` (text models only) and
-    ``device_name`` the device ``trainer.device`` selects. ValueError naming the argument otherwise."""
+    must be ``RayWorkerGroup`` (groups are built by the trainer) and ``device_name`` the device ``trainer.device``
+    selects; ``processor`` (a vision-language model's) is accepted as is. ValueError naming the argument otherwise."""
+    del processor  # the datasets and workers load the processor themselves
     if ray_worker_group_cls is not None:
         from verl.single_controller.ray import RayWorkerGroup
 
@@ -127,8 +128,6 @@ def check_verl_trainer_args(
                 f"RayPPOTrainer: ray_worker_group_cls={ray_worker_group_cls!r} is not supported; the trainer builds "
                 "RayWorkerGroup groups itself (pass RayWorkerGroup or nothing)"
             )
-    if processor is not None:
-        raise ValueError("RayPPOTrainer: processor must be None (multimodal processors are not supported)")
     if device_name is not None:
         from verl.utils.device import get_device_name
 

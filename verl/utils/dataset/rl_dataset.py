@@ -2,6 +2,9 @@
 
 Schema of a row (verl's): ``data_source`` (str), ``prompt`` (list of chat messages ``{"role", "content"}``),
 ``ability`` (str, optional), ``reward_model`` (``{"style", "ground_truth"}``), ``extra_info`` (dict, optional).
+Vision-language rows add ``images`` (``data.image_key``): a list of images (bytes, paths, PIL images or
+``{"bytes"|"image": ...}`` dicts, see :mod:`verl.utils.dataset.vision_utils`) that the ``<image>`` placeholders of the
+prompt's messages refer to, in order.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from verl.base_config import get_config_value
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
+from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, processor_inputs
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
@@ -72,16 +76,23 @@ class RLHFDataset(torch.utils.data.Dataset):
         tokenizer: a Hugging Face tokenizer. Without a pad token, the EOS token is used for padding.
         config: the ``data`` config section (keys: ``prompt_key``, ``max_prompt_length``, ``return_raw_chat``,
             ``filter_overlong_prompts``, ``truncation``, ``apply_chat_template``, optional ``max_samples``).
-        processor: multimodal processor (not supported yet; must be None).
+        processor: the multi-modal processor of a vision-language model (``hf_processor``) or None. With one,
+            rows with images (``data.image_key``) go through ``processor.apply_chat_template`` and ``processor``
+            (which expands each image's placeholder to its patch count); keys ``image_key`` (``images``),
+            ``video_key`` (``videos``: refused, not supported yet), ``return_multi_modal_inputs`` (true),
+            ``min_pixels`` / ``max_pixels`` (null: the processor's own limits) apply.
 
     ``__getitem__`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (1-D ``[max_prompt_length]``,
     left-padded), ``raw_prompt_ids`` (list of ids, unpadded), ``raw_prompt`` (the messages, when
-    ``return_raw_chat``), ``data_source``, ``reward_model``, ``extra_info``, ``ability`` and ``index``.
+    ``return_raw_chat``), ``data_source``, ``reward_model``, ``extra_info``, ``ability`` and ``index``. With a
+    processor, also ``multi_modal_data`` (``{"image": [PIL images]}``, what vLLM takes) and, with
+    ``return_multi_modal_inputs``, ``multi_modal_inputs`` (``{"pixel_values": [patches, dim], "image_grid_thw":
+    [images, 3]}``, what the model's forward takes); rows without images get ``{}`` for both. ``position_ids`` stay
+    the 1-D text positions: the model's 3-D rotary positions are computed from the tokens and image grids at every
+    forward (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
     """
 
     def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:
-        if processor is not None:
-            raise NotImplementedError("RLHFDataset: multimodal processors are not supported yet (processor != None)")
         if isinstance(data_files, str):
             data_files = [data_files]
         else:
@@ -97,6 +108,12 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.filter_overlong_prompts: bool = bool(get_config_value(config, "filter_overlong_prompts", True))
         self.truncation: str = str(get_config_value(config, "truncation", "error"))
         self.apply_chat_template: bool = bool(get_config_value(config, "apply_chat_template", True))
+        self.processor = processor
+        self.image_key: str = str(get_config_value(config, "image_key", "images"))
+        self.video_key: str = str(get_config_value(config, "video_key", "videos"))
+        self.return_multi_modal_inputs: bool = bool(get_config_value(config, "return_multi_modal_inputs", True))
+        self.min_pixels: int | None = get_config_value(config, "min_pixels", None)
+        self.max_pixels: int | None = get_config_value(config, "max_pixels", None)
         max_samples = get_config_value(config, "max_samples", -1)
         self.max_samples: int = -1 if max_samples is None else int(max_samples)
         if self.max_prompt_length <= 0:
@@ -248,6 +265,26 @@ class RLHFDataset(torch.utils.data.Dataset):
         ability = row.get("ability")
         if ability is not None and not isinstance(ability, str):
             raise ValueError(f"{where} column 'ability': expected a string or null, got {ability!r}")
+        if row.get(self.video_key):
+            raise ValueError(f"{where} column {self.video_key!r}: video inputs are not supported yet")
+        images = row.get(self.image_key)
+        if images is None or (isinstance(images, list) and not images):
+            return
+        if not isinstance(images, list):
+            raise ValueError(
+                f"{where} column {self.image_key!r}: expected a list of images, got {type(images).__name__}"
+            )
+        if self.processor is None:
+            raise ValueError(
+                f"{where} has {len(images)} images in column {self.image_key!r} but no processor was given: the model "
+                "at actor_rollout_ref.model.path has no multi-modal processor (is it a vision-language model?)"
+            )
+        placeholders = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages)
+        if placeholders != len(images):
+            raise ValueError(
+                f"{where}: the prompt has {placeholders} {IMAGE_PLACEHOLDER} placeholders but column "
+                f"{self.image_key!r} holds {len(images)} images; each image needs one placeholder, in order"
+            )
 
     def _prompt_text(self, messages: list[dict[str, str]]) -> str:
         if self.use_chat_template:
@@ -255,7 +292,26 @@ class RLHFDataset(torch.utils.data.Dataset):
         # No template: the raw message contents, one per line.
         return "\n".join(m["content"] for m in messages)
 
+    def _has_images(self, row: dict[str, Any]) -> bool:
+        return self.processor is not None and bool(row.get(self.image_key))
+
+    def _process_multi_modal(
+        self, row: dict[str, Any], origin: tuple[str, int]
+    ) -> tuple[list[int], dict[str, torch.Tensor], list[Any], list[int]]:
+        """A row with images -> ``(prompt ids, multi_modal_inputs, images, raw ids)`` through the processor: the
+        placeholders become image content parts of the chat template, the processor expands each image block to
+        the image's merged patch count; the raw ids keep one placeholder token per image (what vLLM expands
+        itself, as upstream's ``raw_prompt_ids``)."""
+        where = f"RLHFDataset: {origin[0]} row {origin[1]}"
+        ids, mm_inputs, images, text = processor_inputs(
+            self.processor, row[self.prompt_key], row[self.image_key], where, self.min_pixels, self.max_pixels
+        )
+        raw_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return ids, mm_inputs, images, raw_ids
+
     def _tokenize(self, row: dict[str, Any], origin: tuple[str, int]) -> list[int]:
+        if self._has_images(row):
+            return self._process_multi_modal(row, origin)[0]
         messages = row[self.prompt_key]
         try:
             text = self._prompt_text(messages)
@@ -286,7 +342,26 @@ class RLHFDataset(torch.utils.data.Dataset):
     def __getitem__(self, item: int) -> dict[str, Any]:
         """Return one left-padded prompt and its metadata (see the class docstring)."""
         row = self._rows[item]
-        ids = self._truncate(self._token_ids[item], item)
+        multi_modal: dict[str, Any] | None = None
+        ids = self._token_ids[item]
+        raw_ids: list[int] | None = None
+        if self._has_images(row):
+            ids, mm_inputs, images, raw_ids = self._process_multi_modal(row, self._origins[item])
+            if len(ids) > self.max_prompt_length:  # cutting through an image's tokens would orphan its patches
+                path, row_no = self._origins[item]
+                raise ValueError(
+                    f"RLHFDataset: {path} row {row_no}: prompt with images is {len(ids)} tokens, longer than "
+                    f"data.max_prompt_length={self.max_prompt_length}; prompts with images are never truncated: set "
+                    "data.filter_overlong_prompts=true, a larger data.max_prompt_length or a smaller data.max_pixels"
+                )
+            multi_modal = {"multi_modal_data": {"image": images}}
+            if self.return_multi_modal_inputs:
+                multi_modal["multi_modal_inputs"] = mm_inputs
+        elif self.processor is not None:
+            multi_modal = {"multi_modal_data": {}}
+            if self.return_multi_modal_inputs:
+                multi_modal["multi_modal_inputs"] = {}
+        ids = self._truncate(ids, item)
         pad = self.max_prompt_length - len(ids)
         input_ids = torch.tensor([self.pad_token_id] * pad + ids, dtype=torch.long)
         attention_mask = torch.tensor([0] * pad + [1] * len(ids), dtype=torch.long)
@@ -298,7 +373,7 @@ class RLHFDataset(torch.utils.data.Dataset):
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "position_ids": compute_position_ids(attention_mask),
-            "raw_prompt_ids": list(ids),
+            "raw_prompt_ids": list(ids) if raw_ids is None else raw_ids,
             "data_source": row["data_source"],
             "reward_model": row["reward_model"],
             "extra_info": extra_info,
@@ -307,6 +382,8 @@ class RLHFDataset(torch.utils.data.Dataset):
         }
         if self.return_raw_chat:
             out["raw_prompt"] = row[self.prompt_key]
+        if multi_modal is not None:
+            out.update(multi_modal)
         if "agent_name" in row:  # the agent loop of a multi-turn rollout (rollout.agent.default_agent_loop if null)
             out["agent_name"] = row["agent_name"]
         return out

@@ -331,8 +331,12 @@ class SFTDataset(TokenizedRowsDataset):
             ``row[prompt_key]["question"]``).
         apply_chat_template: a plain-text prompt becomes a user message rendered by the chat template with the
             generation prompt (verl's SFT does this); False tokenizes it as it is.
+        processor / image_key: a vision-language model's processor and the field of a row's images, which the
+            ``<image>`` placeholders of its prompt refer to (``{prompt, response}`` rows; see
+            docs/vision_language.md). The prompt with its images is never truncated.
 
-    Items are ``{"input_ids": list[int], "loss_mask": list[int]}``; :meth:`collate` pads a list of them.
+    Items are ``{"input_ids": list[int], "loss_mask": list[int]}`` (plus ``multi_modal_inputs`` for a row with
+    images); :meth:`collate` pads a list of them.
     """
 
     def __init__(
@@ -348,11 +352,18 @@ class SFTDataset(TokenizedRowsDataset):
         prompt_dict_keys: Sequence[str] | None = None,
         response_dict_keys: Sequence[str] | None = None,
         apply_chat_template: bool = False,
+        processor: Any = None,
+        image_key: str = "images",
     ) -> None:
         super().__init__(source, tokenizer)
         for i, row in enumerate(self.rows.rows):
             where = self.rows.where(i)
+            images = row.get(image_key)
+            if images and processor is None:
+                raise ValueError(f"{where}: the row has images ({image_key!r}) but the model has no processor")
             if messages_key in row and prompt_key not in row:
+                if images:
+                    raise ValueError(f"{where}: conversations with images are not supported; use prompt/response rows")
                 messages = row[messages_key]
                 if not (_is_messages(messages) and messages):
                     raise ValueError(f"{where}: field {messages_key!r} must be a non-empty list of chat messages")
@@ -370,11 +381,30 @@ class SFTDataset(TokenizedRowsDataset):
                     prompt = [{"role": "user", "content": prompt}]
                 check_text_or_messages(prompt, prompt_key, where)
                 check_text_or_messages(response, response_key, where)
-                p = encode_prompt(tokenizer, prompt, where)
+                mm_inputs = None
+                if images:
+                    from verl.utils.dataset.vision_utils import processor_inputs
+
+                    if isinstance(prompt, str):
+                        prompt = [{"role": "user", "content": prompt}]
+                    p, mm_inputs, _, _ = processor_inputs(processor, prompt, list(images), where)
+                else:
+                    p = encode_prompt(tokenizer, prompt, where)
                 r = encode_response(tokenizer, prompt, response, where)
-                item = join_example(*fit_to_length(p, r, max_length, max_prompt_length, truncation, where))
+                p_fit, r_fit = fit_to_length(p, r, max_length, max_prompt_length, truncation, where)
+                if mm_inputs is not None and p_fit != p:
+                    raise ValueError(f"{where}: the prompt with images ({len(p)} tokens) does not fit max_length")
+                item = join_example(p_fit, r_fit)
+                if mm_inputs is not None:
+                    item["multi_modal_inputs"] = mm_inputs
             self.items.append(item)
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """Pad items into ``[batch, max_len]`` tensors (see :func:`pad_batch`)."""
-        return pad_batch([it["input_ids"] for it in items], [it["loss_mask"] for it in items], self.pad_token_id)
+        """Pad items into ``[batch, max_len]`` tensors (see :func:`pad_batch`); a batch with images also gets
+        ``multi_modal_inputs``, one dict (or None) per row."""
+        batch: dict[str, Any] = pad_batch(
+            [it["input_ids"] for it in items], [it["loss_mask"] for it in items], self.pad_token_id
+        )
+        if any("multi_modal_inputs" in it for it in items):
+            batch["multi_modal_inputs"] = [it.get("multi_modal_inputs") for it in items]
+        return batch

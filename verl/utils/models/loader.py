@@ -306,13 +306,18 @@ def load_causal_lm(
     """Load ``AutoModelForCausalLM`` from a model path (see :func:`resolve_model_path`).
 
     ``override_config`` entries are set on the HF config before the weights load (verl's
-    ``model.override_config``). Weights are loaded in ``dtype`` (fp32 master weights by default).
+    ``model.override_config``). Weights are loaded in ``dtype`` (fp32 master weights by default). A
+    vision-language model (a config with ``vision_config``: Qwen2-VL, Qwen2.5-VL) loads through
+    ``AutoModelForImageTextToText``, the class that keeps its vision tower and LM head.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     local = resolve_model_path(path)
     config = _load_config(local, trust_remote_code, override_config)
-    return _from_pretrained(AutoModelForCausalLM, local, config, dtype, trust_remote_code, attn_implementation)
+    auto_class = AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else None
+    return _from_pretrained(
+        auto_class or AutoModelForCausalLM, local, config, dtype, trust_remote_code, attn_implementation
+    )
 
 
 class ValueHeadModel(torch.nn.Module):
@@ -458,6 +463,7 @@ def _call_model(
     attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor | None,
     logits_to_keep: int | torch.Tensor | None = None,
+    extra_inputs: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
     sig = _forward_signature(module)
     kwargs: dict[str, Any] = {}
@@ -469,6 +475,8 @@ def _call_model(
         kwargs["position_ids"] = position_ids
     if sig.accepts_use_cache:
         kwargs["use_cache"] = False
+    if extra_inputs:
+        kwargs.update(extra_inputs)  # e.g. a VLM's pixel values and its own 3-D position ids, which win
     out = module(input_ids, **kwargs)
     if isinstance(out, torch.Tensor):
         return out
@@ -491,6 +499,7 @@ def forward_logits(
     attention_mask: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
     logits_to_keep: int | torch.Tensor | None = None,
+    extra_inputs: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
     """Next-token logits ``[bs, seq, vocab]`` of ``input_ids [bs, seq]`` from any causal LM module.
 
@@ -501,8 +510,11 @@ def forward_logits(
     ``logits_to_keep`` (the last N positions, or a 1-D tensor of positions) is passed to models whose ``forward``
     names it, which then run the LM head on those positions only: ``[bs, N, vocab]``. Callers must accept either
     shape, since other models return all positions.
+
+    ``extra_inputs`` are passed to the model as they are (a vision-language model's ``pixel_values``,
+    ``image_grid_thw``, ``mm_token_type_ids`` and ``position_ids [3, bs, seq]``, which replace ``position_ids``).
     """
-    logits = _call_model(module, input_ids, attention_mask, position_ids, logits_to_keep)
+    logits = _call_model(module, input_ids, attention_mask, position_ids, logits_to_keep, extra_inputs)
     if logits_to_keep is not None and logits.dim() == 3 and logits.shape[0] == input_ids.shape[0]:
         kept = logits_to_keep if isinstance(logits_to_keep, int) else int(logits_to_keep.numel())
         if logits.shape[1] in (kept, input_ids.shape[1]):

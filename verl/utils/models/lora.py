@@ -23,8 +23,11 @@ def apply_lora(
     module: torch.nn.Module, lora_rank: int, lora_alpha: int = 16, target_modules: str | list[str] = "all-linear"
 ) -> torch.nn.Module:
     """``module`` wrapped by PEFT with LoRA adapters of rank ``lora_rank`` on ``target_modules`` (``all-linear``
-    or a list of module names); only the adapters are trainable."""
+    or a list of module names); only the adapters are trainable. On a vision-language model the vision encoder
+    gets no adapters (its modules are excluded): LoRA adapts the language model only."""
     from peft import LoraConfig, TaskType, get_peft_model
+
+    from verl.utils.models.vlm import is_vision_language_model
 
     if lora_rank < 1:
         raise ValueError(f"model.lora_rank must be >= 1 to apply LoRA, got {lora_rank}")
@@ -33,6 +36,8 @@ def apply_lora(
         r=int(lora_rank),
         lora_alpha=int(lora_alpha),
         target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+        # PEFT matches a string exclude_modules as a regex over the full module name
+        exclude_modules=r".*\bvisual\b.*" if is_vision_language_model(module) else None,
         bias="none",
     )
     return get_peft_model(module, config)

@@ -43,6 +43,7 @@ SEARCH_R1_SOURCES = (
     "searchR1_bamboogle",
 )
 ARITHMETIC_SOURCES = ("arithmetic",)
+COLOUR_SOURCES = ("synthetic_colour",)
 KNOWN_DATA_SOURCES = (
     GSM8K_SOURCES
     + MATH_SOURCES
@@ -52,6 +53,7 @@ KNOWN_DATA_SOURCES = (
     + GEO3K_SOURCES
     + SEARCH_R1_SOURCES
     + ARITHMETIC_SOURCES
+    + COLOUR_SOURCES
 )
 
 
@@ -87,7 +89,8 @@ def default_compute_score(
       ``sandbox_fusion_url`` when given (:mod:`.sandbox_fusion`), else in the local sandbox (:mod:`.prime_code`);
       continuous score (fraction of the first 10 tests passed);
     - ``hiyouga/geometry3k``: :mod:`.geo3k`; ``searchR1_*``: :mod:`.search_r1_like_qa_em` (exact match);
-    - ``arithmetic``: 1.0 when the last number equals the answer.
+    - ``arithmetic``: 1.0 when the last number equals the answer;
+    - ``synthetic_colour``: :mod:`.colour` (the synthetic vision task).
 
     Returns a float, or the scorer's dict (``score`` plus extra values); a tuple result keeps its first element.
     Unknown sources raise NotImplementedError naming the source and the known ones.
@@ -133,6 +136,10 @@ def default_compute_score(
         from verl.utils.reward_score import arithmetic
 
         res = arithmetic.compute_score(solution_str, ground_truth)
+    elif source in COLOUR_SOURCES:
+        from verl.utils.reward_score import colour
+
+        res = colour.compute_score(solution_str, ground_truth)
     else:
         raise NotImplementedError(
             f"no reward function for data_source={data_source!r}; known sources: {list(KNOWN_DATA_SOURCES)} "

@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.base_config import omega_conf_to_dataclass
 from verl.utils.models.loader import forward_logits
+from verl.utils.models.vlm import vision_forward_kwargs
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
@@ -32,6 +33,11 @@ from verl.workers.config import ActorConfig
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
+
+
+# batch key of a row's index into ``non_tensor_batch["multi_modal_inputs"]`` (travels with the row through
+# micro-batching)
+MULTI_MODAL_ROW_KEY = "multi_modal_row"
 
 
 def _require_meta(data: DataProto, key: str, who: str) -> Any:
@@ -126,6 +132,7 @@ def response_logits_forward(
     calculate_entropy: bool,
     entropy_requires_grad: bool,
     use_remove_padding: bool,
+    extra_inputs: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
@@ -142,6 +149,8 @@ def response_logits_forward(
         calculate_entropy: also return the entropy of the tempered distribution.
         entropy_requires_grad: keep the entropy in the graph (entropy bonus); otherwise it is computed detached.
         use_remove_padding: pack the valid tokens and run without padding.
+        extra_inputs: further model inputs of the padded rows (a VLM's images and 3-D positions, see
+            :func:`~verl.utils.models.vlm.vision_forward_kwargs`); refused with ``use_remove_padding``.
 
     Returns:
         ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32; values at padded response
@@ -157,6 +166,11 @@ def response_logits_forward(
         return _entropy_of(logits, calculate_entropy, entropy_requires_grad)
 
     if use_remove_padding:
+        if extra_inputs:
+            raise ValueError(
+                "use_remove_padding (packing) does not support vision-language inputs: images and 3-D positions "
+                "are per padded row; set actor_rollout_ref.model.use_remove_padding=false"
+            )
         packed = pack_padded_batch(input_ids, attention_mask)
         labels = next_token_labels(packed.input_ids)[0]
         # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
@@ -179,7 +193,9 @@ def response_logits_forward(
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
     # the LM head (vocab-sized) runs on the last response_len + 1 positions only when the model supports it
-    logits = forward_logits(module, input_ids, attention_mask, position_ids, logits_to_keep=response_len + 1)
+    logits = forward_logits(
+        module, input_ids, attention_mask, position_ids, logits_to_keep=response_len + 1, extra_inputs=extra_inputs
+    )
     logits = logits[:, -response_len - 1 : -1, :]
     if temperature != 1.0:
         logits = logits / temperature
@@ -226,10 +242,32 @@ class DataParallelPPOActor(BasePPOActor):
         enable_input_grads_for_checkpointing(actor_module)
 
     # ------------------------------------------------------------------------------------------------ forward
+    @staticmethod
+    def _multi_modal_rows(data: DataProto, batch: TensorDict) -> list[Any] | None:
+        """The per-row ``multi_modal_inputs`` of a batch with images (None without). Each row's index goes into
+        ``batch`` as :data:`MULTI_MODAL_ROW_KEY`, so any split, shuffle or token-balanced regrouping of the rows
+        keeps each sample's images with it."""
+        rows = data.non_tensor_batch.get("multi_modal_inputs")
+        if rows is None or not any(bool(r) for r in rows):
+            return None
+        batch[MULTI_MODAL_ROW_KEY] = torch.arange(len(rows), device=batch.device)
+        return list(rows)
+
     def _forward_micro_batch(
-        self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_requires_grad: bool = False
+        self,
+        micro: TensorDict,
+        temperature: float,
+        calculate_entropy: bool,
+        entropy_requires_grad: bool = False,
+        multi_modal_rows: list[Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         device = module_device(self.actor_module)
+        extra_inputs = None
+        if multi_modal_rows is not None:
+            if self.sp_group is not None:
+                raise ValueError("Ulysses sequence parallelism does not support vision-language inputs yet")
+            rows = [multi_modal_rows[i] for i in micro[MULTI_MODAL_ROW_KEY].tolist()]
+            extra_inputs = vision_forward_kwargs(self.actor_module, micro["input_ids"], micro["attention_mask"], rows)
         with autocast_context(device, str(self.config.dtype)):
             if self.sp_group is not None:
                 import torch.distributed as dist
@@ -251,6 +289,7 @@ class DataParallelPPOActor(BasePPOActor):
                 calculate_entropy,
                 entropy_requires_grad,
                 self.use_remove_padding,
+                extra_inputs=extra_inputs,
             )
 
     def compute_log_prob(
@@ -260,7 +299,8 @@ class DataParallelPPOActor(BasePPOActor):
 
         Reads ``input_ids``, ``attention_mask``, ``position_ids`` ``[bs, seqlen]`` and ``responses``
         ``[bs, response_len]`` from ``data.batch``; ``temperature`` (required), ``micro_batch_size``,
-        ``use_dynamic_bsz`` and ``max_token_len`` from ``data.meta_info``.
+        ``use_dynamic_bsz`` and ``max_token_len`` from ``data.meta_info``; a vision-language batch's
+        ``multi_modal_inputs`` from ``data.non_tensor_batch``.
 
         Returns:
             ``(log_probs [bs, response_len], entropys [bs, response_len] | None)`` in the input row order,
@@ -274,11 +314,13 @@ class DataParallelPPOActor(BasePPOActor):
         require_batch_keys(data.batch, keys, who)
         if "position_ids" in data.batch.keys():
             keys.append("position_ids")
+        batch = data.batch.select(*keys)
+        mm_rows = self._multi_modal_rows(data, batch)
         outputs, order = forward_micro_batches_no_grad(
             self.actor_module,
-            data.batch.select(*keys),
+            batch,
             data.meta_info,
-            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy),
+            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy, multi_modal_rows=mm_rows),
         )
         log_prob = restore_order(torch.cat([lp for lp, _ in outputs], dim=0), order)
         entropy = restore_order(torch.cat([ent for _, ent in outputs], dim=0), order) if calculate_entropy else None
@@ -286,14 +328,18 @@ class DataParallelPPOActor(BasePPOActor):
 
     # ------------------------------------------------------------------------------------------------- update
     def _micro_loss(
-        self, micro: TensorDict, temperature: float, loss_agg_mode: str
+        self, micro: TensorDict, temperature: float, loss_agg_mode: str, multi_modal_rows: list[Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
         """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics."""
         cfg = self.config
         entropy_coeff = float(cfg.entropy_coeff)
         response_mask = response_mask_of(micro).to(torch.float32)
         log_prob, entropy = self._forward_micro_batch(
-            micro, temperature, calculate_entropy=True, entropy_requires_grad=entropy_coeff != 0
+            micro,
+            temperature,
+            calculate_entropy=True,
+            entropy_requires_grad=entropy_coeff != 0,
+            multi_modal_rows=multi_modal_rows,
         )
         loss_mode = str(cfg.policy_loss.loss_mode)
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
@@ -368,13 +414,15 @@ class DataParallelPPOActor(BasePPOActor):
             if optional in data.batch.keys():
                 keys.append(optional)
         loss_agg_mode = str(cfg.loss_agg_mode)
+        batch = data.batch.select(*keys)
+        mm_rows = self._multi_modal_rows(data, batch)
         return run_mini_batch_updates(
             self.actor_module,
             self.actor_optimizer,
             self.lr_scheduler,
             cfg,
-            data.batch.select(*keys),
+            batch,
             global_step,
             "actor",
-            partial(self._micro_loss, temperature=temperature, loss_agg_mode=loss_agg_mode),
+            partial(self._micro_loss, temperature=temperature, loss_agg_mode=loss_agg_mode, multi_modal_rows=mm_rows),
         )

@@ -42,6 +42,7 @@ class ActorConfig(BaseConfig):
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
     use_torch_compile: bool = False  # torch.compile each decoder layer after FSDP sharding
+    freeze_vision_tower: bool = False  # a vision-language model's vision encoder gets no updates
     ulysses_sequence_parallel_size: int = 1
     skip_old_log_prob_on_policy: bool = True
     shuffle: bool = False

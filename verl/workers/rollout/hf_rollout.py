@@ -22,6 +22,7 @@ import torch
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype
+from verl.utils.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
@@ -154,8 +155,14 @@ class HFRollout(BaseRollout):
 
         With ``rollout.multi_turn.enable`` the batch runs through the agent loops
         (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
+
+        Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
+        :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own
+        3-D positions (:meth:`_vision_prefill`); the decode steps are the usual ones.
         """
         if on_step is None and self.uses_agent_loops(prompts):
+            if any(bool(r) for r in prompts.non_tensor_batch.get("multi_modal_inputs", ())):
+                raise ValueError("rollout.multi_turn (agent loops) does not support prompts with images yet")
             return self.run_agent_loops(prompts)
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
@@ -177,6 +184,7 @@ class HFRollout(BaseRollout):
         # response lengths of rows stopped by on_step (rows that end with EOS keep response_length: the EOS mask
         # already ends them)
         stopped_at = torch.full((input_ids.shape[0],), settings.response_length, dtype=torch.long)
+        mm_rows = prompts.non_tensor_batch.get("multi_modal_inputs")
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._generation_mode())
             stack.enter_context(self.gather_params())
@@ -195,6 +203,7 @@ class HFRollout(BaseRollout):
                     eos_ids,
                     pad_id,
                     on_step=None if on_step is None else _row_hook(on_step, rows, stopped_at),
+                    multi_modal_rows=None if mm_rows is None else list(mm_rows[rows]),
                 )
                 responses.append(pad_sequence_to_length(resp, settings.response_length, pad_id))
                 if lp is not None:
@@ -218,13 +227,38 @@ class HFRollout(BaseRollout):
         eos_ids: Sequence[int],
         pad_id: int,
         on_step: StepHook | None = None,
+        multi_modal_rows: list[Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # Columns that are padding in every row cost compute and change nothing: drop them.
         first_real = int(attention_mask.any(dim=0).long().argmax())
         input_ids, attention_mask = input_ids[:, first_real:], attention_mask[:, first_real:]
         position_ids = position_ids[:, first_real:]
         decoder = self.decode_loop(input_ids.device)
+        if is_vision_language_model(self.module):
+            position_ids, prefill, banned = self._vision_prefill(input_ids, attention_mask, multi_modal_rows)
+            return decoder.generate(
+                input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step,
+                banned_ids=banned, **prefill,
+            )  # fmt: skip
         return decoder.generate(input_ids, attention_mask, position_ids, settings, eos_ids, pad_id, on_step)
+
+    def _vision_prefill(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, multi_modal_rows: list[Any] | None
+    ) -> tuple[torch.Tensor, dict[str, Any], list[int]]:
+        """A vision-language micro-batch's ``(position_ids, prefill inputs, tokens never to sample)``.
+
+        The prefill inputs are the rows' images and token types; the positions are the model's own 3-D ones
+        ``[3, bs, L]`` (:func:`~verl.utils.models.vlm.vision_forward_kwargs`, the ones the actor computes), from
+        which the loop continues the response positions (or the text positions ``[bs, L]`` when no row of the
+        micro-batch has images). Image placeholder tokens are never sampled: a placeholder inside a response would
+        have no image behind it in the actor's forward (log-probs still come from the unfiltered logits).
+        """
+        rows = multi_modal_rows if multi_modal_rows is not None else [None] * input_ids.shape[0]
+        prefill = vision_forward_kwargs(self.module, input_ids, attention_mask, rows)
+        position_ids = prefill.pop("position_ids", None)
+        if position_ids is None:  # no images in this micro-batch: text positions
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return position_ids, prefill, placeholder_token_ids(self.module)
 
     def decode_loop(self, device: torch.device) -> DecodeLoop:
         """The decode loop of this engine, kept across calls (its compiled step or CUDA graphs and their buffers are

@@ -174,6 +174,25 @@ def remove_stale_cpu_shm(group_ranks: list[int], shm_dir: str = _SHM_DIR) -> lis
 ENGINE_ARG_KEYS = ("enable_chunked_prefill", "max_num_batched_tokens", "enable_prefix_caching", "disable_log_stats")
 
 
+def vllm_requests(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, non_tensor_batch: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """vLLM prompts of a left-padded batch ``[bs, prompt_len]``: the valid token ids, or for a row with images
+    (``non_tensor_batch["multi_modal_data"][i]`` non-empty) its ``raw_prompt_ids`` (one placeholder token per
+    image, which vLLM's own processor expands) with ``multi_modal_data`` (``{"image": [PIL images]}``)."""
+    mm_data = non_tensor_batch.get("multi_modal_data")
+    raw_ids = non_tensor_batch.get("raw_prompt_ids")
+    requests = []
+    for i, (row, mask) in enumerate(zip(input_ids.cpu(), attention_mask.cpu())):
+        if mm_data is not None and mm_data[i]:
+            if raw_ids is None:
+                raise ValueError("vLLM rollout: a row has multi_modal_data but the batch has no raw_prompt_ids")
+            requests.append({"prompt_token_ids": list(raw_ids[i]), "multi_modal_data": dict(mm_data[i])})
+        else:
+            requests.append({"prompt_token_ids": row[mask.bool()].tolist()})
+    return requests
+
+
 def engine_args_from_config(config: Any, max_model_len: int) -> dict[str, Any]:
     """The ``vllm.LLM`` arguments a verl rollout section sets beyond the basics: ``enable_chunked_prefill``,
     ``max_num_batched_tokens``, ``enable_prefix_caching``, ``disable_log_stats``, ``load_format`` and every entry of
@@ -407,13 +426,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         )
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Generate one response per prompt row; prompts go in as token ids with their left padding removed."""
+        """Generate one response per prompt row; prompts go in as token ids with their left padding removed, a
+        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`)."""
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, _ = check_prompts(prompts)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
-        requests = [
-            {"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(input_ids.cpu(), attention_mask.cpu())
-        ]
+        requests = vllm_requests(input_ids, attention_mask, prompts.non_tensor_batch)
         self._wake({"weights", "kv_cache"})
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)

@@ -1,0 +1,277 @@
+"""Vision-language models (Qwen2-VL / Qwen2.5-VL family): what the actor, the rollout and the loaders need to know.
+
+* :func:`is_vision_language_model` - the module (under PEFT/FSDP wrappers) has a vision tower.
+* :func:`vision_forward_kwargs` - the extra inputs of one forward over ``[bs, seq]`` tokens whose rows carry images:
+  the rows' ``pixel_values`` concatenated in row order, their ``image_grid_thw``, the token-type ids the model needs
+  to place its multi-modal rotary positions, and those positions themselves from the model's own
+  ``get_rope_index`` (Qwen2-VL's M-RoPE: a ``[3, bs, seq]`` temporal/height/width index, Wang et al. 2024,
+  "Qwen2-VL", section 2.1), computed on the whole sequence so that the rollout's prefill and the actor's forward see
+  the same positions.
+* :func:`freeze_vision_tower` - ``actor.freeze_vision_tower``.
+* :func:`image_only_processor` - a Qwen2-VL processor without a video processor, for installs without
+  torchvision (transformers' video processors need it); :func:`load_processor` falls back to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MULTI_MODAL_INPUT_KEYS",
+    "freeze_vision_tower",
+    "image_only_processor",
+    "is_vision_language_model",
+    "config_has_vision",
+    "load_processor",
+    "processor_for_model",
+    "multi_modal_token_types",
+    "placeholder_token_ids",
+    "unwrap_model",
+    "vision_forward_kwargs",
+    "vision_tower",
+]
+
+logger = logging.getLogger(__name__)
+
+# per-sample processor outputs the model's forward takes (concatenated over a batch's rows along dim 0)
+MULTI_MODAL_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+
+
+def unwrap_model(module: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under PEFT (``get_base_model``) and FSDP1 (``module``) wrappers."""
+    seen = 0
+    while seen < 4:
+        seen += 1
+        get_base = getattr(module, "get_base_model", None)
+        if callable(get_base):
+            module = get_base()
+            continue
+        inner = getattr(module, "_fsdp_wrapped_module", None)
+        if isinstance(inner, torch.nn.Module):
+            module = inner
+            continue
+        break
+    return module
+
+
+def is_vision_language_model(module: torch.nn.Module) -> bool:
+    """True when the model's config has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL, ...)."""
+    config = getattr(unwrap_model(module), "config", None)
+    return getattr(config, "vision_config", None) is not None
+
+
+def vision_tower(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The vision encoder submodule (``model.visual`` in transformers 5, ``visual`` in older layouts) or None."""
+    model = unwrap_model(module)
+    for owner in (getattr(model, "model", None), model):
+        visual = getattr(owner, "visual", None) if owner is not None else None
+        if isinstance(visual, torch.nn.Module):
+            return visual
+    return None
+
+
+def freeze_vision_tower(module: torch.nn.Module) -> int:
+    """Stop gradients to the vision encoder (verl's ``actor.freeze_vision_tower``); returns the number of frozen
+    parameter tensors. Raises ValueError when the model has no vision tower."""
+    visual = vision_tower(module)
+    if visual is None:
+        raise ValueError(
+            f"actor.freeze_vision_tower=true but {type(unwrap_model(module)).__name__} has no vision tower "
+            "(expected a vision-language model such as Qwen2-VL)"
+        )
+    count = 0
+    for param in visual.parameters():
+        param.requires_grad_(False)
+        count += 1
+    return count
+
+
+def multi_modal_token_types(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
+    """``mm_token_type_ids`` of ``input_ids [bs, seq]``: 1 at image placeholder tokens, 2 at video ones, else 0
+    (what the processor returns for the prompt, extended here to responses)."""
+    types = torch.zeros_like(input_ids)
+    image_id = getattr(config, "image_token_id", None)
+    video_id = getattr(config, "video_token_id", None)
+    if image_id is not None:
+        types = types.masked_fill(input_ids == int(image_id), 1)
+    if video_id is not None:
+        types = types.masked_fill(input_ids == int(video_id), 2)
+    return types
+
+
+def placeholder_token_ids(module: torch.nn.Module) -> list[int]:
+    """The image / video placeholder token ids of a vision-language model (what a rollout must not sample)."""
+    config = unwrap_model(module).config
+    return [
+        int(t)
+        for t in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+        if t is not None
+    ]
+
+
+def _concat(rows: Sequence[dict[str, Any] | None], key: str) -> torch.Tensor | None:
+    parts = [torch.as_tensor(r[key]) for r in rows if r is not None and r.get(key) is not None]
+    return torch.cat(parts, dim=0) if parts else None
+
+
+def vision_forward_kwargs(
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: Sequence[dict[str, Any] | None],
+) -> dict[str, Any]:
+    """Extra forward kwargs for ``input_ids``/``attention_mask`` ``[bs, seq]`` whose row ``i`` carries the
+    processor outputs ``rows[i]`` (``pixel_values [patches_i, dim]``, ``image_grid_thw [images_i, 3]``; None for a
+    row without images).
+
+    Returns ``{}`` when no row has images (a text-only batch takes the plain path; placeholder tokens without
+    images raise ValueError). Otherwise ``pixel_values`` /
+    ``image_grid_thw`` (and the video pair) concatenated in row order, ``mm_token_type_ids [bs, seq]`` and
+    ``position_ids [3, bs, seq]`` from the model's ``get_rope_index`` (left padding is skipped through the mask).
+    Raises ValueError when a row's placeholder token count does not match its images' patch grid.
+    """
+    if len(rows) != input_ids.shape[0]:
+        raise ValueError(f"vision_forward_kwargs: {len(rows)} multi-modal rows for a batch of {input_ids.shape[0]}")
+    model = unwrap_model(module)
+    config = model.config
+    if not any(r for r in rows):
+        placeholders = (multi_modal_token_types(input_ids, config) > 0) & attention_mask.bool()
+        if bool(placeholders.any()):
+            raise ValueError(
+                f"the batch holds {int(placeholders.sum())} image/video placeholder tokens but no row carries "
+                "multi_modal_inputs; were the images dropped from the batch?"
+            )
+        return {}
+    device = input_ids.device
+    out: dict[str, Any] = {}
+    for key in MULTI_MODAL_INPUT_KEYS:
+        value = _concat(rows, key)
+        if value is not None:
+            out[key] = value.to(device)
+    if "pixel_values" in out:
+        out["pixel_values"] = out["pixel_values"].to(next(model.parameters()).dtype)
+    if "pixel_values_videos" in out:
+        out["pixel_values_videos"] = out["pixel_values_videos"].to(next(model.parameters()).dtype)
+    token_types = multi_modal_token_types(input_ids, config)
+    merge = int(getattr(config.vision_config, "spatial_merge_size", 1)) ** 2
+    expected = int(out["image_grid_thw"].prod(-1).sum()) // merge if "image_grid_thw" in out else 0
+    placed = int(((token_types == 1) & attention_mask.bool()).sum())
+    if expected != placed:
+        raise ValueError(
+            f"the batch holds {placed} image placeholder tokens but its images' grids need {expected}; were the "
+            "multi-modal inputs split from their rows, or the prompt truncated through an image?"
+        )
+    out["mm_token_type_ids"] = token_types
+    backbone = getattr(model, "model", model)
+    get_rope_index = getattr(backbone, "get_rope_index", None)
+    if callable(get_rope_index):
+        position_ids, _ = get_rope_index(
+            input_ids,
+            mm_token_type_ids=token_types,
+            image_grid_thw=out.get("image_grid_thw"),
+            video_grid_thw=out.get("video_grid_thw"),
+            attention_mask=attention_mask,
+        )
+        out["position_ids"] = position_ids
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ processor
+def _image_only_processor_class() -> type:
+    from transformers import Qwen2VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
+        """Qwen2-VL's processor (image placeholder expansion, ``mm_token_type_ids``, chat template) without its video
+        processor: transformers builds video processors with torchvision, which CPU installs often lack. Videos
+        are refused; images behave exactly as with ``Qwen2VLProcessor``."""
+
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None, **kwargs):
+            self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
+            self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+            self.video_processor = None
+
+        def __call__(self, images: Any = None, text: Any = None, videos: Any = None, **kwargs: Any) -> Any:
+            if videos is not None:
+                raise ValueError("ImageOnlyQwen2VLProcessor has no video processor (install torchvision for videos)")
+            return super().__call__(images=images, text=text, **kwargs)
+
+    return ImageOnlyQwen2VLProcessor
+
+
+_PROCESSOR_CLASS: type | None = None
+
+
+def image_only_processor(image_processor: Any, tokenizer: Any, chat_template: str | None = None) -> Any:
+    """An :class:`ImageOnlyQwen2VLProcessor` from an image processor and a tokenizer (one class per process)."""
+    global _PROCESSOR_CLASS
+    if _PROCESSOR_CLASS is None:
+        _PROCESSOR_CLASS = _image_only_processor_class()
+    return _PROCESSOR_CLASS(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template or tokenizer.chat_template
+    )
+
+
+def config_has_vision(path: str) -> bool:
+    """Whether the model directory's ``config.json`` declares a ``vision_config`` (read without transformers)."""
+    import json
+    import os
+
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        return False
+    with open(config_file, encoding="utf-8") as f:
+        return json.load(f).get("vision_config") is not None
+
+
+def processor_for_model(model_path: str, tokenizer: Any = None) -> Any:
+    """The processor of a vision-language model at ``model_path`` (a name the loader resolves), None for a text
+    model (whose directory is not searched for a processor at all)."""
+    from verl.utils.models.loader import resolve_model_path
+
+    local = resolve_model_path(model_path, require_weights=False)
+    if not config_has_vision(local):
+        return None
+    processor = load_processor(local, tokenizer)
+    if processor is None:
+        raise ValueError(f"{model_path} is a vision-language model but no processor could be loaded from {local}")
+    return processor
+
+
+def load_processor(path: str, tokenizer: Any = None, **kwargs: Any) -> Any:
+    """The multi-modal processor of a model directory (``hf_processor``), or None for a text-only model.
+
+    Where ``AutoProcessor`` fails only because the video processor cannot be built (no torchvision), a Qwen2-VL
+    family model still gets an image-only processor from its saved image processor and ``tokenizer``.
+    """
+    from verl.utils.tokenizer import hf_processor
+
+    try:
+        processor = hf_processor(path, **kwargs)
+    except ImportError as e:  # a sub-processor's backend is missing (torchvision for the video processor)
+        logger.info("AutoProcessor for %s needs a missing backend (%s); trying an image-only processor", path, e)
+        processor = None
+    if processor is not None:
+        return processor
+    try:
+        from transformers import AutoConfig, AutoImageProcessor
+
+        config = AutoConfig.from_pretrained(path, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+        if getattr(config, "vision_config", None) is None:
+            return None
+        image_processor = AutoImageProcessor.from_pretrained(path)
+    except (OSError, ValueError, ImportError) as e:
+        logger.info("no image processor for %s (%s)", path, e)
+        return None
+    if tokenizer is None:
+        from verl.utils.models.loader import load_tokenizer
+
+        tokenizer = load_tokenizer(path)
+    return image_only_processor(image_processor, tokenizer)
