@@ -5,8 +5,8 @@ forward decode through the loop on the model's own forward and KV cache (``Model
 go through ``model.generate``. This measures that path against ``generate`` itself, and, for Llama/Qwen2, the
 static-cache forward too. Per architecture (random weights, ``--rows`` prompts of ``--prompt-length`` tokens, exactly
 ``--response-length`` sampled tokens: ``min_new_tokens`` = max, temperature 1, no top-k/top-p), each side runs in
-turn for ``--rounds`` rounds (the order flipped each round) after one warm-up call each; the figure is the median
-per-token time of each side and the ratio ``loop / generate``. Greedy tokens of the two sides are compared once.
+turn for ``--rounds`` rounds (the order flipped each round) after one warm-up call each; the figures are the median
+per-token CPU time of each side and the median over rounds of the round's ratio ``loop / generate``. Greedy tokens of the two sides are compared once.
 
     python bench/decode_vs_generate.py --smoke
     python bench/decode_vs_generate.py                           # qwen2 (both forwards), gpt2, mistral-like
@@ -100,13 +100,14 @@ def measure(arch: str, args: argparse.Namespace) -> list[dict]:
                 start = time.process_time()
                 call(name)
                 times[name].append((time.process_time() - start) / n * 1e3)
-    base = statistics.median(times["generate"])
     out = []
     for name, ts in times.items():
         ms = statistics.median(ts)
-        out.append(dict(arch=arch, side=name, ms_per_token=ms, ratio_vs_generate=ms / base,
+        # the ratio of each round (both sides back to back) then the median: drift of a shared machine cancels
+        ratio = statistics.median(t / g for t, g in zip(ts, times["generate"]))
+        out.append(dict(arch=arch, side=name, ms_per_token=ms, ratio_vs_generate=ratio,
                         greedy_tokens_equal_generate=same.get(name, True), rounds=ts))  # fmt: skip
-        print(f"{arch} {name}: {ms:.2f} ms/token ({ms / base:.3f} x generate)", flush=True)
+        print(f"{arch} {name}: {ms:.2f} ms/token ({ratio:.3f} x generate, median of rounds)", flush=True)
     return out
 
 
