@@ -12,6 +12,7 @@ from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAg
 from verl.workers.config.model import CriticModelConfig, ModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import OptimConfig
 from verl.workers.config.reward_model import (
+    JudgeConfig,
     OverlongBufferConfig,
     RemoteRewardConfig,
     RewardModelConfig,
@@ -38,6 +39,7 @@ __all__ = [
     "PolicyLossConfig",
     "RefConfig",
     "RefFSDPConfig",
+    "JudgeConfig",
     "RemoteRewardConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
