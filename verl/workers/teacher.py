@@ -14,7 +14,10 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.trainer.config.validation import ConfigError
+from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
@@ -101,3 +104,52 @@ class TeacherModel:
             logits = logits[:, -response_len - 1 : -1, :]
             out.append(logprobs_from_logits(logits, ids[:, -response_len:]).cpu())
         return DataProto.from_dict(tensors={"teacher_log_prob": torch.cat(out)})
+
+
+class TeacherWorker(Worker):
+    """The ``teacher`` role of a PPO run with ``distillation.enable``: one :class:`TeacherModel` per rank.
+
+    ``config`` is the ``distillation`` section; ``student_tokenizer`` the actor's tokenizer path (the teacher's
+    tokenizer is checked against it when the model loads).
+    """
+
+    def __init__(self, config: Any, student_tokenizer: str):
+        super().__init__()
+        from verl.workers.config import DistillationConfig
+        from verl.workers.fsdp_setup import private_section, set_torch_threads
+
+        set_torch_threads()
+        self.config = private_section(config, DistillationConfig)
+        self.student_tokenizer_path = str(student_tokenizer)
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
+        self.teacher: TeacherModel | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.utils.hardware.precision import resolve_dtype
+        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+
+        tcfg = self.config.teacher
+        if not tcfg.path:
+            raise ConfigError("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
+        trust = bool(tcfg.trust_remote_code)
+        student_tok = load_tokenizer(resolve_model_path(self.student_tokenizer_path, require_weights=False), trust)
+        teacher_tok = load_tokenizer(resolve_model_path(str(tcfg.tokenizer_path or tcfg.path), False), trust)
+        check_tokenizers_compatible(student_tok, teacher_tok, key="distillation.teacher.path")
+        self.teacher = TeacherModel(
+            str(tcfg.path),
+            student_tok,
+            tokenizer=teacher_tok,
+            device=self.compute_device,
+            dtype=resolve_dtype(str(self.config.dtype), self.compute_device),
+            trust_remote_code=trust,
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
+        """``teacher_log_prob [batch, response_len]`` of this rank's rows (:meth:`TeacherModel.compute_log_prob`)."""
+        if self.teacher is None:
+            raise RuntimeError("TeacherWorker.compute_teacher_log_prob called before init_model")
+        return self.teacher.compute_log_prob(data, int(self.config.micro_batch_size_per_gpu))

@@ -34,6 +34,7 @@ from verl.workers.config import (  # noqa: F401  (the worker sections, importabl
     ComputeDType,
     CriticConfig,
     CriticModelConfig,
+    DistillationConfig,
     EngineKwargsConfig,
     FSDPConfig,
     LossAggMode,
@@ -248,6 +249,7 @@ class PPOConfig(BaseConfig):
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
