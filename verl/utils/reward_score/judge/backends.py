@@ -123,7 +123,11 @@ class OpenAIJudgeBackend:
             try:
                 return self._post(body)
             except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code} {e.reason}"
+                try:  # the server's explanation (an unknown model name, a bad field) names the fix
+                    detail = e.read().decode("utf-8", "replace")[:200]
+                except OSError:
+                    detail = ""
+                last = f"HTTP {e.code} {e.reason}" + (f": {detail}" if detail else "")
                 if e.code != 429 and e.code < 500:
                     break  # the request is wrong: retrying cannot help
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
