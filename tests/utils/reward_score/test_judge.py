@@ -142,8 +142,9 @@ def test_requests_run_concurrently_up_to_the_bound(judge_server):
     results = judge.score(["q"] * 6, ["good"] * 6)
     elapsed = time.perf_counter() - start
     assert [r.score for r in results] == pytest.approx([0.8] * 6)
+    # three at once (concurrent, and no more than the bound): at least two waves of 0.3 s
     assert judge_server["max_in_flight"] == 3
-    assert 0.55 < elapsed < 1.5  # two waves of three, not six requests one after another (1.8 s)
+    assert elapsed > 0.55
 
 
 def test_pairwise_within_groups_both_orders(judge_server):
