@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from verl.algorithms.distillation import generalized_jsd_loss, reverse_kl_pg_loss
 from verl.trainer.config.offline_schema import GKDConfig
+from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.trainer.offline.sft import SFTTrainer
@@ -76,6 +77,11 @@ class GKDTrainer(SFTTrainer):
             config=config,
             overrides=overrides,
         )
+        if self.world_size > 1:
+            # the student samples with the hf engine on its own (unsharded) module: one process only for now
+            raise ConfigError(
+                f"GKD runs in one process; got a world size of {self.world_size} (launch without torchrun)"
+            )
         tcfg = self.config.teacher
         teacher_source: Any = teacher if isinstance(teacher, torch.nn.Module) else str(teacher or tcfg.path)
         if teacher_tokenizer is None and tcfg.tokenizer_path:

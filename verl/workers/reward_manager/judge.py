@@ -45,8 +45,11 @@ def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | No
     elif backend_name == "hf":
         if not cfg.get("model"):
             raise ValueError("reward_model.judge.model: the hf judge backend needs the judge's model path")
+        import torch
+
         backend = HFJudgeBackend(
             str(cfg["model"]),
+            device="cuda" if torch.cuda.is_available() else None,  # next to the trainer, on its accelerator
             max_new_tokens=int(cfg.get("max_new_tokens", 256)),
             temperature=float(cfg.get("temperature", 0.0)),
             max_num_seqs=int(cfg.get("max_concurrency", 8)),
