@@ -30,6 +30,7 @@ from verl.utils.reward_score.judge.templates import check_template
 # ------------------------------------------------------------------------------------------ scripted endpoint
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # the default backlog of 5 would hold back concurrent connections
 
 
 def _verdict(content: str) -> tuple[int, str]:
@@ -136,7 +137,11 @@ def test_pointwise_scores_failures_and_on_error(judge_server):
 
 
 def test_requests_run_concurrently_up_to_the_bound(judge_server):
-    judge_server["delay"] = 0.3
+    judge_server["delay"] = 1.0  # long enough for all twelve to be in flight together even on a loaded machine
+    judge = LLMJudge(_backend(judge_server["url"], max_concurrency=12))
+    judge.score(["q"] * 12, ["good"] * 12)  # more in flight than asyncio's default thread pool holds on 2 CPUs
+    assert judge_server["max_in_flight"] == 12
+    judge_server["max_in_flight"], judge_server["delay"] = 0, 0.3
     judge = LLMJudge(_backend(judge_server["url"], max_concurrency=3))
     start = time.perf_counter()
     results = judge.score(["q"] * 6, ["good"] * 6)

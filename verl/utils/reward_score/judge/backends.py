@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -139,15 +140,18 @@ class OpenAIJudgeBackend:
     async def agenerate(self, texts: Sequence[str]) -> list[str | Exception]:
         """All answers, requests concurrent up to ``max_concurrency`` (blocking HTTP in worker threads)."""
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        loop = asyncio.get_running_loop()
+        # its own threads: the loop's default pool (min(32, CPUs + 4) threads) would cap the concurrency below the bound
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="judge-http") as pool:
 
-        async def one(text: str) -> str | Exception:
-            async with semaphore:
-                try:
-                    return await asyncio.to_thread(self._post_with_retries, text)
-                except Exception as e:  # returned: one sample's failure
-                    return e
+            async def one(text: str) -> str | Exception:
+                async with semaphore:
+                    try:
+                        return await loop.run_in_executor(pool, self._post_with_retries, text)
+                    except Exception as e:  # returned: one sample's failure
+                        return e
 
-        return list(await asyncio.gather(*(one(t) for t in texts)))
+            return list(await asyncio.gather(*(one(t) for t in texts)))
 
     def generate(self, texts: Sequence[str]) -> list[str | Exception]:
         """Synchronous :meth:`agenerate`."""
