@@ -6,7 +6,8 @@ go through ``model.generate``. This measures that path against ``generate`` itse
 static-cache forward too. Per architecture (random weights, ``--rows`` prompts of ``--prompt-length`` tokens, exactly
 ``--response-length`` sampled tokens: ``min_new_tokens`` = max, temperature 1, no top-k/top-p), each side runs in
 turn for ``--rounds`` rounds (the order flipped each round) after one warm-up call each; the figures are the median
-per-token CPU time of each side and the median over rounds of the round's ratio ``loop / generate``. Greedy tokens of the two sides are compared once.
+per-token CPU time of each side and the median over rounds of the round's ratio ``loop / generate``. Greedy tokens
+of the two sides are compared once.
 
     python bench/decode_vs_generate.py --smoke
     python bench/decode_vs_generate.py                           # qwen2 (both forwards), gpt2, mistral-like

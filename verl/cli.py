@@ -1,7 +1,7 @@
 """The ``verl`` console script: one command with a subcommand per entry point.
 
 ``verl ppo key=value ...`` is ``python -m verl.trainer.main_ppo key=value ...``; likewise ``sft``, ``dpo``,
-``kto``, ``eval``, ``merge``, ``serve`` and ``report``. Each subcommand forwards the rest of the command line
+``kto``, ``gkd``, ``eval``, ``merge``, ``serve`` and ``report``. Each subcommand forwards the rest of the command line
 untouched to its module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults,
 ``verl version`` the version.
 """
@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "sft": Subcommand("verl.trainer.main_sft", "supervised fine-tuning", "sft_trainer"),
     "dpo": Subcommand("verl.trainer.main_dpo", "direct preference optimisation", "dpo_trainer"),
     "kto": Subcommand("verl.trainer.main_kto", "Kahneman-Tversky optimisation", "kto_trainer"),
+    "gkd": Subcommand("verl.trainer.main_gkd", "on-policy distillation from a teacher (GKD)", "gkd_trainer"),
     "eval": Subcommand("verl.trainer.main_eval", "score generated responses / evaluate a model"),
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
     "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
@@ -53,7 +54,7 @@ def _usage() -> str:
     ]
     for name, sub in SUBCOMMANDS.items():
         lines.append(f"  {name:<{width}}  {sub.help} ({sub.module})")
-    lines.append(f"  {'config':<{width}}  print the default config of a trainer: verl config [ppo|sft|dpo|kto]")
+    lines.append(f"  {'config':<{width}}  print the default config of a trainer: verl config [ppo|sft|dpo|kto|gkd]")
     lines.append(f"  {'version':<{width}}  print the verl version")
     lines += [
         "",

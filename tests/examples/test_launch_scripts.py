@@ -1,7 +1,7 @@
 """Every launch script under examples/*_trainer/ resolves to a valid config, and the offline ones train a step.
 
 The scripts pass extra ``key=value`` arguments through, so ``--cfg job`` checks their overrides against the
-schema without training; the SFT/DPO/KTO scripts also run one step on data from
+schema without training; the SFT/DPO/KTO/GKD scripts also run one step on data from
 ``examples/data_preprocess/arithmetic_offline.py`` with a tiny model.
 """
 
@@ -35,7 +35,7 @@ def _run(script: str, args: list[str], data: str) -> subprocess.CompletedProcess
 
 def test_there_is_a_script_per_algorithm() -> None:
     names = {os.path.basename(os.path.dirname(s)) for s in SCRIPTS}
-    for trainer in ("grpo", "ppo", "rloo", "reinforce_plus_plus", "remax", "dapo", "sft", "dpo", "kto"):
+    for trainer in ("grpo", "ppo", "rloo", "reinforce_plus_plus", "remax", "dapo", "sft", "dpo", "kto", "gkd"):
         assert f"{trainer}_trainer" in names
 
 
@@ -46,7 +46,7 @@ def test_script_config_is_valid(script: str, offline_data: str) -> None:
     assert "trainer:" in result.stdout
 
 
-@pytest.mark.parametrize("kind", ["sft", "dpo", "kto"])
+@pytest.mark.parametrize("kind", ["sft", "dpo", "kto", "gkd"])
 def test_offline_script_trains_one_step(kind: str, offline_data: str, tiny_model_dir: str, tmp_path) -> None:
     script = os.path.join(ROOT, "examples", f"{kind}_trainer", f"run_arithmetic_{kind}.sh")
     args = [
@@ -55,6 +55,8 @@ def test_offline_script_trains_one_step(kind: str, offline_data: str, tiny_model
         f"trainer.default_local_dir={tmp_path}/out",
         "trainer.logger=[file]",
     ]
+    if kind == "gkd":  # the tiny model is its own teacher (same tokenizer); short on-policy samples
+        args += [f"teacher.path={tiny_model_dir}", "gkd.max_new_tokens=4"]
     result = _run(script, args, offline_data)
     assert result.returncode == 0, result.stderr[-3000:]
     assert os.path.exists(os.path.join(tmp_path, "out", "hf_model", "config.json"))

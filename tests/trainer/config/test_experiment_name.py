@@ -8,7 +8,7 @@ import pytest
 from verl.trainer.config import load_config
 from verl.trainer.config.experiment_name import data_basename, derive_experiment_name, model_basename
 from verl.trainer.config.fsdp_sft_schema import FSDPSFTConfig
-from verl.trainer.config.offline_schema import DPOConfig, KTOConfig, SFTConfig
+from verl.trainer.config.offline_schema import DPOConfig, GKDConfig, KTOConfig, SFTConfig
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_user_name_wins_and_the_demo_keeps_its_own() -> None:
     assert (demo.trainer.experiment_name, demo.trainer.default_local_dir) == ("demo", "outputs/verl/demo")
 
 
-@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig, GKDConfig])
 def test_offline_defaults(schema) -> None:
     algo = schema.config_name.removesuffix("_trainer")
     cfg = load_config(

@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl.trainer.config import load_config
-from verl.trainer.config.offline_schema import DPOConfig, KTOConfig, SFTConfig
+from verl.trainer.config.offline_schema import DPOConfig, GKDConfig, KTOConfig, SFTConfig
 
 
-@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig, GKDConfig])
 def test_yaml_defaults_match_dataclass(schema) -> None:
     cfg = load_config([], config_name=schema.config_name, schema=schema)
     assert OmegaConf.to_container(cfg, resolve=True) == dataclasses.asdict(schema())
@@ -32,7 +32,7 @@ def test_cross_field_checks() -> None:
     assert "trainer.namespace" in text
 
 
-@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig, GKDConfig])
 def test_trust_remote_code_needs_the_unsafe_switch(schema) -> None:
     from verl.trainer.config import ConfigError
 

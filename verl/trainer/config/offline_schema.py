@@ -1,4 +1,5 @@
-"""Typed schemas of the offline trainers' defaults: ``sft_trainer.yaml``, ``dpo_trainer.yaml``, ``kto_trainer.yaml``.
+"""Typed schemas of the offline trainers' defaults: ``sft_trainer.yaml``, ``dpo_trainer.yaml``, ``kto_trainer.yaml``,
+``gkd_trainer.yaml``.
 
 Same conventions as :mod:`verl.trainer.config.schema` (``Optional`` allows null, ``Literal`` is a closed choice, a
 nested dataclass is a section); the dataclass defaults mirror the YAML files (a test keeps them identical). Batch
@@ -277,4 +278,64 @@ class KTOConfig:
         for key in ("desirable_weight", "undesirable_weight"):
             if cfg[key] <= 0:
                 errors.append(f"{key}: must be > 0, got {cfg[key]}")
+        return errors, []
+
+
+@dataclass
+class TeacherConfig:
+    """``teacher``: the frozen model the student is distilled from (its tokenizer must match the student's)."""
+
+    path: str = "smollm2-135m-instruct"  # local HF dir, hub id or bundled name
+    tokenizer_path: Optional[str] = None  # null: teacher.path
+
+
+@dataclass
+class GKDSection:
+    """``gkd``: Generalized Knowledge Distillation (Agarwal et al. 2024) with TRL ``GKDConfig``'s names."""
+
+    lmbda: float = 0.5  # probability that a step trains on student-generated responses (else dataset responses)
+    beta: float = 0.5  # generalised JSD: 0 = KL(teacher || student), 1 = KL(student || teacher)
+    temperature: float = 0.9  # sampling temperature of the student; both distributions are softened by it
+    max_new_tokens: int = 128  # length of on-policy responses
+    loss_type: Literal["jsd", "reverse_kl"] = "jsd"
+    kl_coef: float = 1.0  # reverse_kl: coefficient of the per-token reverse-KL reward
+
+
+@dataclass
+class GKDConfig:
+    """The whole ``gkd_trainer.yaml``: what ``python -m verl.trainer.main_gkd`` runs."""
+
+    config_name: ClassVar[str] = "gkd_trainer"
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    gkd: GKDSection = field(default_factory=GKDSection)
+    optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
+    trainer: OfflineTrainerConfig = field(
+        default_factory=lambda: OfflineTrainerConfig(
+            experiment_name="gkd-smollm2-135m-instruct", default_local_dir="outputs/verl/gkd-smollm2-135m-instruct"
+        )
+    )
+
+    @classmethod
+    def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
+        """``(errors, warnings)``: the shared and LoRA checks plus the ranges of the ``gkd`` keys; ``reverse_kl``
+        (a policy gradient on the student's own samples) needs ``lmbda = 1``."""
+        errors = _common_checks(cfg) + _lora_checks(cfg)
+        gkd = cfg.gkd
+        for key in ("lmbda", "beta"):
+            if not 0.0 <= gkd[key] <= 1.0:
+                errors.append(f"gkd.{key}: must be in [0, 1], got {gkd[key]}")
+        if gkd.temperature <= 0:
+            errors.append(f"gkd.temperature: must be > 0, got {gkd.temperature}")
+        if gkd.max_new_tokens < 1:
+            errors.append(f"gkd.max_new_tokens: must be >= 1, got {gkd.max_new_tokens}")
+        if gkd.loss_type == "reverse_kl" and gkd.lmbda != 1.0:
+            errors.append(
+                f"gkd.loss_type=reverse_kl is a policy gradient on the student's own samples: set gkd.lmbda=1 "
+                f"(got {gkd.lmbda})"
+            )
+        if gkd.kl_coef <= 0:
+            errors.append(f"gkd.kl_coef: must be > 0, got {gkd.kl_coef}")
         return errors, []

@@ -241,6 +241,28 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
                 )
 
 
+def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
+    """``distillation`` (a teacher path when enabled, ``coef > 0``, ``task_reward_weight >= 0``) and
+    ``reward_model.judge`` (an endpoint or a model for its backend, when the judge reward manager is chosen)."""
+    dist = cfg.get("distillation")
+    if dist is not None and dist.get("enable"):
+        if not dist.teacher.path:
+            errors.append("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
+        if dist.coef <= 0:
+            errors.append(f"distillation.coef={dist.coef} must be > 0")
+        if dist.task_reward_weight < 0:
+            errors.append(f"distillation.task_reward_weight={dist.task_reward_weight} must be >= 0")
+    rm = cfg.reward_model
+    judge = rm.get("judge")
+    if judge is not None and rm.reward_manager == "judge":
+        if judge.backend == "openai" and not judge.url:
+            errors.append("reward_model.judge.url: reward_manager=judge with backend=openai needs the endpoint's URL")
+        if judge.backend == "hf" and not judge.model:
+            errors.append("reward_model.judge.model: reward_manager=judge with backend=hf needs the judge's model path")
+        if judge.max_concurrency < 1:
+            errors.append(f"reward_model.judge.max_concurrency={judge.max_concurrency} must be >= 1")
+
+
 def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
     """``algorithm.rollout_correction``: thresholds in range, the rollout's log-probs available when any correction
     is on, and bypass mode (where the rollout's log-probs *are* the old policy, so every weight would be 1) not
@@ -522,9 +544,9 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
 
     Each check is a function of its own: the namespace, positive sizes, what is implemented, multi-turn settings,
-    placement, value ranges, rollout correction, asynchronous training; then (when those pass: the arithmetic
-    divides by them) batch division over the ranks, token budgets and the algorithm's settings. Warnings:
-    :func:`wasted_work_warnings`.
+    placement, value ranges, rollout correction, asynchronous training, distillation and the judge; then (when
+    those pass: the arithmetic divides by them) batch division over the ranks, token budgets and the algorithm's
+    settings. Warnings: :func:`wasted_work_warnings`.
     """
     errors: list[str] = []
     warns: list[str] = []
@@ -537,6 +559,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     check_value_ranges(cfg, use_critic, errors)
     check_rollout_correction(cfg, errors)
     check_async_training(cfg, errors)
+    check_distillation_and_judge(cfg, errors)
     if errors:  # the arithmetic below divides by these
         return errors, warns
     check_batch_division(cfg, use_critic, errors)

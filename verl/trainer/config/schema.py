@@ -34,6 +34,7 @@ from verl.workers.config import (  # noqa: F401  (the worker sections, importabl
     ComputeDType,
     CriticConfig,
     CriticModelConfig,
+    DistillationConfig,
     EngineKwargsConfig,
     FSDPConfig,
     LossAggMode,
@@ -268,6 +269,7 @@ class PPOConfig(BaseConfig):
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 

@@ -37,6 +37,34 @@ def apply_kl_penalty(
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
 
 
+def apply_distillation_reward(
+    data: DataProto, coef: float, task_reward_weight: float = 1.0
+) -> tuple[DataProto, dict[str, float]]:
+    """On-policy distillation as a dense reward (``distillation`` section): ``token_level_scores <-
+    task_reward_weight * token_level_scores - coef * (old_log_probs - teacher_log_prob)`` on response tokens.
+
+    Shapes: all ``[batch, response_len]``. ``old_log_probs`` are the actor's log-probs of its own sampled tokens, so
+    the added term summed over a response is a one-sample estimate of ``-coef * KL(actor || teacher)``
+    (:func:`verl.algorithms.distillation.reverse_kl_token_rewards`). Metrics: ``distill/reverse_kl`` (mean per
+    response token) and ``distill/reward`` (mean per-sequence sum of the added term).
+    """
+    from verl.algorithms.distillation import reverse_kl_token_rewards
+
+    for key in ("old_log_probs", "teacher_log_prob", "token_level_scores"):
+        if key not in data.batch.keys():
+            raise ValueError(f"distillation reward needs {key!r} in the batch; keys: {sorted(data.batch.keys())}")
+    mask = data.batch["response_mask"]
+    student, teacher = data.batch["old_log_probs"], data.batch["teacher_log_prob"].to(mask.device)
+    dense = reverse_kl_token_rewards(student, teacher, mask, coef)
+    scores = data.batch["token_level_scores"]
+    data.batch["token_level_scores"] = task_reward_weight * scores + dense.to(scores.dtype)
+    metrics = {
+        "distill/reverse_kl": masked_mean(student - teacher, mask).item(),
+        "distill/reward": dense.sum(-1).mean().item(),
+    }
+    return data, metrics
+
+
 def compute_response_mask(data: DataProto) -> torch.Tensor:
     """``[batch, response_len]``: the response part of ``attention_mask`` (verl's helper)."""
     response_length = data.batch["responses"].shape[-1]

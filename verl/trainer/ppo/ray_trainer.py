@@ -34,6 +34,7 @@ from verl.trainer.ppo.batch_rollout import (
     tag_groups,
 )
 from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty, compute_advantage: verl's home)
+    apply_distillation_reward,
     apply_kl_penalty,
     compute_advantage,
     filter_uniform_groups,
@@ -108,6 +109,8 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         self.use_critic = critic_enabled(config)
         self.use_reference_policy = need_reference_policy(config)
         self.use_rm = bool(config.reward_model.enable)
+        # on-policy distillation (distillation.enable): a teacher worker group scores the actor's tokens
+        self.use_teacher = bool(OmegaConf.select(config, "distillation.enable", default=False))
         self.algorithm = config.algorithm
         self.kl_ctrl_in_reward = (
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
@@ -206,8 +209,14 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         when a KL needs one), the critic when the estimator trains one, the reward model when enabled. The one
         place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+        from verl.workers.teacher import TeacherWorker
 
-        classes = {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker, "rm": RewardModelWorker}
+        classes = {
+            "actor_rollout": ActorRolloutRefWorker,
+            "critic": CriticWorker,
+            "rm": RewardModelWorker,
+            "teacher": TeacherWorker,
+        }
         classes.update(self.role_worker_mapping)
         actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
         kwargs: dict[str, dict[str, Any]] = {
@@ -217,6 +226,12 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             kwargs["critic"] = {"config": self.config.critic}
         if self.use_rm:
             kwargs["rm"] = {"config": self.config.reward_model}
+        if self.use_teacher:
+            model = self.config.actor_rollout_ref.model
+            kwargs["teacher"] = {
+                "config": self.config.distillation,
+                "student_tokenizer": str(model.get("tokenizer_path") or model.path),
+            }
         return {role: (classes[role], {**args, **self.role_kwargs.get(role, {})}) for role, args in kwargs.items()}
 
     def init_workers(self) -> None:
@@ -244,12 +259,13 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
                 **self._pool_settings(),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
-        for name in ("critic", "rm", "actor_rollout"):  # actor last: it is the biggest, as in verl
+        for name in ("critic", "rm", "teacher", "actor_rollout"):  # actor last: it is the biggest, as in verl
             if name in self.worker_groups:
                 self.worker_groups[name].init_model()
         self.actor_rollout_wg = self.worker_groups["actor_rollout"]
         self.critic_wg = self.worker_groups.get("critic")
         self.rm_wg = self.worker_groups.get("rm")
+        self.teacher_wg = self.worker_groups.get("teacher")
 
     def _pool_settings(self) -> dict[str, Any]:
         """``resource_pool_spec`` / ``resource_pool_mapping``: from the ResourcePoolManager if one was given, else
@@ -471,6 +487,9 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
         if self.use_reference_policy:
             with marked_timer("ref", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+        if self.use_teacher:
+            with marked_timer("teacher", timing):
+                batch = batch.union(self.teacher_wg.compute_teacher_log_prob(batch))
         if self.use_critic:
             with marked_timer("values", timing):
                 batch = batch.union(self.critic_wg.compute_values(batch))
@@ -482,6 +501,12 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             raise ValueError("update_stage needs scored rollouts (token_level_scores): score the batch first")
 
         with marked_timer("adv", timing):
+            if self.use_teacher:
+                dcfg = self.config.distillation
+                batch, distill_metrics = apply_distillation_reward(
+                    batch, float(dcfg.coef), float(dcfg.task_reward_weight)
+                )
+                metrics.update(distill_metrics)
             if self.kl_ctrl_in_reward is not None:
                 batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, self.algorithm.kl_penalty)
                 metrics.update(kl_metrics)
@@ -513,6 +538,7 @@ class RayPPOTrainer(DriverCheckpointMixin, DriverReportMixin):
             and int(actor.ppo_epochs) == 1
             and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
             and not self.config.algorithm.use_kl_in_reward
+            and not self.use_teacher  # the distillation reward reads old_log_probs too
             and int(self.config.trainer.critic_warmup) <= self.global_steps
         )
 

@@ -140,6 +140,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     from verl.workers.reward_manager import get_reward_manager_cls
     from verl.workers.reward_manager.batch import BatchRewardManager, per_sample_to_batch
     from verl.workers.reward_manager.dapo import DAPORewardManager
+    from verl.workers.reward_manager.judge import JudgeRewardManager
 
     rm_cfg = _section(config, "reward_model", RewardModelConfig)
     data_cfg = _section(config, "data", DataConfig)
@@ -189,6 +190,11 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     if issubclass(manager_cls, DAPORewardManager):
         kwargs["max_resp_len"] = data_cfg.max_response_length
         kwargs["overlong_buffer_cfg"] = rm_cfg.overlong_buffer.to_dict()
+    if issubclass(manager_cls, JudgeRewardManager):
+        kwargs["judge_config"] = rm_cfg.judge.to_dict()
+        if not rm_cfg.judge.rule_weight and rm_cfg.num_workers is None:
+            # no rule reward is computed: no reward worker processes to start (the judge has its own limits)
+            kwargs.update(num_workers=0, timeout_s=None, batch_timeout_s=None)
     # reward_model.reward_kwargs (verl: +reward_model.reward_kwargs.overlong_buffer_cfg.enable=true,
     # +reward_model.reward_kwargs.max_resp_len=...), then the caller's; a mapping is merged key by key
     for extra in (_plain(rm_cfg.reward_kwargs or {}), reward_kwargs):
@@ -216,7 +222,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
 
 def check_reward_endpoints(config: Any, timeout_s: float = 5.0) -> None:
     """Fail before training when a reward service of the config does not accept connections: a TCP connection
-    to the host and port of ``reward_model.remote.url`` and ``reward_model.sandbox_fusion.url`` (when set).
+    to the host and port of ``reward_model.remote.url``, ``reward_model.sandbox_fusion.url`` and (judge reward
+    manager, openai backend) ``reward_model.judge.url``, when set.
     Raises ConfigError naming the key, the URL and the reason."""
     import socket
     import urllib.parse
@@ -225,8 +232,10 @@ def check_reward_endpoints(config: Any, timeout_s: float = 5.0) -> None:
 
     rm_cfg = _section(config, "reward_model", RewardModelConfig)
     problems = []
-    for key in ("remote", "sandbox_fusion"):
-        url = rm_cfg[key].url
+    urls = {key: rm_cfg[key].url for key in ("remote", "sandbox_fusion")}
+    if rm_cfg.reward_manager == "judge" and rm_cfg.judge.backend == "openai":
+        urls["judge"] = rm_cfg.judge.url
+    for key, url in urls.items():
         if not url:
             continue
         parsed = urllib.parse.urlparse(str(url))
@@ -255,6 +264,7 @@ def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:
         _section(config, "custom_reward_function", CustomRewardFunctionConfig).path
         or rm_cfg.remote.url
         or rm_cfg.enable
+        or (rm_cfg.reward_manager == "judge" and not rm_cfg.judge.rule_weight)
     ):
         return
     key = _section(config, "data", DataConfig).reward_fn_key or "data_source"

@@ -7,11 +7,13 @@ the workers receive their section as these dataclasses (:func:`verl.base_config.
 from verl.workers.config.actor import ActorConfig, CheckpointContentsConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.critic import CriticConfig
+from verl.workers.config.distillation import DistillationConfig, TeacherModelConfig
 from verl.workers.config.engine import FSDPConfig, RefFSDPConfig
 from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode, WarmupStyle
 from verl.workers.config.model import CriticModelConfig, ModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import OptimConfig
 from verl.workers.config.reward_model import (
+    JudgeConfig,
     OverlongBufferConfig,
     RemoteRewardConfig,
     RewardModelConfig,
@@ -20,6 +22,8 @@ from verl.workers.config.reward_model import (
 from verl.workers.config.rollout import AgentConfig, EngineKwargsConfig, MultiTurnConfig, RolloutConfig, ValKwargsConfig
 
 __all__ = [
+    "DistillationConfig",
+    "TeacherModelConfig",
     "ActorConfig",
     "AgentConfig",
     "ActorRolloutRefConfig",
@@ -38,6 +42,7 @@ __all__ = [
     "PolicyLossConfig",
     "RefConfig",
     "RefFSDPConfig",
+    "JudgeConfig",
     "RemoteRewardConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",

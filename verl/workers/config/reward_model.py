@@ -40,6 +40,33 @@ class SandboxFusionConfig(BaseConfig):
 
 
 @dataclass
+class JudgeConfig(BaseConfig):
+    """``reward_model.judge``: an LLM judge as the reward (``reward_model.reward_manager=judge``).
+
+    ``backend``: ``openai`` (``url``: an OpenAI-compatible API base such as ``verl serve`` or a vLLM server) or
+    ``hf`` (``model`` is a model path loaded in the trainer process and decoded by the ``hf`` engine).
+    """
+
+    backend: Literal["openai", "hf"] = "openai"
+    url: Optional[str] = None  # openai: e.g. http://127.0.0.1:8000/v1
+    model: Optional[str] = None  # openai: the request's model name; hf: the judge's model path
+    api_key_env: Optional[str] = None  # environment variable with a bearer token for the endpoint
+    mode: Literal["pointwise", "pairwise"] = "pointwise"
+    template: Optional[str] = None  # null: the ready template of the mode
+    score_pattern: Optional[str] = None  # regex with one group around the verdict; null: the mode's default
+    max_score: float = 10.0  # pointwise: ratings in [0, max_score] are divided by it
+    both_orders: bool = True  # pairwise: judge every pair in both orders (cancels position bias)
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    max_concurrency: int = 8  # openai: requests in flight; hf: rows per generate call
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    on_error: Literal["zero", "skip", "raise"] = "zero"
+    weight: float = 1.0  # reward = weight * judge score + rule_weight * rule score
+    rule_weight: float = 0.0  # 0: the rule scorer (custom_reward_function / default) is not called
+
+
+@dataclass
 class RewardModelConfig(BaseConfig):
     """``reward_model``: the reward model and the reward manager that turns responses into token-level scores."""
 
@@ -58,3 +85,4 @@ class RewardModelConfig(BaseConfig):
     num_workers: Optional[int] = None  # reward worker processes; null: min(8, CPUs); 0: in the trainer process
     remote: RemoteRewardConfig = field(default_factory=RemoteRewardConfig)
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)

@@ -1,4 +1,4 @@
-"""Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``,
+"""Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``, ``judge``,
 ``prime``."""
 
 from verl.workers.reward_manager.abstract import (
@@ -8,6 +8,7 @@ from verl.workers.reward_manager.abstract import (
 )
 from verl.workers.reward_manager.batch import BatchRewardManager
 from verl.workers.reward_manager.dapo import DAPORewardManager
+from verl.workers.reward_manager.judge import JudgeRewardManager
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.prime import PrimeRewardManager
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
@@ -16,6 +17,7 @@ __all__ = [
     "AbstractRewardManager",
     "BatchRewardManager",
     "DAPORewardManager",
+    "JudgeRewardManager",
     "NaiveRewardManager",
     "PrimeRewardManager",
     "REWARD_MANAGER_REGISTRY",

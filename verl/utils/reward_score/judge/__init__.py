@@ -1,0 +1,27 @@
+"""LLM-as-judge rewards: templates and parsers, backends (OpenAI-compatible endpoint or in-process ``hf`` engine),
+and :class:`LLMJudge`, used by the ``judge`` reward manager (``reward_model.reward_manager=judge``)."""
+
+from verl.utils.reward_score.judge.backends import HFJudgeBackend, JudgeRequestError, OpenAIJudgeBackend
+from verl.utils.reward_score.judge.judge import JudgeBackend, JudgeError, JudgeResult, LLMJudge
+from verl.utils.reward_score.judge.templates import (
+    PAIRWISE_TEMPLATE,
+    POINTWISE_TEMPLATE,
+    JudgeParseError,
+    pairwise_parser,
+    pointwise_parser,
+)
+
+__all__ = [
+    "HFJudgeBackend",
+    "JudgeBackend",
+    "JudgeError",
+    "JudgeParseError",
+    "JudgeRequestError",
+    "JudgeResult",
+    "LLMJudge",
+    "OpenAIJudgeBackend",
+    "PAIRWISE_TEMPLATE",
+    "POINTWISE_TEMPLATE",
+    "pairwise_parser",
+    "pointwise_parser",
+]

@@ -1,0 +1,223 @@
+"""Where a judge's answers come from: any OpenAI-compatible endpoint, or a causal LM run in this process.
+
+Both take a list of judge prompts (plain text, sent as one user message) and return one answer string or one
+Exception per prompt, in order, so a failed request spares the others.
+
+- :class:`OpenAIJudgeBackend`: ``POST {url}/chat/completions`` (``verl serve``, a vLLM server, any OpenAI-compatible
+  service), all requests of a batch concurrently on an asyncio event loop, at most ``max_concurrency`` in flight,
+  each retried with exponential backoff on connection errors, timeouts, HTTP 429 and 5xx.
+- :class:`HFJudgeBackend`: the judge's weights loaded here and decoded by the project's ``hf`` rollout engine
+  (:class:`verl.workers.rollout.hf_rollout.HFRollout`), micro-batched by ``max_num_seqs`` (colocated, in-process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class JudgeRequestError(RuntimeError):
+    """The judge endpoint did not answer (after retries) or answered something that is not a chat completion."""
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, also when the caller already runs an event loop (an
+    agent loop): then it runs on a fresh loop in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="judge-loop")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class OpenAIJudgeBackend:
+    """Chat completions from an OpenAI-compatible server.
+
+    Args:
+        url: the API base, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended unless the URL
+            already ends with it).
+        model: the ``model`` field of each request.
+        max_new_tokens / temperature: ``max_tokens`` and ``temperature`` of each request.
+        max_concurrency: most requests in flight at once.
+        timeout_s: per-request timeout; max_retries: retries after the first attempt; backoff_s: first retry wait.
+        api_key_env: name of an environment variable holding a bearer token (read when a request is sent).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str = "judge",
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        max_concurrency: int = 8,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        api_key_env: str | None = None,
+    ) -> None:
+        if not url or not str(url).startswith(("http://", "https://")):
+            raise ValueError(f"reward_model.judge.url must be an http(s) URL, got {url!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"reward_model.judge.max_concurrency must be >= 1, got {max_concurrency}")
+        url = str(url).rstrip("/")
+        self.url = url if url.endswith("/chat/completions") else url + "/chat/completions"
+        self.model = str(model)
+        self.max_new_tokens = int(max_new_tokens)
+        self.temperature = float(temperature)
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.api_key_env = api_key_env
+
+    def _post(self, body: bytes) -> str:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env and os.environ.get(self.api_key_env):
+            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            payload = json.loads(response.read().decode("utf-8"))
+        try:
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as e:
+            raise JudgeRequestError(f"{self.url}: not a chat completion: {str(payload)[:200]}") from e
+        if not isinstance(content, str):
+            raise JudgeRequestError(f"{self.url}: message content is {type(content).__name__}, not text")
+        return content
+
+    def _post_with_retries(self, text: str) -> str:
+        body = json.dumps(
+            {
+                "model": self.model,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": self.max_new_tokens,
+                "temperature": self.temperature,
+            }
+        ).encode("utf-8")
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                return self._post(body)
+            except urllib.error.HTTPError as e:
+                try:  # the server's explanation (an unknown model name, a bad field) names the fix
+                    detail = e.read().decode("utf-8", "replace")[:200]
+                except OSError:
+                    detail = ""
+                last = f"HTTP {e.code} {e.reason}" + (f": {detail}" if detail else "")
+                if e.code != 429 and e.code < 500:
+                    break  # the request is wrong: retrying cannot help
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+                last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                last = f"invalid JSON response: {e}"
+        raise JudgeRequestError(f"judge {self.url} failed after {attempt + 1} attempt(s): {last}")
+
+    async def agenerate(self, texts: Sequence[str]) -> list[str | Exception]:
+        """All answers, requests concurrent up to ``max_concurrency`` (blocking HTTP in worker threads)."""
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        loop = asyncio.get_running_loop()
+        # its own threads: the loop's default pool (min(32, CPUs + 4) threads) would cap the concurrency below the bound
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="judge-http") as pool:
+
+            async def one(text: str) -> str | Exception:
+                async with semaphore:
+                    try:
+                        return await loop.run_in_executor(pool, self._post_with_retries, text)
+                    except Exception as e:  # returned: one sample's failure
+                        return e
+
+            return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    def generate(self, texts: Sequence[str]) -> list[str | Exception]:
+        """Synchronous :meth:`agenerate`."""
+        return run_coroutine(self.agenerate(texts))
+
+
+class HFJudgeBackend:
+    """A judge model in this process, decoded by the ``hf`` rollout engine (greedy when ``temperature == 0``).
+
+    Args:
+        model: a causal LM module, or a model path / bundled name loaded with ``verl.utils.models.loader``.
+        tokenizer: the judge's tokenizer (loaded from the path when None); its chat template is applied.
+        max_new_tokens, temperature, max_num_seqs (rows per generate call), max_prompt_length (longer judge
+        prompts are cut from the left, keeping the verdict instructions at the end in view), seed.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        max_num_seqs: int = 8,
+        max_prompt_length: int = 2048,
+        seed: int = 0,
+        device: str | None = None,
+    ) -> None:
+        import torch
+
+        from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
+        from verl.workers.rollout.hf_rollout import HFRollout
+
+        if isinstance(model, str | os.PathLike):
+            path = resolve_model_path(str(model))
+            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
+            model = load_causal_lm(path, dtype=torch.float32)
+        if tokenizer is None:
+            raise ValueError("HFJudgeBackend: pass tokenizer= with a model module")
+        if device is not None:
+            model = model.to(device)
+        model.eval().requires_grad_(False)
+        self.module = model
+        self.tokenizer = tokenizer
+        self.max_prompt_length = int(max_prompt_length)
+        self.rollout = HFRollout(
+            model,
+            {
+                "response_length": int(max_new_tokens),
+                "prompt_length": int(max_prompt_length),
+                "temperature": float(temperature) if temperature > 0 else 1.0,
+                "do_sample": temperature > 0,
+                "max_num_seqs": int(max_num_seqs),
+                "seed": int(seed),
+            },
+            tokenizer,
+        )
+
+    def generate(self, texts: Sequence[str]) -> list[str | Exception]:
+        """Answers of the judge for ``texts`` (one generate pass, micro-batched)."""
+        from verl.api.data import encode_prompts
+
+        if not texts:
+            return []
+        prompts = encode_prompts(
+            list(texts), self.tokenizer, max_prompt_length=self.max_prompt_length, truncation="left"
+        )
+        out = self.rollout.generate_sequences(prompts)
+        responses, mask = out.batch["responses"], out.batch["response_mask"]
+        return [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]

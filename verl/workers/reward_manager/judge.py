@@ -1,0 +1,155 @@
+"""The ``judge`` reward manager: an LLM judge scores each response, optionally mixed with the rule reward.
+
+``reward = judge.weight * judge_score + judge.rule_weight * rule_score``, where ``judge_score`` comes from
+:class:`verl.utils.reward_score.judge.LLMJudge` (pointwise ratings or pairwise win shares within the batch's GRPO
+groups, ``uid``) and ``rule_score`` from the run's reward function (``custom_reward_function`` or the default
+scorers), called only when ``rule_weight != 0``. A judge failure under ``on_error=skip`` leaves the judge term out
+of that sample's reward. Per-sample extras (logged as ``reward_extra/<key>/{mean,max,min}``): ``judge_score``,
+``judge_latency_s``, ``judge_parse_failure``, ``judge_request_failure``, ``judge_skipped`` and ``rule_score``;
+batch counters ``reward/judge_parse_failures`` and ``reward/judge_request_failures``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend
+from verl.workers.reward_manager.abstract import Sample, normalize_result
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.registry import register
+
+logger = logging.getLogger(__name__)
+
+
+def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | None = None) -> LLMJudge:
+    """An :class:`LLMJudge` from a ``reward_model.judge`` mapping (see ``JudgeConfig``)."""
+    cfg = dict(config)
+    backend_name = cfg.get("backend", "openai")
+    if backend_name == "openai":
+        if not cfg.get("url"):
+            raise ValueError("reward_model.judge.url: the openai judge backend needs the endpoint's API base URL")
+        backend: Any = OpenAIJudgeBackend(
+            url=str(cfg["url"]),
+            model=str(cfg.get("model") or "judge"),
+            max_new_tokens=int(cfg.get("max_new_tokens", 256)),
+            temperature=float(cfg.get("temperature", 0.0)),
+            max_concurrency=int(cfg.get("max_concurrency", 8)),
+            timeout_s=float(cfg.get("timeout_s", 60.0)),
+            max_retries=int(cfg.get("max_retries", 2)),
+            api_key_env=cfg.get("api_key_env"),
+        )
+    elif backend_name == "hf":
+        if not cfg.get("model"):
+            raise ValueError("reward_model.judge.model: the hf judge backend needs the judge's model path")
+        import torch
+
+        backend = HFJudgeBackend(
+            str(cfg["model"]),
+            device="cuda" if torch.cuda.is_available() else None,  # next to the trainer, on its accelerator
+            max_new_tokens=int(cfg.get("max_new_tokens", 256)),
+            temperature=float(cfg.get("temperature", 0.0)),
+            max_num_seqs=int(cfg.get("max_concurrency", 8)),
+        )
+    else:
+        raise ValueError(f"reward_model.judge.backend must be 'openai' or 'hf', got {backend_name!r}")
+    return LLMJudge(
+        backend,
+        mode=str(cfg.get("mode", "pointwise")),
+        template=cfg.get("template"),
+        parse_fn=parse_fn,
+        score_pattern=cfg.get("score_pattern"),
+        max_score=float(cfg.get("max_score", 10.0)),
+        on_error=str(cfg.get("on_error", "zero")),
+        both_orders=bool(cfg.get("both_orders", True)),
+    )
+
+
+@register("judge")
+class JudgeRewardManager(NaiveRewardManager):
+    """Scores with an LLM judge (``judge``: an :class:`LLMJudge`, or ``judge_config``: the ``reward_model.judge``
+    section to build one), weighted by ``weight`` and mixed with ``rule_weight`` times the rule reward."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int,
+        judge: LLMJudge | None = None,
+        judge_config: Mapping[str, Any] | None = None,
+        weight: float | None = None,
+        rule_weight: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tokenizer, num_examine, **kwargs)
+        cfg = dict(judge_config or {})
+        if judge is None:
+            judge = build_judge(cfg)
+        self.judge = judge
+        self.weight = float(cfg.get("weight", 1.0) if weight is None else weight)
+        self.rule_weight = float(cfg.get("rule_weight", 0.0) if rule_weight is None else rule_weight)
+        self._group_ids: list[Any] | None = None
+
+    def __call__(self, data: Any, return_dict: bool = False) -> Any:
+        """As :meth:`AbstractRewardManager.__call__`; the batch's ``uid`` column groups responses for pairwise
+        judging."""
+        uid = data.non_tensor_batch.get("uid") if getattr(data, "non_tensor_batch", None) is not None else None
+        self._group_ids = None if uid is None else list(uid)
+        try:
+            out = super().__call__(data, return_dict=return_dict)
+        finally:
+            self._group_ids = None
+        if return_dict and isinstance(out, dict):
+            info = out["reward_extra_info"]
+            for key, name in (("judge_parse_failure", "parse"), ("judge_request_failure", "request")):
+                if key in info:
+                    info[f"reward/judge_{name}_failures"] = [int(np.nansum(info[key]))]
+        return out
+
+    def score_samples(self, samples: list[Sample]) -> list[Any]:
+        """One ``{"score", "judge_score", ...}`` dict (or an Exception from the rule reward) per sample."""
+        if self.judge.mode == "pairwise" and self._group_ids is None:
+            raise ValueError(
+                "reward_model.judge.mode=pairwise compares the responses of one prompt: the batch needs a 'uid' "
+                "column (the GRPO group id, set by the trainer)"
+            )
+        group_ids = None
+        if self._group_ids is not None:
+            group_ids = [self._group_ids[s.index] for s in samples]
+        judged = self.judge.score(
+            [s.prompt_str for s in samples],
+            [s.response_str for s in samples],
+            [s.ground_truth for s in samples],
+            group_ids,
+        )
+        rule: list[Any] = [None] * len(samples)
+        if self.rule_weight != 0.0:
+            rule = super().score_samples(samples)
+        out: list[Any] = []
+        for sample, result, rule_raw in zip(samples, judged, rule):
+            extras: dict[str, Any] = {
+                "judge_score": float("nan") if result.score is None else result.score,
+                "judge_latency_s": result.latency_s,
+                "judge_parse_failure": int(result.parse_failures > 0),
+                "judge_request_failure": int(result.request_failures > 0),
+                "judge_skipped": int(result.score is None),
+            }
+            score = 0.0 if result.score is None else self.weight * result.score
+            if self.rule_weight != 0.0:
+                if isinstance(rule_raw, BaseException):
+                    out.append(rule_raw)  # the manager's on_error decides, as for any rule reward
+                    continue
+                try:
+                    rule_score, rule_extras = normalize_result(rule_raw)
+                except Exception as e:
+                    out.append(e)
+                    continue
+                extras.update({k: v for k, v in rule_extras.items() if k not in extras})
+                extras["rule_score"] = rule_score
+                score += self.rule_weight * rule_score
+            if result.error and result.score is None:
+                logger.warning("judge failed for sample %d: %s", sample.index, result.error)
+            out.append({"score": score, **extras})
+        return out

@@ -1,0 +1,155 @@
+"""The teacher role of distillation: a frozen model with its own weights that scores the student's tokens.
+
+Like the reference policy (a frozen model whose log-probs enter the loss), but loaded from its own path
+(``teacher.path``) and required to share the student's vocabulary: the per-token comparisons of distillation
+(:mod:`verl.algorithms.distillation`) index both distributions by the same token ids, so tokenizers whose
+vocabularies differ are refused (:func:`check_tokenizers_compatible`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.trainer.config.validation import ConfigError
+from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.models.loader import forward_logits
+from verl.utils.torch_functional import logprobs_from_logits
+
+
+def check_tokenizers_compatible(student: Any, teacher: Any, key: str = "teacher.path") -> None:
+    """Raise :class:`ConfigError` (naming ``key``) unless the two tokenizers map the same strings to the same ids.
+
+    Compares ``get_vocab()`` (added tokens included); the message gives both sizes and a few tokens that differ.
+    """
+    s_vocab, t_vocab = student.get_vocab(), teacher.get_vocab()
+    if s_vocab == t_vocab:
+        return
+    only_s = sorted(set(s_vocab) - set(t_vocab))[:5]
+    only_t = sorted(set(t_vocab) - set(s_vocab))[:5]
+    moved = sorted(k for k in set(s_vocab) & set(t_vocab) if s_vocab[k] != t_vocab[k])[:5]
+    raise ConfigError(
+        f"{key}: the teacher's tokenizer differs from the student's (vocabulary sizes {len(t_vocab)} vs "
+        f"{len(s_vocab)}; only the student has {only_s}, only the teacher has {only_t}, different ids for {moved}). "
+        "Distillation compares the two models token by token: use a teacher of the same tokenizer family"
+    )
+
+
+class TeacherModel:
+    """A frozen causal LM used as the teacher.
+
+    Args:
+        model: a model path / bundled name / hub id (loaded in fp32) or a ``torch.nn.Module``.
+        student_tokenizer: the student's tokenizer; the teacher's (``tokenizer`` or the one at the model path) must
+            be compatible with it. The logits are cut to ``len(student_tokenizer)`` columns, so models whose
+            embedding tables are padded to different sizes still compare the same token ids.
+        device / dtype: where and in which autocast dtype the teacher runs.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        student_tokenizer: Any,
+        tokenizer: Any = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        trust_remote_code: bool = False,
+    ) -> None:
+        from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
+
+        if isinstance(model, str | os.PathLike):
+            path = resolve_model_path(str(model))
+            if tokenizer is None:
+                tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+            model = load_causal_lm(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        if tokenizer is not None:
+            check_tokenizers_compatible(student_tokenizer, tokenizer)
+        self.tokenizer = tokenizer if tokenizer is not None else student_tokenizer
+        self.vocab_size = len(student_tokenizer)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.module = model.to(self.device).eval().requires_grad_(False)
+
+    @torch.no_grad()
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Teacher logits ``[batch, seq, vocab]`` (float32, cut to the student's tokenizer size)."""
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            out = forward_logits(self.module, input_ids, attention_mask, position_ids)
+        return out[..., : self.vocab_size].float()
+
+    @torch.no_grad()
+    def compute_log_prob(self, data: DataProto, micro_batch_size: int = 8) -> DataProto:
+        """``teacher_log_prob [batch, response_len]``: the teacher's log-prob of each response token of a rollout
+        batch (``input_ids``/``attention_mask`` ``[batch, prompt_len + response_len]``, ``responses``), the same
+        layout as ``ref_log_prob``."""
+        input_ids, mask = data.batch["input_ids"], data.batch["attention_mask"]
+        response_len = data.batch["responses"].shape[-1]
+        position_ids = data.batch["position_ids"] if "position_ids" in data.batch.keys() else None
+        out = []
+        for start in range(0, input_ids.shape[0], max(1, micro_batch_size)):
+            rows = slice(start, start + micro_batch_size)
+            ids = input_ids[rows].to(self.device)
+            pos = None if position_ids is None else position_ids[rows].to(self.device)
+            logits = self.logits(ids, mask[rows].to(self.device), pos)
+            # the logits at position t predict token t + 1: the response's predictions start one before it
+            logits = logits[:, -response_len - 1 : -1, :]
+            out.append(logprobs_from_logits(logits, ids[:, -response_len:]).cpu())
+        return DataProto.from_dict(tensors={"teacher_log_prob": torch.cat(out)})
+
+
+class TeacherWorker(Worker):
+    """The ``teacher`` role of a PPO run with ``distillation.enable``: one :class:`TeacherModel` per rank.
+
+    ``config`` is the ``distillation`` section; ``student_tokenizer`` the actor's tokenizer path (the teacher's
+    tokenizer is checked against it when the model loads).
+    """
+
+    def __init__(self, config: Any, student_tokenizer: str):
+        super().__init__()
+        from verl.workers.config import DistillationConfig
+        from verl.workers.fsdp_setup import private_section, set_torch_threads
+
+        set_torch_threads()
+        self.config = private_section(config, DistillationConfig)
+        self.student_tokenizer_path = str(student_tokenizer)
+        self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
+        init_distributed_if_needed(self.device_name)
+        self.compute_device = get_torch_device(self.device_name)
+        self.teacher: TeacherModel | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.utils.hardware.precision import resolve_dtype
+        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+
+        tcfg = self.config.teacher
+        if not tcfg.path:
+            raise ConfigError("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
+        trust = bool(tcfg.trust_remote_code)
+        student_tok = load_tokenizer(resolve_model_path(self.student_tokenizer_path, require_weights=False), trust)
+        teacher_tok = load_tokenizer(resolve_model_path(str(tcfg.tokenizer_path or tcfg.path), False), trust)
+        check_tokenizers_compatible(student_tok, teacher_tok, key="distillation.teacher.path")
+        self.teacher = TeacherModel(
+            str(tcfg.path),
+            student_tok,
+            tokenizer=teacher_tok,
+            device=self.compute_device,
+            dtype=resolve_dtype(str(self.config.dtype), self.compute_device),
+            trust_remote_code=trust,
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
+        """``teacher_log_prob [batch, response_len]`` of this rank's rows (:meth:`TeacherModel.compute_log_prob`)."""
+        if self.teacher is None:
+            raise RuntimeError("TeacherWorker.compute_teacher_log_prob called before init_model")
+        return self.teacher.compute_log_prob(data, int(self.config.micro_batch_size_per_gpu))
