@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="default and cap of new tokens")
     p.add_argument("--max-model-len", type=int, default=None, help="context length accepted (default: model's)")
     p.add_argument("--served-model-name", default=None, help="the `model` name clients send")
+    p.add_argument(
+        "--tool-call-parser",
+        default=d.tool_call_parser,
+        choices=["hermes", "gpt-oss"],
+        help="how the model writes tool calls (chat requests with tools)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens,
         max_model_len=args.max_model_len,
         served_model_name=args.served_model_name,
+        tool_call_parser=args.tool_call_parser,
     )
     uvicorn.run(
         create_app(config), host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10

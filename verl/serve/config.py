@@ -19,6 +19,8 @@ class ServeConfig:
         max_new_tokens: default and upper bound of the response length per request.
         max_model_len: context length (prompt + response) accepted; default the model's.
         served_model_name: the ``model`` name clients use; default the model directory's base name.
+        tool_call_parser: how the model writes tool calls (``hermes`` | ``gpt-oss``), for chat requests with
+            ``tools`` (:mod:`verl.serve.tool_calls`).
     """
 
     model: str
@@ -33,3 +35,4 @@ class ServeConfig:
     max_new_tokens: int = 256
     max_model_len: int | None = None
     served_model_name: str | None = None
+    tool_call_parser: str = "hermes"
