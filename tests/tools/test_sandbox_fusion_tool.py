@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-import verl.tools.sandbox_fusion_tools as sf
 from verl.tools.sandbox_fusion_tools import SandboxFusionTool
 from verl.tools.utils.sandbox_fusion_server import make_server, serve_in_thread
 from verl.tools.utils.tool_registry import initialize_tools_from_config
+from verl.utils.reward_score import sandbox_fusion
 from verl.utils.sandbox import sandbox_support
 
 
@@ -58,17 +58,17 @@ def test_requests_in_flight_are_limited(monkeypatch) -> None:
     state = {"now": 0, "max": 0}
     lock = threading.Lock()
 
-    def fake_request(url, payload, timeout_s):
+    def fake_request(url, code, stdin, compile_timeout, run_timeout, memory_limit_mb, language):
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
         time.sleep(0.05)
         with lock:
             state["now"] -= 1
-        run = {"status": "Finished", "return_code": 0, "stdout": payload["code"], "stderr": "", "execution_time": 0}
-        return {"status": "Success", "run_result": run}
+        run = {"status": "Finished", "return_code": 0, "stdout": code, "stderr": "", "execution_time": 0}
+        return {"status": "Success", "run_result": run}, None
 
-    monkeypatch.setattr(sf, "run_code_request", fake_request)
+    monkeypatch.setattr(sandbox_fusion, "call_sandbox_api", fake_request)
 
     def burst(tools, n=8):
         async def go():
@@ -93,7 +93,7 @@ def test_unreachable_server_and_bad_config() -> None:
         port = s.getsockname()[1]
     tool = SandboxFusionTool({"sandbox_fusion_url": f"http://127.0.0.1:{port}/run_code"}, None)
     response, _, metrics = asyncio.run(tool.execute("i", {"code": "print(1)"}))
-    assert response.text.startswith("Error: the Sandbox Fusion server failed: URLError")
+    assert response.text.startswith("Error: the Sandbox Fusion server failed: API Call Failed: cannot reach http")
     assert metrics == {"ok": False, "status": "RequestError"}
     with pytest.raises(ValueError, match="config.sandbox_fusion_url='' must be the http"):
         SandboxFusionTool({}, None)

@@ -4,8 +4,10 @@ Sandbox Fusion (ByteDance's code sandbox, github.com/bytedance/SandboxFusion) an
 ``{"code", "language", "compile_timeout", "run_timeout", "memory_limit_MB", "stdin"}`` and returns
 ``{"status": "Success" | "Failed" | "SandboxError", "message", "compile_result", "run_result": {"status":
 "Finished" | "TimeLimitExceeded" | "Error", "return_code", "stdout", "stderr", "execution_time"}}``. The tool
-posts one request per call from a worker thread (the event loop keeps running other trajectories) and shows the
-model the run's standard output, and its standard error when there is any.
+posts one request per call from a worker thread (the event loop keeps running other trajectories) through the
+project's Sandbox Fusion client (:func:`verl.utils.reward_score.sandbox_fusion.call_sandbox_api`, which the code
+rewards use too: it retries gateway time-outs) and shows the model the run's standard output, and its standard
+error when there is any.
 
 Config keys (verl's names)::
 
@@ -27,16 +29,14 @@ the local machine through the project's sandbox (Python only).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-import urllib.error
-import urllib.request
 from typing import Any
 
 from verl.tools.base_tool import BaseTool, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from verl.utils.reward_score import sandbox_fusion
 
-__all__ = ["SandboxFusionTool", "run_code_request"]
+__all__ = ["SandboxFusionTool"]
 
 CONFIG_KEYS = (
     "type",
@@ -48,9 +48,6 @@ CONFIG_KEYS = (
     "rate_limit",
     "enable_global_rate_limit",
 )
-HTTP_MARGIN_S = 10.0
-"""Seconds the HTTP request may take beyond the run's own time limits (queueing, compiling, transfer)."""
-
 _URL_LIMITS: dict[tuple[str, int], threading.BoundedSemaphore] = {}
 _URL_LIMITS_LOCK = threading.Lock()
 
@@ -58,19 +55,6 @@ _URL_LIMITS_LOCK = threading.Lock()
 def _url_limit(url: str, limit: int) -> threading.BoundedSemaphore:
     with _URL_LIMITS_LOCK:
         return _URL_LIMITS.setdefault((url, limit), threading.BoundedSemaphore(limit))
-
-
-def run_code_request(url: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """POST ``payload`` to the ``run_code`` endpoint ``url``; the decoded JSON answer. Raises ``OSError``
-    (connection, HTTP status, timeout) and ``ValueError`` (an answer that is not a JSON object)."""
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        answer = json.loads(response.read().decode("utf-8", "replace"))
-    if not isinstance(answer, dict):
-        raise ValueError(f"Sandbox Fusion answered {str(answer)[:200]!r}, not a JSON object")
-    return answer
 
 
 class SandboxFusionTool(BaseTool):
@@ -121,14 +105,15 @@ class SandboxFusionTool(BaseTool):
             }
         )
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """One request, within this tool's and (if enabled) the URL's limit of requests in flight."""
-        http_timeout = payload["run_timeout"] + payload["compile_timeout"] + HTTP_MARGIN_S
+    def _post(self, code: str, language: str, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+        """One request, within this tool's and (if enabled) the URL's limit of requests in flight:
+        ``(answer, None)`` or ``(None, error)``."""
+        args = (self.sandbox_fusion_url, code, "", timeout, timeout, self.memory_limit_mb, language)
         with self._own_limit:
             if self._url_limit is None:
-                return run_code_request(self.sandbox_fusion_url, payload, http_timeout)
+                return sandbox_fusion.call_sandbox_api(*args)
             with self._url_limit:
-                return run_code_request(self.sandbox_fusion_url, payload, http_timeout)
+                return sandbox_fusion.call_sandbox_api(*args)
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ToolResult:
         code = parameters.get("code")
@@ -137,18 +122,10 @@ class SandboxFusionTool(BaseTool):
         timeout = self.default_timeout
         if isinstance(parameters.get("timeout"), (int, float)) and parameters["timeout"] > 0:
             timeout = min(timeout, float(parameters["timeout"]))
-        payload = {
-            "code": code,
-            "language": str(parameters.get("language") or self.default_language),
-            "compile_timeout": timeout,
-            "run_timeout": timeout,
-            "memory_limit_MB": self.memory_limit_mb,
-            "stdin": "",
-        }
-        try:
-            answer = await asyncio.to_thread(self._post, payload)
-        except (OSError, ValueError) as e:  # urllib's URLError, HTTPError and timeouts are OSErrors
-            text = f"Error: the Sandbox Fusion server failed: {type(e).__name__}: {e}"
+        language = str(parameters.get("language") or self.default_language)
+        answer, error = await asyncio.to_thread(self._post, code, language, timeout)
+        if answer is None or not isinstance(answer, dict):
+            text = f"Error: the Sandbox Fusion server failed: {error or f'answered {answer!r:.200}'}"
             return ToolResponse(text=text), 0.0, {"ok": False, "status": "RequestError"}
         return self._response(answer, timeout)
 
