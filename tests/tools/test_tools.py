@@ -105,8 +105,16 @@ def test_tool_config_with_default_schemas_and_several_tools(tmp_path) -> None:
         ("tools:\n  - class_name: verl.tools.calculator_tool.Nope\n", "has no class 'Nope'"),
         ("tools:\n  - class_name: collections.OrderedDict\n", "is not a subclass of verl.tools.base_tool.BaseTool"),
         (
+            "tools:\n  - class_name: verl.tools.calculator_tool.CalculatorTool\n    config: {type: sse}\n",
+            "config.type='sse': one of 'native', 'mcp'",
+        ),
+        (
             "tools:\n  - class_name: verl.tools.calculator_tool.CalculatorTool\n    config: {type: mcp}\n",
-            "config.type='mcp': only 'native' tools",
+            "config.type=mcp needs a subclass of verl.tools.mcp_base_tool.MCPBaseTool",
+        ),
+        (
+            "tools:\n  - class_name: verl.tools.mcp_base_tool.MCPBaseTool\n    config: {type: mcp}\n",
+            "config.type=mcp needs an 'mcp:' mapping with mcp_servers_config_path",
         ),
         (
             "tools:\n  - class_name: verl.tools.calculator_tool.CalculatorTool\n"

@@ -280,6 +280,10 @@ class PPOTrainer(BaseTrainer):
         reward_model: alternative spelling of a :class:`RewardModel` reward.
         resume_from: a checkpoint directory this API (or ``main_ppo``) saved: training continues from it (see
             :meth:`load_checkpoint`).
+        tools: multi-turn rollouts with tools: ``BaseTool`` objects (``verl.tools.*`` or your subclasses) or the
+            path of a tool-config YAML; turns on ``rollout.multi_turn`` with the ``hf`` engine (docs/agent_loop.md).
+        agent_loop: the agent loop of every prompt: a registered name (default ``"tool_agent"`` with tools) or an
+            ``AgentLoopBase`` subclass. Prompts must then be strings or chat messages.
     """
 
     def __init__(
@@ -293,7 +297,10 @@ class PPOTrainer(BaseTrainer):
         namespace: str | None = None,
         reward_model: RewardModel | None = None,
         resume_from: str | None = None,
+        tools: Any = None,
+        agent_loop: Any = None,
     ) -> None:
+        from verl.api.agents import resolve_agent_options
         from verl.trainer.ppo.runner import apply_runtime_switches, seed_everything
         from verl.utils.security import SecurityPolicy, set_security_policy
 
@@ -309,6 +316,10 @@ class PPOTrainer(BaseTrainer):
         self.critic_model: CriticModel | None = critic_model
         if reward_fn is None and reward_model is not None:
             reward_fn = reward_model
+        agent_keys, self.agent_tools = resolve_agent_options(tools, agent_loop)
+        if agent_keys:  # the user's own keys win over the agent defaults
+            config = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+            config = {**agent_keys, **dict(config or {})}
         reward_name = reward_fn if isinstance(reward_fn, str) else ("kl" if reward_fn is None else None)
         if reward_name is not None and reward_name not in BUILTIN_REWARDS:
             raise ValueError(f"reward_fn={reward_name!r}: built-in rewards are {list(BUILTIN_REWARDS)}")
@@ -379,7 +390,12 @@ class PPOTrainer(BaseTrainer):
         if isinstance(self.actor_model, vLLMActor):
             rollout = self.actor_model.build_rollout(cfg.actor_rollout_ref.rollout)
         role_kwargs = {
-            "actor_rollout": {"actor_module": self.actor_model, "tokenizer": self.tokenizer, "rollout": rollout},
+            "actor_rollout": {
+                "actor_module": self.actor_model,
+                "tokenizer": self.tokenizer,
+                "rollout": rollout,
+                "agent_tools": self.agent_tools,
+            },
             "critic": {"critic_module": self.critic_model, "tokenizer": self.tokenizer},
         }
         driver = RayPPOTrainer(
@@ -456,6 +472,10 @@ class PPOTrainer(BaseTrainer):
             truncation=str(data_cfg.truncation),
             apply_chat_template=bool(data_cfg.apply_chat_template),
         )
+        if bool(self.config.actor_rollout_ref.rollout.multi_turn.enable):
+            from verl.api.agents import add_raw_chat
+
+            batch = add_raw_chat(batch, prompts, str(data_cfg.prompt_key))
         if self.dp_mesh is not None and self.dp_mesh.size > 1:
             rows = self.dp_mesh.shard(len(batch))
             batch = batch.slice(rows.start, rows.stop)

@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None, help="the `model` name clients send")
     p.add_argument("--allowed-local-media-path", default=None, help="directory whose image files requests may name")
     p.add_argument("--allow-remote-images", action="store_true", help="fetch http(s) image URLs (default: refused)")
+    p.add_argument(
+        "--tool-call-parser",
+        default=d.tool_call_parser,
+        choices=["hermes", "gpt-oss"],
+        help="how the model writes tool calls (chat requests with tools)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -90,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name=args.served_model_name,
         allowed_local_media_path=args.allowed_local_media_path,
         allow_remote_images=args.allow_remote_images,
+        tool_call_parser=args.tool_call_parser,
     )
     uvicorn.run(
         create_app(config), host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10

@@ -20,9 +20,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.serve.batching import Completion, Job
 from verl.serve.schemas import ChatCompletionRequest, CompletionRequest, GenerateRequest, ServeError, stop_list
 from verl.serve.state import ServeState
+from verl.serve.tool_calls import assistant_message, tool_chat_prompt, uses_tools
 
 __all__ = ["router"]
 
@@ -159,7 +161,14 @@ def _chat_jobs(state: ServeState, body: ChatCompletionRequest) -> list[Job]:
     """``n`` jobs of an OpenAI chat completions request, on the prompt its chat template writes."""
     state.check_model(body.model)
     body.check_unsupported()
-    prompt_ids, multi_modal_inputs = state.chat_prompt(body)
+    if uses_tools(body):
+        from verl.serve.images import has_images
+
+        if has_images(body.messages):
+            raise ServeError(400, "messages: images in a request with tools are not supported", "messages")
+        prompt_ids, multi_modal_inputs = tool_chat_prompt(state.tokenizer, body), None
+    else:
+        prompt_ids, multi_modal_inputs = state.chat_prompt(body)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     stop = stop_list(body.stop)
@@ -196,10 +205,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         return _streaming(events(), job)
     results = await _all(jobs, request)
     state.record("/v1/chat/completions", started, results)
-    choices = [
-        {"index": i, "message": {"role": "assistant", "content": r.text}, "finish_reason": r.finish_reason}
-        for i, r in enumerate(results)
-    ]
+    parser = ToolParser.get_tool_parser(state.config.tool_call_parser, state.tokenizer)
+    choices = []
+    for i, r in enumerate(results):
+        message, finish_reason = assistant_message(body, r.text, r.finish_reason, parser)
+        choices.append({"index": i, "message": message, "finish_reason": finish_reason})
     return {**head, "object": "chat.completion", "choices": choices, "usage": _usage(results)}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from verl.serve.images import ImagePart
 
@@ -153,12 +153,27 @@ class ChatMessage(BaseModel):
             return self.content
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
 
+    # tool calling (verl/serve/tool_calls.py): an assistant turn's calls, a tool reply's call id
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: StrictStr | None = None
+    name: StrictStr | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_content_with_tool_calls(cls, data: Any) -> Any:
+        # OpenAI clients send "content": null on an assistant message that only calls tools
+        if isinstance(data, dict) and data.get("content") is None and data.get("tool_calls"):
+            return {**data, "content": ""}
+        return data
+
 
 class ChatCompletionRequest(_OpenAIBody):
     """``POST /v1/chat/completions`` (OpenAI): the messages are rendered with the model's chat template."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
 
 
 def stop_list(stop: str | list[str] | None) -> tuple[str, ...]:

@@ -27,11 +27,12 @@ __all__ = [
 
 
 class OpenAIFunctionPropertySchema(BaseModel):
-    """One parameter of a function (a JSON-schema property); extra JSON-schema keys are kept."""
+    """One parameter of a function (a JSON-schema property); extra JSON-schema keys are kept. ``type`` may be
+    absent: schemas discovered from MCP servers use ``anyOf``/``$ref`` properties without one."""
 
     model_config = ConfigDict(extra="allow")
 
-    type: str
+    type: str | list[str] | None = None
     description: str | None = None
     enum: list[Any] | None = None
 

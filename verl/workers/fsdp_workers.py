@@ -60,7 +60,9 @@ class ActorRolloutRefWorker(Worker):
     The Python API (``verl.api``) passes the user's own objects so they are trained in place instead of being
     reloaded from ``model.path``: ``actor_module`` (any causal LM module), ``tokenizer``, ``ref_module`` (default:
     a frozen deep copy of ``actor_module`` taken before training) and ``rollout`` (a ready :class:`BaseRollout`,
-    e.g. one wrapping an existing vLLM engine). Such objects only make sense on the local backend (same process).
+    e.g. one wrapping an existing vLLM engine), and ``agent_tools`` (``BaseTool`` objects the agent loops of a
+    multi-turn rollout may call, next to those of ``multi_turn.tool_config_path``). Such objects only make sense on
+    the local backend (same process).
     """
 
     def __init__(
@@ -71,12 +73,14 @@ class ActorRolloutRefWorker(Worker):
         tokenizer: Any = None,
         ref_module: torch.nn.Module | None = None,
         rollout: Any = None,
+        agent_tools: list[Any] | None = None,
     ):
         super().__init__()
         self._given_actor_module = actor_module
         self._given_tokenizer = tokenizer
         self._given_ref_module = ref_module
         self._given_rollout = rollout
+        self._given_agent_tools = list(agent_tools or [])
         self.rollout_name = "hf"  # resolved in init_model (rollout.name may be "auto")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
@@ -237,6 +241,7 @@ class ActorRolloutRefWorker(Worker):
             )
         if self._is_rollout:
             self._build_rollout()
+            self.rollout.agent_tools = self._given_agent_tools
         if self._is_ref:
             ref_group = self._sp_group(self.ref_sp)
             if self._is_lora and self.actor_module is not None:

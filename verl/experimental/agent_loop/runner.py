@@ -35,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.experimental.agent_loop.request_batcher import RequestBatcher
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.protocol import DataProto
+from verl.tools.base_tool import BaseTool
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 __all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "build_agent_output"]
@@ -51,9 +52,16 @@ class AgentLoopRunner:
             ``agent.*``, lengths).
         tokenizer: the model's tokenizer.
         generate_batch: the engine's plain ``generate_sequences`` (prompts DataProto -> rollout DataProto).
+        tools: ``BaseTool`` objects (e.g. from the Python API) added to those of ``multi_turn.tool_config_path``.
     """
 
-    def __init__(self, rollout_config: Any, tokenizer: Any, generate_batch: Callable[[DataProto], DataProto]) -> None:
+    def __init__(
+        self,
+        rollout_config: Any,
+        tokenizer: Any,
+        generate_batch: Callable[[DataProto], DataProto],
+        tools: list[Any] | None = None,
+    ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
         from verl.tools.utils.tool_registry import initialize_tools_from_config
 
@@ -65,6 +73,12 @@ class AgentLoopRunner:
         mt, agent = rollout_config.multi_turn, rollout_config.agent
         tool_path = mt.tool_config_path
         self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
+        for tool in tools or []:
+            if not isinstance(tool, BaseTool):
+                raise TypeError(f"agent tools must be verl.tools.base_tool.BaseTool objects, got {type(tool).__name__}")
+            if tool.name in self.tools:
+                raise ValueError(f"two agent tools are named {tool.name!r} (given, and in multi_turn.tool_config_path)")
+            self.tools[tool.name] = tool
         interaction_path = mt.interaction_config_path
         self.interactions = initialize_interactions_from_config(interaction_path) if interaction_path else {}
         loop_path = agent.agent_loop_config_path

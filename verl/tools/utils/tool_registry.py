@@ -15,7 +15,15 @@
                 expression: {type: string, description: "e.g. 12 * (3 + 4)"}
               required: [expression]
 
-Only ``type: native`` tools exist in this version; any other type is refused with the entry named.
+An entry of ``type: mcp`` stands for the tools of MCP servers (:mod:`verl.tools.mcp_base_tool`)::
+
+      - class_name: verl.tools.mcp_base_tool.MCPBaseTool
+        config: {type: mcp, timeout: 30, rate_limit: 10}
+        mcp:
+          mcp_servers_config_path: mcp_servers.json     # relative: to the working directory, else to this file
+          tool_selected_list: [multiply]                # optional: only these of the servers' tools
+
+Any other type is refused with the entry named.
 """
 
 from __future__ import annotations
@@ -73,22 +81,50 @@ def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
         if not isinstance(config, dict):
             raise ValueError(f"{where}.config must be a mapping, got {config!r}")
         tool_type = str(config.get("type", "native"))
-        if tool_type != "native":
-            raise ValueError(f"{where}.config.type={tool_type!r}: only 'native' tools are supported in this version")
+        if tool_type not in ("native", "mcp"):
+            raise ValueError(f"{where}.config.type={tool_type!r}: one of 'native', 'mcp'")
         cls = load_class(entry["class_name"], where)
         if not issubclass(cls, BaseTool):
             raise ValueError(f"{where}: {entry['class_name']} is not a subclass of verl.tools.base_tool.BaseTool")
-        schema = None
-        if entry.get("tool_schema") is not None:
-            try:
-                schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])
-            except ValidationError as e:
-                raise ValueError(f"{where}.tool_schema is not an OpenAI function schema: {e}") from e
-        try:
-            tool = cls(config=config, tool_schema=schema)
-        except (TypeError, ValueError, OSError) as e:
-            raise ValueError(f"{where} ({entry['class_name']}): {e}") from e
-        if any(t.name == tool.name for t in tools):
-            raise ValueError(f"{where}: a tool named {tool.name!r} is already defined in this file")
-        tools.append(tool)
+        if tool_type == "mcp":
+            new = _mcp_tools(cls, config, entry.get("mcp"), tools_config_file, where)
+        else:
+            new = [_native_tool(cls, config, entry, where)]
+        for tool in new:
+            if any(t.name == tool.name for t in tools):
+                raise ValueError(f"{where}: a tool named {tool.name!r} is already defined in this file")
+            tools.append(tool)
     return tools
+
+
+def _native_tool(cls: type[BaseTool], config: dict[str, Any], entry: dict[str, Any], where: str) -> BaseTool:
+    schema = None
+    if entry.get("tool_schema") is not None:
+        try:
+            schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])
+        except ValidationError as e:
+            raise ValueError(f"{where}.tool_schema is not an OpenAI function schema: {e}") from e
+    try:
+        return cls(config=config, tool_schema=schema)
+    except (TypeError, ValueError, OSError) as e:
+        raise ValueError(f"{where} ({entry['class_name']}): {e}") from e
+
+
+def _mcp_tools(cls: type[BaseTool], config: dict[str, Any], mcp: Any, config_file: str, where: str) -> list[BaseTool]:
+    """The tools of an entry of ``type: mcp`` (its servers connected once per process)."""
+    from verl.tools.mcp_base_tool import MCPBaseTool, load_mcp_tools
+
+    if not issubclass(cls, MCPBaseTool):
+        raise ValueError(f"{where}: config.type=mcp needs a subclass of verl.tools.mcp_base_tool.MCPBaseTool")
+    if not isinstance(mcp, dict) or not mcp.get("mcp_servers_config_path"):
+        raise ValueError(f"{where}: config.type=mcp needs an 'mcp:' mapping with mcp_servers_config_path")
+    path = str(mcp["mcp_servers_config_path"])
+    if not os.path.isabs(path) and not os.path.exists(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(config_file)), path)
+    selected = mcp.get("tool_selected_list")
+    if selected is not None and not (isinstance(selected, list) and all(isinstance(n, str) for n in selected)):
+        raise ValueError(f"{where}.mcp.tool_selected_list must be a list of tool names, got {selected!r}")
+    try:
+        return load_mcp_tools(path, cls, config, selected, where)
+    except (FileNotFoundError, ConnectionError) as e:
+        raise ValueError(f"{where}: {e}") from e

@@ -45,6 +45,10 @@ The serving engine streams tokens and cancels requests (time limit, per-request 
 class BaseRollout(ABC):
     """A generation engine: prompts in, one sampled response per row out (see the module docstring)."""
 
+    agent_tools: list[Any] = []
+    """``BaseTool`` objects given through the Python API, which agent loops may call besides the tools of
+    ``multi_turn.tool_config_path`` (set by the actor worker, read when the agent-loop runner is built)."""
+
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; returns the layout described in the module docstring."""
@@ -63,7 +67,8 @@ class BaseRollout(ABC):
         runner = getattr(self, "_agent_loop_runner", None)
         if runner is None:
             section = omega_conf_to_dataclass(self.config, RolloutConfig)
-            runner = AgentLoopRunner(section, getattr(self, "tokenizer", None), self.generate_sequences)
+            tokenizer = getattr(self, "tokenizer", None)
+            runner = AgentLoopRunner(section, tokenizer, self.generate_sequences, tools=self.agent_tools)
             self._agent_loop_runner = runner
         return runner.generate_sequences(prompts)
 

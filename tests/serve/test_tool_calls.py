@@ -1,0 +1,119 @@
+"""Tool calling in /v1/chat/completions over real HTTP: the tools rendered by the chat template, the model's
+Hermes-style call returned as message.tool_calls, and the conversation continued with role: tool messages.
+
+The model's output is scripted (the engine's decode replaced by a fixed answer per conversation state), so the
+test checks the serving path token for token, not a random tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from verl.serve import ServeConfig
+from verl.serve.engine import HFServeEngine
+
+TEMPLATE = (
+    "{% if tools %}<|system|>{{ tools | tojson }}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>"
+    "{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}</tool_call>"
+    "{% endfor %}{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>'
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture
+def scripted(tiny_model_dir, tmp_path, start_server, monkeypatch):
+    """A server over the tiny model with a tool-rendering chat template whose decode is scripted: after a tool reply
+    it answers "The answer is 408", otherwise it calls the calculator. ``prompts`` records what it was given."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(tiny_model_dir, model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(model_dir)
+    prompts: list[str] = []
+
+    def generate(self, jobs):
+        for job in jobs:
+            text = self.tokenizer.decode(job.prompt_ids, skip_special_tokens=False)
+            prompts.append(text)
+            answer = "The answer is 408" if text.rstrip().endswith("<|tool|>408\n<|assistant|>") else CALL
+            for token in self.tokenizer.encode(answer, add_special_tokens=False):
+                if job.on_token(token):
+                    break
+            else:
+                job.on_token(self.eos_ids[0], is_eos=True)
+
+    monkeypatch.setattr(HFServeEngine, "generate", generate)
+    with start_server(ServeConfig(model=model_dir, engine="hf", dtype="float32", max_new_tokens=128)) as srv:
+        yield srv.url, prompts
+
+
+def test_tool_calls_round_trip(scripted) -> None:
+    url, prompts = scripted
+    with httpx.Client(base_url=url, timeout=60) as c:
+        user = {"role": "user", "content": "What is 12*34?"}
+        r = c.post("/v1/chat/completions", json={"messages": [user], "tools": TOOLS})
+        assert r.status_code == 200, r.text
+        (choice,) = r.json()["choices"]
+        assert choice["finish_reason"] == "tool_calls"
+        message = choice["message"]
+        assert message["content"] is None and message["role"] == "assistant"
+        (call,) = message["tool_calls"]
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"] == {"name": "calculator", "arguments": '{"expression": "12*34"}'}
+        assert prompts[-1].startswith('<|system|>[{"type": "function", "function": {"name": "calculator"')
+
+        # the client runs the tool and sends the assistant call (content null, as OpenAI clients do) and the reply
+        follow = [user, message, {"role": "tool", "tool_call_id": call["id"], "content": "408"}]
+        r = c.post("/v1/chat/completions", json={"messages": follow, "tools": TOOLS})
+        assert r.status_code == 200, r.text
+        (choice,) = r.json()["choices"]
+        assert choice == {
+            "index": 0,
+            "message": {"role": "assistant", "content": "The answer is 408"},
+            "finish_reason": "stop",
+        }
+        assert prompts[-1].endswith(f"<|user|>What is 12*34?\n<|assistant|>{CALL}\n<|tool|>408\n<|assistant|>")
+
+        # tool_choice none: no schemas in the prompt, the call text is plain content
+        r = c.post("/v1/chat/completions", json={"messages": [user], "tools": TOOLS, "tool_choice": "none"})
+        (choice,) = r.json()["choices"]
+        assert choice["message"] == {"role": "assistant", "content": CALL} and choice["finish_reason"] == "stop"
+        assert prompts[-1] == "<|user|>What is 12*34?\n<|assistant|>"
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"tool_choice": "required"}, "tool_choice: 'required' cannot be enforced"),
+        ({"stream": True}, "stream: streaming with tools is not supported"),
+        ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name"),
+    ],
+)
+def test_bad_tool_requests(scripted, extra, fragment) -> None:
+    url, _ = scripted
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS, **extra}
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and fragment in json.loads(r.text)["error"]["message"], r.text
