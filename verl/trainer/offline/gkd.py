@@ -32,7 +32,8 @@ from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.trainer.offline.sft import SFTTrainer
 from verl.utils.dataset.sft_dataset import pad_batch
-from verl.utils.models.loader import forward_logits
+from verl.utils.models.loader import forward_logits, resolve_model_path
+from verl.utils.models.vlm import config_has_vision
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.teacher import TeacherModel
 
@@ -63,6 +64,10 @@ class GKDTrainer(SFTTrainer):
         config: dict[str, Any] | DictConfig | None = None,
         teacher_tokenizer: Any = None,
     ) -> None:
+        # GKD distils text models: the teacher scores token ids only, so a student with a vision tower is refused
+        if isinstance(model, str) and config_has_vision(resolve_model_path(model)):
+            raise ConfigError(f"model.path={model}: GKD distils text models; this is a vision-language model")
+        self.processor = None
         # SFTTrainer's constructor adds only the data keys: call the base directly to record the teacher as well
         overrides: dict[str, Any] = {"data.max_length": max_length, "data.max_prompt_length": max_prompt_length}
         if isinstance(teacher, str):
