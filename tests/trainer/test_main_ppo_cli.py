@@ -31,6 +31,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "custom_reward_function",
         "algorithm",
         "async_training",
+        "distillation",
         "trainer",
         "ray_kwargs",
     }
