@@ -40,6 +40,7 @@ from verl.workers.fsdp_setup import (
 )
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 from verl.workers.reward_model_worker import RewardModelWorker
+from verl.workers.rollout_engine import RolloutEngineMixin
 
 # verl's module of the three workers; the critic and reward-model workers have files of their own
 __all__ = ["ROLES", "ActorRolloutRefWorker", "CriticWorker", "RewardModelWorker", "worker_init_kwargs"]
@@ -51,7 +52,7 @@ _LOGGED_PEAKS: set[str] = set()
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
 
-class ActorRolloutRefWorker(Worker):
+class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
 
     ``config`` is the ``actor_rollout_ref`` section; ``role`` one of :data:`ROLES`. With LoRA
@@ -225,7 +226,7 @@ class ActorRolloutRefWorker(Worker):
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
             if self._is_actor and bool(self.config.actor.use_torch_compile):
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
-                # layer's all-gather hooks; the fast decode loop calls submodules directly and stays eager
+                # layer's all-gather hooks; the static-cache decode forward calls submodules directly and stays eager
                 fsdp_utils.compile_decoder_layers(self.actor_module)
         if self._is_actor:
             self.actor_optimizer, self.actor_lr_scheduler = ModelHolder.build_optimizer(
@@ -243,33 +244,7 @@ class ActorRolloutRefWorker(Worker):
             self._build_rollout()
             self.rollout.agent_tools = self._given_agent_tools
         if self._is_ref:
-            ref_group = self._sp_group(self.ref_sp)
-            if self._is_lora and self.actor_module is not None:
-                # the frozen base under the adapters is the reference policy
-                if ref_group is not None:
-                    enable_ulysses(self.actor_module)
-                self.ref_policy = DataParallelPPOActor(
-                    config=self.config.actor,
-                    actor_module=self.actor_module,
-                    use_remove_padding=use_remove_padding,
-                    sp_group=ref_group,
-                )
-            else:
-                ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
-                if self.actor_module is None:  # a reference-only worker decides auto from its own model
-                    use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, ref_model)
-                if ref_group is not None:
-                    enable_ulysses(ref_model)
-                self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
-                self.ref_policy = DataParallelPPOActor(
-                    config=self.config.actor,
-                    actor_module=self.ref_module,
-                    use_remove_padding=use_remove_padding,
-                    sp_group=ref_group,
-                )
-                self.ref_offload = OffloadPolicy(
-                    self.ref_module, None, self.config.ref.fsdp_config, self.compute_device, "actor_rollout_ref.ref"
-                )
+            self._build_reference(ref_source, use_remove_padding)
         if self.actor_module is not None:
             self.actor_offload = OffloadPolicy(
                 self.actor_module,
@@ -279,196 +254,37 @@ class ActorRolloutRefWorker(Worker):
                 "actor_rollout_ref.actor.fsdp_config",
             )
 
-    def _resolve_rollout_name(self) -> str:
-        """``rollout.name``, with ``auto`` resolved: vLLM where it is usable for this model and rank count, else
-        ``hf`` (see :func:`verl.workers.rollout.base.vllm_usable_for`)."""
-        from verl.workers.rollout.base import vllm_usable_for
+    def _build_reference(self, ref_source: torch.nn.Module | None, use_remove_padding: bool) -> None:
+        """The reference policy: the frozen base under the LoRA adapters of the actor, else its own (sharded)
+        copy of the model (``ref_source``: a given module, else loaded from the model path)."""
+        from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-        name = str(self.config.rollout.name)
-        if name != "auto":
-            return name
-        # a user's module object (verl.ActorModel) trains in place: generation must run on it, not on a copy
-        usable, why_not = vllm_usable_for(
-            None if self._given_actor_module is not None else self.model_path,
-            self.world_size,
-            int(self.config.rollout.tensor_model_parallel_size),
+        ref_group = self._sp_group(self.ref_sp)
+        if self._is_lora and self.actor_module is not None:
+            if ref_group is not None:
+                enable_ulysses(self.actor_module)
+            self.ref_policy = DataParallelPPOActor(
+                config=self.config.actor,
+                actor_module=self.actor_module,
+                use_remove_padding=use_remove_padding,
+                sp_group=ref_group,
+            )
+            return
+        ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
+        if self.actor_module is None:  # a reference-only worker decides auto from its own model
+            use_remove_padding = fsdp_utils.resolve_remove_padding(self.config.model.use_remove_padding, ref_model)
+        if ref_group is not None:
+            enable_ulysses(ref_model)
+        self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
+        self.ref_policy = DataParallelPPOActor(
+            config=self.config.actor,
+            actor_module=self.ref_module,
+            use_remove_padding=use_remove_padding,
+            sp_group=ref_group,
         )
-        if not usable:
-            logger.info("rollout.name=auto: using hf because %s", why_not)
-        return "vllm" if usable else "hf"
-
-    def _build_rollout(self) -> None:
-        from verl.workers.rollout.base import get_rollout_class
-
-        if self._given_rollout is not None:
-            self.rollout_name = "given"
-            self.rollout = self._given_rollout
-            self._sync_rollout_weights()
-            return
-        self.rollout_name = self._resolve_rollout_name()
-        failure: Exception | None = None
-        if self.rollout_name != "hf":
-            try:
-                rollout_cls = get_rollout_class(self.rollout_name)
-                self.rollout = rollout_cls(self.model_path, self.config.rollout, tokenizer=self.tokenizer)
-            except Exception as err:  # noqa: BLE001 - decided below, together with the other ranks
-                failure = err
-        # Every rank must run the same engine kind: the weight sync after each update is a collective of the ranks
-        # with an engine, so a rank on hf (its engine failed, or auto decided otherwise there) would leave the
-        # others waiting in it. Asked on every rank, whatever it chose, so that all take part in the all-reduce.
-        started_everywhere = self._all_ranks_agree(self.rollout_name != "hf" and failure is None)
-        if started_everywhere:
-            self._rollout_tp_group = self._build_rollout_tp_group()
-            self._sync_rollout_weights()
-            return
-        if self.rollout_name != "hf":
-            stop = getattr(self.rollout, "shutdown", None)
-            if callable(stop):
-                stop()  # vLLM: its groups on this rank; the actor's world stays
-            self.rollout = None
-            if self.config.rollout.name != "auto":
-                if failure is not None:
-                    raise failure
-                raise RuntimeError(
-                    f"rollout.name={self.rollout_name}: the engine failed to start on another rank (see its log)"
-                )
-            logger.warning(
-                "rollout.name=auto: vLLM failed to start (%s); using the hf engine",
-                failure if failure is not None else "on another rank",
-            )
-            self.rollout_name = "hf"
-        # hybrid engine: generation runs on the very module the actor trains
-        self.rollout = get_rollout_class("hf")(self.actor_module, self.config.rollout, tokenizer=self.tokenizer)
-
-    def _all_ranks_agree(self, ok: bool) -> bool:
-        """Whether ``ok`` holds on every rank (a MIN all-reduce; just ``ok`` without a process group)."""
-        if not (dist.is_initialized() and dist.get_world_size() > 1):
-            return ok
-        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self.compute_device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
-
-    def _build_rollout_tp_group(self) -> Any:
-        """The gloo group of this rank's tensor-parallel rollout engine (None for tp = 1): the
-        ``rollout.tensor_model_parallel_size`` consecutive ranks vLLM made one engine of. They pool their prompt
-        chunks before each generation (a tensor-parallel engine runs one batch across its ranks). Every rank
-        creates every group, in the same order (``new_group`` is collective)."""
-        tp = int(getattr(self.rollout, "tp_size", 1))
-        if tp <= 1:
-            return None
-        world, mine = dist.get_world_size(), None
-        for start in range(0, world, tp):
-            # gloo: the group carries pickled DataProto chunks, which need no device copies
-            group = dist.new_group(list(range(start, start + tp)), backend="gloo")
-            if start <= self.rank < start + tp:
-                mine = group
-        return mine
-
-    def _rollout_weights(self):
-        """``(name, full tensor)`` of the actor under the plain transformers names (LoRA adapters merged in).
-
-        A lazy iterator that gathers one tensor at a time, whose every step is a collective on a sharded model
-        (every rank must drain it; all ranks receive each tensor), when ``rollout.layered_summon`` is set or the
-        actor has more than one rank: each rank then feeds its own engine, and gathering the whole model up front
-        on every rank would hold a second full copy of it beside the engine's. One rank without
-        ``layered_summon``: the whole state dict up front.
-        """
-        module = self.actor_module
-        layered = bool(self.config.rollout.layered_summon) or self.world_size > 1
-        if self._is_lora:
-            items = self._merged_lora_weights(module)
-            return items if layered else iter(list(items))
-        if layered:
-            items = fsdp_utils.iter_full_params_layered(module)
-        else:
-            items = iter(fsdp_utils.get_full_model_state_dict(module).items())
-        # a wrapper (e.g. verl.ActorModel) names its inner transformers model's weights "<prefix><name>"
-        prefix = getattr(module, "weights_prefix", "")
-        if prefix:
-            items = ((k[len(prefix) :] if k.startswith(prefix) else k, v) for k, v in items)
-        return items
-
-    @staticmethod
-    def _merged_lora_weights(module):
-        module.merge_adapter()
-        try:
-            for name, tensor in module.get_base_model().state_dict(keep_vars=True).items():
-                if "lora_" not in name:
-                    yield name.replace(".base_layer.", "."), fsdp_utils.full_tensor_cpu(tensor).clone()
-        finally:
-            module.unmerge_adapter()
-
-    def _sync_rollout_weights(self) -> None:
-        """Push the actor's current weights into this rank's engine (every rank has one; a collective on >1 rank).
-
-        Each rank hands its engine the same lazy sequence of full tensors (:meth:`_rollout_weights`), which the
-        engine consumes one at a time: the peak extra memory is one full tensor plus the engine's own copy of the
-        weights. Whatever the engine leaves unread is drained, also when it raises, so every rank takes part in
-        the same gathers and none waits forever for a rank whose engine failed.
-        """
-        if self.rollout is None or getattr(self, "rollout_name", "hf") == "hf":
-            return
-        items = self._rollout_weights()
-        try:
-            self.rollout.update_weights(items)
-        finally:
-            for _ in items:
-                pass
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_weight_sender(self, host: str, port: int, backend: str) -> None:
-        """Rank 0 opens the weight-transfer group to a rollout process of its own (the asynchronous trainers,
-        :mod:`verl.workers.rollout.weight_transfer`); waits until that process joins."""
-        from verl.workers.rollout.weight_transfer import WeightTransferGroup
-
-        if self.rank == 0:
-            self._weight_sender = WeightTransferGroup(host, port, rank=0, backend=backend)
-            self._weight_sender.connect()
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def send_rollout_weights(self, version: int) -> int:
-        """Push the actor's weights to the rollout process as ``version`` (rank 0 sends; every rank takes part in
-        the gathers of a sharded actor). With LoRA only the adapter tensors travel (``lora_A``/``lora_B`` under
-        the PEFT names; the rollout model carries the same adapters), else the full weights under transformers
-        names. Returns the bytes sent (0 on the other ranks)."""
-        actor = self._require(self.actor, "send_rollout_weights", ("actor", "actor_rollout", "actor_rollout_ref"))
-        if self._is_lora:
-            items = (
-                (name, fsdp_utils.full_tensor_cpu(p.detach()))
-                for name, p in actor.actor_module.named_parameters()
-                if "lora_" in name
-            )
-        else:
-            items = self._rollout_weights()
-        with loaded(self.actor_offload):
-            if self.rank == 0:
-                return self._weight_sender.send(items, {"version": int(version)})
-            for _ in items:
-                pass
-        return 0
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rollout_info(self) -> dict[str, Any]:
-        """Which engine generates on this rank: ``name`` (``hf``, ``vllm``, ``given``), the ``pid`` of the process
-        it runs in and, for vLLM, ``tp_size`` / ``dp_rank`` / ``dp_size`` (tensor-parallel size, index of this
-        rank's replica, number of replicas), ``weight_syncs`` (weight updates received) and ``last_weight_sync_s``.
-        The group returns one dict per rank."""
-        rollout = self._require(self.rollout, "rollout_info", ("rollout", "actor_rollout", "actor_rollout_ref"))
-        info: dict[str, Any] = {"name": self.rollout_name, "rank": self.rank, "pid": os.getpid()}
-        for key in ("tp_size", "dp_rank", "dp_size", "weight_syncs", "last_weight_sync_s"):
-            if hasattr(rollout, key):
-                info[key] = getattr(rollout, key)
-        return info
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def shutdown_rollout(self) -> None:
-        """Stop this rank's rollout engine and release what it holds outside the process (vLLM: its process groups
-        and the shared-memory queue of a tensor-parallel engine, which a killed process would leave in /dev/shm),
-        e.g. before the group's processes are killed. The actor keeps working; generation needs init_model again."""
-        stop = getattr(self.rollout, "shutdown", None)
-        if callable(stop) and self.rollout_name != "hf":
-            stop()
-        self.rollout = None
+        self.ref_offload = OffloadPolicy(
+            self.ref_module, None, self.config.ref.fsdp_config, self.compute_device, "actor_rollout_ref.ref"
+        )
 
     # ------------------------------------------------------------------------------------------------ compute
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -13,7 +13,7 @@ AGENT = "actor_rollout_ref.rollout.agent"
 
 
 def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
-    """Ranges and files of the multi-turn keys; with ``enable`` the engine must be ``hf`` and loops that read chat
+    """Ranges and files of the multi-turn keys; with ``enable`` loops that read chat
     messages need ``data.return_raw_chat``. Keys set while ``enable`` is false are a warning (they do nothing)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopSettings, available_agent_loops
     from verl.experimental.agent_loop.tool_parser import ToolParser
@@ -43,11 +43,6 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
         if set_keys:
             warns.append(f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true")
         return
-    if str(rollout.name) != "hf":
-        errors.append(
-            f"{MT}.enable=true runs the agent loops on the hf engine only in this version; set "
-            f"actor_rollout_ref.rollout.name=hf (got {rollout.name!r})"
-        )
     reads_chat = files[0][1] or files[1][1] or settings.default_agent_loop != "single_turn_agent"
     if reads_chat and not bool(cfg.data.get("return_raw_chat", False)):
         errors.append(

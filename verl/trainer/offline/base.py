@@ -30,6 +30,7 @@ from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
 from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
 from verl.trainer.offline.reference import ReferencePolicyMixin
+from verl.trainer.offline.reporting import OfflineReportMixin
 from verl.utils.checkpoint.checkpoint_manager import is_peft_model
 from verl.utils.checkpoint.layout import (
     check_checkpoint_root,
@@ -60,7 +61,7 @@ def _import_external_lib(name: str | None) -> None:
         raise ConfigError(f"model.external_lib: cannot import {name!r}: {e}") from e
 
 
-class OfflineTrainer(ReferencePolicyMixin):
+class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     """Base of :class:`SFTTrainer`, :class:`DPOTrainer` and :class:`KTOTrainer` (see the module docstring).
 
     Args:
@@ -402,21 +403,6 @@ class OfflineTrainer(ReferencePolicyMixin):
         gen = torch.Generator().manual_seed(int(self.config.data.seed) + epoch)
         return torch.randperm(n, generator=gen).tolist()
 
-    def _make_tracker(self, keep_through_step: int | None = None) -> Any:
-        from verl.utils.tracking import Tracking
-
-        tcfg = self.config.trainer
-        log_dir = tcfg.log_dir or os.path.join(self.output_root, "logs")
-        return Tracking(
-            project_name=str(tcfg.project_name),
-            experiment_name=str(tcfg.experiment_name),
-            default_backend=list(tcfg.logger),
-            config=OmegaConf.to_container(self.config, resolve=True),
-            log_dir=str(log_dir),
-            namespace=tcfg.namespace if tcfg.log_dir else None,
-            keep_through_step=keep_through_step,
-        )
-
     def _seed(self) -> None:
         seed = int(self.config.trainer.seed)
         random.seed(seed)
@@ -437,32 +423,6 @@ class OfflineTrainer(ReferencePolicyMixin):
         )
         if self._reporter is not None:  # rank 0: metrics.png and report.html follow each checkpoint
             self._reporter.update(self.global_step)
-
-    def _make_reporter(self, tracker: Any) -> Any:
-        """The :class:`~verl.utils.tracking.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
-        ``trainer.report.enable``: ``report.html``), None when both are off."""
-        from verl.utils.tracking.report import RunReporter, describe_hardware
-
-        tcfg = self.config.trainer
-        plot = bool(tcfg.plot)
-        report = bool(tcfg.report.enable)
-        if not (plot or report):
-            return None
-        return RunReporter(
-            self.output_root,
-            self.algorithm_name(),
-            self.config,
-            getattr(tracker, "metrics_path", None),
-            plot=plot,
-            report=report,
-            hardware=describe_hardware(str(tcfg.device), str(self.config.model.dtype), self.world_size),
-            extra={
-                "algorithm": self.algorithm_name(),
-                "project": str(tcfg.project_name),
-                "experiment": str(tcfg.experiment_name),
-                "total_steps": int(self._plan()[1]),
-            },
-        )
 
     def _any_rank(self, flag: bool) -> bool:
         """``flag`` OR-ed over all ranks (one tiny all-reduce), so every rank stops after the same step."""
@@ -497,6 +457,48 @@ class OfflineTrainer(ReferencePolicyMixin):
         if self.rank == 0:  # said before the first step, so a continued run is never mistaken for a new one
             print(f"[verl] resumed from {path} at step {self.global_step}", flush=True)
 
+    def _build_optimizer(self, total: int) -> None:
+        """The optimizer over the trainable parameters and its schedule over ``total`` steps (``optim.*``)."""
+        optim_cfg = OmegaConf.to_container(self.config.optim)
+        optim_cfg["total_training_steps"] = total
+        self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], optim_cfg)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_cfg, total_training_steps=total)
+
+    def _timed_step(self, rows: Sequence[int], epoch: float) -> dict[str, float]:
+        """One optimizer step on this rank's ``rows`` of the training set; its metrics with ``epoch``,
+        ``perf/time_per_step`` and ``perf/throughput`` (tokens / s / rank, verl's name)."""
+        t0 = time.perf_counter()
+        metrics = self._train_step([self.train_dataset[i] for i in rows])
+        self.global_step += 1
+        metrics["epoch"] = epoch
+        seconds = metrics["perf/time_per_step"] = time.perf_counter() - t0
+        if "perf/total_num_tokens" in metrics:
+            metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / (seconds * self.world_size)
+        return metrics
+
+    def _finish_training(
+        self, epoch: int, saved_at: int, stop: GracefulStop | None, final: dict[str, float], tracker: Any
+    ) -> None:
+        """After the loop: the final evaluation (into ``final``), a checkpoint of the last step unless just saved,
+        and either the stop message (``stop``: the signal that ended the run early) or the HF export."""
+        if self.eval_dataset is not None and stop is None:
+            eval_metrics = self.evaluate()
+            final.update(eval_metrics)
+            if tracker is not None:
+                tracker.log(eval_metrics, step=self.global_step)
+        if saved_at != self.global_step:
+            self._save(epoch)
+        if stop is not None:
+            self.stopped_by = stop.signal_name or "signal on another rank"
+            if self.rank == 0:
+                console_write(  # above the progress bar, which is still shown
+                    f"[verl] stopped by {self.stopped_by} after step {self.global_step}; checkpoint "
+                    f"{get_step_dir(self.output_root, self.global_step)}; run the same command again to resume",
+                    sys.stderr,
+                )
+        elif self.config.trainer.export_hf:
+            ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:
         the last logged training metrics, ``global_step``, and ``eval/*`` when there is an eval dataset."""
@@ -510,10 +512,7 @@ class OfflineTrainer(ReferencePolicyMixin):
         self._ensure_reference(self.train_dataset)
         if self.eval_dataset is not None:
             self._ensure_reference(self.eval_dataset)
-        optim_cfg = OmegaConf.to_container(self.config.optim)
-        optim_cfg["total_training_steps"] = total
-        self.optimizer = build_optimizer([p for p in self.model.parameters() if p.requires_grad], optim_cfg)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_cfg, total_training_steps=total)
+        self._build_optimizer(total)
         self.global_step = 0
         self._resume()
         saved_at = self.global_step if self.global_step > 0 else -1
@@ -536,15 +535,8 @@ class OfflineTrainer(ReferencePolicyMixin):
                     for b in range(first_batch, per_epoch):
                         if self.global_step >= total:
                             break
-                        t0 = time.perf_counter()
                         rows = order[b * bsz : (b + 1) * bsz][self.rank :: self.world_size]
-                        metrics = self._train_step([self.train_dataset[i] for i in rows])
-                        self.global_step += 1
-                        metrics["epoch"] = epoch + (b + 1) / per_epoch
-                        metrics["perf/time_per_step"] = time.perf_counter() - t0
-                        if "perf/total_num_tokens" in metrics:  # tokens / s / rank (verl's perf/throughput)
-                            step_tokens = metrics["perf/total_num_tokens"]
-                            metrics["perf/throughput"] = step_tokens / (metrics["perf/time_per_step"] * self.world_size)
+                        metrics = self._timed_step(rows, epoch + (b + 1) / per_epoch)
                         window.append(metrics)
                         stopping = self._any_rank(stop.requested)
                         if self.global_step % logging_steps == 0 or self.global_step == total or stopping:
@@ -569,23 +561,7 @@ class OfflineTrainer(ReferencePolicyMixin):
                         break
                     first_batch = 0
                     epoch += 1
-            if self.eval_dataset is not None and not stopping:
-                eval_metrics = self.evaluate()
-                final.update(eval_metrics)
-                if tracker is not None:
-                    tracker.log(eval_metrics, step=self.global_step)
-            if saved_at != self.global_step:
-                self._save(epoch)
-            if stopping:
-                self.stopped_by = stop.signal_name or "signal on another rank"
-                if self.rank == 0:
-                    console_write(  # above the progress bar, which is still shown
-                        f"[verl] stopped by {self.stopped_by} after step {self.global_step}; checkpoint "
-                        f"{get_step_dir(self.output_root, self.global_step)}; run the same command again to resume",
-                        sys.stderr,
-                    )
-            elif tcfg.export_hf:
-                ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+            self._finish_training(epoch, saved_at, stop if stopping else None, final, tracker)
         except BaseException as err:
             failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
             raise

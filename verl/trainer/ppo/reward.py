@@ -127,26 +127,12 @@ def _drop_unaccepted_safety_kwargs(manager_cls: type, kwargs: dict[str, Any]) ->
                 )
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
-    """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
-
-    The scoring function is, in order: the custom function (``custom_reward_function.path``), the remote scorer
-    (``reward_model.remote.url``), or ``default_compute_score`` (with ``reward_model.sandbox_fusion.url`` bound for
-    code data sources); setting both a custom function and a remote URL
-    is an error. ``on_error``, ``timeout_s``, ``batch_timeout_s``, ``num_workers``, ``data.reward_fn_key`` and
-    (for dapo) ``overlong_buffer`` with ``data.max_response_length`` come from the config; ``reward_kwargs`` go to
-    the manager's constructor.
-    """
-    from verl.workers.reward_manager import get_reward_manager_cls
-    from verl.workers.reward_manager.batch import BatchRewardManager, per_sample_to_batch
-    from verl.workers.reward_manager.dapo import DAPORewardManager
-    from verl.workers.reward_manager.judge import JudgeRewardManager
-
-    rm_cfg = _section(config, "reward_model", RewardModelConfig)
-    data_cfg = _section(config, "data", DataConfig)
-    name = rm_cfg.reward_manager or "naive"
-    manager_cls = get_reward_manager_cls(str(name))
-    is_batch = issubclass(manager_cls, BatchRewardManager)
+def resolve_compute_score(config: Any, rm_cfg: RewardModelConfig, is_batch: bool) -> Any:
+    """The scoring function of the reward manager: the custom function (``custom_reward_function.path``), the remote
+    scorer (``reward_model.remote.url``; both set is an error), ``default_compute_score`` bound to the Sandbox Fusion
+    server (``reward_model.sandbox_fusion.url``), or None (the manager's default). A per-sample function given to a
+    batch manager (``is_batch``) is looped over."""
+    from verl.workers.reward_manager.batch import per_sample_to_batch
 
     remote_cfg = rm_cfg.remote
     remote_url = remote_cfg.url
@@ -178,7 +164,31 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     elif compute_score is not None and is_batch and not takes_batch(compute_score):
         # A per-sample function given to the batch manager is looped over.
         compute_score = per_sample_to_batch(compute_score)
+    return compute_score
 
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
+    """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
+
+    The scoring function is, in order: the custom function (``custom_reward_function.path``), the remote scorer
+    (``reward_model.remote.url``), or ``default_compute_score`` (with ``reward_model.sandbox_fusion.url`` bound for
+    code data sources); setting both a custom function and a remote URL
+    is an error. ``on_error``, ``timeout_s``, ``batch_timeout_s``, ``num_workers``, ``data.reward_fn_key`` and
+    (for dapo) ``overlong_buffer`` with ``data.max_response_length`` come from the config; ``reward_kwargs`` go to
+    the manager's constructor.
+    """
+    from verl.workers.reward_manager import get_reward_manager_cls
+    from verl.workers.reward_manager.batch import BatchRewardManager
+    from verl.workers.reward_manager.dapo import DAPORewardManager
+    from verl.workers.reward_manager.judge import JudgeRewardManager
+
+    rm_cfg = _section(config, "reward_model", RewardModelConfig)
+    data_cfg = _section(config, "data", DataConfig)
+    name = rm_cfg.reward_manager or "naive"
+    manager_cls = get_reward_manager_cls(str(name))
+    is_batch = issubclass(manager_cls, BatchRewardManager)
+
+    compute_score = resolve_compute_score(config, rm_cfg, is_batch)
     kwargs: dict[str, Any] = {
         "compute_score": compute_score,
         "reward_fn_key": data_cfg.reward_fn_key or "data_source",

@@ -240,6 +240,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         **engine_kwargs: extra ``vllm.LLM`` arguments (they override the ones derived from the config).
     """
 
+    # inside the agent loops of a batch: the engine stays awake between their turn requests
+    _serving_agent_loops: bool = False
+
     def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
         vllm = import_vllm()
         self.config = config
@@ -427,7 +430,20 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; prompts go in as token ids with their left padding removed, a
-        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`)."""
+        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`).
+
+        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
+        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`): their turn requests come back here,
+        batched, while the engine stays awake for the whole batch (no sleep between turns)."""
+        if self.uses_agent_loops(prompts):
+            self._wake({"weights", "kv_cache"})
+            self._serving_agent_loops = True
+            try:
+                return self.run_agent_loops(prompts)
+            finally:
+                self._serving_agent_loops = False
+                if self._sleep_enabled:
+                    self._sleep()
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, _ = check_prompts(prompts)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
@@ -436,7 +452,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
-            if self._sleep_enabled:
+            if self._sleep_enabled and not self._serving_agent_loops:
                 self._sleep()
         bs, length = len(outputs), settings.response_length
         responses = torch.full((bs, length), pad_id, dtype=input_ids.dtype)

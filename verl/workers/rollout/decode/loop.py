@@ -113,6 +113,21 @@ class _StepConsts:
     pad_id: int
     bans: bool  # some tokens are never sampled (``st.banned``)
 
+    @classmethod
+    def of(cls, settings: Any, pad_id: int, bans: bool) -> _StepConsts:
+        """The constants of a call with the rollout's :class:`~verl.workers.rollout.base.SamplingSettings`."""
+        return cls(
+            greedy=settings.greedy,
+            temperature=float(settings.temperature),
+            top_k=int(settings.top_k),
+            top_p=float(settings.top_p),
+            min_new_tokens=int(settings.min_new_tokens),
+            logprob_temperature=float(settings.logprob_temperature),
+            calculate_log_probs=bool(settings.calculate_log_probs),
+            pad_id=int(pad_id),
+            bans=bans,
+        )
+
 
 class DecodeLoop:
     """Sample responses after left-padded prompts with one model forward (see the module docstring).
@@ -391,17 +406,7 @@ class DecodeLoop:
             if weights != self._param_key:  # parameters re-allocated: captured graphs read stale storage
                 self.release()
                 self._param_key = weights
-        consts = _StepConsts(
-            greedy=settings.greedy,
-            temperature=float(settings.temperature),
-            top_k=int(settings.top_k),
-            top_p=float(settings.top_p),
-            min_new_tokens=int(settings.min_new_tokens),
-            logprob_temperature=float(settings.logprob_temperature),
-            calculate_log_probs=bool(settings.calculate_log_probs),
-            pad_id=int(pad_id),
-            bans=bool(banned_ids),
-        )
+        consts = _StepConsts.of(settings, pad_id, bool(banned_ids))
         exact = self.mode == "eager"
         rows = bs if exact else bucket_size(bs)
         # round the capacity so prompts of similar lengths share buffers (and graphs)
