@@ -92,7 +92,8 @@ def actual_params(obj: Any) -> list[str]:
     fn = obj.__init__ if inspect.isclass(obj) else obj
     out = []
     for p in inspect.signature(fn).parameters.values():
-        if p.name in ("self", "cls"):
+        # _ray_trace_ctx: Ray adds it to the methods of a class once an actor of it was created in this process
+        if p.name in ("self", "cls", "_ray_trace_ctx"):
             continue
         prefix = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
         out.append(prefix + p.name + ("=" if p.default is not p.empty else ""))
