@@ -72,15 +72,14 @@ def test_vllm_requests_send_images_with_raw_prompt_ids() -> None:
     assert vllm_requests(ids, mask, {}) == [{"prompt_token_ids": [5, 6, 7]}, {"prompt_token_ids": [8, 9, 10, 11]}]
 
 
-def test_lora_adapts_only_the_language_model_and_padding_is_refused() -> None:
+def test_lora_adapts_only_the_language_model_and_padding_follows_the_text_rule() -> None:
     from verl.utils.fsdp_utils import resolve_remove_padding
     from verl.utils.models.lora import apply_lora
     from verl.utils.models.tiny_vlm import make_tiny_vlm
 
     model, _ = make_tiny_vlm("qwen2_vl")
-    assert resolve_remove_padding(None, model) is False
-    with pytest.raises(ValueError, match="use_remove_padding=true is not supported for vision-language models"):
-        resolve_remove_padding(True, model)
+    assert resolve_remove_padding(None, model) is False  # sdpa: packing would attend one big masked square
+    assert resolve_remove_padding(True, model) is True
     peft_model = apply_lora(model, 4, 8, "all-linear")
     trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)

@@ -103,8 +103,6 @@ def test_rollout_log_probs_equal_actor_log_probs(arch, dataset, processor) -> No
         ValueError, match="no row carries multi_modal_inputs"
     ):  # placeholders without their images are refused, not silently scored
         vision_forward_kwargs(model, out.batch["input_ids"], out.batch["attention_mask"], [None] * 6)
-    with pytest.raises(ValueError, match="use_remove_padding"):
-        DataParallelPPOActor(actor_config(), model, use_remove_padding=True).compute_log_prob(out)
 
 
 def test_micro_batches_and_shuffled_minibatches_keep_each_samples_images(dataset, processor) -> None:

@@ -1,5 +1,6 @@
 """The actor/rollout worker on a tiny Qwen2-VL directory: the processor is loaded with the model,
-``actor.freeze_vision_tower`` keeps the vision tower out of the update, and packing is refused."""
+``actor.freeze_vision_tower`` keeps the vision tower out of the update, packed (remove-padding) micro-batches
+included."""
 
 from __future__ import annotations
 
@@ -42,11 +43,11 @@ def _group(model_dir: str, *extra: str):
 def test_freeze_vision_tower_through_the_worker(tmp_path) -> None:
     model_dir = str(tmp_path / "model")
     _, processor = make_tiny_vlm("qwen2_vl", save_dir=model_dir)
-    with pytest.raises(ValueError, match="use_remove_padding=true is not supported for vision-language models"):
-        _group(model_dir, "actor_rollout_ref.model.use_remove_padding=true")
-    group = _group(model_dir, "actor_rollout_ref.actor.freeze_vision_tower=true")
+    group = _group(
+        model_dir, "actor_rollout_ref.actor.freeze_vision_tower=true", "actor_rollout_ref.model.use_remove_padding=true"
+    )
     worker = group.workers[0]
-    assert worker.processor is not None and worker.actor.use_remove_padding is False
+    assert worker.processor is not None and worker.actor.use_remove_padding is True
     module = worker.actor_module
     visual = {n: p.detach().clone() for n, p in module.model.visual.named_parameters()}
     lm_head = module.lm_head.weight.detach().clone()

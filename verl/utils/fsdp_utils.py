@@ -180,17 +180,8 @@ def resolve_remove_padding(setting: bool | None, model: nn.Module) -> bool:
     """``model.use_remove_padding``: an explicit true/false as given; null (auto) packs the valid tokens only when
     the model's attention has variable-length kernels (``flash_attention_2``/``_3``). With ``sdpa`` or ``eager``
     attention a packed row of ``n`` tokens is attended as one ``n x n`` block-masked square, more work than the
-    padded rows, so auto leaves padding on there. A vision-language model
-    never packs (its images and 3-D rotary positions are per padded row): auto is off, an explicit true is refused."""
-    from verl.utils.models.vlm import is_vision_language_model
-
-    if is_vision_language_model(model):
-        if setting:
-            raise ValueError(
-                "actor_rollout_ref.model.use_remove_padding=true is not supported for vision-language models "
-                f"({type(model).__name__}): set it to false or null"
-            )
-        return False
+    padded rows, so auto leaves padding on there. Vision-language models follow the same rule: their images and
+    M-RoPE positions are packed with the tokens (:func:`verl.utils.models.vlm.pack_vision_inputs`)."""
     if setting is not None:
         return bool(setting)
     config = getattr(model, "config", None)

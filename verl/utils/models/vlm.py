@@ -7,6 +7,7 @@
   ``get_rope_index`` (Qwen2-VL's M-RoPE: a ``[3, bs, seq]`` temporal/height/width index, Wang et al. 2024,
   "Qwen2-VL", section 2.1), computed on the whole sequence so that the rollout's prefill and the actor's forward see
   the same positions.
+* :func:`pack_vision_inputs` - the same inputs for the packed (remove-padding) forward of those rows.
 * :func:`freeze_vision_tower` - ``actor.freeze_vision_tower``.
 * :func:`image_only_processor` - a Qwen2-VL processor without a video processor, for installs without
   torchvision (transformers' video processors need it); :func:`load_processor` falls back to it.
@@ -31,6 +32,7 @@ __all__ = [
     "multi_modal_token_types",
     "placeholder_token_ids",
     "unwrap_model",
+    "pack_vision_inputs",
     "vision_forward_kwargs",
     "vision_tower",
 ]
@@ -178,6 +180,39 @@ def vision_forward_kwargs(
         )
         out["position_ids"] = position_ids
     return out
+
+
+def pack_vision_inputs(
+    extra_inputs: dict[str, Any], indices: torch.Tensor, text_position_ids: torch.Tensor
+) -> dict[str, Any]:
+    """:func:`vision_forward_kwargs`' inputs for the packed row of the same batch (``use_remove_padding``).
+
+    Packing (:func:`verl.utils.padding.pack_padded_batch`) keeps the rows in order and each row's tokens in order,
+    so the concatenated ``pixel_values`` / ``image_grid_thw`` still meet their placeholders in the same order and
+    pass unchanged. The per-token inputs are gathered at the packed tokens' flat indices: ``mm_token_type_ids
+    [bs, seq] -> [1, total]``, and the M-RoPE positions ``[3, bs, seq] -> [3, 1, total]``, computed per padded row
+    before packing so every sample keeps its own temporal/height/width index. The text positions
+    ``text_position_ids [1, total]`` (restarting at 0 for each sample) are prepended, giving ``[4, 1, total]``:
+    the layout transformers' Qwen2-VL / Qwen2.5-VL text model takes for packed input, where the first row marks
+    the sequence boundaries for the block-diagonal (or flash-attention varlen) mask and the other three rotate.
+
+    Args:
+        extra_inputs: the output of :func:`vision_forward_kwargs` for the padded ``[bs, seq]`` batch.
+        indices: ``[total]`` flat index ``row * seq + col`` of each packed token (``PackedBatch.indices``).
+        text_position_ids: ``[1, total]`` per-sample positions of the packed tokens (``PackedBatch.position_ids``).
+    """
+    packed = dict(extra_inputs)
+    types = extra_inputs.get("mm_token_type_ids")
+    if types is not None:
+        packed["mm_token_type_ids"] = types.reshape(-1).index_select(0, indices).unsqueeze(0)
+    positions = extra_inputs.get("position_ids")
+    if positions is not None:
+        if positions.dim() != 3 or positions.shape[0] != 3:
+            shape = tuple(positions.shape)
+            raise ValueError(f"pack_vision_inputs: expected M-RoPE positions [3, bs, seq], got {shape}")
+        rope = positions.reshape(3, -1).index_select(1, indices).unsqueeze(1)
+        packed["position_ids"] = torch.cat([text_position_ids.to(rope).unsqueeze(0), rope], dim=0)
+    return packed
 
 
 # ------------------------------------------------------------------------------------------------------ processor

@@ -15,7 +15,7 @@ from tensordict import TensorDict
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.base_config import omega_conf_to_dataclass
 from verl.utils.models.loader import forward_logits
-from verl.utils.models.vlm import vision_forward_kwargs
+from verl.utils.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
@@ -150,7 +150,8 @@ def response_logits_forward(
         entropy_requires_grad: keep the entropy in the graph (entropy bonus); otherwise it is computed detached.
         use_remove_padding: pack the valid tokens and run without padding.
         extra_inputs: further model inputs of the padded rows (a VLM's images and 3-D positions, see
-            :func:`~verl.utils.models.vlm.vision_forward_kwargs`); refused with ``use_remove_padding``.
+            :func:`~verl.utils.models.vlm.vision_forward_kwargs`); packed with the tokens under
+            ``use_remove_padding`` (:func:`~verl.utils.models.vlm.pack_vision_inputs`).
 
     Returns:
         ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32; values at padded response
@@ -166,19 +167,18 @@ def response_logits_forward(
         return _entropy_of(logits, calculate_entropy, entropy_requires_grad)
 
     if use_remove_padding:
-        if extra_inputs:
-            raise ValueError(
-                "use_remove_padding (packing) does not support vision-language inputs: images and 3-D positions "
-                "are per padded row; set actor_rollout_ref.model.use_remove_padding=false"
-            )
         packed = pack_padded_batch(input_ids, attention_mask)
+        if extra_inputs:  # a VLM's images pass as they are; its token types and M-RoPE positions are packed too
+            extra_inputs = pack_vision_inputs(extra_inputs, packed.indices, packed.position_ids)
         labels = next_token_labels(packed.input_ids)[0]
         # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
         cols = packed.indices % seqlen
         keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
         keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
         # the LM head runs on the scoring positions only when the model supports it (transformers: logits_to_keep)
-        logits = forward_logits(module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx)[0]
+        logits = forward_logits(
+            module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx, extra_inputs=extra_inputs
+        )[0]
         if logits.shape[0] != keep_idx.numel():
             logits = logits.index_select(0, keep_idx)
         if temperature != 1.0:
