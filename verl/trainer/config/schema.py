@@ -90,6 +90,7 @@ class DataConfig(BaseConfig):
     dataloader_num_workers: int = 0
     image_key: str = "images"
     video_key: str = "videos"
+    video_max_frames: int = 16
     return_multi_modal_inputs: bool = True
     min_pixels: Optional[int] = None
     max_pixels: Optional[int] = None

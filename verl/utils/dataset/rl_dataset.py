@@ -4,7 +4,10 @@ Schema of a row (verl's): ``data_source`` (str), ``prompt`` (list of chat messag
 ``ability`` (str, optional), ``reward_model`` (``{"style", "ground_truth"}``), ``extra_info`` (dict, optional).
 Vision-language rows add ``images`` (``data.image_key``): a list of images (bytes, paths, PIL images or
 ``{"bytes"|"image": ...}`` dicts, see :mod:`verl.utils.dataset.vision_utils`) that the ``<image>`` placeholders of the
-prompt's messages refer to, in order.
+prompt's messages refer to, in order. Rows with videos add ``videos`` (``data.video_key``): a list of videos, each a
+list of frames (any image form above), a directory of frame images, a video file path (decoded with OpenCV when it is
+installed) or ``{"video": ..., "fps": ...}`` (see :mod:`verl.utils.dataset.video_utils`), that the ``<video>``
+placeholders refer to, in order.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from verl.base_config import get_config_value
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
-from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, processor_inputs
+from verl.utils.dataset.video_utils import DEFAULT_VIDEO_MAX_FRAMES, is_video_file, video_decoder
+from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER, processor_inputs
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
@@ -77,19 +81,23 @@ class RLHFDataset(torch.utils.data.Dataset):
         config: the ``data`` config section (keys: ``prompt_key``, ``max_prompt_length``, ``return_raw_chat``,
             ``filter_overlong_prompts``, ``truncation``, ``apply_chat_template``, optional ``max_samples``).
         processor: the multi-modal processor of a vision-language model (``hf_processor``) or None. With one,
-            rows with images (``data.image_key``) go through ``processor.apply_chat_template`` and ``processor``
-            (which expands each image's placeholder to its patch count); keys ``image_key`` (``images``),
-            ``video_key`` (``videos``: refused, not supported yet), ``return_multi_modal_inputs`` (true),
-            ``min_pixels`` / ``max_pixels`` (null: the processor's own limits) apply.
+            rows with images (``data.image_key``) or videos (``data.video_key``) go through
+            ``processor.apply_chat_template`` and ``processor`` (which expands each image's or video's placeholder
+            to its patch count); keys ``image_key`` (``images``), ``video_key`` (``videos``),
+            ``video_max_frames`` (16: longer videos keep that many evenly spaced frames),
+            ``return_multi_modal_inputs`` (true), ``min_pixels`` / ``max_pixels`` (null: the processor's own
+            limits; they apply to images and to each video frame) apply.
 
     ``__getitem__`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (1-D ``[max_prompt_length]``,
     left-padded), ``raw_prompt_ids`` (list of ids, unpadded), ``raw_prompt`` (the messages, when
     ``return_raw_chat``), ``data_source``, ``reward_model``, ``extra_info``, ``ability`` and ``index``. With a
-    processor, also ``multi_modal_data`` (``{"image": [PIL images]}``, what vLLM takes) and, with
-    ``return_multi_modal_inputs``, ``multi_modal_inputs`` (``{"pixel_values": [patches, dim], "image_grid_thw":
-    [images, 3]}``, what the model's forward takes); rows without images get ``{}`` for both. ``position_ids`` stay
-    the 1-D text positions: the model's 3-D rotary positions are computed from the tokens and image grids at every
-    forward (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
+    processor, also ``multi_modal_data`` (``{"image": [PIL images], "video": [[PIL frames], ...]}``, keys present
+    only when the row has them, what vLLM takes) and, with ``return_multi_modal_inputs``, ``multi_modal_inputs``
+    (``{"pixel_values": [patches, dim], "image_grid_thw": [images, 3]}`` for images; ``{"pixel_values_videos":
+    [video_patches, dim], "video_grid_thw": [videos, 3], "second_per_grid_ts": [videos]}`` for videos: what the
+    model's forward takes); rows without either get ``{}`` for both. ``position_ids`` stay the 1-D text positions:
+    the model's 3-D rotary positions are computed from the tokens and image/video grids at every forward
+    (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
     """
 
     def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:
@@ -111,6 +119,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.processor = processor
         self.image_key: str = str(get_config_value(config, "image_key", "images"))
         self.video_key: str = str(get_config_value(config, "video_key", "videos"))
+        self.video_max_frames: int = int(get_config_value(config, "video_max_frames", DEFAULT_VIDEO_MAX_FRAMES))
         self.return_multi_modal_inputs: bool = bool(get_config_value(config, "return_multi_modal_inputs", True))
         self.min_pixels: int | None = get_config_value(config, "min_pixels", None)
         self.max_pixels: int | None = get_config_value(config, "max_pixels", None)
@@ -118,6 +127,8 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.max_samples: int = -1 if max_samples is None else int(max_samples)
         if self.max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")
+        if self.video_max_frames < 1:
+            raise ValueError(f"data.video_max_frames must be >= 1, got {self.video_max_frames}")
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
 
@@ -265,26 +276,41 @@ class RLHFDataset(torch.utils.data.Dataset):
         ability = row.get("ability")
         if ability is not None and not isinstance(ability, str):
             raise ValueError(f"{where} column 'ability': expected a string or null, got {ability!r}")
-        if row.get(self.video_key):
-            raise ValueError(f"{where} column {self.video_key!r}: video inputs are not supported yet")
-        images = row.get(self.image_key)
-        if images is None or (isinstance(images, list) and not images):
+        for key, kind, tag in (
+            (self.image_key, "images", IMAGE_PLACEHOLDER),
+            (self.video_key, "videos", VIDEO_PLACEHOLDER),
+        ):
+            self._validate_media(row, messages, key, kind, tag, where)
+
+    def _validate_media(
+        self, row: dict[str, Any], messages: list[dict[str, str]], key: str, kind: str, tag: str, where: str
+    ) -> None:
+        """Column ``key`` of ``row`` holds a list of ``kind`` (images or videos) matching the ``tag`` placeholders."""
+        media = row.get(key)
+        if media is None or (isinstance(media, list) and not media):
             return
-        if not isinstance(images, list):
-            raise ValueError(
-                f"{where} column {self.image_key!r}: expected a list of images, got {type(images).__name__}"
-            )
+        if not isinstance(media, list):
+            raise ValueError(f"{where} column {key!r}: expected a list of {kind}, got {type(media).__name__}")
         if self.processor is None:
             raise ValueError(
-                f"{where} has {len(images)} images in column {self.image_key!r} but no processor was given: the model "
+                f"{where} has {len(media)} {kind} in column {key!r} but no processor was given: the model "
                 "at actor_rollout_ref.model.path has no multi-modal processor (is it a vision-language model?)"
             )
-        placeholders = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages)
-        if placeholders != len(images):
+        placeholders = sum(m["content"].count(tag) for m in messages)
+        if placeholders != len(media):
             raise ValueError(
-                f"{where}: the prompt has {placeholders} {IMAGE_PLACEHOLDER} placeholders but column "
-                f"{self.image_key!r} holds {len(images)} images; each image needs one placeholder, in order"
+                f"{where}: the prompt has {placeholders} {tag} placeholders but column {key!r} holds {len(media)} "
+                f"{kind}; each {kind[:-1]} needs one placeholder, in order"
             )
+        if kind == "videos" and video_decoder() is None:
+            for k, video in enumerate(media):
+                source = video.get("video") if isinstance(video, dict) else video
+                if is_video_file(source) and not os.path.isdir(str(source)):
+                    raise ValueError(
+                        f"{where} column {key!r} video {k}: video file {str(source)!r} needs a video decoder and "
+                        "none is installed (OpenCV: pip install opencv-python-headless); store the video as a list "
+                        "of frames or a directory of frame images instead"
+                    )
 
     def _prompt_text(self, messages: list[dict[str, str]]) -> str:
         if self.use_chat_template:
@@ -292,25 +318,32 @@ class RLHFDataset(torch.utils.data.Dataset):
         # No template: the raw message contents, one per line.
         return "\n".join(m["content"] for m in messages)
 
-    def _has_images(self, row: dict[str, Any]) -> bool:
-        return self.processor is not None and bool(row.get(self.image_key))
+    def _has_vision(self, row: dict[str, Any]) -> bool:
+        return self.processor is not None and bool(row.get(self.image_key) or row.get(self.video_key))
 
     def _process_multi_modal(
         self, row: dict[str, Any], origin: tuple[str, int]
-    ) -> tuple[list[int], dict[str, torch.Tensor], list[Any], list[int]]:
-        """A row with images -> ``(prompt ids, multi_modal_inputs, images, raw ids)`` through the processor: the
-        placeholders become image content parts of the chat template, the processor expands each image block to
-        the image's merged patch count; the raw ids keep one placeholder token per image (what vLLM expands
-        itself, as upstream's ``raw_prompt_ids``)."""
+    ) -> tuple[list[int], dict[str, torch.Tensor], dict[str, list[Any]], list[int]]:
+        """A row with images/videos -> ``(prompt ids, multi_modal_inputs, multi_modal_data, raw ids)`` through the
+        processor: the placeholders become image/video content parts of the chat template, the processor expands
+        each image/video block to its merged patch count; the raw ids keep one placeholder token per image or video
+        (what vLLM expands itself, as upstream's ``raw_prompt_ids``)."""
         where = f"RLHFDataset: {origin[0]} row {origin[1]}"
-        ids, mm_inputs, images, text = processor_inputs(
-            self.processor, row[self.prompt_key], row[self.image_key], where, self.min_pixels, self.max_pixels
+        ids, mm_inputs, media, text = processor_inputs(
+            self.processor,
+            row[self.prompt_key],
+            row.get(self.image_key),
+            where,
+            self.min_pixels,
+            self.max_pixels,
+            videos=row.get(self.video_key),
+            video_max_frames=self.video_max_frames,
         )
         raw_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return ids, mm_inputs, images, raw_ids
+        return ids, mm_inputs, media, raw_ids
 
     def _tokenize(self, row: dict[str, Any], origin: tuple[str, int]) -> list[int]:
-        if self._has_images(row):
+        if self._has_vision(row):
             return self._process_multi_modal(row, origin)[0]
         messages = row[self.prompt_key]
         try:
@@ -345,16 +378,17 @@ class RLHFDataset(torch.utils.data.Dataset):
         multi_modal: dict[str, Any] | None = None
         ids = self._token_ids[item]
         raw_ids: list[int] | None = None
-        if self._has_images(row):
-            ids, mm_inputs, images, raw_ids = self._process_multi_modal(row, self._origins[item])
+        if self._has_vision(row):
+            ids, mm_inputs, media, raw_ids = self._process_multi_modal(row, self._origins[item])
             if len(ids) > self.max_prompt_length:  # cutting through an image's tokens would orphan its patches
                 path, row_no = self._origins[item]
                 raise ValueError(
-                    f"RLHFDataset: {path} row {row_no}: prompt with images is {len(ids)} tokens, longer than "
-                    f"data.max_prompt_length={self.max_prompt_length}; prompts with images are never truncated: set "
-                    "data.filter_overlong_prompts=true, a larger data.max_prompt_length or a smaller data.max_pixels"
+                    f"RLHFDataset: {path} row {row_no}: prompt with images/videos is {len(ids)} tokens, longer than "
+                    f"data.max_prompt_length={self.max_prompt_length}; such prompts are never truncated: set "
+                    "data.filter_overlong_prompts=true, a larger data.max_prompt_length, a smaller data.max_pixels or "
+                    "fewer data.video_max_frames"
                 )
-            multi_modal = {"multi_modal_data": {"image": images}}
+            multi_modal = {"multi_modal_data": media}
             if self.return_multi_modal_inputs:
                 multi_modal["multi_modal_inputs"] = mm_inputs
         elif self.processor is not None:

@@ -18,11 +18,12 @@ __all__ = ["VISION_TOKENS", "VLM_CHAT_TEMPLATE", "make_tiny_vlm", "make_tiny_vlm
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
-# ChatML-like, with Qwen2-VL's image block for {"type": "image"} content parts
+# ChatML-like, with Qwen2-VL's image / video blocks for {"type": "image"} / {"type": "video"} content parts
 VLM_CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )

@@ -9,12 +9,14 @@
   the same positions.
 * :func:`pack_vision_inputs` - the same inputs for the packed (remove-padding) forward of those rows.
 * :func:`freeze_vision_tower` - ``actor.freeze_vision_tower``.
-* :func:`image_only_processor` - a Qwen2-VL processor without a video processor, for installs without
-  torchvision (transformers' video processors need it); :func:`load_processor` falls back to it.
+* :func:`image_only_processor` - a Qwen2-VL processor without transformers' video processor, for installs without
+  torchvision (transformers' video processors need it); :func:`load_processor` falls back to it. It still takes
+  videos given as frames (:func:`video_inputs_from_frames`).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +35,7 @@ __all__ = [
     "placeholder_token_ids",
     "unwrap_model",
     "pack_vision_inputs",
+    "video_inputs_from_frames",
     "vision_forward_kwargs",
     "vision_tower",
 ]
@@ -120,6 +123,19 @@ def _concat(rows: Sequence[dict[str, Any] | None], key: str) -> torch.Tensor | N
     return torch.cat(parts, dim=0) if parts else None
 
 
+def _seconds_per_grid(rows: Sequence[dict[str, Any] | None]) -> torch.Tensor | None:
+    """``second_per_grid_ts [videos]`` of the rows' videos in row order (1.0 for a video whose row has none), or None
+    without videos: the seconds one temporal patch spans, which Qwen2.5-VL's rotary positions scale by."""
+    parts = []
+    for r in rows:
+        if r is None or r.get("video_grid_thw") is None:
+            continue
+        videos = int(torch.as_tensor(r["video_grid_thw"]).shape[0])
+        seconds = r.get("second_per_grid_ts")
+        parts.append(torch.ones(videos) if seconds is None else torch.as_tensor(seconds, dtype=torch.float32))
+    return torch.cat(parts) if parts else None
+
+
 def vision_forward_kwargs(
     module: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -127,14 +143,15 @@ def vision_forward_kwargs(
     rows: Sequence[dict[str, Any] | None],
 ) -> dict[str, Any]:
     """Extra forward kwargs for ``input_ids``/``attention_mask`` ``[bs, seq]`` whose row ``i`` carries the
-    processor outputs ``rows[i]`` (``pixel_values [patches_i, dim]``, ``image_grid_thw [images_i, 3]``; None for a
-    row without images).
+    processor outputs ``rows[i]`` (``pixel_values [patches_i, dim]``, ``image_grid_thw [images_i, 3]``,
+    ``pixel_values_videos [video_patches_i, dim]``, ``video_grid_thw [videos_i, 3]``, optionally
+    ``second_per_grid_ts [videos_i]``; None or ``{}`` for a text row).
 
-    Returns ``{}`` when no row has images (a text-only batch takes the plain path; placeholder tokens without
-    images raise ValueError). Otherwise ``pixel_values`` /
-    ``image_grid_thw`` (and the video pair) concatenated in row order, ``mm_token_type_ids [bs, seq]`` and
-    ``position_ids [3, bs, seq]`` from the model's ``get_rope_index`` (left padding is skipped through the mask).
-    Raises ValueError when a row's placeholder token count does not match its images' patch grid.
+    Returns ``{}`` when no row has images or videos (a text-only batch takes the plain path; placeholder tokens
+    without them raise ValueError). Otherwise the image and video pairs concatenated in row order,
+    ``mm_token_type_ids [bs, seq]`` (1 image, 2 video) and ``position_ids [3, bs, seq]`` from the model's
+    ``get_rope_index`` (left padding is skipped through the mask; Qwen2.5-VL also gets ``second_per_grid_ts``).
+    Raises ValueError when the image (video) placeholder token count does not match the images' (videos') grids.
     """
     if len(rows) != input_ids.shape[0]:
         raise ValueError(f"vision_forward_kwargs: {len(rows)} multi-modal rows for a batch of {input_ids.shape[0]}")
@@ -160,23 +177,29 @@ def vision_forward_kwargs(
         out["pixel_values_videos"] = out["pixel_values_videos"].to(next(model.parameters()).dtype)
     token_types = multi_modal_token_types(input_ids, config)
     merge = int(getattr(config.vision_config, "spatial_merge_size", 1)) ** 2
-    expected = int(out["image_grid_thw"].prod(-1).sum()) // merge if "image_grid_thw" in out else 0
-    placed = int(((token_types == 1) & attention_mask.bool()).sum())
-    if expected != placed:
-        raise ValueError(
-            f"the batch holds {placed} image placeholder tokens but its images' grids need {expected}; were the "
-            "multi-modal inputs split from their rows, or the prompt truncated through an image?"
-        )
+    for kind, type_id, grid_key in (("image", 1, "image_grid_thw"), ("video", 2, "video_grid_thw")):
+        expected = int(out[grid_key].prod(-1).sum()) // merge if grid_key in out else 0
+        placed = int(((token_types == type_id) & attention_mask.bool()).sum())
+        if expected != placed:
+            raise ValueError(
+                f"the batch holds {placed} {kind} placeholder tokens but its {kind}s' grids need {expected}; were "
+                f"the multi-modal inputs split from their rows, or the prompt truncated through an {kind}?"
+            )
     out["mm_token_type_ids"] = token_types
+    seconds = _seconds_per_grid(rows)
     backbone = getattr(model, "model", model)
     get_rope_index = getattr(backbone, "get_rope_index", None)
     if callable(get_rope_index):
+        extra: dict[str, Any] = {}
+        if seconds is not None and "second_per_grid_ts" in inspect.signature(get_rope_index).parameters:
+            extra["second_per_grid_ts"] = seconds.to(device)  # Qwen2.5-VL: temporal positions scale with time
         position_ids, _ = get_rope_index(
             input_ids,
             mm_token_type_ids=token_types,
             image_grid_thw=out.get("image_grid_thw"),
             video_grid_thw=out.get("video_grid_thw"),
             attention_mask=attention_mask,
+            **extra,
         )
         out["position_ids"] = position_ids
     return out
@@ -216,14 +239,51 @@ def pack_vision_inputs(
 
 
 # ------------------------------------------------------------------------------------------------------ processor
+def video_inputs_from_frames(image_processor: Any, videos: Sequence[Sequence[Any]]) -> dict[str, torch.Tensor]:
+    """Qwen2-VL video inputs from each video's frames (RGB PIL images of one size per video), computed with the
+    image processor alone: ``pixel_values_videos [patches, C * T * P * P]`` and ``video_grid_thw [videos, 3]``.
+
+    Each frame is resized and normalised by ``image_processor`` as an image would be; consecutive groups of
+    ``T = temporal_patch_size`` frames then form one temporal patch (a last incomplete group is completed by
+    repeating the last frame, as transformers' ``Qwen2VLVideoProcessor.patchify`` does), so a video of ``n`` frames
+    has ``grid_t = ceil(n / T)`` and ``grid_t * grid_h * grid_w`` patches laid out like the video processor's:
+    ``(t, h / merge, w / merge, merge, merge)`` patches of ``(C, T, P, P)`` features.
+    """
+    temporal = int(image_processor.temporal_patch_size)
+    patch = int(image_processor.patch_size)
+    all_patches: list[torch.Tensor] = []
+    grids: list[list[int]] = []
+    for k, frames in enumerate(videos):
+        frames = list(frames)
+        if not frames:
+            raise ValueError(f"video {k} has no frames")
+        out = image_processor(images=frames, return_tensors="pt")
+        pixels, grid = torch.as_tensor(out["pixel_values"]), torch.as_tensor(out["image_grid_thw"])
+        if not bool((grid == grid[0]).all()):
+            raise ValueError(f"video {k}: its frames resize to different patch grids {grid.tolist()}")
+        n, (_, grid_h, grid_w) = len(frames), grid[0].tolist()
+        channels = pixels.shape[-1] // (temporal * patch * patch)
+        # each image's patches hold the frame T times over the temporal axis: keep one copy
+        per_frame = pixels.view(n, grid_h * grid_w, channels, temporal, patch, patch)[:, :, :, 0]
+        if pad := -n % temporal:
+            per_frame = torch.cat([per_frame, per_frame[-1:].expand(pad, *per_frame.shape[1:])], dim=0)
+        grid_t = per_frame.shape[0] // temporal
+        grouped = per_frame.view(grid_t, temporal, grid_h * grid_w, channels, patch, patch).permute(0, 2, 3, 1, 4, 5)
+        all_patches.append(grouped.reshape(grid_t * grid_h * grid_w, channels * temporal * patch * patch))
+        grids.append([grid_t, grid_h, grid_w])
+    return {"pixel_values_videos": torch.cat(all_patches, dim=0), "video_grid_thw": torch.tensor(grids)}
+
+
 def _image_only_processor_class() -> type:
     from transformers import Qwen2VLProcessor
     from transformers.processing_utils import ProcessorMixin
 
     class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
-        """Qwen2-VL's processor (image placeholder expansion, ``mm_token_type_ids``, chat template) without its video
-        processor: transformers builds video processors with torchvision, which CPU installs often lack. Videos
-        are refused; images behave exactly as with ``Qwen2VLProcessor``."""
+        """Qwen2-VL's processor (placeholder expansion, ``mm_token_type_ids``, chat template) without transformers'
+        video processor, which needs torchvision (CPU installs often lack it). Images behave exactly as with
+        ``Qwen2VLProcessor``; videos (each a list of RGB frames of one size) are patchified from the image
+        processor's frames (:func:`video_inputs_from_frames`) and each ``<|video_pad|>`` of the text is expanded
+        to its video's merged patch count."""
 
         def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None, **kwargs):
             self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
@@ -233,10 +293,31 @@ def _image_only_processor_class() -> type:
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
             self.video_processor = None
 
+        def _expand_video_tokens(self, text: Any, video_grid_thw: torch.Tensor) -> list[str]:
+            texts = [text] if isinstance(text, str) else list(text)
+            merge = int(self.image_processor.merge_size) ** 2
+            counts = (video_grid_thw.prod(-1) // merge).tolist()
+            found = sum(t.count(self.video_token) for t in texts)
+            if found != len(counts):
+                raise ValueError(f"the text holds {found} {self.video_token} tokens for {len(counts)} videos")
+            queue = iter(counts)
+            expanded = []
+            for t in texts:
+                pieces = t.split(self.video_token)
+                expanded.append(pieces[0] + "".join(self.video_token * next(queue) + p for p in pieces[1:]))
+            return expanded
+
         def __call__(self, images: Any = None, text: Any = None, videos: Any = None, **kwargs: Any) -> Any:
-            if videos is not None:
-                raise ValueError("ImageOnlyQwen2VLProcessor has no video processor (install torchvision for videos)")
-            return super().__call__(images=images, text=text, **kwargs)
+            if videos is None or len(videos) == 0:
+                return super().__call__(images=images, text=text, **kwargs)
+            video_inputs = video_inputs_from_frames(self.image_processor, videos)
+            out = super().__call__(
+                images=images, text=self._expand_video_tokens(text, video_inputs["video_grid_thw"]), **kwargs
+            )
+            tensors = kwargs.get("return_tensors")
+            for key, value in video_inputs.items():
+                out[key] = value if tensors == "pt" else value.numpy()
+            return out
 
     return ImageOnlyQwen2VLProcessor
 

@@ -162,7 +162,7 @@ class HFRollout(BaseRollout):
         """
         if on_step is None and self.uses_agent_loops(prompts):
             if any(bool(r) for r in prompts.non_tensor_batch.get("multi_modal_inputs", ())):
-                raise ValueError("rollout.multi_turn (agent loops) does not support prompts with images yet")
+                raise ValueError("rollout.multi_turn (agent loops) does not support prompts with images or videos yet")
             return self.run_agent_loops(prompts)
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
