@@ -25,20 +25,27 @@ import torch  # noqa: E402
 
 from verl.api.data import encode_prompts  # noqa: E402
 from verl.trainer.offline.gkd import GKDTrainer  # noqa: E402
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits  # noqa: E402
+from verl.utils.dataset.arithmetic import ArithmeticTaskConfig, generate_arithmetic_splits  # noqa: E402
 from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from verl.utils.reward_score.arithmetic import compute_score  # noqa: E402
 from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
 
 
-def drop_layers(model: torch.nn.Module, n_drop: int) -> torch.nn.Module:
-    """Remove ``n_drop`` decoder layers spread evenly over the middle of the stack (first and last kept)."""
+def drop_layers(model: torch.nn.Module, n_drop: int = 0, indices: list[int] | None = None) -> torch.nn.Module:
+    """Remove decoder layers: the given ``indices``, else ``n_drop`` layers spread evenly over the middle of the
+    stack (first and last kept)."""
     layers = model.model.layers
     n = len(layers)
-    if not 0 <= n_drop < n - 1:
-        raise ValueError(f"--drop_layers must be in [0, {n - 2}], got {n_drop}")
-    step = (n - 2) / max(n_drop, 1)
-    drop = {1 + int(i * step) for i in range(n_drop)}
+    if indices:
+        bad = [i for i in indices if not 0 < i < n - 1]
+        if bad:
+            raise ValueError(f"--drop_indices must lie in [1, {n - 2}] (first and last layers kept), got {bad}")
+        drop = set(indices)
+    else:
+        if not 0 <= n_drop < n - 1:
+            raise ValueError(f"--drop_layers must be in [0, {n - 2}], got {n_drop}")
+        step = (n - 2) / max(n_drop, 1)
+        drop = {1 + int(i * step) for i in range(n_drop)}
     kept = [layer for i, layer in enumerate(layers) if i not in drop]
     for new_index, layer in enumerate(kept):  # the attention cache is indexed by layer_idx
         layer.self_attn.layer_idx = new_index
@@ -61,10 +68,27 @@ def accuracy(model: torch.nn.Module, tokenizer: Any, rows: list[dict[str, Any]],
     return sum(compute_score(t, r["reward_model"]["ground_truth"]) for t, r in zip(texts, rows)) / len(rows)
 
 
+def training_curve(metrics_path: str, keys: tuple[str, ...] = ("distill/reverse_kl", "loss")) -> dict[str, Any]:
+    """Mean of each of ``keys`` over the first and the last quarter of the logged steps (per-step values are noisy)."""
+    with open(metrics_path) as f:
+        rows = [json.loads(line).get("metrics", {}) for line in f if line.strip()]
+    rows = [r for r in rows if any(k in r for k in keys)]
+    quarter = max(len(rows) // 4, 1)
+    curve: dict[str, Any] = {"steps_logged": len(rows)}
+    for key in keys:
+        values = [float(r[key]) for r in rows if key in r]
+        if values:
+            curve[key] = {"first_quarter": sum(values[:quarter]) / len(values[:quarter]),
+                          "last_quarter": sum(values[-quarter:]) / len(values[-quarter:])}  # fmt: skip
+    return curve
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--teacher", default="smollm2-135m-instruct")
-    parser.add_argument("--drop_layers", type=int, default=2)
+    parser.add_argument("--drop_layers", type=int, default=2, help="layers dropped, spread over the middle")
+    parser.add_argument("--drop_indices", default="", help="comma-separated layer indices to drop instead, e.g. 20")
+    parser.add_argument("--max_value", type=int, default=50, help="operands of the addition problems: 0..max_value")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -83,14 +107,17 @@ def main() -> None:
 
         args.teacher = make_tiny_model_dir(os.path.join(args.out, "teacher"), TinyModelSpec(num_hidden_layers=3))
         args.drop_layers, args.steps, args.train_size, args.eval_size, args.batch_size = 1, 2, 8, 8, 4
-    train, test = generate_arithmetic_splits(train_size=args.train_size, test_size=args.eval_size, seed=0)
+        args.drop_indices = ""
+    task = ArithmeticTaskConfig(max_value=args.max_value)
+    train, test = generate_arithmetic_splits(args.train_size, args.eval_size, seed=0, task=task)
+    drop_indices = [int(i) for i in args.drop_indices.split(",") if i.strip()]
     teacher_path = resolve_model_path(args.teacher)
     tokenizer = load_tokenizer(teacher_path)
     t0 = time.perf_counter()
     teacher = load_causal_lm(teacher_path, dtype=torch.float32).eval()
     result: dict[str, Any] = {"args": vars(args), "teacher_accuracy": accuracy(teacher, tokenizer, test)}
     student_dir = os.path.join(args.out, "student_init")
-    student = drop_layers(load_causal_lm(teacher_path, dtype=torch.float32), args.drop_layers)
+    student = drop_layers(load_causal_lm(teacher_path, dtype=torch.float32), args.drop_layers, drop_indices)
     student.save_pretrained(student_dir)
     tokenizer.save_pretrained(student_dir)
     result["student_layers"] = student.config.num_hidden_layers
@@ -127,6 +154,7 @@ def main() -> None:
     )
     result["train_s"] = time.perf_counter() - t1
     result["final_train_metrics"] = {k: v for k, v in metrics.items() if isinstance(v, float)}
+    result["training_curve"] = training_curve(os.path.join(args.out, "run", "logs", "metrics.jsonl"))
     result["student_accuracy_after"] = accuracy(trainer.model.eval(), tokenizer, test)
     gap = result["teacher_accuracy"] - result["student_accuracy_before"]
     result["gap_closed"] = (result["student_accuracy_after"] - result["student_accuracy_before"]) / gap if gap else None

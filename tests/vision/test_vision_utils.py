@@ -29,6 +29,8 @@ def test_process_image_reads_every_stored_form_and_limits_pixels(tmp_path) -> No
     assert small.size[0] * small.size[1] <= 200 and small.size[0] == 2 * small.size[1]
     big = process_image({"bytes": _png(), "min_pixels": 3200})
     assert big.size[0] * big.size[1] >= 3100
+    unset = process_image({"bytes": _png(), "min_pixels": None, "max_pixels": None}, max_pixels=200)  # parquet struct
+    assert unset.size[0] * unset.size[1] <= 200
     with pytest.raises(ValueError, match="row 3 image 0: image file .* does not exist"):
         process_image(str(tmp_path / "missing.png"), where="row 3 image 0")
     with pytest.raises(ValueError, match="remote image"):

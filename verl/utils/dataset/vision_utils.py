@@ -60,8 +60,9 @@ def process_image(
     ratio: the scale is ``sqrt(max_pixels / (w * h))`` (or ``sqrt(min_pixels / (w * h))``), sides at least 1.
     """
     if isinstance(image, dict):
-        min_pixels = image.get("min_pixels", min_pixels)
-        max_pixels = image.get("max_pixels", max_pixels)
+        # a parquet struct column gives every row the field, None where the row did not set it
+        min_pixels = image["min_pixels"] if image.get("min_pixels") is not None else min_pixels
+        max_pixels = image["max_pixels"] if image.get("max_pixels") is not None else max_pixels
         if image.get("bytes") is not None:
             source = image["bytes"]
         elif image.get("image") is not None:
