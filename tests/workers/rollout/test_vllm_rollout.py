@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from verl.protocol import DataProto
 from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -170,3 +171,50 @@ def test_agent_loops_run_on_the_vllm_engine(engine, make_prompts, byte_prompts):
     mask = plain.batch["response_mask"].bool()
     assert torch.equal(looped.batch["response_mask"], plain.batch["response_mask"])
     assert torch.equal(looped.batch["responses"][mask], plain.batch["responses"][mask])
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_agent_turns_join_the_running_batch_request_by_request(engine):
+    """The agent loops' turn server drives vLLM's scheduler a step at a time: a short request sent while a long one
+    decodes runs next to it and is answered first, each within its own token budget, and greedy turns give the
+    plain engine's tokens."""
+    import asyncio
+
+    from verl.workers.rollout.vllm_request_server import VLLMRequestServer
+
+    meta = {"validate": True, "eos_token_id": [PAD], "pad_token_id": 0}  # greedy never reaches PAD here
+    server = VLLMRequestServer(engine, meta)
+    long_prompt, short_prompt = [5, 6, 7, 8], [9, 10, 11]
+    finished: list[str] = []
+
+    async def turn(name: str, ids: list[int], budget: int, delay_steps: int):
+        while len(server.batch_sizes) < delay_steps:  # send once the engine has run this many steps
+            await asyncio.sleep(0.001)
+        out = await server.generate(ids, budget)
+        finished.append(name)
+        return out
+
+    async def main():
+        return await asyncio.gather(turn("long", long_prompt, 6, 0), turn("short", short_prompt, 1, 2))
+
+    try:
+        long_out, short_out = asyncio.run(main())
+    finally:
+        server.close()
+    assert finished == ["short", "long"]
+    assert len(long_out.token_ids) == 6 and long_out.stop_reason == "length"
+    assert len(short_out.token_ids) == 1 and len(short_out.log_probs) == 1
+    assert max(server.batch_sizes) == 2  # the short request ran inside the long one's batch
+    prompts = DataProto.from_dict(
+        tensors={
+            "input_ids": torch.tensor([long_prompt]),
+            "attention_mask": torch.ones(1, 4, dtype=torch.long),
+            "position_ids": torch.arange(4).unsqueeze(0),
+        },
+        meta_info={**meta, "response_length": 6},
+    )
+    plain = engine.generate_sequences(prompts)
+    assert plain.batch["responses"][0].tolist() == long_out.token_ids
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(server.generate([1, 2], 1))

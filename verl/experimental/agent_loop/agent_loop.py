@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
-from verl.experimental.agent_loop.request_batcher import RequestBatcher
+from verl.experimental.agent_loop.request_batcher import TurnServer
 from verl.tools.utils.tool_registry import load_class
 
 __all__ = [
@@ -121,7 +121,7 @@ class AgentLoopBase:
 
     Args:
         settings: the loop settings.
-        server: the request batcher (``await server.generate(prompt_ids, max_tokens)``).
+        server: the engine's turn server (``await server.generate(prompt_ids, max_tokens)``).
         tokenizer: the model's tokenizer (chat template, decode).
         tools: ``{name: BaseTool}`` from ``multi_turn.tool_config_path`` (shared by all trajectories).
         interactions: ``{name: BaseInteraction}`` from ``multi_turn.interaction_config_path``.
@@ -130,7 +130,7 @@ class AgentLoopBase:
     def __init__(
         self,
         settings: AgentLoopSettings,
-        server: RequestBatcher,
+        server: TurnServer,
         tokenizer: Any,
         tools: dict[str, Any] | None = None,
         interactions: dict[str, Any] | None = None,

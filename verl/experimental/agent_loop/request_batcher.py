@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-__all__ = ["RequestBatcher", "TokenOutput"]
+__all__ = ["RequestBatcher", "TokenOutput", "TurnServer"]
 
 TURN_META_KEY = "agent_loop_turn"
 """``meta_info`` flag of the batcher's own engine calls (the engine generates plainly instead of looping again)."""
@@ -41,6 +41,23 @@ class TokenOutput:
     token_ids: list[int]
     log_probs: list[float] | None
     stop_reason: str
+
+
+class TurnServer(Protocol):
+    """What an agent loop generates through: one turn's tokens after its conversation so far. Two implement it:
+    :class:`RequestBatcher` (any engine's ``generate_sequences``, batch by batch) and
+    :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` (vLLM's engine, request by request)."""
+
+    batch_sizes: list[int]
+    engine_s: float
+
+    def open_trajectory(self) -> None: ...
+
+    def close_trajectory(self) -> None: ...
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass

@@ -4,7 +4,9 @@
 ``rollout.multi_turn.enable`` is true. Every row becomes one coroutine of the loop named by its ``agent_name``
 column (else ``rollout.agent.default_agent_loop``); the rows are split over ``rollout.agent.num_workers`` worker
 threads, each with its own event loop (a tool that blocks its loop stalls only its share); all of them send their
-generation requests to one :class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` over the engine.
+generation requests to one turn server over the engine: the engine's own (vLLM serves each request as it arrives,
+:class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`) or a
+:class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` over its ``generate_sequences``.
 
 Output, like a single-turn engine's (``verl.workers.rollout.base``): ``prompts [bs, prompt_len]`` (left-padded),
 ``responses``/``response_mask [bs, response_length]`` (right-padded; mask 0 on tool and user tokens),
@@ -32,7 +34,7 @@ from verl.experimental.agent_loop.agent_loop import (
     get_agent_loop_class,
     load_agent_loop_config,
 )
-from verl.experimental.agent_loop.request_batcher import RequestBatcher
+from verl.experimental.agent_loop.request_batcher import RequestBatcher, TurnServer
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
@@ -53,6 +55,8 @@ class AgentLoopRunner:
         tokenizer: the model's tokenizer.
         generate_batch: the engine's plain ``generate_sequences`` (prompts DataProto -> rollout DataProto).
         tools: ``BaseTool`` objects (e.g. from the Python API) added to those of ``multi_turn.tool_config_path``.
+        turn_server: ``meta_info -> TurnServer`` for one batch, when the engine serves turn requests itself;
+            None batches them onto ``generate_batch`` (:class:`RequestBatcher`).
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class AgentLoopRunner:
         tokenizer: Any,
         generate_batch: Callable[[DataProto], DataProto],
         tools: list[Any] | None = None,
+        turn_server: Callable[[dict[str, Any]], TurnServer] | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
         from verl.tools.utils.tool_registry import initialize_tools_from_config
@@ -70,6 +75,7 @@ class AgentLoopRunner:
         self.settings = AgentLoopSettings.from_rollout_config(rollout_config)
         self.tokenizer = tokenizer
         self.generate_batch = generate_batch
+        self.turn_server = turn_server
         mt, agent = rollout_config.multi_turn, rollout_config.agent
         tool_path = mt.tool_config_path
         self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
@@ -104,7 +110,7 @@ class AgentLoopRunner:
             settings = dataclasses.replace(settings, response_length=int(meta["response_length"]))
         meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
-        batcher = RequestBatcher(self.generate_batch, meta)
+        batcher = self.turn_server(meta) if self.turn_server else RequestBatcher(self.generate_batch, meta)
         results: list[AgentLoopOutput | None] = [None] * n
         errors: list[BaseException] = []
         for _ in range(n):
@@ -134,7 +140,7 @@ class AgentLoopRunner:
         rows: list[dict[str, Any]],
         meta: dict[str, Any],
         settings: AgentLoopSettings,
-        batcher: RequestBatcher,
+        batcher: TurnServer,
         results: list[AgentLoopOutput | None],
         errors: list[BaseException],
     ) -> None:

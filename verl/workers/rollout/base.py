@@ -68,9 +68,17 @@ class BaseRollout(ABC):
         if runner is None:
             section = omega_conf_to_dataclass(self.config, RolloutConfig)
             tokenizer = getattr(self, "tokenizer", None)
-            runner = AgentLoopRunner(section, tokenizer, self.generate_sequences, tools=self.agent_tools)
+            runner = AgentLoopRunner(
+                section, tokenizer, self.generate_sequences, tools=self.agent_tools, turn_server=self.turn_server()
+            )
             self._agent_loop_runner = runner
         return runner.generate_sequences(prompts)
+
+    def turn_server(self) -> Callable[[dict[str, Any]], Any] | None:
+        """An engine that serves the agent loops' turn requests itself returns a factory ``meta_info -> TurnServer``
+        (:class:`~verl.experimental.agent_loop.request_batcher.TurnServer`); None (the default) batches them onto
+        :meth:`generate_sequences`."""
+        return None
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
         """Give the engine the actor's current weights (``(name, tensor)`` pairs under transformers names).

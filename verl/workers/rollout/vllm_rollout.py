@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -411,6 +411,13 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.weight_syncs += 1
 
     # ------------------------------------------------------------------------------------------ generate
+    def turn_server(self) -> Callable[[dict[str, Any]], Any]:
+        """Agent-loop turns are served by this engine's scheduler request by request (continuous batching,
+        :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch."""
+        from verl.workers.rollout.vllm_request_server import VLLMRequestServer
+
+        return lambda meta_info: VLLMRequestServer(self, meta_info)
+
     def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
         """``vllm.SamplingParams`` for one response per prompt, stopping exactly at ``eos_ids``."""
         greedy = settings.greedy
@@ -433,8 +440,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`).
 
         With ``rollout.multi_turn.enable`` the batch runs through the agent loops
-        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`): their turn requests come back here,
-        batched, while the engine stays awake for the whole batch (no sleep between turns)."""
+        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`): their turn requests go to vLLM's
+        scheduler one by one as they arrive (:meth:`turn_server`), while the engine stays awake for the whole batch
+        (no sleep between turns)."""
         if self.uses_agent_loops(prompts):
             self._wake({"weights", "kv_cache"})
             self._serving_agent_loops = True

@@ -1,0 +1,166 @@
+"""The agent loops' turn requests served by vLLM's own scheduler, request by request (continuous batching).
+
+A :class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` gathers the requests waiting, runs them as
+one ``generate`` call and takes the next batch only when the whole call is done: a trajectory whose tool answered
+one step after the call began waits for the longest response in it. Here one thread owns vLLM's ``LLMEngine`` and
+drives it a step at a time (``add_request`` / ``step``, the loop vLLM's ``LLM.generate`` runs internally): a
+request that arrives is added before the next step and joins the running batch (vLLM's scheduler prefills it next to
+the others' decode steps), and a finished request is answered at once, so its trajectory runs its tools while the
+others still decode. Each request has its own token budget (``max_tokens``), not the batch's largest.
+
+Sampling settings are the rollout's (``resolve_sampling`` of the batch's ``meta_info``: ``validate`` picks
+``val_kwargs``). A per-request seed is not set (vLLM's CPU sampler fails on it); the engine's seed holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verl.experimental.agent_loop.request_batcher import TokenOutput
+from verl.workers.rollout.base import resolve_sampling, resolve_special_ids
+
+__all__ = ["VLLMRequestServer"]
+
+_SERVER_IDS = itertools.count()
+
+
+@dataclass
+class _Turn:
+    prompt_ids: list[int]
+    max_tokens: int
+    future: Future = field(default_factory=Future)
+
+
+class VLLMRequestServer:
+    """A :class:`~verl.experimental.agent_loop.request_batcher.TurnServer` over a :class:`vLLMRollout`'s engine for
+    one batch of agent loops (built by ``vLLMRollout.turn_server()``, closed by the runner when the batch is done).
+
+    Attributes:
+        batch_sizes: requests in flight at each engine step (the decode batch vLLM ran).
+        engine_s: seconds spent in engine steps.
+    """
+
+    def __init__(self, rollout: Any, meta_info: dict[str, Any]) -> None:
+        self.rollout = rollout
+        self.engine = rollout.llm.llm_engine
+        self.settings = resolve_sampling(rollout.config, meta_info)
+        eos_ids, _ = resolve_special_ids(meta_info, rollout.tokenizer, fallback_eos=rollout._model_eos)
+        self.eos_ids = [int(e) for e in eos_ids]
+        self.batch_sizes: list[int] = []
+        self.engine_s = 0.0
+        self._prefix = f"agent-turn-{next(_SERVER_IDS)}-"
+        self._count = itertools.count()
+        self._queue: list[_Turn] = []
+        self._in_flight: dict[str, _Turn] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._torch_threads = torch.get_num_threads()
+        self._thread = threading.Thread(target=self._serve, name="agent-loop-vllm-server", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------------------ agent side
+    def open_trajectory(self) -> None:
+        """Nothing to count: requests are never held back to wait for others."""
+
+    def close_trajectory(self) -> None:
+        """Nothing to count (see :meth:`open_trajectory`)."""
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
+        """At most ``max_tokens`` tokens after ``prompt_ids``, sampled by vLLM next to the other requests in flight."""
+        if not prompt_ids or max_tokens < 1:
+            raise ValueError(
+                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
+            )
+        turn = _Turn([int(t) for t in prompt_ids], int(max_tokens))
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the vLLM turn server is closed")
+            self._queue.append(turn)
+            self._cond.notify_all()
+        return await asyncio.wrap_future(turn.future)
+
+    def close(self) -> None:
+        """Stop serving: requests still queued or in flight fail (and are aborted in the engine)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    # ----------------------------------------------------------------------------------------- engine side
+    def _params(self, max_tokens: int) -> Any:
+        settings = dataclasses.replace(
+            self.settings, response_length=max_tokens, min_new_tokens=min(self.settings.min_new_tokens, max_tokens)
+        )
+        return self.rollout.sampling_params(settings, self.eos_ids)
+
+    def _take_new(self) -> list[_Turn] | None:
+        """The requests that arrived since the last step; waits while nothing is in flight. None once closed."""
+        with self._cond:
+            while not self._queue and not self._in_flight and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            new, self._queue = self._queue, []
+            return new
+
+    def _serve(self) -> None:
+        # OpenMP's thread count is per thread; vLLM's CPU worker replaces torch.set_num_threads with a no-op once it
+        # has bound its threads, so set it underneath (its attention kernels check the count they were planned for)
+        try:
+            torch._C.set_num_threads(self._torch_threads)
+            while (new := self._take_new()) is not None:
+                for turn in new:
+                    request_id = f"{self._prefix}{next(self._count)}"
+                    try:
+                        self.engine.add_request(request_id, {"prompt_token_ids": turn.prompt_ids}, self._params(
+                            turn.max_tokens))  # fmt: skip
+                    except Exception as e:  # noqa: BLE001  (this request's error goes to its trajectory)
+                        turn.future.set_exception(e)
+                        continue
+                    self._in_flight[request_id] = turn
+                if self._in_flight:
+                    self._step()
+        except BaseException as e:  # noqa: BLE001  (an engine failure ends every waiting trajectory)
+            self._fail_all(e)
+            return
+        self._fail_all(RuntimeError("the vLLM turn server was closed"))
+
+    def _step(self) -> None:
+        self.batch_sizes.append(len(self._in_flight))
+        start = time.perf_counter()
+        outputs = self.engine.step()
+        self.engine_s += time.perf_counter() - start
+        for out in outputs:
+            if not out.finished or out.request_id not in self._in_flight:
+                continue
+            turn = self._in_flight.pop(out.request_id)
+            completion = out.outputs[0]
+            ids = [int(t) for t in completion.token_ids][: turn.max_tokens]
+            log_probs = None
+            if completion.logprobs is not None:
+                log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
+            stop = "eos" if ids and ids[-1] in self.eos_ids else "length"
+            turn.future.set_result(TokenOutput(ids, log_probs, stop))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._cond:
+            pending, self._queue = self._queue, []
+            self._closed = True
+        if self._in_flight:
+            try:
+                self.engine.abort_request(list(self._in_flight))
+            except Exception:  # noqa: BLE001  (the engine may be the thing that failed)
+                pass
+        for turn in [*pending, *self._in_flight.values()]:
+            if not turn.future.done():
+                turn.future.set_exception(error)
+        self._in_flight.clear()
