@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -131,3 +132,12 @@ def test_train_compile_smoke() -> None:
     path = max(SMOKE_DIR.glob("train_compile_*.json"), key=lambda p: p.stat().st_mtime)
     (result,) = json.loads(path.read_text())["results"]
     assert result["step_s"] > 0 and result["tflops"] > 0 and result["compiled"] is False
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_agent_turns_vllm_smoke() -> None:
+    out = _check(_run("agent_turns_vllm.py"))
+    assert "server / batcher wall time" in out
+    result = json.loads((SMOKE_DIR / "agent_turns_vllm.json").read_text())
+    assert result["tokens"]["server"] == result["tokens"]["batcher"] > 0  # the same work on both sides
