@@ -108,7 +108,6 @@ def test_tool_calls_round_trip(scripted) -> None:
     ("extra", "fragment"),
     [
         ({"tool_choice": "required"}, "tool_choice: 'required' cannot be enforced"),
-        ({"stream": True}, "stream: streaming with tools is not supported"),
         ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name"),
     ],
 )
@@ -117,3 +116,61 @@ def test_bad_tool_requests(scripted, extra, fragment) -> None:
     body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS, **extra}
     r = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 400 and fragment in json.loads(r.text)["error"]["message"], r.text
+
+
+def _events(response) -> list:
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_streaming_tool_calls_arrive_as_one_delta(scripted) -> None:
+    url, _ = scripted
+    user = {"role": "user", "content": "What is 12*34?"}
+    with httpx.Client(base_url=url, timeout=60) as c:
+        with c.stream("POST", "/v1/chat/completions", json={"messages": [user], "tools": TOOLS, "stream": True}) as r:
+            assert r.status_code == 200
+            events = _events(r)
+        assert events[-1] == "[DONE]"
+        deltas = [e["choices"][0]["delta"] for e in events[:-1]]
+        assert deltas[0] == {"role": "assistant", "content": ""}
+        assert not any(d.get("content") for d in deltas)  # the call's text is never streamed as content
+        (call_delta,) = [d for d in deltas if "tool_calls" in d]
+        (call,) = call_delta["tool_calls"]
+        assert call["index"] == 0 and call["id"].startswith("call_") and call["type"] == "function"
+        assert call["function"] == {"name": "calculator", "arguments": '{"expression": "12*34"}'}
+        assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+        # after the tool's reply the answer is plain text: it streams piece by piece, as without tools
+        follow = [user, {"role": "assistant", "content": None, "tool_calls": [{k: call[k] for k in ("id", "type",
+                  "function")}]}, {"role": "tool", "tool_call_id": call["id"], "content": "408"}]  # fmt: skip
+        body = {"messages": follow, "tools": TOOLS, "stream": True}
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            events = _events(r)
+        pieces = [e["choices"][0]["delta"].get("content", "") for e in events[:-1]]
+        assert "".join(pieces) == "The answer is 408" and sum(1 for p in pieces if p) > 1
+        assert events[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_tool_call_stream_holds_back_only_what_may_be_a_call() -> None:
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+    from verl.serve.tool_calls import ToolCallStream
+
+    stream = ToolCallStream(ToolParser.get_tool_parser("hermes", None))
+    text = "Let me compute. " + CALL
+    out = [stream.feed(text[i : i + 3]) for i in range(0, len(text), 3)]
+    assert "".join(out) == "Let me compute. " and "<" not in "".join(out)
+    deltas, reason = stream.finish("stop")
+    assert reason == "tool_calls" and deltas[-1]["tool_calls"][0]["function"]["name"] == "calculator"
+
+    plain = ToolCallStream(ToolParser.get_tool_parser("hermes", None))
+    sent = "".join(plain.feed(p) for p in ("a <tool", "_ca", "xyz <", "b"))  # "<tool_ca" was not the marker after all
+    deltas, reason = plain.finish("length")
+    assert sent + "".join(d["content"] for d in deltas) == "a <tool_caxyz <b" and reason == "length"
+
+    broken = ToolCallStream(ToolParser.get_tool_parser("hermes", None))
+    broken.feed('ok <tool_call>{"name": ')
+    assert broken.finish("length") == ([{"content": '<tool_call>{"name": '}], "length")

@@ -24,7 +24,13 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.serve.batching import Completion, Job
 from verl.serve.schemas import ChatCompletionRequest, CompletionRequest, GenerateRequest, ServeError, stop_list
 from verl.serve.state import ServeState
-from verl.serve.tool_calls import assistant_message, tool_chat_prompt, uses_tools
+from verl.serve.tool_calls import (
+    ToolCallStream,
+    assistant_message,
+    tool_calls_active,
+    tool_chat_prompt,
+    uses_tools,
+)
 
 __all__ = ["router"]
 
@@ -190,15 +196,29 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     if body.stream:
         job = jobs[0]
 
+        calls = None
+        if tool_calls_active(body):
+            calls = ToolCallStream(ToolParser.get_tool_parser(state.config.tool_call_parser, state.tokenizer))
+
         async def events() -> AsyncIterator[str]:
             chunk = {**head, "object": "chat.completion.chunk"}
-            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            yield _sse({**chunk, "choices": [first]})
+
+            def delta(d: dict[str, Any]) -> str:
+                return _sse({**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]})
+
+            yield delta({"role": "assistant", "content": ""})
             async for piece in job.deltas():
-                yield _sse({**chunk, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                content = calls.feed(piece) if calls is not None else piece
+                if content:
+                    yield delta({"content": content})
             result = await job.result()
             state.record("/v1/chat/completions", started, [result])
-            final = {"index": 0, "delta": {}, "finish_reason": result.finish_reason}
+            finish_reason = result.finish_reason
+            if calls is not None:
+                last, finish_reason = calls.finish(finish_reason)
+                for d in last:
+                    yield delta(d)
+            final = {"index": 0, "delta": {}, "finish_reason": finish_reason}
             yield _sse({**chunk, "choices": [final], "usage": _usage([result])})
             yield _sse("[DONE]")
 

@@ -17,8 +17,14 @@ When it holds calls, the choice's message carries them and ``finish_reason`` is 
 The conversation can continue with the assistant message holding ``tool_calls`` and ``role: "tool"`` messages
 (``tool_call_id``, ``content``), rendered by the template as the model saw them in training. ``tool_choice:
 "none"`` renders no tools and parses nothing; ``"required"`` and a named function cannot be enforced by this server
-and are refused. Streaming with tools is refused (the calls are only known once the answer is complete).
-Malformed calls are not reported as calls: the answer's text is returned as content.
+and are refused. Malformed calls are not reported as calls: the answer's text is returned as content.
+
+With ``stream: true`` (:class:`ToolCallStream`) the content before the first call's opening marker
+(``<tool_call>`` for ``hermes``) streams as ``delta.content`` pieces; from the marker on, the text is held back, and
+when the answer ends its calls go out in one chunk as ``delta.tool_calls`` (``index``, ``id``, ``type``,
+``function.name`` and the whole ``function.arguments``) with ``finish_reason: "tool_calls"``, as OpenAI clients
+assemble them. An answer whose held-back text holds no well-formed call gets that text as a last content piece.
+Formats without an opening marker (``gpt-oss``) hold back the whole answer.
 
 Sources: OpenAI Chat Completions API reference (``tools``, ``tool_choice``, ``message.tool_calls``); vLLM's
 OpenAI-compatible server (``--tool-call-parser``).
@@ -37,10 +43,11 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.serve.schemas import ChatCompletionRequest, ServeError
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-__all__ = ["assistant_message", "tool_chat_prompt", "uses_tools"]
+__all__ = ["ToolCallStream", "assistant_message", "tool_calls_active", "tool_chat_prompt", "uses_tools"]
 
 
-def _tools_active(body: ChatCompletionRequest) -> bool:
+def tool_calls_active(body: ChatCompletionRequest) -> bool:
+    """Whether the answer is parsed for tool calls: tools given and ``tool_choice`` ``"auto"`` (or unset)."""
     return bool(body.tools) and body.tool_choice in (None, "auto")
 
 
@@ -61,8 +68,6 @@ def _check(body: ChatCompletionRequest) -> list[dict[str, Any]]:
         )
     if body.tool_choice is not None and not body.tools:
         raise ServeError(400, "tool_choice: set without tools", "tool_choice")
-    if body.stream and _tools_active(body):
-        raise ServeError(400, "stream: streaming with tools is not supported", "stream", "unsupported_parameter")
     schemas = []
     for i, tool in enumerate(body.tools or []):
         try:
@@ -73,7 +78,7 @@ def _check(body: ChatCompletionRequest) -> list[dict[str, Any]]:
             raise ServeError(400, f"tools[{i}]{'.' + where if where else ''}: {first['msg']}", "tools") from e
         if schemas[-1]["type"] != "function":
             raise ServeError(400, f"tools[{i}].type: only 'function' tools are supported", "tools")
-    return schemas if _tools_active(body) else []
+    return schemas if tool_calls_active(body) else []
 
 
 def _message(i: int, m: Any) -> dict[str, Any]:
@@ -122,7 +127,7 @@ def _function(call: Any) -> dict[str, str]:
 def assistant_message(body: ChatCompletionRequest, text: str, finish_reason: str, parser: ToolParser) -> tuple:
     """``(message, finish_reason)`` of one choice: with ``tool_calls`` and ``"tool_calls"`` when tools are active
     and ``text`` holds well-formed calls, else the plain assistant message."""
-    if not _tools_active(body):
+    if not tool_calls_active(body):
         return {"role": "assistant", "content": text}, finish_reason
     turn = parser.parse_text(text)
     if not turn.calls:
@@ -130,3 +135,57 @@ def assistant_message(body: ChatCompletionRequest, text: str, finish_reason: str
     calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": _function(c)} for c in turn.calls]
     content = turn.content.strip() or None
     return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
+
+
+def _tool_call_deltas(calls: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {"index": i, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": _function(c)}
+        for i, c in enumerate(calls)
+    ]
+
+
+class ToolCallStream:
+    """Turns the streamed text pieces of one answer into chat-completion chunk deltas (see the module docstring).
+
+    ``feed(piece)`` returns the content that can go out now; ``finish(finish_reason)`` returns the last deltas and
+    the choice's ``finish_reason`` once the answer is complete.
+    """
+
+    def __init__(self, parser: ToolParser) -> None:
+        self.parser = parser
+        self.text = ""  # the whole answer so far
+        self.sent = 0  # characters of ``text`` already streamed as content
+        self.held = False  # a call marker was seen (or the format has none): nothing more streams before the end
+
+    def feed(self, piece: str) -> str:
+        """Add a piece; return the content safe to stream (never a prefix of the call marker)."""
+        self.text += piece
+        marker = self.parser.call_start
+        if self.held or not marker:
+            self.held = True
+            return ""
+        at = self.text.find(marker, self.sent)
+        if at >= 0:
+            self.held = True
+            out, self.sent = self.text[self.sent : at], at
+            return out
+        # keep back a tail that could be the start of the marker
+        end = len(self.text)
+        for k in range(min(len(marker) - 1, end - self.sent), 0, -1):
+            if marker.startswith(self.text[end - k :]):
+                end -= k
+                break
+        out, self.sent = self.text[self.sent : end], end
+        return out
+
+    def finish(self, finish_reason: str) -> tuple[list[dict[str, Any]], str]:
+        """``(deltas, finish_reason)``: the calls (``"tool_calls"``) or the held-back text as content."""
+        rest = self.text[self.sent :]
+        turn = self.parser.parse_text(rest) if rest else None
+        if turn is not None and turn.calls:
+            deltas = []
+            if turn.content.strip():
+                deltas.append({"content": turn.content})
+            deltas.append({"tool_calls": _tool_call_deltas(turn.calls)})
+            return deltas, "tool_calls"
+        return ([{"content": rest}] if rest else []), finish_reason

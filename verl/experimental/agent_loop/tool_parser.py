@@ -60,6 +60,9 @@ class ToolParser:
     """Base class and registry of the output formats; subclasses implement :meth:`parse_text`."""
 
     _registry: ClassVar[dict[str, type[ToolParser]]] = {}
+    call_start: ClassVar[str | None] = None
+    """The text that opens the first tool call of a turn (what a streaming server holds back from); None when the
+    format has no such marker, so a stream cannot tell content from a call before the turn ends."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -103,6 +106,7 @@ class HermesToolParser(ToolParser):
     """``<tool_call>{json}</tool_call>``; an opening tag without its closing tag is a malformed call."""
 
     _call = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    call_start = "<tool_call>"
 
     def parse_text(self, text: str) -> ParsedTurn:
         turn = ParsedTurn(content=self._call.sub("", text))
