@@ -22,11 +22,36 @@ def test_critic_and_reward_model_pools_are_accepted_on_ray() -> None:
     assert cfg.trainer.resource_pool_mapping.rm == "reward_pool"
 
 
+def test_judge_pool_is_accepted_with_the_worker_backend() -> None:
+    cfg = load_config(
+        [
+            "trainer.backend=ray",
+            "trainer.resource_pool_spec.judge_pool=[1]",
+            "trainer.resource_pool_mapping.judge=judge_pool",
+            "reward_model.reward_manager=judge",
+            "reward_model.judge.backend=worker",
+            "reward_model.judge.model=/models/judge",
+        ]
+    )
+    assert cfg.trainer.resource_pool_mapping.judge == "judge_pool"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (["trainer.resource_pool_mapping.critic=nope"], "trainer.resource_pool_mapping.critic='nope': no such pool"),
-        (["trainer.resource_pool_mapping.judge=global_pool"], "trainer.resource_pool_mapping.judge: unknown role"),
+        (
+            ["trainer.resource_pool_mapping.verifier=global_pool"],
+            "trainer.resource_pool_mapping.verifier: unknown role",
+        ),
+        (
+            [
+                "trainer.backend=ray",
+                "trainer.resource_pool_spec.judge_pool=[1]",
+                "trainer.resource_pool_mapping.judge=judge_pool",
+            ],
+            "trainer.resource_pool_mapping.judge='judge_pool': only a judge worker group is placed on a pool",
+        ),
         (["trainer.resource_pool_spec.critic_pool=[0]"], "trainer.resource_pool_spec.critic_pool=[0]: ranks per"),
         (["trainer.resource_pool_spec.critic_pool=[]"], "trainer.resource_pool_spec.critic_pool=[]: give ranks"),
         (["trainer.resource_pool_spec.global_pool=[2]"], "global_pool is [n_gpus_per_node] x nnodes"),

@@ -79,14 +79,14 @@ def check_placement(cfg: DictConfig, errors: list[str]) -> None:
 
 
 # the roles a PPO run places on resource pools (the keys of trainer.resource_pool_mapping)
-POOL_ROLES = ("actor_rollout", "critic", "rm", "teacher")
+POOL_ROLES = ("actor_rollout", "critic", "rm", "teacher", "judge")
 
 
 def check_resource_pools(cfg: DictConfig, errors: list[str]) -> None:
     """``trainer.resource_pool_spec`` / ``resource_pool_mapping``: pool sizes, role and pool names, backend.
 
     The actor (with rollout and reference) stays on ``global_pool``, whose size every batch-size check uses; the
-    critic, reward model and teacher may move to pools of their own.
+    critic, reward model, teacher and judge (``reward_model.judge.backend=worker``) may move to pools of their own.
     """
     from omegaconf import OmegaConf
 

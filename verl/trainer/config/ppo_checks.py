@@ -243,7 +243,8 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
 
 def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
     """``distillation`` (a teacher path when enabled, ``coef > 0``, ``task_reward_weight >= 0``) and
-    ``reward_model.judge`` (an endpoint or a model for its backend, when the judge reward manager is chosen)."""
+    ``reward_model.judge`` (an endpoint or a model for its backend, when the judge reward manager is chosen; a pool
+    for the ``judge`` role only with ``backend=worker``)."""
     dist = cfg.get("distillation")
     if dist is not None and dist.get("enable"):
         if not dist.teacher.path:
@@ -257,10 +258,19 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
     if judge is not None and rm.reward_manager == "judge":
         if judge.backend == "openai" and not judge.url:
             errors.append("reward_model.judge.url: reward_manager=judge with backend=openai needs the endpoint's URL")
-        if judge.backend == "hf" and not judge.model:
-            errors.append("reward_model.judge.model: reward_manager=judge with backend=hf needs the judge's model path")
+        if judge.backend in ("hf", "worker") and not judge.model:
+            errors.append(
+                f"reward_model.judge.model: reward_manager=judge with backend={judge.backend} needs the judge's "
+                "model path"
+            )
         if judge.max_concurrency < 1:
             errors.append(f"reward_model.judge.max_concurrency={judge.max_concurrency} must be >= 1")
+    mapping = cfg.trainer.get("resource_pool_mapping") or {}
+    if "judge" in mapping and not (rm.reward_manager == "judge" and judge is not None and judge.backend == "worker"):
+        errors.append(
+            f"trainer.resource_pool_mapping.judge={mapping['judge']!r}: only a judge worker group is placed on a pool; "
+            "set reward_model.reward_manager=judge reward_model.judge.backend=worker (or drop the key)"
+        )
 
 
 def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:

@@ -110,6 +110,9 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         self.use_rm = bool(config.reward_model.enable)
         # on-policy distillation (distillation.enable): a teacher worker group scores the actor's tokens
         self.use_teacher = bool(OmegaConf.select(config, "distillation.enable", default=False))
+        # an LLM judge reward on a judge worker group (reward_model.judge.backend=worker)
+        judge_backend = OmegaConf.select(config, "reward_model.judge.backend", default=None)
+        self.use_judge_worker = config.reward_model.reward_manager == "judge" and judge_backend == "worker"
         self.algorithm = config.algorithm
         self.kl_ctrl_in_reward = (
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
@@ -166,9 +169,11 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
 
     def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
         """Role -> (worker class, constructor arguments) of this run: the actor (with rollout, and reference policy
-        when a KL needs one), the critic when the estimator trains one, the reward model when enabled. The one
+        when a KL needs one), the critic when the estimator trains one, the reward model when enabled, the teacher
+        (distillation) and the judge (``reward_model.judge.backend=worker``) when used. The one
         place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+        from verl.workers.judge_worker import JudgeWorker
         from verl.workers.teacher import TeacherWorker
 
         classes = {
@@ -176,6 +181,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             "critic": CriticWorker,
             "rm": RewardModelWorker,
             "teacher": TeacherWorker,
+            "judge": JudgeWorker,
         }
         classes.update(self.role_worker_mapping)
         actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
@@ -192,6 +198,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
                 "config": self.config.distillation,
                 "student_tokenizer": str(model.get("tokenizer_path") or model.path),
             }
+        if self.use_judge_worker:
+            kwargs["judge"] = {"config": self.config.reward_model.judge}
         return {role: (classes[role], {**args, **self.role_kwargs.get(role, {})}) for role, args in kwargs.items()}
 
     def init_workers(self) -> None:
@@ -219,13 +227,18 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
                 **self._pool_settings(),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
-        for name in ("critic", "rm", "teacher", "actor_rollout"):  # actor last: it is the biggest, as in verl
+        for name in ("critic", "rm", "teacher", "judge", "actor_rollout"):  # actor last: the biggest, as in verl
             if name in self.worker_groups:
                 self.worker_groups[name].init_model()
         self.actor_rollout_wg = self.worker_groups["actor_rollout"]
         self.critic_wg = self.worker_groups.get("critic")
         self.rm_wg = self.worker_groups.get("rm")
         self.teacher_wg = self.worker_groups.get("teacher")
+        self.judge_wg = self.worker_groups.get("judge")
+        if self.judge_wg is not None:  # the reward functions were built before the workers: hand them the group
+            from verl.workers.reward_manager.judge import bind_judge_worker_group
+
+            bind_judge_worker_group(self.judge_wg, self.reward_fn, self.val_reward_fn)
 
     def _pool_settings(self) -> dict[str, Any]:
         """``resource_pool_spec`` / ``resource_pool_mapping``: from the ResourcePoolManager if one was given, else

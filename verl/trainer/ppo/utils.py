@@ -51,12 +51,14 @@ _ROLE_KEYS: dict[Role, str | None] = {
     Role.RewardModel: "rm",
     Role.RefPolicy: None,
 }
-_KEYS = ("actor_rollout", "critic", "rm")
+# string-only keys: verl's Role has no teacher or judge member
+_KEYS = ("actor_rollout", "critic", "rm", "teacher", "judge")
 
 
 def role_key(role: Role | str) -> str | None:
-    """The worker-group key (``actor_rollout``, ``critic``, ``rm``) of a verl :class:`Role` or of a key; ``None`` for
-    ``Role.RefPolicy`` (hosted by the actor worker). An unknown role raises ValueError listing the valid ones."""
+    """The worker-group key (``actor_rollout``, ``critic``, ``rm``, ``teacher``, ``judge``) of a verl :class:`Role` or
+    of a key; ``None`` for ``Role.RefPolicy`` (hosted by the actor worker). An unknown role raises ValueError listing
+    the valid ones."""
     if isinstance(role, Role):
         return _ROLE_KEYS[role]
     if role in _KEYS:

@@ -43,13 +43,15 @@ class SandboxFusionConfig(BaseConfig):
 class JudgeConfig(BaseConfig):
     """``reward_model.judge``: an LLM judge as the reward (``reward_model.reward_manager=judge``).
 
-    ``backend``: ``openai`` (``url``: an OpenAI-compatible API base such as ``verl serve`` or a vLLM server) or
-    ``hf`` (``model`` is a model path loaded in the trainer process and decoded by the ``hf`` engine).
+    ``backend``: ``openai`` (``url``: an OpenAI-compatible API base such as ``verl serve`` or a vLLM server),
+    ``hf`` (``model`` is a model path loaded in the trainer process and decoded by the ``hf`` engine) or ``worker``
+    (``model`` loaded the same way by a ``judge`` worker group: colocated with the actor on ``global_pool``, or on
+    the pool ``trainer.resource_pool_mapping.judge`` names; the prompts are split over its ranks).
     """
 
-    backend: Literal["openai", "hf"] = "openai"
+    backend: Literal["openai", "hf", "worker"] = "openai"
     url: Optional[str] = None  # openai: e.g. http://127.0.0.1:8000/v1
-    model: Optional[str] = None  # openai: the request's model name; hf: the judge's model path
+    model: Optional[str] = None  # openai: the request's model name; hf / worker: the judge's model path
     api_key_env: Optional[str] = None  # environment variable with a bearer token for the endpoint
     mode: Literal["pointwise", "pairwise"] = "pointwise"
     template: Optional[str] = None  # null: the ready template of the mode
@@ -58,7 +60,7 @@ class JudgeConfig(BaseConfig):
     both_orders: bool = True  # pairwise: judge every pair in both orders (cancels position bias)
     max_new_tokens: int = 256
     temperature: float = 0.0
-    max_concurrency: int = 8  # openai: requests in flight; hf: rows per generate call
+    max_concurrency: int = 8  # openai: requests in flight; hf / worker: rows per generate call (per rank)
     timeout_s: float = 60.0
     max_retries: int = 2
     on_error: Literal["zero", "skip", "raise"] = "zero"

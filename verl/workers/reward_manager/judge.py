@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend
+from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -43,19 +43,16 @@ def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | No
             api_key_env=cfg.get("api_key_env"),
         )
     elif backend_name == "hf":
-        if not cfg.get("model"):
-            raise ValueError("reward_model.judge.model: the hf judge backend needs the judge's model path")
         import torch
 
-        backend = HFJudgeBackend(
-            str(cfg["model"]),
-            device="cuda" if torch.cuda.is_available() else None,  # next to the trainer, on its accelerator
-            max_new_tokens=int(cfg.get("max_new_tokens", 256)),
-            temperature=float(cfg.get("temperature", 0.0)),
-            max_num_seqs=int(cfg.get("max_concurrency", 8)),
-        )
+        # next to the trainer, on its accelerator
+        backend = HFJudgeBackend.from_config(cfg, device="cuda" if torch.cuda.is_available() else None)
+    elif backend_name == "worker":
+        if not cfg.get("model"):
+            raise ValueError("reward_model.judge.model: the worker judge backend needs the judge's model path")
+        backend = WorkerGroupJudgeBackend()  # the trainer binds its judge worker group in init_workers
     else:
-        raise ValueError(f"reward_model.judge.backend must be 'openai' or 'hf', got {backend_name!r}")
+        raise ValueError(f"reward_model.judge.backend must be 'openai', 'hf' or 'worker', got {backend_name!r}")
     return LLMJudge(
         backend,
         mode=str(cfg.get("mode", "pointwise")),
@@ -66,6 +63,24 @@ def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | No
         on_error=str(cfg.get("on_error", "zero")),
         both_orders=bool(cfg.get("both_orders", True)),
     )
+
+
+def bind_judge_worker_group(group: Any, *reward_fns: Any) -> int:
+    """Hand a ``judge`` worker group to the :class:`WorkerGroupJudgeBackend` of each reward function's judge (the
+    trainer's training and validation reward functions, built before the workers); returns how many were bound.
+    Reward functions without such a backend are left alone (a warning when none has one)."""
+    bound = 0
+    for reward_fn in {id(f): f for f in reward_fns if f is not None}.values():
+        backend = getattr(getattr(reward_fn, "judge", None), "backend", None)
+        if isinstance(backend, WorkerGroupJudgeBackend):
+            backend.bind(group)
+            bound += 1
+    if not bound:
+        logger.warning(
+            "reward_model.judge.backend=worker: a judge worker group was created but no reward function has a "
+            "worker-group judge backend to use it"
+        )
+    return bound
 
 
 @register("judge")

@@ -1,7 +1,13 @@
-"""LLM-as-judge rewards: templates and parsers, backends (OpenAI-compatible endpoint or in-process ``hf`` engine),
-and :class:`LLMJudge`, used by the ``judge`` reward manager (``reward_model.reward_manager=judge``)."""
+"""LLM-as-judge rewards: templates and parsers, backends (OpenAI-compatible endpoint, in-process ``hf`` engine or
+the trainer's ``judge`` worker group), and :class:`LLMJudge`, used by the ``judge`` reward manager
+(``reward_model.reward_manager=judge``)."""
 
-from verl.utils.reward_score.judge.backends import HFJudgeBackend, JudgeRequestError, OpenAIJudgeBackend
+from verl.utils.reward_score.judge.backends import (
+    HFJudgeBackend,
+    JudgeRequestError,
+    OpenAIJudgeBackend,
+    WorkerGroupJudgeBackend,
+)
 from verl.utils.reward_score.judge.judge import JudgeBackend, JudgeError, JudgeResult, LLMJudge
 from verl.utils.reward_score.judge.templates import (
     PAIRWISE_TEMPLATE,
@@ -22,6 +28,7 @@ __all__ = [
     "OpenAIJudgeBackend",
     "PAIRWISE_TEMPLATE",
     "POINTWISE_TEMPLATE",
+    "WorkerGroupJudgeBackend",
     "pairwise_parser",
     "pointwise_parser",
 ]

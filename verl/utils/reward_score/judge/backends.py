@@ -1,4 +1,5 @@
-"""Where a judge's answers come from: any OpenAI-compatible endpoint, or a causal LM run in this process.
+"""Where a judge's answers come from: any OpenAI-compatible endpoint, a causal LM run in this process, or the
+trainer's ``judge`` worker group.
 
 Both take a list of judge prompts (plain text, sent as one user message) and return one answer string or one
 Exception per prompt, in order, so a failed request spares the others.
@@ -8,6 +9,8 @@ Exception per prompt, in order, so a failed request spares the others.
   each retried with exponential backoff on connection errors, timeouts, HTTP 429 and 5xx.
 - :class:`HFJudgeBackend`: the judge's weights loaded here and decoded by the project's ``hf`` rollout engine
   (:class:`verl.workers.rollout.hf_rollout.HFRollout`), micro-batched by ``max_num_seqs`` (colocated, in-process).
+- :class:`WorkerGroupJudgeBackend`: the prompts split over the ranks of the trainer's ``judge`` worker group
+  (:class:`verl.workers.judge_worker.JudgeWorker`), each rank answering its share with an :class:`HFJudgeBackend`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -209,6 +212,21 @@ class HFJudgeBackend:
             tokenizer,
         )
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], device: Any = None) -> HFJudgeBackend:
+        """The backend of a ``reward_model.judge`` mapping (``model``, ``max_new_tokens``, ``temperature``;
+        ``max_concurrency`` rows per generate call) on ``device`` (None: where the model loads, the CPU). The one
+        loader of both the in-driver ``hf`` backend and the ``judge`` worker's ranks."""
+        if not config.get("model"):
+            raise ValueError("reward_model.judge.model: the hf and worker judge backends need the judge's model path")
+        return cls(
+            str(config["model"]),
+            device=device,
+            max_new_tokens=int(config.get("max_new_tokens", 256)),
+            temperature=float(config.get("temperature", 0.0)),
+            max_num_seqs=int(config.get("max_concurrency", 8)),
+        )
+
     def generate(self, texts: Sequence[str]) -> list[str | Exception]:
         """Answers of the judge for ``texts`` (one generate pass, micro-batched)."""
         from verl.api.data import encode_prompts
@@ -221,3 +239,52 @@ class HFJudgeBackend:
         out = self.rollout.generate_sequences(prompts)
         responses, mask = out.batch["responses"], out.batch["response_mask"]
         return [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
+
+
+# non_tensor_batch keys of the judge worker's requests and answers (object arrays, one entry per judge prompt)
+JUDGE_PROMPTS_KEY = "judge_prompts"
+JUDGE_ANSWERS_KEY = "judge_answers"
+
+
+class WorkerGroupJudgeBackend:
+    """Judge prompts answered by a ``judge`` worker group (``worker_group.generate_judge_answers``), the rows split
+    over its ranks (padded to a multiple of the world size, the padding dropped from the answers).
+
+    ``worker_group`` may be None when the backend is built before the workers exist (the reward manager is built
+    in the driver before ``init_workers``); :meth:`bind` attaches it later. A failed group call becomes one
+    :class:`JudgeRequestError` per prompt, so ``on_error`` decides, as for a failed HTTP request.
+    """
+
+    def __init__(self, worker_group: Any = None) -> None:
+        self.worker_group = worker_group
+
+    def bind(self, worker_group: Any) -> None:
+        """Use ``worker_group`` (a group of :class:`verl.workers.judge_worker.JudgeWorker`) from now on."""
+        self.worker_group = worker_group
+
+    def generate(self, texts: Sequence[str]) -> list[str | Exception]:
+        """One answer (or Exception) per text, in order."""
+        import numpy as np
+
+        from verl.protocol import DataProto
+
+        if self.worker_group is None:
+            raise RuntimeError(
+                "reward_model.judge.backend=worker: no judge worker group is bound yet; the trainer binds it in "
+                "init_workers (or call WorkerGroupJudgeBackend.bind(group))"
+            )
+        if not texts:
+            return []
+        prompts = np.empty(len(texts), dtype=object)
+        prompts[:] = list(texts)
+        request = DataProto.from_dict(non_tensors={JUDGE_PROMPTS_KEY: prompts}, auto_padding=True)
+        try:
+            out = self.worker_group.generate_judge_answers(request)
+            answers = list(out.non_tensor_batch[JUDGE_ANSWERS_KEY])
+        except Exception as e:  # the whole batch failed: every prompt reports it
+            err = JudgeRequestError(f"judge worker group failed: {type(e).__name__}: {e}")
+            return [err] * len(texts)
+        if len(answers) != len(texts):
+            err = JudgeRequestError(f"judge worker group returned {len(answers)} answers for {len(texts)} prompts")
+            return [err] * len(texts)
+        return [a if isinstance(a, BaseException) else str(a) for a in answers]
