@@ -7,7 +7,7 @@
 #   4. multi-turn GRPO from the SFT model with the tool agent loop; validation before (= after SFT) and after
 #   5. the table: held-out accuracy and tool calls per problem at each stage (summarize_tool_learning.py)
 # Knobs (environment): PYTHON, MODEL (default the bundled smollm2-135m-instruct), OUT, N_SFT, N_TRAIN, N_TEST,
-# SFT_EPOCHS, SFT_STEPS (default: the whole epochs), SFT_LR, GRPO_STEPS, GRPO_LR, BATCH, GROUP, PROMPT_LEN, RESPONSE_LEN, SFT_MAX_LEN (tokens), and
+# SFT_EPOCHS, SFT_STEPS (default 4: a cold start that leaves GRPO room; empty: the whole epochs), SFT_LR, GRPO_STEPS (default 10), GRPO_LR, BATCH, GROUP, PROMPT_LEN, RESPONSE_LEN, SFT_MAX_LEN (tokens), and
 # STAGES (default "data base sft grpo": rerun a part, e.g. STAGES=grpo after the others). Docs: docs/agent_loop.md ("Proof that it learns").
 set -euo pipefail
 PY=${PYTHON:-python}
@@ -42,18 +42,19 @@ if want base; then
         trainer.val_only=true trainer.default_local_dir="$OUT/base"
 fi
 
-# 3. SFT cold start
+# 3. SFT cold start (SFT_STEPS unset: 4 steps; set but empty: the whole epochs)
+SFT_STEP_LIMIT=${SFT_STEPS-4}
 if want sft; then
     $PY -m verl.trainer.main_sft data.train_files="$DATA/sft.parquet" model.path="$MODEL" \
         data.max_length="${SFT_MAX_LEN:-160}" data.train_batch_size=8 data.micro_batch_size_per_gpu=8 \
         optim.lr="${SFT_LR:-1e-4}" trainer.total_epochs="${SFT_EPOCHS:-1}" \
-        ${SFT_STEPS:+trainer.total_training_steps=$SFT_STEPS} \
+        ${SFT_STEP_LIMIT:+trainer.total_training_steps=$SFT_STEP_LIMIT} \
         trainer.default_local_dir="$OUT/sft" trainer.logger=[console,file] trainer.resume_mode=disable \
         trainer.overwrite_checkpoints=true
 fi
 
 # 4. multi-turn GRPO from the SFT model (validation before and after)
-STEPS=${GRPO_STEPS:-8}
+STEPS=${GRPO_STEPS:-10}
 if want grpo; then
     $PY -m verl.trainer.main_ppo "${AGENT[@]}" actor_rollout_ref.model.path="$OUT/sft/hf_model" \
         actor_rollout_ref.rollout.n="${GROUP:-4}" actor_rollout_ref.actor.ppo_mini_batch_size="${BATCH:-8}" \

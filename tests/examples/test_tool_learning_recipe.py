@@ -83,6 +83,7 @@ def test_the_recipe_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path) ->
         N_TEST="2",
         BATCH="2",
         GROUP="2",
+        SFT_STEPS="1",
         GRPO_STEPS="1",
         PROMPT_LEN="160",
         RESPONSE_LEN="24",
