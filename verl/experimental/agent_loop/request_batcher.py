@@ -15,19 +15,22 @@ registered trajectory (:meth:`open_trajectory`) not busy elsewhere has a request
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-__all__ = ["RequestBatcher", "TokenOutput", "TurnServer"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["RequestBatcher", "TokenOutput", "TurnRequest", "TurnServer"]
 
 TURN_META_KEY = "agent_loop_turn"
 """``meta_info`` flag of the batcher's own engine calls (the engine generates plainly instead of looping again)."""
@@ -43,31 +46,92 @@ class TokenOutput:
     stop_reason: str
 
 
-class TurnServer(Protocol):
-    """What an agent loop generates through: one turn's tokens after its conversation so far. Two implement it:
-    :class:`RequestBatcher` (any engine's ``generate_sequences``, batch by batch) and
-    :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` (vLLM's engine, request by request)."""
-
-    batch_sizes: list[int]
-    engine_s: float
-
-    def open_trajectory(self) -> None: ...
-
-    def close_trajectory(self) -> None: ...
-
-    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput: ...
-
-    def close(self) -> None: ...
-
-
 @dataclass
-class _Request:
+class TurnRequest:
+    """One queued turn: the conversation's token ids so far, its token budget, and where its answer goes."""
+
     prompt_ids: list[int]
     max_tokens: int
     future: Future = field(default_factory=Future)
 
 
-class RequestBatcher:
+class TurnServer:
+    """What an agent loop generates through: one turn's tokens after its conversation so far.
+
+    This base is the agents' half, shared by both engines' servers: :meth:`generate` may be awaited from any
+    thread's event loop; it queues the request and a serving thread (the subclass's :meth:`_serve`, the only
+    thread that touches the engine) answers it through the request's future. Subclasses:
+    :class:`RequestBatcher` (any engine's ``generate_sequences``, batch by batch) and
+    :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` (vLLM's engine, request by request).
+
+    Attributes:
+        batch_sizes: requests per engine call (or per engine step).
+        engine_s: seconds spent in the engine.
+    """
+
+    thread_name = "agent-loop-turn-server"
+
+    def __init__(self) -> None:
+        self._queue: list[TurnRequest] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self.batch_sizes: list[int] = []
+        self.engine_s = 0.0
+        # torch's CPU thread count is per thread (OpenMP): the serving thread uses the caller's
+        self._torch_threads = torch.get_num_threads()
+        self._thread = threading.Thread(target=self._serve_thread, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def open_trajectory(self) -> None:
+        """A trajectory starts (its requests are expected); the base does not count them."""
+
+    def close_trajectory(self) -> None:
+        """A trajectory is done; the base does not count them."""
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
+        """At most ``max_tokens`` tokens after ``prompt_ids``, served with the other requests in flight."""
+        if not prompt_ids or max_tokens < 1:
+            raise ValueError(
+                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
+            )
+        request = TurnRequest([int(t) for t in prompt_ids], int(max_tokens))
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"the {type(self).__name__} is closed")
+            self._queue.append(request)
+            self._cond.notify_all()
+        return await asyncio.wrap_future(request.future)
+
+    def close(self) -> None:
+        """Stop the serving thread; requests still queued (or in flight) fail."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _serve_thread(self) -> None:
+        # torch._C's setter: vLLM's CPU worker replaces torch.set_num_threads with a no-op once it has bound its
+        # threads, and its attention kernels check the thread count they were planned for
+        torch._C.set_num_threads(self._torch_threads)
+        try:
+            self._serve()
+        except BaseException as e:  # noqa: BLE001  (a dead serving thread must not leave trajectories waiting)
+            with self._cond:
+                self._closed = True
+                pending, self._queue = self._queue, []
+            for request in pending:
+                if not request.future.done():
+                    request.future.set_exception(e)
+            logger.error(
+                "the %s's serving thread died: %r (its waiting requests got the error)", type(self).__name__, e
+            )
+
+    def _serve(self) -> None:
+        """Answer queued requests until :meth:`close`; the subclass's engine loop."""
+        raise NotImplementedError
+
+
+class RequestBatcher(TurnServer):
     """Batches requests from any thread's event loop onto ``generate_batch`` (an engine's ``generate_sequences``).
 
     Args:
@@ -76,6 +140,8 @@ class RequestBatcher:
         meta_info: the generation call's meta (sampling settings, ``eos_token_id``, ``pad_token_id``, seed).
         batch_wait_s: longest wait for more requests once one is queued.
     """
+
+    thread_name = "agent-loop-batcher"
 
     def __init__(
         self, generate_batch: Callable[[DataProto], DataProto], meta_info: dict[str, Any], batch_wait_s: float = 0.02
@@ -86,16 +152,8 @@ class RequestBatcher:
         eos = meta_info.get("eos_token_id")
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
         self.pad_token_id = int(meta_info.get("pad_token_id") if meta_info.get("pad_token_id") is not None else 0)
-        self._queue: list[_Request] = []
-        self._cond = threading.Condition()
         self._active = 0
-        self._closed = False
-        self.batch_sizes: list[int] = []
-        self.engine_s = 0.0
-        # torch's CPU thread count is per thread (OpenMP): the serving thread uses the caller's
-        self._torch_threads = torch.get_num_threads()
-        self._thread = threading.Thread(target=self._serve, name="agent-loop-batcher", daemon=True)
-        self._thread.start()
+        super().__init__()
 
     # --------------------------------------------------------------------------------------------- trajectories
     def open_trajectory(self) -> None:
@@ -110,29 +168,8 @@ class RequestBatcher:
             self._active -= 1
             self._cond.notify_all()
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
-        """Generate at most ``max_tokens`` tokens after ``prompt_ids`` (served in a batch with other requests)."""
-        if not prompt_ids or max_tokens < 1:
-            raise ValueError(
-                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
-            )
-        request = _Request(list(prompt_ids), int(max_tokens))
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the request batcher is closed")
-            self._queue.append(request)
-            self._cond.notify_all()
-        return await asyncio.wrap_future(request.future)
-
-    def close(self) -> None:
-        """Stop the serving thread (requests still queued fail)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join()
-
     # --------------------------------------------------------------------------------------------- serving side
-    def _take_batch(self) -> list[_Request] | None:
+    def _take_batch(self) -> list[TurnRequest] | None:
         with self._cond:
             while not self._queue and not self._closed:
                 self._cond.wait()
@@ -151,7 +188,6 @@ class RequestBatcher:
             return batch
 
     def _serve(self) -> None:
-        torch.set_num_threads(self._torch_threads)
         while True:
             batch = self._take_batch()
             if batch is None:
@@ -165,7 +201,7 @@ class RequestBatcher:
             for request, output in zip(batch, outputs):
                 request.future.set_result(output)
 
-    def _run(self, batch: list[_Request]) -> list[TokenOutput]:
+    def _run(self, batch: list[TurnRequest]) -> list[TokenOutput]:
         width = max(len(r.prompt_ids) for r in batch)
         input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(batch), width), dtype=torch.long)

@@ -14,18 +14,12 @@ Sampling settings are the rollout's (``resolve_sampling`` of the batch's ``meta_
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
-import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from verl.experimental.agent_loop.request_batcher import TokenOutput
+from verl.experimental.agent_loop.request_batcher import TokenOutput, TurnRequest, TurnServer
 from verl.workers.rollout.base import resolve_sampling, resolve_special_ids
 
 __all__ = ["VLLMRequestServer"]
@@ -33,21 +27,17 @@ __all__ = ["VLLMRequestServer"]
 _SERVER_IDS = itertools.count()
 
 
-@dataclass
-class _Turn:
-    prompt_ids: list[int]
-    max_tokens: int
-    future: Future = field(default_factory=Future)
-
-
-class VLLMRequestServer:
+class VLLMRequestServer(TurnServer):
     """A :class:`~verl.experimental.agent_loop.request_batcher.TurnServer` over a :class:`vLLMRollout`'s engine for
     one batch of agent loops (built by ``vLLMRollout.turn_server()``, closed by the runner when the batch is done).
+    Requests are never held back to wait for others, so trajectories are not counted.
 
     Attributes:
         batch_sizes: requests in flight at each engine step (the decode batch vLLM ran).
         engine_s: seconds spent in engine steps.
     """
+
+    thread_name = "agent-loop-vllm-server"
 
     def __init__(self, rollout: Any, meta_info: dict[str, Any]) -> None:
         self.rollout = rollout
@@ -55,45 +45,10 @@ class VLLMRequestServer:
         self.settings = resolve_sampling(rollout.config, meta_info)
         eos_ids, _ = resolve_special_ids(meta_info, rollout.tokenizer, fallback_eos=rollout._model_eos)
         self.eos_ids = [int(e) for e in eos_ids]
-        self.batch_sizes: list[int] = []
-        self.engine_s = 0.0
         self._prefix = f"agent-turn-{next(_SERVER_IDS)}-"
         self._count = itertools.count()
-        self._queue: list[_Turn] = []
-        self._in_flight: dict[str, _Turn] = {}
-        self._cond = threading.Condition()
-        self._closed = False
-        self._torch_threads = torch.get_num_threads()
-        self._thread = threading.Thread(target=self._serve, name="agent-loop-vllm-server", daemon=True)
-        self._thread.start()
-
-    # ------------------------------------------------------------------------------------------ agent side
-    def open_trajectory(self) -> None:
-        """Nothing to count: requests are never held back to wait for others."""
-
-    def close_trajectory(self) -> None:
-        """Nothing to count (see :meth:`open_trajectory`)."""
-
-    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
-        """At most ``max_tokens`` tokens after ``prompt_ids``, sampled by vLLM next to the other requests in flight."""
-        if not prompt_ids or max_tokens < 1:
-            raise ValueError(
-                f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
-            )
-        turn = _Turn([int(t) for t in prompt_ids], int(max_tokens))
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the vLLM turn server is closed")
-            self._queue.append(turn)
-            self._cond.notify_all()
-        return await asyncio.wrap_future(turn.future)
-
-    def close(self) -> None:
-        """Stop serving: requests still queued or in flight fail (and are aborted in the engine)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join()
+        self._in_flight: dict[str, TurnRequest] = {}
+        super().__init__()
 
     # ----------------------------------------------------------------------------------------- engine side
     def _params(self, max_tokens: int) -> Any:
@@ -102,7 +57,7 @@ class VLLMRequestServer:
         )
         return self.rollout.sampling_params(settings, self.eos_ids)
 
-    def _take_new(self) -> list[_Turn] | None:
+    def _take_new(self) -> list[TurnRequest] | None:
         """The requests that arrived since the last step; waits while nothing is in flight. None once closed."""
         with self._cond:
             while not self._queue and not self._in_flight and not self._closed:
@@ -113,10 +68,7 @@ class VLLMRequestServer:
             return new
 
     def _serve(self) -> None:
-        # OpenMP's thread count is per thread; vLLM's CPU worker replaces torch.set_num_threads with a no-op once it
-        # has bound its threads, so set it underneath (its attention kernels check the count they were planned for)
         try:
-            torch._C.set_num_threads(self._torch_threads)
             while (new := self._take_new()) is not None:
                 for turn in new:
                     request_id = f"{self._prefix}{next(self._count)}"
