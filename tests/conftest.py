@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,3 +111,64 @@ def verl_logs():
     finally:
         verl_logger.removeHandler(handler)
         verl_logger.setLevel(previous)
+
+
+# ------------------------------------------------------------------------------ scripted LLM-judge endpoint
+class _JudgeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64  # the default backlog of 5 would hold back concurrent connections
+
+
+def _judge_verdict(content: str) -> tuple[int, str]:
+    """The scripted judge: HTTP status and answer for one judge prompt."""
+    pair = re.search(r"A:(.*)\|B:(.*)", content, re.S)
+    if pair:  # pairwise: prefers the response that says "good"; between equals, A
+        a_good, b_good = "good" in pair.group(1), "good" in pair.group(2)
+        return 200, "[[B]]" if b_good and not a_good else "[[A]]"
+    if "fail" in content:
+        return 500, ""
+    if "unparsable" in content:
+        return 200, "I would rather not say."
+    if "toolarge" in content:
+        return 200, "Rating: [[11]]"
+    return 200, "Fine. Rating: [[8]]" if "good" in content else "Weak. Rating: [[2]]"
+
+
+@pytest.fixture
+def judge_server():
+    """A scripted OpenAI-compatible judge on 127.0.0.1 (answers by :func:`_judge_judge_verdict`); the state records the
+    request count, bodies, arrival times (``time.perf_counter``) and the most requests in flight; ``delay`` (s)
+    holds each answer back."""
+    state = {"in_flight": 0, "max_in_flight": 0, "requests": 0, "bodies": [], "arrivals": [], "delay": 0.0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                state["in_flight"] += 1
+                state["requests"] += 1
+                state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+                state["bodies"].append(body)
+                state["arrivals"].append(time.perf_counter())
+            time.sleep(state["delay"])
+            code, answer = _judge_verdict(body["messages"][-1]["content"])
+            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
+            with lock:
+                state["in_flight"] -= 1
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = _JudgeServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield state
+    server.shutdown()
+    server.server_close()

@@ -63,7 +63,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     a frozen deep copy of ``actor_module`` taken before training) and ``rollout`` (a ready :class:`BaseRollout`,
     e.g. one wrapping an existing vLLM engine), and ``agent_tools`` (``BaseTool`` objects the agent loops of a
     multi-turn rollout may call, next to those of ``multi_turn.tool_config_path``). Such objects only make sense on
-    the local backend (same process).
+    the local backend (same process). ``judge_config`` (the ``reward_model.judge`` section, passed by the trainer
+    when ``overlap_rollout`` is on) gives the agent loops a judge that scores each trajectory as soon as it ends.
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         ref_module: torch.nn.Module | None = None,
         rollout: Any = None,
         agent_tools: list[Any] | None = None,
+        judge_config: Any = None,
     ):
         super().__init__()
         self._given_actor_module = actor_module
@@ -82,6 +84,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self._given_ref_module = ref_module
         self._given_rollout = rollout
         self._given_agent_tools = list(agent_tools or [])
+        self._judge_config = judge_config
         self.rollout_name = "hf"  # resolved in init_model (rollout.name may be "auto")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
@@ -243,6 +246,10 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         if self._is_rollout:
             self._build_rollout()
             self.rollout.agent_tools = self._given_agent_tools
+            if self._judge_config is not None:
+                from verl.experimental.agent_loop.judge_overlap import JudgeOverlap
+
+                self.rollout.agent_judge = JudgeOverlap.from_config(self._judge_config)
         if self._is_ref:
             self._build_reference(ref_source, use_remove_padding)
         if self.actor_module is not None:

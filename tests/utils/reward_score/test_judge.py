@@ -4,11 +4,7 @@ and the ``judge`` reward manager (weights with the rule reward, extras, pairwise
 
 from __future__ import annotations
 
-import json
-import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -26,62 +22,7 @@ from verl.utils.reward_score.judge import (
 )
 from verl.utils.reward_score.judge.templates import check_template
 
-
-# ------------------------------------------------------------------------------------------ scripted endpoint
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64  # the default backlog of 5 would hold back concurrent connections
-
-
-def _verdict(content: str) -> tuple[int, str]:
-    """The scripted judge: HTTP status and answer for one judge prompt."""
-    pair = re.search(r"A:(.*)\|B:(.*)", content, re.S)
-    if pair:  # pairwise: prefers the response that says "good"; between equals, A
-        a_good, b_good = "good" in pair.group(1), "good" in pair.group(2)
-        return 200, "[[B]]" if b_good and not a_good else "[[A]]"
-    if "fail" in content:
-        return 500, ""
-    if "unparsable" in content:
-        return 200, "I would rather not say."
-    if "toolarge" in content:
-        return 200, "Rating: [[11]]"
-    return 200, "Fine. Rating: [[8]]" if "good" in content else "Weak. Rating: [[2]]"
-
-
-@pytest.fixture
-def judge_server():
-    state = {"in_flight": 0, "max_in_flight": 0, "requests": 0, "bodies": [], "delay": 0.0}
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                state["in_flight"] += 1
-                state["requests"] += 1
-                state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
-                state["bodies"].append(body)
-            time.sleep(state["delay"])
-            code, answer = _verdict(body["messages"][-1]["content"])
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
-            with lock:
-                state["in_flight"] -= 1
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = _Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield state
-    server.shutdown()
-    server.server_close()
+# the scripted endpoint: the ``judge_server`` fixture of tests/conftest.py (also used by the agent-loop tests)
 
 
 def _backend(url: str, **kw) -> OpenAIJudgeBackend:

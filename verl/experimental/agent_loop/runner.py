@@ -13,7 +13,8 @@ Output, like a single-turn engine's (``verl.workers.rollout.base``): ``prompts [
 ``input_ids``/``attention_mask``/``position_ids [bs, prompt_len + response_length]``, ``rollout_log_probs``
 when the engine computes them, and the non-tensor columns ``agent_reward`` (float: tool rewards and interaction
 scores, added to the final reward by the trainer) and ``agent_metrics`` (dict per sample, see
-:mod:`verl.experimental.agent_loop.metrics`).
+:mod:`verl.experimental.agent_loop.metrics`); with a judge (``reward_model.judge.overlap_rollout``) also the
+judge columns of :mod:`verl.experimental.agent_loop.judge_overlap`, each row judged as soon as its loop ended.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.utils.torch_functional import compute_position_id_with_mask
+
+if TYPE_CHECKING:
+    from verl.experimental.agent_loop.judge_overlap import JudgeBatch, JudgeOverlap
 
 __all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "build_agent_output"]
 
@@ -57,6 +61,8 @@ class AgentLoopRunner:
         tools: ``BaseTool`` objects (e.g. from the Python API) added to those of ``multi_turn.tool_config_path``.
         turn_server: ``meta_info -> TurnServer`` for one batch, when the engine serves turn requests itself;
             None batches them onto ``generate_batch`` (:class:`RequestBatcher`).
+        judge: a :class:`~verl.experimental.agent_loop.judge_overlap.JudgeOverlap`: each row's judge request is
+            sent as soon as its loop ends (ground truths from the batch's ``reward_model`` column).
     """
 
     def __init__(
@@ -66,6 +72,7 @@ class AgentLoopRunner:
         generate_batch: Callable[[DataProto], DataProto],
         tools: list[Any] | None = None,
         turn_server: Callable[[dict[str, Any]], TurnServer] | None = None,
+        judge: JudgeOverlap | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
         from verl.tools.utils.tool_registry import initialize_tools_from_config
@@ -76,6 +83,7 @@ class AgentLoopRunner:
         self.tokenizer = tokenizer
         self.generate_batch = generate_batch
         self.turn_server = turn_server
+        self.judge = judge
         mt, agent = rollout_config.multi_turn, rollout_config.agent
         tool_path = mt.tool_config_path
         self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
@@ -113,13 +121,12 @@ class AgentLoopRunner:
         batcher = self.turn_server(meta) if self.turn_server else RequestBatcher(self.generate_batch, meta)
         results: list[AgentLoopOutput | None] = [None] * n
         errors: list[BaseException] = []
+        judging = self._open_judge_batch(prompts, n)
         for _ in range(n):
             batcher.open_trajectory()
         shares = [s for s in np.array_split(np.arange(n), min(self.settings.num_workers, n)) if len(s)]
-        threads = [
-            threading.Thread(target=self._worker, args=(list(share), rows, meta, settings, batcher, results, errors))
-            for share in shares
-        ]
+        args = (rows, meta, settings, batcher, results, errors, judging)
+        threads = [threading.Thread(target=self._worker, args=(list(share), *args)) for share in shares]
         try:
             for t in threads:
                 t.start()
@@ -128,11 +135,30 @@ class AgentLoopRunner:
         finally:
             batcher.close()
             self.last_batch_sizes = list(batcher.batch_sizes)
+            if errors and judging is not None:
+                judging.close()
         if errors:
             raise errors[0]
         prompt_len = max(settings.prompt_length, input_ids.shape[1])
         pad = meta["pad_token_id"] if meta["pad_token_id"] is not None else 0
-        return build_agent_output(results, prompt_len, settings.response_length, int(pad), meta)
+        try:
+            output = build_agent_output(results, prompt_len, settings.response_length, int(pad), meta)
+            if judging is not None:  # the requests still outstanding after the last loop ended
+                output.non_tensor_batch.update(judging.collect())
+        finally:
+            if judging is not None:
+                judging.close()
+        return output
+
+    def _open_judge_batch(self, prompts: DataProto, n: int) -> JudgeBatch | None:
+        """The batch's judge requests when a judge is set (ground truths from the ``reward_model`` column)."""
+        if self.judge is None:
+            return None
+        from verl.workers.reward_manager.abstract import ground_truth_of
+
+        column = prompts.non_tensor_batch.get("reward_model")
+        truths = [None] * n if column is None else [ground_truth_of(column[i]) for i in range(n)]
+        return self.judge.open_batch(self.tokenizer, truths)
 
     def _worker(
         self,
@@ -143,6 +169,7 @@ class AgentLoopRunner:
         batcher: TurnServer,
         results: list[AgentLoopOutput | None],
         errors: list[BaseException],
+        judging: JudgeBatch | None = None,
     ) -> None:
         async def one(i: int) -> None:
             start = time.perf_counter()
@@ -150,8 +177,10 @@ class AgentLoopRunner:
                 name = rows[i].get("agent_name") or settings.default_agent_loop
                 loop = get_agent_loop_class(str(name))(settings, batcher, self.tokenizer, self.tools, self.interactions)
                 kwargs = {k: v for k, v in rows[i].items() if k != "agent_name"}
-                results[i] = await loop.run(meta, **kwargs)
-                results[i].metrics["latency_s"] = time.perf_counter() - start
+                out = results[i] = await loop.run(meta, **kwargs)
+                out.metrics["latency_s"] = time.perf_counter() - start
+                if judging is not None:  # judged now, while the other rows still generate
+                    judging.submit(i, out.prompt_ids, out.response_ids)
             finally:
                 batcher.close_trajectory()
 

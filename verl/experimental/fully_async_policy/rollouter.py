@@ -197,10 +197,13 @@ class _RolloutProcess:
     """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
 
     def __init__(self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool) -> None:
+        from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
         self.config = config
-        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout")
+        # reward_model.judge.overlap_rollout: the agent loops here judge each trajectory as it ends
+        judge_config = judge_overlap_config(config)
+        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout", judge_config=judge_config)
         self.worker.init_model()
         self.lora = int(config.actor_rollout_ref.model.lora_rank) > 0
         if self.lora and self.worker.rollout_name == "hf":
@@ -272,7 +275,9 @@ class _RolloutProcess:
             out, interruptions = generate_resumable(rollout, gen_batch, self.sync_pending.is_set, self.take_sync)
             return out
 
-        rollouts = generate_groups(prompts, n, generate_fn, meta)
+        # a judge scoring trajectories during the rollout reads the ground truths there
+        columns = ("reward_model",) if getattr(rollout, "agent_judge", None) is not None else ()
+        rollouts = generate_groups(prompts, n, generate_fn, meta, columns)
         rows = len(rollouts)
         rollouts.non_tensor_batch["rollout_weight_version"] = np.full(rows, start_version, dtype=object)
         rollouts.non_tensor_batch["rollout_weight_version_last"] = np.full(rows, self.version, dtype=object)

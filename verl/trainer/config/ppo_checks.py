@@ -265,6 +265,10 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
             )
         if judge.max_concurrency < 1:
             errors.append(f"reward_model.judge.max_concurrency={judge.max_concurrency} must be >= 1")
+    if judge is not None and judge.get("overlap_rollout", False):
+        from verl.experimental.agent_loop.judge_overlap import overlap_config_errors
+
+        errors.extend(overlap_config_errors(cfg))
     mapping = cfg.trainer.get("resource_pool_mapping") or {}
     if "judge" in mapping and not (rm.reward_manager == "judge" and judge is not None and judge.backend == "worker"):
         errors.append(

@@ -172,6 +172,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         when a KL needs one), the critic when the estimator trains one, the reward model when enabled, the teacher
         (distillation) and the judge (``reward_model.judge.backend=worker``) when used. The one
         place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
+        from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
         from verl.workers.judge_worker import JudgeWorker
         from verl.workers.teacher import TeacherWorker
@@ -188,6 +189,9 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         kwargs: dict[str, dict[str, Any]] = {
             "actor_rollout": {"config": self.config.actor_rollout_ref, "role": actor_role}
         }
+        judge_config = judge_overlap_config(self.config)
+        if judge_config is not None:  # the rollout engine judges each agent-loop trajectory as it ends
+            kwargs["actor_rollout"]["judge_config"] = judge_config
         if self.use_critic:
             kwargs["critic"] = {"config": self.config.critic}
         if self.use_rm:
@@ -282,8 +286,12 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged
         with its ``uid`` (:func:`verl.trainer.ppo.batch_rollout.generate_groups`); ``meta`` (``do_sample=False``,
         ``validate=True``, ``temperature=0.7`` ...) sets this call's sampling."""
+        from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
+
         n = int(self.config.actor_rollout_ref.rollout.n if n is None else n)
-        return generate_groups(prompts, n, self.generate, {**self.prompt_batch_meta(), **meta})
+        # a judge scoring trajectories during the rollout reads the ground truths there
+        columns = ("reward_model",) if judge_overlap_config(self.config) is not None else ()
+        return generate_groups(prompts, n, self.generate, {**self.prompt_batch_meta(), **meta}, columns)
 
     def score(
         self, rollouts: DataProto, reward_fn: Callable[..., Any] | None = None

@@ -66,6 +66,8 @@ class JudgeConfig(BaseConfig):
     on_error: Literal["zero", "skip", "raise"] = "zero"
     weight: float = 1.0  # reward = weight * judge score + rule_weight * rule score
     rule_weight: float = 0.0  # 0: the rule scorer (custom_reward_function / default) is not called
+    # judge each agent-loop trajectory as soon as it ends, during the rollout (openai, pointwise, multi_turn only)
+    overlap_rollout: bool = False
 
 
 @dataclass

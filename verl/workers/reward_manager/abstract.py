@@ -85,6 +85,22 @@ def normalize_result(result: Any) -> tuple[float, dict[str, Any]]:
     return _as_float(result), {}
 
 
+def decode_prompt_response(tokenizer: Any, prompt_ids: list[int], response_ids: list[int]) -> tuple[str, str]:
+    """The prompt and response strings a reward function sees, from a row's valid prompt token ids and its valid
+    response token ids (the whole conversation after the prompt for a multi-turn rollout). The one decoding both
+    the reward managers and the agent loops' judge requests (``verl.experimental.agent_loop.judge_overlap``) use,
+    so a judge prompt built during the rollout equals the one built from the finished batch."""
+    return (
+        tokenizer.decode(list(prompt_ids), skip_special_tokens=True),
+        tokenizer.decode(list(response_ids), skip_special_tokens=True),
+    )
+
+
+def ground_truth_of(reward_model: Any) -> Any:
+    """The ground truth of a row's ``reward_model`` column entry (None when it has none)."""
+    return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+
+
 class AbstractRewardManager:
     """Base of the registered reward managers. Subclasses implement ``score_samples``.
 
@@ -233,15 +249,16 @@ class AbstractRewardManager:
             n_valid = int(valid_resp_len[i])
             prompt_ids = prompts[i][valid_prompt_mask[i]]
             response_ids = responses[i][:n_valid]
-            reward_model = ntb["reward_model"][i]
-            ground_truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+            prompt_str, response_str = decode_prompt_response(
+                self.tokenizer, prompt_ids.tolist(), response_ids.tolist()
+            )
             samples.append(
                 Sample(
                     index=i,
                     data_source=str(ntb[self.reward_fn_key][i]),
-                    prompt_str=self.tokenizer.decode(prompt_ids.tolist(), skip_special_tokens=True),
-                    response_str=self.tokenizer.decode(response_ids.tolist(), skip_special_tokens=True),
-                    ground_truth=ground_truth,
+                    prompt_str=prompt_str,
+                    response_str=response_str,
+                    ground_truth=ground_truth_of(ntb["reward_model"][i]),
                     extra_info=None if extra_infos is None else extra_infos[i],
                     valid_response_length=n_valid,
                 )

@@ -7,6 +7,10 @@ scorers), called only when ``rule_weight != 0``. A judge failure under ``on_erro
 of that sample's reward. Per-sample extras (logged as ``reward_extra/<key>/{mean,max,min}``): ``judge_score``,
 ``judge_latency_s``, ``judge_parse_failure``, ``judge_request_failure``, ``judge_skipped`` and ``rule_score``;
 batch counters ``reward/judge_parse_failures`` and ``reward/judge_request_failures``.
+
+A batch whose agent loops were judged during the rollout (``reward_model.judge.overlap_rollout``: the columns of
+``verl.experimental.agent_loop.judge_overlap`` on every row, each for the judge prompt this manager builds) is
+scored from those answers, through the same parser and ``on_error``, without asking the judge again.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
+from verl.utils.reward_score.judge.backends import JudgeRequestError
+from verl.utils.reward_score.judge.judge import JudgeResult
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -106,16 +112,20 @@ class JudgeRewardManager(NaiveRewardManager):
         self.weight = float(cfg.get("weight", 1.0) if weight is None else weight)
         self.rule_weight = float(cfg.get("rule_weight", 0.0) if rule_weight is None else rule_weight)
         self._group_ids: list[Any] | None = None
+        self._answered: dict[str, Any] | None = None
+        self.reused_batches = 0  # batches scored from the answers the rollout received (overlap_rollout)
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
         """As :meth:`AbstractRewardManager.__call__`; the batch's ``uid`` column groups responses for pairwise
         judging."""
         uid = data.non_tensor_batch.get("uid") if getattr(data, "non_tensor_batch", None) is not None else None
         self._group_ids = None if uid is None else list(uid)
+        self._answered = self._precomputed_columns(data)
         try:
             out = super().__call__(data, return_dict=return_dict)
         finally:
             self._group_ids = None
+            self._answered = None
         if return_dict and isinstance(out, dict):
             info = out["reward_extra_info"]
             for key, name in (("judge_parse_failure", "parse"), ("judge_request_failure", "request")):
@@ -133,12 +143,14 @@ class JudgeRewardManager(NaiveRewardManager):
         group_ids = None
         if self._group_ids is not None:
             group_ids = [self._group_ids[s.index] for s in samples]
-        judged = self.judge.score(
-            [s.prompt_str for s in samples],
-            [s.response_str for s in samples],
-            [s.ground_truth for s in samples],
-            group_ids,
-        )
+        judged = self._judged_during_rollout(samples)
+        if judged is None:
+            judged = self.judge.score(
+                [s.prompt_str for s in samples],
+                [s.response_str for s in samples],
+                [s.ground_truth for s in samples],
+                group_ids,
+            )
         rule: list[Any] = [None] * len(samples)
         if self.rule_weight != 0.0:
             rule = super().score_samples(samples)
@@ -168,3 +180,52 @@ class JudgeRewardManager(NaiveRewardManager):
                 logger.warning("judge failed for sample %d: %s", sample.index, result.error)
             out.append({"score": score, **extras})
         return out
+
+    # ------------------------------------------------------------------------- answers received during the rollout
+    def _precomputed_columns(self, data: Any) -> dict[str, Any] | None:
+        """The batch's judge columns from the rollout when every row has an answer or an error (pointwise only)."""
+        from verl.experimental.agent_loop.judge_overlap import ANSWER_KEY, DIGEST_KEY, ERROR_KEY, JUDGE_COLUMNS
+
+        ntb = getattr(data, "non_tensor_batch", None)
+        if self.judge.mode != "pointwise" or ntb is None or any(k not in ntb for k in JUDGE_COLUMNS):
+            return None
+        columns = {k: ntb[k] for k in JUDGE_COLUMNS}
+        complete = all(
+            (a is not None or e is not None) and d is not None
+            for a, e, d in zip(columns[ANSWER_KEY], columns[ERROR_KEY], columns[DIGEST_KEY])
+        )
+        if not complete:
+            logger.warning("judge: some rows were not judged during the rollout; judging the whole batch now")
+            return None
+        return columns
+
+    def _judged_during_rollout(self, samples: list[Sample]) -> list[JudgeResult] | None:
+        """Results from the rollout's answers when each was for the judge prompt built here, else None."""
+        from verl.experimental.agent_loop.judge_overlap import (
+            ANSWER_KEY,
+            DIGEST_KEY,
+            ERROR_KEY,
+            LATENCY_KEY,
+            judge_text_digest,
+        )
+
+        cols = self._answered
+        if cols is None:
+            return None
+        for s in samples:
+            text = self.judge.pointwise_text(s.prompt_str, s.response_str, s.ground_truth)
+            if judge_text_digest(text) != cols[DIGEST_KEY][s.index]:
+                logger.warning(
+                    "judge: sample %d's response differs from the one judged during the rollout; judging the whole "
+                    "batch now",
+                    s.index,
+                )
+                return None
+        answers: list[str | BaseException] = [
+            JudgeRequestError(str(cols[ERROR_KEY][s.index]))
+            if cols[ANSWER_KEY][s.index] is None
+            else str(cols[ANSWER_KEY][s.index])
+            for s in samples
+        ]
+        self.reused_batches += 1
+        return self.judge.score_answers(answers, [float(cols[LATENCY_KEY][s.index]) for s in samples])

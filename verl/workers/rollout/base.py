@@ -49,6 +49,10 @@ class BaseRollout(ABC):
     """``BaseTool`` objects given through the Python API, which agent loops may call besides the tools of
     ``multi_turn.tool_config_path`` (set by the actor worker, read when the agent-loop runner is built)."""
 
+    agent_judge: Any = None
+    """A :class:`~verl.experimental.agent_loop.judge_overlap.JudgeOverlap` when ``reward_model.judge.overlap_rollout``
+    is on (set by the actor worker): the agent loops' rows are judged as soon as each loop ends."""
+
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; returns the layout described in the module docstring."""
@@ -69,7 +73,12 @@ class BaseRollout(ABC):
             section = omega_conf_to_dataclass(self.config, RolloutConfig)
             tokenizer = getattr(self, "tokenizer", None)
             runner = AgentLoopRunner(
-                section, tokenizer, self.generate_sequences, tools=self.agent_tools, turn_server=self.turn_server()
+                section,
+                tokenizer,
+                self.generate_sequences,
+                tools=self.agent_tools,
+                turn_server=self.turn_server(),
+                judge=self.agent_judge,
             )
             self._agent_loop_runner = runner
         return runner.generate_sequences(prompts)

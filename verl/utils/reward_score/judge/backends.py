@@ -140,6 +140,10 @@ class OpenAIJudgeBackend:
                 last = f"invalid JSON response: {e}"
         raise JudgeRequestError(f"judge {self.url} failed after {attempt + 1} attempt(s): {last}")
 
+    def request(self, text: str) -> str:
+        """One judge prompt's answer (blocking, retried as above); raises :class:`JudgeRequestError`."""
+        return self._post_with_retries(text)
+
     async def agenerate(self, texts: Sequence[str]) -> list[str | Exception]:
         """All answers, requests concurrent up to ``max_concurrency`` (blocking HTTP in worker threads)."""
         semaphore = asyncio.Semaphore(self.max_concurrency)

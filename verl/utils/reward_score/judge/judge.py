@@ -100,6 +100,11 @@ class LLMJudge:
         latency = (time.perf_counter() - start) / max(len(texts), 1)
         if len(answers) != len(texts):
             raise JudgeError(f"judge backend returned {len(answers)} answers for {len(texts)} prompts")
+        verdicts, parse_failed = self._parse(answers)
+        return verdicts, parse_failed, latency
+
+    def _parse(self, answers: Sequence[str | BaseException]) -> tuple[list[float | Exception], list[bool]]:
+        """Verdicts (or the Exception) per answer, and which failures were parse failures."""
         verdicts: list[float | Exception] = []
         parse_failed: list[bool] = []
         for answer in answers:
@@ -116,7 +121,7 @@ class LLMJudge:
             except Exception as e:  # any parser error counts as unparsable
                 verdicts.append(e if isinstance(e, JudgeParseError) else JudgeParseError(f"{type(e).__name__}: {e}"))
                 parse_failed.append(True)
-        return verdicts, parse_failed, latency
+        return verdicts, parse_failed
 
     def _finish(self, results: list[JudgeResult]) -> list[JudgeResult]:
         for i, r in enumerate(results):
@@ -146,28 +151,49 @@ class LLMJudge:
             raise ValueError("judge mode=pairwise needs one group id (uid) per response to compare within groups")
         return self._finish(self._score_pairwise(prompts, responses, truths, group_ids))
 
+    def pointwise_text(self, prompt: str, response: str, ground_truth: Any = None) -> str:
+        """The pointwise judge prompt of one response: the template filled with ``prompt``, ``response`` and
+        ``ground_truth`` (empty when None). Used for the requests of :meth:`score` and of the agent loops' judge
+        (``verl.experimental.agent_loop.judge_overlap``), so both send the same text."""
+        return self.template.format(
+            prompt=prompt, response=response, ground_truth="" if ground_truth is None else ground_truth
+        )
+
+    def score_answers(self, answers: Sequence[str | BaseException], latencies: Sequence[float]) -> list[JudgeResult]:
+        """Pointwise results from answers already received (an answer string or the request's Exception per
+        response, and each request's seconds): the parser and ``on_error`` of :meth:`score`."""
+        if self.mode != "pointwise":
+            raise ValueError("LLMJudge.score_answers: only pointwise answers stand for one response each")
+        if len(answers) != len(latencies):
+            raise ValueError(f"judge: {len(answers)} answers for {len(latencies)} latencies")
+        verdicts, parse_failed = self._parse(answers)
+        return self._finish(self._pointwise_results(verdicts, parse_failed, latencies))
+
     def _score_pointwise(
         self, prompts: Sequence[str], responses: Sequence[str], truths: Sequence[Any]
     ) -> list[JudgeResult]:
-        texts = [
-            self.template.format(prompt=p, response=r, ground_truth="" if g is None else g)
-            for p, r, g in zip(prompts, responses, truths)
-        ]
+        texts = [self.pointwise_text(p, r, g) for p, r, g in zip(prompts, responses, truths)]
         verdicts, parse_failed, latency = self._ask(texts)
+        return self._pointwise_results(verdicts, parse_failed, [latency] * len(texts))
+
+    @staticmethod
+    def _pointwise_results(
+        verdicts: Sequence[float | Exception], parse_failed: Sequence[bool], latencies: Sequence[float]
+    ) -> list[JudgeResult]:
         results = []
-        for verdict, parse_fail in zip(verdicts, parse_failed):
+        for verdict, parse_fail, latency in zip(verdicts, parse_failed, latencies):
             if isinstance(verdict, BaseException):
                 results.append(
                     JudgeResult(
                         None,
                         parse_failures=int(parse_fail),
                         request_failures=int(not parse_fail),
-                        latency_s=latency,
+                        latency_s=float(latency),
                         error=f"{type(verdict).__name__}: {verdict}",
                     )
                 )
             else:
-                results.append(JudgeResult(float(verdict), latency_s=latency))
+                results.append(JudgeResult(float(verdict), latency_s=float(latency)))
         return results
 
     def _score_pairwise(
