@@ -141,3 +141,10 @@ def test_agent_turns_vllm_smoke() -> None:
     assert "server / batcher wall time" in out
     result = json.loads((SMOKE_DIR / "agent_turns_vllm.json").read_text())
     assert result["tokens"]["server"] == result["tokens"]["batcher"] > 0  # the same work on both sides
+
+
+def test_judge_overlap_smoke() -> None:
+    out = _check(_run("judge_overlap.py"))
+    assert "overlap / after" in out
+    result = json.loads((SMOKE_DIR / "judge_overlap.json").read_text())
+    assert result["ratios"] and all(r > 0 for r in result["ratios"])  # both sides ran; their rewards were equal
