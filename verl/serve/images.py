@@ -19,35 +19,14 @@ import base64
 import binascii
 import io
 import os
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictStr
+from verl.serve.schemas import ImagePart, ImageURL, ServeError
 
-__all__ = ["ImagePart", "ImageURL", "load_image_url", "vision_chat_inputs"]
+__all__ = ["ImagePart", "ImageURL", "load_image_url", "vision_chat_inputs"]  # the parts re-exported from schemas
 
 # the largest image a request may send (decoded bytes), remote or inline
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
-
-
-class ImageURL(BaseModel):
-    """OpenAI's ``image_url`` object: the ``url`` (``detail`` is accepted and ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-    url: StrictStr
-
-
-class ImagePart(BaseModel):
-    """One ``{"type": "image_url", "image_url": {"url": ...}}`` part of a chat message."""
-
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["image_url"]
-    image_url: ImageURL
-
-
-def ServeError(*args: Any) -> Exception:  # noqa: N802 (stands for the class, imported late: schemas imports us)
-    from verl.serve.schemas import ServeError as _ServeError
-
-    return _ServeError(*args)
 
 
 def _decode(data: bytes, field: str) -> Any:

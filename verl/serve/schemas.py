@@ -14,8 +14,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from verl.serve.images import ImagePart
-
 StrictFloat = Annotated[float, Strict()]  # JSON ints are still accepted for floats
 StrictInt = Annotated[int, Strict()]
 StrictStr = Annotated[str, Strict()]
@@ -130,6 +128,22 @@ class CompletionRequest(_OpenAIBody):
         if isinstance(value, list) and not value:
             raise ValueError("must be a string or a non-empty list of strings")
         return value
+
+
+class ImageURL(BaseModel):
+    """OpenAI's ``image_url`` object: the ``url`` (``detail`` is accepted and ignored; read by
+    :func:`verl.serve.images.load_image_url`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    url: StrictStr
+
+
+class ImagePart(BaseModel):
+    """One ``{"type": "image_url", "image_url": {"url": ...}}`` part of a chat message."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image_url"]
+    image_url: ImageURL
 
 
 class TextPart(BaseModel):

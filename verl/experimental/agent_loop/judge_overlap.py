@@ -13,7 +13,6 @@ reward manager parses instead of asking again (``verl.workers.reward_manager.jud
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +21,14 @@ from typing import Any
 import numpy as np
 
 from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
+from verl.utils.reward_score.judge.rollout_columns import (
+    ANSWER_KEY,
+    DIGEST_KEY,
+    ERROR_KEY,
+    JUDGE_COLUMNS,
+    LATENCY_KEY,
+    judge_text_digest,
+)
 from verl.workers.reward_manager.abstract import decode_prompt_response
 
 __all__ = [
@@ -32,14 +39,6 @@ __all__ = [
     "judge_text_digest",
     "overlap_config_errors",
 ]
-
-ANSWER_KEY = "judge_overlap_answer"
-ERROR_KEY = "judge_overlap_error"
-LATENCY_KEY = "judge_overlap_latency_s"
-DIGEST_KEY = "judge_overlap_sha1"
-JUDGE_COLUMNS = (ANSWER_KEY, ERROR_KEY, LATENCY_KEY, DIGEST_KEY)
-"""Per-row non-tensor columns: the judge's raw answer (None when the request failed), the error (None when it
-answered), the request's seconds (retries included) and the SHA-1 of the judge prompt that was sent."""
 
 
 def judge_overlap_config(config: Any) -> dict[str, Any] | None:
@@ -89,11 +88,6 @@ def overlap_config_errors(config: Any) -> list[str]:
             "actor_rollout_ref.rollout.multi_turn.enable=true"
         )
     return errors
-
-
-def judge_text_digest(text: str) -> str:
-    """SHA-1 hex digest of a judge prompt (the reward manager checks its own prompt against it)."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 class JudgeBatch:

@@ -24,7 +24,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -41,10 +41,24 @@ from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-if TYPE_CHECKING:
-    from verl.experimental.agent_loop.judge_overlap import JudgeBatch, JudgeOverlap
+__all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "RolloutJudging", "TrajectoryJudge", "build_agent_output"]
 
-__all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "build_agent_output"]
+
+class RolloutJudging(Protocol):
+    """One rollout batch's judging (``judge_overlap.JudgeBatch``): a row is submitted when its loop ends."""
+
+    def submit(self, index: int, prompt_ids: list[int], response_ids: list[int]) -> None: ...
+
+    def collect(self) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+class TrajectoryJudge(Protocol):
+    """What judges trajectories during the rollout (``judge_overlap.JudgeOverlap``)."""
+
+    def open_batch(self, tokenizer: Any, ground_truths: list[Any]) -> RolloutJudging: ...
+
 
 AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name", "index")
 """Prompt columns an agent loop reads, carried to the engine with the prompt tensors."""
@@ -72,7 +86,7 @@ class AgentLoopRunner:
         generate_batch: Callable[[DataProto], DataProto],
         tools: list[Any] | None = None,
         turn_server: Callable[[dict[str, Any]], TurnServer] | None = None,
-        judge: JudgeOverlap | None = None,
+        judge: TrajectoryJudge | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
         from verl.tools.utils.tool_registry import initialize_tools_from_config
@@ -150,7 +164,7 @@ class AgentLoopRunner:
                 judging.close()
         return output
 
-    def _open_judge_batch(self, prompts: DataProto, n: int) -> JudgeBatch | None:
+    def _open_judge_batch(self, prompts: DataProto, n: int) -> RolloutJudging | None:
         """The batch's judge requests when a judge is set (ground truths from the ``reward_model`` column)."""
         if self.judge is None:
             return None
@@ -169,7 +183,7 @@ class AgentLoopRunner:
         batcher: TurnServer,
         results: list[AgentLoopOutput | None],
         errors: list[BaseException],
-        judging: JudgeBatch | None = None,
+        judging: RolloutJudging | None = None,
     ) -> None:
         async def one(i: int) -> None:
             start = time.perf_counter()

@@ -23,10 +23,11 @@ import torch
 
 from verl.base_config import get_config_value
 from verl.utils.dataset.bundled import resolve_data_path
+from verl.utils.dataset.multi_modal_inputs import processor_inputs
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
 from verl.utils.dataset.video_utils import DEFAULT_VIDEO_MAX_FRAMES, is_video_file, video_decoder
-from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER, processor_inputs
+from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]

@@ -383,7 +383,7 @@ class SFTDataset(TokenizedRowsDataset):
                 check_text_or_messages(response, response_key, where)
                 mm_inputs = None
                 if images:
-                    from verl.utils.dataset.vision_utils import processor_inputs
+                    from verl.utils.dataset.multi_modal_inputs import processor_inputs
 
                     if isinstance(prompt, str):
                         prompt = [{"role": "user", "content": prompt}]

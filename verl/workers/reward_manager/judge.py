@@ -184,7 +184,7 @@ class JudgeRewardManager(NaiveRewardManager):
     # ------------------------------------------------------------------------- answers received during the rollout
     def _precomputed_columns(self, data: Any) -> dict[str, Any] | None:
         """The batch's judge columns from the rollout when every row has an answer or an error (pointwise only)."""
-        from verl.experimental.agent_loop.judge_overlap import ANSWER_KEY, DIGEST_KEY, ERROR_KEY, JUDGE_COLUMNS
+        from verl.utils.reward_score.judge.rollout_columns import ANSWER_KEY, DIGEST_KEY, ERROR_KEY, JUDGE_COLUMNS
 
         ntb = getattr(data, "non_tensor_batch", None)
         if self.judge.mode != "pointwise" or ntb is None or any(k not in ntb for k in JUDGE_COLUMNS):
@@ -201,7 +201,7 @@ class JudgeRewardManager(NaiveRewardManager):
 
     def _judged_during_rollout(self, samples: list[Sample]) -> list[JudgeResult] | None:
         """Results from the rollout's answers when each was for the judge prompt built here, else None."""
-        from verl.experimental.agent_loop.judge_overlap import (
+        from verl.utils.reward_score.judge.rollout_columns import (
             ANSWER_KEY,
             DIGEST_KEY,
             ERROR_KEY,
