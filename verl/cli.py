@@ -92,7 +92,7 @@ def _is_package(module: object) -> bool:
 def _config_command(argv: list[str]) -> int:
     """``verl config [TRAINER] [--resolved] [key=value ...]``: the packaged defaults (with comments) or resolved."""
     from verl.trainer.config.loader import config_to_yaml, load_config, packaged_config_text
-    from verl.trainer.config.validation import ConfigError
+    from verl.utils.errors import ConfigError
 
     trainers = {name: sub.config_name for name, sub in SUBCOMMANDS.items() if sub.config_name}
     parser = argparse.ArgumentParser(prog="verl config", description="Print the default config of a trainer.")

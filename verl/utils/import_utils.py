@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["import_external_libs", "load_extern_type", "load_module"]
+__all__ = ["import_external_libs", "load_class", "load_extern_type", "load_module"]
 
 
 def load_module(module_path: str, module_name: str | None = None) -> Any:
@@ -40,6 +40,22 @@ def load_module(module_path: str, module_name: str | None = None) -> Any:
         sys.modules.pop(name, None)
         raise RuntimeError(f"Error loading module from '{path}': {type(e).__name__}: {e}") from e
     return module
+
+
+def load_class(class_name: str, where: str) -> type:
+    """Import the class at the dotted path ``package.module.ClassName``; errors name ``where`` (the config key or file
+    and entry that asked for it)."""
+    if not isinstance(class_name, str) or "." not in class_name:
+        raise ValueError(f"{where}: class_name={class_name!r} must be a dotted path such as pkg.module.ClassName")
+    module_name, attr = class_name.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"{where}: class_name={class_name!r}: cannot import module {module_name!r}: {e}") from e
+    cls = getattr(module, attr, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"{where}: class_name={class_name!r}: module {module_name!r} has no class {attr!r}")
+    return cls
 
 
 def load_extern_type(file_path: str | None, type_name: str | None) -> Any:

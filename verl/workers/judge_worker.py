@@ -42,7 +42,7 @@ class JudgeWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load the judge (``reward_model.judge.model``) on this rank's device."""
-        from verl.trainer.config.validation import ConfigError
+        from verl.utils.errors import ConfigError
 
         if not self.config.model:
             raise ConfigError("reward_model.judge.model: reward_model.judge.backend=worker needs the judge's model")

@@ -16,8 +16,8 @@ import torch
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.trainer.config.validation import ConfigError
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.errors import ConfigError
 from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 

@@ -4,32 +4,32 @@ See ``docs/agent_loop.md``. ``AgentLoopBase``/``register`` define loops; ``Agent
 through them over a rollout engine; ``RequestBatcher`` batches the loops' generation requests.
 """
 
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopOutput,
-    AgentLoopSettings,
-    available_agent_loops,
-    get_agent_loop_class,
-    register,
-)
-from verl.experimental.agent_loop.request_batcher import RequestBatcher, TokenOutput
-from verl.experimental.agent_loop.runner import AgentLoopRunner
-from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
-from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
-from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+from __future__ import annotations
 
-__all__ = [
-    "AgentLoopBase",
-    "AgentLoopOutput",
-    "AgentLoopRunner",
-    "AgentLoopSettings",
-    "FunctionCall",
-    "RequestBatcher",
-    "SingleTurnAgentLoop",
-    "TokenOutput",
-    "ToolAgentLoop",
-    "ToolParser",
-    "available_agent_loops",
-    "get_agent_loop_class",
-    "register",
-]
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562): a plain run checks its agent settings without importing the tool stack.
+_EXPORTS = {
+    "AgentLoopBase": "agent_loop",
+    "AgentLoopOutput": "agent_loop",
+    "AgentLoopSettings": "agent_loop",
+    "available_agent_loops": "agent_loop",
+    "get_agent_loop_class": "agent_loop",
+    "register": "agent_loop",
+    "RequestBatcher": "request_batcher",
+    "TokenOutput": "request_batcher",
+    "AgentLoopRunner": "runner",
+    "SingleTurnAgentLoop": "single_turn_agent_loop",
+    "ToolAgentLoop": "tool_agent_loop",
+    "FunctionCall": "tool_parser",
+    "ToolParser": "tool_parser",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

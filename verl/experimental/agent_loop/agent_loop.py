@@ -20,7 +20,7 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 from verl.experimental.agent_loop.request_batcher import TurnServer
-from verl.tools.utils.tool_registry import load_class
+from verl.utils.import_utils import load_class
 
 __all__ = [
     "AgentLoopBase",

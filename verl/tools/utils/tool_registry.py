@@ -28,7 +28,6 @@ Any other type is refused with the entry named.
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -37,23 +36,9 @@ from pydantic import ValidationError
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.utils.import_utils import load_class
 
 __all__ = ["get_tool_class", "initialize_tools_from_config", "load_class"]
-
-
-def load_class(class_name: str, where: str) -> type:
-    """Import ``package.module.ClassName``; errors name ``where`` (the config file and entry)."""
-    if not isinstance(class_name, str) or "." not in class_name:
-        raise ValueError(f"{where}: class_name={class_name!r} must be a dotted path such as pkg.module.ClassName")
-    module_name, attr = class_name.rsplit(".", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"{where}: class_name={class_name!r}: cannot import module {module_name!r}: {e}") from e
-    cls = getattr(module, attr, None)
-    if not isinstance(cls, type):
-        raise ValueError(f"{where}: class_name={class_name!r}: module {module_name!r} has no class {attr!r}")
-    return cls
 
 
 def get_tool_class(cls_name: str) -> type[BaseTool]:

@@ -15,7 +15,7 @@ AGENT = "actor_rollout_ref.rollout.agent"
 def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
     """Ranges and files of the multi-turn keys; with ``enable`` loops that read chat
     messages need ``data.return_raw_chat``. Keys set while ``enable`` is false are a warning (they do nothing)."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopSettings, available_agent_loops
+    from verl.experimental.agent_loop.agent_loop import AgentLoopSettings
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     rollout = cfg.actor_rollout_ref.rollout
@@ -32,17 +32,21 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
     for key, path in files:
         if path is not None and not os.path.isfile(str(path)):
             errors.append(f"{key}={path!r}: no such file")
+    if not bool(mt.enable):
+        set_keys = [key for key, path in files if path is not None]
+        if set_keys:
+            warns.append(f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true")
+        return
+    # Only here: listing the loops imports the built-in ones, and with them the tools (pydantic), which a run
+    # without agent loops does not need.
+    from verl.experimental.agent_loop.agent_loop import available_agent_loops
+
     loop_path = files[2][1]
     if loop_path is None and settings.default_agent_loop not in available_agent_loops():
         errors.append(
             f"{AGENT}.default_agent_loop={settings.default_agent_loop!r} is not a registered agent loop "
             f"({available_agent_loops()}); list your own in {AGENT}.agent_loop_config_path"
         )
-    if not bool(mt.enable):
-        set_keys = [key for key, path in files if path is not None]
-        if set_keys:
-            warns.append(f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true")
-        return
     reads_chat = files[0][1] or files[1][1] or settings.default_agent_loop != "single_turn_agent"
     if reads_chat and not bool(cfg.data.get("return_raw_chat", False)):
         errors.append(
