@@ -69,6 +69,22 @@ def _chain(text: str) -> list[str]:
 _BRACKETED = re.compile(r"<[^<>\n]*>")
 
 
+_REDIRECT = re.compile(r"^(\d?>>?|<|&>)$")
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """``cmd > file`` / ``2> file`` -> ``cmd``: a redirection is the shell's, not the program's."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif _REDIRECT.match(word):
+            skip = True
+        elif not re.match(r"^\d?>&\d$", word):
+            out.append(word)
+    return out
+
+
 def _split(text: str) -> tuple[dict[str, str], list[str], bool]:
     # ``<student dir>`` is one word to fill in, spaces and all
     words = shlex.split(_BRACKETED.sub(lambda m: m.group(0).replace(" ", "_"), text), comments=True)
@@ -77,6 +93,7 @@ def _split(text: str) -> tuple[dict[str, str], list[str], bool]:
         words = words[:-1]
     elif words and words[-1].endswith("&") and not words[-1].endswith("&&"):
         words[-1], background = words[-1][:-1], True
+    words = _without_redirections(words)
     env = {}
     while words and _ENV_WORD.match(words[0]):
         key, _, value = words.pop(0).partition("=")

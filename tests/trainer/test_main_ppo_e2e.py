@@ -76,6 +76,10 @@ def test_main_ppo_subprocess_trains_saves_exports_and_plots(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "validation before training (step 0): val-core/arithmetic/reward/mean@1" in proc.stdout
     assert "validation after training (step 2): val-core/arithmetic/reward/mean@1" in proc.stdout
+    # what one step consumes: printed at start and kept in the run directory
+    assert "one step of this run:" in proc.stdout and "responses per step" in proc.stdout
+    plan = {row["what"]: row["value"] for row in json.loads((out / "step_plan.json").read_text())}
+    assert plan["prompts per step"] > 0
 
     records = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]

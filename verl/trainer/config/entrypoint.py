@@ -153,10 +153,16 @@ def run_entrypoint(
             print(f"{prog}: {e}", file=sys.stderr)
             return EXIT_BAD_CONFIG
     print_warnings(prog, caught)
+    # what one step consumes (PPO family): on stderr with --cfg job, so stdout stays the YAML of the config
+    plan = schema.step_plan_text(built.cfg) if hasattr(schema, "step_plan_text") else None
     if args.cfg:
+        if plan:
+            print(plan, file=sys.stderr)
         sys.stdout.write(cfg_text(built, args.cfg))
         sys.stdout.flush()
         return EXIT_OK
+    if plan:
+        print(plan, flush=True)
     if built.demo_applied:
         print(
             f"{prog}: no data.train_files given: running the embedded demo "

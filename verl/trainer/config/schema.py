@@ -282,6 +282,15 @@ class PPOConfig(BaseConfig):
         return check_ppo_config(cfg)
 
     @classmethod
+    def step_plan_text(cls, cfg: DictConfig) -> str:
+        """What one step of this config consumes (prompts, sequences, tokens, micro-batches, optimizer steps) and
+        which keys produce each figure: printed at start and with ``--cfg job``
+        (:mod:`verl.trainer.config.step_plan`)."""
+        from verl.trainer.config.step_plan import format_plan, step_plan
+
+        return format_plan(step_plan(cfg))
+
+    @classmethod
     def adapt_defaults(cls, cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
         """Fit the defaults the user did not set (``user_keys``) to the values they did, before validation, so an
         unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank

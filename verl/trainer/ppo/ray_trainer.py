@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.algorithms import core_algos
 from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
+from verl.trainer.config.log_prob_passes import runs_old_log_prob_pass
 from verl.trainer.ppo import rollout_correction
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
@@ -389,8 +390,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         batch.meta_info.setdefault("global_token_num", batch.batch["attention_mask"].sum(-1).tolist())
         correction = self.algorithm.get("rollout_correction")
         bypass = rollout_correction.bypass_mode(correction)
-        batch.meta_info["on_policy"] = (
-            self._update_is_on_policy() and not bypass and not rollout_correction.needs_old_log_probs(correction)
+        batch.meta_info["on_policy"] = not bypass and not runs_old_log_prob_pass(
+            self.config, after_critic_warmup=int(self.config.trainer.critic_warmup) <= self.global_steps
         )
         if bypass:
             batch = rollout_correction.use_rollout_as_old(batch)
@@ -442,23 +443,6 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             self._dump_rollout(batch)
         self.last_batch = batch
         return batch
-
-    def _update_is_on_policy(self) -> bool:
-        """True when the actor update is exactly on-policy, so the old log-probs equal the current ones and the
-        separate ``compute_log_prob`` forward can be skipped (``actor.skip_old_log_prob_on_policy``).
-
-        Exactly on-policy: one PPO epoch over one mini-batch (``ppo_mini_batch_size == train_batch_size``), the
-        actor updated this step, and nothing else reading ``old_log_probs`` (KL in the reward does).
-        """
-        actor = self.config.actor_rollout_ref.actor
-        return (
-            bool(actor.skip_old_log_prob_on_policy)
-            and int(actor.ppo_epochs) == 1
-            and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
-            and not self.config.algorithm.use_kl_in_reward
-            and not self.use_teacher  # the distillation reward reads old_log_probs too
-            and int(self.config.trainer.critic_warmup) <= self.global_steps
-        )
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         """Data, reward extras, timing, throughput and memory metrics of a finished step (verl's names)."""

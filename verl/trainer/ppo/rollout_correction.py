@@ -9,27 +9,9 @@ from typing import Any
 from verl.algorithms.rollout_correction import compute_mismatch_metrics, compute_rollout_correction
 from verl.base_config import get_config_value
 from verl.protocol import DataProto
+from verl.trainer.config.log_prob_passes import bypass_mode, correction_enabled, needs_old_log_probs
 
 __all__ = ["correction_enabled", "bypass_mode", "needs_old_log_probs", "use_rollout_as_old", "apply_rollout_correction"]
-
-
-def correction_enabled(cfg: Any) -> bool:
-    """Whether weights, rejection or the token veto are on (``cfg``: ``algorithm.rollout_correction``)."""
-    return cfg is not None and any(
-        get_config_value(cfg, key, None) is not None
-        for key in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold")
-    )
-
-
-def bypass_mode(cfg: Any) -> bool:
-    """``bypass_mode``: the rollout's log-probs stand in for the old policy's (no ``compute_log_prob`` pass)."""
-    return cfg is not None and bool(get_config_value(cfg, "bypass_mode", False))
-
-
-def needs_old_log_probs(cfg: Any) -> bool:
-    """Whether the correction compares ``old_log_probs`` with the rollout's, so the old-log-prob pass must run even
-    when the update is exactly on-policy."""
-    return correction_enabled(cfg) and not bypass_mode(cfg)
 
 
 def _rollout_log_probs(batch: DataProto, what: str):

@@ -196,6 +196,9 @@ def build_ppo_trainer(
     # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
     identity = ppo_run_identity(config)
     check_checkpoint_root(trainer_cfg, identity)
+    from verl.trainer.config.step_plan import step_plan, write_plan
+
+    write_plan(step_plan(config), checkpoint_root(trainer_cfg))  # what one step consumes, for the report
     seed_everything(int(trainer_cfg.seed), bool(trainer_cfg.deterministic))
     apply_runtime_switches(trainer_cfg)
     from verl.trainer.config.parallel_checks import resolve_backend
