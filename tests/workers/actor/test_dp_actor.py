@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config import experiment_name  # noqa: F401  (registers the resolver the YAML uses)
 from verl.utils.models.tiny import make_tiny_causal_lm
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
@@ -310,3 +311,25 @@ def test_reentrant_checkpointing_with_frozen_embeddings_still_trains_layers(mode
     actor = DataParallelPPOActor(actor_config(), module, opt)
     actor.update_policy(perturbed_data(model))
     assert (layer_param.detach() - before).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_every_update_metric_is_the_same_however_the_batch_is_split(model, loss_agg_mode: str) -> None:
+    """Metrics are mini-batch values, not micro-batch artefacts: the same batch split three ways (one micro-batch,
+    one row each, token-packed) reports the same entropy, losses, clip fractions and KL."""
+    data = perturbed_data(model)
+    data.batch["ref_log_prob"] = data.batch["old_log_probs"] - 0.05
+    common = {"loss_agg_mode": loss_agg_mode, "use_kl_loss": True}
+    splits = [
+        sgd_update(model, data, ppo_micro_batch_size_per_gpu=4, **common)[0],
+        sgd_update(model, data, ppo_micro_batch_size_per_gpu=1, **common)[0],
+        sgd_update(model, data, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20, **common)[0],
+    ]
+    names = set(splits[0]) - {"actor/grad_norm"}  # the norm is a mini-batch value too, but its float sum order differs
+    assert {"actor/entropy", "actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac"} <= names
+    for other in splits[1:]:
+        assert set(other) == set(splits[0])
+        for name in names:
+            assert other[name] == pytest.approx(splits[0][name], abs=1e-5), name
+    for other in splits[1:]:
+        assert other["actor/grad_norm"] == pytest.approx(splits[0]["actor/grad_norm"], rel=1e-4)

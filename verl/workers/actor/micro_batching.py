@@ -22,6 +22,10 @@ from verl.workers.config import ActorConfig, CriticConfig
 
 # One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts
 # for the non-finite-loss error message).
+# ``micro_loss(micro) -> (loss, metrics, parts)``: ``parts`` are the loss terms aggregated with ``loss_agg_mode``
+# (``pg_loss``, ``entropy``, ...); a metric named ``<role>/<key of parts>`` is such a term, every other metric is a
+# mean over the micro-batch's response tokens (clip fractions, ``ppo_kl``, value means). The two are weighted into
+# mini-batch values differently, so no metric depends on how the mini-batch was split.
 MicroLossFn = Callable[[TensorDict], tuple[torch.Tensor, Mapping[str, float], Mapping[str, Any]]]
 
 # Aggregation modes whose mini-batch value is a mean over tokens; every other mode averages over sequences.
@@ -272,7 +276,8 @@ def run_mini_batch_updates(
     rank), ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
     ``grad_clip`` from ``config``; the shuffle seed is ``global_step`` when it is an int.
 
-    Returns metric name -> values: each of ``micro_loss``'s metrics as its share-weighted mini-batch value and
+    Returns metric name -> values: each of ``micro_loss``'s metrics as its mini-batch value (a loss term weighted by
+    its :func:`loss_share`, a token mean by the micro-batch's share of the tokens; see ``MicroLossFn``) and
     ``{role}/grad_norm``, one per mini-batch; ``{role}/grad_norm_nonfinite`` (skipped steps) and ``{role}/lr``
     once.
     """
@@ -289,18 +294,23 @@ def run_mini_batch_updates(
     skipped = 0
     for epoch in range(int(config.ppo_epochs)):
         for mini_idx, mini in iter_mini_batches(batch, mini_batch_size, epoch, bool(config.shuffle), seed):
-            mini_tokens = dp_mean_token_count(response_mask_of(mini))
+            mini_mask = response_mask_of(mini)
+            mini_tokens = dp_mean_token_count(mini_mask)
+            local_tokens = max(float(mini_mask.sum().item()), 1.0)
             micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
             optimizer.zero_grad(set_to_none=True)
             mini_metrics: dict[str, float] = defaultdict(float)
             for micro_idx, micro in enumerate(micro_batches):
                 micro = micro.to(device)
-                share = loss_share(response_mask_of(micro), mini_tokens, len(mini), loss_agg_mode)
+                micro_mask = response_mask_of(micro)
+                share = loss_share(micro_mask, mini_tokens, len(mini), loss_agg_mode)
                 loss, micro_metrics, parts = micro_loss(micro)
                 check_finite_loss(loss, role, global_step, epoch, mini_idx, micro_idx, **parts)
                 (loss * share).backward()
+                token_share = float(micro_mask.sum().item()) / local_tokens
+                aggregated = {f"{role}/{name}" for name in parts}
                 for name, value in micro_metrics.items():
-                    mini_metrics[name] += share * value
+                    mini_metrics[name] += (share if name in aggregated else token_share) * value
             grad_norm, stepped = clip_grad_and_step(module, optimizer, config.grad_clip)
             skipped += 0 if stepped else 1
             for name, value in mini_metrics.items():
