@@ -12,11 +12,18 @@ import pytest
 from verl import cli
 from verl.utils.tracking import Tracking
 from verl.utils.tracking.report import RUN_INFO_FILE, RunReporter
+from verl.utils.tracking.report.collect import collect_run
 from verl.utils.tracking.report.compare import build_comparison, default_output_name, main
 from verl.utils.tracking.report.compare_data import MISSING, NO_CONFIG, config_diff, flatten_config, pair_generations
-from verl.utils.tracking.report.collect import collect_run
 
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
+
+
+class _InfoOnly(RunReporter):
+    """The trainers' RunReporter writing run_info.json and config.yaml, without drawing each run's own report."""
+
+    def _draw(self, redraw_plot: bool = True) -> None:
+        pass
 
 
 def _config(lr: float, steps: int, name: str, extra: dict | None = None) -> dict:
@@ -42,20 +49,17 @@ def make_run(
     and logs/val_generations.jsonl (the ``file`` logger), validation before training and at the last step."""
     run = root / name
     tracker = Tracking("verl", name, ["file"], config=None, log_dir=str(run / "logs"), keep_through_step=-1)
-    reporter = RunReporter(
+    reporter = _InfoOnly(
         str(run),
         "ppo",
         _config(lr, steps, name, extra_config),
         tracker.metrics_path,
         plot=False,
-        report=False,
+        report=True,
         hardware={"device": "cpu", "cpu": "Test CPU", "dtype": "float32"},
         extra={"algorithm": "grpo", "experiment": name, "total_steps": steps},
     )
-    # report=False and plot=False switch the reporter off: write run_info.json/config.yaml through a live one
-    reporter.report = True
     reporter.start()
-    reporter.report = False
     tracker.log({"val-core/arithmetic/reward/mean@1": 0.1, "timing_s/testing": 0.5}, step=0)
     for s in range(1, steps + 1):
         metrics = {
@@ -78,7 +82,6 @@ def make_run(
         rows = [{"input": p, "output": r, "score": 1.0} for p, r in generations.items()]
         tracker.log_generations(rows, step=steps)
     tracker.finish()
-    reporter.report = True
     if finish:
         reporter.finish(steps)
     else:
@@ -158,12 +161,14 @@ def test_page_config_diff_curves_phases_and_generations(two_runs) -> None:
     assert "0.2 <span" in held and "0.4 <span" in held and "(step 5)" in held
     # time and throughput side by side: B's step and gen take twice as long, its throughput is twice as high
     phases = page[page.index('id="phases"') : page.index("</table>", page.index('id="phases"'))]
+    assert re.search(r"steps logged</td><td class=\"num\">3</td><td class=\"num\">5</td>", phases)
     assert re.search(r"mean step time \(s\)</td><td class=\"num\">2</td><td class=\"num\">4</td>", phases)
     assert re.search(r"tokens / s / rank\)</td><td class=\"num\">100</td><td class=\"num\">200</td>", phases)
     assert "phase gen: mean s" in phases and "phase update_actor: mean s" in phases
     # generations: the two shared prompts, each run's answer in its own column; unshared prompts left out
     gens = page[page.index('id="generations"') : page.index("</table>", page.index('id="generations"'))]
     assert gens.count("<tr>") == 1 + 2 and "only in A" not in gens and "only in B" not in gens
+    assert "ground truth" not in gens  # validation generations record none: no empty column
     row = gens[gens.index("What is 2+2?") :].split("</tr>")[0]
     assert row.index("<pre>4</pre>") < row.index("<pre>four</pre>") and "step 3" in row and "step 5" in row
     # statuses from run_info.json; the hostile prompt is text, nothing is fetched
@@ -181,7 +186,7 @@ def test_three_runs_different_lengths_missing_validation_killed_and_failed(tmp_p
     info.update(status="killed", error="killed (no clean exit): process 1 ended without recording an end")
     (c / RUN_INFO_FILE).write_text(json.dumps(info))  # what run_files.reconcile_killed records of a vanished run
     d = make_run(tmp_path, "boom", 1, 1e-6, {"What is 2+2?": "5"}, finish=False)
-    RunReporter(str(d), "ppo", None, None, plot=False, report=True).finish(1, error="RuntimeError: boom")
+    _InfoOnly(str(d), "ppo", None, None, plot=False, report=True).finish(1, error="RuntimeError: boom")
     comparison, page = build_comparison([str(two_runs[0]), str(two_runs[1]), str(c), str(d)])
     assert [r.label for r in comparison.runs] == ["A: lr1", "B: lr2", "C: noval", "D: boom"]
     assert comparison.runs_without_generations == ["C: noval"]
@@ -196,14 +201,12 @@ def test_three_runs_different_lengths_missing_validation_killed_and_failed(tmp_p
 
 
 # ------------------------------------------------------------------------------------------------ the command
-def test_cli_writes_the_page_and_prints_its_path(two_runs, tmp_path: Path, monkeypatch, capsys) -> None:
-    out = tmp_path / "out" / "cmp.html"
-    out.parent.mkdir()
-    assert cli.main(["compare", str(two_runs[0]), str(two_runs[1]), "--output", str(out)]) == 0
-    assert capsys.readouterr().out.strip() == str(out) and out.read_text().startswith("<!DOCTYPE html>")
+def test_cli_writes_the_page_in_the_current_directory(two_runs, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main([str(two_runs[0]), str(two_runs[1])]) == 0  # default: in the current directory
-    assert (tmp_path / "compare-lr1-vs-lr2.html").is_file()
+    assert cli.main(["compare", str(two_runs[0]), str(two_runs[1])]) == 0  # the `verl compare` subcommand
+    assert capsys.readouterr().out.strip() == "compare-lr1-vs-lr2.html"
+    assert (tmp_path / "compare-lr1-vs-lr2.html").read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(("compare", "."))] == ["compare-lr1-vs-lr2.html"]
 
 
 def test_cli_errors_name_the_directory(two_runs, tmp_path: Path, capsys) -> None:
@@ -225,9 +228,11 @@ def test_cli_errors_name_the_directory(two_runs, tmp_path: Path, capsys) -> None
 def test_malformed_metrics_line_is_a_warning(two_runs, tmp_path: Path, capsys) -> None:
     metrics = two_runs[1] / "logs" / "metrics.jsonl"
     metrics.write_text(metrics.read_text() + '{"step": 9, "metrics": {"critic/score/mean"\n')
-    out = tmp_path / "cmp.html"
-    assert main([str(two_runs[0]), str(two_runs[1]), "-o", str(out)]) == 0
-    assert f"B: lr2: {metrics}:" in capsys.readouterr().err
+    out = tmp_path / "sub" / "cmp.html"
+    out.parent.mkdir()
+    assert main([str(two_runs[0]), str(two_runs[1]), "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert f"B: lr2: {metrics}:" in captured.err and captured.out.strip() == str(out)
     assert 'id="problems"' in out.read_text()
 
 
@@ -242,7 +247,8 @@ def test_comparison_renders_in_browser(two_runs, tmp_path: Path, browser) -> Non
     curve_ids = [i for i in dom.ids if "-curve-r" in i]
     assert {i.split("-curve-")[1][:2] for i in curve_ids} == {"r0", "r1"}
     assert dom.tags_in["config-diff"]["tr"] == 1 + 4 and dom.tags_in["generations"]["tr"] == 1 + 2
-    assert HOSTILE in dom.text_in["generations"] and dom.tags["script"] == 0 and dom.tags["b"] == 1  # 1: runs table
+    assert HOSTILE in dom.text_in["generations"] and dom.tags["script"] == 0
+    assert dom.tags_in["generations"]["b"] == 0  # the hostile prompt is not markup
     assert "finished" in dom.text_in["runs"] and "running" in dom.text_in["runs"]
     fetched = [(t, a, v) for t, a, v in dom.attrs if a in ("src", "href") and "://" in v and not v.startswith("#")]
     assert fetched == []
