@@ -14,7 +14,14 @@ from verl.utils.tracking import Tracking
 from verl.utils.tracking.report import RUN_INFO_FILE, RunReporter
 from verl.utils.tracking.report.collect import collect_run
 from verl.utils.tracking.report.compare import build_comparison, default_output_name, main
-from verl.utils.tracking.report.compare_data import MISSING, NO_CONFIG, config_diff, flatten_config, pair_generations
+from verl.utils.tracking.report.compare_data import (
+    MISSING,
+    NO_CONFIG,
+    config_diff,
+    flatten_config,
+    pair_generations,
+    run_names,
+)
 
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
 
@@ -123,6 +130,14 @@ def test_generations_paired_by_prompt_at_latest_step(two_runs) -> None:
     assert [p.prompt for p in pairs] == ["What is 2+2?", HOSTILE]  # the prompts both generated, first run's order
     assert pairs[0].per_run == [(3, ["4"], [1.0]), (5, ["four"], [1.0])]  # not the step-0 "early" ones
     assert pairs[1].per_run[1] == (5, ["B answer"], [1.0])
+
+
+def test_runs_sharing_a_name_are_named_by_directory(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "x", "demo", 1, 1e-6, None)
+    b = make_run(tmp_path / "y", "demo", 1, 1e-6, None)
+    c = make_run(tmp_path / "z", "lr", 1, 1e-6, None)
+    datas = [collect_run(str(r)) for r in (a, b, c)]
+    assert run_names(datas) == [str(a), str(b), "lr"]  # same base name "demo" too: the whole path
 
 
 # ------------------------------------------------------------------------------------------------ the page

@@ -183,8 +183,15 @@ def _letter(i: int) -> str:
     return letters[i] if i < len(letters) else f"{letters[i // len(letters) - 1]}{letters[i % len(letters)]}"
 
 
-def _name(data: RunData) -> str:
-    return str(data.info.get("experiment") or os.path.basename(os.path.normpath(data.run_dir)))
+def run_names(datas: list[RunData]) -> list[str]:
+    """A name per run: its experiment name (``run_info.json``), else its directory's base name; runs that share a
+    name (two runs of the demo in different directories) are named by their directories instead."""
+    bases = [os.path.basename(os.path.normpath(d.run_dir)) for d in datas]
+    names = [str(d.info.get("experiment") or b) for d, b in zip(datas, bases)]
+    if len(set(names)) == len(names):
+        return names
+    paths = [os.path.normpath(d.run_dir) for d in datas]
+    return [n if names.count(n) == 1 else (b if bases.count(b) == 1 else p) for n, b, p in zip(names, bases, paths)]
 
 
 def compared_panels(runs: list[ComparedRun]) -> tuple[list[ResolvedPanel], dict[str, list[str]]]:
@@ -221,7 +228,7 @@ def collect_comparison(run_dirs: list[str]) -> Comparison:
     if len(run_dirs) < 2:
         raise ValueError(f"verl compare needs at least two run directories, got {len(run_dirs)}")
     datas = [collect_run(d) for d in run_dirs]
-    runs = [ComparedRun(_letter(i), _name(d), d) for i, d in enumerate(datas)]
+    runs = [ComparedRun(_letter(i), name, d) for i, (name, d) in enumerate(zip(run_names(datas), datas))]
     problems = [f"{r.label}: {p}" for r in runs for p in r.data.problems]
     configs: list[dict[str, Any] | None] = []
     for run in runs:
