@@ -98,7 +98,14 @@ def make_run(
 
 @pytest.fixture
 def two_runs(tmp_path: Path) -> tuple[Path, Path]:
-    a = make_run(tmp_path, "lr1", 3, 1e-6, {"What is 2+2?": "4", HOSTILE: "A answer", "only in A": "x"})
+    a = make_run(
+        tmp_path,
+        "lr1",
+        3,
+        1e-6,
+        {"What is 2+2?": "4", HOSTILE: "A answer", "only in A": "x"},
+        extra_config={"algorithm": {"note": "true"}},
+    )
     b = make_run(
         tmp_path,
         "lr2",
@@ -106,7 +113,7 @@ def two_runs(tmp_path: Path) -> tuple[Path, Path]:
         2e-6,
         {HOSTILE: "B answer", "What is 2+2?": "four", "only in B": "y"},
         extra_metrics={"actor/kl_loss": 0.5},
-        extra_config={"algorithm": {"use_kl_in_reward": True}},
+        extra_config={"algorithm": {"use_kl_in_reward": True, "note": True}},
         finish=False,
     )
     return a, b
@@ -150,13 +157,16 @@ def test_page_config_diff_curves_phases_and_generations(two_runs) -> None:
     # config difference: only the keys that differ, flattened, side by side; a key one run lacks shows "(absent)"
     assert [r.key for r in comparison.config_diff] == [
         "actor_rollout_ref.actor.optim.lr",
+        "algorithm.note",
         "algorithm.use_kl_in_reward",
         "trainer.experiment_name",
         "trainer.total_training_steps",
     ]
     diff = page[page.index('id="config-diff"') : page.index("</table>", page.index('id="config-diff"'))]
-    assert diff.count("<tr>") == 1 + 4 and "data.train_batch_size" not in diff
+    assert diff.count("<tr>") == 1 + 5 and "data.train_batch_size" not in diff
     assert "<code>1e-06</code>" in diff and "<code>2e-06</code>" in diff and "(absent)" in diff
+    assert "<code>&quot;true&quot;</code>" in diff and "<code>true</code>" in diff  # the string "true" is not true
+    assert diff.count('class="differs"') == 5  # every value of B differs from A's
     # curves: one curve per run per metric both logged; actor/kl_loss only B logged: listed, not drawn
     panels = dict(_figures(page))
     assert {"Training reward", "Validation (held-out)", "KL", "Entropy", "Policy loss", "Response length"} <= set(
@@ -261,7 +271,7 @@ def test_comparison_renders_in_browser(two_runs, tmp_path: Path, browser) -> Non
     assert {"runs", "config-diff", "heldout", "charts", "phases", "generations", "single-run-metrics"} <= dom.ids
     curve_ids = [i for i in dom.ids if "-curve-r" in i]
     assert {i.split("-curve-")[1][:2] for i in curve_ids} == {"r0", "r1"}
-    assert dom.tags_in["config-diff"]["tr"] == 1 + 4 and dom.tags_in["generations"]["tr"] == 1 + 2
+    assert dom.tags_in["config-diff"]["tr"] == 1 + 5 and dom.tags_in["generations"]["tr"] == 1 + 2
     assert HOSTILE in dom.text_in["generations"] and dom.tags["script"] == 0
     assert dom.tags_in["generations"]["b"] == 0  # the hostile prompt is not markup
     assert "finished" in dom.text_in["runs"] and "running" in dom.text_in["runs"]

@@ -110,8 +110,24 @@ def _config_value(value: Any) -> str:
         return '<span class="absent">(no config)</span>'
     if value is None:
         return "<code>null</code>"
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    plain = isinstance(value, str) and isinstance(_yaml_scalar(value), str)  # "true" the string is shown quoted
+    text = value if plain else json.dumps(value, sort_keys=True, default=str)
     return f"<code>{esc(text)}</code>"
+
+
+def _yaml_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is MISSING or b is MISSING or a is NO_CONFIG or b is NO_CONFIG:
+        return a is b
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _config(cmp: Comparison, colors: list[str]) -> str:
@@ -125,12 +141,14 @@ def _config(cmp: Comparison, colors: list[str]) -> str:
     rows = []
     for row in cmp.config_diff:
         cells = [f"<td><code>{esc(row.key)}</code></td>"]
-        for value in row.values:
-            cells.append(f'<td class="differs">{_config_value(value)}</td>')
+        for i, value in enumerate(row.values):
+            differs = i > 0 and not _same(value, row.values[0])
+            klass = ' class="differs"' if differs else ""
+            cells.append(f"<td{klass}>{_config_value(value)}</td>")
         rows.append(cells)
     note = (
         f"The {len(cmp.config_diff)} keys of <code>config.yaml</code> whose values differ (nested keys flattened); "
-        "every other key is the same in all runs."
+        "every other key is the same in all runs. A highlighted value differs from run A's."
     )
     return (
         f'<section><h2>Config difference</h2><p class="sub">{note}</p>{missing}'
