@@ -1,9 +1,9 @@
 """The ``verl`` console script: one command with a subcommand per entry point.
 
 ``verl ppo key=value ...`` is ``python -m verl.trainer.main_ppo key=value ...``; likewise ``sft``, ``dpo``,
-``kto``, ``gkd``, ``eval``, ``merge``, ``serve`` and ``report``. Each subcommand forwards the rest of the command line
-untouched to its module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's packaged defaults,
-``verl version`` the version.
+``kto``, ``gkd``, ``eval``, ``merge``, ``serve``, ``report`` and ``compare``. Each subcommand forwards the rest of
+the command line untouched to its module's ``main(argv) -> int``. ``verl config [TRAINER]`` prints a trainer's
+packaged defaults, ``verl version`` the version.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
     "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
     "report": Subcommand("verl.utils.tracking.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
+    "compare": Subcommand(
+        "verl.utils.tracking.report.compare", "compare runs on one HTML page: verl compare RUN_DIR RUN_DIR [...]"
+    ),
 }
 
 

@@ -38,9 +38,11 @@ __all__ = [
     "plot_metrics",
     "plot_run",
     "read_metrics_jsonl",
+    "render_overlay_svg",
     "render_panel_svg",
     "render_panels_png",
     "resolve_panels",
+    "run_colors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -302,6 +304,52 @@ def _colors(n: int) -> list[Any]:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+def _plot_curve(
+    ax: Any, xs: list[int], ys: list[float], sparse: bool, color: Any, style: str, label: str, panel: Panel
+) -> Any:
+    """One curve of a panel: markers when ``sparse`` or short (a 1-point curve would be invisible), a line
+    otherwise; the values written next to the points when the panel annotates. Returns the matplotlib line."""
+    few = len(xs) <= 30
+    if sparse or few:
+        ax.plot(xs, ys, marker="o", markersize=5 if sparse else 3, linewidth=1.0, color=color, linestyle=style)
+    else:
+        ax.plot(xs, ys, linewidth=1.5, color=color, linestyle=style)
+    line = ax.lines[-1]
+    line.set_label(label)
+    if panel.annotate:
+        points = list(zip(xs, ys)) if len(xs) <= 12 else [(xs[0], ys[0]), (xs[-1], ys[-1])]
+        for x, y in points:
+            ax.annotate(
+                _fmt_value(y, panel.percent),
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=8,
+                color=color,
+            )
+    return line
+
+
+def _decorate(ax: Any, panel: Panel, dense_points: int) -> None:
+    """Title, axis labels, grid, integer steps and legend of a drawn panel."""
+    ax.set_title(panel.title, fontsize=10)
+    if panel.ylabel:
+        ax.set_ylabel(panel.ylabel, fontsize=8)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    with_offset = getattr(ax.yaxis.get_major_formatter(), "set_useOffset", None)
+    if with_offset is not None:  # "1e-5+5.5437" above the axis reads badly: full tick values instead
+        with_offset(False)
+    if dense_points:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best", framealpha=0.7)
+
+
 def _draw_panel(ax: Any, rows: Rows, resolved: ResolvedPanel, dense_points: int) -> None:
     panel = resolved.panel
     keys = resolved.keys
@@ -318,41 +366,10 @@ def _draw_panel(ax: Any, rows: Rows, resolved: ResolvedPanel, dense_points: int)
             # an evaluation curve takes its training curve's colour, dashed: eval/loss next to loss
             color = palette[train_key] if train_key != key and train_key in palette else palette[key]
             style = "--" if train_key != key and train_key in palette else "-"
-            few = len(xs) <= 30  # a short run: markers, or a 1-point curve would be invisible
-            if sparse or few:
-                ax.plot(xs, ys, marker="o", markersize=5 if sparse else 3, linewidth=1.0, color=color, linestyle=style)
-            else:
-                ax.plot(xs, ys, linewidth=1.5, color=color, linestyle=style)
-            ax.lines[-1].set_label(_short_label(key, keys))
-            if panel.annotate:
-                points = list(zip(xs, ys)) if len(xs) <= 12 else [(xs[0], ys[0]), (xs[-1], ys[-1])]
-                for x, y in points:
-                    ax.annotate(
-                        _fmt_value(y, panel.percent),
-                        (x, y),
-                        textcoords="offset points",
-                        xytext=(0, 7),
-                        ha="center",
-                        fontsize=8,
-                        color=color,
-                    )
+            _plot_curve(ax, xs, ys, sparse, color, style, _short_label(key, keys), panel)
         if panel.annotate:
             ax.margins(y=0.2)
-    ax.set_title(panel.title, fontsize=10)
-    if panel.ylabel:
-        ax.set_ylabel(panel.ylabel, fontsize=8)
-    ax.set_xlabel("step", fontsize=8)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.3)
-    with_offset = getattr(ax.yaxis.get_major_formatter(), "set_useOffset", None)
-    if with_offset is not None:  # "1e-5+5.5437" above the axis reads badly: full tick values instead
-        with_offset(False)
-    if dense_points:
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best", framealpha=0.7)
+    _decorate(ax, panel, dense_points)
 
 
 def _figure(width: float, height: float) -> Any:
@@ -385,10 +402,55 @@ def render_panel_svg(rows: Rows, resolved: ResolvedPanel, id_prefix: str = "") -
     ``id_prefix`` is put before every element id and reference in it, so several charts in one page keep their ids
     (matplotlib numbers ``line2d_1``, ``patch_1``, ... from 1 in each figure) unique.
     """
-    import matplotlib
-
     fig = _figure(6.0, 3.3)
     _draw_panel(fig.subplots(), rows, resolved, len(rows))
+    return _svg_text(fig, id_prefix)
+
+
+def run_colors(n: int) -> list[str]:
+    """The colours of ``n`` runs in :func:`render_overlay_svg`, as ``#rrggbb`` (for the page's legend swatches)."""
+    from matplotlib.colors import to_hex
+
+    return [to_hex(c) for c in _colors(max(n, 1))][:n]
+
+
+def render_overlay_svg(runs: Sequence[tuple[str, Rows]], resolved: ResolvedPanel, id_prefix: str = "") -> str:
+    """One panel drawn for several runs on shared axes, as an inline ``<svg>`` (see :func:`render_panel_svg`).
+
+    ``runs``: ``(label, rows)`` per run, in the order of their colours (tab10: run ``i`` gets colour ``i``, the
+    same colour in every panel). Each metric of ``resolved`` that a run logged is one curve of that run's colour;
+    the metrics of one panel are told apart by line style (solid, dashed, dotted, dash-dot, in the panel's order).
+    A run without a metric simply has no curve for it. Each curve's SVG group has the id
+    ``<id_prefix>curve-r<run index>-k<metric index>``, so a page (and a test) can find every run's curve. Meant for
+    ``line`` panels (a ``stacked`` one would be drawn as lines too: bars of several runs cannot share a step).
+    """
+    panel = resolved.panel
+    keys = resolved.keys
+    fig = _figure(6.0, 3.3)
+    ax = fig.subplots()
+    run_colors = _colors(max(len(runs), 1))
+    styles = ("-", "--", ":", "-.")
+    longest = 0
+    for r, (label, rows) in enumerate(runs):
+        longest = max(longest, len(rows))
+        series = collect_series(rows, keys)
+        for k, key in enumerate(keys):
+            if key not in series:
+                continue
+            xs, ys, sparse = series[key]
+            name = label if len(keys) == 1 else f"{label} {_short_label(key, keys)}"
+            line = _plot_curve(ax, xs, ys, sparse, run_colors[r], styles[k % len(styles)], name, panel)
+            line.set_gid(f"curve-r{r}-k{k}")
+    if panel.annotate:
+        ax.margins(y=0.2)
+    _decorate(ax, panel, longest)
+    return _svg_text(fig, id_prefix)
+
+
+def _svg_text(fig: Any, id_prefix: str) -> str:
+    """``fig`` as an inline ``<svg>`` element, every id and reference prefixed with ``id_prefix``."""
+    import matplotlib
+
     buf = io.StringIO()
     # text as <text> (small, selectable) and a fixed hash salt (the same run gives the same ids: diffable)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "verl-report"}):

@@ -8,6 +8,8 @@ rebuilt at any time, during the run or long after::
 The trainers keep it current through :class:`RunReporter` (:mod:`verl.utils.tracking.report.run_files`): at every
 checkpoint save and at the end (``trainer.report.enable``; ``trainer.plot`` for ``metrics.png``). The page is
 self-contained (inline SVG charts and CSS, no script, nothing fetched) and every text from the run is escaped.
+
+``verl compare RUN_DIR RUN_DIR [...]`` (:mod:`verl.utils.tracking.report.compare`) puts several runs on one such page.
 """
 
 from __future__ import annotations

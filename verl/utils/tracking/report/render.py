@@ -8,14 +8,17 @@ metric names, paths) goes through :func:`html.escape`.
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
 
 from verl.utils.tracking.plotting import available_keys, render_panel_svg, resolve_panels
 from verl.utils.tracking.report.collect import Checkpoint, RunData, phase_table, validation_summary
+from verl.utils.tracking.report.html_parts import esc as _e
+from verl.utils.tracking.report.html_parts import local_time as _time
+from verl.utils.tracking.report.html_parts import num as _num
+from verl.utils.tracking.report.html_parts import size_text as _size
+from verl.utils.tracking.report.html_parts import table as _table
+from verl.utils.tracking.report.html_parts import td as _td
 from verl.utils.tracking.report.run_files import PLOT_FILE
 
 logger = logging.getLogger(__name__)
@@ -57,44 +60,7 @@ details pre { max-height: 70vh; overflow: auto; margin-top: 8px; }
 footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
 code { font-family: ui-monospace, monospace; font-size: 12px; }
 """
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _e(value)
-    if isinstance(value, int):
-        return str(value)
-    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-        return f"{value:.4g}"
-    return f"{value:.4f}".rstrip("0").rstrip(".") if "." in f"{value:.4f}" else f"{value}"
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], table_id: str) -> str:
-    """An HTML table; ``rows`` hold ready HTML (escaped by the caller)."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(cells) + "</tr>" for cells in rows)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def _td(value: Any, numeric: bool = False) -> str:
-    return f'<td class="num">{_num(value)}</td>' if numeric else f"<td>{_e(value)}</td>"
-
-
-def _time(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+PAGE_CSS = _CSS  # the style of every report page (the comparison of runs uses it too)
 
 
 # ------------------------------------------------------------------------------------------------- sections
