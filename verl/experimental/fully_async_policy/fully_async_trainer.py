@@ -194,6 +194,11 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 f"async_training.staleness_threshold={self.staleness_threshold})"
             )
         rollouts.non_tensor_batch["rollout_staleness"] = staleness.astype(object)
+        rollouts, dropped = self.drop_stale_groups(rollouts, staleness)
+        if dropped:
+            staleness = np.asarray(rollouts.non_tensor_batch["rollout_staleness"], dtype=np.int64)
+            versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
+            worst = int(staleness.max())
         prompts = rollouts.batch["prompts"]
         pad = self.tokenizer.pad_token_id
         self.consumed_log.append(
@@ -212,11 +217,40 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 "async/weight_version": float(self.weight_version),
                 "async/queue_in_flight": float(len(self._inflight)),
                 "async/partial_rollout_interruptions": float(interruptions),
+                "async/dropped_stale_groups": float(dropped),
             }
         )
         for key in ("eos_token_id", "pad_token_id"):
             rollouts.meta_info.pop(key, None)
         return rollouts
+
+    def off_policy_drop_threshold(self) -> int | None:
+        """Upstream v0.9's ``trainer.v1.sampler.max_off_policy_threshold`` under ``max_off_policy_strategy=drop``
+        in a V1 asynchronous mode: groups staler than it are dropped; None otherwise (``wait`` caps the rollouter's
+        lead at the threshold instead, verl/trainer/config/v1_modes.py)."""
+        from verl.trainer.config.v1_modes import v1_async_active
+
+        if not v1_async_active(self.config):
+            return None
+        sampler = self.config.trainer.v1.sampler
+        return int(sampler.max_off_policy_threshold) if sampler.max_off_policy_strategy == "drop" else None
+
+    def drop_stale_groups(self, rollouts: DataProto, staleness: np.ndarray) -> tuple[DataProto, int]:
+        """Drop every prompt group (rows sharing a ``uid``) holding a row whose staleness ``[rows]`` exceeds
+        :meth:`off_policy_drop_threshold` (upstream drops the whole group for one stale trajectory); returns the
+        kept rows and the number of groups dropped. Every group stale is an error (nothing left to train on)."""
+        threshold = self.off_policy_drop_threshold()
+        if threshold is None or int(staleness.max()) <= threshold:
+            return rollouts, 0
+        uids = np.asarray(rollouts.non_tensor_batch["uid"], dtype=object)
+        stale = {uid for uid, s in zip(uids, staleness) if int(s) > threshold}
+        keep = np.asarray([uid not in stale for uid in uids])
+        if not keep.any():
+            raise StalenessError(
+                f"step {self.global_steps}: every group is staler than trainer.v1.sampler.max_off_policy_threshold="
+                f"{threshold} (max_off_policy_strategy=drop); lower trainer.v1.*.num_warmup_batches or use wait"
+            )
+        return rollouts.select_idxs(np.nonzero(keep)[0]), len(stale)
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """The synchronous step on the queued rollouts, then the weight push when one is due."""
