@@ -115,8 +115,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         judge_backend = OmegaConf.select(config, "reward_model.judge.backend", default=None)
         self.use_judge_worker = config.reward_model.reward_manager == "judge" and judge_backend == "worker"
         self.algorithm = config.algorithm
-        # skip.rollout / skip.rollout_tq (upstream v0.9): replay dumped rollouts instead of generating
-        self.rollout_skip = RolloutSkip.from_config(config)
+        self.rollout_skip = RolloutSkip.from_config(config)  # skip.rollout (upstream v0.9): replay dumped rollouts
         self.kl_ctrl_in_reward = (
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
