@@ -35,6 +35,10 @@ def test_legacy_keys_are_read_with_one_deprecation_line() -> None:
     assert "reward_model.reward_manager" in lines[0] and "custom_reward_function.name" in lines[0]
     # the reward section shows what the legacy keys set
     assert cfg.reward.reward_manager.name == "batch" and cfg.reward.custom_reward_function.name == "my_score"
+    # a key inside a legacy mapping counts too
+    cfg, lines = _load(["+custom_reward_function.reward_kwargs.scale=2"])
+    assert len(lines) == 1 and "custom_reward_function.reward_kwargs" in lines[0]
+    assert cfg.reward.custom_reward_function.reward_kwargs.scale == 2
     # the same value in both places is fine (still one line)
     _, lines = _load(["reward_model.reward_manager=batch", "reward.reward_manager.name=batch"])
     assert len(lines) == 1

@@ -31,8 +31,8 @@ __all__ = ["resolve_v1_modes", "v1_async_active"]
 
 
 def user_set(key: str, user: set[str]) -> bool:
-    """Whether the user gave ``key`` (or a section above it) on the command line or in their YAML."""
-    return key in user or any(key.startswith(u + ".") for u in user)
+    """Whether the user gave ``key``, a section above it or a key inside it, on the command line or in their YAML."""
+    return key in user or any(key.startswith(u + ".") or u.startswith(key + ".") for u in user)
 
 
 def v1_async_active(cfg: Any) -> bool:
