@@ -101,3 +101,41 @@ def test_repeat_picks_the_nearest_dumped_step(tmp_path) -> None:
     assert RolloutSkip.from_config(load_config([])) is None
     with pytest.raises(Exception, match="skip.rollout.enable=true replays the synchronous"):
         load_config(["skip.rollout.enable=true", "trainer.v1.trainer_mode=colocate_async"])
+    with pytest.raises(Exception, match="skip.async_rollout.enable=true replays the rollouter"):
+        load_config(["skip.async_rollout.enable=true"])
+
+
+@pytest.mark.slow
+def test_async_rollout_replays_without_the_rollouter(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    from verl.experimental.fully_async_policy.rollouter import Rollouter
+
+    train, _ = generate_arithmetic_splits(train_size=8, test_size=2, seed=3)
+    write_parquet(train, str(tmp_path / "train.parquet"))
+    dump = tmp_path / "dump"
+    extra = [
+        "skip.rollout.enable=false",
+        "skip.async_rollout.enable=true",
+        f"skip.async_rollout.dump_dir={dump}",
+        "skip.async_rollout.steps=[1]",
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=0",  # one batch in flight: only feed index 1 is drawn
+    ]
+    first = build_ppo_trainer(_cfg(tiny_model_dir, str(tmp_path / "train.parquet"), tmp_path / "a", dump, extra))
+    first.init_workers()
+    first.fit()
+    assert first.async_skip.dumped_steps() == [1]
+    dumped = DataProto.load_from_disk(Path(first.async_skip.step_dir(1)) / "gen_batch.dp")
+
+    def no_submit(self, *args, **kwargs):
+        raise AssertionError("feed index 1 went to the rollouter although it was dumped")
+
+    monkeypatch.setattr(Rollouter, "submit", no_submit)
+    cfg = _cfg(tiny_model_dir, str(tmp_path / "train.parquet"), tmp_path / "b", dump, [*extra, "data.seed=7"])
+    second = build_ppo_trainer(cfg)
+    second.init_workers()
+    second.fit()
+    trained = second.last_batch
+    assert trained.meta_info["skip_replayed_step"] == 1
+    assert torch.equal(trained.batch["responses"], dumped.batch["responses"])
+    # restamped as generated with the trainer's current weights: staleness 0
+    assert set(int(v) for v in trained.non_tensor_batch["rollout_staleness"]) == {0}

@@ -38,6 +38,7 @@ from omegaconf import open_dict
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import marked_timer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.rollout_skip import RolloutSkip
 
 __all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
 
@@ -69,6 +70,8 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
         self._inflight: deque[dict[str, Any]] = deque()
         self._issued = 0  # prompt batches given to the rollouter so far in this run (its data index)
+        # skip.async_rollout (upstream v0.9): feed indices whose rollouts replay from a dump instead of the rollouter
+        self.async_skip = RolloutSkip.from_config(self.config, roles=("async_rollout",))
         self._consumed = 0
         self._step_async_metrics: dict[str, float] = {}
         # per consumed step: {"step", "versions" (rollout_weight_version per row), "prompts" (prompt token ids per
@@ -159,9 +162,14 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             if seed is not None:
                 meta["seed"] = int(seed) + self._gen_calls  # numbered as the synchronous trainer numbers its calls
             self._gen_calls += 1
-            self.rollouter.submit(prompts, meta)
-            self._inflight.append(snapshot)
             self._issued += 1
+            snapshot["feed_index"] = self._issued
+            replay = self.async_skip.load(self._issued) if self.async_skip is not None else None
+            if replay is None:
+                self.rollouter.submit(prompts, meta)
+            else:
+                snapshot["replay"] = replay  # the rollouter never sees this batch
+            self._inflight.append(snapshot)
 
     def _next_training_batch(self) -> DataProto | None:
         """Top up the queue; a placeholder for the step when rollouts are in flight (the step's rollout stage waits
@@ -179,9 +187,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         if count < 1:
             raise RuntimeError("the asynchronous trainer's rollout stage needs the batch of _next_training_batch")
         with marked_timer("gen", timing):
-            parts = [self.rollouter.next_result() for _ in range(count)]
-        for _ in parts:
-            self._inflight.popleft()
+            parts = [self._next_part(self._inflight.popleft()) for _ in range(count)]
         self._consumed += count
         rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts)
         versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
@@ -223,6 +229,21 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         for key in ("eos_token_id", "pad_token_id"):
             rollouts.meta_info.pop(key, None)
         return rollouts
+
+    def _next_part(self, snapshot: dict[str, Any]) -> DataProto:
+        """The rollouts of one submitted prompt batch: the rollouter's next result (dumped when ``skip.async_rollout``
+        lists its feed index), or the replayed dump, stamped as generated with the current weights (upstream
+        restamps replayed samples so the off-policy checks keep them)."""
+        replay = snapshot.get("replay")
+        if replay is None:
+            part = self.rollouter.next_result()
+            if self.async_skip is not None:
+                self.async_skip.dump(int(snapshot["feed_index"]), part)
+            return part
+        for key in ("rollout_weight_version", "rollout_weight_version_last"):
+            if key in replay.non_tensor_batch:
+                replay.non_tensor_batch[key] = np.full(len(replay), self.weight_version, dtype=object)
+        return replay
 
     def off_policy_drop_threshold(self) -> int | None:
         """Upstream v0.9's ``trainer.v1.sampler.max_off_policy_threshold`` under ``max_off_policy_strategy=drop``

@@ -18,17 +18,17 @@ __all__ = ["resolve_v09_sections"]
 
 
 def _check_skip(cfg: DictConfig, errors: list[str]) -> None:
-    """``skip``: ``async_rollout`` (the rollouter's feed order) is refused; ``rollout`` / ``rollout_tq`` act on the
-    synchronous trainer's generation only."""
+    """``skip``: ``rollout`` / ``rollout_tq`` act on the synchronous trainer's generation, ``async_rollout`` on the
+    rollouter's feed of the asynchronous trainers."""
     skip = cfg.get("skip")
     if not isinstance(skip, DictConfig):
         return
-    if skip.async_rollout.enable:
-        errors.append(
-            "skip.async_rollout.enable=true: replaying the rollouter's stream is not provided; dump and replay "
-            "with skip.rollout on the synchronous trainer (trainer.v1.trainer_mode=sync)"
-        )
     mode = cfg.async_training.mode if isinstance(cfg.get("async_training"), DictConfig) else None
+    if skip.async_rollout.enable and mode is None:
+        errors.append(
+            "skip.async_rollout.enable=true replays the rollouter's feed of an asynchronous trainer; the synchronous "
+            "trainer's role is skip.rollout"
+        )
     for role in ("rollout", "rollout_tq"):
         if skip[role].enable and mode is not None:
             errors.append(

@@ -160,7 +160,7 @@ class RolloutSkipConfig(BaseConfig):
 @dataclass
 class SkipConfig(BaseConfig):
     """``skip``: upstream's SkipManager roles. ``rollout`` and ``rollout_tq`` (the V1 trainer's role) act on the
-    synchronous trainer's generation step; ``async_rollout`` (the rollouter's feed order) is refused."""
+    synchronous trainer's generation step; ``async_rollout`` on the asynchronous trainers' feed of prompt batches."""
 
     rollout: RolloutSkipConfig = field(default_factory=RolloutSkipConfig)
     rollout_tq: RolloutSkipConfig = field(default_factory=RolloutSkipConfig)

@@ -11,6 +11,10 @@ On-disk layout, upstream's: ``{dump_dir}/{experiment_name}_{project_name}/GBS{tr
 
 Steps not listed always generate. A replayed batch is exactly what was dumped (prompts, responses, log-probs,
 ``uid``s); the rest of the step (scores, advantages, update) runs on it as usual.
+
+``skip.async_rollout`` (the asynchronous trainers): the "step" is the feed index of a prompt batch, 1 for the first
+batch this run gives the rollouter; a replayed batch is never sent to the rollouter and counts as generated with the
+trainer's current weights (``rollout_weight_version``), as upstream restamps replayed samples.
 """
 
 from __future__ import annotations
@@ -47,12 +51,13 @@ class RolloutSkip:
         self.root = os.path.join(os.path.expanduser(str(section.dump_dir)), run, shape)
 
     @classmethod
-    def from_config(cls, config: Any) -> RolloutSkip | None:
-        """The enabled role of ``config.skip`` (``rollout`` or ``rollout_tq``), or None when neither is."""
+    def from_config(cls, config: Any, roles: tuple[str, ...] = ("rollout", "rollout_tq")) -> RolloutSkip | None:
+        """The first enabled role of ``roles`` in ``config.skip`` (the synchronous trainer's ``rollout`` /
+        ``rollout_tq``; the asynchronous trainer's ``async_rollout``), or None when none is."""
         skip = config.get("skip") if isinstance(config, DictConfig) else None
         if skip is None:
             return None
-        for role in ("rollout", "rollout_tq"):
+        for role in roles:
             if skip[role].enable:
                 return cls(config, role)
         return None
