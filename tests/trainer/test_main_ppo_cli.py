@@ -29,10 +29,12 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "critic",
         "reward_model",
         "custom_reward_function",
+        "reward",
         "algorithm",
         "async_training",
         "distillation",
         "trainer",
+        "skip",
         "ray_kwargs",
     }
 

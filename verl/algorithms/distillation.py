@@ -111,6 +111,37 @@ def reverse_kl_token_rewards(
     return -float(coef) * diff
 
 
+def estimator_token_rewards(
+    student_log_probs: torch.Tensor,
+    teacher_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float = 1.0,
+    loss_mode: str = "k1",
+    loss_max_clamp: float | None = None,
+) -> torch.Tensor:
+    """Dense distillation reward ``[batch, response_len]`` of upstream verl v0.9's estimator loss modes:
+    ``-coef * clamp(D_t, -c, c)`` on response tokens, 0 elsewhere, no gradient.
+
+    ``D_t = kl_penalty(log pi_s(y_t), log pi_t(y_t), loss_mode)`` (upstream ``verl/trainer/distillation/losses.py``,
+    ``compute_distillation_loss_reverse_kl_estimator``, with ``use_policy_gradient`` its negative is the per-token
+    advantage; ``c = distillation_loss.loss_max_clamp``, no clamp when None), with ``d = log pi_s - log pi_t``:
+    ``kl``/``k1``: ``d``; ``abs``: ``|d|``; ``mse``/``k2``: ``d^2 / 2``; ``low_var_kl``/``k3``: ``exp(-d) + d - 1``
+    (Schulman's k3, clamped to [-10, 10] as :func:`verl.algorithms.kl.kl_penalty_forward`). ``k1`` equals
+    :func:`reverse_kl_token_rewards`.
+    """
+    from verl.algorithms.kl import kl_penalty_forward
+
+    if student_log_probs.shape != teacher_log_probs.shape:
+        raise ValueError(
+            f"estimator_token_rewards: student {tuple(student_log_probs.shape)} and teacher "
+            f"{tuple(teacher_log_probs.shape)} log-probs differ in shape"
+        )
+    per_token = kl_penalty_forward(student_log_probs.detach().float(), teacher_log_probs.detach().float(), loss_mode)
+    if loss_max_clamp is not None:
+        per_token = per_token.clamp(min=-float(loss_max_clamp), max=float(loss_max_clamp))
+    return -float(coef) * per_token * mask.float()
+
+
 def reverse_kl_pg_loss(
     student_log_probs: torch.Tensor,
     teacher_log_probs: torch.Tensor,

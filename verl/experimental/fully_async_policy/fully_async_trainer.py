@@ -38,6 +38,7 @@ from omegaconf import open_dict
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import marked_timer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.rollout_skip import RolloutSkip
 
 __all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
 
@@ -69,6 +70,8 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
         self._inflight: deque[dict[str, Any]] = deque()
         self._issued = 0  # prompt batches given to the rollouter so far in this run (its data index)
+        # skip.async_rollout (upstream v0.9): feed indices whose rollouts replay from a dump instead of the rollouter
+        self.async_skip = RolloutSkip.from_config(self.config, roles=("async_rollout",))
         self._consumed = 0
         self._step_async_metrics: dict[str, float] = {}
         # per consumed step: {"step", "versions" (rollout_weight_version per row), "prompts" (prompt token ids per
@@ -159,9 +162,14 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             if seed is not None:
                 meta["seed"] = int(seed) + self._gen_calls  # numbered as the synchronous trainer numbers its calls
             self._gen_calls += 1
-            self.rollouter.submit(prompts, meta)
-            self._inflight.append(snapshot)
             self._issued += 1
+            snapshot["feed_index"] = self._issued
+            replay = self.async_skip.load(self._issued) if self.async_skip is not None else None
+            if replay is None:
+                self.rollouter.submit(prompts, meta)
+            else:
+                snapshot["replay"] = replay  # the rollouter never sees this batch
+            self._inflight.append(snapshot)
 
     def _next_training_batch(self) -> DataProto | None:
         """Top up the queue; a placeholder for the step when rollouts are in flight (the step's rollout stage waits
@@ -179,9 +187,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         if count < 1:
             raise RuntimeError("the asynchronous trainer's rollout stage needs the batch of _next_training_batch")
         with marked_timer("gen", timing):
-            parts = [self.rollouter.next_result() for _ in range(count)]
-        for _ in parts:
-            self._inflight.popleft()
+            parts = [self._next_part(self._inflight.popleft()) for _ in range(count)]
         self._consumed += count
         rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts)
         versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
@@ -194,6 +200,11 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 f"async_training.staleness_threshold={self.staleness_threshold})"
             )
         rollouts.non_tensor_batch["rollout_staleness"] = staleness.astype(object)
+        rollouts, dropped = self.drop_stale_groups(rollouts, staleness)
+        if dropped:
+            staleness = np.asarray(rollouts.non_tensor_batch["rollout_staleness"], dtype=np.int64)
+            versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
+            worst = int(staleness.max())
         prompts = rollouts.batch["prompts"]
         pad = self.tokenizer.pad_token_id
         self.consumed_log.append(
@@ -212,11 +223,55 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 "async/weight_version": float(self.weight_version),
                 "async/queue_in_flight": float(len(self._inflight)),
                 "async/partial_rollout_interruptions": float(interruptions),
+                "async/dropped_stale_groups": float(dropped),
             }
         )
         for key in ("eos_token_id", "pad_token_id"):
             rollouts.meta_info.pop(key, None)
         return rollouts
+
+    def _next_part(self, snapshot: dict[str, Any]) -> DataProto:
+        """The rollouts of one submitted prompt batch: the rollouter's next result (dumped when ``skip.async_rollout``
+        lists its feed index), or the replayed dump, stamped as generated with the current weights (upstream
+        restamps replayed samples so the off-policy checks keep them)."""
+        replay = snapshot.get("replay")
+        if replay is None:
+            part = self.rollouter.next_result()
+            if self.async_skip is not None:
+                self.async_skip.dump(int(snapshot["feed_index"]), part)
+            return part
+        for key in ("rollout_weight_version", "rollout_weight_version_last"):
+            if key in replay.non_tensor_batch:
+                replay.non_tensor_batch[key] = np.full(len(replay), self.weight_version, dtype=object)
+        return replay
+
+    def off_policy_drop_threshold(self) -> int | None:
+        """Upstream v0.9's ``trainer.v1.sampler.max_off_policy_threshold`` under ``max_off_policy_strategy=drop``
+        in a V1 asynchronous mode: groups staler than it are dropped; None otherwise (``wait`` caps the rollouter's
+        lead at the threshold instead, verl/trainer/config/v1_modes.py)."""
+        from verl.trainer.config.v1_modes import v1_async_active
+
+        if not v1_async_active(self.config):
+            return None
+        sampler = self.config.trainer.v1.sampler
+        return int(sampler.max_off_policy_threshold) if sampler.max_off_policy_strategy == "drop" else None
+
+    def drop_stale_groups(self, rollouts: DataProto, staleness: np.ndarray) -> tuple[DataProto, int]:
+        """Drop every prompt group (rows sharing a ``uid``) holding a row whose staleness ``[rows]`` exceeds
+        :meth:`off_policy_drop_threshold` (upstream drops the whole group for one stale trajectory); returns the
+        kept rows and the number of groups dropped. Every group stale is an error (nothing left to train on)."""
+        threshold = self.off_policy_drop_threshold()
+        if threshold is None or int(staleness.max()) <= threshold:
+            return rollouts, 0
+        uids = np.asarray(rollouts.non_tensor_batch["uid"], dtype=object)
+        stale = {uid for uid, s in zip(uids, staleness) if int(s) > threshold}
+        keep = np.asarray([uid not in stale for uid in uids])
+        if not keep.any():
+            raise StalenessError(
+                f"step {self.global_steps}: every group is staler than trainer.v1.sampler.max_off_policy_threshold="
+                f"{threshold} (max_off_policy_strategy=drop); lower trainer.v1.*.num_warmup_batches or use wait"
+            )
+        return rollouts.select_idxs(np.nonzero(keep)[0]), len(stale)
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """The synchronous step on the queued rollouts, then the weight push when one is due."""

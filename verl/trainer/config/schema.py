@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 # registers ${verl.experiment_name:...}, the default trainer.experiment_name of the packaged YAML files
 from verl.base_config import BaseConfig, dict_field, list_field, omega_conf_to_dataclass
 from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
+from verl.trainer.config.v09_schema import RewardSectionConfig, SkipConfig, V1TrainerConfig
 from verl.workers.config import (  # noqa: F401  (the worker sections, importable from here as before)
     ActorConfig,
     ActorRolloutRefConfig,
@@ -230,6 +231,9 @@ class TrainerConfig(BaseConfig):
     third_party_log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
     allow_unsafe_operations: bool = False
     use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
+    # upstream v0.9's V1 trainer modes, resolved onto async_training by v1_modes.py
+    use_v1: bool = True
+    v1: V1TrainerConfig = field(default_factory=V1TrainerConfig)
 
 
 # ------------------------------------------------------------------------------------------------------ ray
@@ -268,10 +272,12 @@ class PPOConfig(BaseConfig):
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    reward: RewardSectionConfig = field(default_factory=RewardSectionConfig)  # v0.9 (reward_section.py)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    skip: SkipConfig = field(default_factory=SkipConfig)  # v0.9 (verl/trainer/ppo/rollout_skip.py)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
     @classmethod
@@ -299,6 +305,10 @@ class PPOConfig(BaseConfig):
 
         changed = fit_mini_batch_defaults(cfg, user_keys)
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
+        # upstream v0.9's sections (trainer.v1, reward, distillation's new keys) onto the keys the trainers read
+        from verl.trainer.config.v09_resolve import resolve_v09_sections
+
+        changed.update(resolve_v09_sections(cfg, user_keys))
         return changed
 
 

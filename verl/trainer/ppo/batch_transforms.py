@@ -38,7 +38,11 @@ def apply_kl_penalty(
 
 
 def apply_distillation_reward(
-    data: DataProto, coef: float, task_reward_weight: float = 1.0
+    data: DataProto,
+    coef: float,
+    task_reward_weight: float = 1.0,
+    loss_mode: str = "k1",
+    loss_max_clamp: float | None = None,
 ) -> tuple[DataProto, dict[str, float]]:
     """On-policy distillation as a dense reward (``distillation`` section): ``token_level_scores <-
     task_reward_weight * token_level_scores - coef * (old_log_probs - teacher_log_prob)`` on response tokens.
@@ -46,16 +50,18 @@ def apply_distillation_reward(
     Shapes: all ``[batch, response_len]``. ``old_log_probs`` are the actor's log-probs of its own sampled tokens, so
     the added term summed over a response is a one-sample estimate of ``-coef * KL(actor || teacher)``
     (:func:`verl.algorithms.distillation.reverse_kl_token_rewards`). Metrics: ``distill/reverse_kl`` (mean per
-    response token) and ``distill/reward`` (mean per-sequence sum of the added term).
+    response token) and ``distill/reward`` (mean per-sequence sum of the added term). ``loss_mode`` and
+    ``loss_max_clamp`` (``distillation.distillation_loss``, upstream v0.9) replace the k1 term by another per-token
+    estimator, clamped (:func:`verl.algorithms.distillation.estimator_token_rewards`).
     """
-    from verl.algorithms.distillation import reverse_kl_token_rewards
+    from verl.algorithms.distillation import estimator_token_rewards
 
     for key in ("old_log_probs", "teacher_log_prob", "token_level_scores"):
         if key not in data.batch.keys():
             raise ValueError(f"distillation reward needs {key!r} in the batch; keys: {sorted(data.batch.keys())}")
     mask = data.batch["response_mask"]
     student, teacher = data.batch["old_log_probs"], data.batch["teacher_log_prob"].to(mask.device)
-    dense = reverse_kl_token_rewards(student, teacher, mask, coef)
+    dense = estimator_token_rewards(student, teacher, mask, coef, loss_mode, loss_max_clamp)
     scores = data.batch["token_level_scores"]
     data.batch["token_level_scores"] = task_reward_weight * scores + dense.to(scores.dtype)
     metrics = {

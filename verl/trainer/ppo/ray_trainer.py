@@ -50,6 +50,7 @@ from verl.trainer.ppo.metric_utils import (
     memory_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.rollout_skip import RolloutSkip
 from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, compute_response_mask: verl's home)
     ResourcePoolManager,
     Role,
@@ -115,6 +116,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         judge_backend = OmegaConf.select(config, "reward_model.judge.backend", default=None)
         self.use_judge_worker = config.reward_model.reward_manager == "judge" and judge_backend == "worker"
         self.algorithm = config.algorithm
+        self.rollout_skip = RolloutSkip.from_config(config)  # skip.rollout (upstream v0.9): replay dumped rollouts
         self.kl_ctrl_in_reward = (
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
@@ -304,7 +306,12 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
 
     def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
         """Repeat prompts ``rollout.n`` times with a group id ``uid`` and generate (plus ReMax greedy baselines:
-        the scores of a greedy response to the same prompt, ``reward_baselines [bs * n]``)."""
+        the scores of a greedy response to the same prompt, ``reward_baselines [bs * n]``). On a step of
+        ``skip.rollout.steps`` the dumped rollouts replay instead (:mod:`verl.trainer.ppo.rollout_skip`)."""
+        if self.rollout_skip is not None:
+            replayed = self.rollout_skip.load(self.global_steps)
+            if replayed is not None:
+                return replayed
         tag_groups(batch)
         with marked_timer("gen", timing):
             rollouts = self.generate_groups(batch)
@@ -312,6 +319,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             with marked_timer("gen_max", timing):
                 _, baseline_scores, _ = self.score(self.generate_groups(batch, do_sample=False))
                 rollouts.batch["reward_baselines"] = baseline_scores.sum(dim=-1)
+        if self.rollout_skip is not None:
+            self.rollout_skip.dump(self.global_steps, rollouts)
         return rollouts
 
     def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
@@ -422,8 +431,9 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         with marked_timer("adv", timing):
             if self.use_teacher:
                 dcfg = self.config.distillation
+                dloss = dcfg.distillation_loss
                 batch, distill_metrics = apply_distillation_reward(
-                    batch, float(dcfg.coef), float(dcfg.task_reward_weight)
+                    batch, float(dcfg.coef), float(dcfg.task_reward_weight), dloss.loss_mode, dloss.loss_max_clamp
                 )
                 metrics.update(distill_metrics)
             if self.kl_ctrl_in_reward is not None:

@@ -167,6 +167,24 @@ def resolve_compute_score(config: Any, rm_cfg: RewardModelConfig, is_batch: bool
     return compute_score
 
 
+def _importlib_reward_manager(config: Any) -> type | None:
+    """The class of ``reward.reward_manager.module`` when ``reward.reward_manager.source=importlib`` (upstream
+    v0.9): ``module.path`` a Python file, ``module.name`` the class in it; None for registered managers."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from verl.utils.import_utils import load_extern_type
+
+    manager = OmegaConf.select(config, "reward.reward_manager") if isinstance(config, DictConfig) else None
+    if manager is None or manager.source != "importlib":
+        return None
+    cls = load_extern_type(manager.module.path, manager.module.name)
+    if not isinstance(cls, type):
+        raise TypeError(
+            f"reward.reward_manager.module: {manager.module.name!r} in {manager.module.path} is not a class"
+        )
+    return cls
+
+
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
     """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
 
@@ -185,7 +203,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     rm_cfg = _section(config, "reward_model", RewardModelConfig)
     data_cfg = _section(config, "data", DataConfig)
     name = rm_cfg.reward_manager or "naive"
-    manager_cls = get_reward_manager_cls(str(name))
+    manager_cls = _importlib_reward_manager(config) or get_reward_manager_cls(str(name))
     is_batch = issubclass(manager_cls, BatchRewardManager)
 
     compute_score = resolve_compute_score(config, rm_cfg, is_batch)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 from verl.base_config import BaseConfig
 from verl.workers.config.literals import ComputeDType
@@ -19,6 +19,62 @@ class TeacherModelConfig(BaseConfig):
 
 
 @dataclass
+class TeacherInferenceConfig(BaseConfig):
+    """``distillation.teacher_models.<name>.inference``: upstream serves the teacher with a rollout engine; here the
+    teacher is a forward pass in the teacher worker group: ``dtype`` -> ``distillation.dtype``, ``max_model_len``
+    is checked against the prompt + response length; ``name``, ``tensor_model_parallel_size`` and
+    ``gpu_memory_utilization`` size upstream's teacher server and have nothing to size here."""
+
+    name: Optional[str] = None
+    dtype: Optional[str] = None
+    tensor_model_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    max_model_len: Optional[int] = None
+
+
+@dataclass
+class TeacherEntryConfig(BaseConfig):
+    """``distillation.teacher_models.<name>``: one teacher of upstream's map (one teacher here)."""
+
+    key: Optional[str] = None
+    model_path: Optional[str] = None
+    num_replicas: int = 0
+    inference: TeacherInferenceConfig = field(default_factory=TeacherInferenceConfig)
+
+
+@dataclass
+class TeacherModelsConfig(BaseConfig):
+    """``distillation.teacher_models``: upstream's default entry ``teacher_model`` (others added with ``+``)."""
+
+    teacher_model: TeacherEntryConfig = field(default_factory=TeacherEntryConfig)
+
+
+# upstream v0.9's distillation_loss.loss_mode names (verl/trainer/distillation/losses.py); the single-sample estimators
+# act here as a per-token reward, forward_kl_topk (teacher top-k logits) is refused by the config checks
+DistillationLossMode = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "forward_kl_topk"]
+
+
+@dataclass
+class DistillationLossConfig(BaseConfig):
+    """``distillation.distillation_loss``: upstream v0.9's loss keys. With ``use_policy_gradient=true`` (the only
+    form here) the per-token estimator ``loss_mode`` of (student, teacher) log-probs, clamped to
+    ``[-loss_max_clamp, loss_max_clamp]``, is the negative per-token reward (``coef`` mirrors
+    ``distillation_loss_coef``, ``task_reward_weight`` follows ``use_task_rewards``)."""
+
+    loss_mode: DistillationLossMode = "k1"
+    topk: Optional[int] = 32  # forward_kl_topk only (refused)
+    use_task_rewards: bool = True
+    distillation_loss_coef: float = 1.0
+    loss_max_clamp: Optional[float] = None
+    log_prob_min_clamp: Optional[float] = None  # upstream clamps top-k log-probs with it (forward_kl_topk only)
+    use_policy_gradient: bool = True
+    policy_loss_mode: Literal["vanilla"] = "vanilla"
+    clip_ratio: float = 0.2
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+
+
+@dataclass
 class DistillationConfig(BaseConfig):
     """``distillation``: each response token gets ``-coef * (log pi_actor(y_t) - log pi_teacher(y_t))`` added to its
     reward (the per-token reverse KL on the actor's own samples), and the task reward is scaled by
@@ -30,3 +86,11 @@ class DistillationConfig(BaseConfig):
     task_reward_weight: float = 1.0
     micro_batch_size_per_gpu: int = 8
     dtype: ComputeDType = "auto"
+    # upstream v0.9's keys (verl/trainer/config/distillation/distillation.yaml), resolved onto the ones above by
+    # verl/trainer/config/distillation_keys.py
+    enabled: bool = False  # = enable
+    n_gpus_per_node: int = 8  # teacher pool ranks per node (with nnodes > 0)
+    nnodes: int = 0  # 0: the teacher shares the actor's ranks; > 0: a pool of its own (trainer.resource_pool_*)
+    teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)  # one teacher here
+    teacher_key: str = "data_source"  # routes rows to teachers (multi-teacher: refused)
+    distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)

@@ -1,0 +1,87 @@
+"""Upstream verl v0.9's ``reward:`` section: the home of reward config, the legacy keys still read (one deprecation
+line), the same setting given differently in both places an error naming both keys."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from verl.trainer.config import ConfigError, ConfigWarning, load_config
+from verl.trainer.ppo.reward import get_custom_reward_fn, load_reward_manager
+
+
+def _load(overrides: list[str]) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        cfg = load_config(overrides)
+    lines = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning) and "deprecated" in str(w.message)]
+    return cfg, lines
+
+
+def test_the_reward_section_sets_what_the_trainer_reads_without_a_deprecation() -> None:
+    cfg, lines = _load(
+        ["reward.reward_manager.name=dapo", "reward.num_workers=2", "reward.sandbox_fusion.url=http://h:1/run"]
+    )
+    assert lines == []
+    assert cfg.reward_model.reward_manager == "dapo"
+    assert cfg.reward_model.num_workers == 2
+    assert cfg.reward_model.sandbox_fusion.url == "http://h:1/run"
+
+
+def test_legacy_keys_are_read_with_one_deprecation_line() -> None:
+    cfg, lines = _load(["reward_model.reward_manager=batch", "custom_reward_function.name=my_score"])
+    assert len(lines) == 1
+    assert "reward_model.reward_manager" in lines[0] and "custom_reward_function.name" in lines[0]
+    # the reward section shows what the legacy keys set
+    assert cfg.reward.reward_manager.name == "batch" and cfg.reward.custom_reward_function.name == "my_score"
+    # a key inside a legacy mapping counts too
+    cfg, lines = _load(["+custom_reward_function.reward_kwargs.scale=2"])
+    assert len(lines) == 1 and "custom_reward_function.reward_kwargs" in lines[0]
+    assert cfg.reward.custom_reward_function.reward_kwargs.scale == 2
+    # the same value in both places is fine (still one line)
+    _, lines = _load(["reward_model.reward_manager=batch", "reward.reward_manager.name=batch"])
+    assert len(lines) == 1
+
+
+def test_both_places_with_different_values_is_an_error_naming_both() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(["reward.reward_model.model_path=/a", "reward_model.model.path=/b"])
+    (line,) = err.value.problems
+    assert "reward.reward_model.model_path=/a" in line and "reward_model.model.path=/b" in line
+
+
+def test_custom_reward_function_from_the_reward_section_scores(tmp_path) -> None:
+    (tmp_path / "score.py").write_text(
+        "def half(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.5\n"
+    )
+    cfg, _ = _load(
+        [f"reward.custom_reward_function.path={tmp_path / 'score.py'}", "reward.custom_reward_function.name=half"]
+    )
+    fn = get_custom_reward_fn(cfg)
+    assert fn("src", "x", "y") == 0.5
+
+
+def test_importlib_reward_manager_and_the_reward_pool(tmp_path, byte_tokenizer) -> None:
+    (tmp_path / "mgr.py").write_text(
+        "from verl.workers.reward_manager.naive import NaiveRewardManager\n"
+        "class MyManager(NaiveRewardManager):\n    pass\n"
+    )
+    cfg, _ = _load(
+        [
+            "reward.reward_manager.source=importlib",
+            f"reward.reward_manager.module.path={tmp_path / 'mgr.py'}",
+            "reward.reward_manager.module.name=MyManager",
+            "reward.reward_model.enable_resource_pool=true",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+        ]
+    )
+    manager = load_reward_manager(cfg, byte_tokenizer, num_examine=0)
+    assert type(manager).__name__ == "MyManager"
+    assert list(cfg.trainer.resource_pool_spec.reward_pool) == [1]
+    assert cfg.trainer.resource_pool_mapping.rm == "reward_pool"
+    with pytest.raises(ConfigError, match="reward.reward_model.rollout: upstream serves"):
+        load_config(["+reward.reward_model.rollout.tensor_model_parallel_size=2"])
+    with pytest.raises(ConfigError, match="source=importlib needs"):
+        load_config(["reward.reward_manager.source=importlib"])

@@ -1,0 +1,168 @@
+"""Upstream verl v0.9's ``distillation`` keys resolved onto this project's on-policy distillation.
+
+Upstream (``verl/trainer/config/distillation/distillation.yaml``, ``verl/workers/config/distillation.py``,
+``examples/on_policy_distillation_trainer/*fsdp*.sh``) and here:
+
+=================================================  ===============================================================
+upstream                                           here
+=================================================  ===============================================================
+``enabled``                                        ``enable``
+``teacher_models.<name>.model_path`` (one entry)   ``teacher.path``; several teachers (routing by ``teacher_key``):
+                                                   refused
+``teacher_models.<name>.inference.dtype``          ``dtype``
+``teacher_models.<name>.inference.max_model_len``  checked: ``prompt_length + response_length + 1`` must fit
+``n_gpus_per_node`` x ``nnodes`` (``nnodes > 0``)  the teacher's pool ``trainer.resource_pool_spec.teacher_pool``
+``distillation_loss.distillation_loss_coef``       ``coef`` (1.0 when ``use_task_rewards=false``, as upstream)
+``distillation_loss.use_task_rewards=false``       ``task_reward_weight=0``
+``distillation_loss.loss_mode`` (estimators)       the per-token estimator of the reward (``estimator_token_rewards``)
+``distillation_loss.use_policy_gradient=false``    refused (a supervised loss on the actor: use ``main_gkd``)
+``distillation_loss.loss_mode=forward_kl_topk``    refused (needs the teacher's top-k distribution)
+=================================================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.v1_modes import user_set
+
+__all__ = ["resolve_distillation_keys"]
+
+P = "distillation"
+TEACHER_POOL = "teacher_pool"
+ENTRY_KEYS = {"key", "model_path", "num_replicas", "inference"}
+INFERENCE_KEYS = {"name", "dtype", "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len"}
+DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32"}
+
+
+def _mirror(cfg: DictConfig, new: str, ours: str, value: Any, user: set[str], errors: list[str], changed: dict) -> None:
+    """Write ``value`` (from upstream's key ``new``) to our key ``ours``; the user setting ours differently is an
+    error naming both keys."""
+    current = OmegaConf.select(cfg, ours)
+    if current == value:
+        return
+    if user_set(ours, user):
+        errors.append(f"{new} and {ours}={current} set the same thing differently (it asks {value}); keep one")
+        return
+    OmegaConf.update(cfg, ours, value, merge=False)
+    changed[ours] = value
+
+
+def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
+    """``teacher_models``: the one entry with a ``model_path`` becomes ``teacher.path`` (and its inference dtype)."""
+    entries = {str(k): v for k, v in cfg.distillation.teacher_models.items()}
+    given = {name: e for name, e in entries.items() if isinstance(e, DictConfig) and e.get("model_path")}
+    for name, entry in entries.items():
+        if not isinstance(entry, DictConfig):
+            errors.append(f"{P}.teacher_models.{name}: expected a mapping (key, model_path, num_replicas, inference)")
+            continue
+        for key in sorted(set(entry.keys()) - ENTRY_KEYS):
+            errors.append(f"{P}.teacher_models.{name}.{key}: not a teacher key here (only {sorted(ENTRY_KEYS)})")
+        inference = entry.get("inference")
+        if isinstance(inference, DictConfig):
+            for key in sorted(set(inference.keys()) - INFERENCE_KEYS):
+                errors.append(
+                    f"{P}.teacher_models.{name}.inference.{key}: upstream's teacher server setting with no counterpart "
+                    "here (the teacher is a forward pass in the teacher worker group); drop it"
+                )
+    if len(given) > 1:
+        errors.append(
+            f"{P}.teacher_models: {len(given)} teachers ({', '.join(sorted(given))}) routed by {P}.teacher_key: "
+            f"multi-teacher distillation is not provided; give one teacher (its model_path -> {P}.teacher.path)"
+        )
+        return
+    if not given:
+        return
+    name, entry = next(iter(given.items()))
+    where = f"{P}.teacher_models.{name}"
+    _mirror(cfg, f"{where}.model_path", f"{P}.teacher.path", str(entry.model_path), user, errors, changed)
+    inference = entry.get("inference")
+    if not isinstance(inference, DictConfig):
+        return
+    dtype = inference.get("dtype")
+    if dtype is not None:
+        if str(dtype) not in DTYPES:
+            errors.append(f"{where}.inference.dtype={dtype}: one of {sorted(DTYPES)}")
+        else:
+            _mirror(cfg, f"{where}.inference.dtype", f"{P}.dtype", DTYPES[str(dtype)], user, errors, changed)
+    max_len = inference.get("max_model_len")
+    if max_len is not None:
+        need = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length) + 1
+        if int(max_len) < need:
+            errors.append(
+                f"{where}.inference.max_model_len={max_len}: the teacher reads the prompt, the whole response and "
+                f"one more token: needs >= data.max_prompt_length + data.max_response_length + 1 = {need}"
+            )
+
+
+def _loss(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
+    """``distillation_loss``: the supported forms, onto ``coef`` / ``task_reward_weight``."""
+    loss = cfg.distillation.distillation_loss
+    lp = f"{P}.distillation_loss"
+    if not loss.use_policy_gradient:
+        errors.append(
+            f"{lp}.use_policy_gradient=false: a supervised distillation loss on the PPO actor is not provided; use "
+            f"use_policy_gradient=true (the loss as a per-token reward) or python -m verl.trainer.main_gkd"
+        )
+    if loss.loss_mode == "forward_kl_topk":
+        errors.append(
+            f"{lp}.loss_mode=forward_kl_topk: needs the teacher's top-k distribution per token, which the teacher "
+            "worker does not return; use k1, k2, k3 or abs (or main_gkd for full-distribution losses)"
+        )
+    actor = cfg.actor_rollout_ref.actor
+    for key, ours in (("clip_ratio", actor.clip_ratio), ("clip_ratio_low", actor.clip_ratio_low),
+                      ("clip_ratio_high", actor.clip_ratio_high)):  # fmt: skip
+        ours = actor.clip_ratio if ours is None else ours
+        if user_set(f"{lp}.{key}", user) and float(loss[key]) != float(ours):
+            errors.append(
+                f"{lp}.{key}={loss[key]}: the distillation term goes through the actor's policy loss here, clipped "
+                f"by actor_rollout_ref.actor.{key} ({ours}); set that key instead"
+            )
+    if loss.use_task_rewards:
+        if user_set(f"{lp}.distillation_loss_coef", user):
+            _mirror(cfg, f"{lp}.distillation_loss_coef", f"{P}.coef", float(loss.distillation_loss_coef), user,
+                    errors, changed)  # fmt: skip
+        return
+    if user_set(f"{lp}.distillation_loss_coef", user) and float(loss.distillation_loss_coef) != 1.0:
+        errors.append(f"{lp}.distillation_loss_coef acts only with {lp}.use_task_rewards=true (as upstream); drop it")
+    _mirror(cfg, f"{lp}.use_task_rewards=false", f"{P}.task_reward_weight", 0.0, user, errors, changed)
+    _mirror(cfg, f"{lp}.use_task_rewards=false", f"{P}.coef", 1.0, user, errors, changed)
+
+
+def resolve_distillation_keys(cfg: DictConfig, user: set[str], errors: list[str]) -> dict[str, Any]:
+    """Apply upstream's ``distillation`` keys (module docstring) to ours in ``cfg``; refusals and conflicts go to
+    ``errors``, one line each. Returns ``{key: new value}`` of what changed."""
+    changed: dict[str, Any] = {}
+    dist = cfg.get("distillation")
+    if not isinstance(dist, DictConfig) or "enabled" not in dist:
+        return changed
+    if user_set(f"{P}.enabled", user) and user_set(f"{P}.enable", user) and bool(dist.enabled) != bool(dist.enable):
+        errors.append(f"{P}.enabled={dist.enabled} and {P}.enable={dist.enable} set the same thing; keep one")
+        return changed
+    if user_set(f"{P}.enabled", user):
+        _mirror(cfg, f"{P}.enabled", f"{P}.enable", bool(dist.enabled), user, errors, changed)
+    elif bool(dist.enable) != bool(dist.enabled):
+        dist.enabled = bool(dist.enable)
+        changed[f"{P}.enabled"] = bool(dist.enable)
+    if not dist.enable:
+        return changed
+    _teacher(cfg, user, errors, changed)
+    _loss(cfg, user, errors, changed)
+    nodes = int(dist.nnodes)
+    if nodes > 0:
+        per_node = int(dist.n_gpus_per_node)
+        mapping = cfg.trainer.resource_pool_mapping
+        if per_node < 1:
+            errors.append(f"{P}.n_gpus_per_node={per_node}: a teacher pool ({P}.nnodes={nodes}) needs >= 1")
+        elif "teacher" in mapping and mapping["teacher"] != TEACHER_POOL:
+            errors.append(
+                f"{P}.nnodes={nodes} (a teacher pool of its own) conflicts with trainer.resource_pool_mapping.teacher="
+                f"{mapping['teacher']}; set only one of the two"
+            )
+        else:
+            OmegaConf.update(cfg, f"trainer.resource_pool_spec.{TEACHER_POOL}", [per_node] * nodes, merge=False)
+            OmegaConf.update(cfg, "trainer.resource_pool_mapping.teacher", TEACHER_POOL, merge=False)
+            changed["trainer.resource_pool_mapping.teacher"] = TEACHER_POOL
+    return changed
