@@ -393,7 +393,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             self._update_is_on_policy() and not bypass and not rollout_correction.needs_old_log_probs(correction)
         )
         if bypass:
-            batch = rollout_correction.use_rollout_as_old(batch)
+            batch = rollout_correction.use_rollout_as_old(batch, correction)
         elif not batch.meta_info["on_policy"]:
             with marked_timer("old_log_prob", timing):
                 old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
@@ -457,6 +457,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
             and not self.config.algorithm.use_kl_in_reward
             and not self.use_teacher  # the distillation reward reads old_log_probs too
+            and not actor.calculate_sum_pi_squared  # the optimal token baselines read that pass's sum_pi_squared
             and int(self.config.trainer.critic_warmup) <= self.global_steps
         )
 
