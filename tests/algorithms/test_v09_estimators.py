@@ -109,3 +109,34 @@ def test_driver_passes_the_named_inputs() -> None:
     out = compute_advantage(data, "gdpo", config=cfg)
     # acc (1, 0) -> (+0.7071, -0.7071); fmt (0, 1) -> (-0.7071, +0.7071): they cancel, everything is 0
     torch.testing.assert_close(out.batch["advantages"], torch.zeros(2, 2), atol=1e-4, rtol=0)
+
+
+def test_pf_ppo_weights_by_hand() -> None:
+    from verl.algorithms.pf_ppo import pf_ppo_weights
+
+    scores = torch.tensor([3.0, 1.0, 2.0, -1.0], dtype=torch.float64)
+    # pow 2: |s|^2 = 9, 1, 4, 1; max_min: the max (3) and the min (-1); max_random: 0.4 for the max, 0.1 else
+    torch.testing.assert_close(pf_ppo_weights(scores, "pow", 2.0), torch.tensor([9.0, 1.0, 4.0, 1.0]).double() + 1e-8)
+    torch.testing.assert_close(pf_ppo_weights(scores, "max_min", 2.0), torch.tensor([1.0, 0, 0, 1.0]).double() + 1e-8)
+    torch.testing.assert_close(
+        pf_ppo_weights(scores, "max_random", 2.0), torch.tensor([0.4, 0.1, 0.1, 0.1]).double() + 1e-8
+    )
+    with pytest.raises(ValueError, match="reweight_method='top'"):
+        pf_ppo_weights(scores, "top", 2.0)
+
+
+def test_pf_ppo_resamples_rows_together() -> None:
+    from verl.algorithms.core_algos import compute_pf_ppo_reweight_data
+
+    scores = torch.zeros(4, 2)
+    scores[:, -1] = torch.tensor([3.0, 1.0, 2.0, -1.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_scores": scores, "row": torch.arange(4)},
+        non_tensors={"uid": np.array(["a", "b", "c", "d"], dtype=object)},
+        meta_info={"global_token_num": [10, 11, 12, 13], "temperature": 1.0},
+    )
+    out = compute_pf_ppo_reweight_data(data, "max_min", 2.0, generator=torch.Generator().manual_seed(0))
+    rows = out.batch["row"].tolist()
+    assert len(rows) == 4 and set(rows) <= {0, 3}  # only the max and min rows carry weight
+    assert list(out.non_tensor_batch["uid"]) == ["abcd"[r] for r in rows]
+    assert out.meta_info["global_token_num"] == [10 + r for r in rows] and out.meta_info["temperature"] == 1.0

@@ -46,6 +46,7 @@ from verl.algorithms.kl import (
     kl_penalty_forward,
 )
 from verl.algorithms.losses import LOSS_AGG_MODES, agg_loss, compute_entropy_loss, compute_value_loss
+from verl.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from verl.algorithms.policy_loss import (
     compute_policy_loss,
     compute_policy_loss_cispo,
@@ -103,6 +104,7 @@ __all__ = [
     "compute_grpo_passk_outcome_advantage",
     "compute_grpo_vectorized_outcome_advantage",
     "compute_opo_outcome_advantage",
+    "compute_pf_ppo_reweight_data",
     "compute_policy_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",

@@ -101,3 +101,12 @@ def _problems(overrides: list[str]) -> list[str]:
 def test_what_a_loss_or_estimator_needs_is_named(overrides: list[str], fragment: str) -> None:
     problems = _problems(overrides)
     assert any(fragment in p for p in problems), problems
+
+
+def test_pf_ppo_keys() -> None:
+    cfg = load_config(
+        ["algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=max_min"]
+    )
+    assert cfg.algorithm.pf_ppo.reweight_method == "max_min"
+    (msg,) = _problems(["algorithm.adv_estimator=grpo", "algorithm.use_pf_ppo=true"])
+    assert msg.startswith("algorithm.use_pf_ppo=true resamples after GAE only")

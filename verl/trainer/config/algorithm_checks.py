@@ -133,6 +133,11 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
                 f"algorithm.adv_estimator={estimator} reads the old-log-prob pass's sum_pi_squared, which "
                 "algorithm.rollout_correction.bypass_mode=true skips: set bypass_mode=false"
             )
+    if algo.use_pf_ppo and estimator != "gae":
+        errors.append(
+            f"algorithm.use_pf_ppo=true resamples after GAE only (as upstream); with adv_estimator={estimator} it "
+            "would do nothing: set use_pf_ppo=false or adv_estimator=gae"
+        )
     if estimator == "gdpo":
         keys = algo.get("gdpo_reward_keys")
         if not keys:

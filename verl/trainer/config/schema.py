@@ -129,6 +129,14 @@ class FilterGroupsConfig(BaseConfig):
 
 
 @dataclass
+class PFPPOConfig(BaseConfig):
+    """``algorithm.pf_ppo``: how ``use_pf_ppo`` resamples the batch (verl/algorithms/pf_ppo.py)."""
+
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"
+    weight_pow: float = 2.0  # pow: weight = |score| ** weight_pow
+
+
+@dataclass
 class RolloutCorrectionConfig(BaseConfig):
     """``algorithm.rollout_correction``: correct for the rollout engine's probabilities differing from the trainer's
     (verl/algorithms/rollout_correction.py, rollout_rejection.py; upstream verl v0.9's keys and presets, see
@@ -162,6 +170,8 @@ class AlgorithmConfig(BaseConfig):
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False  # PF-PPO: resample the batch by reward confidence after GAE
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig
 
 from verl.algorithms import core_algos
+from verl.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from verl.algorithms.registry import call_with_supported_kwargs
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
@@ -121,6 +122,10 @@ def compute_advantage(
     advantages, returns = call_with_supported_kwargs(fn, **kwargs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
+    # PF-PPO resamples after GAE only, as upstream (the config check refuses use_pf_ppo with other estimators)
+    if algorithm_config.use_pf_ppo and getattr(adv_estimator, "value", adv_estimator) == "gae":
+        pf = algorithm_config.pf_ppo
+        data = compute_pf_ppo_reweight_data(data, str(pf.reweight_method), float(pf.weight_pow))
     return data
 
 
