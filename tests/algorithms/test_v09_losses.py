@@ -95,6 +95,11 @@ def test_sapo_gate() -> None:
     # g = (4/tau) sigmoid(tau (r - 1)): 4 * 0.5 = 2; 2 * 0.5 = 1; 4 * sigmoid(1) = 2.9242344
     # l = -g A: -2, +1, -2.9242344; seq-mean-token-mean of one row: -3.9242344 / 3
     assert loss.item() == pytest.approx(-1.3080781, abs=1e-6)
+    # +policy_loss.tau_neg (upstream's SAPO scripts write it there) wins over actor.tau_neg: tau_neg = 4 gives the
+    # A < 0 token g = (4/4) * 0.5 = 0.5, l = +0.5: (-2 + 0.5 - 2.9242344) / 3
+    cfg = {"tau_pos": 1.0, "tau_neg": 2.0, "policy_loss": {"tau_neg": 4.0}}
+    loss, _ = get_policy_loss_fn("sapo")(old, new, adv, mask, "token-mean", cfg)
+    assert loss.item() == pytest.approx(-4.4242344 / 3, abs=1e-6)
 
 
 def _bypass_inputs() -> tuple[torch.Tensor, ...]:

@@ -162,10 +162,17 @@ def compute_policy_loss_sapo(
 
     A smooth gate replaces the hard clip: ``g(r) = (4 / tau) * sigmoid(tau * (r - 1))`` (slope 1 at ``r = 1``,
     flattening away from it), ``l = -g(r) * A`` with ``tau = actor.tau_pos`` where ``A > 0`` and ``actor.tau_neg``
-    otherwise. As upstream, aggregated with ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says.
+    otherwise (``actor.policy_loss.tau_pos``/``tau_neg``, added with ``+`` as upstream's SAPO scripts do, take
+    precedence). As upstream, aggregated with ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says.
     """
-    tau_pos = float(get_config_value(config, "tau_pos", _ACTOR_DEFAULTS.tau_pos))
-    tau_neg = float(get_config_value(config, "tau_neg", _ACTOR_DEFAULTS.tau_neg))
+    # upstream's SAPO scripts add +policy_loss.tau_pos/tau_neg (which upstream's loss does not read); here they
+    # take precedence over actor.tau_pos/tau_neg, so what the script writes is what runs
+    tau_pos = float(
+        get_config_value(config, "policy_loss.tau_pos", get_config_value(config, "tau_pos", _ACTOR_DEFAULTS.tau_pos))
+    )
+    tau_neg = float(
+        get_config_value(config, "policy_loss.tau_neg", get_config_value(config, "tau_neg", _ACTOR_DEFAULTS.tau_neg))
+    )
     if not (tau_pos > 0 and tau_neg > 0):
         raise ValueError(f"actor.tau_pos / actor.tau_neg must be > 0 for loss_mode=sapo, got {tau_pos}, {tau_neg}")
     log_ratio = _log_ratio(log_prob, old_log_prob)

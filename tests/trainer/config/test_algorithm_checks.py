@@ -29,7 +29,20 @@ UPSTREAM_SCRIPTS = {
         f"{A}.kl_loss_type=low_var_kl",
     ],
     "otb_trainer": ["algorithm.adv_estimator=optimal_token_baseline", f"{A}.calculate_sum_pi_squared=True"],
-    "sapo_trainer": [f"{A}.policy_loss.loss_mode=sapo", f"{A}.tau_pos=1.0", f"{A}.tau_neg=1.05"],
+    "sapo_trainer": [
+        f"{A}.policy_loss.loss_mode=sapo",
+        f"+{A}.policy_loss.tau_pos=1.0",
+        f"+{A}.policy_loss.tau_neg=1.05",
+    ],
+    "cispo_trainer": [f"{A}.policy_loss.loss_mode=cispo", f"{A}.clip_ratio_low=10", f"{A}.clip_ratio_high=0.2"],
+    "gmpo_trainer": [f"{A}.policy_loss.loss_mode=geo_mean", f"{A}.clip_ratio_low=0.4", f"{A}.clip_ratio_high=0.4"],
+    "gspo_trainer": [
+        f"{A}.policy_loss.loss_mode=gspo",
+        f"{A}.loss_agg_mode=seq-mean-token-mean",
+        f"{A}.clip_ratio_low=3e-4",
+        f"{A}.clip_ratio_high=4e-4",
+        f"{A}.clip_ratio_c=10.0",
+    ],
     "rollout_correction/run_qwen2_5_7b_fsdp": [
         "algorithm.adv_estimator=rloo",
         f"{RC}.rollout_is=sequence",
