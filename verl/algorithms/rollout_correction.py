@@ -100,10 +100,10 @@ def compute_is_weights(
     """Truncated importance weights ``min(w, threshold)`` ``[B, T]`` (0 on padding, detached) and their metrics.
 
     ``level``: ``token`` (``w_t = exp(r_t)``) or ``sequence`` (``w = exp(sum_t r_t)`` broadcast over the response).
-    ``threshold``: a number (truncation, TIS) or ``"lower_upper"`` (IcePop, Ling team 2025, "IcePop: masking the
-    train-inference mismatch"; upstream ``rollout_corr_helper.compute_rollout_correction_weights``): weights outside
-    ``[lower, upper]`` become 0, the others stay untruncated (the response mask is not changed); the share of valid
-    tokens zeroed is logged as ``rollout_is_oob_ratio``.
+    ``threshold``: a number (truncation, TIS) or ``"lower_upper"`` (IcePop, inclusionAI's Ling team 2025, Ring-1T
+    report; upstream ``rollout_corr_helper.compute_rollout_correction_weights``, ``docs/algo/rollout_corr.md``):
+    weights outside ``[lower, upper]`` become 0, the others stay untruncated (the response mask is not changed); the
+    share of valid tokens zeroed is logged as ``rollout_is_oob_ratio``.
     ``batch_normalize``: divide the truncated weights by their mean over the units (valid tokens, or responses), so
     the batch mean is 1 (the divisor is logged as ``rollout_is_batch_norm_factor``).
 
