@@ -92,3 +92,16 @@ def test_legacy_levels_still_work_next_to_the_new_options() -> None:
     # geometric mean of ratios: exp(0) = 1 (kept) and exp(0.2) = 1.22 > 1.1 (rejected) in both spellings
     torch.testing.assert_close(legacy.response_mask, new.response_mask)
     torch.testing.assert_close(new.response_mask, torch.tensor([[1.0, 1.0], [0.0, 0.0]], dtype=torch.float64))
+
+
+def test_offpolicy_metrics_without_rollout_log_probs() -> None:
+    from verl.algorithms.rollout_correction import compute_offpolicy_metrics, compute_rollout_corr_metrics_from_logprobs
+
+    old = torch.tensor([[math.log(0.5), math.log(0.5)]], dtype=torch.float64)
+    # mean log-prob ln 0.5 -> perplexity 2, log-perplexity ln 2
+    assert compute_offpolicy_metrics(old, None, torch.ones(1, 2)) == pytest.approx(
+        {"training_ppl": 2.0, "training_log_ppl": math.log(2.0)}
+    )
+    # the same policy on both sides: k1 KL 0, ppl ratio 1
+    metrics = compute_rollout_corr_metrics_from_logprobs(old, old, torch.ones(1, 2))
+    assert metrics["rollout_corr/kl"] == pytest.approx(0.0) and metrics["rollout_corr/ppl_ratio"] == pytest.approx(1.0)

@@ -356,3 +356,26 @@ def compute_rollout_correction_and_rejection_mask(
         rollout_rs_threshold=rollout_rs_threshold,
     )
     return result.rollout_is_weights, result.response_mask, result.metrics
+
+
+def compute_offpolicy_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor | None, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Upstream's name (``rollout_corr_helper.compute_offpolicy_metrics``): :func:`compute_mismatch_metrics`, or
+    only ``training_ppl`` / ``training_log_ppl`` when there are no rollout log-probs. No prefix."""
+    if rollout_log_prob is not None:
+        return compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
+    mask = response_mask.to(torch.float64)
+    has_tokens = mask.sum(-1) > 0
+    if not has_tokens.any():
+        return {}
+    lp = verl_F.masked_mean(old_log_prob.double(), mask, axis=-1)[has_tokens]
+    return {"training_ppl": torch.exp(-lp).mean().item(), "training_log_ppl": (-lp).mean().item()}
+
+
+def compute_rollout_corr_metrics_from_logprobs(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Upstream's name: the mismatch metrics of the *current* policy against the rollout's, under ``rollout_corr/``."""
+    metrics = compute_mismatch_metrics(log_prob, rollout_log_prob, response_mask)
+    return {METRIC_PREFIX + k: v for k, v in metrics.items()}
