@@ -153,3 +153,12 @@ def test_bypass_loss_needs_its_settings() -> None:
     rollout, current, adv, mask = _bypass_inputs()
     with pytest.raises(ValueError, match="bypass_mode=true"):
         compute_policy_loss_bypass_mode(rollout, current, adv, mask, "token-mean", {})
+
+
+def test_value_loss_takes_the_loss_scale_factor() -> None:
+    from verl.algorithms.core_algos import compute_value_loss
+
+    ones = torch.ones(1, 2, dtype=torch.float64)
+    # (V - R)^2 = 1 on both tokens (no clipping: V = V_old); 0.5 * (1 + 1) / loss_scale_factor 4
+    loss, _ = compute_value_loss(ones, 0 * ones, ones, ones, 0.5, "seq-mean-token-sum-norm", loss_scale_factor=4)
+    assert loss.item() == pytest.approx(0.25)

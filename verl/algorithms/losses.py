@@ -63,6 +63,7 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss of PPO (Schulman et al. 2017; the PPO2 baselines variant).
 
@@ -70,14 +71,15 @@ def compute_value_loss(
     ``L = 0.5 * agg(max((vpreds - returns)^2, (v_clip - returns)^2))``.
 
     Args: ``vpreds`` (current critic), ``returns``, ``values`` (critic at rollout time), ``response_mask``: all
-    ``[batch, response_len]``; ``cliprange_value``: ``c``.
+    ``[batch, response_len]``; ``cliprange_value``: ``c``; ``loss_scale_factor``: the ``seq-mean-token-sum-norm``
+    divisor (``critic.loss_scale_factor``).
     Returns: ``(vf_loss, vf_clipfrac)``: the scalar loss and the masked fraction of tokens where the clipped
     error was the larger one.
     """
     vpred_clipped = verl_F.clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     err_unclipped = (vpreds - returns) ** 2
     err_clipped = (vpred_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode)
+    vf_loss = 0.5 * agg_loss(torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, loss_scale_factor)
     vf_clipfrac = verl_F.masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac
 

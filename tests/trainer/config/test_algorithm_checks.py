@@ -107,6 +107,7 @@ def _problems(overrides: list[str]) -> list[str]:
             "algorithm.gdpo_reward_weights has 1 entries for 2 gdpo_reward_keys",
         ),
         ([f"{A}.loss_scale_factor=0"], f"{A}.loss_scale_factor=0 must be > 0"),
+        (["critic.loss_scale_factor=-2"], "critic.loss_scale_factor=-2 must be > 0"),
         ([f"{A}.policy_loss.loss_mode=sapo", f"{A}.tau_neg=0"], "tau_pos/tau_neg must be > 0"),
         ([f"{A}.loss_agg_mode=token-summ"], "token-summ"),
     ],

@@ -117,8 +117,12 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(
             f"actor_rollout_ref.actor.tau_pos/tau_neg must be > 0 for loss_mode=sapo ({actor.tau_pos}, {actor.tau_neg})"
         )
-    if actor.loss_scale_factor is not None and not float(actor.loss_scale_factor) > 0:
-        errors.append(f"actor_rollout_ref.actor.loss_scale_factor={actor.loss_scale_factor} must be > 0 (or null)")
+    for path, value in (
+        ("actor_rollout_ref.actor.loss_scale_factor", actor.loss_scale_factor),
+        ("critic.loss_scale_factor", cfg.critic.loss_scale_factor),
+    ):
+        if value is not None and not float(value) > 0:
+            errors.append(f"{path}={value} must be > 0 (or null: the response length)")
     algo = cfg.algorithm
     estimator = str(algo.adv_estimator)
     if estimator in _OTB:
