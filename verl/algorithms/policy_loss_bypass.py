@@ -67,7 +67,7 @@ def compute_policy_loss_bypass_mode(
     * ``reinforce``: :func:`compute_policy_loss_reinforce`, ``l = -A * w * log pi``.
 
     ``rollout_is_weights`` from the batch are ignored (there are none in bypass mode). Metrics: the loss's plus the
-    ``rollout_corr/*`` ones of the micro-batch.
+    ``rollout_corr/*`` ones of the micro-batch (logged under that prefix, as upstream).
     """
     rc = rollout_correction
     if rc is None:

@@ -85,5 +85,5 @@ def test_one_step(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Pat
         assert "timing_s/old_log_prob" in record
     if mode == "bypass_reinforce":  # no old-log-prob pass; the weights are computed in the actor's loss
         assert "timing_s/old_log_prob" not in record
-        assert math.isfinite(record["actor/rollout_corr/rollout_is_mean"])
-        assert record["actor/rollout_corr/rollout_is_batch_norm_factor"] > 0
+        assert math.isfinite(record["rollout_corr/rollout_is_mean"])
+        assert record["rollout_corr/rollout_is_batch_norm_factor"] > 0

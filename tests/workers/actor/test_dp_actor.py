@@ -345,4 +345,4 @@ def test_bypass_correction_in_meta_info_switches_to_the_bypass_loss(model) -> No
     data.meta_info["rollout_correction"] = {"bypass_mode": True, "loss_type": "reinforce", "rollout_is": None}
     metrics, d_bypass = sgd_update(model, data)
     assert_same_deltas(d_gpg, d_bypass)
-    assert "actor/rollout_corr/kl" in metrics
+    assert "rollout_corr/kl" in metrics

@@ -419,7 +419,8 @@ class DataParallelPPOActor(BasePPOActor):
             metrics["actor/kl_loss"] = float(kl_loss.detach().item())
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
         for name, value in (pg_metrics or {}).items():
-            key = name if name.startswith("actor/") else f"actor/{name}"
+            # upstream keeps a loss's own prefixes (the bypass loss's rollout_corr/*); bare names go under actor/
+            key = name if name.startswith(("actor/", "rollout_corr/")) else f"actor/{name}"
             metrics[key] = float(value.detach().float().mean().item()) if torch.is_tensor(value) else float(value)
         parts = {"pg_loss": pg_loss.detach(), "kl_loss": kl_loss, "entropy": entropy_loss.detach()}
         return policy_loss, metrics, parts
