@@ -21,6 +21,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     return {"score": hits + short, "hits": float(hits), "short": short}
 """
 
+pytestmark = pytest.mark.slow  # ~10 s a step on two cores
+
 RC = "algorithm.rollout_correction"
 A = "actor_rollout_ref.actor"
 MODES = {
