@@ -322,6 +322,8 @@ def test_uniform_calling_convention_for_all_builtins() -> None:
         epsilon=1e-6,
         norm_adv_by_std_in_grpo=True,
         config=OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True}),
+        old_log_probs=torch.full((4, 4), -0.7),  # the optimal token baselines' inputs (others ignore them)
+        sum_pi_squared=torch.full((4, 4), 0.3),
     )
     for member in AdvantageEstimator:
         adv, ret = core_algos.get_adv_estimator_fn(member)(**kwargs)

@@ -139,7 +139,7 @@ def test_bad_levels_and_thresholds_are_named() -> None:
     old, rollout = _logs()
     with pytest.raises(ValueError, match="rollout_is='geometric'"):
         compute_is_weights(old, rollout, MASK, "geometric")
-    with pytest.raises(ValueError, match="rollout_is_threshold must be > 0"):
+    with pytest.raises(ValueError, match="rollout_is_threshold=0.0 must be > 0"):
         compute_is_weights(old, rollout, MASK, "token", threshold=0.0)
     with pytest.raises(ValueError, match="lower <= upper"):
         compute_rejection_mask(old, rollout, MASK, "token", 2.0, 3.0)

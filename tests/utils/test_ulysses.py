@@ -81,6 +81,12 @@ def _sequence_parallel_cases(rank: int) -> dict[str, float]:
                 dist.all_reduce(grad)
                 worst = max(worst, float((grad - ref_grads[name]).abs().max()))
             errors[f"{tag}/grad"] = worst
+            # actor.calculate_sum_pi_squared: sum_v pi(v)^2 gathered back to whole sequences like the log-probs
+            ref_sq = response_logits_forward(model, micro, TEMPERATURE, False, False, packed, None, True)[2]
+            sp_out = sequence_parallel_response_forward(
+                model, micro, TEMPERATURE, False, False, packed, group, 1.0, True
+            )
+            errors[f"{tag}/sum_pi_squared"] = float(((sp_out[2] - ref_sq).abs() * valid).max())
     value_model = load_value_model(_shared_model_dir(), dtype=torch.float32, head_init_std=0.5)
     value_model.set_attn_implementation("sdpa")
     ref_values = response_values_forward(value_model, micro, False)
@@ -157,7 +163,7 @@ def two_rank_results(tiny_model_dir: str) -> dict[str, dict[str, float]]:
 
 def test_ulysses_matches_unsplit_forward_and_gradients(two_rank_results) -> None:
     errors = two_rank_results["sp"]
-    assert len(errors) == 2 * 2 * 4 + 2
+    assert len(errors) == 2 * 2 * 5 + 2
     for name, err in errors.items():
         assert err < 1e-5, f"{name}: max deviation {err}"
 

@@ -31,6 +31,11 @@ from verl.algorithms.advantage import (
     compute_rloo_vectorized_outcome_advantage,
     group_ids_to_tensor,
 )
+from verl.algorithms.advantage_gdpo import compute_gdpo_outcome_advantage
+from verl.algorithms.advantage_otb import (
+    compute_multi_turn_optimal_token_baseline_advantage,
+    compute_optimal_token_baseline_advantage,
+)
 from verl.algorithms.kl import (
     KL_PENALTY_TYPES,
     AdaptiveKLController,
@@ -41,6 +46,7 @@ from verl.algorithms.kl import (
     kl_penalty_forward,
 )
 from verl.algorithms.losses import LOSS_AGG_MODES, agg_loss, compute_entropy_loss, compute_value_loss
+from verl.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from verl.algorithms.policy_loss import (
     compute_policy_loss,
     compute_policy_loss_cispo,
@@ -50,6 +56,13 @@ from verl.algorithms.policy_loss import (
     compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
     compute_policy_loss_vanilla,
+)
+from verl.algorithms.policy_loss_bypass import compute_policy_loss_bypass_mode, compute_policy_loss_reinforce
+from verl.algorithms.policy_loss_trust_region import (
+    compute_policy_loss_dppo_kl,
+    compute_policy_loss_dppo_tv,
+    compute_policy_loss_dro,
+    compute_policy_loss_sapo,
 )
 from verl.algorithms.registry import (
     ADV_ESTIMATOR_REGISTRY,
@@ -77,11 +90,21 @@ __all__ = [
     "agg_loss",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
+    "compute_gdpo_outcome_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
+    "compute_optimal_token_baseline_advantage",
+    "compute_policy_loss_bypass_mode",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
+    "compute_policy_loss_dro",
+    "compute_policy_loss_reinforce",
+    "compute_policy_loss_sapo",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
     "compute_grpo_vectorized_outcome_advantage",
     "compute_opo_outcome_advantage",
+    "compute_pf_ppo_reweight_data",
     "compute_policy_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",

@@ -42,6 +42,12 @@ def _clip_params(config: Any) -> _ClipParams:
     return _ClipParams(low=low, high=high, dual_c=dual_c)
 
 
+def loss_scale_factor(config: Any) -> float | None:
+    """``actor.loss_scale_factor``: the constant divisor of ``seq-mean-token-sum-norm`` (``None``: response length)."""
+    value = get_config_value(config, "loss_scale_factor", None)
+    return None if value is None else float(value)
+
+
 def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
     return torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
 
@@ -137,7 +143,9 @@ def compute_policy_loss_vanilla(
     losses, clipfrac, clipfrac_lower = _ppo_clip(
         torch.exp(log_ratio), advantages, response_mask, params.low, params.high, params.dual_c
     )
-    pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+    )
     return pg_loss, _pg_metrics(log_ratio, response_mask, clipfrac, clipfrac_lower)
 
 
@@ -220,7 +228,9 @@ def compute_policy_loss_gpg(
     No ratio and no clipping; ``actor/ppo_kl`` is still reported to watch off-policyness.
     """
     losses = -advantages * log_prob
-    pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+    )
     zero = torch.zeros((), device=log_prob.device)
     return pg_loss, _pg_metrics(_log_ratio(log_prob, old_log_prob), response_mask, zero, zero)
 
@@ -270,7 +280,9 @@ def compute_policy_loss_clip_cov(
         keep[picked[:, 0], picked[:, 1]] = 0.0
 
     losses = torch.maximum(loss_unclipped, loss_clipped) * keep
-    pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+    )
     return pg_loss, _pg_metrics(
         log_ratio,
         response_mask,
@@ -311,7 +323,9 @@ def compute_policy_loss_kl_cov(
         top = flat_valid[torch.topk(cov, k, largest=True).indices]
         penalised.view(-1)[top] = True
     losses = torch.where(penalised, losses + kl_coef * log_ratio.abs(), losses)
-    pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+    )
     metrics = _pg_metrics(
         log_ratio, response_mask, _masked_fraction(penalised, response_mask), torch.zeros((), device=log_prob.device)
     )
@@ -340,7 +354,9 @@ def compute_policy_loss_cispo(
     ratio = torch.exp(log_ratio).detach()
     weight = torch.clamp(ratio, 1.0 - params.low, 1.0 + params.high)
     losses = -weight * advantages * log_prob
-    pg_loss = agg_loss(_apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+    )
     return pg_loss, _pg_metrics(
         log_ratio,
         response_mask,

@@ -34,6 +34,9 @@ class AdvantageEstimator(str, Enum):
     REMAX = "remax"
     OPO = "opo"
     GPG = "gpg"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    GDPO = "gdpo"
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from verl.algorithms.rollout_rejection import compute_rollout_rejection_mask, parse_is_threshold
 from verl.utils import torch_functional as verl_F
 
 SAFETY_BOUND = 20.0
 IS_LEVELS = ("token", "sequence")
-RS_LEVELS = ("token", "sequence", "geometric")
+RS_LEVELS = ("token", "sequence", "geometric")  # the earlier rejection levels (rollout_rs_threshold[_lower] bounds)
 METRIC_PREFIX = "rollout_corr/"
 
 
@@ -93,12 +94,16 @@ def compute_is_weights(
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     level: str = "token",
-    threshold: float = 2.0,
+    threshold: str | float = 2.0,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance weights ``min(w, threshold)`` ``[B, T]`` (0 on padding, detached) and their metrics.
 
     ``level``: ``token`` (``w_t = exp(r_t)``) or ``sequence`` (``w = exp(sum_t r_t)`` broadcast over the response).
+    ``threshold``: a number (truncation, TIS) or ``"lower_upper"`` (IcePop, inclusionAI's Ling team 2025, Ring-1T
+    report; upstream ``rollout_corr_helper.compute_rollout_correction_weights``, ``docs/algo/rollout_corr.md``):
+    weights outside ``[lower, upper]`` become 0, the others stay untruncated (the response mask is not changed); the
+    share of valid tokens zeroed is logged as ``rollout_is_oob_ratio``.
     ``batch_normalize``: divide the truncated weights by their mean over the units (valid tokens, or responses), so
     the batch mean is 1 (the divisor is logged as ``rollout_is_batch_norm_factor``).
 
@@ -109,13 +114,19 @@ def compute_is_weights(
     _check_shapes(old_log_prob, rollout_log_prob, response_mask)
     if level not in IS_LEVELS:
         raise ValueError(f"rollout_is={level!r} is not a level; expected one of {IS_LEVELS} (or null: no weights)")
-    if not threshold > 0:
-        raise ValueError(f"rollout_is_threshold must be > 0, got {threshold}")
+    upper, icepop_lower = parse_is_threshold(threshold)
     mask = response_mask.to(old_log_prob.dtype)
     log_ratio = (old_log_prob - rollout_log_prob).detach()
     agg = aggregate_log_ratio(log_ratio, mask, level)
-    metrics = _weight_stats(_unit_values(agg, mask), "rollout_is", threshold, 1.0 / threshold)
-    weights = torch.exp(agg.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio).clamp(max=threshold) * mask
+    lower = 1.0 / upper if icepop_lower is None else icepop_lower
+    metrics = _weight_stats(_unit_values(agg, mask), "rollout_is", upper, lower)
+    raw = torch.exp(agg.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
+    if icepop_lower is None:
+        weights = raw.clamp(max=upper) * mask
+    else:
+        inside = ((agg >= math.log(icepop_lower)) & (agg <= math.log(upper))).expand_as(log_ratio)
+        weights = torch.where(inside, raw, torch.zeros_like(raw)) * mask
+        metrics["rollout_is_oob_ratio"] = verl_F.masked_mean((~inside).to(mask.dtype), mask).item()
     units = _unit_values(weights if level == "token" else weights.amax(-1, keepdim=True), mask)
     if units.numel() > 0:
         norm = units / (units.mean() + 1e-8)
@@ -249,16 +260,23 @@ def compute_rollout_correction(
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     rollout_is: str | None = None,
-    rollout_is_threshold: float = 2.0,
+    rollout_is_threshold: str | float = 2.0,
     rollout_is_batch_normalize: bool = False,
     rollout_rs: str | None = None,
-    rollout_rs_threshold: float | None = None,
+    rollout_rs_threshold: str | float | None = None,
     rollout_rs_threshold_lower: float | None = None,
     rollout_token_veto_threshold: float | None = None,
 ) -> RolloutCorrection:
-    """Importance weights (``rollout_is``), rejection (``rollout_rs``; ``rollout_rs_threshold`` ``None`` ->
-    ``rollout_is_threshold``), token veto, and the mismatch metrics, all computed on the original
-    ``response_mask``; the returned mask is the original one with the rejected and vetoed tokens zeroed."""
+    """Importance weights (``rollout_is``; TIS or IcePop by ``rollout_is_threshold``), rejection, token veto, and the
+    mismatch metrics, all computed on the original ``response_mask``; the returned mask is the original one with the
+    rejected and vetoed tokens zeroed.
+
+    ``rollout_rs`` is either one of the earlier levels ``token``/``sequence``/``geometric`` (bounds
+    ``[rollout_rs_threshold_lower, rollout_rs_threshold]`` on the weight; ``rollout_rs_threshold`` ``None`` ->
+    the upper bound of ``rollout_is_threshold``) or upstream v0.9's comma-separated divergence options
+    (``token_k1``, ``seq_mean_k1``, ``seq_max_k2``, ... with ``rollout_rs_threshold`` as in
+    :func:`verl.algorithms.rollout_rejection.compute_rollout_rejection_mask`).
+    """
     _check_shapes(old_log_prob, rollout_log_prob, response_mask)
     metrics: dict[str, float] = {}
     weights = None
@@ -269,10 +287,17 @@ def compute_rollout_correction(
         metrics.update(is_metrics)
     new_mask = response_mask
     if rollout_rs is not None:
-        upper = rollout_is_threshold if rollout_rs_threshold is None else rollout_rs_threshold
-        rs_mask, rs_metrics = compute_rejection_mask(
-            old_log_prob, rollout_log_prob, response_mask, rollout_rs, upper, rollout_rs_threshold_lower
-        )
+        if rollout_rs in RS_LEVELS:
+            upper = (
+                parse_is_threshold(rollout_is_threshold)[0] if rollout_rs_threshold is None else rollout_rs_threshold
+            )
+            rs_mask, rs_metrics = compute_rejection_mask(
+                old_log_prob, rollout_log_prob, response_mask, rollout_rs, float(upper), rollout_rs_threshold_lower
+            )
+        else:
+            rs_mask, rs_metrics = compute_rollout_rejection_mask(
+                (old_log_prob - rollout_log_prob).detach(), response_mask, rollout_rs, rollout_rs_threshold
+            )
         new_mask = new_mask * rs_mask
         metrics.update(rs_metrics)
     if rollout_token_veto_threshold is not None:
@@ -286,3 +311,71 @@ def compute_rollout_correction(
         metrics.update(_rejected_fractions(mask_f, new_mask.to(torch.float64), "total"))
     metrics.update(compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask))
     return RolloutCorrection(weights, new_mask, {METRIC_PREFIX + k: v for k, v in metrics.items()})
+
+
+def compute_rollout_correction_weights(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str = "token",
+    rollout_is_threshold: str | float = 2.0,
+    rollout_is_batch_normalize: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Upstream's entry point (``rollout_corr_helper.compute_rollout_correction_weights``): the weights of
+    :func:`compute_is_weights` from the log-ratio ``log pi_train - log pi_rollout`` ``[B, T]`` directly."""
+    return compute_is_weights(
+        log_ratio,
+        torch.zeros_like(log_ratio),
+        response_mask,
+        rollout_is,
+        rollout_is_threshold,
+        rollout_is_batch_normalize,
+    )
+
+
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str | None = None,
+    rollout_is_threshold: str | float = 2.0,
+    rollout_is_batch_normalize: bool = False,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: str | float | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """Upstream's unified entry point with its arguments: ``(rollout_is_weights [B, T] or None, response_mask after
+    rejection, rollout_corr/* metrics)``. Upstream wraps the weights in a ``DataProto`` (key ``rollout_is_weights``);
+    here they are the tensor itself."""
+    result = compute_rollout_correction(
+        old_log_prob,
+        rollout_log_prob,
+        response_mask,
+        rollout_is=rollout_is,
+        rollout_is_threshold=rollout_is_threshold,
+        rollout_is_batch_normalize=rollout_is_batch_normalize,
+        rollout_rs=rollout_rs,
+        rollout_rs_threshold=rollout_rs_threshold,
+    )
+    return result.rollout_is_weights, result.response_mask, result.metrics
+
+
+def compute_offpolicy_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor | None, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Upstream's name (``rollout_corr_helper.compute_offpolicy_metrics``): :func:`compute_mismatch_metrics`, or
+    only ``training_ppl`` / ``training_log_ppl`` when there are no rollout log-probs. No prefix."""
+    if rollout_log_prob is not None:
+        return compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
+    mask = response_mask.to(torch.float64)
+    has_tokens = mask.sum(-1) > 0
+    if not has_tokens.any():
+        return {}
+    lp = verl_F.masked_mean(old_log_prob.double(), mask, axis=-1)[has_tokens]
+    return {"training_ppl": torch.exp(-lp).mean().item(), "training_log_ppl": (-lp).mean().item()}
+
+
+def compute_rollout_corr_metrics_from_logprobs(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Upstream's name: the mismatch metrics of the *current* policy against the rollout's, under ``rollout_corr/``."""
+    metrics = compute_mismatch_metrics(log_prob, rollout_log_prob, response_mask)
+    return {METRIC_PREFIX + k: v for k, v in metrics.items()}

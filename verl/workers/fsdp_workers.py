@@ -320,15 +320,20 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor."""
+        """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor, and
+        ``sum_pi_squared`` with ``actor.calculate_sum_pi_squared``."""
         actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
         data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
+        with_sq = bool(self.config.actor.calculate_sum_pi_squared)
         with loaded(self.actor_offload):
-            log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
+            outputs = actor.compute_log_prob(data, calculate_entropy=True, calculate_sum_pi_squared=with_sq)
+        log_probs, entropys = outputs[0], outputs[1]
         tensors = {"old_log_probs": log_probs}
         if entropys is not None:
             tensors["entropys"] = entropys
+        if with_sq:  # actor.calculate_sum_pi_squared: the optimal token baselines' sum_v pi(v)^2 per token
+            tensors["sum_pi_squared"] = outputs[2]
         output = DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
         return own_rows(output, rows).to("cpu")
 

@@ -54,7 +54,26 @@ def test_unknown_level_is_refused() -> None:
             f"{RC}.rollout_rs_threshold_lower=2.0 is above the upper rejection threshold 1.5",
         ),
         ([f"{RC}.rollout_token_veto_threshold=2"], f"{RC}.rollout_token_veto_threshold=2.0 must be in (0, 1)"),
-        ([f"{RC}.bypass_mode=true", f"{RC}.rollout_is=token"], f"{RC}.bypass_mode=true uses the rollout's log-probs"),
+        (
+            [f"{RC}.bypass_mode=true", f"{RC}.rollout_rs=token"],
+            f"{RC}.rollout_rs=token is the decoupled-mode rejection; in bypass mode use upstream's options",
+        ),
+        ([f"{RC}.loss_type=reinforce"], f"{RC}.loss_type=reinforce acts in bypass mode only"),
+        (
+            [f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold=0.5_1.0"],
+            "a k2/k3 option takes one upper bound",
+        ),
+        ([f"{RC}.rollout_rs=seq_mean_k1"], "rollout_rs_threshold is required when rollout_rs is set"),
+        ([f"{RC}.rollout_rs=token_k9", f"{RC}.rollout_rs_threshold=2"], "rollout_rs option 'token_k9' is not one of"),
+        (
+            [f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=2.0_1.0"],
+            "IcePop bounds 'lower_upper' need 0 < lower",
+        ),
+        (
+            [f"{RC}.bypass_mode=true", f"{RC}.rollout_is=token", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gspo: with algorithm.rollout_correction.bypass_mode=true",
+        ),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"], "is selected by algorithm.rollout_correction"),
     ],
 )
 def test_bad_values_name_the_key(overrides: list[str], fragment: str) -> None:

@@ -128,9 +128,9 @@ def test_optional_fields_accept_null() -> None:
         (
             "actor_rollout_ref.actor.loss_agg_mode",
             "sum",
-            "token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm",
+            "token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm",
         ),
-        ("critic.loss_agg_mode", "sum", "token-mean, seq-mean-token-sum"),
+        ("critic.loss_agg_mode", "sum", "token-mean, token-sum, seq-mean-token-sum"),
         ("reward_model.on_error", "ignore", "fail, zero"),
         ("algorithm.kl_ctrl.type", "pid", "fixed, adaptive"),
     ],

@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+import verl.trainer.config.experiment_name  # noqa: F401  (registers the YAML's ${verl.experiment_name:...})
 from verl.protocol import DataProto
-from verl.trainer.config import experiment_name  # noqa: F401  (registers the resolver the YAML uses)
 from verl.utils.models.tiny import make_tiny_causal_lm
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
@@ -333,3 +333,38 @@ def test_every_update_metric_is_the_same_however_the_batch_is_split(model, loss_
             assert other[name] == pytest.approx(splits[0][name], abs=1e-5), name
     for other in splits[1:]:
         assert other["actor/grad_norm"] == pytest.approx(splits[0]["actor/grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("rmpad", [False, True])
+def test_sum_pi_squared_matches_the_softmax(model, rmpad: bool) -> None:
+    """actor.calculate_sum_pi_squared: the old-log-prob pass also returns sum_v pi(v)^2 of the tempered policy."""
+    data = make_data(temperature=0.7)
+    actor = DataParallelPPOActor(actor_config(), model, use_remove_padding=rmpad)
+    lp, _, sq = actor.compute_log_prob(data, calculate_sum_pi_squared=True)
+    b = data.batch
+    with torch.no_grad():
+        for i in range(len(data)):
+            valid = b["attention_mask"][i].bool()
+            probs = torch.softmax(model(input_ids=b["input_ids"][i][valid].unsqueeze(0)).logits[0] / 0.7, dim=-1)
+            n_prompt = int(b["attention_mask"][i, :PROMPT_LEN].sum())
+            for j in range(int(b["response_mask"][i].sum())):
+                assert sq[i, j].item() == pytest.approx(probs[n_prompt - 1 + j].square().sum().item(), abs=1e-5)
+
+
+def test_token_sum_gradient_is_token_count_times_token_mean(model) -> None:
+    """token-sum = N * token-mean (N valid tokens of the mini-batch), whatever the micro-batch split."""
+    data = perturbed_data(model)
+    n_tokens = float(data.batch["response_mask"].sum())
+    _, d_mean = sgd_update(model, data, loss_agg_mode="token-mean", ppo_micro_batch_size_per_gpu=4)
+    _, d_sum = sgd_update(model, data, loss_agg_mode="token-sum", ppo_micro_batch_size_per_gpu=1)
+    assert_same_deltas({n: d * n_tokens for n, d in d_mean.items()}, d_sum, atol=1e-4)
+
+
+def test_bypass_correction_in_meta_info_switches_to_the_bypass_loss(model) -> None:
+    """Bypass mode with loss_type=reinforce and no weights is -A log pi: the same update as loss_mode=gpg."""
+    data = perturbed_data(model)
+    _, d_gpg = sgd_update(model, data, **{"policy_loss.loss_mode": "gpg"})
+    data.meta_info["rollout_correction"] = {"bypass_mode": True, "loss_type": "reinforce", "rollout_is": None}
+    metrics, d_bypass = sgd_update(model, data)
+    assert_same_deltas(d_gpg, d_bypass)
+    assert "rollout_corr/kl" in metrics

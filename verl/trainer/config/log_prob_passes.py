@@ -42,8 +42,8 @@ def update_is_on_policy(cfg: DictConfig, after_critic_warmup: bool = True) -> bo
     (``actor.skip_old_log_prob_on_policy`` then skips their forward).
 
     Exactly on-policy: one PPO epoch over one mini-batch (``ppo_mini_batch_size >= train_batch_size``), the actor
-    updated this step (``after_critic_warmup``), and nothing else reading ``old_log_probs``: KL in the reward and the
-    distillation reward do.
+    updated this step (``after_critic_warmup``), and nothing else reading that pass: KL in the reward and the
+    distillation reward read ``old_log_probs``, the optimal-token baselines its ``sum_pi_squared``.
     """
     actor = cfg.actor_rollout_ref.actor
     return (
@@ -52,6 +52,7 @@ def update_is_on_policy(cfg: DictConfig, after_critic_warmup: bool = True) -> bo
         and int(actor.ppo_mini_batch_size) >= int(cfg.data.train_batch_size)
         and not bool(cfg.algorithm.use_kl_in_reward)
         and not bool(cfg.distillation.enable)
+        and not bool(actor.calculate_sum_pi_squared)  # the optimal token baselines read that pass's sum_pi_squared
         and after_critic_warmup
     )
 

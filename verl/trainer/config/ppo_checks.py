@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_rollout_correction
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 
@@ -275,39 +276,6 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
             f"trainer.resource_pool_mapping.judge={mapping['judge']!r}: only a judge worker group is placed on a pool; "
             "set reward_model.reward_manager=judge reward_model.judge.backend=worker (or drop the key)"
         )
-
-
-def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
-    """``algorithm.rollout_correction``: thresholds in range, the rollout's log-probs available when any correction
-    is on, and bypass mode (where the rollout's log-probs *are* the old policy, so every weight would be 1) not
-    combined with weights, rejection or the veto."""
-    rc = cfg.algorithm.get("rollout_correction")
-    if rc is None:
-        return
-    prefix = "algorithm.rollout_correction"
-    upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
-    for key in ("rollout_is_threshold", "rollout_rs_threshold", "rollout_rs_threshold_lower"):
-        value = rc.get(key)
-        if value is not None and not float(value) > 0:
-            errors.append(f"{prefix}.{key}={value} must be > 0")
-    lower = rc.rollout_rs_threshold_lower
-    if lower is not None and float(upper) > 0 and float(lower) > float(upper):
-        errors.append(
-            f"{prefix}.rollout_rs_threshold_lower={lower} is above the upper rejection threshold {upper} "
-            f"({prefix}.rollout_rs_threshold, or rollout_is_threshold when that is null): every token would be rejected"
-        )
-    veto = rc.rollout_token_veto_threshold
-    if veto is not None and not 0 < float(veto) < 1:
-        errors.append(f"{prefix}.rollout_token_veto_threshold={veto} must be in (0, 1) (a weight that small vetoes)")
-    corrections = [k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if rc.get(k) is not None]
-    if rc.bypass_mode and corrections:
-        errors.append(
-            f"{prefix}.bypass_mode=true uses the rollout's log-probs as the old policy, so the rollout-vs-old "
-            f"weights are all 1; {', '.join(f'{prefix}.{k}' for k in corrections)} would do nothing: set them to null"
-        )
-    if (corrections or rc.bypass_mode) and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
-        what = ", ".join(f"{prefix}.{k}" for k in corrections + (["bypass_mode"] if rc.bypass_mode else []))
-        errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
 
 
 def check_async_training(cfg: DictConfig, errors: list[str]) -> None:
@@ -572,6 +540,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     check_placement(cfg, errors)
     check_value_ranges(cfg, use_critic, errors)
     check_rollout_correction(cfg, errors)
+    check_algorithm_keys(cfg, errors)
     check_async_training(cfg, errors)
     check_distillation_and_judge(cfg, errors)
     if errors:  # the arithmetic below divides by these

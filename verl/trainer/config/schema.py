@@ -130,19 +130,32 @@ class FilterGroupsConfig(BaseConfig):
 
 
 @dataclass
+class PFPPOConfig(BaseConfig):
+    """``algorithm.pf_ppo``: how ``use_pf_ppo`` resamples the batch (verl/algorithms/pf_ppo.py)."""
+
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"
+    weight_pow: float = 2.0  # pow: weight = |score| ** weight_pow
+
+
+@dataclass
 class RolloutCorrectionConfig(BaseConfig):
     """``algorithm.rollout_correction``: correct for the rollout engine's probabilities differing from the trainer's
-    (verl/algorithms/rollout_correction.py). Off by default; any of ``rollout_is``, ``rollout_rs``,
-    ``rollout_token_veto_threshold`` or ``bypass_mode`` needs ``actor_rollout_ref.rollout.calculate_log_probs``."""
+    (verl/algorithms/rollout_correction.py, rollout_rejection.py; upstream verl v0.9's keys and presets, see
+    docs/algorithms.md). Off by default; any of ``rollout_is``, ``rollout_rs``, ``rollout_token_veto_threshold``
+    or ``bypass_mode`` needs ``actor_rollout_ref.rollout.calculate_log_probs``."""
 
     rollout_is: Optional[Literal["token", "sequence"]] = None  # importance weights; None: no weights
-    rollout_is_threshold: float = 2.0  # truncation of the weights (TIS)
+    # a number: truncation of the weights (TIS); "lower_upper" (e.g. "0.5_5.0"): IcePop, weights outside -> 0
+    rollout_is_threshold: Union[float, str] = 2.0
     rollout_is_batch_normalize: bool = False  # divide the weights by their batch mean
-    rollout_rs: Optional[Literal["token", "sequence", "geometric"]] = None  # rejection sampling; None: none
-    rollout_rs_threshold: Optional[float] = None  # upper bound; None: rollout_is_threshold
-    rollout_rs_threshold_lower: Optional[float] = None  # None: 1 / upper
+    # rejection: token | sequence | geometric (bounds [rollout_rs_threshold_lower, rollout_rs_threshold] on the
+    # weight), or upstream v0.9's comma-separated divergence options (token_k1, seq_mean_k1, seq_max_k2, ...)
+    rollout_rs: Optional[str] = None
+    rollout_rs_threshold: Optional[Union[float, str]] = None  # per option, comma-separated; k1: "lower_upper"
+    rollout_rs_threshold_lower: Optional[float] = None  # token|sequence|geometric only; None: 1 / upper
     rollout_token_veto_threshold: Optional[float] = None  # reject a response holding a token weight below this
     bypass_mode: bool = False  # the rollout's log-probs are the old policy (no old-log-prob pass)
+    loss_type: Literal["ppo_clip", "reinforce"] = "ppo_clip"  # bypass mode's loss: PPO clip or REINFORCE x weights
 
 
 @dataclass
@@ -158,6 +171,8 @@ class AlgorithmConfig(BaseConfig):
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False  # PF-PPO: resample the batch by reward confidence after GAE
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
 
 
 @dataclass

@@ -6,6 +6,7 @@ users import them.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from omegaconf import DictConfig
 
 from verl.algorithms import core_algos
+from verl.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from verl.algorithms.registry import call_with_supported_kwargs
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
@@ -122,10 +124,36 @@ def compute_advantage(
         kwargs["values"] = data.batch["values"]
     if "reward_baselines" in data.batch.keys():
         kwargs["reward_baselines"] = data.batch["reward_baselines"]
+    kwargs.update(_named_batch_inputs(fn, data))
     advantages, returns = call_with_supported_kwargs(fn, **kwargs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
+    # PF-PPO resamples after GAE only, as upstream (the config check refuses use_pf_ppo with other estimators)
+    if algorithm_config.use_pf_ppo and getattr(adv_estimator, "value", adv_estimator) == "gae":
+        pf = algorithm_config.pf_ppo
+        data = compute_pf_ppo_reweight_data(data, str(pf.reweight_method), float(pf.weight_pow))
     return data
+
+
+# Inputs an estimator receives only when its signature names them (upstream passes them to gdpo and the optimal token
+# baselines): the raw batch for per-component rewards, the old-log-prob pass's outputs for the token baselines.
+_NAMED_TENSOR_INPUTS = ("old_log_probs", "sum_pi_squared", "rollout_is_weights")
+
+
+def _named_batch_inputs(fn: Any, data: DataProto) -> dict[str, Any]:
+    """``non_tensor_batch``, ``batch`` and the ``_NAMED_TENSOR_INPUTS`` columns present in ``data``, for the ones
+    ``fn`` names as parameters (a ``**kwargs`` catch-all does not count, so older estimators see nothing new)."""
+    params = inspect.signature(fn).parameters
+    named = {k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    inputs: dict[str, Any] = {}
+    if "non_tensor_batch" in named:
+        inputs["non_tensor_batch"] = data.non_tensor_batch
+    if "batch" in named:
+        inputs["batch"] = data.batch
+    for key in _NAMED_TENSOR_INPUTS:
+        if key in named and key in data.batch.keys():
+            inputs[key] = data.batch[key]
+    return inputs
 
 
 def filter_uniform_groups(data: DataProto, metric_values: np.ndarray) -> tuple[DataProto, int]:

@@ -403,7 +403,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
             self.config, after_critic_warmup=int(self.config.trainer.critic_warmup) <= self.global_steps
         )
         if bypass:
-            batch = rollout_correction.use_rollout_as_old(batch)
+            batch = rollout_correction.use_rollout_as_old(batch, correction)
         elif not batch.meta_info["on_policy"]:
             with marked_timer("old_log_prob", timing):
                 old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)

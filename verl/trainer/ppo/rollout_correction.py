@@ -10,8 +10,18 @@ from verl.algorithms.rollout_correction import compute_mismatch_metrics, compute
 from verl.base_config import get_config_value
 from verl.protocol import DataProto
 from verl.trainer.config.log_prob_passes import bypass_mode, correction_enabled, needs_old_log_probs
+from verl.trainer.config.schema import RolloutCorrectionConfig
 
-__all__ = ["correction_enabled", "bypass_mode", "needs_old_log_probs", "use_rollout_as_old", "apply_rollout_correction"]
+_DEFAULTS = RolloutCorrectionConfig()
+
+__all__ = [
+    "correction_enabled",
+    "bypass_mode",
+    "bypass_loss_needed",
+    "needs_old_log_probs",
+    "use_rollout_as_old",
+    "apply_rollout_correction",
+]
 
 
 def _rollout_log_probs(batch: DataProto, what: str):
@@ -23,19 +33,52 @@ def _rollout_log_probs(batch: DataProto, what: str):
     return batch.batch["rollout_log_probs"]
 
 
-def use_rollout_as_old(batch: DataProto) -> DataProto:
-    """Bypass mode: ``old_log_probs`` := ``rollout_log_probs`` (the PPO ratio is then ``pi_theta / pi_rollout``)."""
+def bypass_loss_needed(cfg: Any) -> bool:
+    """Whether bypass mode must swap the actor's loss for ``bypass_mode`` (upstream ``apply_bypass_mode``): importance
+    weights or rejection against the current policy, or the REINFORCE loss. Plain bypass with ``loss_type=ppo_clip``
+    and no correction is the configured loss with ratio ``pi_theta / pi_rollout``, so the loss is left alone."""
+    if not bypass_mode(cfg):
+        return False
+    corrected = any(get_config_value(cfg, key, None) is not None for key in ("rollout_is", "rollout_rs"))
+    return corrected or get_config_value(cfg, "loss_type", _DEFAULTS.loss_type) == "reinforce"
+
+
+def use_rollout_as_old(batch: DataProto, cfg: Any = None) -> DataProto:
+    """Bypass mode: ``old_log_probs`` := ``rollout_log_probs`` (the PPO ratio is then ``pi_theta / pi_rollout``).
+
+    When ``cfg`` (``algorithm.rollout_correction``) asks for weights, rejection or ``loss_type=reinforce``, its
+    settings travel to the actor in ``meta_info["rollout_correction"]`` and the actor computes the loss with
+    ``bypass_mode`` (:func:`verl.algorithms.policy_loss_bypass.compute_policy_loss_bypass_mode`), which corrects
+    every micro-batch against the current policy."""
     batch.batch["old_log_probs"] = _rollout_log_probs(batch, "algorithm.rollout_correction.bypass_mode").clone()
+    if bypass_loss_needed(cfg):
+        batch.meta_info["rollout_correction"] = _plain(cfg)
     return batch
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    """The rollout-correction settings as a plain dict (they cross to the workers in ``meta_info``)."""
+    from dataclasses import asdict, is_dataclass
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        return dict(OmegaConf.to_container(cfg, resolve=True))
+    if is_dataclass(cfg):
+        return {k: v for k, v in asdict(cfg).items() if k != "extra"}
+    return dict(cfg)
 
 
 def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
     """Add ``rollout_is_weights`` and apply rejection (``response_mask`` zeroed on rejected tokens) as ``cfg``
     (``algorithm.rollout_correction``) asks; returns the ``rollout_corr/*`` metrics.
 
-    With the correction off (or in bypass mode) the batch is left as it is, and the mismatch metrics (KL, perplexity
+    In bypass mode nothing happens here (the actor's ``bypass_mode`` loss corrects each micro-batch). With the
+    correction off the batch is left as it is, and the mismatch metrics (KL, perplexity
     gap, chi-square) are still returned whenever the batch holds both the rollout's and the old log-probs.
     """
+    if bypass_mode(cfg):
+        return {}  # old == rollout: the bypass-mode loss corrects against the current policy (use_rollout_as_old)
     has_old = "old_log_probs" in batch.batch.keys()
     if not correction_enabled(cfg):
         if bypass_mode(cfg) or not has_old or "rollout_log_probs" not in batch.batch.keys():
@@ -60,10 +103,10 @@ def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
         rollout_log_probs,
         batch.batch["response_mask"],
         rollout_is=value("rollout_is"),
-        rollout_is_threshold=float(value("rollout_is_threshold", 2.0)),
+        rollout_is_threshold=value("rollout_is_threshold", 2.0),
         rollout_is_batch_normalize=bool(value("rollout_is_batch_normalize", False)),
         rollout_rs=value("rollout_rs"),
-        rollout_rs_threshold=as_float("rollout_rs_threshold"),
+        rollout_rs_threshold=value("rollout_rs_threshold"),
         rollout_rs_threshold_lower=as_float("rollout_rs_threshold_lower"),
         rollout_token_veto_threshold=as_float("rollout_token_veto_threshold"),
     )

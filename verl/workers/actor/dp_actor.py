@@ -55,6 +55,13 @@ def _entropy_of(logits: torch.Tensor, calculate: bool, requires_grad: bool) -> t
         return entropy_from_logits(logits.detach())
 
 
+def sum_pi_squared_of(logits: torch.Tensor) -> torch.Tensor:
+    """``sum_v softmax(logits)_v^2`` over the vocabulary (last dim), without gradient, float32: the squared norm term
+    of the optimal token baseline (``algorithm.adv_estimator=optimal_token_baseline``)."""
+    with torch.no_grad():
+        return torch.softmax(logits.detach().float(), dim=-1).square().sum(dim=-1)
+
+
 def ulysses_size(group: Any) -> int:
     """The number of ranks of a sequence-parallel group."""
     import torch.distributed as dist
@@ -91,7 +98,8 @@ def sequence_parallel_response_forward(
     use_remove_padding: bool,
     sp_group: Any,
     grad_scale: float,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    calculate_sum_pi_squared: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
 
     Every rank of the group holds the same micro-batch. The (padded or packed) sequences are right-padded to a
@@ -115,14 +123,19 @@ def sequence_parallel_response_forward(
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
         entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
             entropy = ulysses.gather_sequence(entropy, 1, grad_scale)[:, :length]
+        if sq is not None:
+            sq = ulysses.gather_sequence(sq, 1, 1.0)[:, :length]
     if use_remove_padding:
         log_probs = unpack_to_padded(log_probs[0], packed.indices, bs, seqlen)
         entropy = unpack_to_padded(entropy[0], packed.indices, bs, seqlen) if entropy is not None else None
+        sq = unpack_to_padded(sq[0], packed.indices, bs, seqlen) if sq is not None else None
     window = slice(seqlen - response_len - 1, seqlen - 1)
-    return log_probs[:, window], (entropy[:, window] if entropy is not None else None)
+    out = (log_probs[:, window], (entropy[:, window] if entropy is not None else None))
+    return out + (sq[:, window],) if sq is not None else out
 
 
 def response_logits_forward(
@@ -133,7 +146,8 @@ def response_logits_forward(
     entropy_requires_grad: bool,
     use_remove_padding: bool,
     extra_inputs: dict[str, Any] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    calculate_sum_pi_squared: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
     The logits at position ``t`` predict token ``t + 1``, so the response tokens (the last ``response_len``
@@ -153,9 +167,12 @@ def response_logits_forward(
             :func:`~verl.utils.models.vlm.vision_forward_kwargs`); packed with the tokens under
             ``use_remove_padding`` (:func:`~verl.utils.models.vlm.pack_vision_inputs`).
 
+        calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` per response token (no gradient) as a third item.
+
     Returns:
-        ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32; values at padded response
-        positions are meaningless and must be masked by the caller.
+        ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32, plus ``sum_pi_squared
+        [bs, response_len]`` with ``calculate_sum_pi_squared``; values at padded response positions are meaningless
+        and must be masked by the caller.
     """
     input_ids = micro["input_ids"]
     attention_mask = micro["attention_mask"]
@@ -189,6 +206,9 @@ def response_logits_forward(
         entropy = entropy_of(logits)
         if entropy is not None:
             entropy = unpack_to_padded(entropy, positions, bs, seqlen)[:, -response_len - 1 : -1]
+        if calculate_sum_pi_squared:
+            sq = unpack_to_padded(sum_pi_squared_of(logits), positions, bs, seqlen)[:, -response_len - 1 : -1]
+            return log_probs, entropy, sq
         return log_probs, entropy
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
@@ -200,6 +220,8 @@ def response_logits_forward(
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = logprobs_from_logits(logits, responses)
+    if calculate_sum_pi_squared:
+        return log_probs, entropy_of(logits), sum_pi_squared_of(logits)
     return log_probs, entropy_of(logits)
 
 
@@ -260,7 +282,8 @@ class DataParallelPPOActor(BasePPOActor):
         calculate_entropy: bool,
         entropy_requires_grad: bool = False,
         multi_modal_rows: list[Any] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        calculate_sum_pi_squared: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         device = module_device(self.actor_module)
         extra_inputs = None
         if multi_modal_rows is not None:
@@ -281,6 +304,7 @@ class DataParallelPPOActor(BasePPOActor):
                     self.use_remove_padding,
                     self.sp_group,
                     grad_scale=float(dist.get_world_size(self.sp_group)),
+                    calculate_sum_pi_squared=calculate_sum_pi_squared,
                 )
             return response_logits_forward(
                 self.actor_module,
@@ -290,11 +314,12 @@ class DataParallelPPOActor(BasePPOActor):
                 entropy_requires_grad,
                 self.use_remove_padding,
                 extra_inputs=extra_inputs,
+                calculate_sum_pi_squared=calculate_sum_pi_squared,
             )
 
     def compute_log_prob(
-        self, data: DataProto, calculate_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, data: DataProto, calculate_entropy: bool = False, calculate_sum_pi_squared: bool = False
+    ) -> tuple[torch.Tensor, ...]:
         """Log-probs of ``responses`` under the tempered policy, without gradients.
 
         Reads ``input_ids``, ``attention_mask``, ``position_ids`` ``[bs, seqlen]`` and ``responses``
@@ -304,7 +329,8 @@ class DataParallelPPOActor(BasePPOActor):
 
         Returns:
             ``(log_probs [bs, response_len], entropys [bs, response_len] | None)`` in the input row order,
-            ``log p(y_t) = log_softmax(logits_{t-1} / temperature)[y_t]``.
+            ``log p(y_t) = log_softmax(logits_{t-1} / temperature)[y_t]``; with ``calculate_sum_pi_squared`` a
+            third item ``sum_v pi_t(v)^2`` ``[bs, response_len]`` (actor.calculate_sum_pi_squared).
         """
         who = "DataParallelPPOActor.compute_log_prob"
         temperature = float(_require_meta(data, "temperature", who))
@@ -320,17 +346,31 @@ class DataParallelPPOActor(BasePPOActor):
             self.actor_module,
             batch,
             data.meta_info,
-            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy, multi_modal_rows=mm_rows),
+            lambda micro: self._forward_micro_batch(
+                micro,
+                temperature,
+                calculate_entropy,
+                multi_modal_rows=mm_rows,
+                calculate_sum_pi_squared=calculate_sum_pi_squared,
+            ),
         )
-        log_prob = restore_order(torch.cat([lp for lp, _ in outputs], dim=0), order)
-        entropy = restore_order(torch.cat([ent for _, ent in outputs], dim=0), order) if calculate_entropy else None
+        log_prob = restore_order(torch.cat([out[0] for out in outputs], dim=0), order)
+        entropy = restore_order(torch.cat([out[1] for out in outputs], dim=0), order) if calculate_entropy else None
+        if calculate_sum_pi_squared:
+            return log_prob, entropy, restore_order(torch.cat([out[2] for out in outputs], dim=0), order)
         return log_prob, entropy
 
     # ------------------------------------------------------------------------------------------------- update
     def _micro_loss(
-        self, micro: TensorDict, temperature: float, loss_agg_mode: str, multi_modal_rows: list[Any] | None = None
+        self,
+        micro: TensorDict,
+        temperature: float,
+        loss_agg_mode: str,
+        multi_modal_rows: list[Any] | None = None,
+        rollout_correction: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
-        """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics."""
+        """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics. With
+        ``rollout_correction`` (bypass mode asking for a correction) the loss is upstream's ``bypass_mode``."""
         cfg = self.config
         entropy_coeff = float(cfg.entropy_coeff)
         response_mask = response_mask_of(micro).to(torch.float32)
@@ -345,6 +385,9 @@ class DataParallelPPOActor(BasePPOActor):
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)
         old_log_prob = micro["old_log_probs"] if "old_log_probs" in micro.keys() else log_prob.detach()
+        loss_kwargs: dict[str, Any] = {}
+        if rollout_correction is not None:
+            loss_mode, loss_kwargs = "bypass_mode", {"rollout_correction": rollout_correction}
         pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
             old_log_prob=old_log_prob,
             log_prob=log_prob,
@@ -353,16 +396,22 @@ class DataParallelPPOActor(BasePPOActor):
             loss_agg_mode=loss_agg_mode,
             config=cfg,
             rollout_is_weights=micro["rollout_is_weights"] if "rollout_is_weights" in micro.keys() else None,
+            **loss_kwargs,
         )
         policy_loss = pg_loss
-        entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+        scale = cfg.loss_scale_factor
+        entropy_loss = agg_loss(
+            loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, loss_scale_factor=scale
+        )
         if entropy_coeff != 0:
             # Entropy bonus: maximising entropy means subtracting it from the loss.
             policy_loss = policy_loss - entropy_coeff * entropy_loss
         kl_loss = None
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, micro["ref_log_prob"], str(cfg.kl_loss_type))
-            kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            kl_loss = agg_loss(
+                loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, loss_scale_factor=scale
+            )
             policy_loss = policy_loss + float(cfg.kl_loss_coef) * kl_loss
         metrics: dict[str, float] = {"actor/pg_loss": float(pg_loss.detach().item())}
         metrics["actor/entropy"] = float(entropy_loss.detach().item())
@@ -370,7 +419,8 @@ class DataParallelPPOActor(BasePPOActor):
             metrics["actor/kl_loss"] = float(kl_loss.detach().item())
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
         for name, value in (pg_metrics or {}).items():
-            key = name if name.startswith("actor/") else f"actor/{name}"
+            # upstream keeps a loss's own prefixes (the bypass loss's rollout_corr/*); bare names go under actor/
+            key = name if name.startswith(("actor/", "rollout_corr/")) else f"actor/{name}"
             metrics[key] = float(value.detach().float().mean().item()) if torch.is_tensor(value) else float(value)
         parts = {"pg_loss": pg_loss.detach(), "kl_loss": kl_loss, "entropy": entropy_loss.detach()}
         return policy_loss, metrics, parts
@@ -387,7 +437,8 @@ class DataParallelPPOActor(BasePPOActor):
         Reads ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``, ``old_log_probs`` (optional when
         ``meta_info["on_policy"]``: then the current log-probs, detached, are the behaviour policy's), ``advantages``,
         ``response_mask`` (and ``ref_log_prob`` with ``use_kl_loss``, ``rollout_is_weights`` if present) from
-        ``data.batch``; ``temperature`` and ``global_steps`` from ``data.meta_info``.
+        ``data.batch``; ``temperature``, ``global_steps`` and (bypass mode with a correction, set by the driver)
+        ``rollout_correction`` from ``data.meta_info``.
 
         Returns:
             metric name -> list of values: per mini-batch for the losses (mini-batch values), ``actor/grad_norm``,
@@ -424,5 +475,11 @@ class DataParallelPPOActor(BasePPOActor):
             batch,
             global_step,
             "actor",
-            partial(self._micro_loss, temperature=temperature, loss_agg_mode=loss_agg_mode, multi_modal_rows=mm_rows),
+            partial(
+                self._micro_loss,
+                temperature=temperature,
+                loss_agg_mode=loss_agg_mode,
+                multi_modal_rows=mm_rows,
+                rollout_correction=data.meta_info.get("rollout_correction"),
+            ),
         )

@@ -96,10 +96,30 @@ def loss_share(micro_mask: torch.Tensor, mini_tokens: float, mini_seqs: int, los
     ``sum_micro / micro_tokens``, so the weight is ``micro_tokens / mini_tokens``; for the sequence-mean modes the
     weight is ``micro_seqs / mini_seqs``. Summing weighted micro-batch gradients then equals the gradient of the
     mini-batch loss, whatever the micro-batch split (fixed or dynamic).
+
+    ``token-sum`` is already a sum, so micro-batch losses add up unweighted; the weight is the data-parallel world
+    size, because FSDP averages the ranks' gradients and the mini-batch loss is the sum over *all* ranks' tokens
+    (upstream verl multiplies by ``dp_size`` for the same reason).
     """
+    if loss_agg_mode == "token-sum":
+        return float(_dp_world_size())
     if loss_agg_mode in _TOKEN_MEAN_MODES:
         return float(micro_mask.sum().item()) / max(float(mini_tokens), 1.0)
     return float(micro_mask.shape[0]) / float(max(mini_seqs, 1))
+
+
+def _dp_world_size() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
+def metric_share(micro_mask: torch.Tensor, mini_tokens: float, mini_seqs: int, loss_agg_mode: str) -> float:
+    """Weight of a micro-batch's metric values in the mini-batch's: :func:`loss_share`, except for ``token-sum``
+    (whose loss weight is not a fraction), where metrics are averaged over the micro-batches by their tokens."""
+    if loss_agg_mode == "token-sum":
+        return loss_share(micro_mask, mini_tokens, mini_seqs, "token-mean")
+    return loss_share(micro_mask, mini_tokens, mini_seqs, loss_agg_mode)
 
 
 def dp_mean_token_count(mask: torch.Tensor) -> float:
@@ -304,13 +324,14 @@ def run_mini_batch_updates(
                 micro = micro.to(device)
                 micro_mask = response_mask_of(micro)
                 share = loss_share(micro_mask, mini_tokens, len(mini), loss_agg_mode)
+                weight = metric_share(micro_mask, mini_tokens, len(mini), loss_agg_mode)
                 loss, micro_metrics, parts = micro_loss(micro)
                 check_finite_loss(loss, role, global_step, epoch, mini_idx, micro_idx, **parts)
                 (loss * share).backward()
                 token_share = float(micro_mask.sum().item()) / local_tokens
                 aggregated = {f"{role}/{name}" for name in parts}
                 for name, value in micro_metrics.items():
-                    mini_metrics[name] += (share if name in aggregated else token_share) * value
+                    mini_metrics[name] += (weight if name in aggregated else token_share) * value
             grad_norm, stepped = clip_grad_and_step(module, optimizer, config.grad_clip)
             skipped += 0 if stepped else 1
             for name, value in mini_metrics.items():

@@ -13,7 +13,7 @@ from verl.workers.config.optimizer import OptimConfig
 
 @dataclass
 class PolicyLossConfig(BaseConfig):
-    """``actor.policy_loss``: which policy loss to use and the knobs of the Clip-Cov / KL-Cov variants."""
+    """``actor.policy_loss``: which policy loss to use and the knobs of the Clip-Cov / KL-Cov / DRO variants."""
 
     loss_mode: str = "vanilla"
     clip_cov_ratio: float = 0.0002
@@ -21,6 +21,7 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    dro_beta: Optional[float] = None  # DRO's quadratic log-ratio penalty; required (> 0) with loss_mode=dro
 
 
 @dataclass
@@ -51,6 +52,10 @@ class ActorConfig(BaseConfig):
     clip_ratio_high: Optional[float] = None
     clip_ratio_c: float = 3.0
     loss_agg_mode: LossAggMode = "token-mean"
+    loss_scale_factor: Optional[int] = None  # seq-mean-token-sum-norm divisor; None: the response length
+    tau_pos: float = 1.0  # SAPO gate temperature for tokens with A > 0
+    tau_neg: float = 1.05  # SAPO gate temperature for tokens with A <= 0
+    calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001

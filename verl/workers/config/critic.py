@@ -30,6 +30,7 @@ class CriticConfig(BaseConfig):
     shuffle: bool = False
     cliprange_value: float = 0.5
     loss_agg_mode: LossAggMode = "token-mean"
+    loss_scale_factor: Optional[int] = None  # seq-mean-token-sum-norm divisor; None: the response length
     grad_clip: float = 1.0
     dtype: ComputeDType = "auto"
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -152,6 +152,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             response_mask=response_mask,
             cliprange_value=cliprange_value,
             loss_agg_mode=loss_agg_mode,
+            loss_scale_factor=self.config.loss_scale_factor,
         )
         clipfrac = vf_clipfrac.detach().item() if torch.is_tensor(vf_clipfrac) else vf_clipfrac
         metrics = {

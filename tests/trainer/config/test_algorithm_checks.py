@@ -1,0 +1,126 @@
+"""The algorithm keys of upstream verl v0.9's example scripts load (trimmed to those keys) and keep their values; what
+a loss or estimator cannot run without is refused at config time with one line naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.trainer.config.loader import load_config
+from verl.trainer.config.validation import ConfigError
+
+A = "actor_rollout_ref.actor"
+RC = "algorithm.rollout_correction"
+LOGP = "actor_rollout_ref.rollout.calculate_log_probs=True"
+
+# algorithm keys of examples/*_trainer/run_*.sh and examples/rollout_correction/*.sh (upstream v0.9), trimmed
+UPSTREAM_SCRIPTS = {
+    "dppo_trainer": [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.norm_adv_by_std_in_grpo=False",
+        f"{A}.policy_loss.loss_mode=dppo_tv",
+        f"{A}.loss_agg_mode=seq-mean-token-sum-norm",
+        f"{A}.clip_ratio_low=0.15",
+        f"{A}.clip_ratio_high=0.15",
+        f"{A}.clip_ratio_c=10000.0",
+    ],
+    "gdpo_trainer": [
+        "algorithm.adv_estimator=gdpo",
+        '+algorithm.gdpo_reward_keys=["accuracy_reward", "format_reward"]',
+        f"{A}.kl_loss_type=low_var_kl",
+    ],
+    "otb_trainer": ["algorithm.adv_estimator=optimal_token_baseline", f"{A}.calculate_sum_pi_squared=True"],
+    "sapo_trainer": [
+        f"{A}.policy_loss.loss_mode=sapo",
+        f"+{A}.policy_loss.tau_pos=1.0",
+        f"+{A}.policy_loss.tau_neg=1.05",
+    ],
+    "cispo_trainer": [f"{A}.policy_loss.loss_mode=cispo", f"{A}.clip_ratio_low=10", f"{A}.clip_ratio_high=0.2"],
+    "gmpo_trainer": [f"{A}.policy_loss.loss_mode=geo_mean", f"{A}.clip_ratio_low=0.4", f"{A}.clip_ratio_high=0.4"],
+    "gspo_trainer": [
+        f"{A}.policy_loss.loss_mode=gspo",
+        f"{A}.loss_agg_mode=seq-mean-token-mean",
+        f"{A}.clip_ratio_low=3e-4",
+        f"{A}.clip_ratio_high=4e-4",
+        f"{A}.clip_ratio_c=10.0",
+    ],
+    "rollout_correction/run_qwen2_5_7b_fsdp": [
+        "algorithm.adv_estimator=rloo",
+        f"{RC}.rollout_is=sequence",
+        f"{RC}.rollout_is_threshold=2.0",
+        f"{RC}.rollout_is_batch_normalize=true",
+        f"{RC}.rollout_rs=null",
+        f"{RC}.rollout_rs_threshold=null",
+        f"{RC}.bypass_mode=true",
+        f"{RC}.loss_type=reinforce",
+        LOGP,
+    ],
+    "rollout_correction/run_qwen2_5_7b_fsdp_multi_rs": [
+        f"{RC}.rollout_is=token",
+        f"{RC}.rollout_rs='token_k1,seq_max_k2'",
+        f"{RC}.rollout_rs_threshold='0.6_1.6,2.5'",
+        f"{RC}.bypass_mode=true",
+        f"{RC}.loss_type=ppo_clip",
+        LOGP,
+    ],
+}
+
+
+@pytest.mark.parametrize("script", sorted(UPSTREAM_SCRIPTS))
+def test_upstream_script_keys_load(script: str) -> None:
+    cfg = load_config(UPSTREAM_SCRIPTS[script])
+    assert cfg is not None
+
+
+def test_values_are_kept_as_written() -> None:
+    cfg = load_config(UPSTREAM_SCRIPTS["rollout_correction/run_qwen2_5_7b_fsdp_multi_rs"])
+    rc = cfg.algorithm.rollout_correction
+    assert (rc.rollout_rs, rc.rollout_rs_threshold, rc.loss_type) == ("token_k1,seq_max_k2", "0.6_1.6,2.5", "ppo_clip")
+    cfg = load_config(UPSTREAM_SCRIPTS["gdpo_trainer"])
+    assert list(cfg.algorithm.gdpo_reward_keys) == ["accuracy_reward", "format_reward"]
+    icepop = load_config([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0.5_5.0", LOGP])
+    assert icepop.algorithm.rollout_correction.rollout_is_threshold == "0.5_5.0"
+
+
+def _problems(overrides: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    return e.value.problems
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ([f"{A}.policy_loss.loss_mode=dro"], f"{A}.policy_loss.dro_beta=None: loss_mode=dro needs a positive beta"),
+        (["algorithm.adv_estimator=optimal_token_baseline"], f"set {A}.calculate_sum_pi_squared=true"),
+        (
+            [
+                "algorithm.adv_estimator=tir_optimal_token_baseline",
+                f"{A}.calculate_sum_pi_squared=true",
+                f"{RC}.bypass_mode=true",
+                LOGP,
+            ],
+            "which algorithm.rollout_correction.bypass_mode=true skips",
+        ),
+        (["algorithm.adv_estimator=gdpo"], "algorithm.adv_estimator=gdpo needs +algorithm.gdpo_reward_keys"),
+        (
+            ["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a,b]", "+algorithm.gdpo_reward_weights=[1]"],
+            "algorithm.gdpo_reward_weights has 1 entries for 2 gdpo_reward_keys",
+        ),
+        ([f"{A}.loss_scale_factor=0"], f"{A}.loss_scale_factor=0 must be > 0"),
+        (["critic.loss_scale_factor=-2"], "critic.loss_scale_factor=-2 must be > 0"),
+        ([f"{A}.policy_loss.loss_mode=sapo", f"{A}.tau_neg=0"], "tau_pos/tau_neg must be > 0"),
+        ([f"{A}.loss_agg_mode=token-summ"], "token-summ"),
+    ],
+)
+def test_what_a_loss_or_estimator_needs_is_named(overrides: list[str], fragment: str) -> None:
+    problems = _problems(overrides)
+    assert any(fragment in p for p in problems), problems
+
+
+def test_pf_ppo_keys() -> None:
+    cfg = load_config(
+        ["algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=max_min"]
+    )
+    assert cfg.algorithm.pf_ppo.reweight_method == "max_min"
+    (msg,) = _problems(["algorithm.adv_estimator=grpo", "algorithm.use_pf_ppo=true"])
+    assert msg.startswith("algorithm.use_pf_ppo=true resamples after GAE only")

@@ -1,0 +1,157 @@
+"""Cross-field checks of the algorithm keys: ``algorithm.rollout_correction.*`` and the settings the v0.9 losses and
+estimators need (``policy_loss.dro_beta``, ``tau_pos``/``tau_neg``, ``loss_scale_factor``,
+``calculate_sum_pi_squared``, ``gdpo_reward_keys``). Each problem is one line naming the key, why, and what to use."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from verl.algorithms.rollout_correction import RS_LEVELS
+from verl.algorithms.rollout_rejection import parse_is_threshold, parse_rs_options, parse_rs_thresholds
+
+_OTB = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+
+def _check_rs(rc: DictConfig, prefix: str, errors: list[str]) -> None:
+    """``rollout_rs`` is an earlier level (bounds on the weight) or upstream v0.9's divergence options (their
+    thresholds parsed now, so a bad spec fails before the first step)."""
+    rs = rc.rollout_rs
+    if rs is None:
+        if rc.rollout_rs_threshold_lower is not None:
+            errors.append(f"{prefix}.rollout_rs_threshold_lower is set but {prefix}.rollout_rs is null: set both")
+        return
+    if rs in RS_LEVELS:
+        upper = rc.rollout_rs_threshold
+        try:
+            upper = parse_is_threshold(rc.rollout_is_threshold)[0] if upper is None else float(upper)
+        except ValueError:
+            errors.append(f"{prefix}.rollout_rs={rs} takes a number as rollout_rs_threshold, got {upper!r}")
+            return
+        lower = rc.rollout_rs_threshold_lower
+        if not upper > 0:
+            errors.append(f"{prefix}.rollout_rs_threshold={upper} must be > 0")
+        elif lower is not None and not float(lower) > 0:
+            errors.append(f"{prefix}.rollout_rs_threshold_lower={lower} must be > 0")
+        elif lower is not None and float(lower) > upper:
+            errors.append(
+                f"{prefix}.rollout_rs_threshold_lower={lower} is above the upper rejection threshold {upper} "
+                f"({prefix}.rollout_rs_threshold, or rollout_is_threshold when that is null): every token would be "
+                "rejected"
+            )
+        return
+    if rc.rollout_rs_threshold_lower is not None:
+        errors.append(
+            f"{prefix}.rollout_rs_threshold_lower goes with rollout_rs=token|sequence|geometric; with {rs} give the "
+            f"k1 bounds as rollout_rs_threshold='lower_upper'"
+        )
+    try:
+        parse_rs_thresholds(parse_rs_options(rs), rc.rollout_rs_threshold)
+    except ValueError as exc:
+        errors.append(f"{prefix}.rollout_rs={rs}: {exc}")
+
+
+def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
+    """``algorithm.rollout_correction``: threshold specs parse, the rollout's log-probs are available when any
+    correction is on, and bypass mode takes only what its loss honours (weights, divergence rejection,
+    ``loss_type``); ``loss_type=reinforce`` and ``policy_loss.loss_mode=bypass_mode`` only in bypass mode."""
+    rc = cfg.algorithm.get("rollout_correction")
+    if rc is None:
+        return
+    prefix = "algorithm.rollout_correction"
+    try:
+        parse_is_threshold(rc.rollout_is_threshold)
+    except ValueError as exc:
+        errors.append(f"{prefix}.{exc}")
+    _check_rs(rc, prefix, errors)
+    veto = rc.rollout_token_veto_threshold
+    if veto is not None and not 0 < float(veto) < 1:
+        errors.append(f"{prefix}.rollout_token_veto_threshold={veto} must be in (0, 1) (a weight that small vetoes)")
+    corrections = [k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if rc.get(k) is not None]
+    loss_mode = str(cfg.actor_rollout_ref.actor.policy_loss.loss_mode)
+    if rc.bypass_mode:
+        if veto is not None:
+            errors.append(
+                f"{prefix}.rollout_token_veto_threshold is not applied in bypass mode (upstream's bypass loss has no "
+                f"veto): use {prefix}.rollout_rs=token_k1 with rollout_rs_threshold='lower_upper'"
+            )
+        if rc.rollout_rs in RS_LEVELS:
+            errors.append(
+                f"{prefix}.rollout_rs={rc.rollout_rs} is the decoupled-mode rejection; in bypass mode use upstream's "
+                f"options (token_k1, seq_mean_k1 = geometric, seq_sum_k1 = sequence, ...)"
+            )
+        corrected = rc.rollout_is is not None or rc.rollout_rs is not None or rc.loss_type == "reinforce"
+        if corrected and loss_mode not in ("vanilla", "bypass_mode"):
+            errors.append(
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: with {prefix}.bypass_mode=true and a "
+                f"correction or loss_type=reinforce the loss is upstream's bypass_mode (PPO clip or REINFORCE); "
+                f"set loss_mode=vanilla, or drop the correction to keep {loss_mode}"
+            )
+    else:
+        if rc.loss_type != "ppo_clip":
+            errors.append(
+                f"{prefix}.loss_type={rc.loss_type} acts in bypass mode only: set {prefix}.bypass_mode=true "
+                "(or loss_type=ppo_clip)"
+            )
+        if loss_mode == "bypass_mode":
+            errors.append(
+                "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode is selected by "
+                f"{prefix}.bypass_mode=true (with loss_type ppo_clip|reinforce), not by hand: set bypass_mode=true"
+            )
+    if (corrections or rc.bypass_mode) and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        what = ", ".join(f"{prefix}.{k}" for k in corrections + (["bypass_mode"] if rc.bypass_mode else []))
+        errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
+
+
+def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
+    """What the upstream v0.9 losses and estimators need to run: ``dro_beta`` for ``dro``, positive SAPO
+    temperatures and ``loss_scale_factor``, ``calculate_sum_pi_squared`` (and an old-log-prob pass) for the optimal
+    token baselines, ``gdpo_reward_keys`` (with matching weights) for ``gdpo``."""
+    actor = cfg.actor_rollout_ref.actor
+    loss_mode = str(actor.policy_loss.loss_mode)
+    if loss_mode == "dro" and not (actor.policy_loss.dro_beta is not None and float(actor.policy_loss.dro_beta) > 0):
+        errors.append(
+            f"actor_rollout_ref.actor.policy_loss.dro_beta={actor.policy_loss.dro_beta}: loss_mode=dro needs a "
+            "positive beta (the weight of its squared log-ratio penalty, e.g. 0.1)"
+        )
+    if loss_mode == "sapo" and not (float(actor.tau_pos) > 0 and float(actor.tau_neg) > 0):
+        errors.append(
+            f"actor_rollout_ref.actor.tau_pos/tau_neg must be > 0 for loss_mode=sapo ({actor.tau_pos}, {actor.tau_neg})"
+        )
+    for path, value in (
+        ("actor_rollout_ref.actor.loss_scale_factor", actor.loss_scale_factor),
+        ("critic.loss_scale_factor", cfg.critic.loss_scale_factor),
+    ):
+        if value is not None and not float(value) > 0:
+            errors.append(f"{path}={value} must be > 0 (or null: the response length)")
+    algo = cfg.algorithm
+    estimator = str(algo.adv_estimator)
+    if estimator in _OTB:
+        if not actor.calculate_sum_pi_squared:
+            errors.append(
+                f"algorithm.adv_estimator={estimator} needs sum_v pi(v)^2 per token from the old-log-prob pass: set "
+                "actor_rollout_ref.actor.calculate_sum_pi_squared=true"
+            )
+        rc = algo.get("rollout_correction")
+        if rc is not None and rc.bypass_mode:
+            errors.append(
+                f"algorithm.adv_estimator={estimator} reads the old-log-prob pass's sum_pi_squared, which "
+                "algorithm.rollout_correction.bypass_mode=true skips: set bypass_mode=false"
+            )
+    if algo.use_pf_ppo and estimator != "gae":
+        errors.append(
+            f"algorithm.use_pf_ppo=true resamples after GAE only (as upstream); with adv_estimator={estimator} it "
+            "would do nothing: set use_pf_ppo=false or adv_estimator=gae"
+        )
+    if estimator == "gdpo":
+        keys = algo.get("gdpo_reward_keys")
+        if not keys:
+            errors.append(
+                "algorithm.adv_estimator=gdpo needs +algorithm.gdpo_reward_keys=[...]: the keys of the reward "
+                "function's dict to normalise one by one (e.g. '[accuracy_reward, format_reward]')"
+            )
+        weights = algo.get("gdpo_reward_weights")
+        if keys and weights is not None and len(weights) != len(keys):
+            errors.append(
+                f"algorithm.gdpo_reward_weights has {len(weights)} entries for {len(keys)} gdpo_reward_keys: give one "
+                "weight per key (or leave it out: all 1)"
+            )
