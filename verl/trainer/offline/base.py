@@ -260,6 +260,14 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def _update_config(self, updates: dict[str, Any]) -> None:
         self.config = build_offline_config(self.config_schema, self.config, updates)
 
+    def update_config(self, updates: dict[str, Any]) -> None:
+        """Set dotted config keys (``{"trainer.save_freq": 5}``) before :meth:`fit`; the result is validated."""
+        self._update_config(updates)
+
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch of the training set (``data.train_batch_size`` rows each)."""
+        return self._plan()[0]
+
     def _collate(self, items: Sequence[dict[str, Any]], dataset: Any) -> dict[str, torch.Tensor]:
         """``dataset.collate(items)`` with every tensor moved to the trainer's device (per-row lists, such as a
         vision-language batch's ``multi_modal_inputs``, stay as they are)."""
