@@ -35,6 +35,15 @@ def test_sft_conversation_masks_only_assistant_content(byte_tokenizer) -> None:
     assert trained == "yo\n"
 
 
+def test_sft_conversation_truncation_left_keeps_the_end(byte_tokenizer) -> None:
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    full = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=64)[0]
+    left = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=5, truncation="left")[0]
+    right = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=25, truncation="right")[0]
+    assert left["input_ids"] == full["input_ids"][-5:] and left["loss_mask"] == full["loss_mask"][-5:]
+    assert right["input_ids"] == full["input_ids"][:25] and sum(right["loss_mask"]) == 1
+
+
 def test_sft_conversation_with_images_trains_its_last_assistant_reply(byte_tokenizer, monkeypatch) -> None:
     """Upstream's vision-language SFT rows (pokemon captions): messages with <image> plus an images column. The
     turns before the one assistant reply go through the processor; the loss covers the reply only."""

@@ -386,7 +386,8 @@ class SFTDataset(TokenizedRowsDataset):
                 if len(item["input_ids"]) > max_length:
                     if truncation == "error":
                         raise ValueError(f"{where}: {len(item['input_ids'])} tokens exceed max_length={max_length}")
-                    item = {k: v[:max_length] for k, v in item.items()}
+                    # left: keep the last max_length tokens (the latest turns); right: the first
+                    item = {k: v[-max_length:] if truncation == "left" else v[:max_length] for k, v in item.items()}
                     if not any(item["loss_mask"]):
                         raise ValueError(f"{where}: no assistant token is left within max_length={max_length}")
             else:
