@@ -201,11 +201,12 @@ def test_dynamic_micro_batches_respect_the_token_budget() -> None:
 
 
 def test_short_run_follows_total_epochs_and_after_each_epoch(tiny_model_dir, tmp_path) -> None:
-    """Two epochs of 2 conversations at 2 per step: 2 steps, an evaluation after each epoch, a checkpoint at the end
-    (the reports drawn at each checkpoint take most of the time, so there is one)."""
+    """Two epochs of 3 conversations at 2 per step: 2 steps (the last partial batch is dropped, as upstream's
+    loader does), an evaluation after each epoch, a checkpoint at the end (the reports drawn at each checkpoint take
+    most of the time, so there is one)."""
     rows = [
         {"messages": [{"role": "user", "content": f"{i} + {i}?"}, {"role": "assistant", "content": f"{2 * i}"}]}
-        for i in range(2)
+        for i in range(3)
     ]
     train, val = str(tmp_path / "train.parquet"), str(tmp_path / "test.parquet")
     pd.DataFrame(rows).to_parquet(train)

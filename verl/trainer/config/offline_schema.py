@@ -58,6 +58,7 @@ class SFTTrainDataConfig(SFTDataConfig):
 
     use_dynamic_bsz: bool = False  # true: micro-batches packed up to max_token_len_per_gpu tokens, not by row count
     max_token_len_per_gpu: int = 8192  # token budget of a micro-batch (a longer row forms one on its own)
+    drop_last: bool = False  # true: an epoch leaves out its last partial batch (several ranks always do)
 
 
 @dataclass

@@ -241,7 +241,8 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "data.micro_batch_size_per_gpu": int(data.micro_batch_size_per_gpu),
         "data.use_dynamic_bsz": bool(data.use_dynamic_bsz),
         "data.max_token_len_per_gpu": int(data.max_token_len_per_gpu),
-        "data.shuffle": True,  # upstream's DistributedSampler(shuffle=True)
+        "data.shuffle": True,  # upstream's DistributedSampler(shuffle=True, drop_last=True)
+        "data.drop_last": True,  # and its StatefulDataLoader(drop_last=True): steps per epoch = rows // batch
         "data.seed": int(trainer.seed),
         "model.path": _model_path(str(model.path)),
         "model.tokenizer_path": _model_path(str(model.tokenizer_path)) if model.tokenizer_path else None,

@@ -394,11 +394,15 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         self._update_config(updates)
         return self.fit()
 
+    def _drops_last_batch(self) -> bool:
+        """Whether an epoch leaves out its last partial batch: always with several ranks, so that every rank runs
+        the same number of collective steps; a single process keeps it unless a subclass says otherwise."""
+        return self.world_size > 1
+
     def _plan(self) -> tuple[int, int]:
-        """``(steps per epoch, total steps)``. Single process keeps a last partial batch; several ranks drop it
-        so that every rank runs the same number of collective steps."""
+        """``(steps per epoch, total steps)``; see :meth:`_drops_last_batch` for a last partial batch."""
         n, bsz = len(self.train_dataset), int(self.config.data.train_batch_size)
-        per_epoch = n // bsz if self.world_size > 1 else math.ceil(n / bsz)
+        per_epoch = n // bsz if self._drops_last_batch() else math.ceil(n / bsz)
         if per_epoch < 1:
             raise ConfigError(f"data.train_batch_size={bsz} is larger than the training set ({n} rows)")
         total = self.config.trainer.total_training_steps or int(self.config.trainer.total_epochs) * per_epoch

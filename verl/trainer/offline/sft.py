@@ -115,6 +115,10 @@ class SFTTrainer(OfflineTrainer):
         )
         return [self._collate([items[i] for i in part], dataset) for part in parts]
 
+    def _drops_last_batch(self) -> bool:
+        d = self.config.data
+        return super()._drops_last_batch() or ("drop_last" in d and bool(d.drop_last))  # GKD's data has no key
+
     def _count_units(self, batch: dict[str, torch.Tensor]) -> float:
         return float(batch["loss_mask"][:, 1:].sum().item())
 
