@@ -236,3 +236,12 @@ def test_short_run_follows_total_epochs_and_after_each_epoch(tiny_model_dir, tmp
         records = [json.loads(line) for line in f if line.strip()]
     assert max(r["step"] for r in records) == 2
     assert {r["step"] for r in records if "eval/loss" in r["metrics"]} == {1, 2}
+
+
+def test_upstream_config_name_resolves(tmp_path, capsys) -> None:
+    """Scripts that name the config (``--config-name sft_trainer_engine``, with or without a ``--config-path`` of
+    their own that lacks the file) get the packaged v0.9 config."""
+    for extra in ([], ["--config-path", str(tmp_path)]):
+        argv = [*extra, "--config-name", "sft_trainer_engine", "optim.lr=2e-5", "--cfg", "job"]
+        assert sft_trainer.main(argv) == 0
+        assert yaml.safe_load(capsys.readouterr().out)["optim"]["lr"] == 2e-5
