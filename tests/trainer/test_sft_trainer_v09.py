@@ -183,8 +183,7 @@ def test_translation_of_the_keys_that_move() -> None:
 def test_unsupported_settings_are_refused_in_one_line(override, message, capsys) -> None:
     assert sft_trainer.main([override, "--cfg", "job"]) == 2
     err = capsys.readouterr().err
-    assert message in err
-    assert len([line for line in err.splitlines() if line.strip().startswith("- ") or "engine" in line]) >= 1
+    assert "invalid config (1 problem)" in err and message in err  # one line, naming the key and what to do
 
 
 def test_dynamic_micro_batches_respect_the_token_budget() -> None:

@@ -173,7 +173,8 @@ def _value_errors(cfg: DictConfig) -> list[str]:
     need({"model", "optimizer", "extra"} <= save <= {"model", "optimizer", "extra", "hf_model"},
          "checkpoint.save_contents", sorted(save), "checkpoints always hold model, optimizer and extra (so that a "
          "resume is exact); add hf_model for a Hugging Face export at the end")
-    need(set(cfg.checkpoint.load_contents) >= {"model", "optimizer", "extra"}, "checkpoint.load_contents",
+    load = set(cfg.checkpoint.load_contents)  # by default the same list as save_contents: one error is enough
+    need(load == save or load >= {"model", "optimizer", "extra"}, "checkpoint.load_contents",
          sorted(cfg.checkpoint.load_contents), "a resume always loads model, optimizer and extra")
     # fmt: on
     return errors
