@@ -91,9 +91,15 @@ def _same(a, b) -> bool:
 
 def test_yaml_defaults_match_the_schema() -> None:
     cfg = load_config([], config_name="sft_trainer_engine", schema=SFTEngineConfig)
-    expected = dataclasses.asdict(SFTEngineConfig())
-    expected["trainer"]["default_local_dir"] = "checkpoints/gsm8k-sft/test"  # the YAML's interpolation, resolved
-    assert OmegaConf.to_container(cfg, resolve=True) == expected
+    assert OmegaConf.to_container(cfg, resolve=True) == dataclasses.asdict(SFTEngineConfig())
+
+
+def test_unset_experiment_name_follows_the_run(capsys) -> None:
+    """Upstream's fixed `test` would put every run in one directory; here the name follows model, data and LoRA."""
+    assert sft_trainer.main(["--cfg", "job", "model.path=Qwen/Qwen3-8B", "model.lora_rank=8"]) == 0
+    trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
+    assert trainer["experiment_name"] == "sft-Qwen3-8B-gsm8k-lora8"
+    assert trainer["default_local_dir"] == "checkpoints/verl/sft-Qwen3-8B-gsm8k-lora8"
 
 
 @pytest.mark.parametrize("name", list(V09_FSDP_SCRIPTS))

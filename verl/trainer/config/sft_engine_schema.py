@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 
+# registers ${verl.experiment_name:...}, the default trainer.experiment_name of sft_trainer_engine.yaml
+from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -252,10 +255,12 @@ class EngineCheckpointConfig:
 class EngineTrainerConfig:
     """``trainer`` of upstream's v0.9 SFT config."""
 
-    default_local_dir: str = "checkpoints/gsm8k-sft/test"  # YAML: checkpoints/${project_name}/${experiment_name}
+    # YAML: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+    default_local_dir: str = "checkpoints/verl/sft-deepseek-llm-7b-chat-gsm8k"
     default_hdfs_dir: Optional[str] = None
-    project_name: str = "gsm8k-sft"
-    experiment_name: str = "test"
+    project_name: str = "verl"  # upstream: gsm8k-sft
+    # upstream: test; YAML: ${verl.experiment_name:sft,...}: sft-<model>-<data>[-lora<r>] (experiment_name.py)
+    experiment_name: str = "sft-deepseek-llm-7b-chat-gsm8k"
     total_epochs: int = 4
     total_training_steps: Optional[int] = None
     logger: list[str] = _list("console", "wandb")
