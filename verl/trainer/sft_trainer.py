@@ -46,8 +46,9 @@ def _check_rows(cfg: DictConfig) -> None:
     from verl.utils.dataset.sft_dataset import load_rows
 
     fields = (str(cfg.data.tools_key), str(cfg.data.enable_thinking_key))
+    sft = to_sft_overrides(cfg)  # the data paths with ~ expanded
     for key in ("train_files", "val_files"):
-        source = to_sft_overrides(cfg)[f"data.{key}"]
+        source = sft[f"data.{key}"]
         if not source:
             continue
         rows = load_rows(source)
