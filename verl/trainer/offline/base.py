@@ -344,7 +344,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         if ds is None:
             raise ValueError("evaluate() needs a dataset: pass one or give eval_dataset= / data.val_files")
         self._ensure_reference(ds)
-        indices = list(range(len(ds)))[self.rank :: self.world_size]
+        # every rank scores as many rows (FSDP's forward is collective): the last len % world rows are left out
+        usable = len(ds) - len(ds) % self.world_size
+        if usable == 0:
+            raise ValueError(f"the evaluation set has {len(ds)} rows, fewer than the {self.world_size} ranks")
+        indices = list(range(usable))[self.rank :: self.world_size]
         was_training = self.model.training
         self.model.eval()
         stats: dict[str, tuple[float, float]] = {}
