@@ -250,3 +250,48 @@ def test_upstream_config_name_resolves(tmp_path, capsys) -> None:
         argv = [*extra, "--config-name", "sft_trainer_engine", "optim.lr=2e-5", "--cfg", "job"]
         assert sft_trainer.main(argv) == 0
         assert yaml.safe_load(capsys.readouterr().out)["optim"]["lr"] == 2e-5
+
+
+@pytest.mark.slow
+def test_two_rank_torchrun_with_dynamic_micro_batches(tiny_model_dir, tmp_path) -> None:
+    """torchrun with 2 ranks: token-budget micro-batches agree across ranks, 9 rows at 4 per step are 2 steps an
+    epoch (upstream's loader drops the last partial batch), and the 3-row evaluation set is scored after each step."""
+    import socket
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rows = [
+        {"messages": [{"role": "user", "content": "q" * (3 + 7 * i)}, {"role": "assistant", "content": "a" * (2 + i)}]}
+        for i in range(9)
+    ]
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame(rows[:3]).to_parquet(tmp_path / "test.parquet")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(PYTHONPATH=root, OMP_NUM_THREADS="1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [
+        f"data.train_files={tmp_path}/train.parquet",
+        f"data.val_files={tmp_path}/test.parquet",
+        "data.train_batch_size=4",
+        "data.max_token_len_per_gpu=120",
+        "engine.dtype=float32",
+        f"model.path={tiny_model_dir}",
+        "model.enable_gradient_checkpointing=false",
+        "trainer.total_epochs=2",
+        "trainer.test_freq=1",
+        "trainer.logger=[file]",
+        "trainer.device=cpu",
+        f"trainer.default_local_dir={tmp_path}/out",
+    ]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
+    run = subprocess.run(
+        [*launcher, "-m", "verl.trainer.sft_trainer", *argv], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(tmp_path / "out" / "logs" / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    assert {r["step"] for r in records if "eval/loss" in r["metrics"]} == {1, 2, 3, 4}
+    assert os.path.isdir(tmp_path / "out" / "global_step_4")
