@@ -1,7 +1,8 @@
 """Write SFT, DPO and KTO datasets for the bundled arithmetic task (two-number addition).
 
 SFT rows {prompt, response, extra_info: {question, answer}}: the correct answer (extra_info as verl's gsm8k
-preprocessing writes it). DPO rows {prompt, chosen, rejected}: the correct answer against a near miss (off by
+preprocessing writes it); the same as conversations {messages: [..., {assistant: answer}]} in sft_messages_*.parquet
+(the layout of verl v0.9's gsm8k_multiturn_sft.py, read by `python -m verl.trainer.sft_trainer`). DPO rows {prompt, chosen, rejected}: the correct answer against a near miss (off by
 1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
 Prompts are chat messages, as in the RL data, so the trainers apply the model's chat template.
 
@@ -28,9 +29,10 @@ def _near_miss(answer: int, rng: random.Random) -> int:
 
 
 def build_offline_rows(num_rows: int, seed: int, split: str) -> dict[str, list[dict]]:
-    """SFT, DPO and KTO rows from the same arithmetic problems (deterministic for a seed)."""
+    """SFT (prompt/response and conversation), DPO and KTO rows from the same arithmetic problems (deterministic for
+    a seed)."""
     rng = random.Random(seed)
-    sft, dpo, kto = [], [], []
+    sft, sft_messages, dpo, kto = [], [], [], []
     for i, row in enumerate(generate_arithmetic_rows(num_rows, seed=seed, split=split)):
         prompt = row["prompt"]
         answer = int(row["reward_model"]["ground_truth"])
@@ -39,10 +41,12 @@ def build_offline_rows(num_rows: int, seed: int, split: str) -> dict[str, list[d
         question = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
         extra_info = {"question": question, "answer": str(answer)}
         sft.append({"prompt": prompt, "response": str(answer), "extra_info": extra_info})
+        user = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        sft_messages.append({"messages": [*user, {"role": "assistant", "content": str(answer)}]})
         dpo.append({"prompt": prompt, "chosen": str(answer), "rejected": str(wrong)})
         desirable = i % 2 == 0
         kto.append({"prompt": prompt, "completion": str(answer if desirable else wrong), "label": desirable})
-    return {"sft": sft, "dpo": dpo, "kto": kto}
+    return {"sft": sft, "sft_messages": sft_messages, "dpo": dpo, "kto": kto}
 
 
 def main() -> None:

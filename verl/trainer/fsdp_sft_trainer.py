@@ -52,6 +52,12 @@ def check_launch(cfg: DictConfig) -> None:
             f"trainer.nnodes x trainer.n_gpus_per_node = {want}, but the launcher started {have} ranks (WORLD_SIZE); "
             "make them agree"
         )
+    sp = int(cfg.ulysses_sequence_parallel_size)
+    if sp > 1 and (have or 1) % sp != 0:
+        raise ConfigError(
+            f"ulysses_sequence_parallel_size={sp} does not divide the world size {have or 1} (as verl's device mesh "
+            "requires); use a divisor of the number of ranks"
+        )
 
 
 def _check_rows(cfg: DictConfig) -> None:

@@ -35,6 +35,40 @@ def test_sft_conversation_masks_only_assistant_content(byte_tokenizer) -> None:
     assert trained == "yo\n"
 
 
+def test_sft_conversation_truncation_left_keeps_the_end(byte_tokenizer) -> None:
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    full = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=64)[0]
+    left = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=5, truncation="left")[0]
+    right = SFTDataset([{"messages": msgs}], byte_tokenizer, max_length=25, truncation="right")[0]
+    assert left["input_ids"] == full["input_ids"][-5:] and left["loss_mask"] == full["loss_mask"][-5:]
+    assert right["input_ids"] == full["input_ids"][:25] and sum(right["loss_mask"]) == 1
+
+
+def test_sft_conversation_with_images_trains_its_last_assistant_reply(byte_tokenizer, monkeypatch) -> None:
+    """Upstream's vision-language SFT rows (pokemon captions): messages with <image> plus an images column. The
+    turns before the one assistant reply go through the processor; the loss covers the reply only."""
+    import torch
+
+    from verl.utils.dataset import multi_modal_inputs
+
+    seen = {}
+
+    def fake_processor_inputs(processor, messages, images, where):
+        seen.update(messages=messages, images=images)
+        ids = byte_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return [ord(c) for c in ids], {"pixel_values": torch.zeros(1, 2)}, {}, ids
+
+    monkeypatch.setattr(multi_modal_inputs, "processor_inputs", fake_processor_inputs)
+    msgs = [{"role": "user", "content": "<image>what is it?"}, {"role": "assistant", "content": "a cat"}]
+    item = SFTDataset([{"messages": msgs, "images": ["img0"]}], byte_tokenizer, processor=object())[0]
+    assert seen == {"messages": msgs[:1], "images": ["img0"]}
+    trained = "".join(chr(t) for t, m in zip(item["input_ids"], item["loss_mask"]) if m)
+    assert trained == "a cat\n" and "pixel_values" in item["multi_modal_inputs"]
+    two_replies = [*msgs, {"role": "user", "content": "sure?"}, {"role": "assistant", "content": "yes"}]
+    with pytest.raises(ValueError, match=r"row 0: a conversation with images .* only assistant message is the last"):
+        SFTDataset([{"messages": two_replies, "images": ["img0"]}], byte_tokenizer, processor=object())
+
+
 def test_preference_pairs_and_collate_layout(byte_tokenizer) -> None:
     ds = PreferenceDataset([{"prompt": "q", "chosen": "yes", "rejected": "n"}], byte_tokenizer, max_length=16)
     it = ds[0]

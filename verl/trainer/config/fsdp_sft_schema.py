@@ -172,7 +172,6 @@ class FSDPSFTConfig:
             "data.chat_template": (data.chat_template, "the tokenizer's own chat template is used"),
             "data.use_shm": (data.use_shm, "data is read in place, not copied to shared memory"),
             "model.use_shm": (model.use_shm, "the model is read in place, not copied to shared memory"),
-            "model.use_liger": (model.use_liger, "Liger kernels are not used here"),
             "model.fsdp_config.cpu_offload": (model.fsdp_config.cpu_offload, "CPU offload is not available for SFT"),
             "model.fsdp_config.offload_params": (model.fsdp_config.offload_params, "CPU offload is not available "
                                                  "for SFT"),
@@ -192,10 +191,14 @@ class FSDPSFTConfig:
                 "model.fsdp_config.wrap_policy.min_num_params: only 0 is supported (FSDP2 shards every layer), "
                 f"got {model.fsdp_config.wrap_policy.min_num_params}"
             )
-        if cfg.ulysses_sequence_parallel_size != 1:
-            errors.append(
-                f"ulysses_sequence_parallel_size={cfg.ulysses_sequence_parallel_size}: sequence parallelism is not "
-                "available for SFT; use 1"
+        if cfg.ulysses_sequence_parallel_size < 1:
+            errors.append(f"ulysses_sequence_parallel_size: must be >= 1, got {cfg.ulysses_sequence_parallel_size}")
+        elif cfg.ulysses_sequence_parallel_size > 1:
+            # verl's SFT loss is the token mean over the global batch, so splitting sequences changes memory only
+            warnings.append(
+                f"ulysses_sequence_parallel_size={cfg.ulysses_sequence_parallel_size}: sequences are not split "
+                "across ranks here; every rank trains whole sequences of its share of the batch (same loss and "
+                "gradient, more activation memory per GPU)"
             )
         if str(optim.optimizer).lower() != "adamw" or str(optim.optimizer_impl) != "torch.optim":
             errors.append(f"optim.optimizer={optim.optimizer} / optimizer_impl={optim.optimizer_impl}: only AdamW "

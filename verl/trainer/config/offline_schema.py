@@ -53,6 +53,15 @@ class SFTDataConfig(OfflineDataConfig):
 
 
 @dataclass
+class SFTTrainDataConfig(SFTDataConfig):
+    """``data`` of ``sft_trainer.yaml``: SFT rows plus how a rank's rows are cut into micro-batches."""
+
+    use_dynamic_bsz: bool = False  # true: micro-batches packed up to max_token_len_per_gpu tokens, not by row count
+    max_token_len_per_gpu: int = 8192  # token budget of a micro-batch (a longer row forms one on its own)
+    drop_last: bool = False  # true: an epoch leaves out its last partial batch (several ranks always do)
+
+
+@dataclass
 class DPODataConfig(OfflineDataConfig):
     """``data`` of DPO: ``{prompt, chosen, rejected}`` rows."""
 
@@ -202,7 +211,7 @@ class SFTConfig:
 
     config_name: ClassVar[str] = "sft_trainer"
 
-    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    data: SFTTrainDataConfig = field(default_factory=SFTTrainDataConfig)
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
     trainer: OfflineTrainerConfig = field(
@@ -215,6 +224,8 @@ class SFTConfig:
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
         """``(errors, warnings)`` of the checks spanning several keys (plus the LoRA settings)."""
         errors = _common_checks(cfg) + _lora_checks(cfg)
+        if cfg.data.max_token_len_per_gpu < 1:
+            errors.append(f"data.max_token_len_per_gpu: must be >= 1, got {cfg.data.max_token_len_per_gpu}")
         return errors, []
 
 

@@ -260,6 +260,14 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def _update_config(self, updates: dict[str, Any]) -> None:
         self.config = build_offline_config(self.config_schema, self.config, updates)
 
+    def update_config(self, updates: dict[str, Any]) -> None:
+        """Set dotted config keys (``{"trainer.save_freq": 5}``) before :meth:`fit`; the result is validated."""
+        self._update_config(updates)
+
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch of the training set (``data.train_batch_size`` rows each)."""
+        return self._plan()[0]
+
     def _collate(self, items: Sequence[dict[str, Any]], dataset: Any) -> dict[str, torch.Tensor]:
         """``dataset.collate(items)`` with every tensor moved to the trainer's device (per-row lists, such as a
         vision-language batch's ``multi_modal_inputs``, stay as they are)."""
@@ -336,7 +344,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         if ds is None:
             raise ValueError("evaluate() needs a dataset: pass one or give eval_dataset= / data.val_files")
         self._ensure_reference(ds)
-        indices = list(range(len(ds)))[self.rank :: self.world_size]
+        # every rank scores as many rows (FSDP's forward is collective): the last len % world rows are left out
+        usable = len(ds) - len(ds) % self.world_size
+        if usable == 0:
+            raise ValueError(f"the evaluation set has {len(ds)} rows, fewer than the {self.world_size} ranks")
+        indices = list(range(usable))[self.rank :: self.world_size]
         was_training = self.model.training
         self.model.eval()
         stats: dict[str, tuple[float, float]] = {}
@@ -386,11 +398,15 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         self._update_config(updates)
         return self.fit()
 
+    def _drops_last_batch(self) -> bool:
+        """Whether an epoch leaves out its last partial batch: always with several ranks, so that every rank runs
+        the same number of collective steps; a single process keeps it unless a subclass says otherwise."""
+        return self.world_size > 1
+
     def _plan(self) -> tuple[int, int]:
-        """``(steps per epoch, total steps)``. Single process keeps a last partial batch; several ranks drop it
-        so that every rank runs the same number of collective steps."""
+        """``(steps per epoch, total steps)``; see :meth:`_drops_last_batch` for a last partial batch."""
         n, bsz = len(self.train_dataset), int(self.config.data.train_batch_size)
-        per_epoch = n // bsz if self.world_size > 1 else math.ceil(n / bsz)
+        per_epoch = n // bsz if self._drops_last_batch() else math.ceil(n / bsz)
         if per_epoch < 1:
             raise ConfigError(f"data.train_batch_size={bsz} is larger than the training set ({n} rows)")
         total = self.config.trainer.total_training_steps or int(self.config.trainer.total_epochs) * per_epoch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -94,6 +95,29 @@ class SFTTrainer(OfflineTrainer):
             image_key=str(d.get("image_key", "images")),
         )
         return ds
+
+    def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
+        """``micro_batch_size_per_gpu`` rows at a time, or with ``data.use_dynamic_bsz`` groups of at most
+        ``data.max_token_len_per_gpu`` tokens (:func:`~verl.utils.seqlen_balancing.rearrange_micro_batches`: balanced
+        partitions, the same count on every rank). The step's loss is divided by its token count either way, so the
+        gradient does not depend on how the rows are grouped."""
+        d = self.config.data
+        if not ("use_dynamic_bsz" in d and d.use_dynamic_bsz) or not items:  # GKD's data section has no such key
+            return super()._micro_batches(items, dataset)
+        from tensordict import TensorDict
+
+        from verl.utils.seqlen_balancing import rearrange_micro_batches
+
+        lengths = torch.tensor([len(it["input_ids"]) for it in items])
+        mask = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
+        _, parts = rearrange_micro_batches(
+            TensorDict({"attention_mask": mask}, batch_size=[len(items)]), int(d.max_token_len_per_gpu)
+        )
+        return [self._collate([items[i] for i in part], dataset) for part in parts]
+
+    def _drops_last_batch(self) -> bool:
+        d = self.config.data
+        return super()._drops_last_batch() or ("drop_last" in d and bool(d.drop_last))  # GKD's data has no key
 
     def _count_units(self, batch: dict[str, torch.Tensor]) -> float:
         return float(batch["loss_mask"][:, 1:].sum().item())

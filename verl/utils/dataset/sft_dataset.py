@@ -263,6 +263,20 @@ def encode_conversation(tokenizer: Any, messages: list[dict[str, Any]], where: s
     return {"input_ids": ids, "loss_mask": mask}
 
 
+def split_image_conversation(
+    messages: list[dict[str, Any]], where: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(prompt messages, [assistant reply])`` of a conversation with images whose one assistant message is the
+    last (upstream's vision-language SFT data, e.g. image captions); other shapes raise, naming the row."""
+    roles = [m.get("role") for m in messages]
+    if roles.count("assistant") != 1 or roles[-1] != "assistant":
+        raise ValueError(
+            f"{where}: a conversation with images is trained here when its only assistant message is the last "
+            f"(roles: {roles}); split it into one row per assistant reply"
+        )
+    return list(messages[:-1]), [messages[-1]]
+
+
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-pad sequences into ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask``, all
     ``[batch, max_len]``; ``loss_mask[b, t] = 1`` when token ``t`` of sequence ``b`` is a response token."""
@@ -325,7 +339,8 @@ class SFTDataset(TokenizedRowsDataset):
         max_length: cap on prompt + response tokens. ``max_prompt_length``: optional cap on the prompt.
         truncation: ``right`` (cut as in :func:`fit_to_length`) or ``error``.
         prompt_key / response_key / messages_key: field names. A row with ``messages_key`` (and no
-            ``prompt_key``) is a conversation trained on all its assistant turns.
+            ``prompt_key``) is a conversation trained on all its assistant turns (with images: one assistant
+            turn, the last, see :func:`split_image_conversation`).
         prompt_dict_keys / response_dict_keys: when the prompt / response field holds a dict (e.g. verl's
             ``extra_info``), the path of keys to the text inside it (``["question"]`` reads
             ``row[prompt_key]["question"]``).
@@ -361,22 +376,26 @@ class SFTDataset(TokenizedRowsDataset):
             images = row.get(image_key)
             if images and processor is None:
                 raise ValueError(f"{where}: the row has images ({image_key!r}) but the model has no processor")
-            if messages_key in row and prompt_key not in row:
-                if images:
-                    raise ValueError(f"{where}: conversations with images are not supported; use prompt/response rows")
+            conversation = messages_key in row and prompt_key not in row
+            if conversation:
                 messages = row[messages_key]
                 if not (_is_messages(messages) and messages):
                     raise ValueError(f"{where}: field {messages_key!r} must be a non-empty list of chat messages")
+            if conversation and not images:
                 item = encode_conversation(tokenizer, messages, where)
                 if len(item["input_ids"]) > max_length:
                     if truncation == "error":
                         raise ValueError(f"{where}: {len(item['input_ids'])} tokens exceed max_length={max_length}")
-                    item = {k: v[:max_length] for k, v in item.items()}
+                    # left: keep the last max_length tokens (the latest turns); right: the first
+                    item = {k: v[-max_length:] if truncation == "left" else v[:max_length] for k, v in item.items()}
                     if not any(item["loss_mask"]):
                         raise ValueError(f"{where}: no assistant token is left within max_length={max_length}")
             else:
-                prompt = _dig(require_field(self.rows, i, prompt_key), prompt_key, prompt_dict_keys, where)
-                response = _dig(require_field(self.rows, i, response_key), response_key, response_dict_keys, where)
+                if conversation:  # with images: the processor renders the turns before the one assistant reply
+                    prompt, response = split_image_conversation(messages, where)
+                else:
+                    prompt = _dig(require_field(self.rows, i, prompt_key), prompt_key, prompt_dict_keys, where)
+                    response = _dig(require_field(self.rows, i, response_key), response_key, response_dict_keys, where)
                 if apply_chat_template and isinstance(prompt, str):
                     prompt = [{"role": "user", "content": prompt}]
                 check_text_or_messages(prompt, prompt_key, where)
