@@ -122,8 +122,8 @@ class RewardHealth:
             limit = f"{self.consecutive} in a row (trainer.max_degenerate_reward_steps=0: never stops)"
         message = (
             f"step {step}: degenerate reward: all {n} scores are {float(values[0]):g} because the reward failed "
-            f"({causes}); every advantage is 0, this step trains nothing ({limit}). Look at the reward's "
-            "errors in the log (reward_model.* time-outs, the judge's answers in samples.jsonl)"
+            f"({causes}); every advantage is 0, this step trains nothing ({limit}). See the reward's warnings above "
+            "and the samples in the run's samples.jsonl"
         )
         if self.max_steps > 0 and self.consecutive >= self.max_steps:
             raise DegenerateRewardError(message)

@@ -187,6 +187,12 @@ def prepare_run(config: DictConfig) -> dict[str, Any]:
     # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
     identity = ppo_run_identity(config)
     check_checkpoint_root(trainer_cfg, identity)
+    from verl.trainer.ppo.memory_check import check_ppo_memory
+
+    # a CPU run whose micro-batches cannot fit the free memory is refused now (MemoryBudgetError), not killed later
+    estimate = check_ppo_memory(config, identity)
+    if estimate is not None:
+        logger.debug("memory: %s", estimate)
     return identity
 
 

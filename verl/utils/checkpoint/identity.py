@@ -273,7 +273,8 @@ def compare_identities(
 
     Errors (the states cannot load): a role of ``current`` missing from ``saved``; another architecture or shape
     of a role's model; another LoRA rank; another ``data.train_batch_size`` (the data position cannot load); with
-    ``strict_algorithm``, another trainer, algorithm or recorded setting (a warning otherwise). Warnings: the same shapes from another model path. Each entry names the role and both values.
+    ``strict_algorithm``, another trainer, algorithm or recorded setting (a warning otherwise). Warnings: the same
+    shapes from another model path. Each entry names the role (or the setting) and both values.
     """
     errors: list[str] = []
     warnings: list[str] = []

@@ -2,9 +2,9 @@
 
 :data:`PANELS` is the one place that decides what is drawn for each trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``,
 ``gkd``): the PNG written next to the checkpoints and the charts of ``report.html`` (:mod:`verl.utils.tracking.report`)
-are both drawn from it. A panel names metrics exactly or with ``fnmatch`` patterns (``val-core/*/mean@*``); the keys a run
-actually logged are matched, and a panel none of whose keys was logged is left out, so a GRPO run shows no critic panel
-and an SFT run without an eval set shows no eval curve.
+are both drawn from it. A panel names metrics exactly or with ``fnmatch`` patterns (``val-core/*/mean@*``); the keys a
+run actually logged are matched, and a panel none of whose keys was logged is left out, so a GRPO run shows no critic
+panel and an SFT run without an eval set shows no eval curve.
 
 Drawing rules: a metric logged at every step is a line; one logged at fewer steps (validation, evaluation) is drawn
 with markers, and a panel with ``annotate`` writes each point's value next to it (the held-out accuracy before and
