@@ -176,3 +176,31 @@ def test_a_reward_that_fails_for_every_sample_stops_the_run(
     assert "Traceback" not in captured.err
     info = json.loads((out / "run_info.json").read_text())
     assert info["status"] == "failed" and "DegenerateRewardError" in info["error"]
+
+
+def test_an_offline_trainer_says_its_run_is_finished(
+    tiny_model_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from verl.trainer import main_sft
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n" for i in range(4)))
+    out = tmp_path / "sft"
+    args = [
+        f"model.path={tiny_model_dir}",
+        f"data.train_files={data}",
+        f"trainer.default_local_dir={out}",
+        "data.train_batch_size=2",
+        "data.micro_batch_size_per_gpu=2",
+        "trainer.total_training_steps=1",
+        "trainer.logger=[file]",
+        "trainer.device=cpu",
+        "model.dtype=float32",
+    ]
+    assert main_sft.main(args) == 0
+    before = _tree(out)
+    capsys.readouterr()
+    assert main_sft.main(args) == 0
+    text = capsys.readouterr().out
+    assert f"run {out} already finished: its checkpoint global_step_1 is step 1 of 1" in text
+    assert "resumed from" not in text and _tree(out) == before
