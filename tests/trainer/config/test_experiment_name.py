@@ -111,7 +111,9 @@ def test_the_mode_is_part_of_the_name() -> None:
     assert run_mode(None, True) == "agent"
     data = "data.train_files=~/data/gsm8k/train.parquet"
     names = {
-        load_config([data, "algorithm.adv_estimator=grpo", *extra]).trainer.experiment_name
+        load_config(
+            [data, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", *extra]
+        ).trainer.experiment_name
         for extra in (
             [],
             ["actor_rollout_ref.rollout.multi_turn.enable=true"],
