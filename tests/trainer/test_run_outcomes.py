@@ -178,7 +178,7 @@ def test_a_reward_that_fails_for_every_sample_stops_the_run(
     assert info["status"] == "failed" and "DegenerateRewardError" in info["error"]
 
 
-def test_an_offline_trainer_says_its_run_is_finished(
+def test_an_offline_trainer_says_its_run_is_finished_and_refuses_another_batch_size(
     tiny_model_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from verl.trainer import main_sft
@@ -204,3 +204,9 @@ def test_an_offline_trainer_says_its_run_is_finished(
     text = capsys.readouterr().out
     assert f"run {out} already finished: its checkpoint global_step_1 is step 1 of 1" in text
     assert "resumed from" not in text and _tree(out) == before
+    # one more step with another batch size: the data position would not continue; one line, exit 2
+    more = [a for a in args if not a.startswith(("trainer.total_training_steps", "data.train_batch_size"))]
+    assert main_sft.main([*more, "trainer.total_training_steps=2", "data.train_batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to resume" in err and "data.train_batch_size 2 vs 4" in err and "Traceback" not in err
+    assert _tree(out) == before

@@ -155,7 +155,8 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def identity_of(cls, config: DictConfig, model: Any = None) -> dict[str, Any]:
         """The run identity (:func:`verl.utils.checkpoint.identity.make_identity`) of training ``model`` (a module;
         default: ``config.model.path``, fingerprinted from its ``config.json`` and safetensors headers) with
-        ``config``: the algorithm, the LoRA rank and the ``actor`` role's model fingerprint. Reads no weights."""
+        ``config``: the algorithm, the LoRA rank, the ``actor`` role's model fingerprint and ``data.train_batch_size``.
+        Reads no weights."""
         from verl.utils.checkpoint.identity import (
             make_identity,
             model_fingerprint_from_module,
@@ -170,7 +171,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             override = OmegaConf.to_container(mcfg.override_config, resolve=True) if mcfg.get("override_config") else {}
             fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
         name = cls.algorithm_name()
-        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0))
+        # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
+        settings = {"data.train_batch_size": int(config.data.train_batch_size)}
+        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0), settings)
 
     def _make_identity(self, model: Any) -> dict[str, Any] | None:
         try:
