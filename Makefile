@@ -18,7 +18,7 @@ INSTALL := $(PY) scripts/install_env.py --gpu $(GPU) --torch-cpu-index "$(TORCH_
 	--vllm $(if $(filter 1,$(GPU_VLLM)),1,$(VLLM))
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-fast lint format bench bench-smoke check-install clean
+.PHONY: demo demo-fresh test test-fast lint format bench bench-smoke check-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ check-install: | $(PY)
 
 demo: $(DEMO_STAMP)
 	$(PY) -m verl.trainer.main_ppo
+
+# The demo again from step 0: its checkpoints, metrics, report and export in outputs/verl/demo are replaced (a second
+# `make demo` only says the run has finished). The environment in .venv is kept.
+demo-fresh: $(DEMO_STAMP)
+	$(PY) -m verl.trainer.main_ppo trainer.resume_mode=disable trainer.overwrite_checkpoints=true
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -137,8 +137,12 @@ def test_a_rerun_of_the_same_command_resumes_its_own_checkpoint(
     out = tmp_path / "run"
     assert main_ppo.main(_ppo_args(tiny_model_dir, task_files, out)) == 0
     capsys.readouterr()
-    # the same command again: resume_mode=auto finds its own step 1 (nothing left to train)
+    # the same command again: resume_mode=auto finds its own step 1, the last one: said so, nothing trained
     assert main_ppo.main(_ppo_args(tiny_model_dir, task_files, out)) == 0
+    assert f"run {out} already finished: its checkpoint global_step_1 is step 1 of 1" in capsys.readouterr().out
+    # one more step: it resumes its own checkpoint
+    args = [a for a in _ppo_args(tiny_model_dir, task_files, out) if not a.startswith("trainer.total_training_steps")]
+    assert main_ppo.main([*args, "trainer.total_training_steps=2"]) == 0
     assert f"resumed from {out / 'global_step_1'} at step 1" in capsys.readouterr().out
 
 

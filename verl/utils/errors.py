@@ -16,6 +16,11 @@ class ConfigError(ValueError):
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
+class RunHealthError(RuntimeError):
+    """A run that ended, or must end, without training anything useful (no step trained, a reward that failed for
+    every sample, steps in a row); ``str(err)`` is one line. The entry points print it and exit with code 1."""
+
+
 class ConfigWarning(UserWarning):
     """A legal but suspicious config (e.g. a KL penalty applied twice)."""
 

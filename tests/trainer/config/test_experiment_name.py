@@ -101,3 +101,55 @@ def test_fsdp_sft_default() -> None:
         schema=FSDPSFTConfig,
     )
     assert cfg.trainer.default_local_dir == "checkpoints/verl/sft-Qwen2.5-0.5B-Instruct-gsm8k"
+
+
+def test_the_mode_is_part_of_the_name() -> None:
+    from verl.trainer.config.experiment_name import run_mode
+
+    assert run_mode(None, False) == "" and run_mode("null", "false") == ""
+    assert run_mode("one_step_off", False) == "one-step-off" and run_mode("fully_async", True) == "fully-async-agent"
+    assert run_mode(None, True) == "agent"
+    data = "data.train_files=~/data/gsm8k/train.parquet"
+    names = {
+        load_config(
+            [data, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", *extra]
+        ).trainer.experiment_name
+        for extra in (
+            [],
+            ["actor_rollout_ref.rollout.multi_turn.enable=true"],
+            ["async_training.mode=one_step_off"],
+            ["async_training.mode=fully_async"],
+        )
+    }
+    assert names == {
+        "grpo-smollm2-135m-instruct-gsm8k",
+        "grpo-smollm2-135m-instruct-gsm8k-agent",
+        "grpo-smollm2-135m-instruct-gsm8k-one-step-off",
+        "grpo-smollm2-135m-instruct-gsm8k-fully-async",
+    }
+
+
+def test_documented_commands_without_data_get_their_own_demo_directory() -> None:
+    """make demo, the agent-loop page's command, one_step_off_policy.main_ppo, another estimator or model: each its
+    own directory under outputs/verl/, so none resumes or rewrites the demo's run."""
+    from verl.experimental.one_step_off_policy.main_ppo import MODE_OVERRIDE
+
+    cases = {
+        "demo": [],
+        "demo-agent": ["actor_rollout_ref.rollout.multi_turn.enable=true", "data.train_batch_size=4"],
+        "demo-one-step-off": [MODE_OVERRIDE],
+        "demo-ppo": ["algorithm.adv_estimator=gae"],
+        "demo-tiny-lora8": ["actor_rollout_ref.model.path=/m/tiny", "actor_rollout_ref.model.lora_rank=8"],
+    }
+    for name, overrides in cases.items():
+        trainer = load_config(overrides).trainer
+        assert trainer.experiment_name == name, overrides
+        assert trainer.default_local_dir == f"outputs/verl/{name}"
+
+
+def test_the_demo_constants_match_the_packaged_yaml() -> None:
+    from verl.trainer.config.experiment_name import DEMO_ALGORITHM, DEMO_MODEL
+
+    cfg = load_config([])
+    assert cfg.algorithm.adv_estimator == DEMO_ALGORITHM
+    assert model_basename(cfg.actor_rollout_ref.model.path).lower() == DEMO_MODEL

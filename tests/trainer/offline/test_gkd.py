@@ -141,3 +141,23 @@ def test_reverse_kl_needs_lmbda_one(tiny_model_dir, byte_tokenizer, fast):
             dataset=ROWS,
             config={**fast, "gkd.loss_type": "reverse_kl", "gkd.lmbda": 0.5},
         )
+
+
+def test_a_gkd_run_writes_its_plot_and_report(tiny_model_dir, byte_tokenizer, fast, tmp_path, verl_logs):
+    """GKD is a trainer kind of its own for the plot and the report (loss, reverse KL to the teacher, on-policy
+    share): both are written, the report shows no problem and ``verl report`` rebuilds it."""
+    from verl.utils.tracking.plotting import PANELS, resolve_panels
+    from verl.utils.tracking.report.__main__ import main as report_main
+    from verl.utils.tracking.report.collect import collect_run
+
+    config = {**fast, "gkd.lmbda": 0.0, "trainer.plot": True, "trainer.report.enable": True}
+    trainer = GKDTrainer(tiny_model_dir, teacher=BigramTeacher(), tokenizer=byte_tokenizer, dataset=ROWS, config=config)
+    trainer.train(max_steps=2, per_device_train_batch_size=2, save_steps=1, output_dir=str(tmp_path))
+    assert (tmp_path / "metrics.png").stat().st_size > 0 and (tmp_path / "report.html").is_file()
+    assert not [r for r in verl_logs if r.levelname == "WARNING" and "report" in r.getMessage()]
+    data = collect_run(str(tmp_path))
+    assert data.kind == "gkd" and data.info["status"] == "finished" and not data.problems
+    drawn = {p.title for p in resolve_panels("gkd", {k for _, m in data.rows for k in m})}
+    assert {"Distillation loss", "Reverse KL to the teacher"} <= drawn and set(PANELS["gkd"])
+    assert report_main([str(tmp_path)]) == 0
+    assert 'id="error"' not in (tmp_path / "report.html").read_text()

@@ -135,6 +135,25 @@ def test_roles_lora_and_algorithm() -> None:
     assert errors == [] and warnings == ["algorithm grpo vs rloo"]
 
 
+def test_recorded_settings_are_compared_when_both_sides_have_them() -> None:
+    def with_settings(**settings):
+        ident = _ident()
+        return make_identity("ppo", "grpo", ident["models"], 0, settings) if settings else ident
+
+    saved = with_settings(**{"data.train_batch_size": 8, "data.shuffle": True, "mode": "sync"})
+    errors, _ = compare_identities(
+        saved, with_settings(**{"data.train_batch_size": 4, "data.shuffle": True, "mode": "agent"})
+    )
+    assert errors == ["data.train_batch_size 8 vs 4", "mode sync vs agent"]
+    # named explicitly (resume_path): only the batch size cannot load; another mode is a warning
+    errors, warnings = compare_identities(
+        saved, with_settings(**{"data.train_batch_size": 4, "mode": "agent"}), strict_algorithm=False
+    )
+    assert errors == ["data.train_batch_size 8 vs 4"] and warnings == ["mode sync vs agent"]
+    # a checkpoint that records no settings (older, or the Python API's) is not compared on them
+    assert compare_identities(_ident(), with_settings(**{"data.train_batch_size": 4})) == ([], [])
+
+
 # ---------------------------------------------------------------------------------------------- checking
 def test_a_mismatch_is_a_one_line_config_error_naming_both_and_the_fix(tmp_path) -> None:
     step_dir = _save_step(tmp_path, 2, _ident(LLAMA, path="/models/llama"))

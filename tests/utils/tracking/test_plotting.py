@@ -75,7 +75,7 @@ def test_read_metrics_bad_line_named(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------- trainer panels
 def test_every_kind_has_panels_and_unknown_kind_is_named() -> None:
-    assert set(TRAINER_KINDS) == {"ppo", "sft", "dpo", "kto"}
+    assert set(TRAINER_KINDS) == {"ppo", "sft", "dpo", "kto", "gkd"}
     with pytest.raises(ValueError, match="unknown trainer kind 'rm'"):
         resolve_panels("rm", ["loss"])
 

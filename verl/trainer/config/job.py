@@ -70,12 +70,17 @@ def run_one_job(
     except OSError as e:
         print(f"{prog}: cannot write the run record under hydra.run.dir={settings.run_dir}: {e}", file=sys.stderr)
         return EXIT_RUNTIME_ERROR
+    from verl.utils.errors import RunHealthError
+
     rejected: ConfigError | None = None
     with job_environment(settings):
         try:
             result = run_fn(built.cfg)
         except ConfigError as e:  # a problem only the trainer can see (e.g. dataset smaller than one batch)
             rejected = e
+        except RunHealthError as e:  # trained nothing, or a reward that cannot teach anything: named, one line
+            print(f"{prog}: {type(e).__name__}: {e}", file=sys.stderr)
+            return EXIT_RUNTIME_ERROR
     if rejected is not None:
         print(f"{prog}: {rejected}", file=sys.stderr)
         # the trainer refused to start: a directory this call made holds only its record, so it goes too

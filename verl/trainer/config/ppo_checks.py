@@ -201,6 +201,11 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
     """Values outside their meaningful range, caught before any model loads: learning rates, optimizer constants,
     sampling temperatures and top-p, clip ratios, and ``trust_remote_code`` without the unsafe-operations switch."""
     arr = cfg.actor_rollout_ref
+    if int(cfg.trainer.max_degenerate_reward_steps) < 0:
+        errors.append(
+            f"trainer.max_degenerate_reward_steps={cfg.trainer.max_degenerate_reward_steps} must be >= 0 "
+            "(0: never stop on a degenerate reward)"
+        )
     optims = [("actor_rollout_ref.actor.optim", arr.actor.optim)]
     if use_critic:
         optims.append(("critic.optim", cfg.critic.optim))

@@ -237,6 +237,10 @@ class TrainerConfig(BaseConfig):
     export_hf: bool = True
     plot: bool = True
     report: ReportConfig = field(default_factory=ReportConfig)
+    # steps in a row whose scores are all equal because the reward failed before DegenerateRewardError; 0: never
+    max_degenerate_reward_steps: int = 3
+    # refuse a run whose largest micro-batch's logits cannot fit the free RAM (CPU runs; verl/utils/memory_check.py)
+    check_memory: bool = True
     seed: int = 1
     deterministic: bool = False
     torch_threads: Optional[int] = None

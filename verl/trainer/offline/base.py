@@ -155,7 +155,8 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def identity_of(cls, config: DictConfig, model: Any = None) -> dict[str, Any]:
         """The run identity (:func:`verl.utils.checkpoint.identity.make_identity`) of training ``model`` (a module;
         default: ``config.model.path``, fingerprinted from its ``config.json`` and safetensors headers) with
-        ``config``: the algorithm, the LoRA rank and the ``actor`` role's model fingerprint. Reads no weights."""
+        ``config``: the algorithm, the LoRA rank, the ``actor`` role's model fingerprint and ``data.train_batch_size``.
+        Reads no weights."""
         from verl.utils.checkpoint.identity import (
             make_identity,
             model_fingerprint_from_module,
@@ -170,7 +171,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             override = OmegaConf.to_container(mcfg.override_config, resolve=True) if mcfg.get("override_config") else {}
             fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
         name = cls.algorithm_name()
-        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0))
+        # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
+        settings = {"data.train_batch_size": int(config.data.train_batch_size)}
+        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0), settings)
 
     def _make_identity(self, model: Any) -> dict[str, Any] | None:
         try:
@@ -448,6 +451,22 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item() > 0)
 
+    def _finished_step(self, total: int) -> int | None:
+        """The step of the checkpoint this run would resume when it is ``total`` or later (after the identity
+        check), with :func:`~verl.utils.checkpoint.finished.finished_run_message` printed on rank 0; else None."""
+        from verl.utils.checkpoint.finished import finished_checkpoint, finished_run_message
+
+        tcfg = self.config.trainer
+        resume_cfg = {"resume_mode": tcfg.resume_mode, "resume_from_path": tcfg.resume_from_path}
+        found = finished_checkpoint(resume_cfg, total, self.output_root)
+        if found is None:
+            return None
+        root_cfg = {**resume_cfg, "default_local_dir": self.output_root}
+        check_checkpoint_root(root_cfg, self.run_identity, self.output_root)  # another model's: refused instead
+        if self.rank == 0:
+            print(f"[verl] {finished_run_message(resume_cfg, total, self.output_root)}", flush=True)
+        return found[1]
+
     def _resume(self) -> None:
         tcfg = self.config.trainer
         if self.rank == 0:  # one rank cleans up; the others wait so nobody reads a directory being removed
@@ -525,6 +544,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         tcfg = self.config.trainer
         self._seed()
         per_epoch, total = self._plan()
+        done = self._finished_step(total)
+        if done is not None:  # the checkpoint to resume is the last step: said in one line, nothing rewritten
+            return {"global_step": float(done), "already_finished": 1.0}
         self._ensure_reference(self.train_dataset)
         if self.eval_dataset is not None:
             self._ensure_reference(self.eval_dataset)

@@ -128,14 +128,25 @@ class DriverCheckpointMixin:
                 "it holds weights only and cannot be resumed from"
             )
         state = safe_torch_load(data_file, "the driver's training state (step, data position, KL coefficient)")
+        if self.train_dataloader is not None and "dataloader" in state:
+            # before the weights: a data position this run cannot continue is one line, not a traceback
+            try:
+                self.train_dataloader.load_state_dict(state["dataloader"])
+            except ValueError as err:
+                from verl.utils.checkpoint.identity import CheckpointMismatchError
+
+                raise CheckpointMismatchError(
+                    f"refusing to resume checkpoint {path}: {err} (data.train_batch_size / data.* of this run differ "
+                    f"from the run in {os.path.dirname(os.path.normpath(path))}); use that run's data keys, or set "
+                    "trainer.experiment_name to a new name, or start over with trainer.resume_mode=disable "
+                    "trainer.overwrite_checkpoints=true (deletes its checkpoints)"
+                ) from None
         self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         self.global_steps = int(state["global_steps"])
         self._epoch = int(state.get("epoch", 0))
         self._gen_calls = int(state.get("gen_calls", self._gen_calls))
-        if self.train_dataloader is not None and "dataloader" in state:
-            self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
             self.kl_ctrl_in_reward.value = state["kl_coef"]
         self.resumed_state = state

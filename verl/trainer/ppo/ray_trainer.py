@@ -161,6 +161,9 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         # are off
         self._reporter: Any = None
         self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
+        from verl.trainer.ppo.run_health import RewardHealth
+
+        self.reward_health = RewardHealth(int(config.trainer.max_degenerate_reward_steps))
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -345,6 +348,9 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         (``trainer.enable_debug_mode``). :meth:`fit` and the Python API's ``PPOTrainer.step`` both call this."""
         with self.next_step():
             metrics = self.train_step(batch)
+        # every score equal because the reward failed: said now; DegenerateRewardError after
+        # trainer.max_degenerate_reward_steps such steps in a row (verl/trainer/ppo/run_health.py)
+        self.reward_health.observe_batch(self.global_steps, getattr(self, "last_batch", None))
         if self.debug_dir is not None:
             from verl.utils.profiler import dump_step_debug
 

@@ -165,20 +165,11 @@ def async_trainer_cls(config: DictConfig) -> type | None:
     return None
 
 
-def build_ppo_trainer(
-    config: DictConfig, role_worker_mapping: dict[Any, type] | None = None, trainer_cls: type | None = None
-) -> Any:
-    """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
-    managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
-
-    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``, or verl's
-    ``Role`` members); ``trainer_cls`` is a :class:`RayPPOTrainer` subclass to build instead (a recipe's trainer
-    that overrides a stage).
-    """
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
+def prepare_run(config: DictConfig) -> dict[str, Any]:
+    """Before anything loads: the checkpoint directory policy, the model paths (hub ids fetched once) and the
+    check that the checkpoint this run would resume or save over is one of this run (model, algorithm, data
+    order, mode); returns the run identity. Raises one-line errors (``ConfigError`` family)."""
     from verl.trainer.ppo.run_identity import ppo_run_identity
-    from verl.utils.models.loader import load_tokenizer
 
     trainer_cfg = config.trainer
     # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads
@@ -196,7 +187,37 @@ def build_ppo_trainer(
     # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
     identity = ppo_run_identity(config)
     check_checkpoint_root(trainer_cfg, identity)
+    from verl.trainer.ppo.memory_check import check_ppo_memory
+
+    # a CPU run whose micro-batches cannot fit the free memory is refused now (MemoryBudgetError), not killed later
+    estimate = check_ppo_memory(config, identity)
+    if estimate is not None:
+        logger.debug("memory: %s", estimate)
+    return identity
+
+
+def build_ppo_trainer(
+    config: DictConfig,
+    role_worker_mapping: dict[Any, type] | None = None,
+    trainer_cls: type | None = None,
+    identity: dict[str, Any] | None = None,
+) -> Any:
+    """Everything before the workers: checkpoint directory policy, seeds, Ray, tokenizer, datasets, reward
+    managers; returns the :class:`RayPPOTrainer` (call ``init_workers()`` then ``fit()``).
+
+    ``role_worker_mapping`` replaces the worker class of a role (``actor_rollout``, ``critic``, ``rm``, or verl's
+    ``Role`` members); ``trainer_cls`` is a :class:`RayPPOTrainer` subclass to build instead (a recipe's trainer
+    that overrides a stage); ``identity``: :func:`prepare_run`'s result when the caller ran it already.
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
+    from verl.utils.models.loader import load_tokenizer
+
+    trainer_cfg = config.trainer
+    if identity is None:
+        identity = prepare_run(config)
     from verl.trainer.config.step_plan import step_plan, write_plan
+    from verl.utils.checkpoint.layout import checkpoint_root
 
     write_plan(step_plan(config), checkpoint_root(trainer_cfg))  # what one step consumes, for the report
     seed_everything(int(trainer_cfg.seed), bool(trainer_cfg.deterministic))
@@ -243,20 +264,29 @@ def run_ppo(
 ) -> dict[str, Any]:
     """Train with the given config (``trainer_cls``: see :func:`build_ppo_trainer`).
 
-    Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report"}``
-    (``plot`` / ``report``: the paths of ``metrics.png`` / ``report.html``, None when not written)."""
-    trainer = build_ppo_trainer(config, role_worker_mapping, trainer_cls)
+    Returns ``{"val_before", "val_after", "output_dir", "hf_dir", "plot", "report", "stopped_by",
+    "already_finished"}`` (``plot`` / ``report``: the paths of ``metrics.png`` / ``report.html``, None when not
+    written; ``already_finished``: the checkpoint to resume was the last step, so nothing ran: one line said so).
+
+    Raises :class:`~verl.trainer.ppo.run_health.NoTrainingStepsError` when the run ended having trained no step
+    (and was not already finished, validation-only or stopped by a signal)."""
     trainer_cfg = config.trainer
+    identity = prepare_run(config)
+    # a finished run says so before the tokenizer, data and models load (the step count is known when set)
+    if trainer_cfg.total_training_steps and _say_finished(config, int(trainer_cfg.total_training_steps)):
+        return _finished_result(config)
+    trainer = build_ppo_trainer(config, role_worker_mapping, trainer_cls, identity=identity)
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
+    if not trainer_cfg.total_training_steps and _say_finished(config, int(trainer.total_training_steps)):
+        _close_reward_managers(reward_fn, val_reward_fn)
+        return _finished_result(config)
     trainer.init_workers()
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.enable_debug_mode)):
         trainer.fit()
     trainer.release_rollout()
 
-    for manager in (reward_fn, val_reward_fn):  # their reward worker processes are not needed any more
-        if callable(getattr(manager, "close", None)):
-            manager.close()
+    _close_reward_managers(reward_fn, val_reward_fn)  # their reward worker processes are not needed any more
     # stopped_by: "SIGTERM"/"SIGINT" when a signal ended the run early (checkpoint saved; the CLI exits 128+N)
     result: dict[str, Any] = {
         "output_dir": trainer.checkpoint_dir,
@@ -264,6 +294,7 @@ def run_ppo(
         "plot": None,
         "report": None,
         "stopped_by": trainer.stopped_by,
+        "already_finished": False,
     }
     history = trainer.val_history
     result["val_before"] = history[0][1] if history and history[0][0] == 0 else {}
@@ -275,6 +306,9 @@ def run_ppo(
 
     if trainer.stopped_by:  # an interrupted run is continued, not exported (fit() updated its report)
         return result
+    from verl.trainer.ppo.run_health import check_trained_steps
+
+    check_trained_steps(trainer)  # zero steps trained (not validation-only): NoTrainingStepsError, exit 1
     if trainer_cfg.export_hf and trainer.global_steps > 0:
         result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
         print(f"Hugging Face export: {result['hf_dir']}")
@@ -289,3 +323,45 @@ def run_ppo(
             result[key] = path
             print(f"{key}: {path}")
     return result
+
+
+def _close_reward_managers(*managers: Any) -> None:
+    for manager in managers:
+        if callable(getattr(manager, "close", None)):
+            manager.close()
+
+
+def _say_finished(config: DictConfig, total_steps: int) -> bool:
+    """Print the one line of :func:`~verl.utils.checkpoint.finished.finished_run_message` and return True when the
+    checkpoint this run would resume is its last step (never for ``trainer.val_only``: that evaluates it)."""
+    from verl.utils.checkpoint.finished import FRESH_HINT, finished_run_message
+    from verl.utils.fs import namespaced_path
+
+    trainer_cfg = config.trainer
+    if trainer_cfg.val_only:
+        return False
+    hint = FRESH_HINT + ("; the demo: make demo-fresh" if str(trainer_cfg.experiment_name) == "demo" else "")
+    root = namespaced_path(str(trainer_cfg.default_local_dir), trainer_cfg.namespace)
+    message = finished_run_message(trainer_cfg, total_steps, root, fresh_hint=hint)
+    if message is None:
+        return False
+    print(f"[verl] {message}", flush=True)
+    return True
+
+
+def _finished_result(config: DictConfig) -> dict[str, Any]:
+    from verl.utils.fs import namespaced_path
+
+    trainer_cfg = config.trainer
+    root = namespaced_path(str(trainer_cfg.default_local_dir), trainer_cfg.namespace)
+    report = os.path.join(root, "report.html")
+    return {
+        "output_dir": root,
+        "hf_dir": None,
+        "plot": None,
+        "report": report if os.path.isfile(report) else None,
+        "stopped_by": None,
+        "val_before": {},
+        "val_after": {},
+        "already_finished": True,
+    }

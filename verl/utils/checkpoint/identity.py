@@ -53,6 +53,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 IDENTITY_KEY = "identity"
+SETTINGS_KEY = "settings"
+# settings whose change makes the saved state unloadable (an error under resume_path too)
+HARD_SETTINGS = ("data.train_batch_size",)
 IDENTITY_FORMAT = 1
 # config.json fields that fix the shapes of a decoder's tensors; compared when both sides record them
 SHAPE_KEYS = (
@@ -191,12 +194,17 @@ def model_fingerprint_from_module(module: Any, path: str | None = None) -> dict[
 
 
 def make_identity(
-    trainer: str, algorithm: str, models: Mapping[str, Mapping[str, Any]], lora_rank: int = 0
+    trainer: str,
+    algorithm: str,
+    models: Mapping[str, Mapping[str, Any]],
+    lora_rank: int = 0,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A run identity: the ``trainer`` (``ppo``, ``sft``, ``dpo``, ``kto``), the ``algorithm`` (the advantage
     estimator of PPO-family runs, else the trainer), ``models`` (role -> :func:`model_fingerprint`; the roles are
-    its keys) and the LoRA rank (0: full fine-tuning)."""
-    return {
+    its keys), the LoRA rank (0: full fine-tuning) and ``settings``: ``{config key: value}`` a resume must keep
+    (the data order's batch size, shuffle and seed, the training mode), compared when both sides record them."""
+    ident = {
         "format": IDENTITY_FORMAT,
         "trainer": str(trainer),
         "algorithm": str(algorithm),
@@ -204,6 +212,9 @@ def make_identity(
         "roles": sorted(models),
         "models": {role: dict(fp) for role, fp in models.items()},
     }
+    if settings:
+        ident[SETTINGS_KEY] = {str(k): v for k, v in settings.items()}
+    return ident
 
 
 def read_identity(step_dir: str) -> dict[str, Any] | None:
@@ -261,8 +272,9 @@ def compare_identities(
     """``(errors, warnings)`` of resuming a checkpoint with identity ``saved`` in a run with identity ``current``.
 
     Errors (the states cannot load): a role of ``current`` missing from ``saved``; another architecture or shape
-    of a role's model; another LoRA rank; with ``strict_algorithm``, another trainer or algorithm (a warning
-    otherwise). Warnings: the same shapes from another model path. Each entry names the role and both values.
+    of a role's model; another LoRA rank; another ``data.train_batch_size`` (the data position cannot load); with
+    ``strict_algorithm``, another trainer, algorithm or recorded setting (a warning otherwise). Warnings: the same
+    shapes from another model path. Each entry names the role (or the setting) and both values.
     """
     errors: list[str] = []
     warnings: list[str] = []
@@ -278,6 +290,12 @@ def compare_identities(
     a, b = int(saved.get("lora_rank") or 0), int(current.get("lora_rank") or 0)
     if a != b:
         errors.append(f"lora_rank {a} vs {b}")
+    saved_settings, current_settings = saved.get(SETTINGS_KEY) or {}, current.get(SETTINGS_KEY) or {}
+    for key in sorted(set(saved_settings) & set(current_settings)):
+        a, b = saved_settings[key], current_settings[key]
+        if a != b:
+            hard = strict_algorithm or key in HARD_SETTINGS
+            (errors if hard else warnings).append(f"{key} {a if a != '' else '(none)'} vs {b if b != '' else '(none)'}")
     for role in sorted(set(saved_models) & set(current_models)):
         s, c = saved_models[role], current_models[role]
         diffs = _shape_differences(s, c)

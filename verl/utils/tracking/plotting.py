@@ -1,10 +1,10 @@
 """Plots of a run's ``metrics.jsonl`` (the ``file`` tracking backend): ``metrics.png`` and the report's SVG charts.
 
-:data:`PANELS` is the one place that decides what is drawn for each trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``):
-the PNG written next to the checkpoints and the charts of ``report.html`` (:mod:`verl.utils.tracking.report`) are both
-drawn from it. A panel names metrics exactly or with ``fnmatch`` patterns (``val-core/*/mean@*``); the keys a run
-actually logged are matched, and a panel none of whose keys was logged is left out, so a GRPO run shows no critic panel
-and an SFT run without an eval set shows no eval curve.
+:data:`PANELS` is the one place that decides what is drawn for each trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``,
+``gkd``): the PNG written next to the checkpoints and the charts of ``report.html`` (:mod:`verl.utils.tracking.report`)
+are both drawn from it. A panel names metrics exactly or with ``fnmatch`` patterns (``val-core/*/mean@*``); the keys a
+run actually logged are matched, and a panel none of whose keys was logged is left out, so a GRPO run shows no critic
+panel and an SFT run without an eval set shows no eval curve.
 
 Drawing rules: a metric logged at every step is a line; one logged at fewer steps (validation, evaluation) is drawn
 with markers, and a panel with ``annotate`` writes each point's value next to it (the held-out accuracy before and
@@ -134,16 +134,27 @@ PANELS: dict[str, tuple[Panel, ...]] = {
     ),
     "dpo": (*_PREFERENCE, *_LR_GRAD, *_OFFLINE_PERF),
     "kto": (*_PREFERENCE, Panel("KL reference point z0", ("kl", "eval/kl"), "nats"), *_LR_GRAD, *_OFFLINE_PERF),
+    # generalized knowledge distillation (verl/trainer/offline/gkd.py): the divergence to the teacher
+    "gkd": (
+        Panel("Distillation loss", ("loss", "eval/loss"), "loss / token"),
+        Panel("Reverse KL to the teacher", ("distill/reverse_kl", "eval/distill/reverse_kl"), "nats / token"),
+        Panel("On-policy steps (student's own samples)", ("distill/on_policy",), "fraction", percent=True),
+        Panel("Response length", ("response_length",), "tokens"),
+        *_LR_GRAD,
+        *_OFFLINE_PERF,
+    ),
 }
 TRAINER_KINDS = tuple(PANELS)
 
 
 def guess_trainer_kind(keys: Iterable[str]) -> str:
-    """The trainer kind whose metrics these are: ``ppo`` (``actor/*``), ``kto`` (``kl`` with ``rewards/*``),
-    ``dpo`` (``rewards/*``), else ``sft``. For run directories that do not record their kind."""
+    """The trainer kind whose metrics these are: ``ppo`` (``actor/*``), ``gkd`` (``distill/*``), ``kto`` (``kl``
+    with ``rewards/*``), ``dpo`` (``rewards/*``), else ``sft``. For run directories that do not record their kind."""
     keys = set(keys)
     if any(k.startswith(("actor/", "critic/", "val-core/")) for k in keys):
         return "ppo"
+    if any(k.startswith(("distill/", "eval/distill/")) for k in keys):
+        return "gkd"
     if "rewards/margins" in keys or "eval/rewards/margins" in keys:
         return "kto" if ("kl" in keys or "eval/kl" in keys) else "dpo"
     return "sft"

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.utils.tracking.plotting import Rows, available_keys, guess_trainer_kind, read_metrics_jsonl
-from verl.utils.tracking.report.run_files import CONFIG_FILE, PLOT_FILE, RUN_INFO_FILE, SAMPLES_FILE
+from verl.utils.tracking.report.run_files import (
+    CONFIG_FILE,
+    PLOT_FILE,
+    RUN_INFO_FILE,
+    SAMPLES_FILE,
+    reconcile_killed,
+)
 
 # time outside timing_s/step (the step's own phases are inside it)
 OUTSIDE_STEP = ("timing_s/testing", "timing_s/save_checkpoint")
@@ -135,6 +141,7 @@ def collect_run(run_dir: str, kind: str | None = None) -> RunData:
     problems: list[str] = []
     info: dict[str, Any] = {}
     info_path = os.path.join(run_dir, RUN_INFO_FILE)
+    reconcile_killed(run_dir)  # a "running" run whose process is gone is recorded as killed first
     if os.path.isfile(info_path):
         try:
             with open(info_path, encoding="utf-8") as f:

@@ -36,6 +36,7 @@ h2 { font-size: 17px; margin: 28px 0 10px; border-bottom: 1px solid var(--line);
          vertical-align: middle; color: #fff; }
 .status-running { background: #1f6feb; } .status-finished { background: #1a7f37; }
 .status-stopped { background: #9a6700; } .status-failed { background: #cf222e; }
+.status-killed { background: #cf222e; }
 .status-unknown { background: #6e7781; }
 .cards { display: flex; flex-wrap: wrap; gap: 10px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; min-width: 150px; }

@@ -3,7 +3,7 @@
 ::
 
     <run_dir>/                      the trainer's checkpoint directory (default_local_dir[/namespace])
-        run_info.json               kind, status (running / finished / stopped / failed), times, hardware, paths
+        run_info.json               kind, status (running / finished / stopped / failed / killed), pid, times, ...
         config.yaml                 the resolved config of the run (interpolations filled)
         samples.jsonl               PPO family: training samples at chosen steps (prompt, response, score, ...)
         logs/metrics.jsonl          the ``file`` logger's metrics (another place with trainer.log_dir)
@@ -35,7 +35,13 @@ CONFIG_FILE = "config.yaml"
 SAMPLES_FILE = "samples.jsonl"
 REPORT_FILE = "report.html"
 PLOT_FILE = "metrics.png"
-STATUSES = ("running", "finished", "stopped", "failed")
+STATUSES = ("running", "finished", "stopped", "failed", "killed")
+# what run_info.json says of a run whose process vanished while "running" (the kernel's OOM killer, SIGKILL)
+KILLED_ERROR = (
+    "killed (no clean exit): process {pid} ended without recording an end, at or after step {step}; most likely the "
+    "kernel's out-of-memory killer (see `dmesg`) or a SIGKILL. Run the same command again to resume from the last "
+    "checkpoint"
+)
 
 
 def now_iso() -> str:
@@ -92,6 +98,62 @@ def describe_hardware(device: str = "auto", dtype: str = "auto", ranks: int = 1)
         info["verl"] = __version__
     except ImportError:  # pragma: no cover - the package always has a version
         pass
+    return info
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22): with the pid it
+    names one process even after the pid is reused; None where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    fields = text.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_alive(pid: int, start_ticks: str | None = None) -> bool:
+    """Whether process ``pid`` (started at ``start_ticks``, when recorded) is still running on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    except (OSError, ValueError, OverflowError):
+        return False
+    if start_ticks is not None:
+        now = _process_start_ticks(int(pid))
+        if now is not None and now != str(start_ticks):
+            return False  # the pid was reused by another process
+    return True
+
+
+def reconcile_killed(run_dir: str, write: bool = True) -> dict[str, Any]:
+    """``run_info.json`` of ``run_dir``, with a ``running`` status whose process is gone (same host, recorded pid no
+    longer alive) turned into ``killed`` and :data:`KILLED_ERROR` (written back when ``write``). ``{}`` when there is
+    no readable ``run_info.json``; unchanged when the run is alive, ended cleanly, or ran on another host."""
+    path = os.path.join(run_dir, RUN_INFO_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(info, dict) or info.get("status") != "running" or info.get("pid") is None:
+        return info if isinstance(info, dict) else {}
+    if info.get("host") not in (None, socket.gethostname()):
+        return info
+    if process_alive(int(info["pid"]), info.get("pid_start")):
+        return info
+    info["status"] = "killed"
+    info["error"] = KILLED_ERROR.format(pid=info["pid"], step=info.get("global_step", 0))
+    info["finished_at"] = None
+    if write:
+        try:
+            atomic_write_text(path, json.dumps(_jsonable(info), indent=2) + "\n")
+        except OSError as err:
+            logger.warning("cannot record the killed run in %s: %s", path, err)
     return info
 
 
@@ -173,12 +235,18 @@ class RunReporter:
         if not self.enabled:
             return
         makedirs(self.run_dir)
-        previous = self._read_info()
+        previous = reconcile_killed(self.run_dir)
+        if previous.get("status") == "killed":  # the run before this one died without a word: say so once
+            logger.warning("the previous run in %s was %s", self.run_dir, previous.get("error"))
+            print(f"[verl] warning: the previous run in {self.run_dir} was {previous.get('error')}", flush=True)
         started = previous.get("started_at") if resumed_step else None
         self.info = {
             "kind": self.kind,
             **self.extra,
             "status": "running",
+            "pid": os.getpid(),
+            "pid_start": _process_start_ticks(os.getpid()),
+            "host": socket.gethostname(),
             "started_at": started or now_iso(),
             "updated_at": now_iso(),
             "finished_at": None,
@@ -188,6 +256,8 @@ class RunReporter:
             "metrics_file": self._relative(self.metrics_path),
             "hardware": self.hardware,
         }
+        if previous.get("status") == "killed":
+            self.info["previous_exit"] = previous.get("error")
         if resumed_step:
             self.info["resumed_from_step"] = int(resumed_step)
             self.info["resumed_at"] = [*previous.get("resumed_at", []), now_iso()]
