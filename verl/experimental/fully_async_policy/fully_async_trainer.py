@@ -183,7 +183,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         for _ in parts:
             self._inflight.popleft()
         self._consumed += count
-        rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts)
+        rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts, meta_info_conflicts="first")
         versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
         staleness = self.weight_version - versions
         worst = int(staleness.max())
