@@ -119,7 +119,8 @@ def test_base_checkpoint_manager_retention(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ config, rollout
 def test_algo_config_is_the_algorithm_section() -> None:
     from verl.trainer.config import AlgoConfig
-    from verl.trainer.config.algorithm import AlgoConfig as same, RolloutCorrectionConfig
+    from verl.trainer.config.algorithm import AlgoConfig as same
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.trainer.config.schema import AlgorithmConfig
 
     assert AlgoConfig is same is AlgorithmConfig
