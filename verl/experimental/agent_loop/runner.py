@@ -101,11 +101,24 @@ class AgentLoopRunner:
         mt, agent = rollout_config.multi_turn, rollout_config.agent
         tool_path = mt.tool_config_path
         self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
+        if mt.function_tool_path:
+            from verl.tools.function_tool import load_function_tools_from_path
+
+            for tool in load_function_tools_from_path(mt.function_tool_path):
+                if tool.name in self.tools:
+                    raise ValueError(
+                        f"two agent tools are named {tool.name!r} (multi_turn.tool_config_path and "
+                        "multi_turn.function_tool_path)"
+                    )
+                self.tools[tool.name] = tool
         for tool in tools or []:
             if not isinstance(tool, BaseTool):
                 raise TypeError(f"agent tools must be verl.tools.base_tool.BaseTool objects, got {type(tool).__name__}")
             if tool.name in self.tools:
-                raise ValueError(f"two agent tools are named {tool.name!r} (given, and in multi_turn.tool_config_path)")
+                raise ValueError(
+                    f"two agent tools are named {tool.name!r} (given, and in multi_turn.tool_config_path / "
+                    "function_tool_path)"
+                )
             self.tools[tool.name] = tool
         interaction_path = mt.interaction_config_path
         self.interactions = initialize_interactions_from_config(interaction_path) if interaction_path else {}
