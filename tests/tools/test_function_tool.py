@@ -152,3 +152,26 @@ def test_return_values_are_normalised() -> None:
     assert reward == 0.0 and isinstance(reward, float)
     with pytest.raises(TypeError, match="length 1, 2, or 3"):
         normalize_function_tool_return(("a", 1, {}, "extra"))
+
+
+def test_load_all_tools_merges_both_paths(tmp_path: Path) -> None:
+    from verl.tools.function_tool import FunctionTool
+    from verl.tools.tool_registry import load_all_tools
+
+    yaml = tmp_path / "tools.yaml"
+    yaml.write_text(
+        "tools:\n  - class_name: verl.tools.calculator_tool.CalculatorTool\n    config:\n      type: native\n"
+    )
+    path = tmp_path / "fn.py"
+    path.write_text(
+        "from verl.tools.function_tool import function_tool\n\n"
+        "@function_tool\ndef shout(x: str) -> str:\n    '''Shout.\n\n    Args:\n        x: x.\n    '''\n    return x\n"
+    )
+    assert load_all_tools(None, None) == []
+    first = load_all_tools(str(yaml), str(path))
+    assert [t.name for t in first] == ["calculator", "shout"] and isinstance(first[1], FunctionTool)
+    assert load_all_tools(str(yaml), str(path))[1] is first[1]  # the function file is not executed again
+    clash = tmp_path / "clash.py"
+    clash.write_text(path.read_text().replace("def shout", "def calculator"))
+    with pytest.raises(ValueError, match=r"tool name\(s\) \['calculator'\] are defined both"):
+        load_all_tools(str(yaml), str(clash))
