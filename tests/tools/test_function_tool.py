@@ -173,5 +173,5 @@ def test_load_all_tools_merges_both_paths(tmp_path: Path) -> None:
     assert load_all_tools(str(yaml), str(path))[1] is first[1]  # the function file is not executed again
     clash = tmp_path / "clash.py"
     clash.write_text(path.read_text().replace("def shout", "def calculator"))
-    with pytest.raises(ValueError, match=r"tool name\(s\) \['calculator'\] are defined both"):
+    with pytest.raises(ValueError, match=r"tool name\(s\) \['calculator'\] collide, defined both"):
         load_all_tools(str(yaml), str(clash))

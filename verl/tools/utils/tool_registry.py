@@ -111,7 +111,7 @@ def load_all_tools(tool_config_path: str | None, function_tool_path: str | None)
         clash = sorted(t.name for t in function_tools if t.name in native)
         if clash:
             raise ValueError(
-                f"two agent tools are named {clash[0]!r}: tool name(s) {clash} are defined both in "
+                f"two agent tools are named {clash[0]!r}: tool name(s) {clash} collide, defined both in "
                 f"multi_turn.tool_config_path={tool_config_path!r} and multi_turn.function_tool_path="
                 f"{function_tool_path!r}; rename one of them"
             )
