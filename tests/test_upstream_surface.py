@@ -182,6 +182,8 @@ def test_small_upstream_names(tmp_path: Path) -> None:
     assert load_extern_object(str(mod), "score")(1) == 2
     with pytest.raises(AttributeError, match="'nope' not found"):
         load_extern_object(str(mod), "nope")
+    with pytest.raises(AttributeError, match="no module path given"):
+        load_extern_object(None, "score")
 
 
 # ------------------------------------------------------------------------------------------ absent modules

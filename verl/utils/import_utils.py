@@ -58,9 +58,10 @@ def load_extern_type(file_path: str | None, type_name: str | None) -> Any:
 
 def load_extern_object(module_path: str, object_name: str) -> Any:
     """Upstream's name for :func:`load_extern_type` with a required path: the object ``object_name`` of the python
-    file or module ``module_path`` (``pkg://`` and ``file://`` prefixes accepted)."""
-    if not module_path:
-        raise ValueError(f"load_extern_object: a module path is needed to load {object_name!r}")
+    file or module ``module_path`` (``pkg://`` and ``file://`` prefixes accepted). A missing path or object raises
+    ``AttributeError``."""
+    if not module_path:  # AttributeError, as upstream's (the object is not found anywhere)
+        raise AttributeError(f"load_extern_object: no module path given, so {object_name!r} cannot be found")
     return load_extern_type(module_path, object_name)
 
 
