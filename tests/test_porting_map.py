@@ -125,6 +125,12 @@ def test_the_map_covers_the_surface_the_issue_names() -> None:
         "verl.workers.reward_manager.prime.PrimeRewardManager",
         "verl.trainer.ppo.ray_trainer.RayPPOTrainer",
         "verl.utils.dataset.rl_dataset.RLHFDataset",
+        # v0.9 paths recipes and upstream's unit tests import
+        "verl.trainer.ppo.rollout_corr_helper.compute_rollout_correction_and_rejection_mask",
+        "verl.trainer.config.AlgoConfig",
+        "verl.utils.checkpoint.checkpoint_manager.BaseCheckpointManager",
+        "verl.utils.metric.Metric",
+        "verl.utils.hdfs_io.copy",
     ):
         assert required in names, required
     assert len(names) == len(ROWS), "a name is listed twice"
@@ -164,6 +170,17 @@ def test_adapted_names_have_the_signature_the_map_gives(row: Row) -> None:
 def test_not_provided_names_are_absent(row: Row) -> None:
     with pytest.raises((ModuleNotFoundError, AttributeError)):
         resolve(row.target)
+
+
+def test_absent_module_rows_are_the_modules_that_fail_with_a_message() -> None:
+    """The table of upstream modules not provided lists exactly the names ``verl.absent_modules`` answers for."""
+    from verl.absent_modules import ABSENT_MODULES
+
+    rows = {r.target for r in ROWS if r.section == "verl.workers.megatron_workers"}
+    assert rows == set(ABSENT_MODULES)
+    for name in rows:
+        with pytest.raises(ModuleNotFoundError, match=f"^{re.escape(name)} is not provided by this verl: "):
+            importlib.import_module(name)
 
 
 def test_parser_rejects_a_bad_status_and_reads_signatures() -> None:

@@ -220,13 +220,31 @@ def test_concat_merges_metrics() -> None:
     a, b = make_data(2), make_data(3)
     a.meta_info["metrics"] = {"loss": 0.5, "grad_norm": [1.0, 2.0]}
     b.meta_info["metrics"] = {"loss": 0.25, "lr": 0.1}
-    b.meta_info["temperature"] = 0.7
+    b.meta_info["only_b"] = "x"
     out = DataProto.concat([a, b])
     assert rows(out) == [0, 1, 0, 1, 2]
     assert out.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u0", "u1", "u2"]
-    assert out.meta_info["temperature"] == 1.0  # meta_info from the first part
+    assert out.meta_info["temperature"] == 1.0 and out.meta_info["only_b"] == "x"  # every part's keys
     assert out.meta_info["metrics"] == {"loss": [0.5, 0.25], "grad_norm": [1.0, 2.0], "lr": [0.1]}
     assert a.meta_info["metrics"] == {"loss": 0.5, "grad_norm": [1.0, 2.0]}  # inputs untouched
+
+
+def test_concat_merges_per_worker_metric_lists_and_refuses_conflicts() -> None:
+    """Upstream's concat: ``metrics`` may be a list of per-worker dicts (flattened to a dict of lists, also when the
+    first part has none); a key held by two parts with different values is refused unless the first one wins."""
+    a, b, c = make_data(2), make_data(2), make_data(2)
+    b.meta_info["metrics"] = [{"loss": 0.5, "acc": 0.9}]
+    c.meta_info["metrics"] = [{"loss": 0.6, "acc": 0.8}, {"loss": 0.7}]
+    out = DataProto.concat([a, b, c])
+    assert out.meta_info["metrics"] == {"loss": [0.5, 0.6, 0.7], "acc": [0.9, 0.8]}
+    assert "metrics" not in DataProto.concat([make_data(1), make_data(1)]).meta_info
+    b.meta_info["temperature"] = 0.7
+    with pytest.raises(AssertionError, match="Conflicting values for meta_info key 'temperature'"):
+        DataProto.concat([a, b])
+    assert DataProto.concat([a, b], meta_info_conflicts="first").meta_info["temperature"] == 1.0
+    c.meta_info["metrics"] = ["not a dict"]
+    with pytest.raises(ValueError, match="part 1: meta_info\\['metrics'\\] must be a dict"):
+        DataProto.concat([a, c])
 
 
 def test_concat_rejects_mismatched_keys() -> None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from verl import absent_modules as _absent_modules
 from verl.version import __version__
+
+_absent_modules.install()  # upstream paths of features not provided here fail with a message saying so
 
 # public name -> module that defines it (loaded lazily by __getattr__)
 _LAZY_ATTRS: dict[str, str] = {

@@ -3,7 +3,8 @@
 SFT rows {prompt, response, extra_info: {question, answer}}: the correct answer (extra_info as verl's gsm8k
 preprocessing writes it); the same as conversations {messages: [..., {assistant: answer}]} in sft_messages_*.parquet
 (the layout of verl v0.9's gsm8k_multiturn_sft.py, read by `python -m verl.trainer.sft_trainer`).
-DPO rows {prompt, chosen, rejected}: the correct answer against a near miss (off by 1..10). KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
+DPO rows {prompt, chosen, rejected}: the correct answer against a near miss (off by 1..10).
+KTO rows {prompt, completion, label}: half correct (desirable), half near misses.
 Prompts are chat messages, as in the RL data, so the trainers apply the model's chat template.
 
     python examples/data_preprocess/arithmetic_offline.py --local_dir ~/data/arithmetic_offline

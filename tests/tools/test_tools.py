@@ -8,7 +8,7 @@ import json
 import pytest
 
 from verl.tools.calculator_tool import CalculatorError, CalculatorTool, safe_eval
-from verl.tools.schemas import ToolResponse
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.tools.utils.bm25 import BM25Index
 from verl.tools.utils.tool_registry import initialize_tools_from_config
 from verl.utils.sandbox import sandbox_support
@@ -49,7 +49,8 @@ def test_upstream_gsm8k_tool_config_loads_and_scores(tmp_path) -> None:
     assert schema["function"]["parameters"]["required"] == ["answer"]
 
     async def episode() -> tuple:
-        instance = await tool.create(ground_truth="72")
+        instance, created = await tool.create(ground_truth="72")  # verl's contract: (instance_id, ToolResponse)
+        assert created == ToolResponse()
         wrong = await tool.execute(instance, {"answer": "71"})
         right = await tool.execute(instance, {"answer": "72"})
         again = await tool.execute(instance, {"answer": "72"})
@@ -200,3 +201,15 @@ def test_code_interpreter_runs_code_in_the_sandbox(tmp_path) -> None:
     assert "Error (exit code 1)" in net[0].text and net[2]["ok"] is False
     assert long[0].text == "x" * 64 + "\n...(truncated)"
     assert empty[0].text == "Error: 'code' must be a non-empty string"
+
+
+def test_instance_id_of_accepts_verls_pair_and_a_bare_id() -> None:
+    from verl.tools.base_tool import BaseTool, instance_id_of
+
+    assert instance_id_of("t", ("abc", ToolResponse())) == "abc" and instance_id_of("t", "abc") == "abc"
+    with pytest.raises(TypeError, match="tool 't': create must return \\(instance_id, ToolResponse\\)"):
+        instance_id_of("t", 42)
+    tool = BaseTool({}, OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {"name": "t"}}))
+    instance, response = asyncio.run(tool.create())
+    assert isinstance(instance, str) and len(instance) == 36 and response == ToolResponse()
+    assert asyncio.run(tool.create("mine"))[0] == "mine"

@@ -8,6 +8,7 @@ and selecting it by name in the config (``algorithm.adv_estimator=...``,
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -41,6 +42,16 @@ class AdvantageEstimator(str, Enum):
 
 ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+
+
+def _live(attr: str) -> dict[str, Callable[..., Any]]:
+    """The registry dict ``verl.trainer.ppo.core_algos.<attr>`` is bound to now (this module's until that module is
+    loaded). Upstream's registry functions read their module global at call time, so code that rebinds
+    ``core_algos.ADV_ESTIMATOR_REGISTRY = {...}`` (upstream's own tests do) registers into and looks up in the new dict;
+    the driver and the actor go through these functions, so they see it too."""
+    module = sys.modules.get("verl.algorithms.core_algos")
+    registry = getattr(module, attr, None) if module is not None else None
+    return registry if registry is not None else globals()[attr]
 
 
 def _key(name: str | Enum) -> str:
@@ -86,8 +97,9 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[AdvEst
     name = _key(name_or_enum)
 
     def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
-        _check_free(ADV_ESTIMATOR_REGISTRY, name, fn)
-        ADV_ESTIMATOR_REGISTRY[name] = fn
+        registry = _live("ADV_ESTIMATOR_REGISTRY")
+        _check_free(registry, name, fn)
+        registry[name] = fn
         return fn
 
     return decorator
@@ -100,12 +112,13 @@ def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvEstimator
     by the config key and the registered names.
     """
     name = _key(name_or_enum)
-    if name not in ADV_ESTIMATOR_REGISTRY:
+    registry = _live("ADV_ESTIMATOR_REGISTRY")
+    if name not in registry:
         raise ValueError(
             f"Unknown advantage estimator simply: {name}. Set algorithm.adv_estimator to one of "
-            f"{sorted(ADV_ESTIMATOR_REGISTRY)} or register it with @register_adv_est({name!r})"
+            f"{sorted(registry)} or register it with @register_adv_est({name!r})"
         )
-    return ADV_ESTIMATOR_REGISTRY[name]
+    return registry[name]
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
@@ -118,7 +131,7 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
     key = _key(name)
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSS_REGISTRY[key] = fn
+        _live("POLICY_LOSS_REGISTRY")[key] = fn
         return fn
 
     return decorator
@@ -131,12 +144,13 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     wording), followed by the config key that selects it.
     """
     key = _key(name)
-    if key not in POLICY_LOSS_REGISTRY:
+    registry = _live("POLICY_LOSS_REGISTRY")
+    if key not in registry:
         raise ValueError(
-            f"Unsupported loss mode: {key}. Supported modes are: {list(POLICY_LOSS_REGISTRY.keys())} "
+            f"Unsupported loss mode: {key}. Supported modes are: {list(registry.keys())} "
             "(actor_rollout_ref.actor.policy_loss.loss_mode)"
         )
-    return POLICY_LOSS_REGISTRY[key]
+    return registry[key]
 
 
 def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:

@@ -138,7 +138,7 @@ class ReplayBuffer(Stage):
         chosen = [self._groups[i] for i in picked]
         width = max(g.data.batch["prompts"].shape[1] for g in chosen)
         parts = [_left_pad_prompts(g.data, width, pad_token_id) for g in chosen]
-        batch = DataProto.concat(parts)
+        batch = DataProto.concat(parts, meta_info_conflicts="first")  # groups of different steps
         ages = [int(global_steps) - g.version for g in chosen]
         # per-batch quantities of the generating step are recomputed by the update for this batch
         batch.meta_info.pop("global_token_num", None)

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from verl.protocol.config import DataProtoConfig
 from verl.protocol.errors import DataProtoError
 from verl.protocol.persistence import DataProtoPersistence
-from verl.protocol.unions import _merge_metrics, union_numpy_dict, union_tensor_dict, union_two_dict
+from verl.protocol.unions import _merge_metrics, _values_equal, union_numpy_dict, union_tensor_dict, union_two_dict
 from verl.utils.safe_serialization import object_array as _object_array
 
 __all__ = ["DataProto", "DataProtoItem"]
@@ -345,11 +345,20 @@ class DataProto(DataProtoPersistence):
 
     # ---- row-level operations ---------------------------------------------------------------------------------
     @staticmethod
-    def concat(data: list[DataProto]) -> DataProto:
-        """Concatenate along the batch dim. meta_info comes from ``data[0]``, except ``meta_info["metrics"]``:
-        every part's metrics dict (``{name: value | list}``) is merged into ``{name: [values in part order]}``."""
+    def concat(data: list[DataProto], meta_info_conflicts: str = "raise") -> DataProto:
+        """Concatenate along the batch dim (the type of ``data[0]`` is kept) and merge the parts' meta_info.
+
+        As upstream verl's ``DataProto.concat``: every part's non-metric meta_info keys are kept; a key held by
+        several parts must hold equal values, otherwise ``DataProtoError("Conflicting values for meta_info key 'k'
+        ...")`` (an AssertionError, as upstream's ``assert``) -- unless ``meta_info_conflicts="first"``, where the
+        first part holding the key wins (for concatenating batches of different steps, whose seeds differ).
+        ``meta_info["metrics"]`` of every part, a dict ``{name: value | list}`` or a list of such dicts (one per
+        worker), is merged into ``{name: [values in part order]}``.
+        """
         if not data:
             raise DataProtoError("DataProto.concat needs at least one DataProto")
+        if meta_info_conflicts not in ("raise", "first"):
+            raise DataProtoError(f"meta_info_conflicts must be 'raise' or 'first', got {meta_info_conflicts!r}")
         has_batch = [d.batch is not None for d in data]
         if any(has_batch) and not all(has_batch):
             raise DataProtoError(f"cannot concat DataProtos with and without tensors (has batch: {has_batch})")
@@ -367,14 +376,32 @@ class DataProto(DataProtoPersistence):
         non_tensor = {
             k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0) for k in data[0].non_tensor_batch
         }
-        meta = dict(data[0].meta_info)
-        metric_dicts = [d.meta_info["metrics"] for d in data if d.meta_info.get("metrics") is not None]
-        for m in metric_dicts:
-            if not isinstance(m, dict):
-                raise DataProtoError(f"meta_info['metrics'] must be a dict of name -> value, got {type(m).__name__}")
+        meta: dict[str, Any] = {}
+        owner: dict[str, int] = {}
+        metric_dicts: list[dict[str, Any]] = []
+        for i, d in enumerate(data):
+            for key, value in d.meta_info.items():
+                if key == "metrics":
+                    if value is None:
+                        continue
+                    parts = value if isinstance(value, list) else [value]
+                    for m in parts:
+                        if not isinstance(m, dict):
+                            raise DataProtoError(
+                                f"part {i}: meta_info['metrics'] must be a dict of name -> value or a list of such "
+                                f"dicts, got {type(m).__name__}"
+                            )
+                    metric_dicts.extend(parts)
+                elif key not in meta:
+                    meta[key], owner[key] = value, i
+                elif meta_info_conflicts == "raise" and not _values_equal(meta[key], value):
+                    raise DataProtoError(
+                        f"Conflicting values for meta_info key '{key}': {meta[key]!r} (part {owner[key]}) vs "
+                        f"{value!r} (part {i})"
+                    )
         if metric_dicts:
             meta["metrics"] = _merge_metrics(metric_dicts)
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def chunk(self, chunks: int) -> list[DataProto]:
         """Split into ``chunks`` parts (views), in order.

@@ -14,7 +14,7 @@ from uuid import uuid4
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-__all__ = ["BaseTool", "ToolResult", "normalize_tool_result"]
+__all__ = ["BaseTool", "ToolResult", "instance_id_of", "normalize_tool_result"]
 
 ToolResult = tuple[ToolResponse, float, dict[str, Any]]
 """What ``execute`` returns: the response shown to the model, the step reward, and the tool's own metrics."""
@@ -39,12 +39,15 @@ class BaseTool:
         """The tool's OpenAI function schema (what the chat template shows the model)."""
         return getattr(self, "tool_schema", None)
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> str:
-        """Create the state of one trajectory's use of the tool; returns its instance id (a new UUID if None).
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        """Create the state of one trajectory's use of the tool; returns ``(instance_id, creation response)`` as
+        verl's ``BaseTool`` does (the id is a new UUID when ``instance_id`` is None).
 
         ``kwargs`` are the sample's ``extra_info.tools_kwargs[<tool name>].create_kwargs`` (e.g. a ground truth).
+        The agent loop uses the id (:func:`instance_id_of` also accepts a bare id, which tools written for earlier
+        versions of this project return).
         """
-        return str(uuid4()) if instance_id is None else instance_id
+        return (str(uuid4()) if instance_id is None else instance_id), ToolResponse()
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ToolResult:
         """Run one call with the parsed JSON ``parameters``; returns ``(response, step_reward, metrics)``."""
@@ -75,3 +78,13 @@ def normalize_tool_result(tool_name: str, result: Any) -> ToolResult:
     elif not isinstance(response, ToolResponse):
         raise TypeError(f"tool {tool_name!r}: response must be a ToolResponse, dict or str, got {type(response)}")
     return response, float(reward or 0.0), dict(metrics or {})
+
+
+def instance_id_of(tool_name: str, created: Any) -> str:
+    """The instance id out of ``create``'s return value: ``(instance_id, ToolResponse)`` (verl's contract) or a bare
+    id string. Anything else raises ``TypeError`` naming the tool."""
+    if isinstance(created, tuple) and len(created) == 2 and isinstance(created[0], str):
+        return created[0]
+    if isinstance(created, str):
+        return created
+    raise TypeError(f"tool {tool_name!r}: create must return (instance_id, ToolResponse), got {created!r:.200}")

@@ -40,10 +40,12 @@ class Gsm8kTool(BaseTool):
             }
         )
 
-    async def create(self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any) -> str:
+    async def create(
+        self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any
+    ) -> tuple[str, ToolResponse]:
         instance_id = instance_id or str(uuid4())
         self._instances[instance_id] = {"ground_truth": ground_truth, "reward": 0.0, "answer": ""}
-        return instance_id
+        return instance_id, ToolResponse()
 
     def _state(self, instance_id: str) -> dict[str, Any]:
         if instance_id not in self._instances:

@@ -1,4 +1,5 @@
-"""Utilities. ``from verl.utils import hf_tokenizer, hf_processor`` works as in verl (loaded on first use)."""
+"""Utilities. ``from verl.utils import hf_tokenizer, hf_processor, omega_conf_to_dataclass`` works as in verl
+(loaded on first use)."""
 
 from typing import Any
 
@@ -8,4 +9,8 @@ def __getattr__(name: str) -> Any:
         from verl.utils import tokenizer
 
         return getattr(tokenizer, name)
+    if name == "omega_conf_to_dataclass":
+        from verl.utils.config import omega_conf_to_dataclass
+
+        return omega_conf_to_dataclass
     raise AttributeError(f"module 'verl.utils' has no attribute {name!r}")

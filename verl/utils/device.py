@@ -39,6 +39,11 @@ def distributed_backend(device_name: str) -> str:
     return "nccl" if device_name == "cuda" else "gloo"
 
 
+def get_nccl_backend() -> str:
+    """Upstream's name: the collective backend of this process's device (``nccl`` on GPU, ``gloo`` on CPU)."""
+    return distributed_backend(get_device_name())
+
+
 def init_distributed_if_needed(device_name: str) -> bool:
     """Initialise the default process group from RANK/WORLD_SIZE/MASTER_* when WORLD_SIZE > 1.
 

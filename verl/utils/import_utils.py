@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["import_external_libs", "load_class", "load_extern_type", "load_module"]
+__all__ = ["import_external_libs", "load_class", "load_extern_object", "load_extern_type", "load_module"]
 
 
 def load_module(module_path: str, module_name: str | None = None) -> Any:
@@ -70,6 +70,15 @@ def load_extern_type(file_path: str | None, type_name: str | None) -> Any:
         public = sorted(n for n in vars(module) if not n.startswith("_"))
         raise AttributeError(f"Custom type '{type_name}' not found in '{file_path}'; it defines {public}")
     return getattr(module, type_name)
+
+
+def load_extern_object(module_path: str, object_name: str) -> Any:
+    """Upstream's name for :func:`load_extern_type` with a required path: the object ``object_name`` of the python
+    file or module ``module_path`` (``pkg://`` and ``file://`` prefixes accepted). A missing path or object raises
+    ``AttributeError``."""
+    if not module_path:  # AttributeError, as upstream's (the object is not found anywhere)
+        raise AttributeError(f"load_extern_object: no module path given, so {object_name!r} cannot be found")
+    return load_extern_type(module_path, object_name)
 
 
 def import_external_libs(external_libs: str | list[str] | None = None) -> None:

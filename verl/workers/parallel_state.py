@@ -39,7 +39,7 @@ def gather_group_batch(data: DataProto, group: Any) -> tuple[DataProto, slice]:
     sizes = [len(p) for p in parts]
     if len(set(sizes)) != 1:
         raise RuntimeError(f"sequence-parallel ranks got unequal row counts {sizes}; the dispatch must split evenly")
-    pooled = DataProto.concat(parts)
+    pooled = DataProto.concat(parts, meta_info_conflicts="first")
     pooled.meta_info = dict(data.meta_info)
     if device is not None:
         pooled = pooled.to(device)

@@ -150,6 +150,9 @@ def test_timing_and_throughput_metrics_by_hand() -> None:
     # 12 tokens in 3 s over 2 ranks: 2 tokens / s / rank
     assert perf == {"perf/total_num_tokens": 12, "perf/time_per_step": 3.0, "perf/throughput": pytest.approx(2.0)}
     assert compute_throughput_metrics(batch, {}, n_ranks=1)["perf/throughput"] == 0.0
+    batch.meta_info["global_token_num"] = [100, 200, 300]  # recorded by the trainer: upstream counts from it
+    assert compute_throughput_metrics(batch, timing, n_ranks=2)["perf/total_num_tokens"] == 600
+    batch.meta_info.pop("global_token_num")
 
 
 def test_marked_timer_accumulates_and_records_on_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,7 +89,7 @@ class AgentLoopRunner:
         judge: TrajectoryJudge | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
-        from verl.tools.utils.tool_registry import initialize_tools_from_config
+        from verl.tools.utils.tool_registry import load_all_tools
 
         if tokenizer is None:
             raise ValueError("multi-turn rollouts need the model's tokenizer (the engine was built without one)")
@@ -99,13 +99,15 @@ class AgentLoopRunner:
         self.turn_server = turn_server
         self.judge = judge
         mt, agent = rollout_config.multi_turn, rollout_config.agent
-        tool_path = mt.tool_config_path
-        self.tools = {t.name: t for t in initialize_tools_from_config(tool_path)} if tool_path else {}
+        self.tools = {t.name: t for t in load_all_tools(mt.tool_config_path, mt.function_tool_path)}
         for tool in tools or []:
             if not isinstance(tool, BaseTool):
                 raise TypeError(f"agent tools must be verl.tools.base_tool.BaseTool objects, got {type(tool).__name__}")
             if tool.name in self.tools:
-                raise ValueError(f"two agent tools are named {tool.name!r} (given, and in multi_turn.tool_config_path)")
+                raise ValueError(
+                    f"two agent tools are named {tool.name!r} (given, and in multi_turn.tool_config_path / "
+                    "function_tool_path)"
+                )
             self.tools[tool.name] = tool
         interaction_path = mt.interaction_config_path
         self.interactions = initialize_interactions_from_config(interaction_path) if interaction_path else {}

@@ -36,7 +36,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.experimental.agent_loop.chat import encode_appended, encode_prompt, sanity_check, truncate_text
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
-from verl.tools.base_tool import normalize_tool_result
+from verl.tools.base_tool import instance_id_of, normalize_tool_result
 
 __all__ = ["ToolAgentLoop"]
 
@@ -121,7 +121,7 @@ class ToolAgentLoop(AgentLoopBase):
     async def _tool_instance(self, ep: _Episode, name: str, tools_kwargs: dict[str, Any]) -> str:
         if name not in ep.instances:
             create_kwargs = (tools_kwargs.get(name) or {}).get("create_kwargs") or {}
-            ep.instances[name] = await self.tools[name].create(**create_kwargs)
+            ep.instances[name] = instance_id_of(name, await self.tools[name].create(**create_kwargs))
         return ep.instances[name]
 
     async def _call_tool(self, ep: _Episode, call: FunctionCall, tools_kwargs: dict[str, Any]) -> str:

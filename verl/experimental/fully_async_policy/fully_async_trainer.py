@@ -189,7 +189,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         with marked_timer("gen", timing):
             parts = [self._next_part(self._inflight.popleft()) for _ in range(count)]
         self._consumed += count
-        rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts)
+        rollouts = parts[0] if len(parts) == 1 else DataProto.concat(parts, meta_info_conflicts="first")
         versions = np.asarray(rollouts.non_tensor_batch["rollout_weight_version"], dtype=np.int64)
         staleness = self.weight_version - versions
         worst = int(staleness.max())

@@ -38,7 +38,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.import_utils import load_class
 
-__all__ = ["get_tool_class", "initialize_tools_from_config", "load_class"]
+__all__ = ["get_tool_class", "initialize_tools_from_config", "load_all_tools", "load_class"]
 
 
 def get_tool_class(cls_name: str) -> type[BaseTool]:
@@ -79,6 +79,28 @@ def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
             if any(t.name == tool.name for t in tools):
                 raise ValueError(f"{where}: a tool named {tool.name!r} is already defined in this file")
             tools.append(tool)
+    return tools
+
+
+def load_all_tools(tool_config_path: str | None, function_tool_path: str | None) -> list[BaseTool]:
+    """The tools of ``multi_turn.tool_config_path`` (this file's format) followed by the ``@function_tool`` tools
+    of ``multi_turn.function_tool_path`` (:mod:`verl.tools.function_tool`); either may be None. A name defined in
+    both raises ``ValueError`` naming it and both paths. Function-tool files load once per process, so calling this
+    again returns the same function tools (and fresh native tool objects)."""
+    tools = initialize_tools_from_config(tool_config_path) if tool_config_path else []
+    if function_tool_path:
+        from verl.tools.function_tool import load_function_tools_from_path
+
+        native = {t.name for t in tools}
+        function_tools = load_function_tools_from_path(function_tool_path)
+        clash = sorted(t.name for t in function_tools if t.name in native)
+        if clash:
+            raise ValueError(
+                f"two agent tools are named {clash[0]!r}: tool name(s) {clash} collide, defined both in "
+                f"multi_turn.tool_config_path={tool_config_path!r} and multi_turn.function_tool_path="
+                f"{function_tool_path!r}; rename one of them"
+            )
+        tools.extend(function_tools)
     return tools
 
 

@@ -3,6 +3,7 @@
 ``load_config(overrides, config_name, config_file, schema)`` is the one entry point; see ``docs/config.md``.
 """
 
+from verl.trainer.config.algorithm import AlgoConfig
 from verl.trainer.config.loader import (
     Override,
     apply_overrides,
@@ -36,6 +37,7 @@ from verl.trainer.config.schema import (
 from verl.trainer.config.validation import ConfigError, ConfigWarning, validate_config
 
 __all__ = [
+    "AlgoConfig",
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AlgorithmConfig",

@@ -26,6 +26,7 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
         errors.append(f"{MT}.format={settings.format!r} is unknown; known formats: {ToolParser.available()}")
     files = [
         (f"{MT}.tool_config_path", mt.tool_config_path),
+        (f"{MT}.function_tool_path", mt.function_tool_path),
         (f"{MT}.interaction_config_path", mt.interaction_config_path),
         (f"{AGENT}.agent_loop_config_path", agent.agent_loop_config_path),
     ]
@@ -41,13 +42,14 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
     # without agent loops does not need.
     from verl.experimental.agent_loop.agent_loop import available_agent_loops
 
-    loop_path = files[2][1]
+    loop_path = agent.agent_loop_config_path
     if loop_path is None and settings.default_agent_loop not in available_agent_loops():
         errors.append(
             f"{AGENT}.default_agent_loop={settings.default_agent_loop!r} is not a registered agent loop "
             f"({available_agent_loops()}); list your own in {AGENT}.agent_loop_config_path"
         )
-    reads_chat = files[0][1] or files[1][1] or settings.default_agent_loop != "single_turn_agent"
+    tools_or_interactions = mt.tool_config_path or mt.function_tool_path or mt.interaction_config_path
+    reads_chat = tools_or_interactions or settings.default_agent_loop != "single_turn_agent"
     if reads_chat and not bool(cfg.data.get("return_raw_chat", False)):
         errors.append(
             f"{MT}.enable=true with tools, interactions or agent loop {settings.default_agent_loop!r}: the loops "

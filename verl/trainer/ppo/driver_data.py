@@ -102,7 +102,7 @@ class DriverDataMixin:
             else:
                 values = scored.batch["token_level_scores"].sum(-1).numpy()
             filtered, groups = filter_uniform_groups(scored, values)
-            kept = filtered if kept is None else DataProto.concat([kept, filtered])
+            kept = filtered if kept is None else DataProto.concat([kept, filtered], meta_info_conflicts="first")
             num_groups += groups
             max_gen = int(cfg.max_num_gen_batches)
             if num_groups >= target or (max_gen > 0 and num_gen >= max_gen):

@@ -157,8 +157,15 @@ def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> di
 
 
 def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n_ranks: int) -> dict[str, float]:
-    """``perf/total_num_tokens``, ``perf/time_per_step`` and ``perf/throughput`` (tokens / s / rank)."""
-    total_num_tokens = int(batch.batch["attention_mask"].sum().item())
+    """``perf/total_num_tokens``, ``perf/time_per_step`` and ``perf/throughput`` (tokens / s / rank).
+
+    The token count is ``sum(meta_info["global_token_num"])`` (the per-row valid tokens the trainer records, as
+    upstream reads it) when the batch carries it, else the sum of its attention mask.
+    """
+    if batch.meta_info.get("global_token_num") is not None:
+        total_num_tokens = int(sum(batch.meta_info["global_token_num"]))
+    else:
+        total_num_tokens = int(batch.batch["attention_mask"].sum().item())
     time_per_step = timing_raw.get("step", 0.0)
     return {
         "perf/total_num_tokens": total_num_tokens,

@@ -281,3 +281,12 @@ def load_extra_state(
     if restore_rng:
         set_rng_state(body["rng"])
     return body.get("extra") or {}
+
+
+def __getattr__(name: str) -> Any:
+    """``BaseCheckpointManager`` at upstream's path (it lives in :mod:`.base_manager`, which imports this module)."""
+    if name == "BaseCheckpointManager":
+        from verl.utils.checkpoint.base_manager import BaseCheckpointManager
+
+        return BaseCheckpointManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

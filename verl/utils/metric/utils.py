@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.metric.aggregation import AggregationType, Metric  # noqa: F401  (upstream imports them from here)
+
 __all__ = ["reduce_metrics", "weighted_mean"]
 
 _REDUCTIONS = ("mean", "weighted_mean", "max", "min", "sum")
@@ -48,10 +50,19 @@ def reduce_metrics(
     or ``sum``), else ``max`` if ``"max"`` is in the name, ``min`` if ``"min"`` is, else the mean (weighted by
     ``weights[key]`` when given). An empty list reduces to ``nan``.
 
+    A :class:`~verl.utils.metric.Metric` reduces with its own aggregation, a list of them (one per data-parallel
+    rank, as ``DataProto.concat`` gathers them) with :meth:`Metric.aggregate_dp`.
+
     Example: ``{"loss": [1, 2, 3], "max_reward": [5, 8, 6]}`` -> ``{"loss": 2.0, "max_reward": 8.0}``.
     """
     out: dict[str, float] = {}
     for key, value in metrics.items():
+        if isinstance(value, Metric):
+            out[key] = value.aggregate()
+            continue
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, Metric) for v in value):
+            out[key] = Metric.aggregate_dp(list(value))
+            continue
         flat = _flat(key, value)
         if flat.size == 0:
             out[key] = float("nan")
