@@ -497,7 +497,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
                     sys.stderr,
                 )
         elif self.config.trainer.export_hf:
-            ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+            target = ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+            if target is not None and self.rank == 0:  # named after the run (verl serve calls it that)
+                from verl.utils.export_info import write_export_info
+
+                write_export_info(target, str(self.config.trainer.experiment_name), self.global_step)
 
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:

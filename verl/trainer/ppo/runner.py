@@ -245,7 +245,10 @@ def run_ppo(
     trainer = build_ppo_trainer(config, role_worker_mapping, trainer_cls)
     trainer_cfg = config.trainer
     reward_fn, val_reward_fn = trainer.reward_fn, trainer.val_reward_fn
-    trainer.init_workers()
+    from verl.utils.tracking.phase import watched
+
+    with watched("starting workers (models, rollout engine)", prefix="start-up"):  # a line each 30 s it lasts
+        trainer.init_workers()
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.enable_debug_mode)):
         trainer.fit()
@@ -273,7 +276,12 @@ def run_ppo(
     if trainer.stopped_by:  # an interrupted run is continued, not exported (fit() updated its report)
         return result
     if trainer_cfg.export_hf and trainer.global_steps > 0:
-        result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
+        with watched("exporting the model"):
+            result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
+        from verl.utils.export_info import write_export_info
+
+        # the directory keeps its name (scripts read <run>/hf_model); the export says which run and step it is
+        write_export_info(result["hf_dir"], str(trainer_cfg.experiment_name), trainer.global_steps)
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too
     from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 # Metrics the console line shows first (when present), with their short labels.
 _CONSOLE_KEYS: tuple[tuple[str, str], ...] = (
     ("critic/score/mean", "score"),
+    ("distill/task_score/mean", "task_score"),  # with distillation, score mixes in the teacher term; this is the task
     ("critic/rewards/mean", "reward"),
     ("response_length/mean", "resp_len"),
     ("actor/pg_loss", "pg_loss"),
