@@ -23,6 +23,8 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     if deterministic:
+        # cuBLAS picks reduction orders per workspace unless told a fixed one (read when CUDA starts)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
