@@ -19,7 +19,8 @@ from verl.trainer.config.validation import ConfigError, ConfigWarning, independe
         ("trainer:\n  total_epochs: two\n  logger: consol\n", ["trainer.total_epochs: expected int", "'console'?"]),
         # an unknown key and an unregistered estimator
         (
-            "algorithm:\n  adv_estimator: grpoo\nactor_rollout_ref:\n  rollout:\n    val_kwargs:\n      temprature: 1\n",
+            "algorithm:\n  adv_estimator: grpoo\n"
+            "actor_rollout_ref:\n  rollout:\n    val_kwargs:\n      temprature: 1\n",
             ["val_kwargs.temprature: unknown key", "algorithm.adv_estimator: 'grpoo' is not a registered name"],
         ),
         # two range problems of the cross-field checks
