@@ -33,6 +33,7 @@ def restore_loggers(monkeypatch):
 
 def test_quiet_keeps_errors_and_collapses_warnings_into_one_line(restore_loggers, capsys, caplog) -> None:
     logging.getLogger("vllm").handlers[:] = []
+    logging.getLogger("transformers").handlers[:] = []
     quiet_third_party_logs(None)
     child = logging.getLogger("vllm.v1.worker.cpu_worker")  # records from children pass the handler's filter
     child.info("Reloading weights inplace...")
