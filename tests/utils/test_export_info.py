@@ -25,3 +25,16 @@ def test_export_is_named_after_its_run(tmp_path: Path) -> None:
 def test_checkpoint_served_name() -> None:
     assert _checkpoint_name("outputs/verl/demo/global_step_12") == "demo-step12"
     assert _checkpoint_name("outputs/verl/demo/global_step_12/actor") == "demo-step12"
+
+
+def test_verl_serve_calls_an_export_by_its_run(tiny_model_dir: str, tmp_path: Path) -> None:
+    import shutil
+
+    from verl.serve.engine import resolve_model_source
+
+    export = tmp_path / "run-dir" / "hf_model"
+    shutil.copytree(tiny_model_dir, export)
+    assert resolve_model_source(str(export)).name == "run-dir"
+    write_export_info(str(export), "demo", 12)
+    assert resolve_model_source(str(export)).name == "demo"
+    assert resolve_model_source(str(export), served_name="mine").name == "mine"  # the flag still wins
