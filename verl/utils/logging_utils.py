@@ -172,6 +172,15 @@ class _QuietHandler(ConsoleHandler):
 _STATE: dict[str, object] = {"level": "unset"}
 
 
+def count_hidden_native(lines: list[str]) -> None:
+    """Count notices that native code printed to stderr and :mod:`verl.utils.native_stderr` held back into the
+    next summary line (as library ``native``)."""
+    for line in lines:
+        _FILTER.hidden["native"] = _FILTER.hidden.get("native", 0) + 1
+        if len(_FILTER.examples) < _FILTER.KEEP:
+            _FILTER.examples.append(line)
+
+
 def summarize_hidden_warnings() -> str | None:
     """Log (``verl INFO``) one line on the third-party warnings the quiet console held back since the last summary,
     and return it; None (and nothing logged) when none were. The trainers call it when training starts (the

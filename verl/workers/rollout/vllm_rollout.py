@@ -306,7 +306,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         args.update(engine_args_from_config(config, max_model_len))
         args.update(engine_kwargs)
         start = time.perf_counter()
-        self._adopt_engine(vllm.LLM(**args))
+        from verl.utils.native_stderr import filtered_native_stderr
+
+        # the CPU engine's thread binding prints torch's C++ "NUMA binding" notice straight to stderr: held back
+        # into the quiet console's summary line unless third-party logs were asked for
+        with filtered_native_stderr(enabled=current_third_party_level() in (None, "unset")):
+            self._adopt_engine(vllm.LLM(**args))
         self.engine_start_s = time.perf_counter() - start
         if self._sleep_enabled:
             self._sleep()
