@@ -57,9 +57,12 @@ def test_heartbeat_on_a_terminal_calls_on_tick_instead_of_writing() -> None:
 def test_plain_progress_line_in_a_log(capsys) -> None:
     bar = ProgressBar(total=4)  # stderr is not a terminal under pytest: no bar, plain lines
     assert not bar.live and bar.plain
-    bar.update({"perf/throughput": 420.04, "response_length/clip_ratio": 0.84, "critic/score/mean": 0.5}, step=1)
+    metrics = {"perf/throughput": 420.04, "response_length/clip_ratio": 0.84, "critic/score/mean": 0.5}
+    timers = {"timing_s/step": 12.0, "timing_s/gen": 9.06, "timing_s/update_actor": 2.5}
+    bar.update({**metrics, **timers}, step=1)
     line = capsys.readouterr().out.strip()
-    assert line.startswith("progress: step 1/4 (25%) · ") and " s/step · 420.0 tok/s · 84% truncated · " in line
+    assert line.startswith("progress: step 1/4 (25%) · ")
+    assert " s/step · mostly generating (9.1 s) · 420.0 tok/s · 84% truncated · " in line
     assert line.endswith(" left")
     assert bar.seconds_left() is not None and bar.seconds_left() >= 0
     bar.update({}, step=4)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl.utils.logging_utils import console_write
-from verl.utils.tracking.phase import HEARTBEAT_INTERVAL_S, Heartbeat
+from verl.utils.tracking.phase import HEARTBEAT_INTERVAL_S, Heartbeat, phase_label
 from verl.utils.tracking.values import fmt, to_scalar
 
 __all__ = ["ProgressBar", "format_duration"]
@@ -47,7 +47,8 @@ class ProgressBar:
     description shows the current phase and how long it has run (``Training · generating 12 s``), refreshed each
     second by a :class:`~verl.utils.tracking.phase.Heartbeat`, and tqdm shows the time left. In a log (stderr not a
     terminal: CI, pipes, ``nohup``) there is no bar and no control character: each step writes one plain line
-    (``progress: step 3/12 (25%) · 14.2 s/step · 420 tok/s · 2 min 08 s left``) and a phase that lasts longer
+    (``progress: step 3/12 (25%) · 14.2 s/step · mostly generating (9.1 s) · 420 tok/s · 2 min 08 s left``: the
+    phase that took most of the step, from its ``timing_s/*`` timers) and a phase that lasts longer
     than ``heartbeat_s`` writes ``progress: step 4/12 · generating... 30 s`` each ``heartbeat_s`` seconds.
 
     While the bar is shown, everything the run prints goes above it: the console backend's step lines and the
@@ -82,6 +83,7 @@ class ProgressBar:
         self._start_step = int(initial)
         self._start_time = time.monotonic()
         self._postfix: dict[str, str] = {}
+        self._slowest: tuple[str, float] | None = None
         self._previous_showwarning: Any = None
         if self.live and warnings.showwarning is getattr(warnings, "_showwarning_orig", None):
             self._previous_showwarning = warnings.showwarning
@@ -129,6 +131,13 @@ class ProgressBar:
             clip = to_scalar("response_length/clip_ratio", metrics["response_length/clip_ratio"])
             postfix["truncated"] = f"{100 * clip:.0f}%"
         self._postfix = postfix
+        # the phase that took most of the step (its timers: timing_s/<name>), for the plain line
+        timers = {
+            k[len("timing_s/") :]: to_scalar(k, v)
+            for k, v in metrics.items()
+            if k.startswith("timing_s/") and k != "timing_s/step"
+        }
+        self._slowest = max(timers.items(), key=lambda kv: kv[1]) if timers else None
         if postfix and self.live:
             self.bar.set_postfix(postfix, refresh=True)
         if self.plain:
@@ -140,6 +149,8 @@ class ProgressBar:
         parts = [f"step {self.step}/{self.total} ({100 * self.step / max(1, self.total):.0f}%)"]
         if done > 0:
             parts.append(f"{(time.monotonic() - self._start_time) / done:.1f} s/step")
+        if self._slowest is not None:
+            parts.append(f"mostly {phase_label(self._slowest[0])} ({self._slowest[1]:.1f} s)")
         if "tok/s" in self._postfix:
             parts.append(f"{self._postfix['tok/s']} tok/s")
         if "truncated" in self._postfix:
