@@ -61,6 +61,8 @@ def test_quiet_keeps_errors_and_collapses_warnings_into_one_line(restore_loggers
     assert logging_utils.summarize_hidden_warnings() is None  # said once; later warnings make a new line
     child.warning("late warning")
     assert logging_utils.summarize_hidden_warnings().startswith("1 third-party warning hidden (vllm 1; ")
+    child.warning("KV cache is %d%% full", 99)  # a repeat of one summarised before is this line's example
+    assert "e.g. 'vllm.v1.worker.cpu_worker: KV cache is 99% full'" in logging_utils.summarize_hidden_warnings()
 
 
 def test_warning_level_shows_each_warning(restore_loggers, caplog) -> None:

@@ -69,10 +69,11 @@ class _OncePerMessage(logging.Filter):
         key = re.sub(r"\d+(\.\d+)?", "#", f"{record.name}:{message}")
         if key in self.seen:
             self.repeats += 1
-        else:
-            self.seen.add(key)
-            if len(self.examples) < self.KEEP:
-                self.examples.append(f"{record.name}: {message}")
+            if self.examples:  # (a repeat of one said in an earlier summary is still an example of this one)
+                return False
+        self.seen.add(key)
+        if len(self.examples) < self.KEEP:
+            self.examples.append(f"{record.name}: {message}")
         return False
 
     def take_summary(self) -> str | None:
@@ -86,8 +87,9 @@ class _OncePerMessage(logging.Filter):
             first = first[:97] + "..."
         self.hidden.clear()
         self.examples.clear()
+        example = f"; e.g. {first!r}" if first else ""
         return (
-            f"{total} third-party warning{'s' if total != 1 else ''} hidden ({by_library}; e.g. {first!r}); "
+            f"{total} third-party warning{'s' if total != 1 else ''} hidden ({by_library}{example}); "
             "trainer.third_party_log_level=WARNING shows each"
         )
 
