@@ -27,6 +27,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.serve.batching import Job
+from verl.utils.export_info import export_name
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,18 @@ def _checkpoint_role_dir(path: str) -> str | None:
     return None
 
 
+def _checkpoint_name(model: str) -> str:
+    """``outputs/verl/demo/global_step_12[/actor]`` -> ``demo-step12``: a checkpoint named after its run."""
+    path = os.path.normpath(model)
+    if os.path.basename(path) in ("actor", "critic"):
+        path = os.path.dirname(path)
+    step = os.path.basename(path)
+    run = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    if step.startswith("global_step_") and run:
+        return f"{run}-step{step[len('global_step_') :]}"
+    return step
+
+
 def resolve_model_source(model: str, lora: str | None = None, served_name: str | None = None) -> ModelSource:
     """Turn the CLI's ``MODEL_DIR`` (and ``--lora``) into a plain Hugging Face directory to serve.
 
@@ -93,7 +106,7 @@ def resolve_model_source(model: str, lora: str | None = None, served_name: str |
         tmp = tempfile.mkdtemp(prefix="verl-serve-merged-")
         logger.info("merging checkpoint %s into a Hugging Face dir %s", role_dir, tmp)
         target = merge_checkpoint(role_dir, os.path.join(tmp, "model"))
-        name = served_name or os.path.basename(os.path.normpath(model))
+        name = served_name or _checkpoint_name(model)
         return ModelSource(path=target, name=name, cleanup=[tmp])
     if lora is not None:
         adapter = _adapter_dir(lora)
@@ -111,7 +124,9 @@ def resolve_model_source(model: str, lora: str | None = None, served_name: str |
             if not base_name:
                 raise ValueError(f"{adapter}/adapter_config.json has no base_model_name_or_path; use --lora")
             base = resolve_model_path(base_name)
-    name = served_name or os.path.basename(os.path.normpath(model)) or str(model)
+    # an export is called after its run (verl_export.json; hf_model/ -> the run directory's name), not "hf_model"
+    plain = os.path.basename(os.path.normpath(model)) or str(model)
+    name = served_name or (export_name(model) if os.path.isdir(model) else plain)
     if adapter is None:
         return ModelSource(path=resolve_model_path(model), name=name)
     from verl.model_merger.base_model_merger import merge_checkpoint

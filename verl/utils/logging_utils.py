@@ -1,10 +1,12 @@
-"""A console a person can read: third-party loggers quiet by default, each distinct warning shown once.
+"""A console a person can read: third-party loggers quiet by default, their warnings collapsed into one line.
 
 vLLM's CPU engine alone prints ~160 INFO/WARNING lines in a demo's first minute (thread binding, weight reloads,
-per-sync notices). By default (``level=None``) the loggers of the libraries below keep their errors, show each
-distinct warning once (later repeats are counted and summarised at exit), and drop the notices that describe what
-the trainer does on purpose (a weight sync that skips tied or weight-less modules). ``trainer.enable_debug_mode``
-or ``trainer.third_party_log_level=INFO`` (or ``DEBUG``/``WARNING``) brings them all back at that level.
+dtype casts on every weight sync, NUMA binding). By default (``level=None``) the loggers of the libraries below
+keep their errors and hold their warnings back: :func:`summarize_hidden_warnings` says in one line how many there
+were, from which library, with the first one's text (the trainers call it when training starts, and it runs at
+exit); notices that describe what the trainer does on purpose (a weight sync that skips tied or weight-less
+modules) are dropped outright. ``trainer.third_party_log_level=WARNING`` shows each warning,
+``INFO``/``DEBUG`` everything at that level, ``trainer.enable_debug_mode`` everything at DEBUG.
 
 Console lines and a live progress bar share the terminal: :func:`console_write` (the trainers' per-step lines and
 notices) and the console handlers here (log records) write *above* a live tqdm bar with ``tqdm.write``, which
@@ -42,12 +44,17 @@ _NOISY_WARNING_MODULES = r"(vllm|transformers|torch|ray|trl|peft)(\..*)?"
 
 
 class _OncePerMessage(logging.Filter):
-    """Pass ERROR and above; pass each distinct WARNING once (digits ignored); drop expected notices and INFO."""
+    """Pass ERROR and above; hold back WARNINGs (counted per library, the distinct ones kept for the summary line,
+    digits ignored); drop expected notices and INFO."""
+
+    KEEP = 50  # distinct hidden warnings kept for the summary
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[str] = set()
-        self.repeats = 0
+        self.repeats = 0  # warnings that repeated one already held back
+        self.hidden: dict[str, int] = {}  # library (top-level logger name) -> warnings held back, not yet summarised
+        self.examples: list[str] = []  # distinct held-back warnings, not yet summarised
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
@@ -57,12 +64,34 @@ class _OncePerMessage(logging.Filter):
         message = record.getMessage()
         if any(p.search(message) for p in _EXPECTED):
             return False
+        library = record.name.split(".", 1)[0]
+        self.hidden[library] = self.hidden.get(library, 0) + 1
         key = re.sub(r"\d+(\.\d+)?", "#", f"{record.name}:{message}")
         if key in self.seen:
             self.repeats += 1
-            return False
+            if self.examples:  # (a repeat of one said in an earlier summary is still an example of this one)
+                return False
         self.seen.add(key)
-        return True
+        if len(self.examples) < self.KEEP:
+            self.examples.append(f"{record.name}: {message}")
+        return False
+
+    def take_summary(self) -> str | None:
+        """One line on the warnings held back since the last call (None when there were none), then forget them."""
+        total = sum(self.hidden.values())
+        if not total:
+            return None
+        by_library = ", ".join(f"{name} {n}" for name, n in sorted(self.hidden.items(), key=lambda kv: -kv[1]))
+        first = self.examples[0] if self.examples else ""
+        if len(first) > 100:
+            first = first[:97] + "..."
+        self.hidden.clear()
+        self.examples.clear()
+        example = f"; e.g. {first!r}" if first else ""
+        return (
+            f"{total} third-party warning{'s' if total != 1 else ''} hidden ({by_library}{example}); "
+            "trainer.third_party_log_level=WARNING shows each"
+        )
 
 
 _FILTER = _OncePerMessage()
@@ -145,12 +174,27 @@ class _QuietHandler(ConsoleHandler):
 _STATE: dict[str, object] = {"level": "unset"}
 
 
+def count_hidden_native(lines: list[str]) -> None:
+    """Count notices that native code printed to stderr and :mod:`verl.utils.native_stderr` held back into the
+    next summary line (as library ``native``)."""
+    for line in lines:
+        _FILTER.hidden["native"] = _FILTER.hidden.get("native", 0) + 1
+        if len(_FILTER.examples) < _FILTER.KEEP:
+            _FILTER.examples.append(line)
+
+
+def summarize_hidden_warnings() -> str | None:
+    """Log (``verl INFO``) one line on the third-party warnings the quiet console held back since the last summary,
+    and return it; None (and nothing logged) when none were. The trainers call it when training starts (the
+    start-up's warnings: vLLM's dtype casts, NUMA binding, ...) and it runs again at exit for later ones."""
+    line = _FILTER.take_summary()
+    if line is not None:
+        logging.getLogger("verl").info(line)
+    return line
+
+
 def _summary() -> None:
-    if _FILTER.repeats:
-        logging.getLogger("verl").info(
-            "%d repeated third-party warnings were not shown (trainer.third_party_log_level=WARNING shows them)",
-            _FILTER.repeats,
-        )
+    summarize_hidden_warnings()
 
 
 def _console_handlers(lg: logging.Logger) -> list[logging.Handler]:

@@ -363,7 +363,21 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
                 self.actor_lr_scheduler.step()
             self._sync_rollout_weights()
+        metrics["training/reproducible"] = float(self._reproducible())
         return DataProto(meta_info={"metrics": metrics})
+
+    def _reproducible(self) -> bool:
+        """Whether the same command repeats this run's metrics exactly (:mod:`verl.workers.reproducibility`); said
+        once on rank 0 as ``reproducibility: ...``."""
+        if getattr(self, "_reproducibility", None) is None:
+            from verl.workers.reproducibility import reproducibility
+
+            engine = str(getattr(self, "rollout_name", "hf"))
+            device = torch.device(self.compute_device).type
+            self._reproducibility = reproducibility(engine, device, torch.are_deterministic_algorithms_enabled())
+            if self.rank == 0:
+                logger.info("reproducibility: %s", self._reproducibility[1])
+        return self._reproducibility[0]
 
     def _actor_mfu(self, data: DataProto, seconds: float, sp_group: Any = None) -> dict[str, float]:
         """``perf/mfu/actor`` (verl's name): model FLOPs of the update (``ppo_epochs`` forward + backward passes

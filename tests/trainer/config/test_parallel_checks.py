@@ -80,8 +80,10 @@ def test_rollout_tensor_parallel_size_must_divide_the_world() -> None:
             [f"actor_rollout_ref.rollout.name={name}", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
         )
         assert msg.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=2 must divide the number of")
-    (msg,) = _problems(["trainer.n_gpus_per_node=6", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
+    # 6 ranks: the batch (32 sequences) does not split over them either; every problem is reported at once
+    msg, *others = _problems(["trainer.n_gpus_per_node=6", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
     assert "(6)" in msg
+    assert others and all("do not split evenly over world size" in m for m in others)
     two = load_config(["trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
     assert two.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
 

@@ -38,6 +38,9 @@ def test_distillation_reward_token_by_token():
             assert got[b, t].item() == pytest.approx(2.0 * scores[b, t].item() + dense)
     diffs = [(old[b, t] - teacher[b, t]).item() for b in range(2) for t in range(3) if mask[b, t]]
     assert metrics["distill/reverse_kl"] == pytest.approx(sum(diffs) / len(diffs))
+    # the task reward alone (per-sequence sums 1.0 and 0.5), apart from the mixed score
+    assert metrics["distill/task_score/mean"] == pytest.approx(0.75)
+    assert (metrics["distill/task_score/max"], metrics["distill/task_score/min"]) == (1.0, 0.5)
     with pytest.raises(ValueError, match="teacher_log_prob"):
         apply_distillation_reward(DataProto.from_dict(tensors={"old_log_probs": old, "response_mask": mask}), 1.0)
 

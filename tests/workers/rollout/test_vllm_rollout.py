@@ -114,6 +114,20 @@ def test_sampled_log_probs_follow_the_temperature(engine, make_prompts, byte_pro
 
 @pytest.mark.vllm
 @needs_vllm
+def test_a_seeded_call_samples_alike_whatever_drew_from_the_generator_before(engine, make_prompts, byte_prompts):
+    """The in-process CPU sampler draws from the global torch generator; a call with ``meta_info["seed"]`` seeds it,
+    so what else in the process drew random numbers before (an MFU probe, a user's code) does not change its
+    samples, and a different seed does."""
+    first = engine.generate_sequences(make_prompts(byte_prompts, prompt_len=8, seed=7))
+    torch.rand(12345)  # the rest of the process draws a varying amount in between
+    again = engine.generate_sequences(make_prompts(byte_prompts, prompt_len=8, seed=7))
+    other = engine.generate_sequences(make_prompts(byte_prompts, prompt_len=8, seed=8))
+    assert torch.equal(first.batch["responses"], again.batch["responses"])
+    assert not torch.equal(first.batch["responses"], other.batch["responses"])
+
+
+@pytest.mark.vllm
+@needs_vllm
 def test_stops_at_the_callers_eos_and_masks_after_it(engine, make_prompts, byte_prompts):
     free = engine.generate_sequences(make_prompts(byte_prompts, prompt_len=8, validate=True))
     rows = free.batch["responses"].tolist()

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_rollout_correction
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
+from verl.trainer.config.validation import independent_problems, run_check
 
 
 def critic_enabled(cfg: DictConfig) -> bool:
@@ -504,11 +505,25 @@ def check_algorithm_settings(cfg: DictConfig, use_critic: bool, errors: list[str
     )
 
 
+def check_logger(cfg: DictConfig, errors: list[str]) -> None:
+    """``trainer.logger`` names only known backends (else the run would stop when its tracker starts)."""
+    from verl.utils.tracking.backends import BACKENDS
+
+    for name in cfg.trainer.logger or []:
+        if str(name) not in BACKENDS:
+            close = difflib.get_close_matches(str(name), list(BACKENDS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errors.append(f"trainer.logger: unknown backend {name!r}; supported: {', '.join(BACKENDS)}{hint}")
+
+
 def wasted_work_warnings(cfg: DictConfig, use_critic: bool) -> list[str]:
     """Settings that run but waste the step: KL penalised twice, group estimators with one response per group, a
-    critic trained for an estimator that does not read values."""
+    critic trained for an estimator that does not read values. None in a validation-only run
+    (``trainer.val_only``): nothing is trained there, so nothing is wasted."""
     algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
-    warns = []
+    warns: list[str] = []
+    if cfg.trainer.val_only:
+        return warns
     if algo.use_kl_in_reward and cfg.actor_rollout_ref.actor.use_kl_loss:
         warns.append(
             "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true: the KL to the reference "
@@ -531,24 +546,35 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
 
     Each check is a function of its own: the namespace, positive sizes, what is implemented, multi-turn settings,
-    placement, value ranges, rollout correction, asynchronous training, distillation and the judge; then (when
-    those pass: the arithmetic divides by them) batch division over the ranks, token budgets and the algorithm's
-    settings. Warnings: :func:`wasted_work_warnings`.
+    placement, value ranges, logger names, rollout correction, asynchronous training, distillation and the judge;
+    then batch division over the ranks, token budgets and the algorithm's settings (their arithmetic divides by the
+    sizes above: after a problem there, only what they find about other keys is added). Every problem is reported
+    at once. Warnings: :func:`wasted_work_warnings`.
     """
     errors: list[str] = []
     warns: list[str] = []
     use_critic = critic_enabled(cfg)
-    check_namespace(cfg, errors)
-    check_positive_sizes(cfg, use_critic, errors)
-    check_implemented(cfg, errors, warns)
-    check_multi_turn(cfg, errors, warns)
-    check_placement(cfg, errors)
-    check_value_ranges(cfg, use_critic, errors)
-    check_rollout_correction(cfg, errors)
-    check_algorithm_keys(cfg, errors)
-    check_async_training(cfg, errors)
-    check_distillation_and_judge(cfg, errors)
-    if errors:  # the arithmetic below divides by these
+    run_check(check_namespace, cfg, errors)
+    run_check(check_positive_sizes, cfg, use_critic, errors)
+    run_check(check_implemented, cfg, errors, warns)
+    run_check(check_multi_turn, cfg, errors, warns)
+    run_check(check_placement, cfg, errors)
+    run_check(check_value_ranges, cfg, use_critic, errors)
+    run_check(check_logger, cfg, errors)
+    run_check(check_rollout_correction, cfg, errors)
+    run_check(check_algorithm_keys, cfg, errors)
+    run_check(check_async_training, cfg, errors)
+    run_check(check_distillation_and_judge, cfg, errors)
+    if errors:
+        # the arithmetic below divides by the sizes checked above: it runs anyway (every mistake at once), and
+        # what it says about a key already reported, or a crash on a bad value, is left out
+        later: list[str] = []
+        for check in (check_batch_division, check_token_budgets, check_algorithm_settings):
+            try:
+                check(cfg, use_critic, later)
+            except (ArithmeticError, TypeError, ValueError, AttributeError, KeyError):
+                pass
+        errors.extend(independent_problems(errors, later))
         return errors, warns
     check_batch_division(cfg, use_critic, errors)
     check_token_budgets(cfg, use_critic, errors)

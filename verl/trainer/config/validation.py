@@ -6,8 +6,10 @@ a command line in one go rather than one error per run. Every line starts with t
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
+import re
 import types
 import typing
 import warnings
@@ -18,7 +20,23 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.utils.errors import ConfigError, ConfigWarning
 
-__all__ = ["ConfigError", "ConfigWarning", "validate_config"]
+__all__ = ["CHECKING_ILL_TYPED", "ConfigError", "ConfigWarning", "independent_problems", "validate_config"]
+
+# True while the cross-field checks run on a config that already failed the type checks: a check may then trip
+# over an ill-typed value, and its caller skips that one check (see run_check) instead of losing the others
+CHECKING_ILL_TYPED: contextvars.ContextVar[bool] = contextvars.ContextVar("verl_checking_ill_typed", default=False)
+
+
+def run_check(check: Any, *args: Any) -> None:
+    """Call one cross-field ``check(*args)``; on an ill-typed config (:data:`CHECKING_ILL_TYPED`) a crash of its
+    arithmetic skips just that check, on a well-typed one it propagates (it is a bug)."""
+    if not CHECKING_ILL_TYPED.get():
+        check(*args)
+        return
+    try:
+        check(*args)
+    except (ArithmeticError, TypeError, ValueError, AttributeError, KeyError):
+        pass
 
 
 def validate_config(cfg: DictConfig, schema: type, extra_keys: Iterable[str] = ()) -> list[str]:
@@ -39,15 +57,41 @@ def validate_config(cfg: DictConfig, schema: type, extra_keys: Iterable[str] = (
     _check_section(cfg, schema, "", frozenset(extra_keys), errors)
     warns: list[str] = []
     checks = getattr(schema, "cross_field_checks", None)
-    # Cross-field arithmetic on ill-typed values would only add noise (or crash), so it runs on a clean config.
-    if not errors and callable(checks):
+    if callable(checks) and not errors:
         more_errors, warns = checks(cfg)
         errors.extend(more_errors)
+    elif callable(checks):
+        # the cross-field checks run on the ill-typed config too, so every mistake is reported at once; what they
+        # say about a key already reported (or a crash of their arithmetic on a bad value) is left out as noise
+        token = CHECKING_ILL_TYPED.set(True)
+        try:
+            more_errors, _ = checks(cfg)
+        except Exception:  # noqa: BLE001 - a check tripping over an ill-typed value: the type error says it all
+            more_errors = []
+        finally:
+            CHECKING_ILL_TYPED.reset(token)
+        errors.extend(independent_problems(errors, more_errors))
     if errors:
         raise ConfigError(errors)
     for w in warns:
         warnings.warn(w, ConfigWarning, stacklevel=2)
     return warns
+
+
+def _keys_named(message: str) -> set[str]:
+    """The dotted config keys (``a.b.c``) a problem message names."""
+    return set(re.findall(r"\b[a-z_]+(?:\.[a-z_0-9]+)+\b", message))
+
+
+def independent_problems(reported: list[str], more: list[str]) -> list[str]:
+    """The messages of ``more`` that name none of the keys the ``reported`` messages lead with (``key: ...``,
+    ``key=value ...``): those are knock-on effects of a mistake already reported, not mistakes of their own."""
+    leading = set()
+    for message in reported:
+        match = re.match(r"[A-Za-z_][\w.]*", message)
+        if match:
+            leading.add(match.group(0))
+    return [m for m in more if m not in reported and not (_keys_named(m) & leading)]
 
 
 def _is_exempt(path: str, extra_keys: frozenset[str]) -> bool:

@@ -502,8 +502,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def _timed_step(self, rows: Sequence[int], epoch: float) -> dict[str, float]:
         """One optimizer step on this rank's ``rows`` of the training set; its metrics with ``epoch``,
         ``perf/time_per_step`` and ``perf/throughput`` (tokens / s / rank, verl's name)."""
+        from verl.utils.tracking.phase import phase
+
         t0 = time.perf_counter()
-        metrics = self._train_step([self.train_dataset[i] for i in rows])
+        with phase("training step"):  # the progress bar and its heartbeat show it
+            metrics = self._train_step([self.train_dataset[i] for i in rows])
         self.global_step += 1
         metrics["epoch"] = epoch
         seconds = metrics["perf/time_per_step"] = time.perf_counter() - t0
@@ -532,7 +535,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
                     sys.stderr,
                 )
         elif self.config.trainer.export_hf:
-            ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+            target = ckpt.export_hf(self.output_root, self.model, self.tokenizer)
+            if target is not None and self.rank == 0:  # named after the run (verl serve calls it that)
+                from verl.utils.export_info import write_export_info
+
+                write_export_info(target, str(self.config.trainer.experiment_name), self.global_step)
 
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:

@@ -52,9 +52,11 @@ def apply_distillation_reward(
     Shapes: all ``[batch, response_len]``. ``old_log_probs`` are the actor's log-probs of its own sampled tokens, so
     the added term summed over a response is a one-sample estimate of ``-coef * KL(actor || teacher)``
     (:func:`verl.algorithms.distillation.reverse_kl_token_rewards`). Metrics: ``distill/reverse_kl`` (mean per
-    response token) and ``distill/reward`` (mean per-sequence sum of the added term). ``loss_mode`` and
-    ``loss_max_clamp`` (``distillation.distillation_loss``, upstream v0.9) replace the k1 term by another per-token
-    estimator, clamped (:func:`verl.algorithms.distillation.estimator_token_rewards`).
+    response token), ``distill/reward`` (mean per-sequence sum of the added term) and
+    ``distill/task_score/{mean,max,min}`` (the task reward alone, before weighting: ``critic/score/*`` holds the
+    mixed score afterwards, so task accuracy is read here). ``loss_mode`` and ``loss_max_clamp``
+    (``distillation.distillation_loss``, upstream v0.9) replace the k1 term by another per-token estimator, clamped
+    (:func:`verl.algorithms.distillation.estimator_token_rewards`).
     """
     from verl.algorithms.distillation import estimator_token_rewards
 
@@ -65,10 +67,14 @@ def apply_distillation_reward(
     student, teacher = data.batch["old_log_probs"], data.batch["teacher_log_prob"].to(mask.device)
     dense = estimator_token_rewards(student, teacher, mask, coef, loss_mode, loss_max_clamp)
     scores = data.batch["token_level_scores"]
+    task = scores.sum(-1).float()
     data.batch["token_level_scores"] = task_reward_weight * scores + dense.to(scores.dtype)
     metrics = {
         "distill/reverse_kl": masked_mean(student - teacher, mask).item(),
         "distill/reward": dense.sum(-1).mean().item(),
+        "distill/task_score/mean": task.mean().item(),
+        "distill/task_score/max": task.max().item(),
+        "distill/task_score/min": task.min().item(),
     }
     return data, metrics
 

@@ -84,9 +84,22 @@ class DriverCheckpointMixin:
             remove_old_checkpoints(
                 self.checkpoint_dir, int(trainer_cfg[keep] or 0), subdir=role, current_step=self.global_steps
             )
+        self._say_checkpoint_size(final_dir)
         if not self._in_fit:  # (the Python API) fit() updates the report once the step's metrics are logged
             self.update_report()
         return final_dir
+
+    def _say_checkpoint_size(self, step_dir: str) -> None:
+        """The save line: the checkpoint's size, split into weights and optimizer state (the first save says why
+        the optimizer state is the bulk and which key leaves it out; later saves only the sizes)."""
+        from verl.utils.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
+        from verl.utils.logging_utils import console_write
+
+        if getattr(self, "_size_explained", False):
+            console_write(f"checkpoint {step_dir}: {format_bytes(sum(checkpoint_bytes(step_dir).values()))}")
+            return
+        self._size_explained = True
+        console_write(checkpoint_size_line(step_dir))
 
     def driver_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}

@@ -31,10 +31,14 @@ logger = logging.getLogger(__name__)
 
 @contextmanager
 def marked_timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
-    """Add the wall time of the ``with`` body to ``timing_raw[name]`` (seconds)."""
+    """Add the wall time of the ``with`` body to ``timing_raw[name]`` (seconds); the body is the run's current phase
+    ``name`` meanwhile (:func:`verl.utils.tracking.phase.phase`: the progress bar and its heartbeat show it)."""
+    from verl.utils.tracking.phase import phase
+
     start = time.perf_counter()
     try:
-        yield
+        with phase(name):
+            yield
     finally:
         timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
 

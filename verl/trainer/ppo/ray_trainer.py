@@ -515,15 +515,21 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         if reporter is not None:
             reporter.start(resumed_step=self.global_steps if self.resumed_from else None)
         val_metrics: dict[str, float] = {}
+        # shown from here: step N/M, the phase (validation before training included), tokens/s, time left
+        progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
         if trainer_cfg.val_before_train and self.global_steps == 0:
-            val_metrics = self._timed_validate()
+            try:
+                val_metrics = self._timed_validate()
+            except BaseException:
+                progress.close()
+                raise
             self._log(val_metrics, step=0)
             if trainer_cfg.val_only:
+                progress.close()
                 self._tracker.finish()
                 if reporter is not None:
                     reporter.finish(self.global_steps)
                 return val_metrics
-        progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
         save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
         saved_at = self.global_steps  # a resumed step is already on disk
         self.stopped_by = None

@@ -23,6 +23,8 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     if deterministic:
+        # cuBLAS picks reduction orders per workspace unless told a fixed one (read when CUDA starts)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
@@ -280,7 +282,10 @@ def run_ppo(
     if not trainer_cfg.total_training_steps and _say_finished(config, int(trainer.total_training_steps)):
         _close_reward_managers(reward_fn, val_reward_fn)
         return _finished_result(config)
-    trainer.init_workers()
+    from verl.utils.tracking.phase import watched
+
+    with watched("starting workers (models, rollout engine)", prefix="start-up"):  # a line each 30 s it lasts
+        trainer.init_workers()
     # debug mode: autograd anomaly detection for this run only (it is process-wide and slow)
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.enable_debug_mode)):
         trainer.fit()
@@ -310,7 +315,12 @@ def run_ppo(
 
     check_trained_steps(trainer)  # zero steps trained (not validation-only): NoTrainingStepsError, exit 1
     if trainer_cfg.export_hf and trainer.global_steps > 0:
-        result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
+        with watched("exporting the model"):
+            result["hf_dir"] = trainer.export_hf(os.path.join(trainer.checkpoint_dir, "hf_model"))
+        from verl.utils.export_info import write_export_info
+
+        # the directory keeps its name (scripts read <run>/hf_model); the export says which run and step it is
+        write_export_info(result["hf_dir"], str(trainer_cfg.experiment_name), trainer.global_steps)
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too
     from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE

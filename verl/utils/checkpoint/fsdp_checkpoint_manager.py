@@ -21,6 +21,7 @@ marker is written last, so a crash mid-save leaves the previous checkpoint the o
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -196,7 +197,14 @@ class FSDPCheckpointManager:
         if "model" in self.load_contents:
             self._load_model(module, local_path)
         if "optimizer" in self.load_contents and self.optimizer is not None:
-            load_optimizer_shards(module, self.optimizer, local_path)
+            if has_shards(local_path, "optim"):
+                load_optimizer_shards(module, self.optimizer, local_path)
+            elif _rank_world()[0] == 0:  # saved without it (checkpoint.save_contents without optimizer)
+                logging.getLogger(__name__).warning(
+                    "%s holds no optimizer state (saved with checkpoint.save_contents without 'optimizer'): the "
+                    "optimizer restarts from zero moments",
+                    local_path,
+                )
         if "extra" in self.load_contents:
             rank, world_size = _rank_world()
             extra = load_extra_state(

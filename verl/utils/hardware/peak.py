@@ -93,8 +93,13 @@ def _time_matmul(dev: torch.device, dtype: torch.dtype, shape: Shape, repeats: i
     """Best (shortest) seconds of one ``[M, K] x [K, N]`` matmul in ``dtype`` on ``dev`` over ``repeats`` timings
     after a warm-up (kernel choice, thread pool)."""
     m, k, n = shape
-    a = torch.randn(m, k, device=dev).to(dtype)
-    b = torch.randn(k, n, device=dev).to(dtype)
+    # a private generator: the probe's shapes depend on the measured speed (so on the machine's load), and drawing
+    # them from the global one would shift every later draw of the run by a load-dependent amount (vLLM's CPU
+    # sampler draws from it: two runs of the same command sampled differently from the step after the probe)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
+    a = torch.randn(m, k, device=dev, generator=gen).to(dtype)
+    b = torch.randn(k, n, device=dev, generator=gen).to(dtype)
 
     def sync() -> None:
         if dev.type == "cuda":

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 # Metrics the console line shows first (when present), with their short labels.
 _CONSOLE_KEYS: tuple[tuple[str, str], ...] = (
     ("critic/score/mean", "score"),
+    ("distill/task_score/mean", "task_score"),  # with distillation, score mixes in the teacher term; this is the task
     ("critic/rewards/mean", "reward"),
     ("response_length/mean", "resp_len"),
     ("actor/pg_loss", "pg_loss"),
@@ -48,6 +49,18 @@ _CONSOLE_KEYS: tuple[tuple[str, str], ...] = (
     ("perf/throughput", "tok/s"),
     ("timing_s/step", "step_s"),
 )
+# share of responses cut at data.max_response_length at or above which the console says so (once per run)
+TRUNCATION_HINT_AT = 0.5
+
+
+def truncation_hint(clip_ratio: float) -> str:
+    """The one-line hint shown when ``response_length/clip_ratio`` (the share of a step's responses that hit the
+    length limit) is at least :data:`TRUNCATION_HINT_AT`."""
+    return (
+        f"hint: {100 * clip_ratio:.0f}% of this step's responses stopped at the length limit "
+        "(data.max_response_length), so the reward scores unfinished answers; raise data.max_response_length or "
+        "ask for shorter answers in the prompt (the 'truncated' figure on each step line follows it)"
+    )
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -70,13 +83,20 @@ class ConsoleBackend:
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream
+        self.hinted_truncation = False
 
     def log(self, data: dict[str, int | float], step: int) -> None:
         parts = [f"{label} {fmt(data[key])}" for key, label in _CONSOLE_KEYS if key in data]
+        clip = data.get("response_length/clip_ratio")
+        if clip is not None and math.isfinite(clip):  # the share of responses cut at the length limit
+            parts.insert(min(3, len(parts)), f"truncated {100 * clip:.0f}%")
         parts += [f"{k} {fmt(v)}" for k, v in data.items() if k.startswith("val-core/")]
         if not parts:  # no known key: show the first few so the line is never empty
             parts = [f"{k} {fmt(v)}" for k, v in list(data.items())[:6]]
         console_write(f"step {step} | " + " | ".join(parts), self.stream)
+        if clip is not None and clip >= TRUNCATION_HINT_AT and not self.hinted_truncation:
+            self.hinted_truncation = True
+            console_write(truncation_hint(clip), self.stream)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("step %d metrics: %s", step, json.dumps(data, sort_keys=True, default=str))
 
@@ -111,7 +131,19 @@ def drop_rows_after(path: str, step: int) -> int:
                 dropped += 1
     if dropped:
         atomic_write_text(path, "".join(kept))
-        logger.warning("%s: dropped %d rows after step %d (those steps run again)", path, dropped, step)
+        rows = f"{dropped} row{'s' if dropped != 1 else ''}"
+        if step < 0:  # a fresh start over the log of an attempt that left no checkpoint
+            logger.warning(
+                "%s: starting afresh (no checkpoint to resume): removed %s an earlier attempt logged", path, rows
+            )
+        else:
+            logger.warning(
+                "%s: removed %s of steps after %d (the run resumes from step %d's checkpoint and runs them again)",
+                path,
+                rows,
+                step,
+                step,
+            )
     return dropped
 
 

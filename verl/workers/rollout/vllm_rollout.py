@@ -306,7 +306,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         args.update(engine_args_from_config(config, max_model_len))
         args.update(engine_kwargs)
         start = time.perf_counter()
-        self._adopt_engine(vllm.LLM(**args))
+        from verl.utils.native_stderr import filtered_native_stderr
+
+        # the CPU engine's thread binding prints torch's C++ "NUMA binding" notice straight to stderr: held back
+        # into the quiet console's summary line unless third-party logs were asked for
+        with filtered_native_stderr(enabled=current_third_party_level() in (None, "unset")):
+            self._adopt_engine(vllm.LLM(**args))
         self.engine_start_s = time.perf_counter() - start
         if self._sleep_enabled:
             self._sleep()
@@ -457,6 +462,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
         requests = vllm_requests(input_ids, attention_mask, prompts.non_tensor_batch)
         self._wake({"weights", "kv_cache"})
+        if prompts.meta_info.get("seed") is not None:
+            # the engine core runs in this process and draws its sampling noise from the global torch generator
+            # (requests carry no seed of their own: see the module notes); seeding it with the call's seed makes
+            # each call's samples a function of (weights, prompts, seed) alone, whatever else drew from it before,
+            # so two runs (and a resumed run) sample alike, as the hf engine does
+            torch.manual_seed(int(prompts.meta_info["seed"]) + self.dp_rank)
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
