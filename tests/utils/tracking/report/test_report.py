@@ -209,3 +209,19 @@ def test_report_renders_in_browser(tmp_path: Path, browser) -> None:
     assert "running" in dom.text_in["status"] and "0.305" in dom.html and "0.469" in dom.html
     fetched = [(t, a, v) for t, a, v in dom.attrs if a in ("src", "href") and "://" in v and not v.startswith("#")]
     assert fetched == []
+
+
+def test_report_shows_what_one_step_consumes(tmp_path: Path) -> None:
+    from verl.trainer.config import load_config
+    from verl.trainer.config.step_plan import step_plan, write_plan
+    from verl.utils.tracking.report import build_report
+
+    run = make_run_dir(tmp_path)
+    config = load_config(["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+    write_plan(step_plan(config), str(run))
+    page = build_report(str(run))
+    assert 'id="step-plan"' in page
+    assert "optimizer steps per step" in page and "(16 / 4) * 1" in page
+    (run / "step_plan.json").write_text("{not json")
+    page = build_report(str(run))
+    assert 'id="step-plan"' not in page and "step_plan.json: unreadable" in page

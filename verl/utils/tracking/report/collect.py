@@ -18,6 +18,7 @@ from verl.utils.tracking.report.run_files import (
     PLOT_FILE,
     RUN_INFO_FILE,
     SAMPLES_FILE,
+    STEP_PLAN_FILE,
     reconcile_killed,
 )
 
@@ -64,6 +65,7 @@ class RunData:
     latest_step: int | None  # the tracker's step
     problems: list[str] = field(default_factory=list)
     has_plot: bool = False
+    step_plan: list[dict[str, Any]] = field(default_factory=list)  # step_plan.json: what one step consumes
 
 
 def _dir_size(path: str) -> tuple[int, float]:
@@ -130,6 +132,21 @@ def list_checkpoints(run_dir: str) -> tuple[list[Checkpoint], Checkpoint | None,
     return checkpoints, export, latest
 
 
+def _read_step_plan(path: str, problems: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``step_plan.json`` (``what``, ``value``, ``how``); none when absent or unreadable (noted)."""
+    if not os.path.isfile(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and {"what", "value"} <= set(r) for r in rows):
+            raise ValueError("expected a list of {what, value, how} objects")
+    except ValueError as e:
+        problems.append(f"{path}: unreadable ({e})")
+        return []
+    return rows
+
+
 def collect_run(run_dir: str, kind: str | None = None) -> RunData:
     """Read ``run_dir`` (see :mod:`verl.utils.tracking.report.run_files` for its files) into :class:`RunData`.
 
@@ -175,6 +192,7 @@ def collect_run(run_dir: str, kind: str | None = None) -> RunData:
             samples += _read_jsonl_rows(val_path, "validation", problems)
     kind = kind or info.get("kind") or guess_trainer_kind(available_keys(rows))
     return RunData(
+        step_plan=_read_step_plan(os.path.join(run_dir, STEP_PLAN_FILE), problems),
         run_dir=run_dir,
         kind=str(kind),
         info=info,

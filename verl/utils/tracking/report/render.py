@@ -178,6 +178,18 @@ def _phases(data: RunData) -> str:
     )
 
 
+def _step_plan(data: RunData) -> str:
+    if not data.step_plan:
+        return ""
+    body = [[_td(r["what"]), _td(r["value"], True), _td(r.get("how", ""))] for r in data.step_plan]
+    note = "From the config, before the run started; each figure with the keys and arithmetic that made it."
+    return (
+        f'<section><h2>One step</h2><p class="sub">{note}</p>'
+        + _table(["what", "per step", "from"], body, "step-plan")
+        + "</section>"
+    )
+
+
 _SAMPLE_COLUMNS = ("prompt", "response", "score", "ground_truth")
 
 
@@ -282,6 +294,7 @@ def render_html(data: RunData) -> str:
         _summary(data),
         _charts(data),
         _phases(data),
+        _step_plan(data),
         _samples(data),
         _checkpoints(data),
         _hardware(data),

@@ -5,6 +5,7 @@
     <run_dir>/                      the trainer's checkpoint directory (default_local_dir[/namespace])
         run_info.json               kind, status (running / finished / stopped / failed / killed), pid, times, ...
         config.yaml                 the resolved config of the run (interpolations filled)
+        step_plan.json              PPO family: what one step consumes (verl/trainer/config/step_plan.py)
         samples.jsonl               PPO family: training samples at chosen steps (prompt, response, score, ...)
         logs/metrics.jsonl          the ``file`` logger's metrics (another place with trainer.log_dir)
         metrics.png                 the panels of verl/utils/tracking/plotting.py
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 RUN_INFO_FILE = "run_info.json"
 CONFIG_FILE = "config.yaml"
 SAMPLES_FILE = "samples.jsonl"
+STEP_PLAN_FILE = "step_plan.json"
 REPORT_FILE = "report.html"
 PLOT_FILE = "metrics.png"
 STATUSES = ("running", "finished", "stopped", "failed", "killed")
