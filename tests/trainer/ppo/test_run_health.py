@@ -91,3 +91,30 @@ def test_zero_trained_steps_is_an_error_naming_why() -> None:
     check_trained_steps(_fitted(3, 2))  # trained one step
     check_trained_steps(_fitted(0, None, val_only=True))  # validation only: nothing to train
     check_trained_steps(_fitted(2, 2, stopped_by="SIGINT"))  # stopped by the user
+
+
+def test_tool_use_health_warns_every_n_steps_without_a_tool_call() -> None:
+    from verl.trainer.ppo.run_health import ToolUseHealth
+
+    health = ToolUseHealth(max_steps=3, has_tools=True)
+    no_call = {"agent/tool_calls/mean": 0.0, "agent/parse_errors/mean": 0.0}
+    assert [health.observe(s, no_call) for s in (1, 2)] == [None, None]
+    line = health.observe(3, no_call)
+    assert line is not None and "no tool call in 3 steps" in line and "trainer.warn_no_tool_call_steps=3" in line
+    assert health.observe(4, {"agent/tool_calls/mean": 0.5}) is None  # a call resets the count
+    assert health.observe(5, no_call) is None
+    # unparsable calls are named as the likely cause
+    parse = {"agent/tool_calls/mean": 0.0, "agent/parse_errors/mean": 1.5}
+    health = ToolUseHealth(max_steps=1, has_tools=True)
+    assert "multi_turn.format" in health.observe(1, parse)
+
+
+def test_tool_use_health_is_quiet_without_tools_or_when_off() -> None:
+    from verl.trainer.config import load_config
+    from verl.trainer.ppo.run_health import ToolUseHealth
+
+    no_call = {"agent/tool_calls/mean": 0.0}
+    assert ToolUseHealth(max_steps=1, has_tools=False).observe(1, no_call) is None
+    assert ToolUseHealth(max_steps=0, has_tools=True).observe(1, no_call) is None
+    assert ToolUseHealth(max_steps=1, has_tools=True).observe(1, {}) is None  # not an agent run
+    assert not ToolUseHealth.from_config(load_config([])).has_tools

@@ -207,6 +207,10 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
             f"trainer.max_degenerate_reward_steps={cfg.trainer.max_degenerate_reward_steps} must be >= 0 "
             "(0: never stop on a degenerate reward)"
         )
+    if int(cfg.trainer.warn_no_tool_call_steps) < 0:
+        errors.append(
+            f"trainer.warn_no_tool_call_steps={cfg.trainer.warn_no_tool_call_steps} must be >= 0 (0: never warn)"
+        )
     optims = [("actor_rollout_ref.actor.optim", arr.actor.optim)]
     if use_critic:
         optims.append(("critic.optim", cfg.critic.optim))

@@ -239,6 +239,8 @@ class TrainerConfig(BaseConfig):
     report: ReportConfig = field(default_factory=ReportConfig)
     # steps in a row whose scores are all equal because the reward failed before DegenerateRewardError; 0: never
     max_degenerate_reward_steps: int = 3
+    # agent runs with tools: warn after this many steps in a row without a tool call; 0: never
+    warn_no_tool_call_steps: int = 5
     # refuse a run whose largest micro-batch's logits cannot fit the free RAM (CPU runs; verl/utils/memory_check.py)
     check_memory: bool = True
     seed: int = 1

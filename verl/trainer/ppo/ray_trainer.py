@@ -161,9 +161,10 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         # are off
         self._reporter: Any = None
         self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
-        from verl.trainer.ppo.run_health import RewardHealth
+        from verl.trainer.ppo.run_health import RewardHealth, ToolUseHealth
 
         self.reward_health = RewardHealth(int(config.trainer.max_degenerate_reward_steps))
+        self.tool_health = ToolUseHealth.from_config(config)  # agent runs with tools that never call one: said
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -351,6 +352,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         # every score equal because the reward failed: said now; DegenerateRewardError after
         # trainer.max_degenerate_reward_steps such steps in a row (verl/trainer/ppo/run_health.py)
         self.reward_health.observe_batch(self.global_steps, getattr(self, "last_batch", None))
+        self.tool_health.observe_metrics(self.global_steps, metrics)
         if self.debug_dir is not None:
             from verl.utils.profiler import dump_step_debug
 

@@ -16,6 +16,12 @@ Two cases:
 
 Both are :class:`RunHealthError`: the entry points print the one line and exit with code 1, no traceback; the
 run's ``run_info.json`` records the failure.
+
+And one warning (:class:`ToolUseHealth`): an agent run with tools whose trajectories made no tool call for
+``trainer.warn_no_tool_call_steps`` steps in a row is said on the console (with the parse failures, which usually
+explain it: a ``multi_turn.format`` that does not match what the model writes). Such a run can train for hours on
+answers that never use a tool (verl #3257); it is a warning, not an error, because a policy may rightly stop
+calling a tool it does not need.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ __all__ = [
     "DegenerateRewardError",
     "NoTrainingStepsError",
     "RewardHealth",
+    "ToolUseHealth",
     "RunHealthError",
     "check_trained_steps",
     "failure_fractions",
@@ -165,3 +172,56 @@ def check_trained_steps(trainer: Any) -> None:
         f"trained 0 steps{where}: {why}; raise trainer.total_epochs or trainer.total_training_steps, or start "
         f"afresh (trainer.resume_mode=disable trainer.overwrite_checkpoints=true) in {trainer.checkpoint_dir}"
     )
+
+
+class ToolUseHealth:
+    """Counts consecutive steps of an agent run with tools in which no trajectory called a tool (the step's
+    ``agent/tool_calls/mean`` metric is 0) and warns at every ``max_steps``-th such step (0: never).
+
+    ``has_tools``: the run's agent loops are given tools (``multi_turn.enable`` with ``tool_config_path`` or
+    ``function_tool_path``).
+    """
+
+    def __init__(self, max_steps: int, has_tools: bool) -> None:
+        self.max_steps = int(max_steps)
+        self.has_tools = bool(has_tools)
+        self.consecutive = 0
+
+    @classmethod
+    def from_config(cls, config: Any) -> ToolUseHealth:
+        """From a PPO config: ``trainer.warn_no_tool_call_steps`` and the multi-turn tool keys."""
+        mt = config.actor_rollout_ref.rollout.multi_turn
+        has_tools = bool(mt.enable) and bool(mt.tool_config_path or mt.function_tool_path)
+        return cls(int(config.trainer.warn_no_tool_call_steps), has_tools)
+
+    def observe(self, step: int, metrics: dict[str, Any]) -> str | None:
+        """The warning line for step ``step`` of the step's ``metrics``, or None."""
+        calls = metrics.get("agent/tool_calls/mean")
+        if not self.has_tools or self.max_steps <= 0 or calls is None:
+            return None
+        if float(calls) > 0:
+            self.consecutive = 0
+            return None
+        self.consecutive += 1
+        if self.consecutive % self.max_steps != 0:
+            return None
+        parse = float(metrics.get("agent/parse_errors/mean", 0.0))
+        why = (
+            f"{parse:.2f} unparsable tool calls per trajectory: check actor_rollout_ref.rollout.multi_turn.format "
+            "against what the model writes (samples.jsonl)"
+            if parse > 0
+            else "the model answers without calling a tool: a cold start (SFT on tool calls) or a prompt that names "
+            "the tools usually fixes this (docs/agent_loop.md)"
+        )
+        return (
+            f"step {step}: no tool call in {self.consecutive} steps in a row although the agent loops have tools; "
+            f"{why} (trainer.warn_no_tool_call_steps={self.max_steps})"
+        )
+
+    def observe_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """:meth:`observe`, the line written to stderr."""
+        from verl.utils.logging_utils import console_write
+
+        line = self.observe(step, metrics)
+        if line is not None:
+            console_write(f"[verl] warning: {line}", sys.stderr)
