@@ -76,8 +76,15 @@ def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str
     """
     from verl.trainer.config.packaged import packaged_config_names
 
+    from verl.trainer.config.upstream_engines import refuse_other_engines
+
     if args.config and (args.config_path or args.config_name):
         raise ConfigError("give either --config FILE.yaml or --config-path DIR --config-name NAME, not both")
+    refuse_other_engines([], args.config_name)  # ppo_megatron_trainer & co: one line naming the engine
+    if args.config_path and not os.path.isabs(args.config_path) and not os.path.isdir(args.config_path):
+        # Hydra reads a relative --config-path next to the entry module: upstream's `--config-path=config` is its
+        # packaged verl/trainer/config, which is ours here
+        args.config_path = None
     if args.config_path:
         if not args.config_name:
             raise ConfigError("--config-path needs --config-name (the YAML file name inside that directory)")

@@ -261,7 +261,15 @@ class PPOConfig(BaseConfig):
     demo_config_name: ClassVar[str] = "demo"
     # Other spellings of a section, moved to the canonical key by the loader (verl keeps the critic's FSDP
     # settings under critic.model).
-    key_aliases: ClassVar[dict[str, str]] = {"critic.model.fsdp_config": "critic.fsdp_config"}
+    key_aliases: ClassVar[dict[str, str]] = {
+        "critic.model.fsdp_config": "critic.fsdp_config",
+        # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
+        **{
+            f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"
+            for role in ("actor", "ref")
+            for key in ("entropy_from_logits_with_chunking", "entropy_checkpointing")
+        },
+    }
 
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -271,6 +279,8 @@ class PPOConfig(BaseConfig):
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    # upstream v0.9's engine choice (config group model_engine/): every FSDP name selects our FSDP2 workers
+    model_engine: Literal["dp", "fsdp", "fsdp2"] = "dp"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
@@ -288,7 +298,10 @@ class PPOConfig(BaseConfig):
         mini-batch)."""
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
 
-        changed = fit_mini_batch_defaults(cfg, user_keys)
+        from verl.trainer.config.upstream_keys import adapt_upstream_keys
+
+        changed = adapt_upstream_keys(cfg, user_keys)
+        changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
         return changed
 

@@ -46,13 +46,21 @@ def _require_meta(data: DataProto, key: str, who: str) -> Any:
     return data.meta_info[key]
 
 
-def _entropy_of(logits: torch.Tensor, calculate: bool, requires_grad: bool) -> torch.Tensor | None:
+# tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
+ENTROPY_CHUNK_TOKENS = 2048
+
+
+def _entropy_of(
+    logits: torch.Tensor, calculate: bool, requires_grad: bool, chunk_size: int | None = None
+) -> torch.Tensor | None:
+    """Per-token entropy of ``[..., V]`` logits (None unless ``calculate``); ``chunk_size`` tokens per fp32 block
+    (None: automatic, ~32M logits per block)."""
     if not calculate:
         return None
     if requires_grad:
-        return entropy_from_logits(logits)
+        return entropy_from_logits(logits, chunk_size)
     with torch.no_grad():
-        return entropy_from_logits(logits.detach())
+        return entropy_from_logits(logits.detach(), chunk_size)
 
 
 def ulysses_size(group: Any) -> int:
@@ -91,6 +99,7 @@ def sequence_parallel_response_forward(
     use_remove_padding: bool,
     sp_group: Any,
     grad_scale: float,
+    entropy_chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
 
@@ -114,7 +123,7 @@ def sequence_parallel_response_forward(
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
-        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
             entropy = ulysses.gather_sequence(entropy, 1, grad_scale)[:, :length]
@@ -133,6 +142,7 @@ def response_logits_forward(
     entropy_requires_grad: bool,
     use_remove_padding: bool,
     extra_inputs: dict[str, Any] | None = None,
+    entropy_chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
@@ -164,7 +174,7 @@ def response_logits_forward(
     response_len = responses.shape[-1]
 
     def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        return _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
 
     if use_remove_padding:
         packed = pack_padded_batch(input_ids, attention_mask)
@@ -239,6 +249,8 @@ class DataParallelPPOActor(BasePPOActor):
         if use_remove_padding is None:
             use_remove_padding = bool(self.config.get("use_remove_padding", False))
         self.use_remove_padding = bool(use_remove_padding)
+        # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
+        self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
         enable_input_grads_for_checkpointing(actor_module)
 
     # ------------------------------------------------------------------------------------------------ forward
@@ -281,6 +293,7 @@ class DataParallelPPOActor(BasePPOActor):
                     self.use_remove_padding,
                     self.sp_group,
                     grad_scale=float(dist.get_world_size(self.sp_group)),
+                    entropy_chunk_size=self.entropy_chunk_size,
                 )
             return response_logits_forward(
                 self.actor_module,
@@ -290,6 +303,7 @@ class DataParallelPPOActor(BasePPOActor):
                 entropy_requires_grad,
                 self.use_remove_padding,
                 extra_inputs=extra_inputs,
+                entropy_chunk_size=self.entropy_chunk_size,
             )
 
     def compute_log_prob(
