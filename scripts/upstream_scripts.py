@@ -45,7 +45,13 @@ if ROOT not in sys.path:
 
 # executables a script may call; each stub records its argv (python -c exits 1, everything else 0)
 STUB_NAMES = ("python", "python3", "torchrun", "uv", "ray", "nvidia-smi", "hf", "huggingface-cli", "git", "pip", "wget")
-REFUSAL_MARKERS = ("is not an engine here", "is not implemented here", "not available here", "is not supported here")
+REFUSAL_MARKERS = (
+    "is not an engine here",
+    "is not a device here",
+    "is not implemented here",
+    "not available here",
+    "is not supported here",
+)
 
 
 @dataclass
@@ -64,11 +70,13 @@ class Call:
 
 def _stub_text(name: str, log: str) -> str:
     """A POSIX shell stub for ``name`` appending ``{"exe": name, "argv": [...]}`` lines to ``log``."""
-    recorder = "import json, sys; open(sys.argv[1], 'a').write(json.dumps({'exe': sys.argv[2], 'argv': sys.argv[3:]}) + '\\n')"
+    recorder = (
+        "import json, sys; open(sys.argv[1], 'a').write(json.dumps({'exe': sys.argv[2], 'argv': sys.argv[3:]}) + '\\n')"
+    )
     fail_c = 'case "$1" in -c) exit 1;; esac\n' if name.startswith("python") else ""
     return (
         "#!/bin/sh\n"
-        f"{sys.executable} -c {shlex.quote(recorder)} {shlex.quote(log)} {shlex.quote(name)} \"$@\"\n"
+        f'{sys.executable} -c {shlex.quote(recorder)} {shlex.quote(log)} {shlex.quote(name)} "$@"\n'
         f"{fail_c}exit 0\n"
     )
 
@@ -310,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("git_dirs", nargs="+", help="upstream verl git directories (e.g. /work/.mirror/.../repo)")
     parser.add_argument("--folder-depth", type=int, default=1, help="folder levels under examples/ per table row")
     parser.add_argument("--top", type=int, default=25, help="blocking keys listed")
-    parser.add_argument("--show", default="none", choices=["none", "all", "rejected", "refused", "accepted", "faithful"])
+    shows = ["none", "all", "rejected", "refused", "accepted", "faithful"]
+    parser.add_argument("--show", default="none", choices=shows, help="list the scripts of one class (or all)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per script run with the stubs")
     parser.add_argument("--json", help="write every classified call to this file")
     args = parser.parse_args(argv)

@@ -203,6 +203,10 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         given = self._given_actor_module
         # a given module is used in place: the path is only resolved when something is loaded from it
         self.model_path = resolve_model_path(model_cfg.path) if given is None else model_cfg.path
+        if given is None and model_cfg.use_shm:
+            from verl.utils.models.shm import copy_to_shm
+
+            self.model_path = copy_to_shm(self.model_path)
         if self._given_tokenizer is not None:
             self.tokenizer = self._given_tokenizer
         else:
@@ -243,6 +247,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 lr_scheduler=self.actor_lr_scheduler,
                 use_remove_padding=use_remove_padding,
                 sp_group=self._sp_group(self.actor_sp),
+                offload_activations=bool(model_cfg.enable_activation_offload),
             )
         if self._is_rollout:
             self._build_rollout()

@@ -3,6 +3,8 @@ engines refused in one line (verl/trainer/config/upstream_engines.py, upstream_k
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from verl.trainer.config import load_config
@@ -122,7 +124,7 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        (f"{ARR}.ref.strategy=fsdp_turbo", "ref.strategy='fsdp_turbo' is not implemented"),
+        (f"{ARR}.ref.strategy=ddp", "ref.strategy='ddp' is not implemented"),
         (f"{ARR}.rollout.ignore_eos=true", "ignore_eos=true is not implemented"),
         (f"{ARR}.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend"),
         (f"{ARR}.actor.fsdp_config.model_dtype=fp16", "model_dtype"),
@@ -176,3 +178,101 @@ def test_entropy_keys_under_fsdp_config_are_the_actors() -> None:
     )
     assert cfg.actor_rollout_ref.actor.entropy_from_logits_with_chunking is True
     assert cfg.actor_rollout_ref.actor.entropy_checkpointing is True
+
+
+def test_fsdp_turbo_is_refused_in_one_line() -> None:
+    line = refusal_for_override("+actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.x={a:{}}")
+    assert line is not None and "FSDP Turbo is not an engine here" in line
+    assert "FSDP Turbo" in (refusal_for_override(f"{ARR}.ref.strategy=fsdp_turbo") or "")
+
+
+def test_critic_fsdp_is_the_critics_fsdp_config() -> None:
+    cfg = _cfg("critic.fsdp.param_offload=true", "critic.fsdp.forward_prefetch=true")
+    assert cfg.critic.fsdp_config.param_offload is True and cfg.critic.fsdp_config.forward_prefetch is True
+
+
+def test_data_trust_remote_code_and_shared_engine_keys_resolve() -> None:
+    cfg = _cfg(
+        "data.trust_remote_code=true",
+        f"{ARR}.ref.fsdp_config.optimizer_offload=true",
+        f"{ARR}.rollout.multi_stage_wake_up=true",
+        f"{ARR}.model.use_shm=true",
+        "critic.model.use_shm=true",
+    )
+    assert cfg.data.trust_remote_code is True and cfg.actor_rollout_ref.ref.fsdp_config.optimizer_offload is True
+    assert cfg.actor_rollout_ref.rollout.multi_stage_wake_up is True
+    assert cfg.actor_rollout_ref.model.use_shm is True and cfg.critic.model.use_shm is True
+
+
+def test_deprecated_global_micro_batch_sizes_become_per_rank_sizes() -> None:
+    cfg = _cfg(
+        "trainer.n_gpus_per_node=8",
+        f"{ARR}.actor.ulysses_sequence_parallel_size=2",
+        f"{ARR}.actor.ppo_micro_batch_size=16",  # 8 ranks / sp 2 = 4 data-parallel ranks
+        f"{ARR}.rollout.log_prob_micro_batch_size=32",
+        f"{ARR}.ref.log_prob_micro_batch_size=8",
+        "critic.ppo_micro_batch_size=64",  # critic sp 1: 8 ranks
+        "critic.forward_micro_batch_size=16",
+    )
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.ppo_micro_batch_size_per_gpu == 4 and arr.actor.ppo_micro_batch_size == 16
+    assert arr.rollout.log_prob_micro_batch_size_per_gpu == 8 and arr.ref.log_prob_micro_batch_size_per_gpu == 2
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 8 and cfg.critic.forward_micro_batch_size_per_gpu == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([f"{ARR}.actor.ppo_micro_batch_size=8", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2"], "give only"),
+        (["trainer.n_gpus_per_node=4", f"{ARR}.actor.ppo_micro_batch_size=2"], ">= the 4 data-parallel ranks"),
+    ],
+)
+def test_bad_global_micro_batch_sizes_are_refused(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _cfg(*overrides)
+
+
+def test_use_shm_copies_the_model_once(tmp_path) -> None:
+    from verl.utils.models.shm import copy_to_shm
+
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    (src / "model.safetensors").write_bytes(b"x" * 100)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    dest = copy_to_shm(str(src), shm_root=str(shm))
+    assert dest.startswith(str(shm)) and sorted(os.listdir(dest)) == ["config.json", "model.safetensors"]
+    assert copy_to_shm(str(src), shm_root=str(shm)) == dest  # reused
+    assert sorted(os.listdir(shm / "verl-models")) == [os.path.basename(dest)]  # no partial copies left
+    assert copy_to_shm(str(src), shm_root=str(tmp_path / "absent")) == str(src)  # no /dev/shm: in place
+
+
+def test_image_patch_size_must_match_the_processor() -> None:
+    from types import SimpleNamespace
+
+    from verl.utils.models.vlm import check_image_patch_size
+
+    assert _cfg("data.image_patch_size=16").data.image_patch_size == 16
+    qwen3_vl = SimpleNamespace(image_processor=SimpleNamespace(patch_size=16))
+    check_image_patch_size(16, qwen3_vl)
+    check_image_patch_size(None, qwen3_vl)
+    check_image_patch_size(14, None)  # a text model
+    with pytest.raises(ValueError, match="uses 16-pixel patches"):
+        check_image_patch_size(14, qwen3_vl)
+
+
+def test_activation_offload_moves_saved_tensors_to_the_host_on_accelerators() -> None:
+    import contextlib
+
+    import torch
+
+    from verl.workers.actor.dp_actor import DataParallelPPOActor, activation_offload
+
+    assert isinstance(activation_offload(True, "cuda"), torch.autograd.graph.save_on_cpu)
+    assert isinstance(activation_offload(True, "cpu"), contextlib.nullcontext)
+    assert isinstance(activation_offload(False, "cuda"), contextlib.nullcontext)
+    cfg = _cfg(f"{ARR}.model.enable_activation_offload=true")
+    assert cfg.actor_rollout_ref.model.enable_activation_offload is True
+    actor = DataParallelPPOActor(cfg.actor_rollout_ref.actor, torch.nn.Linear(2, 2), offload_activations=True)
+    assert actor.offload_activations is True

@@ -95,6 +95,8 @@ class DataConfig(BaseConfig):
     min_pixels: Optional[int] = None
     max_pixels: Optional[int] = None
     custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
+    trust_remote_code: bool = False  # the driver's tokenizer / processor may run the model repository's code
+    image_patch_size: Optional[int] = None  # vision-language: must equal the processor's patch size (checked)
 
 
 # ------------------------------------------------------------------------------------------------------- reward
@@ -263,6 +265,7 @@ class PPOConfig(BaseConfig):
     # settings under critic.model).
     key_aliases: ClassVar[dict[str, str]] = {
         "critic.model.fsdp_config": "critic.fsdp_config",
+        "critic.fsdp": "critic.fsdp_config",  # upstream v0.9's name of the critic's engine section
         # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
         **{
             f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"
@@ -297,7 +300,6 @@ class PPOConfig(BaseConfig):
         unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank
         mini-batch)."""
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
-
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
 
         changed = adapt_upstream_keys(cfg, user_keys)

@@ -59,6 +59,8 @@ def refusal_for_override(text: str) -> str | None:
     if key.endswith("rollout.name") and sval in _ROLLOUT_ENGINES:
         return f"{text}: {_ROLLOUT_ENGINES[sval]} is not an engine here; {_USE_VLLM}"
     parts = key.split(".")
+    if "turbo_config" in parts or (key.endswith(".strategy") and sval == "fsdp_turbo"):
+        return f"{key}: FSDP Turbo is not an engine here; use strategy fsdp (FSDP2, per-layer sharding of the model)"
     for part in parts:
         if part in ("megatron", "veomni", "torchtitan", "automodel", "mcore"):
             return f"{key}: {_MODEL_ENGINES[part]} settings: {_MODEL_ENGINES[part]} is not an engine here; {_USE_FSDP}"

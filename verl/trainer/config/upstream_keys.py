@@ -7,6 +7,11 @@ scripts set ``actor_rollout_ref.actor.ulysses_sequence_parallel_size``. Both nam
 the user set wins and the other follows it, so the resolved config shows the same size under both; setting both to
 different sizes is an error. The reference follows the actor unless one of its own keys is set (upstream's default,
 ``ref.ulysses_sequence_parallel_size: ${actor...}``); the critic has the same pair.
+
+The deprecated global micro-batch sizes of older scripts (``actor.ppo_micro_batch_size``,
+``rollout/ref.log_prob_micro_batch_size``, ``critic.ppo_micro_batch_size``, ``critic.forward_micro_batch_size``) are
+divided by the data-parallel ranks into their ``*_per_gpu`` keys, as upstream's workers do
+(``verl/workers/fsdp_workers.py``: ``ppo_micro_batch_size //= world_size // ulysses_size``); giving both is refused.
 """
 
 from __future__ import annotations
@@ -56,18 +61,69 @@ def _reconcile(cfg: DictConfig, section: str, user_keys: set[str], follow: str |
     return changed
 
 
+# deprecated global micro-batch sizes (section, old key, per-rank key, section whose ulysses size divides the ranks);
+# upstream's fsdp_workers divide them by (world size // ulysses size) into the *_per_gpu keys
+_ACTOR = "actor_rollout_ref.actor"
+_GLOBAL_MICRO_SIZES = (
+    (_ACTOR, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", _ACTOR),
+    ("actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu", _ACTOR),
+    ("actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu", _ACTOR),
+    ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "critic"),
+    ("critic", "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "critic"),
+)
+
+
+def _section(cfg: DictConfig, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _per_rank_micro_sizes(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """Deprecated global micro-batch sizes -> the per-rank keys (as upstream verl's workers compute them).
+
+    A per-rank key set this way joins ``user_keys``, so the micro-batch default fitting leaves it alone.
+    """
+    ranks = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    changed: dict[str, Any] = {}
+    for section, old, new, sp_section in _GLOBAL_MICRO_SIZES:
+        node = _section(cfg, section)
+        value = node.get(old)
+        if value is None:
+            continue
+        old_key, new_key = f"{section}.{old}", f"{section}.{new}"
+        if _set_by_user(new_key, user_keys):
+            raise ConfigError(
+                f"{old_key}={value} and {new_key}={node[new]}: the global size is deprecated (upstream verl refuses "
+                f"both too); give only {new_key}"
+            )
+        dp = max(ranks // int(_section(cfg, sp_section)[_SP]), 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < dp:
+            raise ConfigError(
+                f"{old_key}={value!r}: a global micro-batch size must be an integer >= the {dp} data-parallel ranks "
+                f"it is divided over ({new} = {old} // {dp}); or set {new_key}"
+            )
+        node[new] = value // dp
+        user_keys.add(new_key)
+        changed[new_key] = value // dp
+    return changed
+
+
 def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
-    """Reconcile upstream v0.9's second names of our keys in place (see the module docstring); returns
-    ``{dotted key: new value}`` of what changed.
+    """Reconcile upstream's second names of our keys in place (see the module docstring) and turn the deprecated
+    global micro-batch sizes into the per-rank ones; returns ``{dotted key: new value}`` of what changed.
 
     Raises:
         ConfigError: when both names of one setting are given different values.
     """
     changed = _reconcile(cfg, "actor_rollout_ref.actor", user_keys, None)
     actor_sp = cfg.actor_rollout_ref.actor.get(_SP)
-    ref_own = any(_set_by_user(k, user_keys) for k in (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}"))
+    ref_keys = (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}")
+    ref_own = any(_set_by_user(k, user_keys) for k in ref_keys)
     changed.update(_reconcile(cfg, "actor_rollout_ref.ref", user_keys, None if ref_own else actor_sp))
     changed.update(_reconcile(cfg, "critic", user_keys, None))
+    changed.update(_per_rank_micro_sizes(cfg, user_keys))
     return changed
 
 

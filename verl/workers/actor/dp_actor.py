@@ -6,6 +6,7 @@ ranks are averaged by the sharding wrapper, so this file only sees its own share
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,15 @@ def _require_meta(data: DataProto, key: str, who: str) -> Any:
     if key not in data.meta_info:
         raise KeyError(f"{who}: data.meta_info has no {key!r} (keys: {sorted(data.meta_info)}); the worker sets it")
     return data.meta_info[key]
+
+
+def activation_offload(enabled: bool, device_type: str) -> contextlib.AbstractContextManager:
+    """``model.enable_activation_offload``: the tensors autograd saves during a training forward go to pinned CPU
+    memory and come back for the backward (``torch.autograd.graph.save_on_cpu``). Only on an accelerator: on CPU the
+    activations are already in host memory, so this is a null context there (and when not enabled)."""
+    if enabled and device_type != "cpu":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+    return contextlib.nullcontext()
 
 
 # tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
@@ -239,8 +249,11 @@ class DataParallelPPOActor(BasePPOActor):
         lr_scheduler: Any | None = None,
         use_remove_padding: bool | None = None,
         sp_group: Any = None,
+        offload_activations: bool = False,
     ) -> None:
         super().__init__(omega_conf_to_dataclass(config, ActorConfig))
+        # actor_rollout_ref.model.enable_activation_offload: training forwards keep their activations on the host
+        self.offload_activations = offload_activations
         # Ulysses: the process group over which each sequence is split (None: whole sequences on this rank)
         self.sp_group = sp_group
         self.actor_module = actor_module
@@ -348,13 +361,14 @@ class DataParallelPPOActor(BasePPOActor):
         cfg = self.config
         entropy_coeff = float(cfg.entropy_coeff)
         response_mask = response_mask_of(micro).to(torch.float32)
-        log_prob, entropy = self._forward_micro_batch(
-            micro,
-            temperature,
-            calculate_entropy=True,
-            entropy_requires_grad=entropy_coeff != 0,
-            multi_modal_rows=multi_modal_rows,
-        )
+        with activation_offload(self.offload_activations, module_device(self.actor_module).type):
+            log_prob, entropy = self._forward_micro_batch(
+                micro,
+                temperature,
+                calculate_entropy=True,
+                entropy_requires_grad=entropy_coeff != 0,
+                multi_modal_rows=multi_modal_rows,
+            )
         loss_mode = str(cfg.policy_loss.loss_mode)
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)

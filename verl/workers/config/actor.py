@@ -38,6 +38,7 @@ class ActorConfig(BaseConfig):
     strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2); megatron is rejected by the cross-field checks
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size_per_gpu: int = 32
+    ppo_micro_batch_size: Optional[int] = None  # deprecated global size: per_gpu = this // (ranks // ulysses size)
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
@@ -70,6 +71,7 @@ class RefConfig(BaseConfig):
     """``actor_rollout_ref.ref``: the frozen reference policy (log-probs for the KL term)."""
 
     log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     ulysses_sequence_parallel_size: int = 1  # YAML: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}

@@ -37,6 +37,7 @@ class RefFSDPConfig(BaseConfig):
     """``ref.fsdp_config``: the reference model is never trained, so it has no optimizer to offload."""
 
     param_offload: bool = False
+    optimizer_offload: bool = False  # upstream's shared engine key: the reference has no optimizer, nothing to move
     reshard_after_forward: bool = True
     fsdp_size: int = -1
     offload_policy: bool = False

@@ -90,6 +90,7 @@ class RolloutConfig(BaseConfig):
     calculate_log_probs: bool = False
     ignore_eos: bool = False  # true (keep generating past EOS) is refused by the cross-field checks
     log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     seed: int = 0
@@ -101,6 +102,8 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool = True
     load_format: str = "auto"  # auto | dummy | safetensors | pt | ...: how vLLM initialises weights before the sync
     layered_summon: bool = False  # sync weights to the engine one sharded layer at a time
+    # vLLM sleep mode: wake the weights for the sync, the KV cache only after it; always staged here
+    multi_stage_wake_up: bool = False
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
