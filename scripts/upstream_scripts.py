@@ -204,9 +204,12 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
 
     aliases = schema_aliases(module)
     kept = []
-    for a in args:
+    last = {a.split("=", 1)[0].lstrip("+"): i for i, a in enumerate(args) if "=" in a}
+    for i, a in enumerate(args):
         if "=" not in a or a.startswith(("-", "hydra.", "~")) or "." not in a.split("=", 1)[0]:
             continue
+        if last[a.split("=", 1)[0].lstrip("+")] != i:
+            continue  # a key given twice: the last value is the one that counts (as in Hydra)
         try:
             found = override_found(a, cfg, aliases)
         except Exception:  # noqa: BLE001 - an override our parser refuses is not found

@@ -194,6 +194,7 @@ def test_critic_fsdp_is_the_critics_fsdp_config() -> None:
 def test_data_trust_remote_code_and_shared_engine_keys_resolve() -> None:
     cfg = _cfg(
         "data.trust_remote_code=true",
+        "trainer.allow_unsafe_operations=true",
         f"{ARR}.ref.fsdp_config.optimizer_offload=true",
         f"{ARR}.rollout.multi_stage_wake_up=true",
         f"{ARR}.model.use_shm=true",
@@ -276,3 +277,9 @@ def test_activation_offload_moves_saved_tensors_to_the_host_on_accelerators() ->
     assert cfg.actor_rollout_ref.model.enable_activation_offload is True
     actor = DataParallelPPOActor(cfg.actor_rollout_ref.actor, torch.nn.Linear(2, 2), offload_activations=True)
     assert actor.offload_activations is True
+
+
+def test_data_trust_remote_code_needs_unsafe_operations_like_the_models() -> None:
+    with pytest.raises(ConfigError, match="data.trust_remote_code=true runs Python files"):
+        _cfg("data.trust_remote_code=true")
+    assert _cfg("data.trust_remote_code=true", "trainer.allow_unsafe_operations=true").data.trust_remote_code
