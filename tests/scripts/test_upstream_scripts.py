@@ -20,7 +20,8 @@ set -xeuo pipefail
 DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}
 [ "$DEVICE" = gpu ] || exit 3
 uv run --frozen python3 -m verl.trainer.main_ppo data.train_files=x.parquet model_engine=fsdp \\
-    actor_rollout_ref.model.enable_gradient_checkpointing=False actor_rollout_ref.model.enable_gradient_checkpointing=True \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=False \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \\
     actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2 trainer.n_gpus_per_node=2 "$@"
 """,
     "examples/grpo_trainer/run_sglang.sh": """#!/usr/bin/env bash
@@ -43,7 +44,8 @@ def _git_repo(tmp_path) -> str:
         path = repo / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = dict(os.environ, **who)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "x"]):
         subprocess.run(cmd, cwd=repo, env=env, check=True)
     return str(repo / ".git")
