@@ -32,6 +32,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "algorithm",
         "async_training",
         "distillation",
+        "model_engine",
         "trainer",
         "ray_kwargs",
     }

@@ -283,3 +283,8 @@ def test_data_trust_remote_code_needs_unsafe_operations_like_the_models() -> Non
     with pytest.raises(ConfigError, match="data.trust_remote_code=true runs Python files"):
         _cfg("data.trust_remote_code=true")
     assert _cfg("data.trust_remote_code=true", "trainer.allow_unsafe_operations=true").data.trust_remote_code
+
+
+def test_a_missing_relative_config_path_with_another_name_is_still_an_error() -> None:
+    args = build_parser("p", "d").parse_intermixed_args(["--config-path=nope", "--config-name=mine"])
+    assert config_source(args, "ppo_trainer") == ("ppo_trainer", os.path.join("nope", "mine.yaml"), None)
