@@ -288,3 +288,8 @@ def test_data_trust_remote_code_needs_unsafe_operations_like_the_models() -> Non
 def test_a_missing_relative_config_path_with_another_name_is_still_an_error() -> None:
     args = build_parser("p", "d").parse_intermixed_args(["--config-path=nope", "--config-name=mine"])
     assert config_source(args, "ppo_trainer") == ("ppo_trainer", os.path.join("nope", "mine.yaml"), None)
+
+
+def test_sglang_engine_kwargs_section_is_refused() -> None:
+    assert "SGLang" in (refusal_for_override(f"+{ARR}.rollout.engine_kwargs.sglang={{}}") or "")
+    assert refusal_for_override(f"+{ARR}.rollout.engine_kwargs.vllm.swap_space=4") is None

@@ -64,10 +64,9 @@ def refusal_for_override(text: str) -> str | None:
     for part in parts:
         if part in ("megatron", "veomni", "torchtitan", "automodel", "mcore"):
             return f"{key}: {_MODEL_ENGINES[part]} settings: {_MODEL_ENGINES[part]} is not an engine here; {_USE_FSDP}"
-    if len(parts) >= 2 and parts[-2] == "engine_kwargs" and parts[-1] in _ROLLOUT_ENGINES:
-        return f"{key}: {_ROLLOUT_ENGINES[parts[-1]]} is not an engine here; {_USE_VLLM} (engine_kwargs.vllm)"
-    if ".engine_kwargs." in key and any(f".engine_kwargs.{e}." in f"{key}." for e in _ROLLOUT_ENGINES):
-        eng = next(e for e in _ROLLOUT_ENGINES if f".engine_kwargs.{e}." in f"{key}.")
+    # rollout.engine_kwargs.sglang (the section, or a key inside it)
+    eng = next((e for e in _ROLLOUT_ENGINES if f".engine_kwargs.{e}." in f"{key}."), None)
+    if eng is not None:
         return f"{key}: {_ROLLOUT_ENGINES[eng]} is not an engine here; {_USE_VLLM} (engine_kwargs.vllm)"
     if key.endswith("trainer.device") and sval == "npu":
         return f"{text}: Ascend NPU is not a device here; use trainer.device=cuda (or cpu)"
