@@ -48,7 +48,7 @@ def test_ppo_cfg_job_is_forwarded(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_ppo_bad_config_exit_code_is_forwarded(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["ppo", "--cfg", "job", "actor_rollout_ref.rollout.name=sglang"]) == 2
-    assert "expected one of auto, hf, vllm, got 'sglang'" in capsys.readouterr().err
+    assert "SGLang is not an engine here; use vllm or hf" in capsys.readouterr().err
 
 
 def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: object) -> None:

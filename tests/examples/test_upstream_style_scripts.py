@@ -25,6 +25,7 @@ from verl.trainer.config import load_config
 from verl.trainer.config.loader import parse_override, rename_aliased_key
 from verl.trainer.config.parallel_checks import resolve_backend, world_size
 from verl.trainer.config.schema import PPOConfig
+from verl.trainer.config.script_check import override_found, value_at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT_DIR = os.path.join(ROOT, "examples", "upstream_style")
@@ -42,6 +43,7 @@ ALGORITHMS = {
     "run_qwen2_5_0_5b_dr_grpo.sh": "grpo",
     "run_qwen2_5_0_5b_grpo_cosine.sh": "grpo",
     "run_qwen2_5_0_5b_ppo_adaptive_kl.sh": "gae",
+    "run_qwen2_5_0_5b_grpo_v09_engine_keys.sh": "grpo",
 }
 
 
@@ -62,11 +64,6 @@ def _overrides(script: str, stub: str) -> list[str]:
     return argv[2:]
 
 
-def _at(cfg, key: str):
-    value = OmegaConf.select(cfg, key, throw_on_missing=True)
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
 def test_every_algorithm_kind_has_a_script() -> None:
     assert sorted(os.path.basename(s) for s in SCRIPTS) == sorted(ALGORITHMS)
 
@@ -79,7 +76,7 @@ def test_script_is_accepted_and_every_key_resolves_to_what_it_sets(script: str, 
     for text in overrides:
         ov = parse_override(text)
         key = rename_aliased_key(ov.key, PPOConfig.key_aliases)
-        assert _at(cfg, key) == ov.value, f"{text} -> {key} = {_at(cfg, key)!r}"
+        assert override_found(text, cfg, PPOConfig.key_aliases), f"{text} -> {key} = {value_at(cfg, key)!r}"
     # the real command line prints the same config
     env = dict(os.environ, PYTHON=sys.executable, HOME="/home/user", PYTHONPATH=ROOT)
     result = subprocess.run(
@@ -143,6 +140,19 @@ def test_scheduler_names_old_and_new_select_the_cosine_schedule(argv_stub: str) 
     deprecated = _cfg("run_qwen2_5_0_5b_ppo_adaptive_kl.sh", argv_stub)
     assert final_lr_ratio(deprecated.critic.optim) == pytest.approx(0.0, abs=1e-6)
     assert final_lr_ratio(deprecated.actor_rollout_ref.actor.optim) == pytest.approx(1.0)  # constant
+
+
+def test_v09_engine_keys_reach_the_worker_sections(argv_stub: str) -> None:
+    from verl.workers.config import ActorRolloutRefConfig
+    from verl.workers.fsdp_setup import private_section
+
+    cfg = _cfg("run_qwen2_5_0_5b_grpo_v09_engine_keys.sh", argv_stub)
+    assert cfg.model_engine == "fsdp"
+    arr = private_section(cfg.actor_rollout_ref, ActorRolloutRefConfig)
+    assert arr.actor.ulysses_sequence_parallel_size == 2 and arr.ref.ulysses_sequence_parallel_size == 2
+    assert arr.actor.entropy_from_logits_with_chunking and arr.actor.entropy_checkpointing
+    assert arr.actor.fsdp_config.forward_prefetch and arr.ref.strategy == "fsdp2" and arr.nccl_timeout == 3600
+    assert arr.model.use_fused_kernels and arr.rollout.checkpoint_engine.update_weights_bucket_megabytes == 4096
 
 
 def test_vllm_engine_options_become_engine_arguments(argv_stub: str) -> None:

@@ -33,6 +33,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "algorithm",
         "async_training",
         "distillation",
+        "model_engine",
         "trainer",
         "skip",
         "ray_kwargs",

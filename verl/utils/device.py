@@ -44,8 +44,9 @@ def get_nccl_backend() -> str:
     return distributed_backend(get_device_name())
 
 
-def init_distributed_if_needed(device_name: str) -> bool:
-    """Initialise the default process group from RANK/WORLD_SIZE/MASTER_* when WORLD_SIZE > 1.
+def init_distributed_if_needed(device_name: str, timeout_s: float = 1800.0) -> bool:
+    """Initialise the default process group from RANK/WORLD_SIZE/MASTER_* when WORLD_SIZE > 1; ``timeout_s`` bounds
+    each collective (``actor_rollout_ref.nccl_timeout``).
 
     Returns True when a process group is (now) active.
     """
@@ -58,5 +59,5 @@ def init_distributed_if_needed(device_name: str) -> bool:
         from verl.utils.distributed import init_process_group_from_env
 
         # env:// semantics; a loopback MASTER_ADDR keeps the rendezvous store and gloo/NCCL sockets on loopback
-        init_process_group_from_env(distributed_backend(device_name))
+        init_process_group_from_env(distributed_backend(device_name), timeout_s=timeout_s)
     return True

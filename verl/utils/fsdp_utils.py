@@ -48,8 +48,19 @@ def fsdp_mesh(device_type: str, fsdp_size: int = -1):
     return init_device_mesh(device_type, (world // size, size), mesh_dim_names=("ddp", "fsdp"))
 
 
+def gather_dtype(model_dtype: str) -> torch.dtype | None:
+    """``fsdp_config.model_dtype`` (upstream v0.9) -> the dtype FSDP2 gathers parameters in: None for fp32 (as
+    stored), bf16 for ``bf16``/``bfloat16`` (the sharded master copy stays fp32)."""
+    return torch.bfloat16 if model_dtype in ("bf16", "bfloat16") else None
+
+
 def apply_fsdp2(
-    model: nn.Module, reshard_after_forward: bool = True, param_dtype: torch.dtype | None = None, mesh=None
+    model: nn.Module,
+    reshard_after_forward: bool = True,
+    param_dtype: torch.dtype | None = None,
+    mesh=None,
+    forward_prefetch: bool = False,
+    cpu_offload: bool = False,
 ) -> nn.Module:
     """Shard ``model`` in place: each decoder layer, then the root.
 
@@ -57,13 +68,19 @@ def apply_fsdp2(
     :func:`fsdp_mesh` gives hybrid sharding.
     ``param_dtype`` (e.g. bf16) makes FSDP gather parameters in that dtype for compute while the sharded master
     copy and the gradients' reduction stay fp32.
+    ``forward_prefetch``: each decoder layer starts the all-gather of the next one before its own forward
+    (``set_modules_to_forward_prefetch``; upstream's ``fsdp_config.forward_prefetch``).
+    ``cpu_offload``: FSDP2's ``CPUOffloadPolicy`` (sharded parameters, gradients and optimizer step on CPU; upstream's
+    ``fsdp_config.offload_policy``).
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
     kwargs = {"reshard_after_forward": reshard_after_forward}
     if mp is not None:
         kwargs["mp_policy"] = mp
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
     if mesh is None:
         # fully_shard's own default mesh is on CUDA whenever a GPU is visible, which would move a CPU model (gloo
         # group) to the GPU: shard on the device the parameters are on instead
@@ -73,10 +90,13 @@ def apply_fsdp2(
         mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     kwargs["mesh"] = mesh
     layer_names = _layer_class_names(model)
-    for module in model.modules():
-        if type(module).__name__ in layer_names:
-            fully_shard(module, **kwargs)
+    layers = [module for module in model.modules() if type(module).__name__ in layer_names]
+    for module in layers:
+        fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
+    if forward_prefetch:
+        for layer, nxt in zip(layers, layers[1:]):
+            layer.set_modules_to_forward_prefetch([nxt])
     return model
 
 

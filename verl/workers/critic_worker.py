@@ -69,6 +69,10 @@ class CriticWorker(Worker):
             from verl.utils.models.vlm import config_has_vision
 
             critic_path = resolve_model_path(model_cfg.path)
+            if model_cfg.use_shm:
+                from verl.utils.models.shm import copy_to_shm
+
+                critic_path = copy_to_shm(critic_path)
             if config_has_vision(critic_path):
                 raise ValueError(
                     f"critic.model.path={model_cfg.path} is a vision-language model: a critic that sees the images is "

@@ -72,7 +72,14 @@ def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | Ref
     if worker.world_size <= 1 or is_already_placed(module):
         return module
     mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.fsdp_size))
-    return fsdp_utils.apply_fsdp2(module, reshard_after_forward=bool(fsdp_config.reshard_after_forward), mesh=mesh)
+    return fsdp_utils.apply_fsdp2(
+        module,
+        reshard_after_forward=bool(fsdp_config.reshard_after_forward),
+        param_dtype=fsdp_utils.gather_dtype(str(fsdp_config.model_dtype)),
+        mesh=mesh,
+        forward_prefetch=bool(fsdp_config.forward_prefetch),
+        cpu_offload=bool(fsdp_config.offload_policy) and worker.compute_device.type == "cuda",
+    )
 
 
 def loaded(policy: OffloadPolicy | None, with_optimizer: bool = False):

@@ -96,7 +96,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self._is_ref = role in ("ref", "actor_rollout_ref")
         self._is_lora = int(self.config.model.lora_rank) > 0
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
-        init_distributed_if_needed(self.device_name)
+        init_distributed_if_needed(self.device_name, timeout_s=float(self.config.nccl_timeout))
         self.compute_device = get_torch_device(self.device_name)
 
         n = int(self.config.rollout.n)
@@ -172,6 +172,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 int(model_cfg.lora_rank),
                 int(model_cfg.lora_alpha),
                 model_cfg.target_modules,
+                exclude_modules=model_cfg.exclude_modules,
             )
         if model_cfg.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -202,6 +203,10 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         given = self._given_actor_module
         # a given module is used in place: the path is only resolved when something is loaded from it
         self.model_path = resolve_model_path(model_cfg.path) if given is None else model_cfg.path
+        if given is None and model_cfg.use_shm:
+            from verl.utils.models.shm import copy_to_shm
+
+            self.model_path = copy_to_shm(self.model_path)
         if self._given_tokenizer is not None:
             self.tokenizer = self._given_tokenizer
         else:
@@ -242,6 +247,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 lr_scheduler=self.actor_lr_scheduler,
                 use_remove_padding=use_remove_padding,
                 sp_group=self._sp_group(self.actor_sp),
+                offload_activations=bool(model_cfg.enable_activation_offload),
             )
         if self._is_rollout:
             self._build_rollout()
@@ -283,6 +289,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         if ref_group is not None:
             enable_ulysses(ref_model)
         self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
+        if bool(self.config.ref.use_torch_compile):
+            fsdp_utils.compile_decoder_layers(self.ref_module)
         self.ref_policy = DataParallelPPOActor(
             config=self.config.actor,
             actor_module=self.ref_module,

@@ -119,7 +119,7 @@ def test_optional_fields_accept_null() -> None:
 @pytest.mark.parametrize(
     ("key", "bad", "choices"),
     [
-        ("actor_rollout_ref.rollout.name", "sglang", "auto, hf, vllm"),
+        ("actor_rollout_ref.rollout.name", "tgi", "auto, hf, vllm"),
         ("trainer.backend", "slurm", "auto, local, ray"),
         ("actor_rollout_ref.actor.optim.warmup_style", "linear", "constant, cosine"),
         ("critic.optim.warmup_style", "linear", "constant, cosine"),

@@ -73,11 +73,22 @@ def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str
 
     ``--config-path DIR --config-name NAME`` reads ``DIR/NAME.yaml``; when DIR has no such file and NAME is a
     packaged config, that config is the primary with DIR on the search path (for its config groups), as in Hydra.
+    A relative DIR that does not exist, with a packaged NAME, is Hydra's "next to the entry module": the packaged
+    configs (upstream's scripts say ``--config-path=config --config-name=ppo_trainer``). Config names of engines this
+    project lacks (``ppo_megatron_trainer``, ...) are refused in one line.
     """
     from verl.trainer.config.packaged import packaged_config_names
+    from verl.trainer.config.upstream_engines import refuse_other_engines
 
     if args.config and (args.config_path or args.config_name):
         raise ConfigError("give either --config FILE.yaml or --config-path DIR --config-name NAME, not both")
+    refuse_other_engines([], args.config_name)  # ppo_megatron_trainer & co: one line naming the engine
+    name_stem = (args.config_name or "").removesuffix(".yaml")
+    relative_missing = args.config_path and not os.path.isabs(args.config_path) and not os.path.isdir(args.config_path)
+    if relative_missing and name_stem in packaged_config_names():
+        # Hydra reads a relative --config-path next to the entry module: upstream's `--config-path=config` is its
+        # packaged verl/trainer/config, which is ours here
+        args.config_path = None
     if args.config_path:
         if not args.config_name:
             raise ConfigError("--config-path needs --config-name (the YAML file name inside that directory)")

@@ -143,10 +143,12 @@ def build_config(
     from verl.trainer.config.compose import _packaged_container, compose, reorder_like
     from verl.trainer.config.hydra_keys import check_hydra_keys
     from verl.trainer.config.sweep import reject_sweeps
+    from verl.trainer.config.upstream_engines import refuse_other_engines
 
     template = _packaged_container(config_name, package, None)  # also: a clear error for an unknown name
     tokens = [item.text if isinstance(item, Override) else item for item in (overrides or [])]
     reject_sweeps(tokens)
+    refuse_other_engines(tokens)  # one line for an engine we lack, before its keys are looked at
     hydra_side, ours = split_overrides(tokens, package, config_file, config_dir)
     check_hydra_keys(hydra_side, peek_hydra_section(config_file), config_file)
     aliases = dict(getattr(schema, "key_aliases", None) or {})

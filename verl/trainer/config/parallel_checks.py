@@ -130,6 +130,9 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
                 f"{path}={value!r} is not implemented (the workers are FSDP2 only); use one of "
                 f"{', '.join(IMPLEMENTED_STRATEGIES)}"
             )
+    from verl.trainer.config.upstream_keys import check_upstream_values
+
+    check_upstream_values(cfg, errors)
     if str(arr.rollout.mode) != "sync":
         errors.append(
             f"actor_rollout_ref.rollout.mode={arr.rollout.mode!r} is not implemented: generation runs synchronously "

@@ -243,7 +243,7 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         if value is not None and float(value) < 0:
             errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
     if not cfg.trainer.get("allow_unsafe_operations", False):
-        for prefix in ("actor_rollout_ref.model", "critic.model", "reward_model.model"):
+        for prefix in ("data", "actor_rollout_ref.model", "critic.model", "reward_model.model"):
             section = OmegaConf.select(cfg, prefix)
             if isinstance(section, DictConfig) and section.get("trust_remote_code", False):
                 errors.append(

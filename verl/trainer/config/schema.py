@@ -96,6 +96,8 @@ class DataConfig(BaseConfig):
     min_pixels: Optional[int] = None
     max_pixels: Optional[int] = None
     custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
+    trust_remote_code: bool = False  # the driver's tokenizer / processor may run the model repository's code
+    image_patch_size: Optional[int] = None  # vision-language: must equal the processor's patch size (checked)
 
 
 # ------------------------------------------------------------------------------------------------------- reward
@@ -286,7 +288,16 @@ class PPOConfig(BaseConfig):
     demo_config_name: ClassVar[str] = "demo"
     # Other spellings of a section, moved to the canonical key by the loader (verl keeps the critic's FSDP
     # settings under critic.model).
-    key_aliases: ClassVar[dict[str, str]] = {"critic.model.fsdp_config": "critic.fsdp_config"}
+    key_aliases: ClassVar[dict[str, str]] = {
+        "critic.model.fsdp_config": "critic.fsdp_config",
+        "critic.fsdp": "critic.fsdp_config",  # upstream v0.9's name of the critic's engine section
+        # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
+        **{
+            f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"
+            for role in ("actor", "ref")
+            for key in ("entropy_from_logits_with_chunking", "entropy_checkpointing")
+        },
+    }
 
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -297,6 +308,8 @@ class PPOConfig(BaseConfig):
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    # upstream v0.9's engine choice (config group model_engine/): every FSDP name selects our FSDP2 workers
+    model_engine: Literal["dp", "fsdp", "fsdp2"] = "dp"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)  # v0.9 (verl/trainer/ppo/rollout_skip.py)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
@@ -323,8 +336,10 @@ class PPOConfig(BaseConfig):
         unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank
         mini-batch)."""
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
+        from verl.trainer.config.upstream_keys import adapt_upstream_keys
 
-        changed = fit_mini_batch_defaults(cfg, user_keys)
+        changed = adapt_upstream_keys(cfg, user_keys)
+        changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
         # upstream v0.9's sections (trainer.v1, reward, distillation's new keys) onto the keys the trainers read
         from verl.trainer.config.v09_resolve import resolve_v09_sections

@@ -230,11 +230,13 @@ def build_ppo_trainer(
         init_ray(config)
 
     tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
-    tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path)  # resolves it (tokenizer only)
-    from verl.utils.models.vlm import processor_for_model
+    trust = bool(config.data.trust_remote_code)  # upstream's data.trust_remote_code: the driver's tokenizer/processor
+    tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path, trust_remote_code=trust)
+    from verl.utils.models.vlm import check_image_patch_size, processor_for_model
 
     # a vision-language model's processor (verl's hf_processor), None for text models
-    processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer)
+    processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer, trust_remote_code=trust)
+    check_image_patch_size(config.data.image_patch_size, processor)
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer, processor)
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})

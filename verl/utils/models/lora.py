@@ -20,11 +20,17 @@ _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>A|B)\.(?:(?P<adapter>[^.
 
 
 def apply_lora(
-    module: torch.nn.Module, lora_rank: int, lora_alpha: int = 16, target_modules: str | list[str] = "all-linear"
+    module: torch.nn.Module,
+    lora_rank: int,
+    lora_alpha: int = 16,
+    target_modules: str | list[str] = "all-linear",
+    exclude_modules: str | list[str] | None = None,
 ) -> torch.nn.Module:
     """``module`` wrapped by PEFT with LoRA adapters of rank ``lora_rank`` on ``target_modules`` (``all-linear``
     or a list of module names); only the adapters are trainable. On a vision-language model the vision encoder
-    gets no adapters (its modules are excluded): LoRA adapts the language model only."""
+    gets no adapters (its modules are excluded): LoRA adapts the language model only. ``exclude_modules``
+    (``model.exclude_modules``: a regex over full module names, or a list of names) leaves more modules out; when
+    given it replaces the vision-encoder default."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     from verl.utils.models.vlm import is_vision_language_model
@@ -37,10 +43,17 @@ def apply_lora(
         lora_alpha=int(lora_alpha),
         target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
         # PEFT matches a string exclude_modules as a regex over the full module name
-        exclude_modules=r".*\bvisual\b.*" if is_vision_language_model(module) else None,
+        exclude_modules=_exclude(exclude_modules, is_vision_language_model(module)),
         bias="none",
     )
     return get_peft_model(module, config)
+
+
+def _exclude(exclude_modules: str | list[str] | None, vision_language: bool) -> str | list[str] | None:
+    """PEFT's ``exclude_modules``: the user's, else the vision encoder of a vision-language model, else none."""
+    if exclude_modules is not None:
+        return exclude_modules if isinstance(exclude_modules, str) else list(exclude_modules)
+    return r".*\bvisual\b.*" if vision_language else None
 
 
 def adapter_to_model_keys(adapter_state: dict[str, torch.Tensor], adapter_name: str = ADAPTER_NAME) -> dict[str, Any]:

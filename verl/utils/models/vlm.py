@@ -347,18 +347,37 @@ def config_has_vision(path: str) -> bool:
         return json.load(f).get("vision_config") is not None
 
 
-def processor_for_model(model_path: str, tokenizer: Any = None) -> Any:
+def processor_for_model(model_path: str, tokenizer: Any = None, trust_remote_code: bool = False) -> Any:
     """The processor of a vision-language model at ``model_path`` (a name the loader resolves), None for a text
-    model (whose directory is not searched for a processor at all)."""
+    model (whose directory is not searched for a processor at all); ``trust_remote_code`` lets a repository's own
+    processor code run (``data.trust_remote_code``)."""
     from verl.utils.models.loader import resolve_model_path
 
     local = resolve_model_path(model_path, require_weights=False)
     if not config_has_vision(local):
         return None
-    processor = load_processor(local, tokenizer)
+    processor = load_processor(local, tokenizer, **({"trust_remote_code": True} if trust_remote_code else {}))
     if processor is None:
         raise ValueError(f"{model_path} is a vision-language model but no processor could be loaded from {local}")
     return processor
+
+
+def check_image_patch_size(image_patch_size: int | None, processor: Any) -> None:
+    """``data.image_patch_size`` (upstream verl's key) against the processor's patch size.
+
+    Upstream resizes images to a grid of ``image_patch_size``-pixel patches before its processor sees them; here the
+    processor resizes them to its own patch grid, which is the same thing when the two sizes agree. A size that
+    disagrees would ask for a grid the model does not use: a ``ValueError`` naming both. ``None``, a text model (no
+    processor) or a processor without a patch size: nothing to check.
+    """
+    if image_patch_size is None or processor is None:
+        return
+    patch = getattr(getattr(processor, "image_processor", None), "patch_size", None)
+    if patch is not None and int(patch) != int(image_patch_size):
+        raise ValueError(
+            f"data.image_patch_size={image_patch_size}: the model's processor uses {patch}-pixel patches and resizes "
+            f"images to that grid itself; set data.image_patch_size={patch} or null"
+        )
 
 
 def load_processor(path: str, tokenizer: Any = None, **kwargs: Any) -> Any:

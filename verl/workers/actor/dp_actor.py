@@ -6,6 +6,7 @@ ranks are averaged by the sharding wrapper, so this file only sees its own share
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,13 +47,30 @@ def _require_meta(data: DataProto, key: str, who: str) -> Any:
     return data.meta_info[key]
 
 
-def _entropy_of(logits: torch.Tensor, calculate: bool, requires_grad: bool) -> torch.Tensor | None:
+def activation_offload(enabled: bool, device_type: str) -> contextlib.AbstractContextManager:
+    """``model.enable_activation_offload``: the tensors autograd saves during a training forward go to pinned CPU
+    memory and come back for the backward (``torch.autograd.graph.save_on_cpu``). Only on an accelerator: on CPU the
+    activations are already in host memory, so this is a null context there (and when not enabled)."""
+    if enabled and device_type != "cpu":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+    return contextlib.nullcontext()
+
+
+# tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
+ENTROPY_CHUNK_TOKENS = 2048
+
+
+def _entropy_of(
+    logits: torch.Tensor, calculate: bool, requires_grad: bool, chunk_size: int | None = None
+) -> torch.Tensor | None:
+    """Per-token entropy of ``[..., V]`` logits (None unless ``calculate``); ``chunk_size`` tokens per fp32 block
+    (None: automatic, ~32M logits per block)."""
     if not calculate:
         return None
     if requires_grad:
-        return entropy_from_logits(logits)
+        return entropy_from_logits(logits, chunk_size)
     with torch.no_grad():
-        return entropy_from_logits(logits.detach())
+        return entropy_from_logits(logits.detach(), chunk_size)
 
 
 def sum_pi_squared_of(logits: torch.Tensor) -> torch.Tensor:
@@ -99,6 +117,7 @@ def sequence_parallel_response_forward(
     sp_group: Any,
     grad_scale: float,
     calculate_sum_pi_squared: bool = False,
+    entropy_chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
 
@@ -122,7 +141,7 @@ def sequence_parallel_response_forward(
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
-        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
         sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
@@ -147,6 +166,7 @@ def response_logits_forward(
     use_remove_padding: bool,
     extra_inputs: dict[str, Any] | None = None,
     calculate_sum_pi_squared: bool = False,
+    entropy_chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
@@ -181,7 +201,7 @@ def response_logits_forward(
     response_len = responses.shape[-1]
 
     def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        return _entropy_of(logits, calculate_entropy, entropy_requires_grad)
+        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
 
     if use_remove_padding:
         packed = pack_padded_batch(input_ids, attention_mask)
@@ -251,8 +271,11 @@ class DataParallelPPOActor(BasePPOActor):
         lr_scheduler: Any | None = None,
         use_remove_padding: bool | None = None,
         sp_group: Any = None,
+        offload_activations: bool = False,
     ) -> None:
         super().__init__(omega_conf_to_dataclass(config, ActorConfig))
+        # actor_rollout_ref.model.enable_activation_offload: training forwards keep their activations on the host
+        self.offload_activations = offload_activations
         # Ulysses: the process group over which each sequence is split (None: whole sequences on this rank)
         self.sp_group = sp_group
         self.actor_module = actor_module
@@ -261,6 +284,8 @@ class DataParallelPPOActor(BasePPOActor):
         if use_remove_padding is None:
             use_remove_padding = bool(self.config.get("use_remove_padding", False))
         self.use_remove_padding = bool(use_remove_padding)
+        # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
+        self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
         enable_input_grads_for_checkpointing(actor_module)
 
     # ------------------------------------------------------------------------------------------------ forward
@@ -305,6 +330,7 @@ class DataParallelPPOActor(BasePPOActor):
                     self.sp_group,
                     grad_scale=float(dist.get_world_size(self.sp_group)),
                     calculate_sum_pi_squared=calculate_sum_pi_squared,
+                    entropy_chunk_size=self.entropy_chunk_size,
                 )
             return response_logits_forward(
                 self.actor_module,
@@ -315,6 +341,7 @@ class DataParallelPPOActor(BasePPOActor):
                 self.use_remove_padding,
                 extra_inputs=extra_inputs,
                 calculate_sum_pi_squared=calculate_sum_pi_squared,
+                entropy_chunk_size=self.entropy_chunk_size,
             )
 
     def compute_log_prob(
@@ -374,13 +401,14 @@ class DataParallelPPOActor(BasePPOActor):
         cfg = self.config
         entropy_coeff = float(cfg.entropy_coeff)
         response_mask = response_mask_of(micro).to(torch.float32)
-        log_prob, entropy = self._forward_micro_batch(
-            micro,
-            temperature,
-            calculate_entropy=True,
-            entropy_requires_grad=entropy_coeff != 0,
-            multi_modal_rows=multi_modal_rows,
-        )
+        with activation_offload(self.offload_activations, module_device(self.actor_module).type):
+            log_prob, entropy = self._forward_micro_batch(
+                micro,
+                temperature,
+                calculate_entropy=True,
+                entropy_requires_grad=entropy_coeff != 0,
+                multi_modal_rows=multi_modal_rows,
+            )
         loss_mode = str(cfg.policy_loss.loss_mode)
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)

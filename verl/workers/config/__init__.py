@@ -8,9 +8,9 @@ from verl.workers.config.actor import ActorConfig, CheckpointContentsConfig, Pol
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.critic import CriticConfig
 from verl.workers.config.distillation import DistillationConfig, TeacherModelConfig
-from verl.workers.config.engine import FSDPConfig, RefFSDPConfig
+from verl.workers.config.engine import FSDPConfig, ModelDType, RefFSDPConfig
 from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode, WarmupStyle
-from verl.workers.config.model import CriticModelConfig, ModelConfig, RewardModelModelConfig
+from verl.workers.config.model import CriticModelConfig, FusedKernelOptionsConfig, ModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import OptimConfig
 from verl.workers.config.reward_model import (
     JudgeConfig,
@@ -19,7 +19,14 @@ from verl.workers.config.reward_model import (
     RewardModelConfig,
     SandboxFusionConfig,
 )
-from verl.workers.config.rollout import AgentConfig, EngineKwargsConfig, MultiTurnConfig, RolloutConfig, ValKwargsConfig
+from verl.workers.config.rollout import (
+    AgentConfig,
+    CheckpointEngineConfig,
+    EngineKwargsConfig,
+    MultiTurnConfig,
+    RolloutConfig,
+    ValKwargsConfig,
+)
 
 __all__ = [
     "DistillationConfig",
@@ -28,6 +35,9 @@ __all__ = [
     "AgentConfig",
     "ActorRolloutRefConfig",
     "CheckpointContent",
+    "CheckpointEngineConfig",
+    "FusedKernelOptionsConfig",
+    "ModelDType",
     "CheckpointContentsConfig",
     "ComputeDType",
     "CriticConfig",

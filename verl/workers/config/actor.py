@@ -39,10 +39,13 @@ class ActorConfig(BaseConfig):
     strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2); megatron is rejected by the cross-field checks
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size_per_gpu: int = 32
+    ppo_micro_batch_size: Optional[int] = None  # deprecated global size: per_gpu = this // (ranks // ulysses size)
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
     use_torch_compile: bool = False  # torch.compile each decoder layer after FSDP sharding
+    entropy_from_logits_with_chunking: bool = False  # entropy in blocks of 2048 tokens (upstream's chunk size)
+    entropy_checkpointing: bool = False  # satisfied by design: the entropy backward recomputes softmax per block
     freeze_vision_tower: bool = False  # a vision-language model's vision encoder gets no updates
     ulysses_sequence_parallel_size: int = 1
     skip_old_log_prob_on_policy: bool = True
@@ -73,7 +76,12 @@ class RefConfig(BaseConfig):
     """``actor_rollout_ref.ref``: the frozen reference policy (log-probs for the KL term)."""
 
     log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     ulysses_sequence_parallel_size: int = 1  # YAML: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}
+    strategy: str = "fsdp"  # YAML: ${actor_rollout_ref.actor.strategy}; fsdp | fsdp2 (both FSDP2)
+    use_torch_compile: bool = False  # YAML: ${actor_rollout_ref.actor.use_torch_compile}
+    entropy_from_logits_with_chunking: bool = False  # the reference computes no entropy (as upstream's)
+    entropy_checkpointing: bool = False  # the reference computes no entropy (as upstream's)
     fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)

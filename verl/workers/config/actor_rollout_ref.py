@@ -15,6 +15,7 @@ class ActorRolloutRefConfig(BaseConfig):
     """``actor_rollout_ref``: the section handed to ``ActorRolloutRefWorker``."""
 
     hybrid_engine: bool = True
+    nccl_timeout: int = 600  # seconds: timeout of the workers' process-group operations (upstream's key)
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)

@@ -21,7 +21,9 @@ class CriticConfig(BaseConfig):
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     ppo_mini_batch_size: int = 256  # YAML: ${actor_rollout_ref.actor.ppo_mini_batch_size}
     ppo_micro_batch_size_per_gpu: int = 16
+    ppo_micro_batch_size: Optional[int] = None  # deprecated global size: per_gpu = this // (ranks // ulysses size)
     forward_micro_batch_size_per_gpu: int = 32
+    forward_micro_batch_size: Optional[int] = None  # deprecated global size of the value forward
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
     ppo_epochs: int = 1  # YAML: ${actor_rollout_ref.actor.ppo_epochs}

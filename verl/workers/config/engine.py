@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from verl.base_config import BaseConfig
+
+# upstream v0.9's fsdp_config.model_dtype spellings: fp32 keeps fp32 parameters (ours always); bf16 makes FSDP2
+# gather the parameters in bf16 for compute (MixedPrecisionPolicy), the sharded master copy staying fp32
+ModelDType = Literal["fp32", "float32", "bf16", "bfloat16"]
 
 
 @dataclass
@@ -19,6 +24,12 @@ class FSDPConfig(BaseConfig):
     optimizer_offload: bool = False
     reshard_after_forward: bool = True
     fsdp_size: int = -1
+    # upstream v0.9 keys (docs/porting_from_verl.md, "verl v0.9 keys")
+    offload_policy: bool = False  # FSDP2 CPUOffloadPolicy: parameters live on CPU, moved per layer in forward
+    forward_prefetch: bool = False  # all-gather layer i+1 while layer i computes (FSDP2 explicit prefetch)
+    model_dtype: ModelDType = "fp32"
+    use_orig_params: bool = False  # FSDP1 flag; FSDP2 always exposes the original parameters
+    ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size} (one setting, two names)
 
 
 @dataclass
@@ -26,5 +37,11 @@ class RefFSDPConfig(BaseConfig):
     """``ref.fsdp_config``: the reference model is never trained, so it has no optimizer to offload."""
 
     param_offload: bool = False
+    optimizer_offload: bool = False  # upstream's shared engine key: the reference has no optimizer, nothing to move
     reshard_after_forward: bool = True
     fsdp_size: int = -1
+    offload_policy: bool = False
+    forward_prefetch: bool = False
+    model_dtype: ModelDType = "fp32"
+    use_orig_params: bool = False
+    ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size}

@@ -3,10 +3,18 @@ reward model (``reward_model.model``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
 
 from verl.base_config import BaseConfig, dict_field
+
+
+@dataclass
+class FusedKernelOptionsConfig(BaseConfig):
+    """``model.fused_kernel_options``: upstream's fused LM-head/log-prob kernel backend (``torch`` | ``triton``);
+    here both select the chunked log-prob path (verl/utils/torch_functional.py)."""
+
+    impl_backend: Literal["torch", "triton"] = "torch"
 
 
 @dataclass
@@ -21,8 +29,13 @@ class ModelConfig(BaseConfig):
     lora_rank: int = 0
     lora_alpha: int = 16
     target_modules: Union[str, list[str]] = "all-linear"
+    exclude_modules: Optional[Union[str, list[str]]] = None  # LoRA: modules left without adapters (PEFT's key)
+    use_shm: bool = False  # load from a copy in /dev/shm (verl/utils/models/shm.py)
+    enable_activation_offload: bool = False  # actor training forwards save activations in pinned host memory
     override_config: dict[str, Any] = dict_field()
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
+    use_fused_kernels: bool = False  # log-probs (and entropy) through the chunked path, never a full fp32 copy
+    fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
 
 
 @dataclass
@@ -33,6 +46,7 @@ class CriticModelConfig(BaseConfig):
     tokenizer_path: Optional[str] = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
+    use_shm: bool = False  # load from a copy in /dev/shm (verl/utils/models/shm.py)
     override_config: dict[str, Any] = dict_field()
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
 

@@ -54,6 +54,21 @@ class EngineKwargsConfig(BaseConfig):
 
 
 @dataclass
+class CheckpointEngineConfig(BaseConfig):
+    """``rollout.checkpoint_engine``: how the trainer's weights reach the rollout engine (upstream v0.9).
+
+    ``naive`` (upstream's colocated in-process sync) is ours: the actor hands the engine a lazy stream of tensors,
+    gathered one at a time, so a transfer never holds more than one tensor beyond the engine's own copy; that is
+    within any ``update_weights_bucket_megabytes`` cap (the bucket only bounds the staging buffer's size).
+    """
+
+    backend: Literal["naive"] = "naive"
+    update_weights_bucket_megabytes: int = 2048
+    engine_kwargs: dict[str, Any] = dict_field()
+    custom_backend_module: Optional[str] = None
+
+
+@dataclass
 class RolloutConfig(BaseConfig):
     """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
 
@@ -74,7 +89,9 @@ class RolloutConfig(BaseConfig):
     enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True
     calculate_log_probs: bool = False
+    ignore_eos: bool = False  # true (keep generating past EOS) is refused by the cross-field checks
     log_prob_micro_batch_size_per_gpu: int = 32
+    log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     seed: int = 0
@@ -86,7 +103,10 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool = True
     load_format: str = "auto"  # auto | dummy | safetensors | pt | ...: how vLLM initialises weights before the sync
     layered_summon: bool = False  # sync weights to the engine one sharded layer at a time
+    # vLLM sleep mode: wake the weights for the sync, the KV cache only after it; always staged here
+    multi_stage_wake_up: bool = False
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)

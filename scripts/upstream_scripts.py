@@ -1,0 +1,344 @@
+"""Run upstream verl's launch scripts through this project's entry points and count what is accepted.
+
+Usage::
+
+    PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo [GIT_DIR ...]
+        [--folder-depth 1] [--top 25] [--show rejected|refused|unfaithful|all] [--json OUT.json]
+
+For each upstream git directory (no work tree needed): the ``examples/`` tree at ``HEAD`` is extracted to a temporary
+directory (``git archive``; nothing is fetched), and every ``*.sh`` is run with ``bash`` from that copy's root with
+stub executables first on ``PATH`` (``python``, ``python3``, ``torchrun``, ``uv``, ``ray``, ``nvidia-smi``, ``hf``,
+``huggingface-cli``, ``git``, ``pip``, ``wget``): each records its argv and exits 0 (``python -c ...``, such as the
+``import torch_npu`` probe, exits 1 so scripts pick the GPU branch). Every recorded ``-m verl.<module> ...`` call is
+then run in-process through this project's ``<module>.main(argv + ["--cfg", "job"])`` and classified:
+
+* ``accepted``: exit 0; ``faithful`` when additionally every ``key=value`` override of the call is found at its key
+  (after the schema's key aliases) in the printed config, with the value the script gave.
+* ``refused``: exit 2 with one line that names an engine or feature this project does not have (the line says so).
+* ``rejected``: anything else; its first error line is the blocking reason (for a key: the key, grouped in the
+  "top blocking keys" table).
+
+A script that makes no ``-m verl.*`` call (data preparation, a script that exits early) is listed as ``no-call``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# executables a script may call; each stub records its argv (python -c exits 1, everything else 0)
+STUB_NAMES = ("python", "python3", "torchrun", "uv", "ray", "nvidia-smi", "hf", "huggingface-cli", "git", "pip", "wget")
+REFUSAL_MARKERS = (
+    "is not an engine here",
+    "is not a device here",
+    "is not implemented here",
+    "not available here",
+    "is not supported here",
+)
+
+
+@dataclass
+class Call:
+    """One recorded ``-m <module> ...`` invocation of a script and how our entry point took it."""
+
+    script: str
+    module: str
+    args: list[str]
+    status: str = ""  # accepted | refused | rejected
+    faithful: bool = False
+    reason: str = ""  # first error line (rejected/refused) or the first unfaithful key (accepted)
+    errors: list[str] = field(default_factory=list)  # every error line (rejected)
+    unfaithful: list[str] = field(default_factory=list)
+
+
+def _stub_text(name: str, log: str) -> str:
+    """A POSIX shell stub for ``name`` appending ``{"exe": name, "argv": [...]}`` lines to ``log``."""
+    recorder = (
+        "import json, sys; open(sys.argv[1], 'a').write(json.dumps({'exe': sys.argv[2], 'argv': sys.argv[3:]}) + '\\n')"
+    )
+    fail_c = 'case "$1" in -c) exit 1;; esac\n' if name.startswith("python") else ""
+    return (
+        "#!/bin/sh\n"
+        f'{sys.executable} -c {shlex.quote(recorder)} {shlex.quote(log)} {shlex.quote(name)} "$@"\n'
+        f"{fail_c}exit 0\n"
+    )
+
+
+def make_stubs(directory: str, log: str) -> None:
+    """Write the recording stubs into ``directory`` (put first on ``PATH``)."""
+    os.makedirs(directory, exist_ok=True)
+    for name in STUB_NAMES:
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            f.write(_stub_text(name, log))
+        os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def extract_examples(git_dir: str, dest: str) -> list[str]:
+    """``git archive HEAD examples`` of ``git_dir`` unpacked under ``dest``; returns the ``*.sh`` paths (relative)."""
+    archive = subprocess.run(
+        ["git", "--git-dir", git_dir, "archive", "--format=tar", "HEAD", "examples"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+    found = []
+    for base, _dirs, files in os.walk(os.path.join(dest, "examples")):
+        found.extend(os.path.relpath(os.path.join(base, f), dest) for f in files if f.endswith(".sh"))
+    return sorted(found)
+
+
+def record_calls(
+    script: str, workdir: str, stub_dir: str, timeout: float = 30.0, args: tuple[str, ...] | list[str] = ()
+) -> list[dict[str, Any]]:
+    """Run one script (with positional ``args``) under the stubs; returns the recorded calls in order."""
+    log = os.path.join(stub_dir, "calls.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    home = os.path.join(stub_dir, "home")
+    os.makedirs(home, exist_ok=True)
+    env = {
+        "PATH": f"{stub_dir}:/usr/bin:/bin",
+        "HOME": home,
+        "VERL_USE_UV": "1",
+        "TERM": "dumb",
+        "LANG": "C.UTF-8",
+    }
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(
+            ["bash", script, *args],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def module_call(argv: list[str]) -> tuple[str, list[str]] | None:
+    """``(module, args)`` of a recorded argv holding ``-m verl.<module> ...`` (``uv run ... python3 -m``, torchrun)."""
+    for i, tok in enumerate(argv[:-1]):
+        if tok == "-m" and argv[i + 1].startswith("verl."):
+            return argv[i + 1], argv[i + 2 :]
+    return None
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if "config error" in ln.lower() and ln.endswith(":"):
+            continue
+        return ln
+    return ""
+
+
+def _error_lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+
+
+def run_call(call: Call, cwd: str) -> None:
+    """Run ``call`` through this project's entry point (in-process, ``--cfg job``, from ``cwd``: the script's
+    directory of launch) and classify it in place."""
+    import yaml
+
+    try:
+        mod = importlib.import_module(call.module)
+        main = mod.main
+    except Exception as e:  # noqa: BLE001 - a module we lack is a rejection with its reason
+        call.status, call.reason = "rejected", f"module {call.module}: {type(e).__name__}: {e}"
+        return
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main([*call.args, "--cfg", "job"])
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+    except Exception as e:  # noqa: BLE001 - a crash is a rejection with its reason
+        call.status, call.reason = "rejected", f"crash: {type(e).__name__}: {e}"
+        return
+    finally:
+        os.chdir(here)
+    if rc != 0:
+        lines = [re.sub(r"^python -m \S+: ", "", ln) for ln in _error_lines(err.getvalue())]
+        lines = [ln for ln in lines if not ln.startswith("warning")]
+        body = [ln[2:] if ln.startswith("- ") else ln for ln in lines if not re.match(r"^invalid config \(", ln)]
+        call.errors = body or [f"exit {rc}"]
+        if len(body) == 1 and any(m in body[0] for m in REFUSAL_MARKERS):
+            call.status, call.reason = "refused", body[0]
+        else:
+            call.status, call.reason = "rejected", call.errors[0]
+        return
+    call.status = "accepted"
+    cfg = yaml.safe_load(out.getvalue())
+    call.unfaithful = unfaithful_keys(mod, call.args, cfg)
+    call.faithful = not call.unfaithful
+    call.reason = call.unfaithful[0] if call.unfaithful else ""
+
+
+def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
+    """The ``key=value`` overrides of ``args`` whose value is not found at their key in the printed ``cfg``
+    (Hydra's own ``hydra.*`` keys and config-group choices such as ``model_engine=fsdp`` are not config keys)."""
+    from verl.trainer.config.script_check import override_found, schema_aliases
+
+    aliases = schema_aliases(module)
+    kept = []
+    last = {a.split("=", 1)[0].lstrip("+"): i for i, a in enumerate(args) if "=" in a}
+    for i, a in enumerate(args):
+        if "=" not in a or a.startswith(("-", "hydra.", "~")) or "." not in a.split("=", 1)[0]:
+            continue
+        if last[a.split("=", 1)[0].lstrip("+")] != i:
+            continue  # a key given twice: the last value is the one that counts (as in Hydra)
+        try:
+            found = override_found(a, cfg, aliases)
+        except Exception:  # noqa: BLE001 - an override our parser refuses is not found
+            found = False
+        if not found:
+            kept.append(a)
+    return kept
+
+
+def blocking_key(reason: str) -> str:
+    """The config key (or module, or config file) an error line is about: ``a.b.c: unknown key ...`` -> ``a.b.c``."""
+    if reason.startswith("module "):
+        return reason.split(":")[0]
+    m = re.search(r"config (?:file \S*/|')([\w.-]+?)(?:\.yaml)?[:']", reason)
+    if m and reason.startswith(("config", "command line")):
+        return f"--config-name {m.group(1)}"
+    m = re.match(r"^(?:override '\+*([\w.@/-]+)=[^']*': )", reason)
+    if m:
+        return m.group(1)
+    m = re.match(r"^([A-Za-z_][\w.@/-]*)(?:=\S*)?(?::| )", reason)
+    return m.group(1) if m else reason[:80]
+
+
+def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
+    """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call."""
+    calls: list[Call] = []
+    no_call: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="upstream_scripts_") as tmp:
+        work = os.path.join(tmp, "tree")
+        os.makedirs(work)
+        scripts = extract_examples(git_dir, work)
+        stub_dir = os.path.join(tmp, "stubs")
+        make_stubs(stub_dir, os.path.join(stub_dir, "calls.jsonl"))
+        for rel in scripts:
+            found = [mc for rec in record_calls(rel, work, stub_dir, timeout) if (mc := module_call(rec["argv"]))]
+            if not found:  # SFT scripts take <nproc_per_node> <save_path> first
+                ckpt = os.path.join(tmp, "ckpt")
+                recs = record_calls(rel, work, stub_dir, timeout, ["8", ckpt])
+                found = [mc for rec in recs if (mc := module_call(rec["argv"]))]
+            if not found:
+                no_call.append(rel)
+            for module, args in found:
+                call = Call(rel, module, args)
+                run_call(call, work)
+                calls.append(call)
+    return calls, no_call
+
+
+def folder_of(script: str, depth: int) -> str:
+    parts = script.split("/")[1:-1]  # without examples/ and the file name
+    return "/".join(parts[:depth]) or "."
+
+
+def report(label: str, calls: list[Call], no_call: list[str], depth: int, top: int, show: str) -> str:
+    """A per-folder table (scripts: accepted / faithful / refused / rejected / total) and the top blocking keys.
+
+    A script counts once, by its worst call (rejected < refused < accepted-unfaithful < faithful).
+    """
+    rank = {"rejected": 0, "refused": 1, "accepted": 2}
+    per_script: dict[str, Call] = {}
+    for c in calls:
+        prev = per_script.get(c.script)
+        key = (rank[c.status], c.faithful)
+        if prev is None or key < (rank[prev.status], prev.faithful):
+            per_script[c.script] = c
+    table: dict[str, Counter] = defaultdict(Counter)
+    for s, c in per_script.items():
+        row = table[folder_of(s, depth)]
+        row[c.status] += 1
+        row["faithful"] += int(c.status == "accepted" and c.faithful)
+        row["total"] += 1
+    for s in no_call:
+        table[folder_of(s, depth)]["no-call"] += 1
+    lines = [f"## {label}", "", "| folder | accepted | faithful | refused | rejected | total | no-call |"]
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    total: Counter = Counter()
+    for folder in sorted(table):
+        row = table[folder]
+        total.update(row)
+        lines.append(
+            f"| {folder} | {row['accepted']} | {row['faithful']} | {row['refused']} | {row['rejected']} | "
+            f"{row['total']} | {row['no-call']} |"
+        )
+    lines.append(
+        f"| **all** | {total['accepted']} | {total['faithful']} | {total['refused']} | {total['rejected']} | "
+        f"{total['total']} | {total['no-call']} |"
+    )
+    blocking = Counter(
+        k for c in per_script.values() if c.status == "rejected" for k in {blocking_key(e) for e in c.errors}
+    )
+    unfaithful = Counter(k.split("=", 1)[0].lstrip("+") for c in per_script.values() for k in c.unfaithful)
+    lines += ["", "Top blocking keys (rejected scripts naming each, any error line of the script's worst call):", ""]
+    lines += [f"- {n} {k}" for k, n in blocking.most_common(top)]
+    if unfaithful:
+        lines += ["", "Keys not found at their key with the script's value (accepted scripts):", ""]
+        lines += [f"- {n} {k}" for k, n in unfaithful.most_common(top)]
+    if show != "none":
+        lines += ["", "Scripts:", ""]
+        for s, c in sorted(per_script.items()):
+            status = "faithful" if c.status == "accepted" and c.faithful else c.status
+            if show == "all" or show == status or (show == "unfaithful" and status == "accepted"):
+                lines.append(f"- {status:9s} {s}: {c.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every given upstream snapshot; prints the tables (and writes every call as JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("git_dirs", nargs="+", help="upstream verl git directories (e.g. /work/.mirror/.../repo)")
+    parser.add_argument("--folder-depth", type=int, default=1, help="folder levels under examples/ per table row")
+    parser.add_argument("--top", type=int, default=25, help="blocking keys listed")
+    shows = ["none", "all", "rejected", "refused", "accepted", "faithful"]
+    parser.add_argument("--show", default="none", choices=shows, help="list the scripts of one class (or all)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per script run with the stubs")
+    parser.add_argument("--json", help="write every classified call to this file")
+    args = parser.parse_args(argv)
+    dump: dict[str, Any] = {}
+    for git_dir in args.git_dirs:
+        calls, no_call = measure(git_dir, args.timeout)
+        head = subprocess.run(
+            ["git", "--git-dir", git_dir, "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+        ).stdout.strip()
+        sys.stdout.write(report(f"{git_dir} ({head})", calls, no_call, args.folder_depth, args.top, args.show) + "\n")
+        dump[git_dir] = {"head": head, "calls": [asdict(c) for c in calls], "no_call": no_call}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dump, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""scripts/upstream_scripts.py: upstream launch scripts run with recording stubs, classified through our entry point."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("upstream_scripts", os.path.join(ROOT, "scripts", "upstream_scripts.py"))
+harness = importlib.util.module_from_spec(_spec)
+sys.modules["upstream_scripts"] = harness  # dataclasses look their module up while the class is made
+_spec.loader.exec_module(harness)
+
+SCRIPTS = {
+    # v0.9 style: a DEVICE probe that must pick gpu, uv in front of python3, an override given twice
+    "examples/grpo_trainer/run_ok.sh": """#!/usr/bin/env bash
+set -xeuo pipefail
+DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}
+[ "$DEVICE" = gpu ] || exit 3
+uv run --frozen python3 -m verl.trainer.main_ppo data.train_files=x.parquet model_engine=fsdp \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=False \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \\
+    actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2 trainer.n_gpus_per_node=2 "$@"
+""",
+    "examples/grpo_trainer/run_sglang.sh": """#!/usr/bin/env bash
+python3 -m verl.trainer.main_ppo data.train_files=x.parquet actor_rollout_ref.rollout.name=sglang
+""",
+    "examples/sft/run_sft.sh": """#!/usr/bin/env bash
+[ "$#" -lt 2 ] && exit 1
+torchrun --nproc_per_node=$1 -m verl.trainer.no_such_trainer trainer.default_local_dir=$2 model.partial_pretrain=m
+""",
+    "examples/data/prepare.sh": "#!/usr/bin/env bash\npython3 prepare.py\n",
+    "examples/ppo_trainer/run_bad_key.sh": """#!/usr/bin/env bash
+python3 -m verl.trainer.main_ppo data.train_files=x.parquet actor_rollout_ref.actor.no_such_key=1
+""",
+}
+
+
+def _git_repo(tmp_path) -> str:
+    repo = tmp_path / "upstream"
+    for rel, text in SCRIPTS.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = dict(os.environ, **who)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "x"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
+    return str(repo / ".git")
+
+
+def test_scripts_are_recorded_and_classified(tmp_path) -> None:
+    calls, no_call = harness.measure(_git_repo(tmp_path), timeout=60)
+    by_script = {c.script: c for c in calls}
+    assert no_call == ["examples/data/prepare.sh"]
+    ok = by_script["examples/grpo_trainer/run_ok.sh"]
+    assert ok.module == "verl.trainer.main_ppo" and ok.status == "accepted" and ok.faithful, ok
+    refused = by_script["examples/grpo_trainer/run_sglang.sh"]
+    assert refused.status == "refused" and "SGLang is not an engine here" in refused.reason
+    sft = by_script["examples/sft/run_sft.sh"]  # run again with <nproc> <save_path>
+    assert sft.status == "rejected" and sft.reason.startswith("module verl.trainer.no_such_trainer")
+    assert sft.args[0].startswith("trainer.default_local_dir=") and sft.args[0].endswith("/ckpt")
+    bad = by_script["examples/ppo_trainer/run_bad_key.sh"]
+    assert bad.status == "rejected" and harness.blocking_key(bad.reason) == "actor_rollout_ref.actor.no_such_key"
+    table = harness.report("t", calls, no_call, depth=1, top=5, show="none")
+    assert "| grpo_trainer | 1 | 1 | 1 | 0 | 2 | 0 |" in table and "| data | 0 | 0 | 0 | 0 | 0 | 1 |" in table
+    assert "- 1 actor_rollout_ref.actor.no_such_key" in table
+
+
+def test_an_unfaithful_override_is_reported() -> None:
+    from verl.trainer import main_ppo
+
+    cfg = {"data": {"train_batch_size": 32}, "trainer": {"logger": ["console"]}}
+    args = ["data.train_batch_size=16", "trainer.logger=console", "model_engine=fsdp", "hydra.run.dir=x"]
+    assert harness.unfaithful_keys(main_ppo, args, cfg) == ["data.train_batch_size=16"]
+
+
+def test_blocking_key_of_error_lines() -> None:
+    assert harness.blocking_key("a.b.c: unknown key; did you mean a.b.d?") == "a.b.c"
+    assert harness.blocking_key("override '+x.y={a:b}': cannot parse") == "x.y"
+    assert harness.blocking_key("config file /t/config/ppo_megatron_trainer.yaml: not found") == (
+        "--config-name ppo_megatron_trainer"
+    )
+    assert harness.blocking_key("module verl.trainer.sft_trainer: ModuleNotFoundError: x") == (
+        "module verl.trainer.sft_trainer"
+    )

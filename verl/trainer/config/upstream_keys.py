@@ -1,0 +1,145 @@
+"""Upstream verl v0.9 keys that are a second name of one of ours, reconciled before validation; and the checks of
+the v0.9 values we cannot honour.
+
+Upstream v0.9 moved Ulysses sequence parallelism into the engine section
+(``actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size``, PR "engine workers"), while January-2026
+scripts set ``actor_rollout_ref.actor.ulysses_sequence_parallel_size``. Both names are one setting here: whichever
+the user set wins and the other follows it, so the resolved config shows the same size under both; setting both to
+different sizes is an error. The reference follows the actor unless one of its own keys is set (upstream's default,
+``ref.ulysses_sequence_parallel_size: ${actor...}``); the critic has the same pair.
+
+The deprecated global micro-batch sizes of older scripts (``actor.ppo_micro_batch_size``,
+``rollout/ref.log_prob_micro_batch_size``, ``critic.ppo_micro_batch_size``, ``critic.forward_micro_batch_size``) are
+divided by the data-parallel ranks into their ``*_per_gpu`` keys, as upstream's workers do
+(``verl/workers/fsdp_workers.py``: ``ppo_micro_batch_size //= world_size // ulysses_size``); giving both is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verl.trainer.config.validation import ConfigError
+
+_SP = "ulysses_sequence_parallel_size"
+
+
+def _set_by_user(key: str, user_keys: set[str]) -> bool:
+    """Whether the user set ``key`` itself (an override or their YAML), not only a section above it."""
+    return key in user_keys
+
+
+def _reconcile(cfg: DictConfig, section: str, user_keys: set[str], follow: str | None) -> dict[str, Any]:
+    """Make ``<section>.ulysses_sequence_parallel_size`` and ``<section>.fsdp_config.ulysses_...`` one value."""
+    node = cfg
+    for part in section.split("."):
+        node = node[part]
+    old_key, new_key = f"{section}.{_SP}", f"{section}.fsdp_config.{_SP}"
+    fsdp = node.get("fsdp_config")
+    if not isinstance(fsdp, DictConfig) or _SP not in fsdp or _SP not in node:
+        return {}
+    old_set, new_set = _set_by_user(old_key, user_keys), _set_by_user(new_key, user_keys)
+    if old_set and new_set and node[_SP] != fsdp[_SP]:
+        raise ConfigError(
+            f"{new_key}={fsdp[_SP]} and {old_key}={node[_SP]}: one setting under two names (upstream v0.9 and "
+            f"earlier); give one of them"
+        )
+    if new_set:
+        value = fsdp[_SP]
+    elif old_set:
+        value = node[_SP]
+    elif follow is not None:
+        value = follow
+    else:
+        value = node[_SP]
+    changed = {}
+    for key, parent in ((old_key, node), (new_key, fsdp)):
+        if parent[_SP] != value:
+            parent[_SP] = value
+            changed[key] = value
+    return changed
+
+
+# deprecated global micro-batch sizes (section, old key, per-rank key, section whose ulysses size divides the ranks);
+# upstream's fsdp_workers divide them by (world size // ulysses size) into the *_per_gpu keys
+_ACTOR = "actor_rollout_ref.actor"
+_GLOBAL_MICRO_SIZES = (
+    (_ACTOR, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", _ACTOR),
+    ("actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu", _ACTOR),
+    ("actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu", _ACTOR),
+    ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "critic"),
+    ("critic", "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "critic"),
+)
+
+
+def _section(cfg: DictConfig, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _per_rank_micro_sizes(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """Deprecated global micro-batch sizes -> the per-rank keys (as upstream verl's workers compute them).
+
+    A per-rank key set this way joins ``user_keys``, so the micro-batch default fitting leaves it alone.
+    """
+    ranks = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    changed: dict[str, Any] = {}
+    for section, old, new, sp_section in _GLOBAL_MICRO_SIZES:
+        node = _section(cfg, section)
+        value = node.get(old)
+        if value is None:
+            continue
+        old_key, new_key = f"{section}.{old}", f"{section}.{new}"
+        if _set_by_user(new_key, user_keys):
+            raise ConfigError(
+                f"{old_key}={value} and {new_key}={node[new]}: the global size is deprecated (upstream verl refuses "
+                f"both too); give only {new_key}"
+            )
+        dp = max(ranks // int(_section(cfg, sp_section)[_SP]), 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < dp:
+            raise ConfigError(
+                f"{old_key}={value!r}: a global micro-batch size must be an integer >= the {dp} data-parallel ranks "
+                f"it is divided over ({new} = {old} // {dp}); or set {new_key}"
+            )
+        node[new] = value // dp
+        user_keys.add(new_key)
+        changed[new_key] = value // dp
+    return changed
+
+
+def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """Reconcile upstream's second names of our keys in place (see the module docstring) and turn the deprecated
+    global micro-batch sizes into the per-rank ones; returns ``{dotted key: new value}`` of what changed.
+
+    Raises:
+        ConfigError: when both names of one setting are given different values.
+    """
+    changed = _reconcile(cfg, "actor_rollout_ref.actor", user_keys, None)
+    actor_sp = cfg.actor_rollout_ref.actor.get(_SP)
+    ref_keys = (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}")
+    ref_own = any(_set_by_user(k, user_keys) for k in ref_keys)
+    changed.update(_reconcile(cfg, "actor_rollout_ref.ref", user_keys, None if ref_own else actor_sp))
+    changed.update(_reconcile(cfg, "critic", user_keys, None))
+    changed.update(_per_rank_micro_sizes(cfg, user_keys))
+    return changed
+
+
+def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
+    """Values of upstream v0.9 keys that select behaviour this project does not have: one error each, with the fix."""
+    from verl.trainer.config.parallel_checks import IMPLEMENTED_STRATEGIES
+
+    arr = cfg.actor_rollout_ref
+    ref_strategy = str(arr.ref.strategy)
+    if ref_strategy not in IMPLEMENTED_STRATEGIES:
+        errors.append(
+            f"actor_rollout_ref.ref.strategy={ref_strategy!r} is not implemented (the reference is FSDP2, like the "
+            f"actor); use one of {', '.join(IMPLEMENTED_STRATEGIES)}"
+        )
+    if bool(arr.rollout.ignore_eos):
+        errors.append(
+            "actor_rollout_ref.rollout.ignore_eos=true is not implemented: responses end at EOS (their response mask "
+            "and rewards are cut there); set it to false, or raise rollout.min_new_tokens"
+        )
