@@ -218,10 +218,6 @@ def build_ppo_trainer(
     trainer_cfg = config.trainer
     if identity is None:
         identity = prepare_run(config)
-    from verl.trainer.config.step_plan import step_plan, write_plan
-    from verl.utils.checkpoint.layout import checkpoint_root
-
-    write_plan(step_plan(config), checkpoint_root(trainer_cfg))  # what one step consumes, for the report
     seed_everything(int(trainer_cfg.seed), bool(trainer_cfg.deterministic))
     apply_runtime_switches(trainer_cfg)
     from verl.trainer.config.parallel_checks import resolve_backend
@@ -241,6 +237,12 @@ def build_ppo_trainer(
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
     check_reward_endpoints(config)
+    from verl.trainer.config.step_plan import step_plan, write_plan
+    from verl.utils.checkpoint.layout import checkpoint_root
+
+    # what one step consumes, for the report: written once the data is known good, so a run refused at start leaves
+    # no run directory behind
+    write_plan(step_plan(config), checkpoint_root(trainer_cfg))
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
 
