@@ -95,6 +95,10 @@ def _run(rank: int, world: int, port: int, phase: str, ckpt: str, out: str, fsdp
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    # The work is done and checked by the parent: leave without the interpreter's teardown, where a native thread
+    # of the gloo/oneDNN runtime now and then aborts the process ("terminate called without an active exception",
+    # exit -6) after everything above succeeded. An exception above still fails the rank (it never gets here).
+    os._exit(0)
 
 
 def _launch(world: int, phase: str, ckpt: str, out: str, fsdp_size: int = -1) -> dict:
