@@ -172,13 +172,14 @@ def run_entrypoint(
         sys.stdout.write(cfg_text(built, args.cfg))
         sys.stdout.flush()
         return EXIT_OK
-    if plan:
-        print(plan, flush=True)
     if built.demo_applied:
         print(
             f"{prog}: no data.train_files given: running the embedded demo "
             f"(verl/trainer/config/{schema.demo_config_name}.yaml over the defaults)",
             file=sys.stderr,
+            flush=True,
         )
+    if plan:
+        print(plan, flush=True)
     settings = run_settings(built.hydra, built.cfg)
     return run_one_job(prog, built, settings, list(args.overrides), load_run_fn)
