@@ -142,8 +142,8 @@ def _value_errors(cfg: DictConfig) -> list[str]:
          e.ulysses_sequence_parallel_size, "must be >= 1")
     need(str(e.strategy) in ("fsdp", "fsdp2"), "engine.strategy", e.strategy,
          "fsdp or fsdp2 (both run FSDP2 here); fsdp_turbo is not available")
-    need(str(e.dtype) in ("bfloat16", "float16", "float32"), "engine.dtype", e.dtype,
-         "expected bfloat16, float16 or float32")
+    need(str(e.dtype) in ("auto", "bfloat16", "float16", "float32"), "engine.dtype", e.dtype,
+         "expected auto, bfloat16, float16 or float32")
     need(str(o.optimizer).lower() == "adamw" and str(o.optimizer_impl) == "torch.optim", "optim.optimizer",
          f"{o.optimizer} (optimizer_impl={o.optimizer_impl})", "only AdamW from torch.optim is available")
     need(o.total_training_steps == -1, "optim.total_training_steps", o.total_training_steps,

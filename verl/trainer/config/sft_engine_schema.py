@@ -158,7 +158,7 @@ class FSDPEngineSection:
     pad_to_length_bucket: int = 1024
     forward_only: bool = False
     strategy: str = "fsdp"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # upstream: bfloat16; auto picks bf16 only where the device multiplies it natively
     qat: QATConfig = field(default_factory=QATConfig)
     turbo_config: dict[str, Any] = field(default_factory=_turbo_defaults)
 
