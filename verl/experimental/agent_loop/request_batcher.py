@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.seeding import subcall_seed
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 logger = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class RequestBatcher(TurnServer):
             attention_mask[i, width - len(request.prompt_ids) :] = 1
         meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch), TURN_META_KEY: True}
         if self.meta_info.get("seed") is not None:
-            meta["seed"] = int(self.meta_info["seed"]) + 7919 * len(self.batch_sizes)
+            meta["seed"] = subcall_seed(self.meta_info["seed"], len(self.batch_sizes))
         prompts = DataProto.from_dict(
             tensors={
                 "input_ids": input_ids,

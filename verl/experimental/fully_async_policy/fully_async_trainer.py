@@ -39,6 +39,7 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import marked_timer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.rollout_skip import RolloutSkip
+from verl.utils.seeding import generation_seed
 
 __all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
 
@@ -160,7 +161,8 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             meta = self.prompt_batch_meta()
             seed = self.config.actor_rollout_ref.rollout.seed
             if seed is not None:
-                meta["seed"] = int(seed) + self._gen_calls  # numbered as the synchronous trainer numbers its calls
+                # numbered as the synchronous trainer numbers its calls
+                meta["seed"] = generation_seed(seed, self._gen_calls)
             self._gen_calls += 1
             self._issued += 1
             snapshot["feed_index"] = self._issued

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.seeding import subcall_seed
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.rollout.base import build_rollout_output, resolve_sampling, resolve_special_ids
 
@@ -73,7 +74,7 @@ def generate_resumable(
     meta = dict(prompts.meta_info)
     meta["response_length"] = total - int(lengths[stopped].min())
     if meta.get("seed") is not None:
-        meta["seed"] = int(meta["seed"]) + 7919  # a fresh stream for the continuation, still reproducible
+        meta["seed"] = subcall_seed(meta["seed"], 1)  # a fresh stream for the continuation, still reproducible
     cont_prompts = _continuation_prompts(out, stopped, pad_id)
     cont_prompts.meta_info = meta
     cont, interruptions = generate_resumable(engine, cont_prompts, sync_pending, take_sync)

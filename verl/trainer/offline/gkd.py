@@ -34,6 +34,7 @@ from verl.trainer.offline.sft import SFTTrainer
 from verl.utils.dataset.sft_dataset import pad_batch
 from verl.utils.models.loader import forward_logits, resolve_model_path
 from verl.utils.models.vlm import config_has_vision
+from verl.utils.seeding import keyed_seed
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.teacher import TeacherModel
 
@@ -145,7 +146,7 @@ class GKDTrainer(SFTTrainer):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         batch = DataProto.from_dict(
             tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
-            meta_info={"seed": int(self.config.trainer.seed) * 100003 + self.global_step},
+            meta_info={"seed": keyed_seed(int(self.config.trainer.seed), self.global_step)},
         )
         out = self._student_rollout().generate_sequences(batch.to(self.device))
         responses, response_mask = out.batch["responses"].cpu(), out.batch["response_mask"].cpu()
@@ -159,7 +160,7 @@ class GKDTrainer(SFTTrainer):
         """Whether the coming step trains on student samples: a draw with probability ``gkd.lmbda`` from a
         generator seeded by ``trainer.seed`` and the step, so a resumed run makes the same choices."""
         lmbda = float(self.config.gkd.lmbda)
-        return random.Random(int(self.config.trainer.seed) * 1_000_003 + self.global_step).random() < lmbda
+        return random.Random(keyed_seed(int(self.config.trainer.seed), self.global_step)).random() < lmbda
 
     def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
         if not self._on_policy_step:

@@ -61,6 +61,7 @@ from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, 
 from verl.trainer.ppo.validation import run_validation
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
+from verl.utils.seeding import generation_seed
 from verl.utils.torch_functional import masked_mean
 
 logger = logging.getLogger(__name__)
@@ -279,13 +280,14 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
     def generate(self, gen_batch: DataProto) -> DataProto:
         """Generate through the actor group (padded to its world size, see :func:`generate_on_group`).
 
-        With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``. The driver numbers
-        the calls (not the rollout engine) because the count is part of the checkpointed driver state: a resumed
-        run then draws exactly the samples the uninterrupted run drew.
+        With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``
+        (:func:`~verl.utils.seeding.generation_seed`). The driver numbers the calls (not the rollout engine) because
+        the count is part of the checkpointed driver state: a resumed run then draws exactly the samples the
+        uninterrupted run drew.
         """
         seed = self.config.actor_rollout_ref.rollout.seed
         if seed is not None and gen_batch.meta_info.get("seed") is None:
-            gen_batch.meta_info["seed"] = int(seed) + self._gen_calls
+            gen_batch.meta_info["seed"] = generation_seed(seed, self._gen_calls)
         self._gen_calls += 1
         return generate_on_group(self.actor_rollout_wg, gen_batch)
 

@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.utils.hardware.precision import resolve_dtype
+from verl.utils.seeding import keyed_seed
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.workers.config import ActorConfig, CriticConfig
 
@@ -215,7 +216,7 @@ def iter_mini_batches(
     if mini_batch_size <= 0:
         raise ValueError(f"ppo_mini_batch_size must be a positive number of sequences, got {mini_batch_size}")
     if shuffle:
-        gen = torch.Generator().manual_seed(int(seed) * 1000003 + epoch)
+        gen = torch.Generator().manual_seed(keyed_seed(int(seed), epoch))
         batch = batch[torch.randperm(n, generator=gen)]
     for idx, start in enumerate(range(0, n, mini_batch_size)):
         yield idx, batch[start : start + mini_batch_size]

@@ -23,6 +23,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
+from verl.utils.seeding import generation_seed
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import (
@@ -136,11 +137,11 @@ class HFRollout(BaseRollout):
                 module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def _seed_for_call(self, meta_info: dict[str, Any]) -> int | None:
-        """``meta_info["seed"]`` as is, else ``rollout.seed`` plus the call index (fresh samples each step)."""
+        """``meta_info["seed"]`` as is, else :func:`~verl.utils.seeding.generation_seed` of ``rollout.seed`` and this
+        engine's call index (fresh samples each step)."""
         if meta_info.get("seed") is not None:
             return int(meta_info["seed"])
-        seed = self.config.seed
-        return None if seed is None else int(seed) + self._num_calls
+        return generation_seed(self.config.seed, self._num_calls)
 
     def generate_sequences(
         self, prompts: DataProto, on_step: Callable[[int, slice, torch.Tensor, torch.Tensor], Any] | None = None

@@ -34,6 +34,7 @@ from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype_name
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.models.loader import resolve_model_path
+from verl.utils.seeding import replica_seed
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
@@ -274,7 +275,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             dtype=dtype,
             # one stream per replica: with the same seed, replicas given the same prompts (rollout.n copies split
             # over ranks) would sample the same responses; the ranks of one tensor-parallel group must agree
-            seed=int(get_config_value(config, "seed", 0)) + self.dp_rank,
+            seed=replica_seed(int(get_config_value(config, "seed", 0)), self.dp_rank),
             # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
             # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
             enforce_eager=bool(get_config_value(config, "enforce_eager", False)) or not on_gpu,
@@ -467,7 +468,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             # (requests carry no seed of their own: see the module notes); seeding it with the call's seed makes
             # each call's samples a function of (weights, prompts, seed) alone, whatever else drew from it before,
             # so two runs (and a resumed run) sample alike, as the hf engine does
-            torch.manual_seed(int(prompts.meta_info["seed"]) + self.dp_rank)
+            torch.manual_seed(replica_seed(prompts.meta_info["seed"], self.dp_rank))
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
