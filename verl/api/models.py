@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from verl.protocol.rollout_text import rollout_texts, valid_response_lengths
+
 if TYPE_CHECKING:
     from verl.api.dataflow import RolloutWorker, ScoreStage
     from verl.api.device_mesh import DeviceMesh
@@ -403,14 +405,17 @@ class CriticModel(torch.nn.Module):
 TextRewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
-def _last_token_scores(scores: Sequence[float], response_mask: torch.Tensor, where: str) -> torch.Tensor:
-    """Place sequence scores at the last valid response token: ``[batch]`` -> ``[batch, response_len]``."""
-    bs = response_mask.shape[0]
+def _last_token_scores(scores: Sequence[float], data: Any, where: str) -> torch.Tensor:
+    """Place sequence scores at the last valid response token of each row of the rollout batch ``data`` (the
+    position the reward managers use: :func:`verl.protocol.rollout_text.valid_response_lengths` minus one):
+    ``[batch]`` -> ``[batch, response_len]``."""
+    responses = data.batch["responses"]
+    bs = responses.shape[0]
     values = list(scores)
     if len(values) != bs:
         raise ValueError(f"{where} returned {len(values)} scores for {bs} responses")
-    out = torch.zeros(response_mask.shape, dtype=torch.float32)
-    last = (response_mask.sum(-1) - 1).clamp(min=0).long().cpu()
+    out = torch.zeros(responses.shape, dtype=torch.float32)
+    last = (valid_response_lengths(data) - 1).clamp(min=0).cpu()
     for i, value in enumerate(values):
         v = float(value.item() if isinstance(value, torch.Tensor) else value)
         if not math.isfinite(v):
@@ -420,16 +425,9 @@ def _last_token_scores(scores: Sequence[float], response_mask: torch.Tensor, whe
 
 
 def decode_rollout(tokenizer: Any, data: Any) -> tuple[list[str], list[str]]:
-    """Prompt and response texts of a rollout batch (padding and special tokens removed)."""
-    batch = data.batch
-    prompts, responses = batch["prompts"], batch["responses"]
-    prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
-    response_mask = batch["response_mask"].bool()
-    prompt_texts = [tokenizer.decode(p[m].tolist(), skip_special_tokens=True) for p, m in zip(prompts, prompt_mask)]
-    response_texts = [
-        tokenizer.decode(r[m].tolist(), skip_special_tokens=True) for r, m in zip(responses, response_mask)
-    ]
-    return prompt_texts, response_texts
+    """Prompt and response texts of a rollout batch, as every reward sees them
+    (:func:`verl.protocol.rollout_text.rollout_texts`: a multi-turn response keeps its tool and user turns)."""
+    return rollout_texts(tokenizer, data)
 
 
 class TextRewardManager:
@@ -447,7 +445,7 @@ class TextRewardManager:
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         prompts, responses = decode_rollout(self.tokenizer, data)
         scores = self.fn(prompts, responses)
-        tensor = _last_token_scores(scores, data.batch["response_mask"], f"reward function {self.name!r}")
+        tensor = _last_token_scores(scores, data, f"reward function {self.name!r}")
         return {"reward_tensor": tensor, "reward_extra_info": {}} if return_dict else tensor
 
 
@@ -543,7 +541,7 @@ class RewardModel:
 
         def manager(data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
             scores = self.score_ids(data.batch["input_ids"], data.batch["attention_mask"])
-            tensor = _last_token_scores(scores, data.batch["response_mask"], f"reward model {name}")
+            tensor = _last_token_scores(scores, data, f"reward model {name}")
             return {"reward_tensor": tensor, "reward_extra_info": {}} if return_dict else tensor
 
         return manager

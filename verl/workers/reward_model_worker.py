@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.protocol.rollout_text import rollout_texts, valid_response_lengths
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
@@ -66,14 +67,9 @@ class RewardModelWorker(Worker):
         return torch.cat(scores)
 
     def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
-        src = self.input_tokenizer
-        prompts, responses = data.batch["prompts"], data.batch["responses"]
-        response_mask = data.batch["response_mask"]
-        prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]]
         texts = []
-        for i in range(prompts.shape[0]):
-            prompt = src.decode(prompts[i][prompt_mask[i].bool()], skip_special_tokens=True)
-            response = src.decode(responses[i][response_mask[i].bool()], skip_special_tokens=True)
+        # the text every reward sees (verl.protocol.rollout_text): tool and user turns of a multi-turn row included
+        for prompt, response in zip(*rollout_texts(self.input_tokenizer, data)):
             chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
             if getattr(self.tokenizer, "chat_template", None):
                 texts.append(self.tokenizer.apply_chat_template(chat, tokenize=False))
@@ -96,6 +92,7 @@ class RewardModelWorker(Worker):
             scores = self._score_rows(input_ids, attention_mask)
         response_mask = data.batch["response_mask"]
         rm_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-        last = (response_mask.sum(-1) - 1).clamp(min=0).long()
+        # the last valid response token (of a multi-turn row: of its last turn), where the reward managers score
+        last = (valid_response_lengths(data) - 1).clamp(min=0)
         rm_scores[torch.arange(rm_scores.shape[0], device=rm_scores.device), last] = scores
         return DataProto.from_dict(tensors={"rm_scores": rm_scores}).to("cpu")

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.protocol.rollout_text import response_texts, rollout_texts
 
 __all__ = [
     "AGENT_KEYS",
@@ -162,19 +163,16 @@ def attach_scores(
 
 
 def decode_responses(tokenizer: Any, rollouts: DataProto) -> list[str]:
-    """The valid part of every response (the response part of ``attention_mask``: in multi-turn rollouts the
-    whole conversation after the prompt, tool and user turns included; in single-turn ones the same tokens as
-    ``response_mask``), decoded without special tokens."""
-    responses = rollouts.batch["responses"]
-    mask = rollouts.batch["attention_mask"][:, -responses.shape[-1] :]
-    return [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
+    """The response texts of a rollout batch as a reward sees them (:func:`verl.protocol.rollout_text.rollout_texts`:
+    in multi-turn rollouts the whole conversation after the prompt, tool and user turns included)."""
+    return response_texts(tokenizer, rollouts)
 
 
 def decode_generations(tokenizer: Any, rollouts: DataProto) -> tuple[list[str], list[str], dict[str, list[str]]]:
     """Decoded prompts, decoded valid responses and (where the batch has a ``reward_model`` column) the ground
     truths of a rollout batch: what the rollout dumps, the report's samples and the logged generations show."""
-    prompts = tokenizer.batch_decode(rollouts.batch["prompts"], skip_special_tokens=True)
+    prompts, responses = rollout_texts(tokenizer, rollouts)
     extra: dict[str, list[str]] = {}
     if "reward_model" in rollouts.non_tensor_batch:
         extra["ground_truth"] = [str(x.get("ground_truth")) for x in rollouts.non_tensor_batch["reward_model"]]
-    return prompts, decode_responses(tokenizer, rollouts), extra
+    return prompts, responses, extra

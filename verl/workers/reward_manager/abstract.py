@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.protocol.rollout_text import decode_prompt_response, rollout_row_ids
 from verl.utils.logging_utils import console_write
 from verl.utils.sandbox.process_pool import PoolTaskError, ProcessPool, default_num_workers
 
@@ -83,17 +84,6 @@ def normalize_result(result: Any) -> tuple[float, dict[str, Any]]:
         extras = {k: v for k, v in result.items() if k != "score"}
         return _as_float(result["score"]), extras
     return _as_float(result), {}
-
-
-def decode_prompt_response(tokenizer: Any, prompt_ids: list[int], response_ids: list[int]) -> tuple[str, str]:
-    """The prompt and response strings a reward function sees, from a row's valid prompt token ids and its valid
-    response token ids (the whole conversation after the prompt for a multi-turn rollout). The one decoding both
-    the reward managers and the agent loops' judge requests (``verl.experimental.agent_loop.judge_overlap``) use,
-    so a judge prompt built during the rollout equals the one built from the finished batch."""
-    return (
-        tokenizer.decode(list(prompt_ids), skip_special_tokens=True),
-        tokenizer.decode(list(response_ids), skip_special_tokens=True),
-    )
 
 
 def ground_truth_of(reward_model: Any) -> Any:
@@ -223,18 +213,6 @@ class AbstractRewardManager:
 
     # ------------------------------------------------------------------ shared flow
     def _decode_samples(self, data: Any) -> list[Sample]:
-        batch = data.batch
-        # Decoding is per row on the host: one device-to-host copy instead of one sync per row.
-        prompts = batch["prompts"].cpu()
-        responses = batch["responses"].cpu()
-        prompt_len = prompts.shape[-1]
-        attention_mask = batch["attention_mask"].cpu()
-        # the response part of attention_mask: a multi-turn response is the whole conversation after the prompt
-        # (its tool and user turns have response_mask 0 but are part of what is scored); single-turn rollouts have
-        # response_mask equal to it
-        response_mask = attention_mask[:, prompt_len:]
-        valid_prompt_mask = attention_mask[:, :prompt_len].bool()
-        valid_resp_len = response_mask.sum(dim=-1).tolist()
         ntb = data.non_tensor_batch
         if self.reward_fn_key not in ntb:
             raise KeyError(
@@ -245,13 +223,11 @@ class AbstractRewardManager:
             raise KeyError(f"reward manager: the batch has no 'reward_model' (ground truth); keys: {sorted(ntb)}")
         extra_infos = ntb.get("extra_info")
         samples = []
-        for i in range(len(prompts)):
-            n_valid = int(valid_resp_len[i])
-            prompt_ids = prompts[i][valid_prompt_mask[i]]
-            response_ids = responses[i][:n_valid]
-            prompt_str, response_str = decode_prompt_response(
-                self.tokenizer, prompt_ids.tolist(), response_ids.tolist()
-            )
+        # the text every reward sees (verl.protocol.rollout_text): a multi-turn response is the whole conversation
+        # after the prompt, its tool and user turns included; one device-to-host copy for the batch
+        for i, (prompt_ids, response_ids) in enumerate(rollout_row_ids(data)):
+            n_valid = len(response_ids)
+            prompt_str, response_str = decode_prompt_response(self.tokenizer, prompt_ids, response_ids)
             samples.append(
                 Sample(
                     index=i,
