@@ -81,10 +81,10 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(f"a model or tokenizer was loaded before the checkpoint check: {args[:1]}")
 
-    import verl.trainer.offline.base as offline_base
+    import verl.trainer.offline.policy_setup as offline_policy_setup
     import verl.utils.models.loader as model_loader
 
-    for module in (model_loader, offline_base):  # the offline trainers bind the loaders at import
+    for module in (model_loader, offline_policy_setup):  # the offline trainers bind the loaders at import
         for name in ("load_tokenizer", "load_causal_lm"):
             monkeypatch.setattr(module, name, refuse)
 

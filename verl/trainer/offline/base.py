@@ -7,7 +7,9 @@ reference log-prob columns (``reference_keys``) and how a model scores them (``_
 this class precomputes them or reads them from a live reference model. The step's loss is ``sum over micro-batches
 of loss_sum / units in the step``, so gradient accumulation gives exactly the gradient of the whole batch. Under
 torch.distributed (world size > 1) the policy is sharded with FSDP2, each rank takes every ``world``-th row of a
-batch, and the per-rank loss is scaled by the world size because FSDP averages gradients over ranks.
+batch, and the per-rank loss is scaled by the world size because FSDP averages gradients over ranks. What is
+trained (the tokenizer, the policy module with LoRA and gradient checkpointing, the run identity) is built by
+:mod:`verl.trainer.offline.policy_setup`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
 from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
+from verl.trainer.offline.policy_setup import import_external_lib, load_policy, load_trainer_tokenizer, run_identity
 from verl.trainer.offline.reference import ReferencePolicyMixin
 from verl.trainer.offline.reporting import OfflineReportMixin
 from verl.utils.checkpoint.checkpoint_manager import is_peft_model
@@ -43,22 +46,13 @@ from verl.utils.fs import namespaced_path
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.logging_utils import console_write
-from verl.utils.models.loader import load_causal_lm, load_tokenizer
 from verl.utils.optim import build_lr_scheduler, build_optimizer
+from verl.utils.seeding import epoch_seed
 
 logger = logging.getLogger(__name__)
 
 
-def _import_external_lib(name: str | None) -> None:
-    """Import ``model.external_lib`` (a module that registers custom architectures with transformers)."""
-    if not name:
-        return
-    import importlib
-
-    try:
-        importlib.import_module(str(name))
-    except ImportError as e:
-        raise ConfigError(f"model.external_lib: cannot import {name!r}: {e}") from e
+_import_external_lib = import_external_lib  # importable from here, as before
 
 
 class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
@@ -104,7 +98,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         else:
             raise TypeError(f"model must be a model path (str) or a torch.nn.Module, got {type(model).__name__}")
         self.config: DictConfig = build_offline_config(self.config_schema, layer, config)
-        _import_external_lib(self.config.model.get("external_lib"))
+        import_external_lib(self.config.model.get("external_lib"))
 
         self.device_name = get_device_name(self.config.trainer.device)
         init_distributed_if_needed(self.device_name)
@@ -153,27 +147,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
     @classmethod
     def identity_of(cls, config: DictConfig, model: Any = None) -> dict[str, Any]:
-        """The run identity (:func:`verl.utils.checkpoint.identity.make_identity`) of training ``model`` (a module;
-        default: ``config.model.path``, fingerprinted from its ``config.json`` and safetensors headers) with
-        ``config``: the algorithm, the LoRA rank, the ``actor`` role's model fingerprint and ``data.train_batch_size``.
-        Reads no weights."""
-        from verl.utils.checkpoint.identity import (
-            make_identity,
-            model_fingerprint_from_module,
-            model_fingerprint_from_path,
-        )
-        from verl.utils.models.loader import resolve_model_path
-
-        mcfg = config.model
-        if isinstance(model, torch.nn.Module):
-            fingerprint = model_fingerprint_from_module(model.get_base_model() if is_peft_model(model) else model)
-        else:
-            override = OmegaConf.to_container(mcfg.override_config, resolve=True) if mcfg.get("override_config") else {}
-            fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
-        name = cls.algorithm_name()
-        # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
-        settings = {"data.train_batch_size": int(config.data.train_batch_size)}
-        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0), settings)
+        """The run identity of training ``model`` (default: ``config.model.path``) with ``config``
+        (:func:`verl.trainer.offline.policy_setup.run_identity`). Reads no weights."""
+        return run_identity(cls.algorithm_name(), config, model)
 
     def _make_identity(self, model: Any) -> dict[str, Any] | None:
         try:
@@ -210,39 +186,10 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             raise ConfigError(str(e)) from e
 
     def _load_tokenizer(self, model: Any) -> Any:
-        path = self.config.model.tokenizer_path or self._model_path
-        if path is None:
-            name = getattr(getattr(model, "config", None), "name_or_path", None)
-            if not name or not os.path.isdir(str(name)):
-                raise ValueError("tokenizer=None needs a model path; pass tokenizer= when model is a torch module")
-            path = str(name)
-        return load_tokenizer(path, trust_remote_code=bool(self.config.model.trust_remote_code), padding_side="right")
+        return load_trainer_tokenizer(self.config, model, self._model_path)
 
     def _load_policy(self, model: Any) -> torch.nn.Module:
-        mcfg = self.config.model
-        if isinstance(model, torch.nn.Module):
-            module = model
-            if any(p.is_floating_point() and p.dtype != torch.float32 for p in module.parameters()):
-                module.float()  # master weights in fp32; compute dtype comes from autocast
-        else:
-            module = load_causal_lm(
-                str(model),
-                dtype=torch.float32,
-                trust_remote_code=bool(mcfg.trust_remote_code),
-                override_config=OmegaConf.to_container(mcfg.override_config),
-            )
-        lora_rank = int(mcfg.get("lora_rank", 0) or 0)
-        if lora_rank > 0:
-            from verl.utils.models.lora import apply_lora
-
-            module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
-        if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
-            module.gradient_checkpointing_enable()
-            if lora_rank > 0 and hasattr(module, "enable_input_require_grads"):
-                # frozen embeddings: checkpointed blocks need an input that requires grad to backpropagate at all
-                module.enable_input_require_grads()
-        module.train()
-        return module
+        return load_policy(self.config, model)
 
     # ------------------------------------------------------------------------------------- subclass interface
     def _make_dataset(self, source: Any) -> Any:
@@ -419,7 +366,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         n = len(self.train_dataset)
         if not self.config.data.shuffle:
             return list(range(n))
-        gen = torch.Generator().manual_seed(int(self.config.data.seed) + epoch)
+        gen = torch.Generator().manual_seed(epoch_seed(int(self.config.data.seed), epoch))
         return torch.randperm(n, generator=gen).tolist()
 
     def _seed(self) -> None:
