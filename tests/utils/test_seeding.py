@@ -9,6 +9,7 @@ import verl
 from verl.utils.seeding import (
     KEY_STRIDE,
     SUBCALL_STRIDE,
+    epoch_seed,
     generation_seed,
     keyed_seed,
     replica_seed,
@@ -24,6 +25,7 @@ def test_schedule_values() -> None:
     assert subcall_seed(10, 0) == 10
     assert subcall_seed(10, 2) == 10 + 2 * SUBCALL_STRIDE
     assert keyed_seed(3, 4) == 3 * KEY_STRIDE + 4
+    assert epoch_seed(42, 3) == 45
 
 
 def test_subcall_streams_stay_off_the_call_streams() -> None:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from verl.utils.seeding import epoch_seed
+
 FORMATS = {"parquet": (".parquet", ".pq"), "jsonl": (".jsonl", ".json")}
 _END = object()
 
@@ -166,7 +168,7 @@ class DataProvider:
         import random
 
         files = list(self.files)
-        random.Random(self.seed + self.epoch).shuffle(files)
+        random.Random(epoch_seed(self.seed, self.epoch)).shuffle(files)
         return files
 
     def _produce(self, out: queue.Queue, stop: threading.Event) -> None:

@@ -14,6 +14,8 @@ the partial-rollout continuations, on-policy distillation) draws from the same, 
   partial rollout paused for a weight sync) offsets the call's seed by ``k * SUBCALL_STRIDE``
   (:func:`subcall_seed`); sub-call 0 is the call itself. The stride is a prime larger than the call and replica
   counts of a run of up to a few thousand calls, so a sub-call never draws with the seed of a call or a replica;
+* the **data order** of epoch ``e`` (a shuffle of the dataset or of its files) draws with ``data_seed + e``
+  (:func:`epoch_seed`);
 * a **keyed stream** for draws numbered by a step or an epoch instead of a call (a mini-batch shuffle, a per-step
   coin, a per-step generation outside the driver's call count) is ``base_seed * KEY_STRIDE + key``
   (:func:`keyed_seed`): distinct ``(seed, key)`` pairs give distinct seeds for keys below the stride.
@@ -24,7 +26,15 @@ All functions take and return plain ints (``None`` passes through :func:`generat
 
 from __future__ import annotations
 
-__all__ = ["KEY_STRIDE", "SUBCALL_STRIDE", "generation_seed", "keyed_seed", "replica_seed", "subcall_seed"]
+__all__ = [
+    "KEY_STRIDE",
+    "SUBCALL_STRIDE",
+    "epoch_seed",
+    "generation_seed",
+    "keyed_seed",
+    "replica_seed",
+    "subcall_seed",
+]
 
 SUBCALL_STRIDE = 7919
 """Seed offset between the sub-calls of one generation call (a prime: the 1000th)."""
@@ -48,6 +58,11 @@ def subcall_seed(seed: int | None, index: int) -> int | None:
     """The seed of sub-call ``index`` of a call seeded with ``seed``: ``seed + index * SUBCALL_STRIDE`` (index 0:
     the call's own seed); None when the call is unseeded."""
     return None if seed is None else int(seed) + SUBCALL_STRIDE * int(index)
+
+
+def epoch_seed(data_seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch``'s data order (``data.seed`` + the epoch): ``data_seed + epoch``."""
+    return int(data_seed) + int(epoch)
 
 
 def keyed_seed(base_seed: int, key: int) -> int:

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from verl.utils.seeding import epoch_seed
+
 
 class ResumableSampler(torch.utils.data.Sampler[int]):
     """Yield dataset indices; random (``torch.randperm`` seeded with ``seed + epoch``) or sequential.
@@ -32,7 +34,7 @@ class ResumableSampler(torch.utils.data.Sampler[int]):
         if not self.shuffle:
             return list(range(self.num_samples))
         generator = torch.Generator()
-        generator.manual_seed(self.seed + epoch)
+        generator.manual_seed(epoch_seed(self.seed, epoch))
         return torch.randperm(self.num_samples, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[int]:
