@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from verl.base_config import get_config_value
+from verl.utils.registry import Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
 AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -62,29 +63,31 @@ def _key(name: str | Enum) -> str:
     return name
 
 
-def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    """True for the same object, or the same definition re-executed (module re-import, notebook cell re-run)."""
-    if a is b:
-        return True
-    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
-    if code_a is None or code_b is None:
-        return False
-    return (
-        getattr(a, "__module__", None) == getattr(b, "__module__", None)
-        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
-        and code_a.co_filename == code_b.co_filename
-        and code_a.co_firstlineno == code_b.co_firstlineno
-    )
+ADV_ESTIMATORS: Registry[AdvEstimatorFn] = Registry(
+    "advantage estimator",
+    store=lambda: _live("ADV_ESTIMATOR_REGISTRY"),
+    # verl's wording, which tests match on
+    duplicate_error=lambda name, existing, fn: ValueError(
+        f"Adv estimator {name} has already been registered: {existing} vs {fn} "
+        f"({existing.__module__}.{existing.__qualname__} holds the name; pick another name)"
+    ),
+    unknown_error=lambda name, known: ValueError(
+        f"Unknown advantage estimator simply: {name}. Set algorithm.adv_estimator to one of "
+        f"{known} or register it with @register_adv_est({name!r})"
+    ),
+)
+"""The advantage estimators (entries: :data:`ADV_ESTIMATOR_REGISTRY`, as ``core_algos`` binds it now)."""
 
-
-def _check_free(registry: dict[str, Callable[..., Any]], name: str, fn: Callable[..., Any]) -> None:
-    """Refuse a second, different advantage estimator under ``name`` (verl's wording, which tests match on)."""
-    existing = registry.get(name)
-    if existing is not None and not _same_function(existing, fn):
-        raise ValueError(
-            f"Adv estimator {name} has already been registered: {existing} vs {fn} "
-            f"({existing.__module__}.{existing.__qualname__} holds the name; pick another name)"
-        )
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
+    "policy loss",
+    store=lambda: _live("POLICY_LOSS_REGISTRY"),
+    replace=True,  # as in verl: a recipe may override a built-in loss such as "vanilla"
+    unknown_error=lambda name, known: ValueError(
+        f"Unsupported loss mode: {name}. Supported modes are: {list(POLICY_LOSSES.entries)} "
+        "(actor_rollout_ref.actor.policy_loss.loss_mode)"
+    ),
+)
+"""The policy losses (entries: :data:`POLICY_LOSS_REGISTRY`, as ``core_algos`` binds it now)."""
 
 
 def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
@@ -94,15 +97,7 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[AdvEst
     again is a no-op (so is a re-executed definition: a module reload); another function under a taken name raises
     ``ValueError("Adv estimator <name> has already been registered: ...")``, as verl does.
     """
-    name = _key(name_or_enum)
-
-    def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
-        registry = _live("ADV_ESTIMATOR_REGISTRY")
-        _check_free(registry, name, fn)
-        registry[name] = fn
-        return fn
-
-    return decorator
+    return ADV_ESTIMATORS.decorator(_key(name_or_enum))
 
 
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvEstimatorFn:
@@ -111,14 +106,7 @@ def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> AdvEstimator
     An unknown name raises ``ValueError("Unknown advantage estimator simply: <name>. ...")``: verl's wording, followed
     by the config key and the registered names.
     """
-    name = _key(name_or_enum)
-    registry = _live("ADV_ESTIMATOR_REGISTRY")
-    if name not in registry:
-        raise ValueError(
-            f"Unknown advantage estimator simply: {name}. Set algorithm.adv_estimator to one of "
-            f"{sorted(registry)} or register it with @register_adv_est({name!r})"
-        )
-    return registry[name]
+    return ADV_ESTIMATORS.get(_key(name_or_enum))
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
@@ -128,13 +116,7 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
     config=None, rollout_is_weights=None)`` and return ``(pg_loss, metrics)``. As in verl, registering a name that is
     taken replaces the previous function (a recipe may override a built-in loss such as ``"vanilla"``).
     """
-    key = _key(name)
-
-    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        _live("POLICY_LOSS_REGISTRY")[key] = fn
-        return fn
-
-    return decorator
+    return POLICY_LOSSES.decorator(_key(name))
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
@@ -143,14 +125,7 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     An unknown name raises ``ValueError("Unsupported loss mode: <name>. Supported modes are: [...]")`` (verl's
     wording), followed by the config key that selects it.
     """
-    key = _key(name)
-    registry = _live("POLICY_LOSS_REGISTRY")
-    if key not in registry:
-        raise ValueError(
-            f"Unsupported loss mode: {key}. Supported modes are: {list(registry.keys())} "
-            "(actor_rollout_ref.actor.policy_loss.loss_mode)"
-        )
-    return registry[key]
+    return POLICY_LOSSES.get(_key(name))
 
 
 def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:

@@ -38,8 +38,10 @@ from typing import Any
 from verl.tools.base_tool import BaseTool, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.import_utils import load_module
+from verl.utils.registry import Registry
 
 __all__ = [
+    "FUNCTION_TOOLS",
     "FUNCTION_TOOL_REGISTRY",
     "FunctionTool",
     "function_tool",
@@ -51,7 +53,19 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FUNCTION_TOOL_REGISTRY: dict[str, FunctionTool] = {}
-"""Every function tool registered in this process, by name."""
+"""Every function tool registered in this process, by name (the entries of :data:`FUNCTION_TOOLS`)."""
+
+FUNCTION_TOOLS: Registry[FunctionTool] = Registry(
+    "function tool",
+    store=FUNCTION_TOOL_REGISTRY,
+    same=lambda existing, new: False,  # a name is taken once, even by the same function
+    duplicate_error=lambda name, existing, new: ValueError(
+        f"function tool {name!r} is already registered (by {existing.fn.__module__}.{existing.fn.__qualname__}); "
+        "pick another name with @function_tool('other_name')"
+    ),
+    unknown_error=lambda name, known: KeyError(f"no function tool named {name!r}; registered: {known}"),
+)
+"""The function tools of this process (``@function_tool``)."""
 
 _LOADED_FUNCTION_TOOL_PATHS: dict[str, list[str]] = {}
 """Absolute path of a loaded tool file -> the names it registered (a second load returns the same tools)."""
@@ -126,14 +140,8 @@ def function_tool(
         if not callable(fn):
             raise TypeError(f"@function_tool decorates a function, got {type(fn).__name__}")
         tool_name = tool_name or fn.__name__
-        if tool_name in FUNCTION_TOOL_REGISTRY:
-            other = FUNCTION_TOOL_REGISTRY[tool_name].fn
-            raise ValueError(
-                f"function tool {tool_name!r} is already registered (by {other.__module__}.{other.__qualname__}); "
-                "pick another name with @function_tool('other_name')"
-            )
         tool_schema = _as_schema(schema) if schema is not None else _infer_schema(fn, tool_name)
-        FUNCTION_TOOL_REGISTRY[tool_name] = FunctionTool(tool_name, fn, tool_schema)
+        FUNCTION_TOOLS.register(tool_name, FunctionTool(tool_name, fn, tool_schema))
         return fn
 
     if callable(name):  # bare @function_tool
@@ -145,9 +153,7 @@ def function_tool(
 
 def get_function_tool(name: str) -> FunctionTool:
     """The function tool registered under ``name``."""
-    if name not in FUNCTION_TOOL_REGISTRY:
-        raise KeyError(f"no function tool named {name!r}; registered: {sorted(FUNCTION_TOOL_REGISTRY)}")
-    return FUNCTION_TOOL_REGISTRY[name]
+    return FUNCTION_TOOLS.get(name)
 
 
 def load_function_tools_from_path(path: str) -> list[FunctionTool]:

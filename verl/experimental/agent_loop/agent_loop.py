@@ -12,7 +12,6 @@ or list them in ``rollout.agent.agent_loop_config_path``::
 
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from omegaconf import OmegaConf
 
 from verl.experimental.agent_loop.request_batcher import TurnServer
 from verl.utils.import_utils import load_class
+from verl.utils.registry import Registry, same_qualname
 
 __all__ = [
     "AgentLoopBase",
@@ -147,22 +147,9 @@ class AgentLoopBase:
         raise NotImplementedError
 
 
-_REGISTRY: dict[str, type[AgentLoopBase]] = {}
-
-
-def register(agent_name: str):
-    """Class decorator registering an :class:`AgentLoopBase` subclass under ``agent_name``."""
-
-    def decorator(cls: type[AgentLoopBase]) -> type[AgentLoopBase]:
-        if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
-            raise TypeError(f"@register({agent_name!r}) needs an AgentLoopBase subclass, got {cls!r}")
-        existing = _REGISTRY.get(agent_name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"agent loop {agent_name!r} is already registered to {existing.__qualname__}")
-        _REGISTRY[agent_name] = cls
-        return cls
-
-    return decorator
+def _check_agent_loop_class(agent_name: str, cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
+        raise TypeError(f"@register({agent_name!r}) needs an AgentLoopBase subclass, got {cls!r}")
 
 
 # The built-in loops register themselves when their module is imported; imported by name on first lookup, as a
@@ -172,27 +159,35 @@ _BUILTIN_MODULES = (
     "verl.experimental.agent_loop.tool_agent_loop",
 )
 
+AGENT_LOOPS: Registry[type[AgentLoopBase]] = Registry(
+    "agent loop",
+    builtin_modules=_BUILTIN_MODULES,
+    check=_check_agent_loop_class,
+    same=same_qualname,  # a reloaded module's class is the same loop
+    duplicate_error=lambda name, existing, cls: ValueError(
+        f"agent loop {name!r} is already registered to {existing.__qualname__}"
+    ),
+    unknown_error=lambda name, known: ValueError(
+        f"unknown agent loop {name!r} (agent_name column or agent.default_agent_loop); registered: {known}"
+    ),
+)
+"""The agent loops by name (the ``agent_name`` column, ``agent.default_agent_loop``)."""
+_REGISTRY = AGENT_LOOPS.entries  # name -> class, as before
 
-def _load_builtins() -> None:
-    for name in _BUILTIN_MODULES:
-        importlib.import_module(name)
+
+def register(agent_name: str):
+    """Class decorator registering an :class:`AgentLoopBase` subclass under ``agent_name``."""
+    return AGENT_LOOPS.decorator(agent_name)
 
 
 def available_agent_loops() -> list[str]:
     """The registered loop names."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return AGENT_LOOPS.names()
 
 
 def get_agent_loop_class(agent_name: str) -> type[AgentLoopBase]:
     """The loop registered under ``agent_name``; unknown names raise ``ValueError`` listing the known ones."""
-    _load_builtins()
-    if agent_name not in _REGISTRY:
-        raise ValueError(
-            f"unknown agent loop {agent_name!r} (agent_name column or agent.default_agent_loop); "
-            f"registered: {sorted(_REGISTRY)}"
-        )
-    return _REGISTRY[agent_name]
+    return AGENT_LOOPS.get(agent_name)
 
 
 def load_agent_loop_config(path: str) -> list[str]:

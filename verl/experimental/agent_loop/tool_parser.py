@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from verl.utils.registry import Registry
+
 __all__ = ["FunctionCall", "GptOssToolParser", "HermesToolParser", "ParsedTurn", "ToolParser"]
 
 
@@ -59,7 +61,14 @@ def _call_from_payload(name: Any, arguments: Any, raw: str) -> FunctionCall | st
 class ToolParser:
     """Base class and registry of the output formats; subclasses implement :meth:`parse_text`."""
 
-    _registry: ClassVar[dict[str, type[ToolParser]]] = {}
+    formats: ClassVar[Registry[type[ToolParser]]] = Registry(
+        "tool-call format",
+        replace=True,  # a later parser under a taken name wins, as before
+        unknown_error=lambda name, known: ValueError(
+            f"rollout.multi_turn.format={name!r} is unknown; known formats: {known}"
+        ),
+    )
+    """The parsers by ``rollout.multi_turn.format``."""
     call_start: ClassVar[str | None] = None
     """The text that opens the first tool call of a turn (what a streaming server holds back from); None when the
     format has no such marker, so a stream cannot tell content from a call before the turn ends."""
@@ -71,23 +80,17 @@ class ToolParser:
     def register(cls, name: str):
         """Class decorator adding a parser under ``name`` (the value of ``rollout.multi_turn.format``)."""
 
-        def decorator(subclass: type[ToolParser]) -> type[ToolParser]:
-            cls._registry[name] = subclass
-            return subclass
-
-        return decorator
+        return cls.formats.decorator(name)
 
     @classmethod
     def available(cls) -> list[str]:
         """The registered format names."""
-        return sorted(cls._registry)
+        return cls.formats.names()
 
     @classmethod
     def get_tool_parser(cls, name: str, tokenizer: Any) -> ToolParser:
         """The parser of format ``name``; unknown names raise ``ValueError`` listing the known ones."""
-        if name not in cls._registry:
-            raise ValueError(f"rollout.multi_turn.format={name!r} is unknown; known formats: {cls.available()}")
-        return cls._registry[name](tokenizer)
+        return cls.formats.get(name)(tokenizer)
 
     def decode(self, response_ids: list[int]) -> str:
         """The turn's text with special tokens kept (tool-call markers may be special tokens)."""

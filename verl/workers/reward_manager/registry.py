@@ -1,10 +1,27 @@
-"""Registry of reward managers by name (``reward_model.reward_manager``)."""
+"""Registry of reward managers by name (``reward_model.reward_manager``), a :class:`~verl.utils.registry.Registry`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from verl.utils.registry import Registry, same_qualname
+
 REWARD_MANAGER_REGISTRY: dict[str, type] = {}
+"""Name -> reward manager class (the entries of :data:`REWARD_MANAGERS`)."""
+
+REWARD_MANAGERS: Registry[type] = Registry(
+    "reward manager",
+    store=REWARD_MANAGER_REGISTRY,
+    same=same_qualname,  # a reloaded module's class is the same manager
+    duplicate_error=lambda name, existing, cls: ValueError(
+        f"Reward manager {name} has already been registered: {existing} vs {cls} "
+        f"({existing.__qualname__} holds the name; pick another name)"
+    ),
+    unknown_error=lambda name, known: ValueError(
+        f"Unknown reward manager: {name}. Set reward_model.reward_manager to one of {known} or register a class "
+        f"with @register({name!r})"
+    ),
+)
 
 
 def register(name: str) -> Callable[[type], type]:
@@ -13,26 +30,10 @@ def register(name: str) -> Callable[[type], type]:
     Registering a different class under a taken name raises verl's ``ValueError("Reward manager <name> has already
     been registered: ...")`` (re-registering the same class is allowed, so module reloads are harmless).
     """
-
-    def decorator(cls: type) -> type:
-        existing = REWARD_MANAGER_REGISTRY.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(
-                f"Reward manager {name} has already been registered: {existing} vs {cls} "
-                f"({existing.__qualname__} holds the name; pick another name)"
-            )
-        REWARD_MANAGER_REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return REWARD_MANAGERS.decorator(name)
 
 
 def get_reward_manager_cls(name: str) -> type:
     """The reward manager class registered as ``name``; an unknown name raises verl's ``ValueError("Unknown reward
     manager: <name>")``, followed here by the config key and the registered names."""
-    if name not in REWARD_MANAGER_REGISTRY:
-        raise ValueError(
-            f"Unknown reward manager: {name}. Set reward_model.reward_manager to one of "
-            f"{sorted(REWARD_MANAGER_REGISTRY)} or register a class with @register({name!r})"
-        )
-    return REWARD_MANAGER_REGISTRY[name]
+    return REWARD_MANAGERS.get(name)

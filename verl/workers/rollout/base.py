@@ -13,7 +13,6 @@ Engines register under a name (``hf``, ``vllm``) chosen by ``actor_rollout_ref.r
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 
 from verl.base_config import get_config_value, omega_conf_to_dataclass
 from verl.protocol import DataProto
+from verl.utils.registry import Registry, same_qualname
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask, pad_sequence_to_length
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.sampling import sample_from_logits  # noqa: F401  (importable from here, as before)
@@ -34,6 +34,27 @@ _BUILTIN_ENGINE_MODULES = {
 }
 
 _ROLLOUT_REGISTRY: dict[str, type[BaseRollout]] = {}
+
+
+def _check_rollout_class(name: str, cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, BaseRollout)):
+        raise TypeError(f"@register_rollout({name!r}) needs a BaseRollout subclass, got {cls!r}")
+
+
+ROLLOUTS: Registry[type[BaseRollout]] = Registry(
+    "rollout engine",
+    store=_ROLLOUT_REGISTRY,
+    builtin_modules=_BUILTIN_ENGINE_MODULES,
+    check=_check_rollout_class,
+    same=same_qualname,  # a reloaded module's class is the same engine
+    duplicate_error=lambda name, existing, cls: ValueError(
+        f"rollout name {name!r} is already registered to {existing.__qualname__}"
+    ),
+    unknown_error=lambda name, known: ValueError(
+        f"unknown rollout engine {name!r} (actor_rollout_ref.rollout.name); known: {known}"
+    ),
+)
+"""The rollout engines by ``actor_rollout_ref.rollout.name`` (the built-in ones imported on first lookup)."""
 
 StepHook = Callable[[int, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 """Called by a decode loop after each sampled token: ``hook(step, tokens [bs], finished [bs] bool)`` where
@@ -104,32 +125,17 @@ def register_rollout(name: str) -> Callable[[type[BaseRollout]], type[BaseRollou
     on module reload, is allowed).
     """
 
-    def decorator(cls: type[BaseRollout]) -> type[BaseRollout]:
-        if not (isinstance(cls, type) and issubclass(cls, BaseRollout)):
-            raise TypeError(f"@register_rollout({name!r}) needs a BaseRollout subclass, got {cls!r}")
-        existing = _ROLLOUT_REGISTRY.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"rollout name {name!r} is already registered to {existing.__qualname__}")
-        _ROLLOUT_REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return ROLLOUTS.decorator(name)
 
 
 def available_rollouts() -> list[str]:
     """Names that :func:`get_rollout_class` accepts."""
-    return sorted(set(_ROLLOUT_REGISTRY) | set(_BUILTIN_ENGINE_MODULES))
+    return ROLLOUTS.names()
 
 
 def get_rollout_class(name: str) -> type[BaseRollout]:
     """The engine class registered under ``name``; unknown names raise ``ValueError`` listing the known ones."""
-    if name not in _ROLLOUT_REGISTRY and name in _BUILTIN_ENGINE_MODULES:
-        importlib.import_module(_BUILTIN_ENGINE_MODULES[name])
-    if name not in _ROLLOUT_REGISTRY:
-        raise ValueError(
-            f"unknown rollout engine {name!r} (actor_rollout_ref.rollout.name); known: {available_rollouts()}"
-        )
-    return _ROLLOUT_REGISTRY[name]
+    return ROLLOUTS.get(name)
 
 
 TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
