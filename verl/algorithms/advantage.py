@@ -107,13 +107,13 @@ def compute_gae_advantage_return(
     whitening); the advantages are then whitened over the masked batch.
 
     Args: ``token_level_rewards``, ``values``, ``response_mask``: ``[batch, response_len]``; ``gamma``, ``lam``
-    (default 1.0, or ``config.gamma`` / ``config.lam``).
+    (``None``: ``config.gamma`` / ``config.lam``, defaults of :class:`AlgorithmConfig`).
     Returns: ``(advantages, returns)``, both ``[batch, response_len]``.
     """
     if values is None:
         raise ValueError("gae: `values` [batch, response_len] from the critic is required (is the critic enabled?)")
-    gamma = resolve_param("gamma", gamma, config, 1.0)
-    lam = resolve_param("lam", lam, config, 1.0)
+    gamma = resolve_param("gamma", gamma, config)
+    lam = resolve_param("lam", lam, config)
     with torch.no_grad():
         mask = response_mask.to(values.dtype)
         next_value = torch.zeros_like(values[:, 0])
@@ -150,7 +150,7 @@ def compute_grpo_outcome_advantage(
     Args: ``token_level_rewards``, ``response_mask``: ``[batch, response_len]``; ``index``: ``[batch]`` group ids.
     Returns: ``(advantages, advantages)``, ``[batch, response_len]``.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -180,7 +180,7 @@ def compute_grpo_vectorized_outcome_advantage(
 
     Same result as :func:`compute_grpo_outcome_advantage`. Shapes: ``[batch, response_len]`` in and out.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo_vectorized")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -210,7 +210,7 @@ def compute_grpo_passk_outcome_advantage(
     divided by ``std_g + eps`` (unbiased) when ``norm_adv_by_std_in_grpo``; every other response gets 0.
     Groups must hold at least 2 responses. Shapes: ``[batch, response_len]`` in and out.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo_passk")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -302,9 +302,9 @@ def compute_reinforce_plus_plus_outcome_advantage(
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted returns-to-go, whitened over the masked batch.
 
     ``G_t = sum_{k >= t} gamma^(k-t) r_k`` (masked-in positions only), ``A = whiten(G)``. ``gamma`` defaults to
-    ``config.gamma`` then 1.0. Returns ``(advantages, returns)``, ``[batch, response_len]``.
+    ``config.gamma`` (default: :class:`AlgorithmConfig`). Returns ``(advantages, returns)``, ``[batch, response_len]``.
     """
-    gamma = resolve_param("gamma", gamma, config, 1.0)
+    gamma = resolve_param("gamma", gamma, config)
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
         returns = _discounted_returns(token_level_rewards, mask, gamma)

@@ -63,7 +63,7 @@ def compute_gdpo_outcome_advantage(
     Returns ``(advantages, advantages)``.
     """
     index = _check_index(index, token_level_rewards.shape[0], "gdpo")
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     with torch.no_grad():
         batch_size, device = token_level_rewards.shape[0], token_level_rewards.device
         if non_tensor_batch is None:
