@@ -7,12 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from verl.algorithms.rollout_correction import compute_mismatch_metrics, compute_rollout_correction
-from verl.base_config import get_config_value
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.trainer.config.log_prob_passes import bypass_mode, correction_enabled, needs_old_log_probs
 from verl.trainer.config.schema import RolloutCorrectionConfig
-
-_DEFAULTS = RolloutCorrectionConfig()
 
 __all__ = [
     "correction_enabled",
@@ -39,8 +37,8 @@ def bypass_loss_needed(cfg: Any) -> bool:
     and no correction is the configured loss with ratio ``pi_theta / pi_rollout``, so the loss is left alone."""
     if not bypass_mode(cfg):
         return False
-    corrected = any(get_config_value(cfg, key, None) is not None for key in ("rollout_is", "rollout_rs"))
-    return corrected or get_config_value(cfg, "loss_type", _DEFAULTS.loss_type) == "reinforce"
+    rc = omega_conf_to_dataclass(cfg, RolloutCorrectionConfig)
+    return rc.rollout_is is not None or rc.rollout_rs is not None or rc.loss_type == "reinforce"
 
 
 def use_rollout_as_old(batch: DataProto, cfg: Any = None) -> DataProto:
@@ -91,24 +89,23 @@ def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
     if not has_old:
         raise KeyError("algorithm.rollout_correction needs old_log_probs in the batch (run compute_log_prob first)")
 
-    def value(key: str, default: Any = None) -> Any:
-        return get_config_value(cfg, key, default)
+    # typed: keys a caller's partial section leaves out take RolloutCorrectionConfig's defaults
+    rc = omega_conf_to_dataclass(cfg, RolloutCorrectionConfig)
 
-    def as_float(key: str) -> float | None:
-        v = value(key)
+    def as_float(v: Any) -> float | None:
         return None if v is None else float(v)
 
     result = compute_rollout_correction(
         batch.batch["old_log_probs"],
         rollout_log_probs,
         batch.batch["response_mask"],
-        rollout_is=value("rollout_is"),
-        rollout_is_threshold=value("rollout_is_threshold", 2.0),
-        rollout_is_batch_normalize=bool(value("rollout_is_batch_normalize", False)),
-        rollout_rs=value("rollout_rs"),
-        rollout_rs_threshold=value("rollout_rs_threshold"),
-        rollout_rs_threshold_lower=as_float("rollout_rs_threshold_lower"),
-        rollout_token_veto_threshold=as_float("rollout_token_veto_threshold"),
+        rollout_is=rc.rollout_is,
+        rollout_is_threshold=rc.rollout_is_threshold,
+        rollout_is_batch_normalize=bool(rc.rollout_is_batch_normalize),
+        rollout_rs=rc.rollout_rs,
+        rollout_rs_threshold=rc.rollout_rs_threshold,
+        rollout_rs_threshold_lower=as_float(rc.rollout_rs_threshold_lower),
+        rollout_token_veto_threshold=as_float(rc.rollout_token_veto_threshold),
     )
     batch.batch["response_mask"] = result.response_mask
     if result.rollout_is_weights is not None:

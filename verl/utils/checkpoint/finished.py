@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from verl.base_config import get_config_value
-from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir
+from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir, resume_mode
 
 __all__ = ["FRESH_HINT", "finished_checkpoint", "finished_run_message"]
 
@@ -31,7 +31,7 @@ def finished_checkpoint(trainer_config: Any, total_steps: int, root: str | None 
     """
     if total_steps <= 0:
         return None
-    mode = str(get_config_value(trainer_config, "resume_mode", "auto"))
+    mode = resume_mode(trainer_config)
     if mode == "auto":
         step_dir = newest_complete_step_dir(root or checkpoint_root(trainer_config))
     elif mode == "resume_path":

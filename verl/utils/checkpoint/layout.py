@@ -63,6 +63,17 @@ TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_RE = re.compile(r"global_step_(\d+)")
 RESUME_MODES = ("auto", "disable", "resume_path")
+
+
+def resume_mode(trainer_config: Any) -> str:
+    """``trainer.resume_mode`` of a trainer section (PPO's, SFT's, DPO's: each trainer's dataclass holds the default,
+    so a section built from one always has it); one of :data:`RESUME_MODES`, else a ``ValueError`` naming it."""
+    mode = get_config_value(trainer_config, "resume_mode")
+    if mode not in RESUME_MODES:
+        raise ValueError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
+    return str(mode)
+
+
 # a run identity, or a zero-argument callable computing it when there is a checkpoint to compare it with
 IdentityArg = Optional[Union[dict[str, Any], Callable[[], Optional[dict[str, Any]]]]]
 
@@ -327,9 +338,7 @@ def resolve_resume_path(
     :func:`.identity.check_resume_identity` raises :class:`.identity.CheckpointMismatchError` otherwise, before
     anything is loaded.
     """
-    mode = get_config_value(trainer_config, "resume_mode", "auto")
-    if mode not in RESUME_MODES:
-        raise ValueError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
+    mode = resume_mode(trainer_config)
     if mode == "disable":
         return None
     if mode == "auto":
@@ -377,7 +386,7 @@ def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_lo
     namespaced root (default: :func:`checkpoint_root`). Reads completion markers only; raises
     :class:`.identity.CheckpointMismatchError`.
     """
-    mode = get_config_value(trainer_config, "resume_mode", "auto")
+    mode = resume_mode(trainer_config)
     if mode not in ("auto", "resume_path"):
         return
     memo: list[Any] = []
