@@ -173,7 +173,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         name = cls.algorithm_name()
         # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
         settings = {"data.train_batch_size": int(config.data.train_batch_size)}
-        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0), settings)
+        return make_identity(name, name, {"actor": fingerprint}, int(mcfg.lora_rank or 0), settings)
 
     def _make_identity(self, model: Any) -> dict[str, Any] | None:
         try:
@@ -231,11 +231,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
                 trust_remote_code=bool(mcfg.trust_remote_code),
                 override_config=OmegaConf.to_container(mcfg.override_config),
             )
-        lora_rank = int(mcfg.get("lora_rank", 0) or 0)
+        lora_rank = int(mcfg.lora_rank or 0)
         if lora_rank > 0:
             from verl.utils.models.lora import apply_lora
 
-            module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
+            module = apply_lora(module, lora_rank, int(mcfg.lora_alpha), mcfg.target_modules)
         if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
             if lora_rank > 0 and hasattr(module, "enable_input_require_grads"):

@@ -122,9 +122,9 @@ def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) ->
     prompt, response = int(config.data.max_prompt_length), int(config.data.max_response_length)
     seq = prompt + response
     vocab = int(actor_fp["vocab_size"])
-    dtype = resolve_dtype_name(str(arr.actor.get("dtype", "auto") or "auto"), "cpu")
+    dtype = resolve_dtype_name(str(arr.actor.dtype or "auto"), "cpu")
     act_bytes = 4 if dtype == "float32" else 2
-    checkpointing = bool(arr.model.get("enable_gradient_checkpointing", False))
+    checkpointing = bool(arr.model.enable_gradient_checkpointing)
     per_token, per_token_text = _per_token_activation_bytes(actor_fp, act_bytes, checkpointing)
     one_layer, _ = _per_token_activation_bytes({**actor_fp, "num_hidden_layers": 1}, act_bytes, False)
 
@@ -170,7 +170,7 @@ def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) ->
     params = int(actor_fp.get("num_parameters") or 0)
     fixed = params * 16.0
     parts = [f"actor {params / 1e6:.0f}M params x 16 B (weights, gradients, Adam)"]
-    if need_reference_policy(config) and int(arr.model.get("lora_rank", 0) or 0) == 0:
+    if need_reference_policy(config) and int(arr.model.lora_rank or 0) == 0:
         fixed += params * 4.0
         parts.append(f"reference {params / 1e6:.0f}M x 4 B")
     if critic_enabled(config) and "critic" in fingerprints:
