@@ -282,7 +282,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_optimizer = actor_optimizer
         self.lr_scheduler = lr_scheduler
         if use_remove_padding is None:
-            use_remove_padding = bool(self.config.get("use_remove_padding", False))
+            use_remove_padding = bool(self.config.get("use_remove_padding"))  # a +key extra; the worker passes it
         self.use_remove_padding = bool(use_remove_padding)
         # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
         self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
