@@ -246,7 +246,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
 
     def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
         vllm = import_vllm()
-        self.config = config = omega_conf_to_dataclass(config, RolloutConfig)  # partial: RolloutConfig's defaults
+        self.config = config
+        config = omega_conf_to_dataclass(config, RolloutConfig)  # a partial section: RolloutConfig's defaults
         self.tokenizer = tokenizer
         self.model_path = resolve_model_path(model_path)
         hf_config = _read_hf_config(self.model_path)
