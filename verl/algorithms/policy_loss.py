@@ -42,10 +42,10 @@ def actor_config(config: Any) -> ActorConfig:
 def _clip_params(config: Any) -> _ClipParams:
     """``clip_ratio_low``/``clip_ratio_high`` (each ``None`` -> ``clip_ratio``) and ``clip_ratio_c`` of the actor."""
     cfg = actor_config(config)
-    base = float(cfg.clip_ratio)
+    base = cfg.clip_ratio
     low = base if cfg.clip_ratio_low is None else float(cfg.clip_ratio_low)
     high = base if cfg.clip_ratio_high is None else float(cfg.clip_ratio_high)
-    dual_c = float(cfg.clip_ratio_c)
+    dual_c = cfg.clip_ratio_c
     if low < 0 or high < 0:
         raise ValueError(f"actor.clip_ratio_low / clip_ratio_high must be >= 0, got low={low}, high={high}")
     return _ClipParams(low=low, high=high, dual_c=dual_c)
@@ -270,8 +270,8 @@ def compute_policy_loss_clip_cov(
     """
     params = _clip_params(config)
     policy_loss = actor_config(config).policy_loss
-    ratio_frac = float(policy_loss.clip_cov_ratio)
-    cov_lb, cov_ub = float(policy_loss.clip_cov_lb), float(policy_loss.clip_cov_ub)
+    ratio_frac = policy_loss.clip_cov_ratio
+    cov_lb, cov_ub = policy_loss.clip_cov_lb, policy_loss.clip_cov_ub
     if ratio_frac <= 0:
         raise ValueError(f"actor.policy_loss.clip_cov_ratio must be > 0 for clip_cov, got {ratio_frac}")
     log_ratio = _log_ratio(log_prob, old_log_prob)
@@ -318,7 +318,7 @@ def compute_policy_loss_kl_cov(
     ``l = -A r``. Config: ``policy_loss.kl_cov_ratio``, ``ppo_kl_coef`` (defaults: :class:`PolicyLossConfig`).
     """
     policy_loss = actor_config(config).policy_loss
-    ratio_frac, kl_coef = float(policy_loss.kl_cov_ratio), float(policy_loss.ppo_kl_coef)
+    ratio_frac, kl_coef = policy_loss.kl_cov_ratio, policy_loss.ppo_kl_coef
     if ratio_frac <= 0:
         raise ValueError(f"actor.policy_loss.kl_cov_ratio must be > 0 for kl_cov, got {ratio_frac}")
     log_ratio = _log_ratio(log_prob, old_log_prob)

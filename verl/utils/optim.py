@@ -35,12 +35,12 @@ def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim
     name = cfg.get("optimizer")
     if name is not None and str(name).lower() not in ("adamw", "adamw_torch"):
         raise ValueError(f"optim.optimizer={name!r} is not supported; use 'AdamW'")
-    lr = float(cfg.lr)
+    lr = cfg.lr
     betas = tuple(float(b) for b in cfg.betas)
     if len(betas) != 2:
         raise ValueError(f"optim.betas must have two values, got {list(cfg.betas)}")
-    eps = float(cfg.eps)
-    weight_decay = float(cfg.weight_decay)
+    eps = cfg.eps
+    weight_decay = cfg.weight_decay
     if lr < 0:
         raise ValueError(f"optim.lr must be >= 0, got {lr}")
     params = list(params)
@@ -135,7 +135,7 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
     cfg = _typed(optim_config)
     total = total_training_steps
     if total is None or total <= 0:
-        total = int(cfg.total_training_steps)
+        total = cfg.total_training_steps
     warmup = resolve_warmup_steps(cfg, total)
     # verl: warmup_style, when given, overrides lr_scheduler_type (it is the older name of the same setting)
     style = str(cfg.warmup_style or cfg.lr_scheduler_type)
@@ -150,7 +150,7 @@ def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_s
             optimizer,
             num_warmup_steps=warmup,
             num_training_steps=total,
-            min_lr_ratio=float(cfg.min_lr_ratio),
+            min_lr_ratio=cfg.min_lr_ratio,
             **({} if cycles is None else {"num_cycles": float(cycles)}),
         )
     raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

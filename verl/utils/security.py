@@ -72,9 +72,9 @@ class SecurityPolicy:
         except (TypeError, ValueError) as e:
             raise ValueError(f"trainer.profile_steps must be a list of step numbers, got {steps!r}") from e
         return cls(
-            allow_unsafe_operations=bool(trainer.allow_unsafe_operations),
-            enable_debug_mode=bool(trainer.enable_debug_mode),
-            enable_profiling=bool(trainer.enable_profiling),
+            allow_unsafe_operations=trainer.allow_unsafe_operations,
+            enable_debug_mode=trainer.enable_debug_mode,
+            enable_profiling=trainer.enable_profiling,
             profile_steps=profile_steps,
         )
 

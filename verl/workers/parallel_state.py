@@ -82,8 +82,8 @@ class OffloadPolicy:
     ) -> None:
         self.module, self.optimizer, self.device = module, optimizer, torch.device(device)
         cfg = omega_conf_to_dataclass(fsdp_config, FSDPConfig)  # a partial mapping: FSDPConfig's defaults (off)
-        self.params = bool(cfg.param_offload)
-        self.optim = bool(cfg.optimizer_offload) and optimizer is not None
+        self.params = cfg.param_offload
+        self.optim = cfg.optimizer_offload and optimizer is not None
         if (self.params or self.optim) and self.device.type == "cpu":
             logger.info("%s.param_offload/optimizer_offload: the model already lives in CPU memory; nothing to do", who)
             self.params = self.optim = False

@@ -19,16 +19,16 @@ IMPLEMENTED_STRATEGIES = ("fsdp", "fsdp2")
 
 def world_size(cfg: DictConfig) -> int:
     """``trainer.nnodes * trainer.n_gpus_per_node``: the number of ranks of every worker group."""
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
 
 
 def resolve_backend(trainer_cfg: Any) -> str:
     """The single-controller backend a run uses: ``trainer.backend``, with ``auto`` resolved to ``local`` for one
     rank (no Ray needed) and ``ray`` for more (ranks are separate processes that form a torch.distributed group)."""
-    backend = str(trainer_cfg.backend)
+    backend = trainer_cfg.backend
     if backend != "auto":
         return backend
-    ranks = int(trainer_cfg.nnodes) * int(trainer_cfg.n_gpus_per_node)
+    ranks = trainer_cfg.nnodes * trainer_cfg.n_gpus_per_node
     return "local" if ranks == 1 else "ray"
 
 
@@ -157,7 +157,7 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
         tp_error = rollout_tp_error(tp, world_size(cfg))
         if tp_error:
             errors.append(tp_error)
-    legacy = str(cfg.trainer.use_legacy_worker_impl)
+    legacy = cfg.trainer.use_legacy_worker_impl
     if legacy != "auto":
         warns.append(
             f"trainer.use_legacy_worker_impl={legacy}: accepted for verl scripts; this project has one worker "

@@ -113,9 +113,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         self.resumed_from: str | None = None  # the checkpoint fit() continued from, None for a fresh run
         self.stopped_by: str | None = None  # "SIGTERM"/"SIGINT" when the last fit() stopped early on a signal
         self.device = get_torch_device(self.device_name)
-        self.compute_dtype = resolve_dtype(str(self.config.model.dtype), self.device)
+        self.compute_dtype = resolve_dtype(self.config.model.dtype, self.device)
         if self.config.trainer.torch_threads:
-            torch.set_num_threads(int(self.config.trainer.torch_threads))
+            torch.set_num_threads(self.config.trainer.torch_threads)
 
         self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer(model)
         # what this trainer's checkpoints are of, from config.json or the given module before LoRA wraps it
@@ -172,7 +172,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
         name = cls.algorithm_name()
         # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
-        settings = {"data.train_batch_size": int(config.data.train_batch_size)}
+        settings = {"data.train_batch_size": config.data.train_batch_size}
         return make_identity(name, name, {"actor": fingerprint}, int(mcfg.lora_rank or 0), settings)
 
     def _make_identity(self, model: Any) -> dict[str, Any] | None:
@@ -216,7 +216,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             if not name or not os.path.isdir(str(name)):
                 raise ValueError("tokenizer=None needs a model path; pass tokenizer= when model is a torch module")
             path = str(name)
-        return load_tokenizer(path, trust_remote_code=bool(self.config.model.trust_remote_code), padding_side="right")
+        return load_tokenizer(path, trust_remote_code=self.config.model.trust_remote_code, padding_side="right")
 
     def _load_policy(self, model: Any) -> torch.nn.Module:
         mcfg = self.config.model
@@ -235,7 +235,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         if lora_rank > 0:
             from verl.utils.models.lora import apply_lora
 
-            module = apply_lora(module, lora_rank, int(mcfg.lora_alpha), mcfg.target_modules)
+            module = apply_lora(module, lora_rank, mcfg.lora_alpha, mcfg.target_modules)
         if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
             if lora_rank > 0 and hasattr(module, "enable_input_require_grads"):
@@ -258,7 +258,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     @property
     def output_root(self) -> str:
         """``<trainer.default_local_dir>[/<trainer.namespace>]``: where checkpoints, logs and the export go."""
-        return namespaced_path(str(self.config.trainer.default_local_dir), self.config.trainer.namespace)
+        return namespaced_path(self.config.trainer.default_local_dir, self.config.trainer.namespace)
 
     def _update_config(self, updates: dict[str, Any]) -> None:
         self.config = build_offline_config(self.config_schema, self.config, updates)
@@ -278,7 +278,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
-        size = int(self.config.data.micro_batch_size_per_gpu)
+        size = self.config.data.micro_batch_size_per_gpu
         return [self._collate(items[start : start + size], dataset) for start in range(0, len(items), size)]
 
     def _dataset_micro_batches(self, dataset: Any) -> Iterator[tuple[list[dict[str, Any]], dict[str, torch.Tensor]]]:
@@ -286,7 +286,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
         The row dicts are the dataset's own, so writing to them (reference log-probs) updates the dataset.
         """
-        size = int(self.config.data.micro_batch_size_per_gpu)
+        size = self.config.data.micro_batch_size_per_gpu
         for start in range(0, len(dataset), size):
             items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
             yield items, self._collate(items, dataset)
@@ -321,7 +321,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             (out.loss_sum * (self.world_size / units)).backward()
             merge_stats(stats, out.stats)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, float(self.config.optim.clip_grad))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.optim.clip_grad)
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
         if math.isfinite(grad_norm):
             self.optimizer.step()
@@ -408,22 +408,22 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
     def _plan(self) -> tuple[int, int]:
         """``(steps per epoch, total steps)``; see :meth:`_drops_last_batch` for a last partial batch."""
-        n, bsz = len(self.train_dataset), int(self.config.data.train_batch_size)
+        n, bsz = len(self.train_dataset), self.config.data.train_batch_size
         per_epoch = n // bsz if self._drops_last_batch() else math.ceil(n / bsz)
         if per_epoch < 1:
             raise ConfigError(f"data.train_batch_size={bsz} is larger than the training set ({n} rows)")
-        total = self.config.trainer.total_training_steps or int(self.config.trainer.total_epochs) * per_epoch
+        total = self.config.trainer.total_training_steps or self.config.trainer.total_epochs * per_epoch
         return per_epoch, int(total)
 
     def _epoch_order(self, epoch: int) -> list[int]:
         n = len(self.train_dataset)
         if not self.config.data.shuffle:
             return list(range(n))
-        gen = torch.Generator().manual_seed(int(self.config.data.seed) + epoch)
+        gen = torch.Generator().manual_seed(self.config.data.seed + epoch)
         return torch.randperm(n, generator=gen).tolist()
 
     def _seed(self) -> None:
-        seed = int(self.config.trainer.seed)
+        seed = self.config.trainer.seed
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
@@ -539,7 +539,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             if target is not None and self.rank == 0:  # named after the run (verl serve calls it that)
                 from verl.utils.export_info import write_export_info
 
-                write_export_info(target, str(self.config.trainer.experiment_name), self.global_step)
+                write_export_info(target, self.config.trainer.experiment_name, self.global_step)
 
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:
@@ -567,7 +567,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             self._reporter.start(resumed_step=self.global_step if self.resumed_from else None)
         failure: str | None = None
         bar = ProgressBar(total=total, initial=self.global_step, desc=type(self).__name__) if self.rank == 0 else None
-        bsz, logging_steps = int(self.config.data.train_batch_size), int(tcfg.logging_steps)
+        bsz, logging_steps = self.config.data.train_batch_size, int(tcfg.logging_steps)
         save_freq, test_freq = int(tcfg.save_freq), int(tcfg.test_freq)
         final: dict[str, float] = {}
         window: list[dict[str, float]] = []

@@ -101,7 +101,7 @@ def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
         batch.batch["response_mask"],
         rollout_is=rc.rollout_is,
         rollout_is_threshold=rc.rollout_is_threshold,
-        rollout_is_batch_normalize=bool(rc.rollout_is_batch_normalize),
+        rollout_is_batch_normalize=rc.rollout_is_batch_normalize,
         rollout_rs=rc.rollout_rs,
         rollout_rs_threshold=rc.rollout_rs_threshold,
         rollout_rs_threshold_lower=as_float(rc.rollout_rs_threshold_lower),

@@ -28,7 +28,7 @@ def ppo_run_identity(config: DictConfig) -> dict[str, Any]:
     if critic_enabled(config):
         models["critic"] = fingerprint(config.critic.model)
     lora_rank = int(model.lora_rank or 0)
-    return make_identity("ppo", str(config.algorithm.adv_estimator), models, lora_rank, ppo_resume_settings(config))
+    return make_identity("ppo", config.algorithm.adv_estimator, models, lora_rank, ppo_resume_settings(config))
 
 
 def ppo_resume_settings(config: DictConfig) -> dict[str, Any]:

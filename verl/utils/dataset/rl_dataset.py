@@ -114,16 +114,16 @@ class RLHFDataset(torch.utils.data.Dataset):
         # typed: a partial data section (the Python API, tests) is completed from DataConfig, the defaults' one home
         self.config = config = omega_conf_to_dataclass(config, DataConfig)
         self.prompt_key: str = config.prompt_key
-        self.max_prompt_length: int = int(config.max_prompt_length)
-        self.return_raw_chat: bool = bool(config.return_raw_chat)
-        self.filter_overlong_prompts: bool = bool(config.filter_overlong_prompts)
-        self.truncation: str = str(config.truncation)
-        self.apply_chat_template: bool = bool(config.apply_chat_template)
+        self.max_prompt_length: int = config.max_prompt_length
+        self.return_raw_chat: bool = config.return_raw_chat
+        self.filter_overlong_prompts: bool = config.filter_overlong_prompts
+        self.truncation: str = config.truncation
+        self.apply_chat_template: bool = config.apply_chat_template
         self.processor = processor
-        self.image_key: str = str(config.image_key)
-        self.video_key: str = str(config.video_key)
-        self.video_max_frames: int = int(config.video_max_frames)
-        self.return_multi_modal_inputs: bool = bool(config.return_multi_modal_inputs)
+        self.image_key: str = config.image_key
+        self.video_key: str = config.video_key
+        self.video_max_frames: int = config.video_max_frames
+        self.return_multi_modal_inputs: bool = config.return_multi_modal_inputs
         self.min_pixels: int | None = config.min_pixels
         self.max_pixels: int | None = config.max_pixels
         max_samples = config.get("max_samples")  # not a data key: main_eval's cap (absent: every row)

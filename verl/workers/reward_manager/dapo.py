@@ -46,10 +46,10 @@ class DAPORewardManager(NaiveRewardManager):
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key, **kwargs)
         overlong = omega_conf_to_dataclass(overlong_buffer_cfg, OverlongBufferConfig)  # None: the defaults (off)
-        self.overlong_enable = bool(overlong.enable)
-        self.overlong_len = int(overlong.len)
-        self.overlong_penalty_factor = float(overlong.penalty_factor)
-        self.overlong_log = bool(overlong.log)
+        self.overlong_enable = overlong.enable
+        self.overlong_len = overlong.len
+        self.overlong_penalty_factor = overlong.penalty_factor
+        self.overlong_log = overlong.log
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:

@@ -44,11 +44,11 @@ def build_judge(config: JudgeConfig | Mapping[str, Any], parse_fn: Callable[[str
         backend: Any = OpenAIJudgeBackend(
             url=str(cfg.url),
             model=str(cfg.model or "judge"),
-            max_new_tokens=int(cfg.max_new_tokens),
-            temperature=float(cfg.temperature),
-            max_concurrency=int(cfg.max_concurrency),
-            timeout_s=float(cfg.timeout_s),
-            max_retries=int(cfg.max_retries),
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            max_concurrency=cfg.max_concurrency,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
             api_key_env=cfg.api_key_env,
         )
     elif backend_name == "hf":
@@ -64,13 +64,13 @@ def build_judge(config: JudgeConfig | Mapping[str, Any], parse_fn: Callable[[str
         raise ValueError(f"reward_model.judge.backend must be 'openai', 'hf' or 'worker', got {backend_name!r}")
     return LLMJudge(
         backend,
-        mode=str(cfg.mode),
+        mode=cfg.mode,
         template=cfg.template,
         parse_fn=parse_fn,
         score_pattern=cfg.score_pattern,
-        max_score=float(cfg.max_score),
-        on_error=str(cfg.on_error),
-        both_orders=bool(cfg.both_orders),
+        max_score=cfg.max_score,
+        on_error=cfg.on_error,
+        both_orders=cfg.both_orders,
     )
 
 

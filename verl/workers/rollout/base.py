@@ -230,7 +230,7 @@ def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) 
     top_p, p_where = pick("top_p")
     top_k, k_where = pick("top_k")
     response_length, r_where = pick("response_length")
-    min_new_tokens = int(config.min_new_tokens)
+    min_new_tokens = config.min_new_tokens
     if response_length is None or int(response_length) < 1:
         raise ValueError(f"{r_where}={response_length!r}: the response length must be a positive integer")
     if float(temperature) < 0:
@@ -248,7 +248,7 @@ def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) 
         top_k=int(top_k),
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
-        calculate_log_probs=bool(config.calculate_log_probs),
+        calculate_log_probs=config.calculate_log_probs,
     )
 
 

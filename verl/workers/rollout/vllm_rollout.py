@@ -254,16 +254,16 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.tie_word_embeddings = bool(hf_config.get("tie_word_embeddings", False))
         self._model_eos = hf_config.get("eos_token_id")
         self._vllm = vllm
-        prompt_length, response_length = int(config.prompt_length), int(config.response_length)
+        prompt_length, response_length = config.prompt_length, config.response_length
         max_model_len = int(config.max_model_len or prompt_length + response_length)  # null: the two lengths
-        max_num_seqs = int(config.max_num_seqs)
+        max_num_seqs = config.max_num_seqs
         on_gpu = torch.cuda.is_available()
         # vLLM's own "auto" follows the checkpoint's dtype (bf16 for most models), which is ~100x slower than fp32
         # on CPUs without native bf16: resolve it here with the one rule the trainer uses
-        dtype = resolve_dtype_name(str(config.dtype), "cuda" if on_gpu else "cpu")
+        dtype = resolve_dtype_name(config.dtype, "cuda" if on_gpu else "cpu")
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
-        self._sleep_enabled = bool(config.free_cache_engine) and on_gpu
-        self.tp_size = int(config.tensor_model_parallel_size)
+        self._sleep_enabled = config.free_cache_engine and on_gpu
+        self.tp_size = config.tensor_model_parallel_size
         world, rank, self.dp_rank = distributed_layout(self.tp_size)
         self.dp_size = world // self.tp_size
         # An engine inside a multi-rank actor reuses the actor's world (see the module docstring) instead of
@@ -275,10 +275,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             dtype=dtype,
             # one stream per replica: with the same seed, replicas given the same prompts (rollout.n copies split
             # over ranks) would sample the same responses; the ranks of one tensor-parallel group must agree
-            seed=int(config.seed) + self.dp_rank,
+            seed=config.seed + self.dp_rank,
             # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
             # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
-            enforce_eager=bool(config.enforce_eager) or not on_gpu,
+            enforce_eager=config.enforce_eager or not on_gpu,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=self.tp_size,
@@ -290,7 +290,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             use_tqdm_on_load=current_third_party_level() not in (None, "unset"),
         )
         if on_gpu:
-            args["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
+            args["gpu_memory_utilization"] = config.gpu_memory_utilization
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)

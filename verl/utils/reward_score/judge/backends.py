@@ -231,9 +231,9 @@ class HFJudgeBackend:
         return cls(
             str(cfg.model),
             device=device,
-            max_new_tokens=int(cfg.max_new_tokens),
-            temperature=float(cfg.temperature),
-            max_num_seqs=int(cfg.max_concurrency),
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            max_num_seqs=cfg.max_concurrency,
         )
 
     def generate(self, texts: Sequence[str]) -> list[str | Exception]:
