@@ -21,12 +21,13 @@ as ``None`` falls back to the same-named key of ``config`` and then to the docum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.algorithms.config import AlgorithmConfig
 from verl.algorithms.registry import AdvantageEstimator, register_adv_est, resolve_param
 from verl.utils import torch_functional as verl_F
 
@@ -96,7 +97,7 @@ def compute_gae_advantage_return(
     response_mask: torch.Tensor,
     gamma: float | torch.Tensor | None = None,
     lam: float | torch.Tensor | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438).
@@ -138,7 +139,7 @@ def compute_grpo_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
@@ -173,7 +174,7 @@ def compute_grpo_vectorized_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage with scatter/gather group statistics (no Python loop over groups).
@@ -201,7 +202,7 @@ def compute_grpo_passk_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k GRPO advantage (Thrampoulidis et al. 2025, "Pass@k training"; verl's ``grpo_passk``).
@@ -234,7 +235,7 @@ def compute_rloo_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE Leave-One-Out (Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019).
@@ -261,7 +262,7 @@ def compute_rloo_vectorized_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO with scatter/gather group sums; same result as :func:`compute_rloo_outcome_advantage`."""
@@ -296,7 +297,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     gamma: float | torch.Tensor | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted returns-to-go, whitened over the masked batch.
@@ -318,7 +319,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ with a group baseline (Hu 2025): ``s_i - mean_g`` broadcast over tokens, then batch whitening.
@@ -340,7 +341,7 @@ def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,
     response_mask: torch.Tensor,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, arXiv:2310.10505): undiscounted returns-to-go minus a greedy-rollout baseline.
@@ -364,7 +365,7 @@ def compute_opo_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv:2505.23585).
@@ -394,7 +395,7 @@ def compute_gpg_outcome_advantage(
     epsilon: float = 1e-6,
     f_norm: float = 1.0,
     alpha: float | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group Policy Gradient advantage (Chu et al. 2025, "GPG", arXiv:2504.02546).

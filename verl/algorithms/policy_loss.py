@@ -12,6 +12,7 @@ The probability ratio is always ``exp(clamp(log_prob - old_log_prob, -20, 20))``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +34,13 @@ class _ClipParams:
     dual_c: float
 
 
-def actor_config(config: Any) -> ActorConfig:
+def actor_config(config: ActorConfig | Mapping[str, Any] | None) -> ActorConfig:
     """The actor section a loss receives, typed: ``config`` itself when it is an ``ActorConfig``; ``None``, a dict or
     a ``DictConfig`` (a user's partial section) completed from :class:`ActorConfig`'s defaults, their one home."""
     return omega_conf_to_dataclass(config, ActorConfig)
 
 
-def _clip_params(config: Any) -> _ClipParams:
+def _clip_params(config: ActorConfig | Mapping[str, Any] | None) -> _ClipParams:
     """``clip_ratio_low``/``clip_ratio_high`` (each ``None`` -> ``clip_ratio``) and ``clip_ratio_c`` of the actor."""
     cfg = actor_config(config)
     base = cfg.clip_ratio
@@ -51,7 +52,7 @@ def _clip_params(config: Any) -> _ClipParams:
     return _ClipParams(low=low, high=high, dual_c=dual_c)
 
 
-def loss_scale_factor(config: Any) -> float | None:
+def loss_scale_factor(config: ActorConfig | Mapping[str, Any] | None) -> float | None:
     """``actor.loss_scale_factor``: the constant divisor of ``seq-mean-token-sum-norm`` (``None``: response length)."""
     value = actor_config(config).loss_scale_factor
     return None if value is None else float(value)
@@ -138,7 +139,7 @@ def compute_policy_loss_vanilla(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with decoupled clip and dual clip.
@@ -195,7 +196,7 @@ def compute_policy_loss_gspo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group Sequence Policy Optimization (Zheng et al. 2025, arXiv:2507.18071), token form GSPO-token.
@@ -230,7 +231,7 @@ def compute_policy_loss_gpg(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group Policy Gradient loss (Chu et al. 2025, arXiv:2504.02546): plain policy gradient ``l = -A log pi``.
@@ -258,7 +259,7 @@ def compute_policy_loss_clip_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617).
@@ -308,7 +309,7 @@ def compute_policy_loss_kl_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """KL-Cov (Cui et al. 2025, arXiv:2505.22617): unclipped ``-A r`` plus a KL penalty on high-covariance tokens.
@@ -350,7 +351,7 @@ def compute_policy_loss_cispo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """CISPO (MiniMax-M1, arXiv:2506.13585): clipped importance-sampling weight, stop-gradient, times log-prob.
@@ -382,7 +383,7 @@ def compute_policy_loss_geo_mean(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Geometric-Mean Policy Optimization (GMPO, Zhao et al. 2025, arXiv:2507.20673).

@@ -10,6 +10,7 @@ defaults). Upstream source: ``verl/trainer/ppo/core_algos.py`` (``compute_policy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from verl.algorithms.policy_loss import (
     loss_scale_factor,
 )
 from verl.algorithms.registry import register_policy_loss
+from verl.workers.config.actor import ActorConfig
 
 
 def _dppo_loss(
@@ -33,7 +35,7 @@ def _dppo_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str,
-    config: Any,
+    config: ActorConfig | Mapping[str, Any] | None,
     rollout_is_weights: torch.Tensor | None,
     inside: torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -67,7 +69,7 @@ def compute_policy_loss_dppo_tv(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """DPPO-Binary-TV (Divergence PPO, arXiv:2602.04879; upstream ``verl/trainer/ppo/core_algos.py``).
@@ -94,7 +96,7 @@ def compute_policy_loss_dppo_kl(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """DPPO-Binary-KL (arXiv:2602.04879; upstream ``verl/trainer/ppo/core_algos.py``).
@@ -122,7 +124,7 @@ def compute_policy_loss_dro(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Direct Reward Optimization with a quadratic log-ratio penalty (Richemond et al. 2024, "Offline
@@ -152,7 +154,7 @@ def compute_policy_loss_sapo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Soft Adaptive Policy Optimization (SAPO, arXiv:2511.20347; upstream ``compute_policy_loss_sapo``).

@@ -9,7 +9,7 @@ verl), ``min_lr_ratio``,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -20,13 +20,15 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.workers.config.optimizer import OptimConfig
 
 
-def _typed(optim_config: Any) -> OptimConfig:
+def _typed(optim_config: OptimConfig | Mapping[str, Any]) -> OptimConfig:
     """The section as :class:`OptimConfig` (a partial dict or ``DictConfig`` is completed from its defaults;
     keys it does not have, such as upstream's ``optimizer`` or ``num_cycles``, stay readable as extras)."""
     return omega_conf_to_dataclass(optim_config, OptimConfig)
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: Any) -> Optimizer:
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: OptimConfig | Mapping[str, Any]
+) -> Optimizer:
     """AdamW (Loshchilov & Hutter, 2019) over ``params`` with ``lr``, ``betas``, ``eps``, ``weight_decay``.
 
     An ``optimizer`` key, when present, must name AdamW (the only optimizer built here).
@@ -107,7 +109,7 @@ def get_cosine_schedule_with_warmup(
     return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
 
 
-def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
+def resolve_warmup_steps(optim_config: OptimConfig | Mapping[str, Any], total_training_steps: int) -> int:
     """``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio * total_training_steps)`` (0 if no ratio)."""
     cfg = _typed(optim_config)
     steps = int(cfg.lr_warmup_steps or 0)  # upstream's SFT section writes -1 (and null) for "no fixed count"
@@ -125,7 +127,9 @@ def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
     return 0
 
 
-def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_steps: int | None = None) -> LambdaLR:
+def build_lr_scheduler(
+    optimizer: Optimizer, optim_config: OptimConfig | Mapping[str, Any], total_training_steps: int | None = None
+) -> LambdaLR:
     """The scheduler named by ``lr_scheduler_type`` (or the deprecated ``warmup_style`` when that is set):
     ``constant`` or ``cosine``.
 

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,7 +78,12 @@ class OffloadPolicy:
     """
 
     def __init__(
-        self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fsdp_config: Any, device, who: str
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        fsdp_config: FSDPConfig | Mapping[str, Any],
+        device,
+        who: str,
     ) -> None:
         self.module, self.optimizer, self.device = module, optimizer, torch.device(device)
         cfg = omega_conf_to_dataclass(fsdp_config, FSDPConfig)  # a partial mapping: FSDPConfig's defaults (off)

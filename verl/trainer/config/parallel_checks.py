@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig
@@ -22,7 +23,7 @@ def world_size(cfg: DictConfig) -> int:
     return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
 
 
-def resolve_backend(trainer_cfg: Any) -> str:
+def resolve_backend(trainer_cfg: Mapping[str, Any]) -> str:
     """The single-controller backend a run uses: ``trainer.backend``, with ``auto`` resolved to ``local`` for one
     rank (no Ray needed) and ``ray`` for more (ranks are separate processes that form a torch.distributed group)."""
     backend = trainer_cfg.backend

@@ -4,6 +4,7 @@ and the weights, rejection and ``rollout_corr/*`` metrics added to a batch (the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verl.algorithms.rollout_correction import compute_mismatch_metrics, compute_rollout_correction
@@ -31,7 +32,7 @@ def _rollout_log_probs(batch: DataProto, what: str):
     return batch.batch["rollout_log_probs"]
 
 
-def bypass_loss_needed(cfg: Any) -> bool:
+def bypass_loss_needed(cfg: RolloutCorrectionConfig | Mapping[str, Any] | None) -> bool:
     """Whether bypass mode must swap the actor's loss for ``bypass_mode`` (upstream ``apply_bypass_mode``): importance
     weights or rejection against the current policy, or the REINFORCE loss. Plain bypass with ``loss_type=ppo_clip``
     and no correction is the configured loss with ratio ``pi_theta / pi_rollout``, so the loss is left alone."""
@@ -41,7 +42,7 @@ def bypass_loss_needed(cfg: Any) -> bool:
     return rc.rollout_is is not None or rc.rollout_rs is not None or rc.loss_type == "reinforce"
 
 
-def use_rollout_as_old(batch: DataProto, cfg: Any = None) -> DataProto:
+def use_rollout_as_old(batch: DataProto, cfg: RolloutCorrectionConfig | Mapping[str, Any] | None = None) -> DataProto:
     """Bypass mode: ``old_log_probs`` := ``rollout_log_probs`` (the PPO ratio is then ``pi_theta / pi_rollout``).
 
     When ``cfg`` (``algorithm.rollout_correction``) asks for weights, rejection or ``loss_type=reinforce``, its
@@ -67,7 +68,9 @@ def _plain(cfg: Any) -> dict[str, Any]:
     return dict(cfg)
 
 
-def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
+def apply_rollout_correction(
+    batch: DataProto, cfg: RolloutCorrectionConfig | Mapping[str, Any] | None
+) -> dict[str, float]:
     """Add ``rollout_is_weights`` and apply rejection (``response_mask`` zeroed on rejected tokens) as ``cfg``
     (``algorithm.rollout_correction``) asks; returns the ``rollout_corr/*`` metrics.
 

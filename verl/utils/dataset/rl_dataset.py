@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -102,7 +102,13 @@ class RLHFDataset(torch.utils.data.Dataset):
     (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
     """
 
-    def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:
+    def __init__(
+        self,
+        data_files: str | Sequence[str],
+        tokenizer: Any,
+        config: DataConfig | Mapping[str, Any] | None,
+        processor: Any = None,
+    ) -> None:
         if isinstance(data_files, str):
             data_files = [data_files]
         else:

@@ -7,6 +7,7 @@ ranks are averaged by the sharding wrapper, so this file only sees its own share
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -265,7 +266,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def __init__(
         self,
-        config: Any,
+        config: ActorConfig | Mapping[str, Any],
         actor_module: torch.nn.Module,
         actor_optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any | None = None,

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -194,7 +194,7 @@ def vllm_requests(
     return requests
 
 
-def engine_args_from_config(config: Any, max_model_len: int) -> dict[str, Any]:
+def engine_args_from_config(config: RolloutConfig | Mapping[str, Any], max_model_len: int) -> dict[str, Any]:
     """The ``vllm.LLM`` arguments a verl rollout section sets beyond the basics: ``enable_chunked_prefill``,
     ``max_num_batched_tokens``, ``enable_prefix_caching``, ``disable_log_stats``, ``load_format`` and every entry of
     ``engine_kwargs.vllm`` (which win). Keys the section does not have are left to vLLM's defaults.
@@ -244,7 +244,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
     # inside the agent loops of a batch: the engine stays awake between their turn requests
     _serving_agent_loops: bool = False
 
-    def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model_path: str, config: RolloutConfig | Mapping[str, Any], tokenizer: Any = None, **engine_kwargs: Any
+    ) -> None:
         vllm = import_vllm()
         self.config = config
         config = omega_conf_to_dataclass(config, RolloutConfig)  # a partial section: RolloutConfig's defaults
