@@ -21,12 +21,13 @@ as ``None`` falls back to the same-named key of ``config`` and then to the docum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.algorithms.config import AlgorithmConfig
 from verl.algorithms.registry import AdvantageEstimator, register_adv_est, resolve_param
 from verl.utils import torch_functional as verl_F
 
@@ -96,7 +97,7 @@ def compute_gae_advantage_return(
     response_mask: torch.Tensor,
     gamma: float | torch.Tensor | None = None,
     lam: float | torch.Tensor | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438).
@@ -107,13 +108,13 @@ def compute_gae_advantage_return(
     whitening); the advantages are then whitened over the masked batch.
 
     Args: ``token_level_rewards``, ``values``, ``response_mask``: ``[batch, response_len]``; ``gamma``, ``lam``
-    (default 1.0, or ``config.gamma`` / ``config.lam``).
+    (``None``: ``config.gamma`` / ``config.lam``, defaults of :class:`AlgorithmConfig`).
     Returns: ``(advantages, returns)``, both ``[batch, response_len]``.
     """
     if values is None:
         raise ValueError("gae: `values` [batch, response_len] from the critic is required (is the critic enabled?)")
-    gamma = resolve_param("gamma", gamma, config, 1.0)
-    lam = resolve_param("lam", lam, config, 1.0)
+    gamma = resolve_param("gamma", gamma, config)
+    lam = resolve_param("lam", lam, config)
     with torch.no_grad():
         mask = response_mask.to(values.dtype)
         next_value = torch.zeros_like(values[:, 0])
@@ -138,7 +139,7 @@ def compute_grpo_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
@@ -150,7 +151,7 @@ def compute_grpo_outcome_advantage(
     Args: ``token_level_rewards``, ``response_mask``: ``[batch, response_len]``; ``index``: ``[batch]`` group ids.
     Returns: ``(advantages, advantages)``, ``[batch, response_len]``.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -173,14 +174,14 @@ def compute_grpo_vectorized_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage with scatter/gather group statistics (no Python loop over groups).
 
     Same result as :func:`compute_grpo_outcome_advantage`. Shapes: ``[batch, response_len]`` in and out.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo_vectorized")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -201,7 +202,7 @@ def compute_grpo_passk_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k GRPO advantage (Thrampoulidis et al. 2025, "Pass@k training"; verl's ``grpo_passk``).
@@ -210,7 +211,7 @@ def compute_grpo_passk_outcome_advantage(
     divided by ``std_g + eps`` (unbiased) when ``norm_adv_by_std_in_grpo``; every other response gets 0.
     Groups must hold at least 2 responses. Shapes: ``[batch, response_len]`` in and out.
     """
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     index = _check_index(index, token_level_rewards.shape[0], "grpo_passk")
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
@@ -234,7 +235,7 @@ def compute_rloo_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE Leave-One-Out (Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019).
@@ -261,7 +262,7 @@ def compute_rloo_vectorized_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO with scatter/gather group sums; same result as :func:`compute_rloo_outcome_advantage`."""
@@ -296,15 +297,15 @@ def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     gamma: float | torch.Tensor | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted returns-to-go, whitened over the masked batch.
 
     ``G_t = sum_{k >= t} gamma^(k-t) r_k`` (masked-in positions only), ``A = whiten(G)``. ``gamma`` defaults to
-    ``config.gamma`` then 1.0. Returns ``(advantages, returns)``, ``[batch, response_len]``.
+    ``config.gamma`` (default: :class:`AlgorithmConfig`). Returns ``(advantages, returns)``, ``[batch, response_len]``.
     """
-    gamma = resolve_param("gamma", gamma, config, 1.0)
+    gamma = resolve_param("gamma", gamma, config)
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
         returns = _discounted_returns(token_level_rewards, mask, gamma)
@@ -318,7 +319,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ with a group baseline (Hu 2025): ``s_i - mean_g`` broadcast over tokens, then batch whitening.
@@ -340,7 +341,7 @@ def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,
     response_mask: torch.Tensor,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, arXiv:2310.10505): undiscounted returns-to-go minus a greedy-rollout baseline.
@@ -364,7 +365,7 @@ def compute_opo_outcome_advantage(
     response_mask: torch.Tensor,
     index: Sequence[Any],
     epsilon: float = 1e-6,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv:2505.23585).
@@ -394,7 +395,7 @@ def compute_gpg_outcome_advantage(
     epsilon: float = 1e-6,
     f_norm: float = 1.0,
     alpha: float | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group Policy Gradient advantage (Chu et al. 2025, "GPG", arXiv:2504.02546).

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from verl.algorithms.advantage import _check_index, compute_grpo_outcome_advantage
+from verl.algorithms.config import AlgorithmConfig
 from verl.algorithms.registry import AdvantageEstimator, register_adv_est, resolve_param
 from verl.base_config import get_config_value
 from verl.utils import torch_functional as verl_F
@@ -44,7 +45,7 @@ def compute_gdpo_outcome_advantage(
     index: Sequence[Any],
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool | None = None,
-    config: Any = None,
+    config: AlgorithmConfig | Mapping[str, Any] | None = None,
     non_tensor_batch: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +64,7 @@ def compute_gdpo_outcome_advantage(
     Returns ``(advantages, advantages)``.
     """
     index = _check_index(index, token_level_rewards.shape[0], "gdpo")
-    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config, True)
+    norm_by_std = resolve_param("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, config)
     with torch.no_grad():
         batch_size, device = token_level_rewards.shape[0], token_level_rewards.device
         if non_tensor_batch is None:

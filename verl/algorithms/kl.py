@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms.registry import get_config_value
+from verl.algorithms.config import KLControlConfig
+from verl.base_config import omega_conf_to_dataclass
 
 KL_PENALTY_TYPES: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
 
@@ -109,21 +110,20 @@ def _check_cap(kl_coef: float, kl_coef_max: float | None, who: str) -> None:
         raise ValueError(f"{who}: kl_coef={kl_coef} is above kl_coef_max={kl_coef_max}")
 
 
-def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
+def get_kl_controller(kl_ctrl: KLControlConfig | Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller of ``algorithm.kl_ctrl`` (``type``: fixed | adaptive; ``kl_coef``, ``target_kl``,
     ``horizon``, ``kl_coef_max``: the adaptive coefficient's cap, None for none; a fixed ``kl_coef`` must not
-    exceed it)."""
-    ctrl_type = get_config_value(kl_ctrl, "type", "fixed")
-    kl_coef = get_config_value(kl_ctrl, "kl_coef", 0.001)
-    kl_coef_max = get_config_value(kl_ctrl, "kl_coef_max", None)
+    exceed it). A partial section (a dict, a DictConfig, ``None``) is completed from :class:`KLControlConfig`."""
+    cfg = omega_conf_to_dataclass(kl_ctrl, KLControlConfig)
+    ctrl_type, kl_coef, kl_coef_max = cfg.type, cfg.kl_coef, cfg.kl_coef_max
     if ctrl_type == "fixed":
         _check_cap(kl_coef, kl_coef_max, "algorithm.kl_ctrl")
         return FixedKLController(kl_coef=kl_coef)
     if ctrl_type == "adaptive":
         return AdaptiveKLController(
             init_kl_coef=kl_coef,
-            target_kl=get_config_value(kl_ctrl, "target_kl", 0.1),
-            horizon=get_config_value(kl_ctrl, "horizon", 10000),
+            target_kl=cfg.target_kl,
+            horizon=cfg.horizon,
             kl_coef_max=kl_coef_max,
         )
     raise ValueError(f"Unknown algorithm.kl_ctrl.type {ctrl_type!r}; choose 'fixed' or 'adaptive'")

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from verl.algorithms.config import PFPPOConfig
+
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
 
 
@@ -36,7 +38,10 @@ def pf_ppo_weights(scores: torch.Tensor, reweight_method: str, weight_pow: float
 
 
 def compute_pf_ppo_reweight_data(
-    data: Any, reweight_method: str = "pow", weight_pow: float = 2.0, generator: torch.Generator | None = None
+    data: Any,
+    reweight_method: str = PFPPOConfig.reweight_method,
+    weight_pow: float = PFPPOConfig.weight_pow,
+    generator: torch.Generator | None = None,
 ) -> Any:
     """A batch of the same size drawn with replacement, row ``i`` with probability ``w_i / sum w`` (see
     :func:`pf_ppo_weights`; scores ``s_i = sum_t token_level_scores_i,t``).

@@ -2,24 +2,27 @@
 
 Every loss has the signature ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
 config=None, rollout_is_weights=None) -> (pg_loss, metrics)``: the tensors are ``[batch, response_len]``,
-``config`` is the actor config (DictConfig, dict or dataclass; ``None`` uses the defaults of ppo_trainer.yaml),
-``rollout_is_weights`` (optional, ``[batch, response_len]``) multiplies the per-token loss (importance weights
-correcting for a rollout engine whose probabilities differ from the trainer's). ``metrics`` holds detached
-scalars under verl's names (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, ...).
+``config`` is the actor config (``ActorConfig``; a DictConfig or dict is completed from its defaults, ``None``: all
+defaults), ``rollout_is_weights`` (optional, ``[batch, response_len]``) multiplies the per-token loss
+(importance weights correcting for a rollout engine whose probabilities differ from the trainer's). ``metrics``
+holds detached scalars under verl's names (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, ...).
 
 The probability ratio is always ``exp(clamp(log_prob - old_log_prob, -20, 20))`` so it cannot overflow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from verl.algorithms.losses import agg_loss
-from verl.algorithms.registry import get_config_value, register_policy_loss
+from verl.algorithms.registry import register_policy_loss
+from verl.base_config import omega_conf_to_dataclass
 from verl.utils import torch_functional as verl_F
+from verl.workers.config.actor import ActorConfig
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -31,20 +34,27 @@ class _ClipParams:
     dual_c: float
 
 
-def _clip_params(config: Any) -> _ClipParams:
-    """``clip_ratio_low``/``clip_ratio_high`` (each ``None`` -> ``clip_ratio``, default 0.2) and ``clip_ratio_c``."""
-    base = float(get_config_value(config, "clip_ratio", 0.2))
-    low = float(get_config_value(config, "clip_ratio_low", base))
-    high = float(get_config_value(config, "clip_ratio_high", base))
-    dual_c = float(get_config_value(config, "clip_ratio_c", 3.0))
+def actor_config(config: ActorConfig | Mapping[str, Any] | None) -> ActorConfig:
+    """The actor section a loss receives, typed: ``config`` itself when it is an ``ActorConfig``; ``None``, a dict or
+    a ``DictConfig`` (a user's partial section) completed from :class:`ActorConfig`'s defaults, their one home."""
+    return omega_conf_to_dataclass(config, ActorConfig)
+
+
+def _clip_params(config: ActorConfig | Mapping[str, Any] | None) -> _ClipParams:
+    """``clip_ratio_low``/``clip_ratio_high`` (each ``None`` -> ``clip_ratio``) and ``clip_ratio_c`` of the actor."""
+    cfg = actor_config(config)
+    base = cfg.clip_ratio
+    low = base if cfg.clip_ratio_low is None else float(cfg.clip_ratio_low)
+    high = base if cfg.clip_ratio_high is None else float(cfg.clip_ratio_high)
+    dual_c = cfg.clip_ratio_c
     if low < 0 or high < 0:
         raise ValueError(f"actor.clip_ratio_low / clip_ratio_high must be >= 0, got low={low}, high={high}")
     return _ClipParams(low=low, high=high, dual_c=dual_c)
 
 
-def loss_scale_factor(config: Any) -> float | None:
+def loss_scale_factor(config: ActorConfig | Mapping[str, Any] | None) -> float | None:
     """``actor.loss_scale_factor``: the constant divisor of ``seq-mean-token-sum-norm`` (``None``: response length)."""
-    value = get_config_value(config, "loss_scale_factor", None)
+    value = actor_config(config).loss_scale_factor
     return None if value is None else float(value)
 
 
@@ -129,7 +139,7 @@ def compute_policy_loss_vanilla(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with decoupled clip and dual clip.
@@ -157,21 +167,22 @@ def compute_policy_loss(
     cliprange: float | None = None,
     cliprange_low: float | None = None,
     cliprange_high: float | None = None,
-    clip_ratio_c: float = 3.0,
+    clip_ratio_c: float | None = None,
     loss_agg_mode: str = "token-mean",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """verl's older entry point for the vanilla PPO loss, with explicit clip ranges.
 
-    Same math as :func:`compute_policy_loss_vanilla` (``cliprange`` default 0.2; low/high default to it).
+    Same math as :func:`compute_policy_loss_vanilla`; a range left ``None`` takes :class:`ActorConfig`'s default
+    (``cliprange`` -> ``clip_ratio``, low/high default to ``cliprange``, ``clip_ratio_c``).
     Returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``.
     """
-    base = 0.2 if cliprange is None else cliprange
-    config = {
-        "clip_ratio": base,
-        "clip_ratio_low": base if cliprange_low is None else cliprange_low,
-        "clip_ratio_high": base if cliprange_high is None else cliprange_high,
+    given = {
+        "clip_ratio": cliprange,
+        "clip_ratio_low": cliprange_low,
+        "clip_ratio_high": cliprange_high,
         "clip_ratio_c": clip_ratio_c,
     }
+    config = actor_config({key: value for key, value in given.items() if value is not None})
     pg_loss, metrics = compute_policy_loss_vanilla(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode=loss_agg_mode, config=config
     )
@@ -185,7 +196,7 @@ def compute_policy_loss_gspo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group Sequence Policy Optimization (Zheng et al. 2025, arXiv:2507.18071), token form GSPO-token.
@@ -220,7 +231,7 @@ def compute_policy_loss_gpg(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group Policy Gradient loss (Chu et al. 2025, arXiv:2504.02546): plain policy gradient ``l = -A log pi``.
@@ -248,7 +259,7 @@ def compute_policy_loss_clip_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617).
@@ -256,12 +267,12 @@ def compute_policy_loss_clip_cov(
     Tokens whose covariance ``(A - mean A)(log pi - mean log pi)`` lies in ``(clip_cov_lb, clip_cov_ub)`` and that
     PPO did not already clip are candidates; ``max(1, int(clip_cov_ratio * n_tokens))`` of them, drawn at random
     (torch's global RNG), have their loss and gradient removed. The rest get the PPO clipped loss (no dual clip).
-    Config: ``policy_loss.clip_cov_ratio`` (2e-4), ``policy_loss.clip_cov_lb`` (1.0), ``policy_loss.clip_cov_ub`` (5.0).
+    Config: ``policy_loss.clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub`` (defaults: :class:`PolicyLossConfig`).
     """
     params = _clip_params(config)
-    ratio_frac = float(get_config_value(config, "policy_loss.clip_cov_ratio", 0.0002))
-    cov_lb = float(get_config_value(config, "policy_loss.clip_cov_lb", 1.0))
-    cov_ub = float(get_config_value(config, "policy_loss.clip_cov_ub", 5.0))
+    policy_loss = actor_config(config).policy_loss
+    ratio_frac = policy_loss.clip_cov_ratio
+    cov_lb, cov_ub = policy_loss.clip_cov_lb, policy_loss.clip_cov_ub
     if ratio_frac <= 0:
         raise ValueError(f"actor.policy_loss.clip_cov_ratio must be > 0 for clip_cov, got {ratio_frac}")
     log_ratio = _log_ratio(log_prob, old_log_prob)
@@ -298,17 +309,17 @@ def compute_policy_loss_kl_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """KL-Cov (Cui et al. 2025, arXiv:2505.22617): unclipped ``-A r`` plus a KL penalty on high-covariance tokens.
 
     The ``max(1, int(kl_cov_ratio * n_tokens))`` valid tokens with the largest covariance
     ``(A - mean A)(log pi - mean log pi)`` get ``l = -A r + ppo_kl_coef * |log pi - log pi_old|``; all others
-    ``l = -A r``. Config: ``policy_loss.kl_cov_ratio`` (2e-4), ``policy_loss.ppo_kl_coef`` (0.1).
+    ``l = -A r``. Config: ``policy_loss.kl_cov_ratio``, ``ppo_kl_coef`` (defaults: :class:`PolicyLossConfig`).
     """
-    ratio_frac = float(get_config_value(config, "policy_loss.kl_cov_ratio", 0.0002))
-    kl_coef = float(get_config_value(config, "policy_loss.ppo_kl_coef", 0.1))
+    policy_loss = actor_config(config).policy_loss
+    ratio_frac, kl_coef = policy_loss.kl_cov_ratio, policy_loss.ppo_kl_coef
     if ratio_frac <= 0:
         raise ValueError(f"actor.policy_loss.kl_cov_ratio must be > 0 for kl_cov, got {ratio_frac}")
     log_ratio = _log_ratio(log_prob, old_log_prob)
@@ -340,7 +351,7 @@ def compute_policy_loss_cispo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """CISPO (MiniMax-M1, arXiv:2506.13585): clipped importance-sampling weight, stop-gradient, times log-prob.
@@ -372,7 +383,7 @@ def compute_policy_loss_geo_mean(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Geometric-Mean Policy Optimization (GMPO, Zhao et al. 2025, arXiv:2507.20673).

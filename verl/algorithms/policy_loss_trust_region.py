@@ -10,6 +10,7 @@ defaults). Upstream source: ``verl/trainer/ppo/core_algos.py`` (``compute_policy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -21,13 +22,11 @@ from verl.algorithms.policy_loss import (
     _log_ratio,
     _masked_fraction,
     _pg_metrics,
+    actor_config,
     loss_scale_factor,
 )
-from verl.algorithms.registry import get_config_value, register_policy_loss
-from verl.workers.config.actor import ActorConfig, PolicyLossConfig
-
-_ACTOR_DEFAULTS = ActorConfig()
-_POLICY_LOSS_DEFAULTS = PolicyLossConfig()
+from verl.algorithms.registry import register_policy_loss
+from verl.workers.config.actor import ActorConfig
 
 
 def _dppo_loss(
@@ -36,7 +35,7 @@ def _dppo_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str,
-    config: Any,
+    config: ActorConfig | Mapping[str, Any] | None,
     rollout_is_weights: torch.Tensor | None,
     inside: torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -49,7 +48,7 @@ def _dppo_loss(
     """
     log_ratio = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)
-    c = float(get_config_value(config, "clip_ratio_c", _ACTOR_DEFAULTS.clip_ratio_c))
+    c = float(actor_config(config).clip_ratio_c)
     keep = inside.detach().to(log_prob.dtype)
     losses = -advantages * torch.clamp(ratio, max=c).detach() * log_prob * keep
     pg_loss = agg_loss(
@@ -70,7 +69,7 @@ def compute_policy_loss_dppo_tv(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """DPPO-Binary-TV (Divergence PPO, arXiv:2602.04879; upstream ``verl/trainer/ppo/core_algos.py``).
@@ -97,7 +96,7 @@ def compute_policy_loss_dppo_kl(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """DPPO-Binary-KL (arXiv:2602.04879; upstream ``verl/trainer/ppo/core_algos.py``).
@@ -125,7 +124,7 @@ def compute_policy_loss_dro(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Direct Reward Optimization with a quadratic log-ratio penalty (Richemond et al. 2024, "Offline
@@ -134,7 +133,7 @@ def compute_policy_loss_dro(
     ``l = -(A * log pi - beta/2 * (log pi - log pi_old)^2)`` with ``beta = actor.policy_loss.dro_beta`` (required,
     > 0): a policy gradient pulled back towards the behaviour policy by a squared log-ratio instead of a clip.
     """
-    beta = get_config_value(config, "policy_loss.dro_beta", _POLICY_LOSS_DEFAULTS.dro_beta)
+    beta = actor_config(config).policy_loss.dro_beta
     if beta is None or not float(beta) > 0:
         raise ValueError(
             f"actor_rollout_ref.actor.policy_loss.dro_beta={beta}: loss_mode=dro needs a positive beta (e.g. 0.1)"
@@ -155,7 +154,7 @@ def compute_policy_loss_sapo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
-    config: Any = None,
+    config: ActorConfig | Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Soft Adaptive Policy Optimization (SAPO, arXiv:2511.20347; upstream ``compute_policy_loss_sapo``).
@@ -167,12 +166,9 @@ def compute_policy_loss_sapo(
     """
     # upstream's SAPO scripts add +policy_loss.tau_pos/tau_neg (which upstream's loss does not read); here they
     # take precedence over actor.tau_pos/tau_neg, so what the script writes is what runs
-    tau_pos = float(
-        get_config_value(config, "policy_loss.tau_pos", get_config_value(config, "tau_pos", _ACTOR_DEFAULTS.tau_pos))
-    )
-    tau_neg = float(
-        get_config_value(config, "policy_loss.tau_neg", get_config_value(config, "tau_neg", _ACTOR_DEFAULTS.tau_neg))
-    )
+    cfg = actor_config(config)
+    tau_pos = float(cfg.policy_loss.get("tau_pos", cfg.tau_pos))
+    tau_neg = float(cfg.policy_loss.get("tau_neg", cfg.tau_neg))
     if not (tau_pos > 0 and tau_neg > 0):
         raise ValueError(f"actor.tau_pos / actor.tau_neg must be > 0 for loss_mode=sapo, got {tau_pos}, {tau_neg}")
     log_ratio = _log_ratio(log_prob, old_log_prob)

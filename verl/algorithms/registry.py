@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from verl.base_config import get_config_value
+from verl.algorithms.config import AlgorithmConfig
+from verl.base_config import get_config_value, omega_conf_to_dataclass  # noqa: F401  (get_config_value: re-exported)
 from verl.utils.registry import Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
@@ -128,11 +129,12 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     return POLICY_LOSSES.get(_key(name))
 
 
-def resolve_param(name: str, explicit: Any, config: Any, default: Any) -> Any:
-    """An estimator parameter: the explicit keyword if given (not None), else ``config.<name>``, else ``default``."""
+def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
+    """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
+    ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default)."""
     if explicit is not None:
         return explicit
-    return get_config_value(config, name, default)
+    return getattr(omega_conf_to_dataclass(config, AlgorithmConfig), name)
 
 
 def call_with_supported_kwargs(fn: Callable[..., Any], **kwargs: Any) -> Any:

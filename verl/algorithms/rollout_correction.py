@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from verl.algorithms.config import RolloutCorrectionConfig
 from verl.algorithms.rollout_rejection import compute_rollout_rejection_mask, parse_is_threshold
 from verl.utils import torch_functional as verl_F
 
@@ -94,7 +95,7 @@ def compute_is_weights(
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     level: str = "token",
-    threshold: str | float = 2.0,
+    threshold: str | float = RolloutCorrectionConfig.rollout_is_threshold,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance weights ``min(w, threshold)`` ``[B, T]`` (0 on padding, detached) and their metrics.
@@ -260,7 +261,7 @@ def compute_rollout_correction(
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     rollout_is: str | None = None,
-    rollout_is_threshold: str | float = 2.0,
+    rollout_is_threshold: str | float = RolloutCorrectionConfig.rollout_is_threshold,
     rollout_is_batch_normalize: bool = False,
     rollout_rs: str | None = None,
     rollout_rs_threshold: str | float | None = None,
@@ -317,7 +318,7 @@ def compute_rollout_correction_weights(
     log_ratio: torch.Tensor,
     response_mask: torch.Tensor,
     rollout_is: str = "token",
-    rollout_is_threshold: str | float = 2.0,
+    rollout_is_threshold: str | float = RolloutCorrectionConfig.rollout_is_threshold,
     rollout_is_batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Upstream's entry point (``rollout_corr_helper.compute_rollout_correction_weights``): the weights of
@@ -337,7 +338,7 @@ def compute_rollout_correction_and_rejection_mask(
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     rollout_is: str | None = None,
-    rollout_is_threshold: str | float = 2.0,
+    rollout_is_threshold: str | float = RolloutCorrectionConfig.rollout_is_threshold,
     rollout_is_batch_normalize: bool = False,
     rollout_rs: str | None = None,
     rollout_rs_threshold: str | float | None = None,

@@ -247,7 +247,7 @@ class PPOTrainer(BaseTrainer):
         models = {"actor": model_fingerprint_from_module(self.actor_model)}
         if critic_enabled(cfg) and self.critic_model is not None:
             models["critic"] = model_fingerprint_from_module(self.critic_model)
-        lora_rank = int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+        lora_rank = int(cfg.actor_rollout_ref.model.lora_rank or 0)
         return make_identity("ppo", str(cfg.algorithm.adv_estimator), models, lora_rank)
 
     def _install_data_parallel(self) -> None:

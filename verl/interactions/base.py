@@ -7,10 +7,22 @@ is over. The reply is appended as a user message whose tokens get ``response_mas
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-__all__ = ["BaseInteraction", "InteractionResult"]
+from verl.base_config import BaseConfig, omega_conf_to_dataclass
+
+__all__ = ["BaseInteraction", "InteractionConfig", "InteractionResult"]
+
+
+@dataclass
+class InteractionConfig(BaseConfig):
+    """An interaction entry's ``config`` mapping plus its ``name``; an interaction with keys of its own subclasses
+    this (its fields are the one home of their defaults)."""
+
+    name: str = "interaction_agent"  # how samples select it (extra_info.interaction_kwargs.name)
+
 
 InteractionResult = tuple[bool, str, float, dict[str, Any]]
 """``generate_response``'s value: ``(should_terminate_sequence, response_content, turn_score, additional_data)``."""
@@ -25,7 +37,7 @@ class BaseInteraction:
 
     def __init__(self, config: dict[str, Any] | None) -> None:
         self.config: dict[str, Any] = dict(config or {})
-        self.name: str = str(self.config.get("name", "interaction_agent"))
+        self.name: str = str(omega_conf_to_dataclass(self.config, InteractionConfig).name)
 
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
         """Start one trajectory's interaction (``kwargs``: the sample's ``interaction_kwargs``); returns its id."""

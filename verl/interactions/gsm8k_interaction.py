@@ -8,13 +8,22 @@ answers (``#### 72``, or the last number in ``flexible`` mode: ``config.method``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from verl.interactions.base import BaseInteraction, InteractionResult
+from verl.base_config import omega_conf_to_dataclass
+from verl.interactions.base import BaseInteraction, InteractionConfig, InteractionResult
 from verl.utils.reward_score import gsm8k
 
 __all__ = ["Gsm8kInteraction"]
+
+
+@dataclass
+class Gsm8kInteractionConfig(InteractionConfig):
+    """``config`` of the GSM8K interaction: ``method`` of the answer extraction (``strict``: ``#### 42`` only)."""
+
+    method: str = "flexible"
 
 
 class Gsm8kInteraction(BaseInteraction):
@@ -22,7 +31,7 @@ class Gsm8kInteraction(BaseInteraction):
 
     def __init__(self, config: dict[str, Any] | None) -> None:
         super().__init__(config)
-        self.method = str(self.config.get("method", "flexible"))
+        self.method = str(omega_conf_to_dataclass(self.config, Gsm8kInteractionConfig).method)
         if self.method not in ("strict", "flexible"):
             raise ValueError(f"Gsm8kInteraction: config.method={self.method!r} must be 'strict' or 'flexible'")
         self._instances: dict[str, dict[str, Any]] = {}

@@ -9,12 +9,24 @@ the agent loop runs many trajectories in one event loop, so a tool that blocks m
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 from uuid import uuid4
 
+from verl.base_config import BaseConfig
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-__all__ = ["BaseTool", "ToolResult", "instance_id_of", "normalize_tool_result"]
+__all__ = ["BaseTool", "ToolConfig", "ToolResult", "instance_id_of", "normalize_tool_result"]
+
+
+@dataclass
+class ToolConfig(BaseConfig):
+    """A tool entry's ``config`` mapping (the tool YAML): ``type`` (``native``: a Python class; ``mcp``: the tools an
+    MCP server lists). A tool with keys of its own subclasses this; its fields are the one home of their defaults
+    (the tool reads ``omega_conf_to_dataclass(self.config, ItsConfig)``)."""
+
+    type: Literal["native", "mcp"] = "native"
+
 
 ToolResult = tuple[ToolResponse, float, dict[str, Any]]
 """What ``execute`` returns: the response shown to the model, the step reward, and the tool's own metrics."""

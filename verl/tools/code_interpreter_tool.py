@@ -7,20 +7,31 @@ output, and its standard error when it failed. The run happens in a thread so ot
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
-from verl.tools.base_tool import BaseTool, ToolResult
+from verl.base_config import omega_conf_to_dataclass
+from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.sandbox import SandboxUnavailableError, run_python_sandboxed
 
 __all__ = ["CodeInterpreterTool"]
 
 
+@dataclass
+class CodeInterpreterToolConfig(ToolConfig):
+    """``config`` of a code_interpreter tool entry."""
+
+    timeout_s: float = 10.0
+    memory_mb: int = 512
+    max_output_chars: int = 4096  # longer output is cut and marked
+
+
 class CodeInterpreterTool(BaseTool):
     """``code_interpreter(code)``: run a Python program and read what it printed.
 
-    Config keys (besides ``type``): ``timeout_s`` (default 10), ``memory_mb`` (512), ``max_output_chars`` (4096,
-    longer output is cut and marked). Metrics of a call: ``ok``, ``timed_out``, ``duration_s``.
+    Config keys (besides ``type``, defaults in :class:`CodeInterpreterToolConfig`): ``timeout_s``, ``memory_mb``,
+    ``max_output_chars``. Metrics of a call: ``ok``, ``timed_out``, ``duration_s``.
     """
 
     def __init__(self, config: dict[str, Any] | None, tool_schema: OpenAIFunctionToolSchema | None) -> None:
@@ -29,9 +40,10 @@ class CodeInterpreterTool(BaseTool):
         unknown = sorted(set(self.config) - known)
         if unknown:
             raise ValueError(f"CodeInterpreterTool: unknown config keys {unknown}; known: {sorted(known)}")
-        self.timeout_s = float(self.config.get("timeout_s", 10.0))
-        self.memory_mb = int(self.config.get("memory_mb", 512))
-        self.max_output_chars = int(self.config.get("max_output_chars", 4096))
+        cfg = omega_conf_to_dataclass(self.config, CodeInterpreterToolConfig)
+        self.timeout_s = float(cfg.timeout_s)
+        self.memory_mb = int(cfg.memory_mb)
+        self.max_output_chars = int(cfg.max_output_chars)
         if self.timeout_s <= 0 or self.memory_mb <= 0 or self.max_output_chars <= 0:
             raise ValueError(
                 f"CodeInterpreterTool: timeout_s={self.timeout_s}, memory_mb={self.memory_mb} and "

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from verl.tools.base_tool import BaseTool, ToolResult
+from verl.base_config import omega_conf_to_dataclass
+from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.tools.utils.bm25 import BM25Index
 
@@ -43,19 +45,29 @@ def load_corpus(path: str) -> list[tuple[str, str]]:
     return docs
 
 
+@dataclass
+class LocalSearchToolConfig(ToolConfig):
+    """``config`` of a search tool entry."""
+
+    corpus_path: Optional[str] = None  # required: a JSON-lines corpus file
+    topk: int = 3
+    max_queries: int = 5  # more queries in one call are refused
+
+
 class LocalSearchTool(BaseTool):
     """``search(query_list)``: BM25 retrieval over ``config.corpus_path``.
 
-    Config keys: ``corpus_path`` (required), ``topk`` (default 3), ``max_queries`` (default 5: more queries in one
-    call are refused). Metrics of a call: ``num_queries``, ``num_hits``.
+    Config keys (:class:`LocalSearchToolConfig`): ``corpus_path`` (required), ``topk``, ``max_queries`` (more queries
+    in one call are refused). Metrics of a call: ``num_queries``, ``num_hits``.
     """
 
     def __init__(self, config: dict[str, Any] | None, tool_schema: OpenAIFunctionToolSchema | None) -> None:
         super().__init__(config, tool_schema)
         if not self.config.get("corpus_path"):
             raise ValueError("LocalSearchTool: config.corpus_path (a JSON-lines corpus file) is required")
-        self.topk = int(self.config.get("topk", 3))
-        self.max_queries = int(self.config.get("max_queries", 5))
+        cfg = omega_conf_to_dataclass(self.config, LocalSearchToolConfig)
+        self.topk = int(cfg.topk)
+        self.max_queries = int(cfg.max_queries)
         if self.topk < 1 or self.max_queries < 1:
             raise ValueError(f"LocalSearchTool: topk={self.topk} and max_queries={self.max_queries} must be >= 1")
         self.docs = load_corpus(str(self.config["corpus_path"]))

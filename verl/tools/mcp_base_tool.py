@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from verl.tools.base_tool import BaseTool, ToolResult
+from verl.base_config import omega_conf_to_dataclass
+from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 __all__ = ["MCPBaseTool", "load_mcp_tools"]
@@ -33,11 +35,20 @@ __all__ = ["MCPBaseTool", "load_mcp_tools"]
 CONFIG_KEYS = ("type", "timeout", "rate_limit")
 
 
+@dataclass
+class MCPToolConfig(ToolConfig):
+    """``config`` of an MCP tool entry (``type: mcp``)."""
+
+    timeout: float = 30.0  # seconds a tool call may take
+    rate_limit: Optional[float] = None  # calls started per second over the servers file's servers (null: no limit)
+
+
 class MCPBaseTool(BaseTool):
     """One tool of an MCP server.
 
     Args:
-        config: the entry's ``config`` (``type: mcp``, ``timeout`` seconds per call (default 30), ``rate_limit``).
+        config: the entry's ``config`` (``type: mcp``, ``timeout`` seconds per call, ``rate_limit``; defaults:
+            :class:`MCPToolConfig`).
         tool_schema: the tool's schema as the server lists it (:func:`load_mcp_tools` builds both).
         client_manager: the connected :class:`~verl.tools.utils.mcp_clients.McpClientManager.MCPClientManager`.
     """
@@ -52,7 +63,7 @@ class MCPBaseTool(BaseTool):
         unknown = sorted(set(self.config) - set(CONFIG_KEYS))
         if unknown:
             raise ValueError(f"{type(self).__name__}: unknown config keys {unknown}; known: {list(CONFIG_KEYS)}")
-        self.timeout = float(self.config.get("timeout", 30.0))
+        self.timeout = float(omega_conf_to_dataclass(self.config, MCPToolConfig).timeout)
         if self.timeout <= 0:
             raise ValueError(f"{type(self).__name__}: config.timeout={self.timeout} must be > 0 seconds")
         if client_manager is None:

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from verl.tools.base_tool import BaseTool, ToolResult
+from verl.base_config import omega_conf_to_dataclass
+from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.reward_score import sandbox_fusion
 
@@ -57,6 +59,19 @@ def _url_limit(url: str, limit: int) -> threading.BoundedSemaphore:
         return _URL_LIMITS.setdefault((url, limit), threading.BoundedSemaphore(limit))
 
 
+@dataclass
+class SandboxFusionToolConfig(ToolConfig):
+    """``config`` of a Sandbox Fusion tool entry (the one home of its defaults; see the module docstring)."""
+
+    sandbox_fusion_url: Optional[str] = None  # required: the server's run_code endpoint
+    default_timeout: float = 30  # seconds a run may take
+    default_language: str = "python"
+    memory_limit_mb: int = 1024
+    num_workers: int = 10  # runs in flight from this tool
+    rate_limit: int = 10  # runs in flight to one server URL, over every tool of the process
+    enable_global_rate_limit: bool = True
+
+
 class SandboxFusionTool(BaseTool):
     """``code_interpreter(code)`` on a Sandbox Fusion server; see the module docstring for the config keys.
 
@@ -69,18 +84,19 @@ class SandboxFusionTool(BaseTool):
         unknown = sorted(set(self.config) - set(CONFIG_KEYS))
         if unknown:
             raise ValueError(f"SandboxFusionTool: unknown config keys {unknown}; known: {list(CONFIG_KEYS)}")
-        self.sandbox_fusion_url = str(self.config.get("sandbox_fusion_url") or "")
+        cfg = omega_conf_to_dataclass(self.config, SandboxFusionToolConfig)
+        self.sandbox_fusion_url = str(cfg.sandbox_fusion_url or "")
         if not self.sandbox_fusion_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"SandboxFusionTool: config.sandbox_fusion_url={self.sandbox_fusion_url!r} must be the http(s) URL "
                 "of the server's run_code endpoint, e.g. http://127.0.0.1:8080/run_code"
             )
-        self.default_timeout = float(self.config.get("default_timeout", 30))
-        self.default_language = str(self.config.get("default_language", "python"))
-        self.memory_limit_mb = int(self.config.get("memory_limit_mb", 1024))
-        self.num_workers = int(self.config.get("num_workers", 10))
-        self.rate_limit = int(self.config.get("rate_limit", 10))
-        self.enable_global_rate_limit = bool(self.config.get("enable_global_rate_limit", True))
+        self.default_timeout = float(cfg.default_timeout)
+        self.default_language = str(cfg.default_language)
+        self.memory_limit_mb = int(cfg.memory_limit_mb)
+        self.num_workers = int(cfg.num_workers)
+        self.rate_limit = int(cfg.rate_limit)
+        self.enable_global_rate_limit = bool(cfg.enable_global_rate_limit)
         for key in ("default_timeout", "memory_limit_mb", "num_workers", "rate_limit"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"SandboxFusionTool: config.{key}={getattr(self, key)} must be > 0")

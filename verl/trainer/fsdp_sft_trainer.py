@@ -116,11 +116,11 @@ def _existing_key_adds_as_sets(argv: list[str]) -> list[str]:
     from verl.trainer.config.loader import packaged_config_text
 
     defaults = OmegaConf.create(packaged_config_text(FSDPSFTConfig.config_name))
-    out = []
+    out, absent = [], object()
     for arg in argv:
         if arg.startswith("+") and not arg.startswith("++") and "=" in arg:
             key = arg[1:].split("=", 1)[0]
-            if OmegaConf.select(defaults, key, default="__missing__") != "__missing__":
+            if OmegaConf.select(defaults, key, default=absent) is not absent:
                 arg = arg[1:]
         out.append(arg)
     return out

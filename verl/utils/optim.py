@@ -9,31 +9,40 @@ verl), ``min_lr_ratio``,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from verl.base_config import get_config_value
+from verl.base_config import omega_conf_to_dataclass
+from verl.workers.config.optimizer import OptimConfig
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: Any) -> Optimizer:
+def _typed(optim_config: OptimConfig | Mapping[str, Any]) -> OptimConfig:
+    """The section as :class:`OptimConfig` (a partial dict or ``DictConfig`` is completed from its defaults;
+    keys it does not have, such as upstream's ``optimizer`` or ``num_cycles``, stay readable as extras)."""
+    return omega_conf_to_dataclass(optim_config, OptimConfig)
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: OptimConfig | Mapping[str, Any]
+) -> Optimizer:
     """AdamW (Loshchilov & Hutter, 2019) over ``params`` with ``lr``, ``betas``, ``eps``, ``weight_decay``.
 
     An ``optimizer`` key, when present, must name AdamW (the only optimizer built here).
     """
-    name = str(get_config_value(optim_config, "optimizer", "AdamW"))
-    if name.lower() not in ("adamw", "adamw_torch"):
+    cfg = _typed(optim_config)
+    name = cfg.get("optimizer")
+    if name is not None and str(name).lower() not in ("adamw", "adamw_torch"):
         raise ValueError(f"optim.optimizer={name!r} is not supported; use 'AdamW'")
-    lr = float(get_config_value(optim_config, "lr", 1e-5))
-    betas_raw = get_config_value(optim_config, "betas", (0.9, 0.999))
-    betas = tuple(float(b) for b in betas_raw)
+    lr = cfg.lr
+    betas = tuple(float(b) for b in cfg.betas)
     if len(betas) != 2:
-        raise ValueError(f"optim.betas must have two values, got {list(betas_raw)}")
-    eps = float(get_config_value(optim_config, "eps", 1e-8))
-    weight_decay = float(get_config_value(optim_config, "weight_decay", 0.0))
+        raise ValueError(f"optim.betas must have two values, got {list(cfg.betas)}")
+    eps = cfg.eps
+    weight_decay = cfg.weight_decay
     if lr < 0:
         raise ValueError(f"optim.lr must be >= 0, got {lr}")
     params = list(params)
@@ -100,12 +109,13 @@ def get_cosine_schedule_with_warmup(
     return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
 
 
-def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
+def resolve_warmup_steps(optim_config: OptimConfig | Mapping[str, Any], total_training_steps: int) -> int:
     """``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio * total_training_steps)`` (0 if no ratio)."""
-    steps = int(get_config_value(optim_config, "lr_warmup_steps", 0))
+    cfg = _typed(optim_config)
+    steps = int(cfg.lr_warmup_steps or 0)  # upstream's SFT section writes -1 (and null) for "no fixed count"
     if steps > 0:
         return steps
-    ratio = float(get_config_value(optim_config, "lr_warmup_steps_ratio", 0.0))
+    ratio = float(cfg.lr_warmup_steps_ratio or 0.0)
     if ratio < 0:
         raise ValueError(f"optim.lr_warmup_steps_ratio must be >= 0, got {ratio}")
     if ratio > 0:
@@ -117,32 +127,34 @@ def resolve_warmup_steps(optim_config: Any, total_training_steps: int) -> int:
     return 0
 
 
-def build_lr_scheduler(optimizer: Optimizer, optim_config: Any, total_training_steps: int | None = None) -> LambdaLR:
+def build_lr_scheduler(
+    optimizer: Optimizer, optim_config: OptimConfig | Mapping[str, Any], total_training_steps: int | None = None
+) -> LambdaLR:
     """The scheduler named by ``lr_scheduler_type`` (or the deprecated ``warmup_style`` when that is set):
     ``constant`` or ``cosine``.
 
     ``total_training_steps`` defaults to ``optim_config.total_training_steps``; warmup comes from
     :func:`resolve_warmup_steps`. The cosine schedule needs a positive total.
     """
+    cfg = _typed(optim_config)
     total = total_training_steps
     if total is None or total <= 0:
-        total = int(get_config_value(optim_config, "total_training_steps", -1))
-    warmup = resolve_warmup_steps(optim_config, total)
+        total = cfg.total_training_steps
+    warmup = resolve_warmup_steps(cfg, total)
     # verl: warmup_style, when given, overrides lr_scheduler_type (it is the older name of the same setting)
-    style = str(
-        get_config_value(optim_config, "warmup_style", None)
-        or get_config_value(optim_config, "lr_scheduler_type", "constant")
-    )
+    style = str(cfg.warmup_style or cfg.lr_scheduler_type)
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
         if total <= 0:
             raise ValueError(f"optim.lr_scheduler_type=cosine needs total_training_steps > 0, got {total}")
+        # num_cycles is upstream's key, not one of OptimConfig's: absent, the schedule's own half cosine
+        cycles = cfg.get("num_cycles")
         return get_cosine_schedule_with_warmup(
             optimizer,
             num_warmup_steps=warmup,
             num_training_steps=total,
-            min_lr_ratio=float(get_config_value(optim_config, "min_lr_ratio", 0.0)),
-            num_cycles=float(get_config_value(optim_config, "num_cycles", 0.5)),
+            min_lr_ratio=cfg.min_lr_ratio,
+            **({} if cycles is None else {"num_cycles": float(cycles)}),
         )
     raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from verl.base_config import get_config_value
+from verl.base_config import get_config_value, omega_conf_to_dataclass
 
 __all__ = [
     "ENV_ALLOW_UNSAFE",
@@ -63,18 +63,18 @@ class SecurityPolicy:
     @classmethod
     def from_config(cls, config: Any) -> SecurityPolicy:
         """Read the switches from a full run config (with a ``trainer`` section), the ``trainer`` section itself,
-        a plain dict or a dataclass; missing keys keep their safe defaults."""
+        a plain dict or a dataclass; missing keys keep their safe defaults (this dataclass's fields)."""
         section = get_config_value(config, "trainer", None)
-        trainer = section if section is not None else config
-        steps = get_config_value(trainer, "profile_steps", ())
+        trainer = omega_conf_to_dataclass(section if section is not None else config, cls)
+        steps = trainer.profile_steps
         try:
-            profile_steps = tuple(int(s) for s in steps)
+            profile_steps = tuple(int(s) for s in steps or ())  # null in YAML: every step, as an empty list
         except (TypeError, ValueError) as e:
             raise ValueError(f"trainer.profile_steps must be a list of step numbers, got {steps!r}") from e
         return cls(
-            allow_unsafe_operations=bool(get_config_value(trainer, "allow_unsafe_operations", False)),
-            enable_debug_mode=bool(get_config_value(trainer, "enable_debug_mode", False)),
-            enable_profiling=bool(get_config_value(trainer, "enable_profiling", False)),
+            allow_unsafe_operations=trainer.allow_unsafe_operations,
+            enable_debug_mode=trainer.enable_debug_mode,
+            enable_profiling=trainer.enable_profiling,
             profile_steps=profile_steps,
         )
 

@@ -13,14 +13,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
+from verl.workers.config.engine import FSDPConfig
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +78,17 @@ class OffloadPolicy:
     """
 
     def __init__(
-        self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, fsdp_config: Any, device, who: str
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        fsdp_config: FSDPConfig | Mapping[str, Any],
+        device,
+        who: str,
     ) -> None:
         self.module, self.optimizer, self.device = module, optimizer, torch.device(device)
-        self.params = bool(fsdp_config.get("param_offload", False))
-        self.optim = bool(fsdp_config.get("optimizer_offload", False)) and optimizer is not None
+        cfg = omega_conf_to_dataclass(fsdp_config, FSDPConfig)  # a partial mapping: FSDPConfig's defaults (off)
+        self.params = cfg.param_offload
+        self.optim = cfg.optimizer_offload and optimizer is not None
         if (self.params or self.optim) and self.device.type == "cpu":
             logger.info("%s.param_offload/optimizer_offload: the model already lives in CPU memory; nothing to do", who)
             self.params = self.optim = False

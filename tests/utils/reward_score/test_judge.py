@@ -211,3 +211,22 @@ def test_reward_manager_pairwise_uses_uid_and_loads_from_config(judge_server):
     assert rewards.sum(-1).tolist() == pytest.approx([1.0, 0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="uid"):
         manager(_batch(tok, ["good"]))
+
+
+def test_judge_defaults_have_one_home() -> None:
+    """The judge's constructors default to JudgeConfig's fields, and build_judge completes a partial section from it."""
+    import inspect
+
+    from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
+    from verl.workers.config import JudgeConfig
+    from verl.workers.reward_manager.judge import build_judge
+
+    defaults = JudgeConfig()
+    for cls in (LLMJudge, OpenAIJudgeBackend):
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            # model: null in the section means "no name", which the OpenAI request sends as "judge"
+            if name in JudgeConfig.__dataclass_fields__ and name != "model" and param.default is not param.empty:
+                assert param.default == getattr(defaults, name), (cls.__name__, name)
+    judge = build_judge({"url": "http://127.0.0.1:1/v1", "mode": "pairwise"})
+    assert judge.mode == "pairwise" and (judge.on_error, judge.both_orders) == (defaults.on_error, defaults.both_orders)
+    assert judge.backend.max_concurrency == defaults.max_concurrency and judge.backend.timeout_s == defaults.timeout_s

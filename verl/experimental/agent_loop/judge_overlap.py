@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from verl.base_config import omega_conf_to_dataclass
 from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
 from verl.utils.reward_score.judge.rollout_columns import (
     ANSWER_KEY,
@@ -29,6 +30,7 @@ from verl.utils.reward_score.judge.rollout_columns import (
     LATENCY_KEY,
     judge_text_digest,
 )
+from verl.workers.config.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import decode_prompt_response
 
 __all__ = [
@@ -48,7 +50,7 @@ def judge_overlap_config(config: Any) -> dict[str, Any] | None:
 
     if OmegaConf.select(config, "reward_model.reward_manager") != "judge":
         return None
-    if not OmegaConf.select(config, "reward_model.judge.overlap_rollout", default=False):
+    if not OmegaConf.select(config, "reward_model.judge.overlap_rollout"):  # absent or null: off
         return None
     section = OmegaConf.select(config, "reward_model.judge")
     return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
@@ -61,10 +63,12 @@ def overlap_config_errors(config: Any) -> list[str]:
     response; a pairwise judge compares a group's finished responses) and multi-turn rollouts."""
     from omegaconf import OmegaConf
 
-    def get(key: str, default: Any = None) -> Any:
-        return OmegaConf.select(config, key, default=default)
+    def get(key: str) -> Any:
+        return OmegaConf.select(config, key)
 
-    if not get("reward_model.judge.overlap_rollout", False):
+    # a partial judge section (the Python API) is completed from JudgeConfig, the one home of its defaults
+    judge = omega_conf_to_dataclass(get("reward_model.judge"), JudgeConfig)
+    if not judge.overlap_rollout:
         return []
     key, errors = "reward_model.judge.overlap_rollout=true", []
     if get("reward_model.reward_manager") != "judge":
@@ -72,17 +76,17 @@ def overlap_config_errors(config: Any) -> list[str]:
             f"{key} judges for the judge reward manager: set reward_model.reward_manager=judge "
             f"(got {get('reward_model.reward_manager')!r}) or drop the key"
         )
-    if get("reward_model.judge.backend", "openai") != "openai":
+    if judge.backend != "openai":
         errors.append(
             f"{key} needs reward_model.judge.backend=openai (an endpoint the rollout workers call), got "
             f"backend={get('reward_model.judge.backend')}"
         )
-    if get("reward_model.judge.mode", "pointwise") != "pointwise":
+    if judge.mode != "pointwise":
         errors.append(
             f"{key} needs reward_model.judge.mode=pointwise (a pairwise judge compares the finished responses of a "
             f"group), got mode={get('reward_model.judge.mode')}"
         )
-    if not get("actor_rollout_ref.rollout.multi_turn.enable", False):
+    if not get("actor_rollout_ref.rollout.multi_turn.enable"):
         errors.append(
             f"{key} judges agent-loop trajectories as they end: it needs "
             "actor_rollout_ref.rollout.multi_turn.enable=true"

@@ -34,7 +34,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import ValidationError
 
-from verl.tools.base_tool import BaseTool
+from verl.base_config import omega_conf_to_dataclass
+from verl.tools.base_tool import BaseTool, ToolConfig
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.import_utils import load_class
 
@@ -65,7 +66,7 @@ def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
         config = entry.get("config") or {}
         if not isinstance(config, dict):
             raise ValueError(f"{where}.config must be a mapping, got {config!r}")
-        tool_type = str(config.get("type", "native"))
+        tool_type = str(omega_conf_to_dataclass(config, ToolConfig).type)
         if tool_type not in ("native", "mcp"):
             raise ValueError(f"{where}.config.type={tool_type!r}: one of 'native', 'mcp'")
         cls = load_class(entry["class_name"], where)

@@ -161,7 +161,7 @@ def run_settings(hydra: DictConfig, cfg: DictConfig, job_dir: str | None = None)
         run_dir = None
     runtime = OmegaConf.create(OmegaConf.to_container(hydra, resolve=False))
     runtime.runtime.output_dir = os.path.abspath(run_dir) if run_dir else os.getcwd()
-    choice = OmegaConf.select(hydra, "runtime.choices", default={}).get("hydra/job_logging")
+    choice = OmegaConf.select(hydra, "runtime.choices.hydra/job_logging")  # Hydra's own config; absent: none
     baseline_logging = OmegaConf.to_container(hydra_baseline().job_logging, resolve=False)
     custom = OmegaConf.to_container(hydra.job_logging, resolve=False) if hydra.job_logging is not None else None
     if choice == "default" and custom == baseline_logging:

@@ -54,7 +54,8 @@ def run_one_job(
     from verl.utils.logging_utils import configure_logging
 
     trainer_cfg = built.cfg.get("trainer") or {}
-    configure_logging(bool(trainer_cfg.get("enable_debug_mode", False)), trainer_cfg.get("third_party_log_level"))
+    # every entry point's config (PPO, SFT, DPO, eval, ...): a trainer section without the key logs as usual
+    configure_logging(bool(trainer_cfg.get("enable_debug_mode")), trainer_cfg.get("third_party_log_level"))
     try:
         run_fn = load_run_fn()
     except ImportError as e:

@@ -50,7 +50,7 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
         )
     tools_or_interactions = mt.tool_config_path or mt.function_tool_path or mt.interaction_config_path
     reads_chat = tools_or_interactions or settings.default_agent_loop != "single_turn_agent"
-    if reads_chat and not bool(cfg.data.get("return_raw_chat", False)):
+    if reads_chat and not cfg.data.return_raw_chat:
         errors.append(
             f"{MT}.enable=true with tools, interactions or agent loop {settings.default_agent_loop!r}: the loops "
             f"read each prompt's chat messages; set data.return_raw_chat=true"

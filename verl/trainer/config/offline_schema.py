@@ -190,7 +190,7 @@ def _common_checks(cfg: DictConfig) -> list[str]:
         errors.append(f"trainer.total_training_steps: must be >= 1 or null, got {trainer.total_training_steps}")
     if trainer.logging_steps < 1:
         errors.append(f"trainer.logging_steps: must be >= 1, got {trainer.logging_steps}")
-    if cfg.model.get("trust_remote_code", False) and not trainer.get("allow_unsafe_operations", False):
+    if cfg.model.trust_remote_code and not trainer.allow_unsafe_operations:
         errors.append(
             "model.trust_remote_code=true runs Python files from the model directory; it needs "
             "trainer.allow_unsafe_operations=true as well"

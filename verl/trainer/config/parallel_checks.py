@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig
@@ -19,22 +20,22 @@ IMPLEMENTED_STRATEGIES = ("fsdp", "fsdp2")
 
 def world_size(cfg: DictConfig) -> int:
     """``trainer.nnodes * trainer.n_gpus_per_node``: the number of ranks of every worker group."""
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
 
 
-def resolve_backend(trainer_cfg: Any) -> str:
+def resolve_backend(trainer_cfg: Mapping[str, Any]) -> str:
     """The single-controller backend a run uses: ``trainer.backend``, with ``auto`` resolved to ``local`` for one
     rank (no Ray needed) and ``ray`` for more (ranks are separate processes that form a torch.distributed group)."""
-    backend = str(trainer_cfg.get("backend", "auto"))
+    backend = trainer_cfg.backend
     if backend != "auto":
         return backend
-    ranks = int(trainer_cfg.get("nnodes", 1)) * int(trainer_cfg.get("n_gpus_per_node", 1))
+    ranks = trainer_cfg.nnodes * trainer_cfg.n_gpus_per_node
     return "local" if ranks == 1 else "ray"
 
 
 def sp_size(section: Any) -> int:
-    """``ulysses_sequence_parallel_size`` of an actor / ref / critic section (1 when absent)."""
-    return int(section.get("ulysses_sequence_parallel_size", 1) or 1)
+    """``ulysses_sequence_parallel_size`` of an actor / ref / critic section (a null reads as 1: no splitting)."""
+    return int(section.ulysses_sequence_parallel_size or 1)
 
 
 def check_placement(cfg: DictConfig, errors: list[str]) -> None:
@@ -67,7 +68,7 @@ def check_placement(cfg: DictConfig, errors: list[str]) -> None:
         ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
         ("critic.fsdp_config", cfg.critic.fsdp_config),
     ):
-        size = int(section.get("fsdp_size", -1))
+        size = int(section.fsdp_size)
         if size == -1:
             continue
         if size < 1 or world % size != 0:
@@ -143,7 +144,7 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
             "actor_rollout_ref.hybrid_engine=false (rollout on separate workers) is not implemented; actor, rollout "
             "and reference always share one worker per rank, as in verl: set actor_rollout_ref.hybrid_engine=true"
         )
-    tp = int(arr.rollout.get("tensor_model_parallel_size", 1))
+    tp = int(arr.rollout.tensor_model_parallel_size)
     if str(arr.rollout.name) == "hf" and tp > 1:
         warns.append(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} applies to the vllm engine; the hf engine "
@@ -157,7 +158,7 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
         tp_error = rollout_tp_error(tp, world_size(cfg))
         if tp_error:
             errors.append(tp_error)
-    legacy = str(cfg.trainer.get("use_legacy_worker_impl", "auto"))
+    legacy = cfg.trainer.use_legacy_worker_impl
     if legacy != "auto":
         warns.append(
             f"trainer.use_legacy_worker_impl={legacy}: accepted for verl scripts; this project has one worker "

@@ -242,10 +242,10 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         value = arr.actor.get(key)
         if value is not None and float(value) < 0:
             errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
-    if not cfg.trainer.get("allow_unsafe_operations", False):
+    if not cfg.trainer.allow_unsafe_operations:
         for prefix in ("data", "actor_rollout_ref.model", "critic.model", "reward_model.model"):
             section = OmegaConf.select(cfg, prefix)
-            if isinstance(section, DictConfig) and section.get("trust_remote_code", False):
+            if isinstance(section, DictConfig) and section.get("trust_remote_code"):
                 errors.append(
                     f"{prefix}.trust_remote_code=true runs Python files from the model directory; it needs "
                     "trainer.allow_unsafe_operations=true as well"
@@ -276,7 +276,7 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
             )
         if judge.max_concurrency < 1:
             errors.append(f"reward_model.judge.max_concurrency={judge.max_concurrency} must be >= 1")
-    if judge is not None and judge.get("overlap_rollout", False):
+    if judge is not None and judge.overlap_rollout:
         from verl.experimental.agent_loop.judge_overlap import overlap_config_errors
 
         errors.extend(overlap_config_errors(cfg))

@@ -37,8 +37,9 @@ def user_set(key: str, user: set[str]) -> bool:
 
 def v1_async_active(cfg: Any) -> bool:
     """Whether the run is one of upstream's V1 asynchronous modes (``trainer.use_v1`` and an async mode)."""
-    use_v1 = OmegaConf.select(cfg, "trainer.use_v1", default=False)
-    mode = OmegaConf.select(cfg, "trainer.v1.trainer_mode", default="sync")
+    # a full config has both keys (TrainerConfig); absent (a partial config) reads as "not a V1 async mode"
+    use_v1 = OmegaConf.select(cfg, "trainer.use_v1")
+    mode = OmegaConf.select(cfg, "trainer.v1.trainer_mode")
     return bool(use_v1) and mode in ("colocate_async", "separate_async")
 
 

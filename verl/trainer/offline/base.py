@@ -107,9 +107,9 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         self.resumed_from: str | None = None  # the checkpoint fit() continued from, None for a fresh run
         self.stopped_by: str | None = None  # "SIGTERM"/"SIGINT" when the last fit() stopped early on a signal
         self.device = get_torch_device(self.device_name)
-        self.compute_dtype = resolve_dtype(str(self.config.model.dtype), self.device)
+        self.compute_dtype = resolve_dtype(self.config.model.dtype, self.device)
         if self.config.trainer.torch_threads:
-            torch.set_num_threads(int(self.config.trainer.torch_threads))
+            torch.set_num_threads(self.config.trainer.torch_threads)
 
         self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer(model)
         # what this trainer's checkpoints are of, from config.json or the given module before LoRA wraps it
@@ -205,7 +205,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     @property
     def output_root(self) -> str:
         """``<trainer.default_local_dir>[/<trainer.namespace>]``: where checkpoints, logs and the export go."""
-        return namespaced_path(str(self.config.trainer.default_local_dir), self.config.trainer.namespace)
+        return namespaced_path(self.config.trainer.default_local_dir, self.config.trainer.namespace)
 
     def _update_config(self, updates: dict[str, Any]) -> None:
         self.config = build_offline_config(self.config_schema, self.config, updates)
@@ -225,7 +225,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def _micro_batches(self, items: Sequence[dict[str, Any]], dataset: Any) -> list[dict[str, torch.Tensor]]:
-        size = int(self.config.data.micro_batch_size_per_gpu)
+        size = self.config.data.micro_batch_size_per_gpu
         return [self._collate(items[start : start + size], dataset) for start in range(0, len(items), size)]
 
     def _dataset_micro_batches(self, dataset: Any) -> Iterator[tuple[list[dict[str, Any]], dict[str, torch.Tensor]]]:
@@ -233,7 +233,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
         The row dicts are the dataset's own, so writing to them (reference log-probs) updates the dataset.
         """
-        size = int(self.config.data.micro_batch_size_per_gpu)
+        size = self.config.data.micro_batch_size_per_gpu
         for start in range(0, len(dataset), size):
             items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
             yield items, self._collate(items, dataset)
@@ -268,7 +268,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             (out.loss_sum * (self.world_size / units)).backward()
             merge_stats(stats, out.stats)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, float(self.config.optim.clip_grad))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.optim.clip_grad)
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
         if math.isfinite(grad_norm):
             self.optimizer.step()
@@ -355,11 +355,11 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
     def _plan(self) -> tuple[int, int]:
         """``(steps per epoch, total steps)``; see :meth:`_drops_last_batch` for a last partial batch."""
-        n, bsz = len(self.train_dataset), int(self.config.data.train_batch_size)
+        n, bsz = len(self.train_dataset), self.config.data.train_batch_size
         per_epoch = n // bsz if self._drops_last_batch() else math.ceil(n / bsz)
         if per_epoch < 1:
             raise ConfigError(f"data.train_batch_size={bsz} is larger than the training set ({n} rows)")
-        total = self.config.trainer.total_training_steps or int(self.config.trainer.total_epochs) * per_epoch
+        total = self.config.trainer.total_training_steps or self.config.trainer.total_epochs * per_epoch
         return per_epoch, int(total)
 
     def _epoch_order(self, epoch: int) -> list[int]:
@@ -370,7 +370,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         return torch.randperm(n, generator=gen).tolist()
 
     def _seed(self) -> None:
-        seed = int(self.config.trainer.seed)
+        seed = self.config.trainer.seed
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
@@ -486,7 +486,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             if target is not None and self.rank == 0:  # named after the run (verl serve calls it that)
                 from verl.utils.export_info import write_export_info
 
-                write_export_info(target, str(self.config.trainer.experiment_name), self.global_step)
+                write_export_info(target, self.config.trainer.experiment_name, self.global_step)
 
     def fit(self) -> dict[str, float]:
         """Run the configured training (``trainer.*``, ``data.*``, ``optim.*``) and return the final metrics:
@@ -514,7 +514,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             self._reporter.start(resumed_step=self.global_step if self.resumed_from else None)
         failure: str | None = None
         bar = ProgressBar(total=total, initial=self.global_step, desc=type(self).__name__) if self.rank == 0 else None
-        bsz, logging_steps = int(self.config.data.train_batch_size), int(tcfg.logging_steps)
+        bsz, logging_steps = self.config.data.train_batch_size, int(tcfg.logging_steps)
         save_freq, test_freq = int(tcfg.save_freq), int(tcfg.test_freq)
         final: dict[str, float] = {}
         window: list[dict[str, float]] = []

@@ -52,8 +52,8 @@ def run_identity(algorithm: str, config: DictConfig, model: Any = None) -> dict[
         override = OmegaConf.to_container(mcfg.override_config, resolve=True) if mcfg.get("override_config") else {}
         fingerprint = model_fingerprint_from_path(resolve_model_path(str(model or mcfg.path)), override)
     # the data position of a checkpoint is counted in steps of this batch size: another one resumes elsewhere
-    settings = {"data.train_batch_size": int(config.data.train_batch_size)}
-    return make_identity(algorithm, algorithm, {"actor": fingerprint}, int(mcfg.get("lora_rank", 0) or 0), settings)
+    settings = {"data.train_batch_size": config.data.train_batch_size}
+    return make_identity(algorithm, algorithm, {"actor": fingerprint}, int(mcfg.lora_rank or 0), settings)
 
 
 def load_trainer_tokenizer(config: DictConfig, model: Any, model_path: str | None) -> Any:
@@ -84,11 +84,11 @@ def load_policy(config: DictConfig, model: Any) -> torch.nn.Module:
             trust_remote_code=bool(mcfg.trust_remote_code),
             override_config=OmegaConf.to_container(mcfg.override_config),
         )
-    lora_rank = int(mcfg.get("lora_rank", 0) or 0)
+    lora_rank = int(mcfg.lora_rank or 0)
     if lora_rank > 0:
         from verl.utils.models.lora import apply_lora
 
-        module = apply_lora(module, lora_rank, int(mcfg.get("lora_alpha", 16)), mcfg.get("target_modules"))
+        module = apply_lora(module, lora_rank, mcfg.lora_alpha, mcfg.target_modules)
     if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
         module.gradient_checkpointing_enable()
         if lora_rank > 0 and hasattr(module, "enable_input_require_grads"):

@@ -90,9 +90,9 @@ class SFTTrainer(OfflineTrainer):
             messages_key=str(d.messages_key),
             prompt_dict_keys=list(d.prompt_dict_keys) if d.get("prompt_dict_keys") else None,
             response_dict_keys=list(d.response_dict_keys) if d.get("response_dict_keys") else None,
-            apply_chat_template=bool(d.get("apply_chat_template", False)),
+            apply_chat_template=d.apply_chat_template,
             processor=self.processor,
-            image_key=str(d.get("image_key", "images")),
+            image_key=d.image_key,
         )
         return ds
 

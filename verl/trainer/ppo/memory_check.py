@@ -119,12 +119,12 @@ def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) ->
 
     actor_fp = fingerprints["actor"]
     arr = config.actor_rollout_ref
-    prompt, response = int(config.data.max_prompt_length), int(config.data.max_response_length)
+    prompt, response = config.data.max_prompt_length, config.data.max_response_length
     seq = prompt + response
     vocab = int(actor_fp["vocab_size"])
-    dtype = resolve_dtype_name(str(arr.actor.get("dtype", "auto") or "auto"), "cpu")
+    dtype = resolve_dtype_name(str(arr.actor.dtype or "auto"), "cpu")
     act_bytes = 4 if dtype == "float32" else 2
-    checkpointing = bool(arr.model.get("enable_gradient_checkpointing", False))
+    checkpointing = bool(arr.model.enable_gradient_checkpointing)
     per_token, per_token_text = _per_token_activation_bytes(actor_fp, act_bytes, checkpointing)
     one_layer, _ = _per_token_activation_bytes({**actor_fp, "num_hidden_layers": 1}, act_bytes, False)
 
@@ -170,7 +170,7 @@ def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) ->
     params = int(actor_fp.get("num_parameters") or 0)
     fixed = params * 16.0
     parts = [f"actor {params / 1e6:.0f}M params x 16 B (weights, gradients, Adam)"]
-    if need_reference_policy(config) and int(arr.model.get("lora_rank", 0) or 0) == 0:
+    if need_reference_policy(config) and int(arr.model.lora_rank or 0) == 0:
         fixed += params * 4.0
         parts.append(f"reference {params / 1e6:.0f}M x 4 B")
     if critic_enabled(config) and "critic" in fingerprints:
@@ -184,7 +184,7 @@ def _per_rank_mini_batch(config: Any) -> int:
     """Sequences per rank in one actor mini-batch (``ppo_mini_batch_size * rollout.n / world``), which the
     micro-batch size must divide."""
     arr, trainer_cfg = config.actor_rollout_ref, config.trainer
-    world = max(1, int(trainer_cfg.nnodes) * int(trainer_cfg.n_gpus_per_node))
+    world = max(1, trainer_cfg.nnodes * trainer_cfg.n_gpus_per_node)
     return max(1, int(arr.actor.ppo_mini_batch_size) * int(arr.rollout.n) // world)
 
 
@@ -199,7 +199,7 @@ def check_ppo_memory(config: Any, identity: dict[str, Any] | None, available: fl
     from verl.utils.device import get_device_name
 
     trainer_cfg = config.trainer
-    if not bool(trainer_cfg.check_memory) or get_device_name(str(trainer_cfg.device)) != "cpu":
+    if not trainer_cfg.check_memory or get_device_name(trainer_cfg.device) != "cpu":
         return None
     fps = (identity or {}).get("models") or {}
     actor = fps.get("actor") or {}
@@ -209,7 +209,7 @@ def check_ppo_memory(config: Any, identity: dict[str, Any] | None, available: fl
     if available is None:
         return None
     phases, fixed, fixed_text = estimate_ppo_memory(config, fps)
-    ranks = int(trainer_cfg.n_gpus_per_node)  # the ranks on this machine, each with its own micro-batch
+    ranks = trainer_cfg.n_gpus_per_node  # the ranks on this machine, each with its own micro-batch
     worst = max(phases, key=lambda p: p.total)
     need = fixed + ranks * worst.total
     summary = (

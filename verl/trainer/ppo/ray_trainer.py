@@ -112,7 +112,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         self.use_reference_policy = need_reference_policy(config)
         self.use_rm = bool(config.reward_model.enable)
         # on-policy distillation (distillation.enable): a teacher worker group scores the actor's tokens
-        self.use_teacher = bool(OmegaConf.select(config, "distillation.enable", default=False))
+        self.use_teacher = bool(OmegaConf.select(config, "distillation.enable"))  # absent (a partial config): off
         # an LLM judge reward on a judge worker group (reward_model.judge.backend=worker)
         judge_backend = OmegaConf.select(config, "reward_model.judge.backend", default=None)
         self.use_judge_worker = config.reward_model.reward_manager == "judge" and judge_backend == "worker"

@@ -4,15 +4,14 @@ and the weights, rejection and ``rollout_corr/*`` metrics added to a batch (the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verl.algorithms.rollout_correction import compute_mismatch_metrics, compute_rollout_correction
-from verl.base_config import get_config_value
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.trainer.config.log_prob_passes import bypass_mode, correction_enabled, needs_old_log_probs
 from verl.trainer.config.schema import RolloutCorrectionConfig
-
-_DEFAULTS = RolloutCorrectionConfig()
 
 __all__ = [
     "correction_enabled",
@@ -33,17 +32,17 @@ def _rollout_log_probs(batch: DataProto, what: str):
     return batch.batch["rollout_log_probs"]
 
 
-def bypass_loss_needed(cfg: Any) -> bool:
+def bypass_loss_needed(cfg: RolloutCorrectionConfig | Mapping[str, Any] | None) -> bool:
     """Whether bypass mode must swap the actor's loss for ``bypass_mode`` (upstream ``apply_bypass_mode``): importance
     weights or rejection against the current policy, or the REINFORCE loss. Plain bypass with ``loss_type=ppo_clip``
     and no correction is the configured loss with ratio ``pi_theta / pi_rollout``, so the loss is left alone."""
     if not bypass_mode(cfg):
         return False
-    corrected = any(get_config_value(cfg, key, None) is not None for key in ("rollout_is", "rollout_rs"))
-    return corrected or get_config_value(cfg, "loss_type", _DEFAULTS.loss_type) == "reinforce"
+    rc = omega_conf_to_dataclass(cfg, RolloutCorrectionConfig)
+    return rc.rollout_is is not None or rc.rollout_rs is not None or rc.loss_type == "reinforce"
 
 
-def use_rollout_as_old(batch: DataProto, cfg: Any = None) -> DataProto:
+def use_rollout_as_old(batch: DataProto, cfg: RolloutCorrectionConfig | Mapping[str, Any] | None = None) -> DataProto:
     """Bypass mode: ``old_log_probs`` := ``rollout_log_probs`` (the PPO ratio is then ``pi_theta / pi_rollout``).
 
     When ``cfg`` (``algorithm.rollout_correction``) asks for weights, rejection or ``loss_type=reinforce``, its
@@ -69,7 +68,9 @@ def _plain(cfg: Any) -> dict[str, Any]:
     return dict(cfg)
 
 
-def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
+def apply_rollout_correction(
+    batch: DataProto, cfg: RolloutCorrectionConfig | Mapping[str, Any] | None
+) -> dict[str, float]:
     """Add ``rollout_is_weights`` and apply rejection (``response_mask`` zeroed on rejected tokens) as ``cfg``
     (``algorithm.rollout_correction``) asks; returns the ``rollout_corr/*`` metrics.
 
@@ -91,24 +92,23 @@ def apply_rollout_correction(batch: DataProto, cfg: Any) -> dict[str, float]:
     if not has_old:
         raise KeyError("algorithm.rollout_correction needs old_log_probs in the batch (run compute_log_prob first)")
 
-    def value(key: str, default: Any = None) -> Any:
-        return get_config_value(cfg, key, default)
+    # typed: keys a caller's partial section leaves out take RolloutCorrectionConfig's defaults
+    rc = omega_conf_to_dataclass(cfg, RolloutCorrectionConfig)
 
-    def as_float(key: str) -> float | None:
-        v = value(key)
+    def as_float(v: Any) -> float | None:
         return None if v is None else float(v)
 
     result = compute_rollout_correction(
         batch.batch["old_log_probs"],
         rollout_log_probs,
         batch.batch["response_mask"],
-        rollout_is=value("rollout_is"),
-        rollout_is_threshold=value("rollout_is_threshold", 2.0),
-        rollout_is_batch_normalize=bool(value("rollout_is_batch_normalize", False)),
-        rollout_rs=value("rollout_rs"),
-        rollout_rs_threshold=value("rollout_rs_threshold"),
-        rollout_rs_threshold_lower=as_float("rollout_rs_threshold_lower"),
-        rollout_token_veto_threshold=as_float("rollout_token_veto_threshold"),
+        rollout_is=rc.rollout_is,
+        rollout_is_threshold=rc.rollout_is_threshold,
+        rollout_is_batch_normalize=rc.rollout_is_batch_normalize,
+        rollout_rs=rc.rollout_rs,
+        rollout_rs_threshold=rc.rollout_rs_threshold,
+        rollout_rs_threshold_lower=as_float(rc.rollout_rs_threshold_lower),
+        rollout_token_veto_threshold=as_float(rc.rollout_token_veto_threshold),
     )
     batch.batch["response_mask"] = result.response_mask
     if result.rollout_is_weights is not None:

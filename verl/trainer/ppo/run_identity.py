@@ -27,8 +27,8 @@ def ppo_run_identity(config: DictConfig) -> dict[str, Any]:
     models = {"actor": fingerprint(model)}
     if critic_enabled(config):
         models["critic"] = fingerprint(config.critic.model)
-    lora_rank = int(model.get("lora_rank", 0) or 0)
-    return make_identity("ppo", str(config.algorithm.adv_estimator), models, lora_rank, ppo_resume_settings(config))
+    lora_rank = int(model.lora_rank or 0)
+    return make_identity("ppo", config.algorithm.adv_estimator, models, lora_rank, ppo_resume_settings(config))
 
 
 def ppo_resume_settings(config: DictConfig) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def ppo_resume_settings(config: DictConfig) -> dict[str, Any]:
 
     data = config.data
     async_mode = OmegaConf.select(config, "async_training.mode", default=None)
-    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False)
+    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable")  # absent: single-turn
     return {
         "data.train_batch_size": int(data.train_batch_size),
         "data.shuffle": bool(data.shuffle),

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from verl.base_config import get_config_value
+
 logger = logging.getLogger(__name__)
 
 
@@ -155,7 +157,7 @@ def build_datasets(config: DictConfig, tokenizer, processor: Any = None) -> tupl
 def async_trainer_cls(config: DictConfig) -> type | None:
     """The trainer of ``async_training.mode`` (docs/async_training.md): one-step-off-policy or fully asynchronous;
     None for synchronous training."""
-    mode = config.get("async_training", {}).get("mode") if hasattr(config, "get") else None
+    mode = get_config_value(config, "async_training.mode")  # absent (a partial config): synchronous
     if mode == "one_step_off":
         from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayPPOTrainer
 

@@ -133,7 +133,7 @@ def check_verl_trainer_args(
     if device_name is not None:
         from verl.utils.device import get_device_name
 
-        device = str(config.trainer.get("device", "auto"))
+        device = config.trainer.device
         chosen = get_device_name(device)
         if device_name != chosen:
             raise ValueError(

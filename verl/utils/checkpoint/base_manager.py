@@ -90,10 +90,11 @@ class BaseCheckpointManager:
 
     @property
     def should_save_lora_only(self) -> bool:
+        """``checkpoint_config.save_lora_only`` (upstream's key, not one of this project's sections: absent is off)."""
         cfg = self.checkpoint_config
         if not cfg:
             return False
-        return bool(cfg.get("save_lora_only", False) if hasattr(cfg, "get") else getattr(cfg, "save_lora_only", False))
+        return bool(cfg.get("save_lora_only") if hasattr(cfg, "get") else getattr(cfg, "save_lora_only", None))
 
     @staticmethod
     def is_lora_only_state_dict(state_dict: dict[str, Any]) -> bool:

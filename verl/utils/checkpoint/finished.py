@@ -8,10 +8,11 @@ Read from the completion markers only (no file hashed, nothing loaded), so the a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from verl.base_config import get_config_value
-from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir
+from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir, resume_mode
 
 __all__ = ["FRESH_HINT", "finished_checkpoint", "finished_run_message"]
 
@@ -22,7 +23,9 @@ FRESH_HINT = (
 )
 
 
-def finished_checkpoint(trainer_config: Any, total_steps: int, root: str | None = None) -> tuple[str, int] | None:
+def finished_checkpoint(
+    trainer_config: Mapping[str, Any], total_steps: int, root: str | None = None
+) -> tuple[str, int] | None:
     """``(step directory, step)`` of the checkpoint a resume would take when its step is ``total_steps`` or later;
     None when the run has steps left, starts fresh (``resume_mode=disable``) or has no checkpoint.
 
@@ -31,7 +34,7 @@ def finished_checkpoint(trainer_config: Any, total_steps: int, root: str | None 
     """
     if total_steps <= 0:
         return None
-    mode = str(get_config_value(trainer_config, "resume_mode", "auto"))
+    mode = resume_mode(trainer_config)
     if mode == "auto":
         step_dir = newest_complete_step_dir(root or checkpoint_root(trainer_config))
     elif mode == "resume_path":
@@ -49,7 +52,7 @@ def finished_checkpoint(trainer_config: Any, total_steps: int, root: str | None 
 
 
 def finished_run_message(
-    trainer_config: Any, total_steps: int, root: str | None = None, fresh_hint: str = FRESH_HINT
+    trainer_config: Mapping[str, Any], total_steps: int, root: str | None = None, fresh_hint: str = FRESH_HINT
 ) -> str | None:
     """The one line a run prints instead of training when :func:`finished_checkpoint` finds its last step; None
     when there is something to train. ``fresh_hint`` says how to start it again (``make demo-fresh`` for the demo)."""

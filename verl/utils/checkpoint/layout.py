@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Optional, Union
 
@@ -63,6 +63,17 @@ TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_RE = re.compile(r"global_step_(\d+)")
 RESUME_MODES = ("auto", "disable", "resume_path")
+
+
+def resume_mode(trainer_config: Mapping[str, Any]) -> str:
+    """``trainer.resume_mode`` of a trainer section (PPO's, SFT's, DPO's: each trainer's dataclass holds the default,
+    so a section built from one always has it); one of :data:`RESUME_MODES`, else a ``ValueError`` naming it."""
+    mode = get_config_value(trainer_config, "resume_mode")
+    if mode not in RESUME_MODES:
+        raise ValueError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
+    return str(mode)
+
+
 # a run identity, or a zero-argument callable computing it when there is a checkpoint to compare it with
 IdentityArg = Optional[Union[dict[str, Any], Callable[[], Optional[dict[str, Any]]]]]
 
@@ -304,7 +315,7 @@ def remove_old_checkpoints(
     return removed
 
 
-def checkpoint_root(trainer_config: Any) -> str:
+def checkpoint_root(trainer_config: Mapping[str, Any]) -> str:
     """The checkpoint root of a run: ``trainer.default_local_dir``, under ``trainer.namespace`` when set."""
     base = get_config_value(trainer_config, "default_local_dir")
     if not base:
@@ -313,7 +324,7 @@ def checkpoint_root(trainer_config: Any) -> str:
 
 
 def resolve_resume_path(
-    trainer_config: Any, default_local_dir: str | None = None, identity: IdentityArg = None
+    trainer_config: Mapping[str, Any], default_local_dir: str | None = None, identity: IdentityArg = None
 ) -> str | None:
     """Which checkpoint to resume from, per ``trainer.resume_mode``.
 
@@ -327,9 +338,7 @@ def resolve_resume_path(
     :func:`.identity.check_resume_identity` raises :class:`.identity.CheckpointMismatchError` otherwise, before
     anything is loaded.
     """
-    mode = get_config_value(trainer_config, "resume_mode", "auto")
-    if mode not in RESUME_MODES:
-        raise ValueError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
+    mode = resume_mode(trainer_config)
     if mode == "disable":
         return None
     if mode == "auto":
@@ -366,7 +375,9 @@ def newest_complete_step_dir(root: str | None) -> str | None:
     return None
 
 
-def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_local_dir: str | None = None) -> None:
+def check_checkpoint_root(
+    trainer_config: Mapping[str, Any], identity: IdentityArg, default_local_dir: str | None = None
+) -> None:
     """Refuse, before anything is loaded, a run whose checkpoints would collide with another run's.
 
     Checked against this run's ``identity`` (:func:`.identity.check_resume_identity`): under ``resume_mode=auto``
@@ -377,7 +388,7 @@ def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_lo
     namespaced root (default: :func:`checkpoint_root`). Reads completion markers only; raises
     :class:`.identity.CheckpointMismatchError`.
     """
-    mode = get_config_value(trainer_config, "resume_mode", "auto")
+    mode = resume_mode(trainer_config)
     if mode not in ("auto", "resume_path"):
         return
     memo: list[Any] = []

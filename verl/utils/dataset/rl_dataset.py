@@ -15,18 +15,19 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from verl.base_config import get_config_value
+from verl.base_config import omega_conf_to_dataclass
+from verl.trainer.config.schema import DataConfig
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.multi_modal_inputs import processor_inputs
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.sft_dataset import to_plain
-from verl.utils.dataset.video_utils import DEFAULT_VIDEO_MAX_FRAMES, is_video_file, video_decoder
+from verl.utils.dataset.video_utils import is_video_file, video_decoder
 from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
@@ -101,7 +102,13 @@ class RLHFDataset(torch.utils.data.Dataset):
     (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
     """
 
-    def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:
+    def __init__(
+        self,
+        data_files: str | Sequence[str],
+        tokenizer: Any,
+        config: DataConfig | Mapping[str, Any] | None,
+        processor: Any = None,
+    ) -> None:
         if isinstance(data_files, str):
             data_files = [data_files]
         else:
@@ -110,21 +117,22 @@ class RLHFDataset(torch.utils.data.Dataset):
             raise ValueError("RLHFDataset: data_files is empty")
         self.data_files = [resolve_data_path(str(f)) for f in data_files]
         self.tokenizer = tokenizer
-        self.config = config
-        self.prompt_key: str = get_config_value(config, "prompt_key", "prompt")
-        self.max_prompt_length: int = int(get_config_value(config, "max_prompt_length", 1024))
-        self.return_raw_chat: bool = bool(get_config_value(config, "return_raw_chat", False))
-        self.filter_overlong_prompts: bool = bool(get_config_value(config, "filter_overlong_prompts", True))
-        self.truncation: str = str(get_config_value(config, "truncation", "error"))
-        self.apply_chat_template: bool = bool(get_config_value(config, "apply_chat_template", True))
+        # typed: a partial data section (the Python API, tests) is completed from DataConfig, the defaults' one home
+        self.config = config = omega_conf_to_dataclass(config, DataConfig)
+        self.prompt_key: str = config.prompt_key
+        self.max_prompt_length: int = config.max_prompt_length
+        self.return_raw_chat: bool = config.return_raw_chat
+        self.filter_overlong_prompts: bool = config.filter_overlong_prompts
+        self.truncation: str = config.truncation
+        self.apply_chat_template: bool = config.apply_chat_template
         self.processor = processor
-        self.image_key: str = str(get_config_value(config, "image_key", "images"))
-        self.video_key: str = str(get_config_value(config, "video_key", "videos"))
-        self.video_max_frames: int = int(get_config_value(config, "video_max_frames", DEFAULT_VIDEO_MAX_FRAMES))
-        self.return_multi_modal_inputs: bool = bool(get_config_value(config, "return_multi_modal_inputs", True))
-        self.min_pixels: int | None = get_config_value(config, "min_pixels", None)
-        self.max_pixels: int | None = get_config_value(config, "max_pixels", None)
-        max_samples = get_config_value(config, "max_samples", -1)
+        self.image_key: str = config.image_key
+        self.video_key: str = config.video_key
+        self.video_max_frames: int = config.video_max_frames
+        self.return_multi_modal_inputs: bool = config.return_multi_modal_inputs
+        self.min_pixels: int | None = config.min_pixels
+        self.max_pixels: int | None = config.max_pixels
+        max_samples = config.get("max_samples")  # not a data key: main_eval's cap (absent: every row)
         self.max_samples: int = -1 if max_samples is None else int(max_samples)
         if self.max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")

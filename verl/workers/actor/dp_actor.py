@@ -7,6 +7,7 @@ ranks are averaged by the sharding wrapper, so this file only sees its own share
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -265,7 +266,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def __init__(
         self,
-        config: Any,
+        config: ActorConfig | Mapping[str, Any],
         actor_module: torch.nn.Module,
         actor_optimizer: torch.optim.Optimizer | None = None,
         lr_scheduler: Any | None = None,
@@ -282,7 +283,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_optimizer = actor_optimizer
         self.lr_scheduler = lr_scheduler
         if use_remove_padding is None:
-            use_remove_padding = bool(self.config.get("use_remove_padding", False))
+            use_remove_padding = bool(self.config.get("use_remove_padding"))  # a +key extra; the worker passes it
         self.use_remove_padding = bool(use_remove_padding)
         # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
         self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
@@ -316,7 +317,7 @@ class DataParallelPPOActor(BasePPOActor):
                 raise ValueError("Ulysses sequence parallelism does not support vision-language inputs yet")
             rows = [multi_modal_rows[i] for i in micro[MULTI_MODAL_ROW_KEY].tolist()]
             extra_inputs = vision_forward_kwargs(self.actor_module, micro["input_ids"], micro["attention_mask"], rows)
-        with autocast_context(device, str(self.config.dtype)):
+        with autocast_context(device, self.config.dtype):
             if self.sp_group is not None:
                 import torch.distributed as dist
 
@@ -399,7 +400,7 @@ class DataParallelPPOActor(BasePPOActor):
         """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics. With
         ``rollout_correction`` (bypass mode asking for a correction) the loss is upstream's ``bypass_mode``."""
         cfg = self.config
-        entropy_coeff = float(cfg.entropy_coeff)
+        entropy_coeff = cfg.entropy_coeff
         response_mask = response_mask_of(micro).to(torch.float32)
         with activation_offload(self.offload_activations, module_device(self.actor_module).type):
             log_prob, entropy = self._forward_micro_batch(
@@ -409,7 +410,7 @@ class DataParallelPPOActor(BasePPOActor):
                 entropy_requires_grad=entropy_coeff != 0,
                 multi_modal_rows=multi_modal_rows,
             )
-        loss_mode = str(cfg.policy_loss.loss_mode)
+        loss_mode = cfg.policy_loss.loss_mode
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)
         old_log_prob = micro["old_log_probs"] if "old_log_probs" in micro.keys() else log_prob.detach()
@@ -436,16 +437,16 @@ class DataParallelPPOActor(BasePPOActor):
             policy_loss = policy_loss - entropy_coeff * entropy_loss
         kl_loss = None
         if cfg.use_kl_loss:
-            kld = kl_penalty(log_prob, micro["ref_log_prob"], str(cfg.kl_loss_type))
+            kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
             kl_loss = agg_loss(
                 loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, loss_scale_factor=scale
             )
-            policy_loss = policy_loss + float(cfg.kl_loss_coef) * kl_loss
+            policy_loss = policy_loss + cfg.kl_loss_coef * kl_loss
         metrics: dict[str, float] = {"actor/pg_loss": float(pg_loss.detach().item())}
         metrics["actor/entropy"] = float(entropy_loss.detach().item())
         if kl_loss is not None:
             metrics["actor/kl_loss"] = float(kl_loss.detach().item())
-            metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
+            metrics["actor/kl_coef"] = cfg.kl_loss_coef
         for name, value in (pg_metrics or {}).items():
             # upstream keeps a loss's own prefixes (the bypass loss's rollout_corr/*); bare names go under actor/
             key = name if name.startswith(("actor/", "rollout_corr/")) else f"actor/{name}"
@@ -492,7 +493,7 @@ class DataParallelPPOActor(BasePPOActor):
         for optional in ("old_log_probs", "position_ids", "response_mask", "rollout_is_weights"):
             if optional in data.batch.keys():
                 keys.append(optional)
-        loss_agg_mode = str(cfg.loss_agg_mode)
+        loss_agg_mode = cfg.loss_agg_mode
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
         return run_mini_batch_updates(

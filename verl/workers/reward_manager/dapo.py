@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verl.base_config import get_config_value
+from verl.base_config import omega_conf_to_dataclass
+from verl.workers.config.reward_model import OverlongBufferConfig
 from verl.workers.reward_manager.abstract import Sample
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -40,14 +41,15 @@ class DAPORewardManager(NaiveRewardManager):
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
         max_resp_len: int | None = None,
-        overlong_buffer_cfg: Any = None,
+        overlong_buffer_cfg: OverlongBufferConfig | Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key, **kwargs)
-        self.overlong_enable = bool(get_config_value(overlong_buffer_cfg, "enable", False))
-        self.overlong_len = int(get_config_value(overlong_buffer_cfg, "len", 0))
-        self.overlong_penalty_factor = float(get_config_value(overlong_buffer_cfg, "penalty_factor", 1.0))
-        self.overlong_log = bool(get_config_value(overlong_buffer_cfg, "log", False))
+        overlong = omega_conf_to_dataclass(overlong_buffer_cfg, OverlongBufferConfig)  # None: the defaults (off)
+        self.overlong_enable = overlong.enable
+        self.overlong_len = overlong.len
+        self.overlong_penalty_factor = overlong.penalty_factor
+        self.overlong_log = overlong.log
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from verl.base_config import omega_conf_to_dataclass
 from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
 from verl.utils.reward_score.judge.backends import JudgeRequestError
 from verl.utils.reward_score.judge.judge import JudgeResult
+from verl.workers.config.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -31,22 +33,23 @@ from verl.workers.reward_manager.registry import register
 logger = logging.getLogger(__name__)
 
 
-def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | None = None) -> LLMJudge:
-    """An :class:`LLMJudge` from a ``reward_model.judge`` mapping (see ``JudgeConfig``)."""
-    cfg = dict(config)
-    backend_name = cfg.get("backend", "openai")
+def build_judge(config: JudgeConfig | Mapping[str, Any], parse_fn: Callable[[str], float] | None = None) -> LLMJudge:
+    """An :class:`LLMJudge` from a ``reward_model.judge`` section (a partial mapping is completed from
+    :class:`JudgeConfig`, the one home of its defaults)."""
+    cfg = omega_conf_to_dataclass(config, JudgeConfig)
+    backend_name = cfg.backend
     if backend_name == "openai":
-        if not cfg.get("url"):
+        if not cfg.url:
             raise ValueError("reward_model.judge.url: the openai judge backend needs the endpoint's API base URL")
         backend: Any = OpenAIJudgeBackend(
-            url=str(cfg["url"]),
-            model=str(cfg.get("model") or "judge"),
-            max_new_tokens=int(cfg.get("max_new_tokens", 256)),
-            temperature=float(cfg.get("temperature", 0.0)),
-            max_concurrency=int(cfg.get("max_concurrency", 8)),
-            timeout_s=float(cfg.get("timeout_s", 60.0)),
-            max_retries=int(cfg.get("max_retries", 2)),
-            api_key_env=cfg.get("api_key_env"),
+            url=str(cfg.url),
+            model=str(cfg.model or "judge"),
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            max_concurrency=cfg.max_concurrency,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            api_key_env=cfg.api_key_env,
         )
     elif backend_name == "hf":
         import torch
@@ -54,20 +57,20 @@ def build_judge(config: Mapping[str, Any], parse_fn: Callable[[str], float] | No
         # next to the trainer, on its accelerator
         backend = HFJudgeBackend.from_config(cfg, device="cuda" if torch.cuda.is_available() else None)
     elif backend_name == "worker":
-        if not cfg.get("model"):
+        if not cfg.model:
             raise ValueError("reward_model.judge.model: the worker judge backend needs the judge's model path")
         backend = WorkerGroupJudgeBackend()  # the trainer binds its judge worker group in init_workers
     else:
         raise ValueError(f"reward_model.judge.backend must be 'openai', 'hf' or 'worker', got {backend_name!r}")
     return LLMJudge(
         backend,
-        mode=str(cfg.get("mode", "pointwise")),
-        template=cfg.get("template"),
+        mode=cfg.mode,
+        template=cfg.template,
         parse_fn=parse_fn,
-        score_pattern=cfg.get("score_pattern"),
-        max_score=float(cfg.get("max_score", 10.0)),
-        on_error=str(cfg.get("on_error", "zero")),
-        both_orders=bool(cfg.get("both_orders", True)),
+        score_pattern=cfg.score_pattern,
+        max_score=cfg.max_score,
+        on_error=cfg.on_error,
+        both_orders=cfg.both_orders,
     )
 
 
@@ -99,18 +102,18 @@ class JudgeRewardManager(NaiveRewardManager):
         tokenizer: Any,
         num_examine: int,
         judge: LLMJudge | None = None,
-        judge_config: Mapping[str, Any] | None = None,
+        judge_config: JudgeConfig | Mapping[str, Any] | None = None,
         weight: float | None = None,
         rule_weight: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(tokenizer, num_examine, **kwargs)
-        cfg = dict(judge_config or {})
+        cfg = omega_conf_to_dataclass(judge_config, JudgeConfig)  # None: JudgeConfig's defaults
         if judge is None:
             judge = build_judge(cfg)
         self.judge = judge
-        self.weight = float(cfg.get("weight", 1.0) if weight is None else weight)
-        self.rule_weight = float(cfg.get("rule_weight", 0.0) if rule_weight is None else rule_weight)
+        self.weight = float(cfg.weight if weight is None else weight)
+        self.rule_weight = float(cfg.rule_weight if rule_weight is None else rule_weight)
         self._group_ids: list[Any] | None = None
         self._answered: dict[str, Any] | None = None
         self.reused_batches = 0  # batches scored from the answers the rollout received (overlap_rollout)

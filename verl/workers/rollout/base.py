@@ -81,7 +81,7 @@ class BaseRollout(ABC):
     def uses_agent_loops(self, prompts: DataProto) -> bool:
         """Whether this call runs agent loops: ``rollout.multi_turn.enable`` is on and the call is not one of the
         loops' own turn requests (``meta_info["agent_loop_turn"]``)."""
-        enabled = get_config_value(getattr(self, "config", None), "multi_turn.enable", False)
+        enabled = get_config_value(getattr(self, "config", None), "multi_turn.enable")  # no config: single-turn
         return bool(enabled) and not prompts.meta_info.get("agent_loop_turn", False)
 
     def run_agent_loops(self, prompts: DataProto) -> DataProto:
@@ -181,8 +181,9 @@ def vllm_usable_for(model_path: str | None, world_size: int, tensor_parallel_siz
     if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
         return False, "the actor is not loaded from a model directory"
     with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // max(int(cfg.get("num_attention_heads", 1)), 1)
+        hf_config = json.load(f)
+    heads = max(int(hf_config.get("num_attention_heads", 1)), 1)
+    head_dim = hf_config.get("head_dim") or hf_config.get("hidden_size", 0) // heads
     if not torch.cuda.is_available() and head_dim < 32:
         return False, f"head dim {head_dim} < 32, below what vLLM's CPU attention supports"
     return True, ""
@@ -211,30 +212,31 @@ class SamplingSettings:
         return 1.0 if self.greedy else self.temperature
 
 
-def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSettings:
+def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) -> SamplingSettings:
     """Combine the rollout config section with a call's ``meta_info``.
 
     Precedence: ``rollout.*`` < ``rollout.val_kwargs.*`` (when ``meta_info["validate"]``) < explicit
     ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``.
     """
     validate = bool(meta_info.get("validate", False))
-    source = get_config_value(config, "val_kwargs", {}) if validate else config
+    config = omega_conf_to_dataclass(config, RolloutConfig)  # a partial section: RolloutConfig's defaults
+    source = config.val_kwargs if validate else config
     where = "rollout.val_kwargs" if validate else "rollout"
 
-    def pick(key: str, default: Any) -> tuple[Any, str]:
+    def pick(key: str) -> tuple[Any, str]:
         if meta_info.get(key) is not None:
             return meta_info[key], f"meta_info[{key!r}]"
-        value = get_config_value(source, key, None)
-        if value is None:
-            value = get_config_value(config, key, default)
+        value = source.get(key)
+        if value is None:  # a key val_kwargs does not have (response_length), or null there: the rollout's
+            value = config.get(key)
         return value, f"{where}.{key}"
 
-    do_sample, _ = pick("do_sample", True)
-    temperature, t_where = pick("temperature", 1.0)
-    top_p, p_where = pick("top_p", 1.0)
-    top_k, k_where = pick("top_k", -1)
-    response_length, r_where = pick("response_length", None)
-    min_new_tokens = int(get_config_value(config, "min_new_tokens", 0))
+    do_sample, _ = pick("do_sample")
+    temperature, t_where = pick("temperature")
+    top_p, p_where = pick("top_p")
+    top_k, k_where = pick("top_k")
+    response_length, r_where = pick("response_length")
+    min_new_tokens = config.min_new_tokens
     if response_length is None or int(response_length) < 1:
         raise ValueError(f"{r_where}={response_length!r}: the response length must be a positive integer")
     if float(temperature) < 0:
@@ -252,7 +254,7 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
         top_k=int(top_k),
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
-        calculate_log_probs=bool(get_config_value(config, "calculate_log_probs", False)),
+        calculate_log_probs=config.calculate_log_probs,
     )
 
 

@@ -24,17 +24,18 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
-from verl.base_config import get_config_value
+from verl.base_config import get_config_value, omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.hardware.precision import resolve_dtype_name
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.models.loader import resolve_model_path
 from verl.utils.seeding import replica_seed
+from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
@@ -194,7 +195,7 @@ def vllm_requests(
     return requests
 
 
-def engine_args_from_config(config: Any, max_model_len: int) -> dict[str, Any]:
+def engine_args_from_config(config: RolloutConfig | Mapping[str, Any], max_model_len: int) -> dict[str, Any]:
     """The ``vllm.LLM`` arguments a verl rollout section sets beyond the basics: ``enable_chunked_prefill``,
     ``max_num_batched_tokens``, ``enable_prefix_caching``, ``disable_log_stats``, ``load_format`` and every entry of
     ``engine_kwargs.vllm`` (which win). Keys the section does not have are left to vLLM's defaults.
@@ -244,26 +245,28 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
     # inside the agent loops of a batch: the engine stays awake between their turn requests
     _serving_agent_loops: bool = False
 
-    def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model_path: str, config: RolloutConfig | Mapping[str, Any], tokenizer: Any = None, **engine_kwargs: Any
+    ) -> None:
         vllm = import_vllm()
         self.config = config
+        config = omega_conf_to_dataclass(config, RolloutConfig)  # a partial section: RolloutConfig's defaults
         self.tokenizer = tokenizer
         self.model_path = resolve_model_path(model_path)
         hf_config = _read_hf_config(self.model_path)
         self.tie_word_embeddings = bool(hf_config.get("tie_word_embeddings", False))
         self._model_eos = hf_config.get("eos_token_id")
         self._vllm = vllm
-        prompt_length = int(get_config_value(config, "prompt_length", 512))
-        response_length = int(get_config_value(config, "response_length", 512))
-        max_model_len = int(get_config_value(config, "max_model_len", prompt_length + response_length))
-        max_num_seqs = int(get_config_value(config, "max_num_seqs", 256))
+        prompt_length, response_length = config.prompt_length, config.response_length
+        max_model_len = int(config.max_model_len or prompt_length + response_length)  # null: the two lengths
+        max_num_seqs = config.max_num_seqs
         on_gpu = torch.cuda.is_available()
         # vLLM's own "auto" follows the checkpoint's dtype (bf16 for most models), which is ~100x slower than fp32
         # on CPUs without native bf16: resolve it here with the one rule the trainer uses
-        dtype = resolve_dtype_name(str(get_config_value(config, "dtype", "auto")), "cuda" if on_gpu else "cpu")
+        dtype = resolve_dtype_name(config.dtype, "cuda" if on_gpu else "cpu")
         # Sleep mode frees the engine's GPU memory (weights offloaded, KV cache dropped) while the actor trains.
-        self._sleep_enabled = bool(get_config_value(config, "free_cache_engine", False)) and on_gpu
-        self.tp_size = int(get_config_value(config, "tensor_model_parallel_size", 1))
+        self._sleep_enabled = config.free_cache_engine and on_gpu
+        self.tp_size = config.tensor_model_parallel_size
         world, rank, self.dp_rank = distributed_layout(self.tp_size)
         self.dp_size = world // self.tp_size
         # An engine inside a multi-rank actor reuses the actor's world (see the module docstring) instead of
@@ -275,14 +278,14 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             dtype=dtype,
             # one stream per replica: with the same seed, replicas given the same prompts (rollout.n copies split
             # over ranks) would sample the same responses; the ranks of one tensor-parallel group must agree
-            seed=replica_seed(int(get_config_value(config, "seed", 0)), self.dp_rank),
+            seed=replica_seed(config.seed, self.dp_rank),
             # false (default) captures CUDA graphs on GPUs; on CPU vLLM would torch.compile its model at every
             # engine start, which a CPU run does not win back (docs/benchmarks.md section 9): eager there
-            enforce_eager=bool(get_config_value(config, "enforce_eager", False)) or not on_gpu,
+            enforce_eager=config.enforce_eager or not on_gpu,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=self.tp_size,
-            trust_remote_code=bool(get_config_value(config, "trust_remote_code", False)),
+            trust_remote_code=bool(config.get("trust_remote_code")),  # the worker adds model.trust_remote_code
             # log-probs of the sampled token after temperature (and top-k/top-p, when set)
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self._sleep_enabled,
@@ -290,7 +293,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             use_tqdm_on_load=current_third_party_level() not in (None, "unset"),
         )
         if on_gpu:
-            args["gpu_memory_utilization"] = float(get_config_value(config, "gpu_memory_utilization", 0.5))
+            args["gpu_memory_utilization"] = config.gpu_memory_utilization
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             dtype_bytes = 4 if dtype in ("float32", "fp32") else 2
             args["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(hf_config, max_num_seqs, max_model_len, dtype_bytes)

@@ -26,6 +26,9 @@ from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from verl.base_config import omega_conf_to_dataclass
+from verl.workers.config.reward_model import JudgeConfig
+
 T = TypeVar("T")
 
 
@@ -73,11 +76,11 @@ class OpenAIJudgeBackend:
         self,
         url: str,
         model: str = "judge",
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        max_concurrency: int = 8,
-        timeout_s: float = 60.0,
-        max_retries: int = 2,
+        max_new_tokens: int = JudgeConfig.max_new_tokens,
+        temperature: float = JudgeConfig.temperature,
+        max_concurrency: int = JudgeConfig.max_concurrency,
+        timeout_s: float = JudgeConfig.timeout_s,
+        max_retries: int = JudgeConfig.max_retries,
         backoff_s: float = 0.5,
         api_key_env: str | None = None,
     ) -> None:
@@ -179,9 +182,9 @@ class HFJudgeBackend:
         self,
         model: Any,
         tokenizer: Any = None,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        max_num_seqs: int = 8,
+        max_new_tokens: int = JudgeConfig.max_new_tokens,
+        temperature: float = JudgeConfig.temperature,
+        max_num_seqs: int = JudgeConfig.max_concurrency,
         max_prompt_length: int = 2048,
         seed: int = 0,
         device: str | None = None,
@@ -217,18 +220,20 @@ class HFJudgeBackend:
         )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], device: Any = None) -> HFJudgeBackend:
-        """The backend of a ``reward_model.judge`` mapping (``model``, ``max_new_tokens``, ``temperature``;
-        ``max_concurrency`` rows per generate call) on ``device`` (None: where the model loads, the CPU). The one
-        loader of both the in-driver ``hf`` backend and the ``judge`` worker's ranks."""
-        if not config.get("model"):
+    def from_config(cls, config: JudgeConfig | Mapping[str, Any], device: Any = None) -> HFJudgeBackend:
+        """The backend of a ``reward_model.judge`` section (``model``, ``max_new_tokens``, ``temperature``;
+        ``max_concurrency`` rows per generate call; a partial mapping is completed from :class:`JudgeConfig`) on
+        ``device`` (None: where the model loads, the CPU). The one loader of both the in-driver ``hf`` backend and
+        the ``judge`` worker's ranks."""
+        cfg = omega_conf_to_dataclass(config, JudgeConfig)
+        if not cfg.model:
             raise ValueError("reward_model.judge.model: the hf and worker judge backends need the judge's model path")
         return cls(
-            str(config["model"]),
+            str(cfg.model),
             device=device,
-            max_new_tokens=int(config.get("max_new_tokens", 256)),
-            temperature=float(config.get("temperature", 0.0)),
-            max_num_seqs=int(config.get("max_concurrency", 8)),
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            max_num_seqs=cfg.max_concurrency,
         )
 
     def generate(self, texts: Sequence[str]) -> list[str | Exception]:

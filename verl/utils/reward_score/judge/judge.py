@@ -26,6 +26,7 @@ from verl.utils.reward_score.judge.templates import (
     pairwise_parser,
     pointwise_parser,
 )
+from verl.workers.config.reward_model import JudgeConfig
 
 ON_ERROR_CHOICES = ("zero", "skip", "raise")
 
@@ -69,13 +70,13 @@ class LLMJudge:
     def __init__(
         self,
         backend: JudgeBackend,
-        mode: str = "pointwise",
+        mode: str = JudgeConfig.mode,
         template: str | None = None,
         parse_fn: Callable[[str], float] | None = None,
         score_pattern: str | None = None,
-        max_score: float = 10.0,
-        on_error: str = "zero",
-        both_orders: bool = True,
+        max_score: float = JudgeConfig.max_score,
+        on_error: str = JudgeConfig.on_error,
+        both_orders: bool = JudgeConfig.both_orders,
     ) -> None:
         if mode not in TEMPLATES:
             raise ValueError(f"reward_model.judge.mode must be one of {sorted(TEMPLATES)}, got {mode!r}")

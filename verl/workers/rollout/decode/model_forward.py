@@ -25,11 +25,11 @@ def supports_model_cache(module: torch.nn.Module) -> bool:
     from transformers import PreTrainedModel
 
     lm = causal_lm(module)
-    config = getattr(lm, "config", None)
+    hf_config = getattr(lm, "config", None)
     return (
         isinstance(lm, PreTrainedModel)
         and callable(getattr(lm, "generate", None))
-        and not getattr(config, "is_encoder_decoder", False)
+        and not getattr(hf_config, "is_encoder_decoder", False)
     )
 
 

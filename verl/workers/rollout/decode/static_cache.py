@@ -42,8 +42,8 @@ def causal_lm(module: torch.nn.Module) -> Any:
 def supports_static_cache(module: torch.nn.Module) -> bool:
     """True for an unsharded Llama/Qwen2 causal LM with full attention in every layer and rotary positions."""
     lm = causal_lm(module)
-    config = getattr(lm, "config", None)
-    if config is None or getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+    hf_config = getattr(lm, "config", None)
+    if hf_config is None or getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return False
     backbone = getattr(lm, "model", None)
     if backbone is None or not hasattr(lm, "lm_head"):
@@ -51,10 +51,10 @@ def supports_static_cache(module: torch.nn.Module) -> bool:
     for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
         if not hasattr(backbone, name):
             return False
-    layer_types = getattr(config, "layer_types", None)
+    layer_types = getattr(hf_config, "layer_types", None)
     if layer_types is not None and any(t != "full_attention" for t in layer_types):
         return False  # sliding-window layers need a windowed mask: the model's own forward handles them
-    if getattr(config, "use_sliding_window", False):
+    if getattr(hf_config, "use_sliding_window", False):
         return False
     from torch.distributed.tensor import DTensor
 
