@@ -66,6 +66,7 @@ def _key(name: str | Enum) -> str:
 
 ADV_ESTIMATORS: Registry[AdvEstimatorFn] = Registry(
     "advantage estimator",
+    builtin_modules=("verl.algorithms.core_algos",),  # importing it registers the built-ins
     store=lambda: _live("ADV_ESTIMATOR_REGISTRY"),
     # verl's wording, which tests match on
     duplicate_error=lambda name, existing, fn: ValueError(
@@ -81,6 +82,7 @@ ADV_ESTIMATORS: Registry[AdvEstimatorFn] = Registry(
 
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
     "policy loss",
+    builtin_modules=("verl.algorithms.core_algos",),  # importing it registers the built-ins
     store=lambda: _live("POLICY_LOSS_REGISTRY"),
     replace=True,  # as in verl: a recipe may override a built-in loss such as "vanilla"
     unknown_error=lambda name, known: ValueError(
