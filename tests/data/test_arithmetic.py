@@ -16,7 +16,7 @@ from verl.utils.dataset.arithmetic import (
     generate_arithmetic_splits,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUESTION_RE = re.compile(r"What is (\d+) ([-+*]) (\d+)\? Answer with just the number\.")
 
 

@@ -58,7 +58,7 @@ def test_auto_is_decided_and_logged_once_per_device(fresh_cache, monkeypatch, ca
         return features()
 
     monkeypatch.setattr(CpuBf16Features, "detect", classmethod(lambda cls: fake_detect()))
-    with caplog.at_level(logging.INFO, logger="verl.utils.hardware.precision"):
+    with caplog.at_level(logging.INFO, logger="verl.hardware.precision"):
         assert resolve_dtype("auto", "cpu") == torch.float32
         assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
         assert resolve_dtype_name("auto") == "float32"
@@ -70,7 +70,7 @@ def test_auto_is_decided_and_logged_once_per_device(fresh_cache, monkeypatch, ca
 def test_explicit_bf16_on_slow_cpu_warns_once_with_measured_slowdown(fresh_cache, monkeypatch, caplog) -> None:
     monkeypatch.setattr(CpuBf16Features, "detect", classmethod(lambda cls: features()))
     monkeypatch.setattr(precision, "measure_bf16_slowdown", lambda: 85.0)
-    with caplog.at_level(logging.WARNING, logger="verl.utils.hardware.precision"):
+    with caplog.at_level(logging.WARNING, logger="verl.hardware.precision"):
         assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16  # honoured, not overridden
         assert resolve_dtype("bf16", "cpu") == torch.bfloat16
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -82,7 +82,7 @@ def test_explicit_bf16_on_native_cpu_does_not_warn(fresh_cache, monkeypatch, cap
     monkeypatch.setattr(
         CpuBf16Features, "detect", classmethod(lambda cls: features(capability="AVX512", amx=True, onednn_bf16=True))
     )
-    with caplog.at_level(logging.WARNING, logger="verl.utils.hardware.precision"):
+    with caplog.at_level(logging.WARNING, logger="verl.hardware.precision"):
         assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16
         assert resolve_dtype("auto", "cpu") == torch.bfloat16
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]

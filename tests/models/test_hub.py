@@ -20,7 +20,7 @@ from verl.trainer.config.validation import ConfigError
 from verl.utils.models import hub
 from verl.utils.models.hub import HubId, ModelPathError, parse_hub_id, select_model_files
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ fake hub

@@ -1,4 +1,4 @@
-"""The one checkpoint home: save / load / resume / retention of every trainer.
+"""The one checkpoint home: save / load / resume / retention of every trainer (verl's ``verl.utils.checkpoint``).
 
 Layout: ``<default_local_dir>/global_step_N/<role>`` (per-rank shard files, see
 :mod:`.fsdp_checkpoint_manager`), ``checkpoint_complete.json`` written last, the
@@ -6,7 +6,7 @@ Layout: ``<default_local_dir>/global_step_N/<role>`` (per-rank shard files, see
 architecture, algorithm, roles, LoRA rank) that every resume is checked against (see :mod:`.identity`).
 """
 
-from verl.utils.checkpoint.checkpoint_manager import (
+from verl.checkpoint.checkpoint_manager import (
     get_rng_state,
     load_extra_state,
     safe_torch_load,
@@ -14,9 +14,9 @@ from verl.utils.checkpoint.checkpoint_manager import (
     save_model_hf,
     set_rng_state,
 )
-from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
-from verl.utils.checkpoint.identity import CheckpointMismatchError, check_resume_identity, make_identity
-from verl.utils.checkpoint.layout import (
+from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+from verl.checkpoint.identity import CheckpointMismatchError, check_resume_identity, make_identity
+from verl.checkpoint.layout import (
     check_checkpoint_root,
     checkpoint_root,
     finalize_checkpoint,
@@ -27,8 +27,8 @@ from verl.utils.checkpoint.layout import (
     remove_old_checkpoints,
     resolve_resume_path,
 )
-from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
-from verl.utils.checkpoint.sharded_state import ShardReader, read_full_state_dict, save_state_shards
+from verl.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
+from verl.checkpoint.sharded_state import ShardReader, read_full_state_dict, save_state_shards
 
 __all__ = [
     "CheckpointMismatchError",

@@ -7,8 +7,8 @@ rank and world size, and the retention of the directories this manager saved (``
 save :meth:`ensure_checkpoint_capacity` keeps ``max_ckpt_to_keep - 1`` of them (none removed when the limit is 1,
 so the last good checkpoint survives a failed save), after it :meth:`register_checkpoint` keeps ``max_ckpt_to_keep``.
 ``max_ckpt_to_keep`` of ``None`` or ``0`` keeps everything. This project's FSDP manager
-(:class:`verl.utils.checkpoint.fsdp_checkpoint_manager.FSDPCheckpointManager`) leaves retention to the trainer
-(``trainer.max_actor_ckpt_to_keep``, :func:`verl.utils.checkpoint.layout.remove_old_checkpoints`).
+(:class:`verl.checkpoint.fsdp_checkpoint_manager.FSDPCheckpointManager`) leaves retention to the trainer
+(``trainer.max_actor_ckpt_to_keep``, :func:`verl.checkpoint.layout.remove_old_checkpoints`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.checkpoint_manager import get_rng_state, set_rng_state
+from verl.checkpoint.checkpoint_manager import get_rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The weights and the optimizer state are shard files (:mod:`.sharded_state`, :mod
 writer and reader of a whole role directory is :class:`.fsdp_checkpoint_manager.FSDPCheckpointManager`.
 Everything written with ``torch.save`` here is read back with ``torch.load(weights_only=True)``: no arbitrary
 unpickling. That is why RNG states are stored as tensors and plain Python types only. The directory-level helpers
-(tracker, retention, resume) live in :mod:`verl.utils.checkpoint.layout` and are re-exported here under verl's
+(tracker, retention, resume) live in :mod:`verl.checkpoint.layout` and are re-exported here under verl's
 names.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.utils.checkpoint.layout import (  # noqa: F401  (re-exported under verl's module path)
+from verl.checkpoint.layout import (  # noqa: F401  (re-exported under verl's module path)
     finalize_checkpoint,
     find_latest_ckpt_path,
     get_checkpoint_step,
@@ -202,7 +202,7 @@ def save_model_hf(
 
 def load_model_state_dict(hf_dir: str) -> dict[str, torch.Tensor]:
     """The full state dict stored in a Hugging Face dir (``model.safetensors`` or its sharded index), on CPU."""
-    from verl.utils.checkpoint.sharded_state import hf_weights_state_dict
+    from verl.checkpoint.sharded_state import hf_weights_state_dict
 
     state = hf_weights_state_dict(hf_dir)
     if state is None:
@@ -286,7 +286,7 @@ def load_extra_state(
 def __getattr__(name: str) -> Any:
     """``BaseCheckpointManager`` at upstream's path (it lives in :mod:`.base_manager`, which imports this module)."""
     if name == "BaseCheckpointManager":
-        from verl.utils.checkpoint.base_manager import BaseCheckpointManager
+        from verl.checkpoint.base_manager import BaseCheckpointManager
 
         return BaseCheckpointManager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

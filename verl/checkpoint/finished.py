@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from verl.base_config import get_config_value
-from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir
+from verl.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir
 
 __all__ = ["FRESH_HINT", "finished_checkpoint", "finished_run_message"]
 
@@ -27,7 +27,7 @@ def finished_checkpoint(trainer_config: Any, total_steps: int, root: str | None 
     None when the run has steps left, starts fresh (``resume_mode=disable``) or has no checkpoint.
 
     ``resume_mode=auto``: the newest complete ``global_step_N`` of ``root`` (default
-    :func:`~verl.utils.checkpoint.layout.checkpoint_root`); ``resume_path``: ``trainer.resume_from_path``.
+    :func:`~verl.checkpoint.layout.checkpoint_root`); ``resume_path``: ``trainer.resume_from_path``.
     """
     if total_steps <= 0:
         return None

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.utils.checkpoint.checkpoint_manager import (
+from verl.checkpoint.checkpoint_manager import (
     HF_SUBDIR,
     LORA_SUBDIR,
     is_peft_model,
@@ -37,8 +37,8 @@ from verl.utils.checkpoint.checkpoint_manager import (
     save_extra_state,
     save_model_hf,
 )
-from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
-from verl.utils.checkpoint.sharded_state import (
+from verl.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
+from verl.checkpoint.sharded_state import (
     ShardReader,
     has_shards,
     hf_weights_state_dict,
@@ -161,7 +161,7 @@ class FSDPCheckpointManager:
             full = get_full_model_state_dict(module)  # collective: every rank takes part
             if rank == 0:
                 if is_peft_model(module):
-                    from verl.utils.models.lora import merged_state_dict
+                    from verl.models.lora import merged_state_dict
 
                     lora = model_meta(module)["lora"]
                     full = merged_state_dict(full, lora["lora_alpha"] / lora["r"])

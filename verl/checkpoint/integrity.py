@@ -2,10 +2,10 @@
 verified before a resume; removal of the temp directories that killed saves leave behind.
 
 Every checkpoint writer (PPO driver, offline trainers, the Python API) marks a step directory complete through
-:func:`verl.utils.checkpoint.layout.write_complete_marker`, which stores :func:`compute_checksums` of the directory
+:func:`verl.checkpoint.layout.write_complete_marker`, which stores :func:`compute_checksums` of the directory
 in the marker (``"files": {relative path: {"size": bytes, "sha256": hex}}``). Every reader resolves the directory
-to resume from through :func:`verl.utils.checkpoint.layout.find_latest_ckpt_path` or
-:func:`~verl.utils.checkpoint.layout.resolve_resume_path`, which call :func:`verify_checkpoint` here, so a file
+to resume from through :func:`verl.checkpoint.layout.find_latest_ckpt_path` or
+:func:`~verl.checkpoint.layout.resolve_resume_path`, which call :func:`verify_checkpoint` here, so a file
 overwritten, truncated or removed after the save is named before anything is loaded.
 """
 

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any, Optional, Union
 
 from verl.base_config import get_config_value
-from verl.utils.checkpoint.identity import check_resume_identity
+from verl.checkpoint.identity import check_resume_identity
 from verl.utils.fs import TMP_PREFIX, atomic_directory, atomic_write_text, namespaced_path
 
 __all__ = [
@@ -171,7 +171,7 @@ def write_complete_marker(
     missing = [r for r in roles if not os.path.isdir(os.path.join(step_dir, r))]
     if missing:
         raise FileNotFoundError(f"{who}: {step_dir} lacks role directories {missing}")
-    from verl.utils.checkpoint.integrity import compute_checksums
+    from verl.checkpoint.integrity import compute_checksums
 
     # The checksums make a later change to any file (overwritten, truncated, removed) visible before a resume.
     files = compute_checksums(step_dir, exclude=(COMPLETE_MARKER,))
@@ -224,7 +224,7 @@ def atomic_step_dir(step_dir: str) -> Iterator[str]:
 def checkpoint_problems(step_dir: str) -> list[str]:
     """Why ``step_dir`` cannot be resumed from: no valid completion marker, a role directory the marker lists
     is missing, or a file differs from the checksum recorded at save time. Empty when it is intact."""
-    from verl.utils.checkpoint.integrity import verify_checkpoint
+    from verl.checkpoint.integrity import verify_checkpoint
 
     if not is_complete_step_dir(step_dir):
         return [f"{step_dir} is incomplete: no valid {COMPLETE_MARKER} (its save did not finish) or a role is missing"]
@@ -399,9 +399,9 @@ def check_checkpoint_root(trainer_config: Any, identity: IdentityArg, default_lo
 
 
 def require_intact(step_dir: str, what: str = "checkpoint") -> None:
-    """Raise :class:`~verl.utils.checkpoint.integrity.CheckpointCorruptError` naming every bad file when
+    """Raise :class:`~verl.checkpoint.integrity.CheckpointCorruptError` naming every bad file when
     ``step_dir`` is incomplete or differs from its recorded checksums (for a checkpoint the user named)."""
-    from verl.utils.checkpoint.integrity import CheckpointCorruptError
+    from verl.checkpoint.integrity import CheckpointCorruptError
 
     problems = checkpoint_problems(step_dir)
     if problems:
@@ -415,7 +415,7 @@ def prepare_checkpoint_root(root: str, resume_mode: str, overwrite: bool = False
     checkpoints (a tracker or ``global_step_N`` directories) is refused, since the new run would interleave
     its steps with the old ones, unless ``overwrite``: then the old checkpoints are deleted (with a warning).
     """
-    from verl.utils.checkpoint.integrity import remove_stale_temp_dirs
+    from verl.checkpoint.integrity import remove_stale_temp_dirs
 
     remove_stale_temp_dirs(root)
     if resume_mode != "disable":

@@ -4,7 +4,7 @@
 values. Here it becomes:
 
 - tensors ``state/<param name>/<key>`` (Adam's ``exp_avg``, ``exp_avg_sq``, ``step``), stored by
-  :func:`~verl.utils.checkpoint.sharded_state.save_state_shards`: state shaped like a sharded parameter is a
+  :func:`~verl.checkpoint.sharded_state.save_state_shards`: state shaped like a sharded parameter is a
   DTensor with the parameter's placements, so each rank writes its own block; scalars are written once;
 - tensors ``group/<i>/<key>`` for hyper-parameters that are tensors (a ``capturable`` learning rate);
 - JSON in the header (``meta``): the param groups with parameter *names* and their plain hyper-parameters, and
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.sharded_state import ShardReader, read_like, save_state_shards
+from verl.checkpoint.sharded_state import ShardReader, read_like, save_state_shards
 
 __all__ = ["load_optimizer_shards", "save_optimizer_shards"]
 

@@ -1,7 +1,7 @@
 """Synthetic arithmetic task: ``a <op> b`` questions in verl's parquet schema (the bundled default dataset).
 
 The prompt asks for just the number, so a small instruct model (e.g. SmolLM2-135M-Instruct) answers in a few
-tokens and the rule scorer ``verl.utils.reward_score.arithmetic`` can grade it by the last integer it wrote.
+tokens and the rule scorer ``verl.rewards.arithmetic`` can grade it by the last integer it wrote.
 """
 
 from __future__ import annotations

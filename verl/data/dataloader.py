@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
-from verl.utils.dataset.sampler import ResumableSampler
+from verl.data.rl_dataset import collate_fn as default_collate_fn
+from verl.data.sampler import ResumableSampler
 
 
 class StatefulDataLoader:

@@ -1,15 +1,15 @@
 """A multi-modal row through the model's processor: chat messages with ``<image>`` / ``<video>`` placeholders and
 the row's stored images and videos -> prompt ids and the processor's inputs (what ``RLHFDataset`` and the SFT
-dataset give the model). Images are read by :mod:`verl.utils.dataset.vision_utils`, videos by
-:mod:`verl.utils.dataset.video_utils`.
+dataset give the model). Images are read by :mod:`verl.data.vision_utils`, videos by
+:mod:`verl.data.video_utils`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from verl.utils.dataset.video_utils import DEFAULT_VIDEO_MAX_FRAMES, process_videos
-from verl.utils.dataset.vision_utils import placeholder_content, process_image
+from verl.data.video_utils import DEFAULT_VIDEO_MAX_FRAMES, process_videos
+from verl.data.vision_utils import placeholder_content, process_image
 
 __all__ = ["processor_inputs"]
 
@@ -34,10 +34,10 @@ def processor_inputs(
     ``second_per_grid_ts [videos]`` (``temporal_patch_size / fps``: the seconds of one temporal patch); the decoded
     media (``{"image": [RGB PIL images], "video": [[RGB PIL frames], ...]}``, keys present only when non-empty);
     and the rendered chat text (one placeholder token per image or video). Videos are read by
-    :func:`verl.utils.dataset.video_utils.process_video` (at most ``video_max_frames`` frames each). Errors name
+    :func:`verl.data.video_utils.process_video` (at most ``video_max_frames`` frames each). Errors name
     ``where``.
     """
-    from verl.utils.models.vlm import MULTI_MODAL_INPUT_KEYS
+    from verl.models.vlm import MULTI_MODAL_INPUT_KEYS
 
     images = list(images or [])
     decoded = [process_image(img, min_pixels, max_pixels, where=f"{where} image {k}") for k, img in enumerate(images)]

@@ -1,6 +1,6 @@
 """Preference data for DPO (paired ``{prompt, chosen, rejected}``) and KTO (unpaired ``{prompt, completion, label}``).
 
-Rows are read by :func:`verl.utils.dataset.sft_dataset.load_rows` (``datasets.Dataset``, parquet/jsonl paths, lists
+Rows are read by :func:`verl.data.sft_dataset.load_rows` (``datasets.Dataset``, parquet/jsonl paths, lists
 of dicts) and tokenized with the shared prompt/response layout of that module. Optional precomputed reference
 log-probs are carried along: ``ref_chosen_logps`` / ``ref_rejected_logps`` for DPO, ``ref_logps`` /
 ``ref_kl_logps`` for KTO. A missing field raises a ValueError naming the field, the row and the file.
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.dataset.sft_dataset import (
+from verl.data.sft_dataset import (
     TokenizedRowsDataset,
     check_text_or_messages,
     encode_prompt,

@@ -1,7 +1,7 @@
 """Raw data sets for the data-preparation scripts (``examples/data_preprocess/``), as upstream verl's scripts read
 them: local ``.parquet``/``.jsonl`` files when a path is given, else ``datasets.load_dataset`` from the hub (its cache
 under ``HF_HOME``; ``HF_DATASETS_OFFLINE=1`` keeps it offline). Every failure is one line
-(:class:`~verl.utils.models.hub.DatasetPathError`) saying how to get the data.
+(:class:`~verl.models.hub.DatasetPathError`) saying how to get the data.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from verl.utils.models.hub import DatasetPathError, display_path
+from verl.models.hub import DatasetPathError, display_path
 
 __all__ = ["find_split_file", "load_raw_splits", "read_local_records", "save_splits"]
 

@@ -3,10 +3,10 @@
 Schema of a row (verl's): ``data_source`` (str), ``prompt`` (list of chat messages ``{"role", "content"}``),
 ``ability`` (str, optional), ``reward_model`` (``{"style", "ground_truth"}``), ``extra_info`` (dict, optional).
 Vision-language rows add ``images`` (``data.image_key``): a list of images (bytes, paths, PIL images or
-``{"bytes"|"image": ...}`` dicts, see :mod:`verl.utils.dataset.vision_utils`) that the ``<image>`` placeholders of the
+``{"bytes"|"image": ...}`` dicts, see :mod:`verl.data.vision_utils`) that the ``<image>`` placeholders of the
 prompt's messages refer to, in order. Rows with videos add ``videos`` (``data.video_key``): a list of videos, each a
 list of frames (any image form above), a directory of frame images, a video file path (decoded with OpenCV when it is
-installed) or ``{"video": ..., "fps": ...}`` (see :mod:`verl.utils.dataset.video_utils`), that the ``<video>``
+installed) or ``{"video": ..., "fps": ...}`` (see :mod:`verl.data.video_utils`), that the ``<video>``
 placeholders refer to, in order.
 """
 
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from verl.base_config import get_config_value
-from verl.utils.dataset.bundled import resolve_data_path
-from verl.utils.dataset.multi_modal_inputs import processor_inputs
-from verl.utils.dataset.sampler import create_rl_sampler
-from verl.utils.dataset.sft_dataset import to_plain
-from verl.utils.dataset.video_utils import DEFAULT_VIDEO_MAX_FRAMES, is_video_file, video_decoder
-from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from verl.data.bundled import resolve_data_path
+from verl.data.multi_modal_inputs import processor_inputs
+from verl.data.sampler import create_rl_sampler
+from verl.data.sft_dataset import to_plain
+from verl.data.video_utils import DEFAULT_VIDEO_MAX_FRAMES, is_video_file, video_decoder
+from verl.data.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]
@@ -98,7 +98,7 @@ class RLHFDataset(torch.utils.data.Dataset):
     [video_patches, dim], "video_grid_thw": [videos, 3], "second_per_grid_ts": [videos]}`` for videos: what the
     model's forward takes); rows without either get ``{}`` for both. ``position_ids`` stay the 1-D text positions:
     the model's 3-D rotary positions are computed from the tokens and image/video grids at every forward
-    (:func:`verl.utils.models.vlm.vision_forward_kwargs`).
+    (:func:`verl.models.vlm.vision_forward_kwargs`).
     """
 
     def __init__(self, data_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None) -> None:

@@ -12,7 +12,7 @@ class ResumableSampler(torch.utils.data.Sampler[int]):
     """Yield dataset indices; random (``torch.randperm`` seeded with ``seed + epoch``) or sequential.
 
     Because each epoch's order is recomputed from ``(seed, epoch)``, ``state_dict()`` only needs those two
-    numbers; the data loader (``verl.utils.dataset.dataloader.StatefulDataLoader``) tracks the position within
+    numbers; the data loader (``verl.data.dataloader.StatefulDataLoader``) tracks the position within
     the epoch.
     """
 

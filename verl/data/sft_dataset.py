@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.utils.dataset.bundled import resolve_data_path
+from verl.data.bundled import resolve_data_path
 
 TRUNCATION_MODES = ("error", "right", "left")
 
@@ -402,7 +402,7 @@ class SFTDataset(TokenizedRowsDataset):
                 check_text_or_messages(response, response_key, where)
                 mm_inputs = None
                 if images:
-                    from verl.utils.dataset.multi_modal_inputs import processor_inputs
+                    from verl.data.multi_modal_inputs import processor_inputs
 
                     if isinstance(prompt, str):
                         prompt = [{"role": "user", "content": prompt}]

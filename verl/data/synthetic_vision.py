@@ -2,7 +2,7 @@
 
 Every row has the same prompt text (``<image>What colour is the image?``) and one solid red or blue image, stored as
 ``{"bytes": <png>}`` as Hugging Face ``datasets`` writes images to parquet; ``reward_model.ground_truth`` is the colour
-and ``data_source`` is ``synthetic_colour`` (scored by :mod:`verl.utils.reward_score.colour`). Since the text never
+and ``data_source`` is ``synthetic_colour`` (scored by :mod:`verl.rewards.colour`). Since the text never
 changes, a policy can only beat chance by reading the image.
 """
 

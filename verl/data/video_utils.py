@@ -2,7 +2,7 @@
 
 A row's videos sit in a column (``data.video_key``, default ``videos``) as a list whose items are any of:
 
-* a list of frames, each frame anything :func:`verl.utils.dataset.vision_utils.process_image` reads (bytes, a path,
+* a list of frames, each frame anything :func:`verl.data.vision_utils.process_image` reads (bytes, a path,
   a PIL image, ``{"bytes": ...}`` / ``{"image": ...}``);
 * a path to a directory of frame images (``.png``, ``.jpg``, ...), read in file-name order;
 * a path to a video file (``.mp4``, ``.avi``, ...), decoded with OpenCV (``cv2``) when it is installed; without a
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.utils.dataset.vision_utils import process_image
+from verl.data.vision_utils import process_image
 
 __all__ = [
     "DEFAULT_VIDEO_FPS",

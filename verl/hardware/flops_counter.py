@@ -12,7 +12,7 @@ the weighted sum (``L`` layers, ``H`` query heads of size ``Q``: ``2 x 2 L H Q T
 the backward). The attention term counts the full ``T x T`` square as PaLM and verl's ``FlopsCounter`` do. A
 forward pass alone (log-probs) is one third of this.
 
-The peak is a fact of the hardware: :func:`~verl.utils.hardware.peak.peak_flops` (a GPU's datasheet rate, else
+The peak is a fact of the hardware: :func:`~verl.hardware.peak.peak_flops` (a GPU's datasheet rate, else
 measured at the model's matmul shapes, :func:`model_matmul_shapes`). It is re-exported here with :class:`PeakFlops`
 so the two halves of MFU are called from one module (``flops_counter.peak_flops`` in the workers).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from verl.utils.hardware.peak import PeakFlops, Shape, peak_flops
+from verl.hardware.peak import PeakFlops, Shape, peak_flops
 
 __all__ = [
     "PeakFlops",

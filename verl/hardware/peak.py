@@ -3,7 +3,7 @@
 The peak (:func:`peak_flops`) is either the *datasheet* dense bf16/fp16 tensor-core rate of a known GPU
 (:data:`GPU_PEAK_BF16_TFLOPS`; verl's ``flops_counter.get_device_flops`` keeps the same kind of table) or, for any
 other device or dtype (a CPU, fp32, an unlisted GPU), *measured*: the best rate of matmuls at the model's own shapes
-(:func:`verl.utils.flops_counter.model_matmul_shapes`: its projections and LM head on one micro-batch of tokens), in
+(:func:`verl.hardware.flops_counter.model_matmul_shapes`: its projections and LM head on one micro-batch of tokens), in
 the training dtype, with the run's thread count, best of a few repeats, cached per (device, dtype, shapes, threads).
 A step that does these very matmuls (and smaller ones, and everything else) cannot outrun them, so a measured MFU
 stays at or below 1 in practice; a fixed square probe (the old 512 x 512) runs slower than a model's large matmuls

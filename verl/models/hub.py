@@ -17,7 +17,7 @@ any worker starts, so the workers find the snapshot in the cache. When a model c
 :class:`ModelPathError` (a one-line :class:`~verl.trainer.config.validation.ConfigError`, so entry points exit with
 code 2 and no traceback) names the id, why, and how to get it.
 
-Raw data sets for the data-preparation scripts are read by :mod:`verl.utils.dataset.raw_splits`.
+Raw data sets for the data-preparation scripts are read by :mod:`verl.data.raw_splits`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A *model path* is one of:
 - a bundled name from :data:`BUNDLED_MODELS` (e.g. ``smollm2-135m-instruct``, optionally written
   ``bundled://smollm2-135m-instruct``), converted once to a safetensors directory in the verl cache;
 - a Hugging Face hub id, ``org/name`` or ``org/name@revision``: taken from the local Hugging Face cache, or downloaded
-  into it once (:mod:`verl.utils.models.hub`: only config, tokenizer and safetensors files; ``HF_HUB_OFFLINE``,
+  into it once (:mod:`verl.models.hub`: only config, tokenizer and safetensors files; ``HF_HUB_OFFLINE``,
   ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HOME`` apply).
 
 :func:`resolve_model_path` is the one function every model path goes through (actor, critic, reward model,
@@ -189,14 +189,14 @@ def resolve_model_path(name_or_path: str | os.PathLike, require_weights: bool = 
 
     Order: an existing local directory (must contain ``config.json``); a bundled name (``smollm2-135m-instruct`` or
     ``bundled://smollm2-135m-instruct``), converted once and cached; a hub id ``org/name[@revision]``, from the local
-    Hugging Face cache or downloaded into it (:func:`verl.utils.models.hub.resolve_hub_model`). A string written as a
+    Hugging Face cache or downloaded into it (:func:`verl.models.hub.resolve_hub_model`). A string written as a
     path (starting with ``/``, ``.``, ``~`` or with two or more ``/``) is never looked up on the hub.
     ``require_weights=False`` (tokenizer paths) accepts a cached snapshot without weights.
 
     Raises:
         ModelPathError: (a one-line ``ConfigError`` and a ``FileNotFoundError``) naming the path and what to do.
     """
-    from verl.utils.models.hub import ModelPathError, looks_like_local_path, parse_hub_id, resolve_hub_model
+    from verl.models.hub import ModelPathError, looks_like_local_path, parse_hub_id, resolve_hub_model
 
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ModelPathError(f"model path must be a non-empty string, got {name_or_path!r}")
@@ -257,7 +257,7 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if str(dtype) == "auto":  # weights loaded on the host first: the host CPU's rule
-        from verl.utils.hardware.precision import resolve_dtype
+        from verl.hardware.precision import resolve_dtype
 
         return resolve_dtype("auto", "cpu")
     aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16", "float": "float32"}

@@ -33,7 +33,7 @@ def apply_lora(
     given it replaces the vision-encoder default."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from verl.utils.models.vlm import is_vision_language_model
+    from verl.models.vlm import is_vision_language_model
 
     if lora_rank < 1:
         raise ValueError(f"model.lora_rank must be >= 1 to apply LoRA, got {lora_rank}")

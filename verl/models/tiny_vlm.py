@@ -1,6 +1,6 @@
 """A tiny random Qwen2-VL / Qwen2.5-VL and its processor, built locally for tests and examples (nothing downloads).
 
-The tokenizer is the byte tokenizer of :mod:`verl.utils.models.tiny` plus Qwen2-VL's vision special tokens; the image
+The tokenizer is the byte tokenizer of :mod:`verl.models.tiny` plus Qwen2-VL's vision special tokens; the image
 processor is transformers' Qwen2-VL one with a small pixel budget (28 x 28 to 56 x 56: 1 to 4 merged patches, so
 an image costs 1-4 placeholder tokens); the model is a 2-layer vision tower and a 2-layer language model.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.models.tiny import make_byte_tokenizer
+from verl.models.tiny import make_byte_tokenizer
 
 __all__ = ["VISION_TOKENS", "VLM_CHAT_TEMPLATE", "make_tiny_vlm", "make_tiny_vlm_processor"]
 
@@ -31,10 +31,10 @@ VLM_CHAT_TEMPLATE = (
 
 def make_tiny_vlm_processor(min_pixels: int = 28 * 28, max_pixels: int = 56 * 56) -> Any:
     """The byte tokenizer with the vision tokens, a Qwen2-VL image processor (patch 14, merge 2) and the chat
-    template, as one processor (see :func:`verl.utils.models.vlm.image_only_processor`)."""
+    template, as one processor (see :func:`verl.models.vlm.image_only_processor`)."""
     from transformers import Qwen2VLImageProcessorPil
 
-    from verl.utils.models.vlm import image_only_processor
+    from verl.models.vlm import image_only_processor
 
     tokenizer = make_byte_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})

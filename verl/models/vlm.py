@@ -351,7 +351,7 @@ def processor_for_model(model_path: str, tokenizer: Any = None, trust_remote_cod
     """The processor of a vision-language model at ``model_path`` (a name the loader resolves), None for a text
     model (whose directory is not searched for a processor at all); ``trust_remote_code`` lets a repository's own
     processor code run (``data.trust_remote_code``)."""
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     local = resolve_model_path(model_path, require_weights=False)
     if not config_has_vision(local):
@@ -406,7 +406,7 @@ def load_processor(path: str, tokenizer: Any = None, **kwargs: Any) -> Any:
         logger.info("no image processor for %s (%s)", path, e)
         return None
     if tokenizer is None:
-        from verl.utils.models.loader import load_tokenizer
+        from verl.models.loader import load_tokenizer
 
         tokenizer = load_tokenizer(path)
     return image_only_processor(image_processor, tokenizer)

@@ -1,16 +1,19 @@
-"""Experiment tracking: one ``Tracking.log(metrics, step)`` fans out to console, JSONL file, TensorBoard, W&B, MLflow.
+"""Reporting: one ``Tracking.log(metrics, step)`` fans out to console, JSONL file, TensorBoard, W&B, MLflow.
 
 The room of everything that watches a run, behind this one interface:
 
-- :mod:`~verl.utils.tracking.backends`: the backends (``trainer.logger``), one class each;
-- :mod:`~verl.utils.tracking.values`: metric values as plain numbers (:func:`to_scalar`);
-- :mod:`~verl.utils.tracking.progress`: the tqdm :class:`ProgressBar` fed with the same metrics dict;
-- :mod:`~verl.utils.tracking.rollout_dump`: :func:`dump_rollout_jsonl`, the ``trainer.rollout_data_dir`` /
+- :mod:`~verl.reporting.backends`: the backends (``trainer.logger``), one class each;
+- :mod:`~verl.reporting.values`: metric values as plain numbers (:func:`to_scalar`);
+- :mod:`~verl.reporting.progress`: the tqdm :class:`ProgressBar` fed with the same metrics dict;
+- :mod:`~verl.reporting.rollout_dump`: :func:`dump_rollout_jsonl`, the ``trainer.rollout_data_dir`` /
   ``trainer.validation_data_dir`` sample dumps;
-- :mod:`~verl.utils.tracking.plotting`: the panels of a run's ``metrics.jsonl`` (``metrics.png``, the report's
+- :mod:`~verl.reporting.plotting`: the panels of a run's ``metrics.jsonl`` (``metrics.png``, the report's
   charts);
-- :mod:`verl.utils.tracking.report`: the run's ``report.html`` (``verl report RUN_DIR``);
-- :mod:`~verl.utils.tracking.prometheus`: the Prometheus exporter (``verl.metrics.MetricsExporter``).
+- :mod:`verl.reporting.report`: the run's ``report.html`` (``verl report RUN_DIR``);
+- :mod:`~verl.reporting.prometheus`: the Prometheus exporter (``verl.metrics.MetricsExporter``);
+- :mod:`verl.reporting.metric`: reducing metric lists to scalars (verl's ``verl.utils.metric``).
+
+verl's ``verl.utils.tracking`` is this package.
 
 Metric values may be Python ints/floats/bools, 0-d (or one-element) torch tensors, numpy scalars or 0-d arrays.
 Non-finite values (NaN, +-inf) are kept as floats for console/TensorBoard/W&B/MLflow; the JSONL file stays strict
@@ -26,9 +29,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from verl.utils.fs import namespaced_path
-from verl.utils.logging_utils import console_write
-from verl.utils.tracking.backends import (
+from verl.reporting.backends import (
     BACKENDS,
     ConsoleBackend,
     FileBackend,
@@ -36,9 +37,11 @@ from verl.utils.tracking.backends import (
     TensorboardBackend,
     WandbBackend,
 )
-from verl.utils.tracking.progress import ProgressBar
-from verl.utils.tracking.rollout_dump import dump_rollout_jsonl
-from verl.utils.tracking.values import config_to_dict, to_scalar, to_scalars
+from verl.reporting.progress import ProgressBar
+from verl.reporting.rollout_dump import dump_rollout_jsonl
+from verl.reporting.values import config_to_dict, to_scalar, to_scalars
+from verl.utils.fs import namespaced_path
+from verl.utils.logging_utils import console_write
 
 __all__ = [
     "SUPPORTED_BACKENDS",

@@ -1,7 +1,7 @@
-"""The backends behind :class:`~verl.utils.tracking.Tracking`: console, JSONL file, TensorBoard, W&B, MLflow.
+"""The backends behind :class:`~verl.reporting.Tracking`: console, JSONL file, TensorBoard, W&B, MLflow.
 
 Each backend has ``log(scalars, step)``, ``log_generations(rows, step)`` and ``finish()``; the values it gets are
-already plain numbers (:func:`~verl.utils.tracking.values.to_scalar`). Non-finite values (NaN, +-inf) are kept as
+already plain numbers (:func:`~verl.reporting.values.to_scalar`). Non-finite values (NaN, +-inf) are kept as
 floats for console/TensorBoard/W&B/MLflow; the JSONL file stays strict JSON, so there they are written as ``null``
 and their kind is recorded next to the metrics in ``"nonfinite": {"key": "nan" | "inf" | "-inf"}``.
 """
@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from verl.reporting.values import fmt
 from verl.utils.fs import atomic_write_text, makedirs
 from verl.utils.logging_utils import console_write
-from verl.utils.tracking.values import fmt
 
 __all__ = [
     "BACKENDS",
@@ -75,7 +75,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class ConsoleBackend:
-    """One compact line per step on stdout; the full dict goes to the ``verl.utils.tracking.backends`` logger at DEBUG.
+    """One compact line per step on stdout; the full dict goes to the ``verl.reporting.backends`` logger at DEBUG.
 
     Lines go above a live progress bar (:func:`verl.utils.logging_utils.console_write`), never into its line; with
     no bar (stderr not a terminal: CI logs, pipes) they are plain lines.

@@ -1,7 +1,7 @@
 """Plots of a run's ``metrics.jsonl`` (the ``file`` tracking backend): ``metrics.png`` and the report's SVG charts.
 
 :data:`PANELS` is the one place that decides what is drawn for each trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``,
-``gkd``): the PNG written next to the checkpoints and the charts of ``report.html`` (:mod:`verl.utils.tracking.report`)
+``gkd``): the PNG written next to the checkpoints and the charts of ``report.html`` (:mod:`verl.reporting.report`)
 are both drawn from it. A panel names metrics exactly or with ``fnmatch`` patterns (``val-core/*/mean@*``); the keys a
 run actually logged are matched, and a panel none of whose keys was logged is left out, so a GRPO run shows no critic
 panel and an SFT run without an eval set shows no eval curve.

@@ -1,5 +1,5 @@
 """Where a run is: the progress bar over training steps, fed with the same metrics dict as
-:class:`~verl.utils.tracking.Tracking`, and its heartbeat during long phases."""
+:class:`~verl.reporting.Tracking`, and its heartbeat during long phases."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from verl.reporting.phase import HEARTBEAT_INTERVAL_S, Heartbeat, phase_label
+from verl.reporting.values import fmt, to_scalar
 from verl.utils.logging_utils import console_write
-from verl.utils.tracking.phase import HEARTBEAT_INTERVAL_S, Heartbeat, phase_label
-from verl.utils.tracking.values import fmt, to_scalar
 
 __all__ = ["ProgressBar", "format_duration"]
 
@@ -45,7 +45,7 @@ class ProgressBar:
 
     On a terminal (tqdm's rule for ``disable=None``: stderr is a TTY) it is a tqdm bar redrawn in place; its
     description shows the current phase and how long it has run (``Training · generating 12 s``), refreshed each
-    second by a :class:`~verl.utils.tracking.phase.Heartbeat`, and tqdm shows the time left. In a log (stderr not a
+    second by a :class:`~verl.reporting.phase.Heartbeat`, and tqdm shows the time left. In a log (stderr not a
     terminal: CI, pipes, ``nohup``) there is no bar and no control character: each step writes one plain line
     (``progress: step 3/12 (25%) · 14.2 s/step · mostly generating (9.1 s) · 420 tok/s · 2 min 08 s left``: the
     phase that took most of the step, from its ``timing_s/*`` timers) and a phase that lasts longer

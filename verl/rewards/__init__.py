@@ -4,7 +4,8 @@ The reward function contract (verl's): ``fn(data_source, solution_str, ground_tr
 returns a float, or a dict with a ``"score"`` key plus extra values to log.
 
 The data sources are those of verl's default scorer (plus a few aliases of MATH and the bundled ``arithmetic``
-demo); the table is in docs/data_and_rewards.md.
+demo); the table is in docs/data_and_rewards.md. The LLM judge is :mod:`verl.rewards.judge`. verl's
+``verl.utils.reward_score`` is this package.
 """
 
 from __future__ import annotations
@@ -97,47 +98,47 @@ def default_compute_score(
     """
     source = str(data_source)
     if source in GSM8K_SOURCES:
-        from verl.utils.reward_score import gsm8k
+        from verl.rewards import gsm8k
 
         res: Any = gsm8k.compute_score(solution_str, ground_truth, **_pick(kwargs, "method", "format_score", "score"))
     elif source in MATH_SOURCES:
-        from verl.utils.reward_score import math as math_score
+        from verl.rewards import math as math_score
 
         res = math_score.compute_score(solution_str, ground_truth)
     elif source in DAPO_SOURCES or source.startswith(DAPO_PREFIX):
-        from verl.utils.reward_score import math_dapo
+        from verl.rewards import math_dapo
 
         res = math_dapo.compute_score(solution_str, ground_truth, **_pick(kwargs, "strict_box_verify"))
     elif source in NUMINA_SOURCES:
-        from verl.utils.reward_score import prime_math
+        from verl.rewards import prime_math
 
         res = prime_math.compute_score(solution_str, ground_truth)
     elif source in CODE_SOURCES:
         if sandbox_fusion_url:
-            from verl.utils.reward_score import sandbox_fusion
+            from verl.rewards import sandbox_fusion
 
             res = sandbox_fusion.compute_score(
                 sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
             )
         else:
-            from verl.utils.reward_score import prime_code
+            from verl.rewards import prime_code
 
             local_limits = {"memory_mb": int(memory_limit_mb)} if memory_limit_mb else {}
             res = prime_code.compute_score(solution_str, ground_truth, continuous=True, **local_limits)
     elif source in GEO3K_SOURCES:
-        from verl.utils.reward_score import geo3k
+        from verl.rewards import geo3k
 
         res = geo3k.compute_score(solution_str, ground_truth)
     elif source in SEARCH_R1_SOURCES:
-        from verl.utils.reward_score import search_r1_like_qa_em
+        from verl.rewards import search_r1_like_qa_em
 
         res = search_r1_like_qa_em.compute_score(solution_str, ground_truth)
     elif source in ARITHMETIC_SOURCES:
-        from verl.utils.reward_score import arithmetic
+        from verl.rewards import arithmetic
 
         res = arithmetic.compute_score(solution_str, ground_truth)
     elif source in COLOUR_SOURCES:
-        from verl.utils.reward_score import colour
+        from verl.rewards import colour
 
         res = colour.compute_score(solution_str, ground_truth)
     else:

@@ -1,6 +1,6 @@
 """Reward for code tasks: run the response's Python against test cases; score = fraction of tests passed.
 
-The code always runs in the sandboxed subprocess of :mod:`verl.utils.sandbox` (time, memory and network limits).
+The code always runs in the sandboxed subprocess of :mod:`verl.sandbox` (time, memory and network limits).
 Running it inside the trainer process (``sandbox=False``) is an unsafe operation refused unless
 ``trainer.allow_unsafe_operations=true``.
 
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from verl.utils.sandbox import run_python_sandboxed
+from verl.sandbox import run_python_sandboxed
 from verl.utils.security import SecurityPolicy, require_unsafe
 
 __all__ = ["CodeTest", "compute_score", "extract_code", "parse_test_cases", "reward_function"]

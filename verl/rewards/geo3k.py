@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from verl.utils.reward_score.math import last_boxed_content
-from verl.utils.reward_score.prime_math import grade_answer
+from verl.rewards.math import last_boxed_content
+from verl.rewards.prime_math import grade_answer
 
 __all__ = ["acc_reward", "compute_score", "format_reward"]
 

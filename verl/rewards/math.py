@@ -3,7 +3,7 @@
 MATH (Hendrycks et al., 2021, "Measuring Mathematical Problem Solving With the MATH Dataset") puts final answers in
 ``\\boxed{}``. A string normalisation of common LaTeX variants plus an exact rational comparison of plain numbers
 and simple fractions decides first; when they differ, math-verify (symbolic equivalence, see
-:mod:`verl.utils.reward_score.math_verify`) has the last word. Nothing here evaluates model text as code.
+:mod:`verl.rewards.math_verify`) has the last word. Nothing here evaluates model text as code.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def is_equiv(answer: str, reference: str) -> bool:
 
 def _math_verify_equiv(answer: str, reference: str) -> bool | None:
     """Symbolic check with math-verify; None when it cannot parse either side."""
-    from verl.utils.reward_score.math_verify import verify_equivalent
+    from verl.rewards.math_verify import verify_equivalent
 
     return verify_equivalent(answer, reference)
 

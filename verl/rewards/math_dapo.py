@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from verl.utils.reward_score.math import last_boxed_content
+from verl.rewards.math import last_boxed_content
 
 __all__ = [
     "compute_score",

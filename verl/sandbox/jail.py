@@ -1,6 +1,6 @@
 """Run untrusted Python (e.g. model-written code) in a jail: its own namespaces, an unprivileged user, limits.
 
-What the program gets (see :mod:`verl.utils.sandbox.jail_setup`, which builds it, and docs/reliability.md):
+What the program gets (see :mod:`verl.sandbox.jail_setup`, which builds it, and docs/reliability.md):
 
 - its own **mount, PID, network, IPC and UTS namespaces** (``unshare``; plus a user namespace when the trainer is
   not root): no network interface but a down loopback, no view of the trainer's or anyone else's processes
@@ -277,7 +277,7 @@ def _check_arguments(code: str, timeout_s: float, memory_mb: int, max_processes:
 
 def _write_run_dir(root: str, code: str, stdin: str, allow_network: bool, settings: dict) -> dict[str, str]:
     """Write a run's files into the private directory ``root`` (mode 0700): the program (``main.py``), the launcher
-    that runs it, its stdin, and ``config.json`` for :mod:`~verl.utils.sandbox.jail_setup` (``settings``: the
+    that runs it, its stdin, and ``config.json`` for :mod:`~verl.sandbox.jail_setup` (``settings``: the
     interpreter and the limits; plus the paths, the run's uid/gid and the directories to hide and reveal).
 
     Returns the path of each file by name, with ``out`` and ``err`` (the program's stdout and stderr, not created

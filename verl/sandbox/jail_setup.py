@@ -1,6 +1,6 @@
 """First stage of a sandboxed run, executed as a standalone script inside fresh namespaces.
 
-:func:`verl.utils.sandbox.jail.run_python_sandboxed` starts ``unshare`` (mount, PID, network, IPC and UTS namespaces,
+:func:`verl.sandbox.jail.run_python_sandboxed` starts ``unshare`` (mount, PID, network, IPC and UTS namespaces,
 plus a user namespace when the trainer is not root) with this file as the command; it runs as PID 1 of the new
 PID namespace and, still privileged inside the namespaces, builds the view the untrusted program gets:
 

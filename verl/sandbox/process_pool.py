@@ -5,7 +5,7 @@ keeps its CPU). Here each call runs in a separate process; a call past its time 
 batch deadline, has its worker process group killed with ``SIGKILL`` and the worker is started again for the next
 input. A worker that dies on its own (``os._exit``, a segfault, the OOM killer) fails only the input it was running.
 
-Workers are fresh interpreters started with ``subprocess`` (``python -m verl.utils.sandbox.process_pool``), not forked
+Workers are fresh interpreters started with ``subprocess`` (``python -m verl.sandbox.process_pool``), not forked
 copies of the caller: nothing of the trainer's torch/CUDA/thread state is inherited and the caller's ``__main__``
 is never re-imported (what ``multiprocessing``'s spawn and forkserver do, re-running an unguarded script). The
 function travels by ``cloudpickle`` (closures and functions of ``__main__`` by value, importable ones by
@@ -144,7 +144,7 @@ class ProcessPool:
         child_read, parent_write = os.pipe()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "verl.utils.sandbox.process_pool", str(child_read), str(child_write)],
+                [sys.executable, "-m", "verl.sandbox.process_pool", str(child_read), str(child_write)],
                 pass_fds=(child_read, child_write),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C at the terminal reaches the trainer, which decides; killpg target

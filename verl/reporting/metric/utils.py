@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.utils.metric.aggregation import AggregationType, Metric  # noqa: F401  (upstream imports them from here)
+from verl.reporting.metric.aggregation import AggregationType, Metric  # noqa: F401  (upstream imports them from here)
 
 __all__ = ["reduce_metrics", "weighted_mean"]
 
@@ -50,7 +50,7 @@ def reduce_metrics(
     or ``sum``), else ``max`` if ``"max"`` is in the name, ``min`` if ``"min"`` is, else the mean (weighted by
     ``weights[key]`` when given). An empty list reduces to ``nan``.
 
-    A :class:`~verl.utils.metric.Metric` reduces with its own aggregation, a list of them (one per data-parallel
+    A :class:`~verl.reporting.metric.Metric` reduces with its own aggregation, a list of them (one per data-parallel
     rank, as ``DataProto.concat`` gathers them) with :meth:`Metric.aggregate_dp`.
 
     Example: ``{"loss": [1, 2, 3], "max_reward": [5, 8, 6]}`` -> ``{"loss": 2.0, "max_reward": 8.0}``.

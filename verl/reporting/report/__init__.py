@@ -1,25 +1,24 @@
 """A run's ``report.html``: curves, held-out results, time per phase, samples, checkpoints, hardware and config.
 
-The page is built from the files of the run directory alone (:mod:`verl.utils.tracking.report.collect`), so it can be
+The page is built from the files of the run directory alone (:mod:`verl.reporting.report.collect`), so it can be
 rebuilt at any time, during the run or long after::
 
-    python -m verl.utils.tracking.report outputs/verl/demo        # or: verl report outputs/verl/demo
+    python -m verl.reporting.report outputs/verl/demo        # or: verl report outputs/verl/demo
 
-The trainers keep it current through :class:`RunReporter` (:mod:`verl.utils.tracking.report.run_files`): at every
+The trainers keep it current through :class:`RunReporter` (:mod:`verl.reporting.report.run_files`): at every
 checkpoint save and at the end (``trainer.report.enable``; ``trainer.plot`` for ``metrics.png``). The page is
 self-contained (inline SVG charts and CSS, no script, nothing fetched) and every text from the run is escaped.
 
-``verl compare RUN_DIR RUN_DIR [...]`` (:mod:`verl.utils.tracking.report.compare`) puts several runs on one such page.
+``verl compare RUN_DIR RUN_DIR [...]`` (:mod:`verl.reporting.report.compare`) puts several runs on one such page.
 """
 
 from __future__ import annotations
 
 import os
 
-from verl.utils.fs import atomic_write_text
-from verl.utils.tracking.report.collect import RunData, collect_run, phase_table, validation_summary
-from verl.utils.tracking.report.render import render_html
-from verl.utils.tracking.report.run_files import (
+from verl.reporting.report.collect import RunData, collect_run, phase_table, validation_summary
+from verl.reporting.report.render import render_html
+from verl.reporting.report.run_files import (
     CONFIG_FILE,
     PLOT_FILE,
     REPORT_FILE,
@@ -28,6 +27,7 @@ from verl.utils.tracking.report.run_files import (
     RunReporter,
     describe_hardware,
 )
+from verl.utils.fs import atomic_write_text
 
 __all__ = [
     "CONFIG_FILE",

@@ -1,4 +1,4 @@
-"""``python -m verl.utils.tracking.report RUN_DIR [--output PATH] [--kind KIND]``: (re)build a run's report.html."""
+"""``python -m verl.reporting.report RUN_DIR [--output PATH] [--kind KIND]``: (re)build a run's report.html."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from verl.utils.tracking.plotting import TRAINER_KINDS
+from verl.reporting.plotting import TRAINER_KINDS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code) if isinstance(e.code, int) else 2
+    from verl.reporting.report.collect import collect_run
+    from verl.reporting.report.render import render_html
+    from verl.reporting.report.run_files import REPORT_FILE
     from verl.utils.fs import atomic_write_text
-    from verl.utils.tracking.report.collect import collect_run
-    from verl.utils.tracking.report.render import render_html
-    from verl.utils.tracking.report.run_files import REPORT_FILE
 
     try:
         data = collect_run(args.run_dir, args.kind)

@@ -1,6 +1,6 @@
 """Read a run directory into :class:`RunData`: everything ``report.html`` shows, from files only.
 
-Nothing here needs the training process: ``python -m verl.utils.tracking.report <run_dir>`` rebuilds the report of a run
+Nothing here needs the training process: ``python -m verl.reporting.report <run_dir>`` rebuilds the report of a run
 that is going on, finished or crashed. A file that cannot be read does not stop the report: the problem (file, line,
 what is wrong) is listed in :attr:`RunData.problems` and shown at the top of the page.
 """
@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.utils.tracking.plotting import Rows, available_keys, guess_trainer_kind, read_metrics_jsonl
-from verl.utils.tracking.report.run_files import (
+from verl.reporting.plotting import Rows, available_keys, guess_trainer_kind, read_metrics_jsonl
+from verl.reporting.report.run_files import (
     CONFIG_FILE,
     PLOT_FILE,
     RUN_INFO_FILE,
@@ -112,7 +112,7 @@ def _read_jsonl_rows(path: str, split: str, problems: list[str]) -> list[dict[st
 def list_checkpoints(run_dir: str) -> tuple[list[Checkpoint], Checkpoint | None, int | None]:
     """The ``global_step_N`` directories under ``run_dir`` (oldest first), the ``hf_model`` export and the tracker's
     step."""
-    from verl.utils.checkpoint.layout import get_checkpoint_tracker_filename, is_complete_step_dir, list_step_dirs
+    from verl.checkpoint.layout import get_checkpoint_tracker_filename, is_complete_step_dir, list_step_dirs
 
     checkpoints = []
     for step, path in list_step_dirs(run_dir):
@@ -148,7 +148,7 @@ def _read_step_plan(path: str, problems: list[str]) -> list[dict[str, Any]]:
 
 
 def collect_run(run_dir: str, kind: str | None = None) -> RunData:
-    """Read ``run_dir`` (see :mod:`verl.utils.tracking.report.run_files` for its files) into :class:`RunData`.
+    """Read ``run_dir`` (see :mod:`verl.reporting.report.run_files` for its files) into :class:`RunData`.
 
     ``kind`` overrides the trainer kind recorded in ``run_info.json`` (else guessed from the metric names).
     Raises FileNotFoundError when ``run_dir`` is not a directory or holds nothing of a run.

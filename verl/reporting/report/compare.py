@@ -1,10 +1,10 @@
 """``verl compare RUN_DIR RUN_DIR [...] [--output FILE]``: several runs side by side on one offline HTML page.
 
-The page (:mod:`verl.utils.tracking.report.compare_render`) shows the config keys whose values differ, the report's
+The page (:mod:`verl.reporting.report.compare_render`) shows the config keys whose values differ, the report's
 curves of every run on shared axes, time per phase and throughput side by side, the last held-out values and the
 generations of the same validation prompts next to each other; it is built from the run directories' files alone
-(:mod:`verl.utils.tracking.report.compare_data`), like ``report.html``, so runs that are still going, were stopped,
-failed or were killed compare too (their status is on the page). Also ``python -m verl.utils.tracking.report.compare``.
+(:mod:`verl.reporting.report.compare_data`), like ``report.html``, so runs that are still going, were stopped,
+failed or were killed compare too (their status is on the page). Also ``python -m verl.reporting.report.compare``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 import re
 import sys
 
+from verl.reporting.report.compare_data import Comparison, collect_comparison
+from verl.reporting.report.compare_render import render_comparison_html
 from verl.utils.fs import atomic_write_text
-from verl.utils.tracking.report.compare_data import Comparison, collect_comparison
-from verl.utils.tracking.report.compare_render import render_comparison_html
 
 __all__ = ["build_comparison", "default_output_name", "main", "write_comparison"]
 

@@ -1,10 +1,10 @@
 """The data side of ``verl compare``: several run directories read with :func:`collect_run` and set side by side.
 
-What is compared, all from the files of each run directory (see :mod:`verl.utils.tracking.report.run_files`):
+What is compared, all from the files of each run directory (see :mod:`verl.reporting.report.run_files`):
 
 - the config: ``config.yaml`` of each run, nested keys flattened to dotted names (``trainer.total_epochs``), only the
   keys whose values differ (a key one run lacks differs);
-- the curves: the report's panels (:data:`verl.utils.tracking.plotting.PANELS`) with the metrics at least two runs
+- the curves: the report's panels (:data:`verl.reporting.plotting.PANELS`) with the metrics at least two runs
   logged; metrics only one run logged are listed, not drawn;
 - time and throughput: :func:`phase_table` of each run, its step time and ``perf/throughput``;
 - held-out results: the last value of each :func:`validation_summary` key per run;
@@ -20,8 +20,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.utils.tracking.plotting import ResolvedPanel, available_keys, resolve_panels
-from verl.utils.tracking.report.collect import Phase, RunData, collect_run, phase_table, validation_summary
+from verl.reporting.plotting import ResolvedPanel, available_keys, resolve_panels
+from verl.reporting.report.collect import Phase, RunData, collect_run, phase_table, validation_summary
 
 MISSING = object()  # a config key a run does not have
 NO_CONFIG = object()  # every value of a run without a readable config.yaml

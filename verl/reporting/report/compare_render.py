@@ -1,7 +1,7 @@
-"""The page of ``verl compare`` from a :class:`~verl.utils.tracking.report.compare_data.Comparison`.
+"""The page of ``verl compare`` from a :class:`~verl.reporting.report.compare_data.Comparison`.
 
-Built like ``report.html`` (:mod:`verl.utils.tracking.report.render`): the same style sheet and table helpers
-(:mod:`verl.utils.tracking.report.html_parts`), inline SVG charts drawn by matplotlib, no script, nothing fetched;
+Built like ``report.html`` (:mod:`verl.reporting.report.render`): the same style sheet and table helpers
+(:mod:`verl.reporting.report.html_parts`), inline SVG charts drawn by matplotlib, no script, nothing fetched;
 every text from the runs is escaped. Each run has a letter and a colour, the same in every table and chart.
 """
 
@@ -13,10 +13,10 @@ import logging
 import os
 from typing import Any
 
-from verl.utils.tracking.plotting import available_keys, render_overlay_svg, run_colors
-from verl.utils.tracking.report.compare_data import MISSING, NO_CONFIG, ComparedRun, Comparison
-from verl.utils.tracking.report.html_parts import esc, num, td
-from verl.utils.tracking.report.render import PAGE_CSS
+from verl.reporting.plotting import available_keys, render_overlay_svg, run_colors
+from verl.reporting.report.compare_data import MISSING, NO_CONFIG, ComparedRun, Comparison
+from verl.reporting.report.html_parts import esc, num, td
+from verl.reporting.report.render import PAGE_CSS
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""``report.html`` from :class:`~verl.utils.tracking.report.collect.RunData`: one self-contained page.
+"""``report.html`` from :class:`~verl.reporting.report.collect.RunData`: one self-contained page.
 
-No network at view time: the charts are inline SVG drawn by matplotlib (the panels of verl/utils/tracking/plotting.py),
+No network at view time: the charts are inline SVG drawn by matplotlib (the panels of verl/reporting/plotting.py),
 the style sheet is inline, there is no script. Every piece of text from the run (prompts, responses, config values,
 metric names, paths) goes through :func:`html.escape`.
 """
@@ -11,15 +11,15 @@ import datetime as _dt
 import logging
 import os
 
-from verl.utils.tracking.plotting import available_keys, render_panel_svg, resolve_panels
-from verl.utils.tracking.report.collect import Checkpoint, RunData, phase_table, validation_summary
-from verl.utils.tracking.report.html_parts import esc as _e
-from verl.utils.tracking.report.html_parts import local_time as _time
-from verl.utils.tracking.report.html_parts import num as _num
-from verl.utils.tracking.report.html_parts import size_text as _size
-from verl.utils.tracking.report.html_parts import table as _table
-from verl.utils.tracking.report.html_parts import td as _td
-from verl.utils.tracking.report.run_files import PLOT_FILE
+from verl.reporting.plotting import available_keys, render_panel_svg, resolve_panels
+from verl.reporting.report.collect import Checkpoint, RunData, phase_table, validation_summary
+from verl.reporting.report.html_parts import esc as _e
+from verl.reporting.report.html_parts import local_time as _time
+from verl.reporting.report.html_parts import num as _num
+from verl.reporting.report.html_parts import size_text as _size
+from verl.reporting.report.html_parts import table as _table
+from verl.reporting.report.html_parts import td as _td
+from verl.reporting.report.run_files import PLOT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def render_html(data: RunData) -> str:
     """The whole page for ``data`` (a string of HTML5, no external resources)."""
     title = data.info.get("experiment") or os.path.basename(os.path.normpath(data.run_dir))
     generated = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    rebuild = f"python -m verl.utils.tracking.report {data.run_dir}"
+    rebuild = f"python -m verl.reporting.report {data.run_dir}"
     parts = [
         _header(data),
         _problems(data),

@@ -8,8 +8,8 @@
         step_plan.json              PPO family: what one step consumes (verl/trainer/config/step_plan.py)
         samples.jsonl               PPO family: training samples at chosen steps (prompt, response, score, ...)
         logs/metrics.jsonl          the ``file`` logger's metrics (another place with trainer.log_dir)
-        metrics.png                 the panels of verl/utils/tracking/plotting.py
-        report.html                 the report, rebuilt from the files above (python -m verl.utils.tracking.report)
+        metrics.png                 the panels of verl/reporting/plotting.py
+        report.html                 the report, rebuilt from the files above (python -m verl.reporting.report)
 
 :class:`RunReporter` writes them: :meth:`~RunReporter.start` when training starts, :meth:`~RunReporter.update` after
 each checkpoint save and :meth:`~RunReporter.finish` at the end. Every write is atomic, and a failure to draw or
@@ -87,7 +87,7 @@ def describe_hardware(device: str = "auto", dtype: str = "auto", ranks: int = 1)
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_count"] = torch.cuda.device_count()
     try:
-        from verl.utils.hardware.precision import precision_for, resolve_dtype_name
+        from verl.hardware.precision import precision_for, resolve_dtype_name
 
         info["dtype"] = resolve_dtype_name(str(dtype), device_kind if device_kind in ("cpu", "cuda") else "cpu")
         if str(dtype) == "auto":
@@ -195,7 +195,7 @@ class RunReporter:
     Args:
         run_dir: the run's checkpoint directory; everything is written there.
         kind: the trainer kind (``ppo``, ``sft``, ``dpo``, ``kto``): which panels
-            (verl/utils/tracking/plotting.py PANELS).
+            (verl/reporting/plotting.py PANELS).
         config: the run's config (DictConfig or mapping), written resolved to ``config.yaml``.
         metrics_path: the ``metrics.jsonl`` of the ``file`` logger, or None when that logger is off.
         plot / report: write ``metrics.png`` / ``report.html`` (``trainer.plot``, ``trainer.report.enable``).
@@ -307,7 +307,7 @@ class RunReporter:
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _draw(self, redraw_plot: bool = True) -> None:
-        from verl.utils.tracking.plotting import plot_run
+        from verl.reporting.plotting import plot_run
 
         metrics = self.metrics_path
         if self.plot and redraw_plot:
@@ -316,7 +316,7 @@ class RunReporter:
             else:
                 logger.info("no %s: the 'file' logger is off (trainer.logger), so there are no metrics", PLOT_FILE)
         if self.report:
-            from verl.utils.tracking.report import write_report
+            from verl.reporting.report import write_report
 
             write_report(self.run_dir)
 

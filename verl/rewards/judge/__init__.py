@@ -2,14 +2,14 @@
 the trainer's ``judge`` worker group), and :class:`LLMJudge`, used by the ``judge`` reward manager
 (``reward_model.reward_manager=judge``)."""
 
-from verl.utils.reward_score.judge.backends import (
+from verl.rewards.judge.backends import (
     HFJudgeBackend,
     JudgeRequestError,
     OpenAIJudgeBackend,
     WorkerGroupJudgeBackend,
 )
-from verl.utils.reward_score.judge.judge import JudgeBackend, JudgeError, JudgeResult, LLMJudge
-from verl.utils.reward_score.judge.templates import (
+from verl.rewards.judge.judge import JudgeBackend, JudgeError, JudgeResult, LLMJudge
+from verl.rewards.judge.templates import (
     PAIRWISE_TEMPLATE,
     POINTWISE_TEMPLATE,
     JudgeParseError,

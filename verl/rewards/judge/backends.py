@@ -169,7 +169,7 @@ class HFJudgeBackend:
     """A judge model in this process, decoded by the ``hf`` rollout engine (greedy when ``temperature == 0``).
 
     Args:
-        model: a causal LM module, or a model path / bundled name loaded with ``verl.utils.models.loader``.
+        model: a causal LM module, or a model path / bundled name loaded with ``verl.models.loader``.
         tokenizer: the judge's tokenizer (loaded from the path when None); its chat template is applied.
         max_new_tokens, temperature, max_num_seqs (rows per generate call), max_prompt_length (longer judge
         prompts are cut from the left, keeping the verdict instructions at the end in view), seed.
@@ -188,7 +188,7 @@ class HFJudgeBackend:
     ) -> None:
         import torch
 
-        from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
+        from verl.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
         from verl.workers.rollout.hf_rollout import HFRollout
 
         if isinstance(model, str | os.PathLike):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from verl.utils.reward_score.judge.templates import (
+from verl.rewards.judge.templates import (
     TEMPLATES,
     JudgeParseError,
     check_template,
@@ -56,10 +56,10 @@ class LLMJudge:
     """Score responses with a judge model.
 
     Args:
-        backend: a :class:`JudgeBackend` (:class:`~verl.utils.reward_score.judge.backends.OpenAIJudgeBackend`,
-            :class:`~verl.utils.reward_score.judge.backends.HFJudgeBackend`, or any object with ``generate``).
+        backend: a :class:`JudgeBackend` (:class:`~verl.rewards.judge.backends.OpenAIJudgeBackend`,
+            :class:`~verl.rewards.judge.backends.HFJudgeBackend`, or any object with ``generate``).
         mode: ``pointwise`` or ``pairwise``.
-        template: a format string (see :mod:`~verl.utils.reward_score.judge.templates`); None: the ready one.
+        template: a format string (see :mod:`~verl.rewards.judge.templates`); None: the ready one.
         parse_fn: ``answer -> score`` (pointwise: in [0, 1]; pairwise: 1.0 if A is better, 0.0 if B), raising on an
             unusable answer; None: the ready parser for ``mode`` with ``score_pattern`` and ``max_score``.
         on_error: ``zero`` | ``skip`` | ``raise``.

@@ -1,8 +1,8 @@
 """Code-contest grader (``data_source`` ``codecontests``, ``apps``, ``codeforces``, ``taco``) on the local sandbox.
 
 Same call as verl's ``prime_code.compute_score(completion, test_cases, continuous=False) -> (success, metadata)``;
-the programs run in this project's sandboxed subprocess (:func:`verl.utils.sandbox.run_python_sandboxed`, via
-:mod:`verl.utils.reward_score.code_exec`), never in the trainer process. ``test_cases`` is APPS-format JSON:
+the programs run in this project's sandboxed subprocess (:func:`verl.sandbox.run_python_sandboxed`, via
+:mod:`verl.rewards.code_exec`), never in the trainer process. ``test_cases`` is APPS-format JSON:
 
 - standard input / output: ``{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}``;
 - call-based (LeetCode style): ``{"fn_name": "add", "inputs": [[1, 2], ...], "outputs": [3, ...]}``; each input is
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verl.utils.reward_score import code_exec
+from verl.rewards import code_exec
 
 __all__ = ["apps_to_code_exec_spec", "compute_score", "ensure_fenced", "load_test_cases"]
 

@@ -4,7 +4,7 @@ Same contract as verl's ``prime_math.compute_score``: returns ``(is_correct, for
 extracted_answer)`` and ``default_compute_score`` keeps ``float(is_correct)``. The answer is the last
 ``\\boxed{}`` of the response, else the text after the last "answer is" / ``Answer:``; the reference may be bare or
 boxed, and may list several acceptable answers separated by ``,`` inside ``\\boxed{}`` only when the response does
-too. Equivalence: the normalised string / exact-rational check of :mod:`verl.utils.reward_score.math`, then
+too. Equivalence: the normalised string / exact-rational check of :mod:`verl.rewards.math`, then
 math-verify's symbolic check. ``format_correctness`` is PRIME's format flag (step-by-step ``Step 2:`` text with a
 boxed answer).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from verl.utils.reward_score.math import is_equiv, last_boxed_content
-from verl.utils.reward_score.math_verify import verify_equivalent
+from verl.rewards.math import is_equiv, last_boxed_content
+from verl.rewards.math_verify import verify_equivalent
 
 __all__ = ["compute_score", "grade_answer", "match_answer"]
 

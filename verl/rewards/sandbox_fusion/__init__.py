@@ -25,8 +25,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.utils.reward_score.code_exec import extract_code
-from verl.utils.reward_score.prime_code import CONTINUOUS_MAX_TESTS, apps_to_code_exec_spec, load_test_cases
+from verl.rewards.code_exec import extract_code
+from verl.rewards.prime_code import CONTINUOUS_MAX_TESTS, apps_to_code_exec_spec, load_test_cases
 
 __all__ = ["ProcessLocalSemaphore", "call_sandbox_api", "check_correctness", "compute_score"]
 
