@@ -1,8 +1,9 @@
 """Rewrite verl's ``verl.utils.<old>`` paths of the packages that left ``verl/utils`` to where they live now.
 
-The map is :data:`verl.utils._moved.MOVED` (``verl.utils.tracking`` -> ``verl.reporting``, ...). The old paths keep
-working (the same module objects), so this is tidying, not a fix: run it after merging branches that still import
-the old paths, then ``ruff check --fix`` and ``ruff format`` (``--ruff`` does both on the files it changed).
+The map is :data:`verl.utils._moved.MOVED` (``verl.utils.tracking`` -> ``verl.reporting``, ...; the documented
+``ALIASES`` such as ``verl.utils.evaluation`` stay). The old paths keep working (the same module objects), so this is
+tidying, not a fix: run it after merging branches that still import the old paths, then ``ruff check --fix`` and
+``ruff format`` (``--ruff`` does both on the files it changed).
 
 What it rewrites, in .py/.md/.rst/.sh/.yaml/.yml/.toml/.txt files under the given paths:
 
@@ -60,6 +61,15 @@ def _load_moved():
 
 
 _MOVED = _load_moved()
+
+
+def _new_name(old: str) -> str | None:
+    """Where ``old`` lives now, for the paths of :data:`MOVED` only (the documented ALIASES stay as written)."""
+    if any(old == alias or old.startswith(alias + ".") for alias in _MOVED.ALIASES):
+        return None
+    return _MOVED.new_name(old)
+
+
 _OLD_TOPS = sorted({old.split(".")[2] for old in _MOVED.MOVED}, key=len, reverse=True)
 _DOTTED = re.compile(r"\bverl\.utils\.(?:" + "|".join(_OLD_TOPS) + r")\b(?:\.\w+)*")
 _PATH = re.compile(r"\bverl/utils/(?:" + "|".join(_OLD_TOPS) + r")\b(?:/\w+)*(?:\.py\b|/)?")
@@ -99,7 +109,7 @@ def rewrite_dotted(token: str) -> str:
     name anything that exists."""
     parts = token.split(".")
     for cut in range(len(parts), 2, -1):
-        new = _MOVED.new_name(".".join(parts[:cut]))
+        new = _new_name(".".join(parts[:cut]))
         if new is None:
             continue
         source = _module_file(new)
@@ -118,7 +128,7 @@ def rewrite_path(token: str) -> str:
     body = token.rstrip("/")
     suffix = ".py" if body.endswith(".py") else ""
     dotted = body[: -len(suffix)] if suffix else body
-    new = _MOVED.new_name(dotted.replace("/", "."))
+    new = _new_name(dotted.replace("/", "."))
     if new is None:
         return token
     new_path = new.replace(".", "/") + suffix
@@ -143,7 +153,7 @@ def _rewrite_from_utils(match: re.Match[str], problems: list[str]) -> str:
     lines: list[str] = []
     for item in names:
         name, _, alias = (p.strip() for p in item.partition(" as "))
-        new = _MOVED.new_name(f"verl.utils.{name}")
+        new = _new_name(f"verl.utils.{name}")
         if new is None or _module_file(new) is None:
             kept.append(item)
             continue

@@ -68,7 +68,7 @@ def test_fresh_interpreter_old_path_first() -> None:
     code = """
 import sys
 import verl
-moved = ("verl.checkpoint", "verl.data", "verl.rewards", "verl.reporting", "verl.sandbox", "verl.models",
+moved = ("verl.api", "verl.checkpoint", "verl.data", "verl.rewards", "verl.reporting", "verl.sandbox", "verl.models",
          "verl.hardware", "verl.utils.tracking", "verl.utils.reward_score", "verl.utils.checkpoint")
 assert not [m for m in sys.modules if m.startswith(moved)], [m for m in sys.modules if m.startswith(moved)]
 import verl.utils.reward_score.gsm8k as old
@@ -113,6 +113,13 @@ def test_python_dash_m_runs_the_old_path() -> None:
         [sys.executable, "-m", "verl.utils.tracking.report", "--help"], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr[-2000:]
+
+
+def test_documented_alias_is_the_same_module() -> None:
+    from verl.api import evaluation
+    from verl.utils.evaluation import Evaluator
+
+    assert sys.modules["verl.utils.evaluation"] is evaluation and Evaluator is evaluation.Evaluator
 
 
 def test_new_name_matches_whole_parts() -> None:

@@ -7,7 +7,8 @@ imports ``verl.rewards.gsm8k`` and binds the SAME module object under the old na
 means ``isinstance`` checks, ``monkeypatch.setattr("verl.utils.tracking.backends.f", ...)`` and ``mock.patch`` act
 on the code that runs, and nothing is executed twice. ``python -m verl.utils.<old>`` runs the new module's code.
 
-The finder answers only for names under a prefix of :data:`MOVED`; nothing is imported until such a name is.
+The finder answers only for names under a prefix of :data:`MOVED` or :data:`ALIASES`; nothing is imported until
+such a name is.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from types import CodeType, ModuleType
 
-__all__ = ["MOVED", "MovedModuleFinder", "install", "new_name"]
+__all__ = ["ALIASES", "MOVED", "MovedModuleFinder", "install", "new_name"]
 
 # verl's (upstream's) module path -> where the module lives here. A longer prefix wins over a shorter one.
 MOVED: dict[str, str] = {
@@ -37,11 +38,18 @@ MOVED: dict[str, str] = {
     "verl.utils.flops_counter": "verl.hardware.flops_counter",
 }
 
-_BY_LENGTH = sorted(MOVED.items(), key=lambda item: len(item[0]), reverse=True)
+# documented import paths that name a module living elsewhere (served like MOVED; not rewritten by
+# scripts/rewrite_moved_imports.py, since the documents use them)
+ALIASES: dict[str, str] = {
+    "verl.utils.evaluation": "verl.api.evaluation",  # the evaluator base class and built-ins (docs/api.md)
+}
+
+_BY_LENGTH = sorted({**MOVED, **ALIASES}.items(), key=lambda item: len(item[0]), reverse=True)
 
 
 def new_name(fullname: str) -> str | None:
-    """The module path that ``fullname`` (an old ``verl.utils.*`` path) names today, or None if it did not move.
+    """The module path that ``fullname`` (an old ``verl.utils.*`` path, or one of :data:`ALIASES`) names today, or
+    None if it did not move.
 
     ``new_name("verl.utils.reward_score.gsm8k") == "verl.rewards.gsm8k"``; a prefix matches whole dotted parts only
     (``verl.utils.metrics`` is not under ``verl.utils.metric``).
