@@ -108,6 +108,14 @@ def test_monkeypatch_through_the_old_path(monkeypatch: pytest.MonkeyPatch) -> No
     assert values.fmt(1.0) == "patched"
 
 
+def test_a_pickle_naming_the_old_path_loads() -> None:
+    import pickle
+
+    import verl.reporting.values as values
+
+    assert pickle.loads(b"cverl.utils.tracking.values\nfmt\n.") is values.fmt
+
+
 def test_python_dash_m_runs_the_old_path() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "verl.utils.tracking.report", "--help"], capture_output=True, text=True, timeout=120
