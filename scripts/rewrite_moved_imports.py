@@ -183,13 +183,13 @@ def rewrite_text(text: str, is_python: bool, problems: list[str]) -> str:
 
 def _cites_verl(match: re.Match[str]) -> bool:
     """Whether the name is cited as verl's (upstream's) own path ("Upstream: ``verl/utils/...``", "verl's
-    ``verl.utils.metric``"): prose close before it says so, and the line is no import statement."""
+    ``verl.utils.metric``"): prose before it on its line says so, and the line is no import statement."""
     text = match.string
     line_start = text.rfind("\n", 0, match.start()) + 1
     before = text[line_start : match.start()]
     if re.match(r"\s*(from|import)\s", before):
         return False
-    return re.search(r"upstream|verl's", before[-60:], re.I) is not None
+    return re.search(r"upstream|verl's", before, re.I) is not None
 
 
 def _files(paths: list[str]) -> list[Path]:
