@@ -48,6 +48,7 @@ SKIP = {
     "tests/test_upstream_surface.py",
     "tests/test_porting_map.py",
     "docs/porting_from_verl.md",
+    "docs/design.md",  # its table of rooms names verl's path of each
     "scripts/rewrite_moved_imports.py",
 }
 
