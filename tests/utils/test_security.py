@@ -127,9 +127,9 @@ def _eval_exec_calls(path: pathlib.Path) -> list[str]:
 def test_answer_parsing_never_calls_eval_or_exec():
     """Rule scorers and the evaluation code parse answers without eval/exec; the only exec is the gated
     in-process runner of code_exec (reachable only through require_unsafe)."""
-    files = sorted((REPO / "verl" / "utils" / "reward_score").glob("*.py"))
+    files = sorted((REPO / "verl" / "rewards").glob("*.py"))
     files += [REPO / "verl" / "trainer" / "main_eval.py", REPO / "verl" / "api" / "evaluation.py"]
     found = {f.name: calls for f in files if (calls := _eval_exec_calls(f))}
     assert found == {"code_exec.py": ["exec"]}
-    source = (REPO / "verl" / "utils" / "reward_score" / "code_exec.py").read_text(encoding="utf-8")
+    source = (REPO / "verl" / "rewards" / "code_exec.py").read_text(encoding="utf-8")
     assert source.index("require_unsafe(") < source.index("= _run_in_process(program")

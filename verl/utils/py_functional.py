@@ -8,8 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["append_to_dict", "convert_to_regular_types", "timeout_limit", "union_two_dict"]
+from verl.utils.errors import DataProtoError
+
+__all__ = ["append_to_dict", "convert_to_regular_types", "timeout_limit", "union_two_dict", "values_equal"]
 
 
 def append_to_dict(data: dict[str, list[Any]], new_data: dict[str, Any]) -> None:
@@ -42,13 +45,57 @@ def convert_to_regular_types(obj: Any) -> Any:
     return obj
 
 
+def values_equal(a: Any, b: Any, _seen: frozenset[tuple[int, int]] = frozenset()) -> bool:
+    """Element equality that treats NaN == NaN and compares arrays / tensors by content.
+
+    Object arrays, dicts and lists are compared element by element. Containers that hold themselves (an object
+    array stored in its own cell) compare equal when their structure does: a pair of containers already under
+    comparison is taken as equal instead of recursing forever.
+    """
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    containers = (np.ndarray, dict, list, tuple)
+    if isinstance(a, containers) and isinstance(b, containers):
+        pair = (id(a), id(b))
+        if pair in _seen:
+            return True
+        _seen = _seen | {pair}
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        if x.shape != y.shape:
+            return False
+        if x.dtype != object and y.dtype != object:
+            try:
+                return bool(np.array_equal(x, y, equal_nan=True))
+            except TypeError:  # equal_nan is unsupported for strings
+                return bool(np.array_equal(x, y))
+        return all(values_equal(u, v, _seen) for u, v in zip(x.reshape(-1), y.reshape(-1)))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k], _seen) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y, _seen) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
 def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
     """Add the entries of ``dict2`` to ``dict1`` (in place) and return it; a key in both must hold equal values
-    (:class:`~verl.utils.errors.DataProtoError` naming it otherwise). Same function as
-    :func:`verl.protocol.union_two_dict`, imported on call so ``verl.utils`` does not import ``verl.protocol``."""
-    from verl.protocol.unions import union_two_dict as _union
-
-    return _union(dict1, dict2)
+    (:class:`~verl.utils.errors.DataProtoError` naming it otherwise). DataProto's ``meta_info`` union
+    (:func:`verl.protocol.union_two_dict` is this function)."""
+    for key, value in dict2.items():
+        if key in dict1:
+            if not values_equal(dict1[key], value):
+                raise DataProtoError(
+                    f"{key} in meta_dict1 and meta_dict2 are not the same object: union conflict on meta_info key "
+                    f"{key!r}, {dict1[key]!r} vs {value!r}"
+                )
+        else:
+            dict1[key] = value
+    return dict1
 
 
 def timeout_limit(seconds: float, use_signals: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
