@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -240,9 +240,6 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         **engine_kwargs: extra ``vllm.LLM`` arguments (they override the ones derived from the config).
     """
 
-    # inside the agent loops of a batch: the engine stays awake between their turn requests
-    _serving_agent_loops: bool = False
-
     def __init__(self, model_path: str, config: Any, tokenizer: Any = None, **engine_kwargs: Any) -> None:
         vllm = import_vllm()
         self.config = config
@@ -416,12 +413,23 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.weight_syncs += 1
 
     # ------------------------------------------------------------------------------------------ generate
-    def turn_server(self) -> Callable[[dict[str, Any]], Any]:
-        """Agent-loop turns are served by this engine's scheduler request by request (continuous batching,
-        :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch."""
+    def request_server(self, meta_info: dict[str, Any]) -> Any:
+        """Token requests (e.g. agent-loop turns) served by this engine's scheduler request by request (continuous
+        batching, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch. The
+        engine stays awake while the server is open (no sleep between turns) and goes back to sleep (when
+        ``rollout.free_cache_engine``) when it closes."""
         from verl.workers.rollout.vllm_request_server import VLLMRequestServer
 
-        return lambda meta_info: VLLMRequestServer(self, meta_info)
+        self._wake({"weights", "kv_cache"})
+        try:
+            server = VLLMRequestServer(self, meta_info)
+        except BaseException:
+            if self._sleep_enabled:
+                self._sleep()
+            raise
+        if self._sleep_enabled:
+            server.on_close(self._sleep)
+        return server
 
     def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
         """``vllm.SamplingParams`` for one response per prompt, stopping exactly at ``eos_ids``."""
@@ -442,21 +450,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; prompts go in as token ids with their left padding removed, a
-        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`).
-
-        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
-        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`): their turn requests go to vLLM's
-        scheduler one by one as they arrive (:meth:`turn_server`), while the engine stays awake for the whole batch
-        (no sleep between turns)."""
-        if self.uses_agent_loops(prompts):
-            self._wake({"weights", "kv_cache"})
-            self._serving_agent_loops = True
-            try:
-                return self.run_agent_loops(prompts)
-            finally:
-                self._serving_agent_loops = False
-                if self._sleep_enabled:
-                    self._sleep()
+        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`). Agent loops send their turns
+        through :meth:`request_server` instead."""
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, _ = check_prompts(prompts)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
@@ -471,7 +466,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
-            if self._sleep_enabled and not self._serving_agent_loops:
+            if self._sleep_enabled:
                 self._sleep()
         bs, length = len(outputs), settings.response_length
         responses = torch.full((bs, length), pad_id, dtype=input_ids.dtype)
