@@ -71,9 +71,10 @@ def test_a_dead_serving_thread_fails_the_waiting_requests() -> None:
 
 def test_the_former_module_path_is_the_same_module() -> None:
     import verl.experimental.agent_loop.request_batcher as old
+    from verl.experimental.agent_loop.request_batcher import TurnRequest, TurnServer
+
     import verl.workers.rollout.request_server as new
     from verl.experimental.agent_loop import RequestBatcher, TokenOutput
-    from verl.experimental.agent_loop.request_batcher import TurnRequest, TurnServer
 
     assert old is new
     assert (RequestBatcher, TurnServer, TurnRequest) == (new.BatchingRequestServer, new.RequestServer, new.TokenRequest)
