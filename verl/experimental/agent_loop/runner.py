@@ -245,7 +245,8 @@ class AgentLoopRunner:
 def place_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, ranks: int) -> list[int]:
     """The rank (request server) of each row: a sample group's rows (a run of adjacent rows with the same prompt,
     as the interleaved ``rollout.n`` repeat lays them out) stay on one rank, whose cache (vLLM's prefix cache) then
-    holds their shared prompt; runs go to ranks in order, each rank taking about ``rows / ranks`` rows.
+    holds their shared prompt; runs go to ranks in order, a run to the rank whose share of ``rows / ranks`` rows
+    holds its middle row.
 
     ``input_ids``/``attention_mask``: ``[rows, prompt_len]``. Returns ``[rows]`` ints in ``[0, ranks)``.
     """
@@ -254,12 +255,11 @@ def place_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, ranks: i
         return [0] * rows
     masked = input_ids * attention_mask
     starts = [0] + [i for i in range(1, rows) if not torch.equal(masked[i], masked[i - 1])]
-    placement, rank = [0] * rows, 0
+    placement = [0] * rows
     for k, start in enumerate(starts):
         end = starts[k + 1] if k + 1 < len(starts) else rows
-        # the rank whose share (of rows / ranks) the group's first row falls in, never going back
-        rank = max(rank, min(ranks - 1, start * ranks // rows))
-        placement[start:end] = [rank] * (end - start)
+        # the rank whose share (rows / ranks of them) holds the middle of the group
+        placement[start:end] = [min(ranks - 1, (start + end) * ranks // (2 * rows))] * (end - start)
     return placement
 
 
