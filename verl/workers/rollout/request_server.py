@@ -115,7 +115,7 @@ class RequestServer:
             raise ValueError(
                 f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
             )
-        request = TokenRequest([int(t) for t in prompt_ids], int(max_tokens))
+        request = TurnRequest([int(t) for t in prompt_ids], int(max_tokens))
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the {type(self).__name__} is closed")
