@@ -238,12 +238,11 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
                 **self._pool_settings(),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
-        tools = self.agent_tools  # the agent loops' (init below), with those of multi_turn.tool_config_path
         for name in ("critic", "rm", "teacher", "judge", "actor_rollout"):  # actor last: the biggest, as in verl
             if name in self.worker_groups:
                 self.worker_groups[name].init_model()
-        self.actor_rollout_wg = self.worker_groups["actor_rollout"]
-        self.agent_loop_manager = make_agent_loop_manager(self.config, self.tokenizer, self.actor_rollout_wg, tools)
+        wg = self.actor_rollout_wg = self.worker_groups["actor_rollout"]
+        self.agent_loop_manager = make_agent_loop_manager(self.config, self.tokenizer, wg, self.agent_tools)
         self.critic_wg = self.worker_groups.get("critic")
         self.rm_wg = self.worker_groups.get("rm")
         self.teacher_wg = self.worker_groups.get("teacher")
