@@ -118,6 +118,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self.ref_policy = None
         self.rollout = None
         self._rollout_tp_group = None  # a tensor-parallel vLLM engine's ranks (set by _build_rollout_tp_group)
+        self._generation_held: ExitStack | None = None  # hold_generation(True) until hold_generation(False)
         self.tokenizer = None
         self.processor = None  # a vision-language model's processor (init_model)
         self.actor_optimizer = None
@@ -302,14 +303,40 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
-        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
-        gather = fsdp_utils.full_params(self.actor_module) if on_actor else nullcontext()
         # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
         # the group pools its chunks, generates them together and each rank keeps its own rows
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
-        with loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
+        # held already (hold_generation): the parameters stay gathered and the engine awake between the calls
+        with nullcontext() if self._generation_held is not None else self._generation_hold(), torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return own_rows(output, rows).to("cpu")
+
+    def _generation_hold(self) -> ExitStack:
+        """What generating needs on this rank, entered (close it to release): the hf engine's parameters gathered
+        (and loaded back from an offload), the engine kept ready (:meth:`BaseRollout.stay_ready`: vLLM awake)."""
+        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
+        held = ExitStack()
+        try:
+            held.enter_context(loaded(self.actor_offload if on_actor else None))
+            if on_actor:
+                held.enter_context(fsdp_utils.full_params(self.actor_module))
+            held.enter_context(self.rollout.stay_ready())
+        except BaseException:
+            held.close()
+            raise
+        return held
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def hold_generation(self, hold: bool) -> None:
+        """``hold=True``: keep this rank ready to generate across several :meth:`generate_sequences` calls (the hf
+        engine's parameters gathered once, vLLM awake) until ``hold=False``. The driver's agent loops hold a Ray
+        group for one batch of turns, whose waiting requests go out as one ``generate_sequences`` call at a time."""
+        self._require(self.rollout, "hold_generation", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        if hold and self._generation_held is None:
+            self._generation_held = self._generation_hold()
+        elif not hold and self._generation_held is not None:
+            held, self._generation_held = self._generation_held, None
+            held.close()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def open_request_server(self, meta_info: dict[str, Any]) -> RequestServer:
@@ -329,11 +356,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         meta = dict(meta_info)
         meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
-        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
-        held = ExitStack()
-        held.enter_context(loaded(self.actor_offload if on_actor else None))
-        if on_actor:
-            held.enter_context(fsdp_utils.full_params(self.actor_module))
+        held = ExitStack() if self._generation_held is not None else self._generation_hold()
         try:
             server = rollout.request_server(meta)
         except BaseException:

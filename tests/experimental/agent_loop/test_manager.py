@@ -30,6 +30,7 @@ class ScriptedWorker(Worker):
         self.engine = ScriptedEngine(chat_tokenizer(), scripts)
         self.calls: list[tuple[str, list[str]]] = []
         self.closed = 0
+        self.holds: list[bool] = []
 
     def _generate(self, prompts: Any) -> Any:
         tok = self.engine.tokenizer
@@ -51,7 +52,12 @@ class ScriptedWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: Any) -> Any:
+        assert self.holds and self.holds[-1], "generate_sequences outside hold_generation"
         return self._generate(prompts)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def hold_generation(self, hold: bool) -> None:
+        self.holds.append(hold)
 
 
 class RemoteLikeGroup(WorkerGroup):
@@ -101,6 +107,7 @@ def test_remote_group_gets_the_waiting_turns_in_one_data_parallel_call() -> None
     assert manager.last_batch_sizes == [5]  # one batch of every waiting turn, split over the ranks
     assert [len(w.calls) for w in workers] == [1, 1] and [len(w.calls[0][1]) for w in workers] == [3, 3]
     assert all(w.closed == 0 for w in workers)  # no server opened on the ranks
+    assert all(w.holds == [True, False] for w in workers)  # held ready for the batch, released after it
 
 
 def test_one_engine_or_one_worker_in_this_process_serves_directly() -> None:

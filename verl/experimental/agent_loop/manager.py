@@ -14,7 +14,8 @@ scores each trajectory as its loop ends: ``reward_model.judge.overlap_rollout``)
   (:func:`~verl.experimental.agent_loop.runner.place_groups`);
 - a remote (Ray) worker group: one :class:`~verl.workers.rollout.request_server.BatchingRequestServer` on the driver
   that gathers the waiting turn requests of every trajectory into one data-parallel ``generate_sequences`` call of
-  the group (the rows split over the ranks as any generation call's are);
+  the group (the rows split over the ranks as any generation call's are), the ranks holding their engines ready for
+  the whole batch (``ActorRolloutRefWorker.hold_generation``: the ``hf`` parameters gathered once, vLLM awake);
 - one worker object, or one rollout engine, in this process: its own server.
 
 Output: the rollout layout of :mod:`verl.experimental.agent_loop.runner`.
@@ -107,7 +108,7 @@ class AgentLoopManager:
         if isinstance(group, LocalWorkerGroup):
             return list(group.open_request_server(meta_info))
         if isinstance(group, WorkerGroup):  # the ranks live in other processes
-            return [BatchingRequestServer(self._generate_on_group, meta_info)]
+            return [self._batching_over_group(group, meta_info)]
         if isinstance(group, BaseRollout):
             return [group.request_server(meta_info)]
         opener = getattr(group, "open_request_server", None)
@@ -117,6 +118,23 @@ class AgentLoopManager:
                 "engine (it has no open_request_server / request_server)"
             )
         return [opener(meta_info)]
+
+    def _batching_over_group(self, group: Any, meta_info: dict[str, Any]) -> RequestServer:
+        """One server on the driver whose batches of waiting turns go to the group as ``generate_sequences`` calls;
+        the ranks hold their engines ready (``hold_generation``: parameters gathered once, vLLM awake) until the
+        server closes."""
+        hold = getattr(group, "hold_generation", None)
+        if callable(hold):
+            hold(True)
+        try:
+            server = BatchingRequestServer(self._generate_on_group, meta_info)
+        except BaseException:
+            if callable(hold):
+                hold(False)
+            raise
+        if callable(hold):
+            server.on_close(lambda: hold(False))
+        return server
 
     def _generate_on_group(self, batch: DataProto) -> DataProto:
         """One data-parallel ``generate_sequences`` call of the group, padded to a multiple of its world size."""

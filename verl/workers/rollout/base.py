@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,12 @@ class BaseRollout(ABC):
         :meth:`generate_sequences` (:class:`~verl.workers.rollout.request_server.BatchingRequestServer`); an engine
         with a scheduler of its own serves them request by request (vLLM)."""
         return BatchingRequestServer(self.generate_sequences, meta_info)
+
+    def stay_ready(self) -> AbstractContextManager[Any]:
+        """A block in which the engine stays ready to generate between calls (weights loaded, cache allocated):
+        several ``generate_sequences`` calls or a request server's requests without sleeping in between. The
+        default has nothing to keep; vLLM stays awake (``free_cache_engine`` puts it to sleep after the block)."""
+        return nullcontext()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
         """Give the engine the actor's current weights (``(name, tensor)`` pairs under transformers names).

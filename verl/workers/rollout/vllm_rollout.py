@@ -20,11 +20,13 @@ Notes on vLLM that shape this code:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -373,6 +375,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.last_weight_sync_s: float | None = None
         self.weight_syncs = 0  # completed update_weights calls
         self._asleep_tags: set[str] = set()
+        self._ready_holds = 0  # open stay_ready() blocks: the engine does not sleep while one is open
 
     # --------------------------------------------------------------------------------------------- memory
     def _sleep(self) -> None:
@@ -420,16 +423,28 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         ``rollout.free_cache_engine``) when it closes."""
         from verl.workers.rollout.vllm_request_server import VLLMRequestServer
 
-        self._wake({"weights", "kv_cache"})
+        ready = ExitStack()
+        ready.enter_context(self.stay_ready())
         try:
             server = VLLMRequestServer(self, meta_info)
         except BaseException:
-            if self._sleep_enabled:
-                self._sleep()
+            ready.close()
             raise
-        if self._sleep_enabled:
-            server.on_close(self._sleep)
+        server.on_close(ready.close)
         return server
+
+    @contextlib.contextmanager
+    def stay_ready(self) -> Iterator[None]:
+        """The engine stays awake for the block (weights and KV cache): the calls inside do not put it to sleep;
+        with ``free_cache_engine`` it sleeps when the outermost block ends."""
+        self._wake({"weights", "kv_cache"})
+        self._ready_holds += 1
+        try:
+            yield
+        finally:
+            self._ready_holds -= 1
+            if self._sleep_enabled and not self._ready_holds:
+                self._sleep()
 
     def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
         """``vllm.SamplingParams`` for one response per prompt, stopping exactly at ``eos_ids``."""
@@ -466,7 +481,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
-            if self._sleep_enabled:
+            if self._sleep_enabled and not self._ready_holds:
                 self._sleep()
         bs, length = len(outputs), settings.response_length
         responses = torch.full((bs, length), pad_id, dtype=input_ids.dtype)
