@@ -1,4 +1,5 @@
-"""Agent-loop turns on vLLM: the batch-by-batch ``RequestBatcher`` against the request-by-request ``VLLMRequestServer``.
+"""Agent-loop turns on vLLM: the batch-by-batch ``BatchingRequestServer`` (formerly ``RequestBatcher``) against the
+request-by-request ``VLLMRequestServer``.
 
 Both sides serve the same trajectories on the same vLLM engine: ``--trajectories`` coroutines, each running
 ``--turns`` turns of "generate up to B tokens after the conversation so far, then wait for a tool for L seconds",
@@ -91,9 +92,12 @@ async def run_trajectories(server, prompts: list[list[int]], turns) -> int:
 
 
 def one_run(side: str, engine, meta, prompts, turns) -> tuple[float, int]:
-    from verl.experimental.agent_loop.request_batcher import RequestBatcher
+    from verl.workers.rollout.request_server import BatchingRequestServer
 
-    server = RequestBatcher(engine.generate_sequences, meta) if side == "batcher" else engine.turn_server()(meta)
+    if side == "batcher":
+        server = BatchingRequestServer(engine.generate_sequences, meta)
+    else:
+        server = engine.request_server(meta)
     start = time.perf_counter()
     try:
         tokens = asyncio.run(run_trajectories(server, prompts, turns))

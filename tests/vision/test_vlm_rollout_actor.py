@@ -136,7 +136,10 @@ def test_micro_batches_and_shuffled_minibatches_keep_each_samples_images(dataset
 
 
 def test_agent_loops_with_images_are_refused(dataset, processor) -> None:
+    from verl.experimental.agent_loop.manager import AgentLoopManager
+
     model, _ = make_tiny_vlm("qwen2_vl", processor=processor)
-    rollout = HFRollout(model, rollout_config(multi_turn={"enable": True}))
+    config = rollout_config(multi_turn={"enable": True})
+    manager = AgentLoopManager(config, processor.tokenizer, HFRollout(model, config))
     with pytest.raises(ValueError, match="agent loops.*images"):
-        rollout.generate_sequences(prompts_of(dataset, [0, 1]))
+        manager.generate_sequences(prompts_of(dataset, [0, 1]))

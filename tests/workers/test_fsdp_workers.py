@@ -353,3 +353,33 @@ def test_use_torch_compile_compiles_the_actor_layers_after_sharding(tiny_model_d
     assert all(layer._compiled_call_impl is not None for layer in module.model.layers)
     plain = _actor_group(tiny_model_dir, "actor").workers[0].actor_module
     assert all(layer._compiled_call_impl is None for layer in plain.model.layers)
+
+
+def test_generation_held_across_calls_and_served_by_request(tiny_model_dir: str) -> None:
+    """``hold_generation`` keeps a rank ready across ``generate_sequences`` calls (the same greedy tokens as unheld
+    calls); ``open_request_server`` serves token requests with the rank's engine (the tokens of plain generation)
+    and releases the rank when closed. The worker knows nothing of agent loops: these are the whole surface."""
+    import asyncio
+
+    group = _actor_group(tiny_model_dir, "actor_rollout")
+    (worker,) = group.workers
+    greedy = {"do_sample": False}
+    plain = group.generate_sequences(DataProto(_prompts().batch, {}, dict(greedy)))
+    group.hold_generation(True)
+    try:
+        held = [group.generate_sequences(DataProto(_prompts().batch, {}, dict(greedy))) for _ in range(2)]
+        assert worker._generation_held is not None
+    finally:
+        group.hold_generation(False)
+    assert worker._generation_held is None
+    for out in held:
+        assert torch.equal(out.batch["responses"], plain.batch["responses"])
+    (server,) = group.open_request_server(greedy)
+    try:
+        prompt = _prompts().batch["input_ids"][0].tolist()  # row 0 has no padding
+        answer = asyncio.run(server.generate(prompt, RESPONSE_LEN))
+    finally:
+        server.close()
+    n = int(plain.batch["response_mask"][0].sum())
+    assert answer.token_ids == plain.batch["responses"][0, :n].tolist()
+    assert worker._generation_held is None

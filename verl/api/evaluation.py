@@ -35,7 +35,7 @@ from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.batch_rollout import (
     decode_responses,
     generate_groups,
-    generate_on_group,
+    generate_rollouts,
     prompt_meta,
     score_rollouts,
 )
@@ -124,7 +124,8 @@ def generate_for_eval(
     if temperature is not None:
         meta["temperature"] = float(temperature)
     prompts = DataProto(batch.batch, {k: v for k, v in batch.non_tensor_batch.items() if k != "uid"}, batch.meta_info)
-    return generate_groups(prompts, n, lambda gen: generate_on_group(trainer.actor_rollout_wg, gen), meta)
+    agent_loops = getattr(trainer, "agent_loop_manager", None)  # rollout.multi_turn.enable: the agent loops
+    return generate_groups(prompts, n, lambda gen: generate_rollouts(trainer.actor_rollout_wg, agent_loops, gen), meta)
 
 
 def _sources(data: DataProto) -> list[str]:

@@ -223,7 +223,6 @@ class PPOTrainer(BaseTrainer):
                 "actor_module": self.actor_model,
                 "tokenizer": self.tokenizer,
                 "rollout": rollout,
-                "agent_tools": self.agent_tools,
             },
             "critic": {"critic_module": self.critic_model, "tokenizer": self.tokenizer},
         }
@@ -233,6 +232,7 @@ class PPOTrainer(BaseTrainer):
             reward_fn=reward_manager,
             run_identity=self._run_identity(),
             role_kwargs=role_kwargs,
+            agent_tools=self.agent_tools,
         )
         driver.init_workers()
         return driver

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import torch
@@ -40,6 +40,7 @@ from verl.workers.fsdp_setup import (
 )
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 from verl.workers.reward_model_worker import RewardModelWorker
+from verl.workers.rollout.request_server import RequestServer
 from verl.workers.rollout_engine import RolloutEngineMixin
 
 # verl's module of the three workers; the critic and reward-model workers have files of their own
@@ -61,10 +62,11 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     The Python API (``verl.api``) passes the user's own objects so they are trained in place instead of being
     reloaded from ``model.path``: ``actor_module`` (any causal LM module), ``tokenizer``, ``ref_module`` (default:
     a frozen deep copy of ``actor_module`` taken before training) and ``rollout`` (a ready :class:`BaseRollout`,
-    e.g. one wrapping an existing vLLM engine), and ``agent_tools`` (``BaseTool`` objects the agent loops of a
-    multi-turn rollout may call, next to those of ``multi_turn.tool_config_path``). Such objects only make sense on
-    the local backend (same process). ``judge_config`` (the ``reward_model.judge`` section, passed by the trainer
-    when ``overlap_rollout`` is on) gives the agent loops a judge that scores each trajectory as soon as it ends.
+    e.g. one wrapping an existing vLLM engine). Such objects only make sense on the local backend (same process).
+
+    The worker knows nothing of agent loops: the driver's
+    :class:`~verl.experimental.agent_loop.manager.AgentLoopManager` runs them (with their tools and judge) over the
+    request servers of the ranks' engines (:meth:`open_request_server`).
     """
 
     def __init__(
@@ -75,16 +77,12 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         tokenizer: Any = None,
         ref_module: torch.nn.Module | None = None,
         rollout: Any = None,
-        agent_tools: list[Any] | None = None,
-        judge_config: Any = None,
     ):
         super().__init__()
         self._given_actor_module = actor_module
         self._given_tokenizer = tokenizer
         self._given_ref_module = ref_module
         self._given_rollout = rollout
-        self._given_agent_tools = list(agent_tools or [])
-        self._judge_config = judge_config
         self.rollout_name = "hf"  # resolved in init_model (rollout.name may be "auto")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
@@ -120,6 +118,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self.ref_policy = None
         self.rollout = None
         self._rollout_tp_group = None  # a tensor-parallel vLLM engine's ranks (set by _build_rollout_tp_group)
+        self._generation_held: ExitStack | None = None  # hold_generation(True) until hold_generation(False)
         self.tokenizer = None
         self.processor = None  # a vision-language model's processor (init_model)
         self.actor_optimizer = None
@@ -251,11 +250,6 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             )
         if self._is_rollout:
             self._build_rollout()
-            self.rollout.agent_tools = self._given_agent_tools
-            if self._judge_config is not None:
-                from verl.experimental.agent_loop.judge_overlap import JudgeOverlap
-
-                self.rollout.agent_judge = JudgeOverlap.from_config(self._judge_config)
         if self._is_ref:
             self._build_reference(ref_source, use_remove_padding)
         if self.actor_module is not None:
@@ -309,14 +303,67 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
-        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
-        gather = fsdp_utils.full_params(self.actor_module) if on_actor else nullcontext()
         # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
         # the group pools its chunks, generates them together and each rank keeps its own rows
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
-        with loaded(self.actor_offload if on_actor else None), gather, torch.no_grad():
+        # held already (hold_generation): the parameters stay gathered and the engine awake between the calls
+        with nullcontext() if self._generation_held is not None else self._generation_hold(), torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return own_rows(output, rows).to("cpu")
+
+    def _generation_hold(self) -> ExitStack:
+        """What generating needs on this rank, entered (close it to release): the hf engine's parameters gathered
+        (and loaded back from an offload), the engine kept ready (:meth:`BaseRollout.stay_ready`: vLLM awake)."""
+        on_actor = self.rollout_name == "hf"  # the hf engine generates with the actor's own parameters
+        held = ExitStack()
+        try:
+            held.enter_context(loaded(self.actor_offload if on_actor else None))
+            if on_actor:
+                held.enter_context(fsdp_utils.full_params(self.actor_module))
+            held.enter_context(self.rollout.stay_ready())
+        except BaseException:
+            held.close()
+            raise
+        return held
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def hold_generation(self, hold: bool) -> None:
+        """``hold=True``: keep this rank ready to generate across several :meth:`generate_sequences` calls (the hf
+        engine's parameters gathered once, vLLM awake) until ``hold=False``. The driver's agent loops hold a Ray
+        group for one batch of turns, whose waiting requests go out as one ``generate_sequences`` call at a time."""
+        self._require(self.rollout, "hold_generation", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        if hold and self._generation_held is None:
+            self._generation_held = self._generation_hold()
+        elif not hold and self._generation_held is not None:
+            held, self._generation_held = self._generation_held, None
+            held.close()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def open_request_server(self, meta_info: dict[str, Any]) -> RequestServer:
+        """This rank's engine as a server of token requests for one batch (the agent loops' turns, sent by the
+        driver's :class:`~verl.experimental.agent_loop.manager.AgentLoopManager`): the engine's
+        :meth:`~verl.workers.rollout.base.BaseRollout.request_server`, with the hf engine's parameters gathered
+        (and loaded back from an offload) while the server is open; closing the server releases them.
+
+        The server is a live object of this process (threads, futures): the local backend hands it to the driver;
+        a Ray group's driver batches the waiting requests into :meth:`generate_sequences` calls instead."""
+        rollout = self._require(self.rollout, "open_request_server", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        if self._rollout_tp_group is not None:
+            raise ValueError(
+                "open_request_server: a tensor-parallel engine spans several ranks and serves batches through "
+                "generate_sequences only (rollout.tensor_model_parallel_size > 1)"
+            )
+        meta = dict(meta_info)
+        meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
+        meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        held = ExitStack() if self._generation_held is not None else self._generation_hold()
+        try:
+            server = rollout.request_server(meta)
+        except BaseException:
+            held.close()
+            raise
+        server.on_close(held.close)
+        return server
 
     def _log_prob_meta(self, data: DataProto, section: RolloutConfig | RefConfig, sp: int = 1) -> None:
         data.meta_info["micro_batch_size"] = int(section.log_prob_micro_batch_size_per_gpu)

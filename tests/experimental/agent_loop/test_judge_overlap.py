@@ -142,12 +142,19 @@ def test_overlap_config_errors_name_the_key(overrides: list[str], message: str) 
     assert message in str(err.value)
 
 
-def test_overlap_config_reaches_the_actor_worker() -> None:
+def test_overlap_config_reaches_the_agent_loop_manager() -> None:
+    """The driver's agent-loop manager builds the judge; the actor worker is given nothing of it."""
     from verl.trainer.config.loader import load_config
+    from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
+    from verl.utils.models.tiny import make_byte_tokenizer
 
-    judge_config = _roles_only(load_config([*_ON, *_OVERLAP])).worker_roles()["actor_rollout"][1]["judge_config"]
-    assert judge_config["overlap_rollout"] is True and judge_config["url"] == "http://127.0.0.1:9/v1"
-    assert "judge_config" not in _roles_only(load_config(_ON)).worker_roles()["actor_rollout"][1]
+    cfg = load_config([*_ON, *_OVERLAP])
+    manager = make_agent_loop_manager(cfg, make_byte_tokenizer(), object())
+    assert manager.judges_rollout and manager.runner.judge.judge.backend.url.startswith("http://127.0.0.1:9/v1")
+    assert "judge_config" not in _roles_only(cfg).worker_roles()["actor_rollout"][1]
+    plain = load_config([*_ON, "actor_rollout_ref.rollout.multi_turn.enable=true"])
+    assert not make_agent_loop_manager(plain, make_byte_tokenizer(), object()).judges_rollout
+    assert make_agent_loop_manager(load_config(_ON), make_byte_tokenizer(), object()) is None
 
 
 def _roles_only(cfg: Any) -> Any:

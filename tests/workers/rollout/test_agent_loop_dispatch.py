@@ -1,10 +1,12 @@
-"""The hf engine with ``rollout.multi_turn.enable``: generation goes through the agent loops, batched onto the
-same engine; single-turn rows give the tokens plain generation gives; tool turns get response_mask 0."""
+"""Agent loops as a layer over the hf engine (``AgentLoopManager`` over the engine's request server): turn
+requests are batched onto the same engine; single-turn rows give the tokens plain generation gives; tool turns get
+response_mask 0. The engine itself generates plainly whatever ``multi_turn.enable`` says."""
 
 from __future__ import annotations
 
 import torch
 
+from verl.experimental.agent_loop.manager import AgentLoopManager
 from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -16,13 +18,15 @@ def test_single_turn_agent_matches_plain_generation(rollout_config, make_prompts
     looped = HFRollout(model, looped_config, tokenizer=tok)
     prompts = make_prompts(byte_prompts, prompt_len=8, do_sample=False)
     expected = plain.generate_sequences(prompts)
-    out = looped.generate_sequences(prompts)
-    assert looped._agent_loop_runner.last_batch_sizes == [5]  # every trajectory's request in one engine call
+    manager = AgentLoopManager(looped_config, tok, looped)
+    out = manager.generate_sequences(prompts)
+    assert manager.last_batch_sizes == [5]  # every trajectory's request in one engine call
     for key in ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
         assert torch.equal(out.batch[key], expected.batch[key]), key
     torch.testing.assert_close(out.batch["rollout_log_probs"], expected.batch["rollout_log_probs"])
     assert [m["num_turns"] for m in out.non_tensor_batch["agent_metrics"]] == [2] * 5
-    assert plain.uses_agent_loops(prompts) is False and looped.uses_agent_loops(prompts) is True
+    # the engine knows nothing of agents: its own call is a plain one
+    assert "agent_metrics" not in looped.generate_sequences(prompts).non_tensor_batch
 
 
 def test_tool_agent_on_the_hf_engine(rollout_config, tmp_path) -> None:
@@ -49,7 +53,7 @@ def test_tool_agent_on_the_hf_engine(rollout_config, tmp_path) -> None:
         non_tensors={"raw_prompt": raw},
         meta_info={"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "do_sample": False},
     )
-    out = engine.generate_sequences(prompts)
+    out = AgentLoopManager(config, tok, engine).generate_sequences(prompts)
     assert out.batch["responses"].shape == (2, 24) and out.batch["prompts"].shape == (2, 64)
     # greedy decoding of identical prompts: identical trajectories, generated tokens only (the random model
     # writes no tool call), and the prompt ends with the byte template's generation prompt

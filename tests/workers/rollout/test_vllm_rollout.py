@@ -162,8 +162,8 @@ def test_update_weights_without_restart(engine, rollout_config, make_prompts, by
 @pytest.mark.vllm
 @needs_vllm
 def test_agent_loops_run_on_the_vllm_engine(engine, make_prompts, byte_prompts):
-    """With multi_turn.enable the batch goes through the agent loops, whose turn requests come back to the engine:
-    greedy single-turn loops give exactly the plain greedy generation (tokens and mask)."""
+    """The driver's agent loops over the engine's request server (vLLM's continuous one): greedy single-turn loops
+    give exactly the plain greedy generation (tokens and mask)."""
     import numpy as np
 
     prompts = make_prompts(byte_prompts, prompt_len=8, validate=True)
@@ -172,16 +172,13 @@ def test_agent_loops_run_on_the_vllm_engine(engine, make_prompts, byte_prompts):
     prompts.non_tensor_batch["agent_name"] = np.array(["single_turn_agent"] * len(byte_prompts), dtype=object)
     from omegaconf import OmegaConf
 
+    from verl.experimental.agent_loop.manager import AgentLoopManager
     from verl.utils.models.tiny import make_byte_tokenizer
 
-    OmegaConf.update(engine.config, "multi_turn.enable", True)
-    engine.tokenizer = make_byte_tokenizer()  # the loops tokenize turns (a worker passes the model's tokenizer)
-    try:
-        looped = engine.generate_sequences(prompts)
-    finally:
-        OmegaConf.update(engine.config, "multi_turn.enable", False)
-        engine.tokenizer, engine._agent_loop_runner = None, None
-    assert engine._serving_agent_loops is False
+    section = OmegaConf.merge(engine.config, {"multi_turn": {"enable": True}})
+    manager = AgentLoopManager(section, make_byte_tokenizer(), engine)  # the loops tokenize turns
+    looped = manager.generate_sequences(prompts)
+    assert manager.last_batch_sizes and max(manager.last_batch_sizes) <= len(byte_prompts)  # engine steps
     mask = plain.batch["response_mask"].bool()
     assert torch.equal(looped.batch["response_mask"], plain.batch["response_mask"])
     assert torch.equal(looped.batch["responses"][mask], plain.batch["responses"][mask])

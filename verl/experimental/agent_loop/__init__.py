@@ -1,13 +1,22 @@
 """Agent loops: multi-turn rollouts with tools and interactions (``actor_rollout_ref.rollout.multi_turn``).
 
 See ``docs/agent_loop.md``. ``AgentLoopBase``/``register`` define loops; ``AgentLoopRunner`` runs a prompt batch
-through them over a rollout engine; ``RequestBatcher`` batches the loops' generation requests.
+through them over request servers; ``AgentLoopManager`` (the driver's) holds the tools, interactions and judge and
+gets the request servers from the actor worker group. The request servers themselves are the engines'
+(:mod:`verl.workers.rollout.request_server`); ``verl.experimental.agent_loop.request_batcher`` is that same module
+under its former name.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
+
+from verl.workers.rollout import request_server as request_batcher
+
+# the former home of the request servers: the same module object under the old path (no file of its own)
+sys.modules[f"{__name__}.request_batcher"] = request_batcher
 
 # Imported on first use (PEP 562): a plain run checks its agent settings without importing the tool stack.
 _EXPORTS = {
@@ -19,6 +28,7 @@ _EXPORTS = {
     "register": "agent_loop",
     "RequestBatcher": "request_batcher",
     "TokenOutput": "request_batcher",
+    "AgentLoopManager": "manager",
     "AgentLoopRunner": "runner",
     "SingleTurnAgentLoop": "single_turn_agent_loop",
     "ToolAgentLoop": "tool_agent_loop",

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
-from verl.experimental.agent_loop.request_batcher import TurnServer
 from verl.utils.import_utils import load_class
 from verl.utils.registry import Registry, same_qualname
+from verl.workers.rollout.request_server import RequestServer
 
 __all__ = [
     "AgentLoopBase",
@@ -121,7 +121,7 @@ class AgentLoopBase:
 
     Args:
         settings: the loop settings.
-        server: the engine's turn server (``await server.generate(prompt_ids, max_tokens)``).
+        server: the engine's request server (``await server.generate(prompt_ids, max_tokens)``).
         tokenizer: the model's tokenizer (chat template, decode).
         tools: ``{name: BaseTool}`` from ``multi_turn.tool_config_path`` (shared by all trajectories).
         interactions: ``{name: BaseInteraction}`` from ``multi_turn.interaction_config_path``.
@@ -130,7 +130,7 @@ class AgentLoopBase:
     def __init__(
         self,
         settings: AgentLoopSettings,
-        server: TurnServer,
+        server: RequestServer,
         tokenizer: Any,
         tools: dict[str, Any] | None = None,
         interactions: dict[str, Any] | None = None,

@@ -1,7 +1,7 @@
 """Judge each trajectory as soon as its agent loop ends, while the batch's other trajectories still generate.
 
-With ``reward_model.judge.overlap_rollout=true`` (a pointwise judge over an OpenAI-compatible endpoint) the
-rollout engine's :class:`~verl.experimental.agent_loop.runner.AgentLoopRunner` holds a :class:`JudgeOverlap`. For
+With ``reward_model.judge.overlap_rollout=true`` (a pointwise judge over an OpenAI-compatible endpoint) the driver's
+:class:`~verl.experimental.agent_loop.manager.AgentLoopManager` builds a :class:`JudgeOverlap` for its runner. For
 each batch it opens a :class:`JudgeBatch`; a row whose loop has finished is submitted at once: its judge prompt
 (``LLMJudge.pointwise_text`` of the strings ``decode_prompt_response`` gives, exactly what the ``judge`` reward
 manager builds from the finished batch) goes to a thread pool of ``max_concurrency`` threads shared by the whole
@@ -45,7 +45,7 @@ __all__ = [
 
 def judge_overlap_config(config: Any) -> dict[str, Any] | None:
     """The ``reward_model.judge`` section as a plain dict when a run's config (the whole trainer config) turns
-    ``overlap_rollout`` on for the judge reward manager, else None: what the trainer hands the rollout worker."""
+    ``overlap_rollout`` on for the judge reward manager, else None: the agent-loop manager's judge is built from it."""
     from omegaconf import OmegaConf
 
     if OmegaConf.select(config, "reward_model.reward_manager") != "judge":
@@ -59,7 +59,7 @@ def judge_overlap_config(config: Any) -> dict[str, Any] | None:
 def overlap_config_errors(config: Any) -> list[str]:
     """Why a run's config (the whole trainer config) cannot judge during the rollout, one message per problem, each
     naming ``reward_model.judge.overlap_rollout`` (empty when the key is off or fits): it needs the ``judge``
-    reward manager, ``backend=openai`` (an endpoint the rollout workers call), ``mode=pointwise`` (one request per
+    reward manager, ``backend=openai`` (an endpoint the agent loops call), ``mode=pointwise`` (one request per
     response; a pairwise judge compares a group's finished responses) and multi-turn rollouts."""
     from omegaconf import OmegaConf
 
@@ -78,7 +78,7 @@ def overlap_config_errors(config: Any) -> list[str]:
         )
     if judge.backend != "openai":
         errors.append(
-            f"{key} needs reward_model.judge.backend=openai (an endpoint the rollout workers call), got "
+            f"{key} needs reward_model.judge.backend=openai (an endpoint the agent loops call), got "
             f"backend={get('reward_model.judge.backend')}"
         )
     if judge.mode != "pointwise":

@@ -1,12 +1,13 @@
-"""Run a prompt batch through agent loops and return it in the rollout layout (the engine-side entry point).
+"""Run a prompt batch through agent loops over request servers and return it in the rollout layout.
 
-``AgentLoopRunner.generate_sequences(prompts)`` is what a rollout engine's ``generate_sequences`` calls when
-``rollout.multi_turn.enable`` is true. Every row becomes one coroutine of the loop named by its ``agent_name``
-column (else ``rollout.agent.default_agent_loop``); the rows are split over ``rollout.agent.num_workers`` worker
-threads, each with its own event loop (a tool that blocks its loop stalls only its share); all of them send their
-generation requests to one turn server over the engine: the engine's own (vLLM serves each request as it arrives,
-:class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`) or a
-:class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` over its ``generate_sequences``.
+``AgentLoopRunner.generate_sequences(prompts, open_servers)`` is what the driver's
+:class:`~verl.experimental.agent_loop.manager.AgentLoopManager` calls when ``rollout.multi_turn.enable`` is true.
+Every row becomes one coroutine of the loop named by its ``agent_name`` column (else
+``rollout.agent.default_agent_loop``); the rows are split over ``rollout.agent.num_workers`` worker threads, each
+with its own event loop (a tool that blocks its loop stalls only its share); each row sends its generation requests
+to the request server its sample group was placed on (one per engine rank, :func:`place_groups`): an engine's own
+(vLLM serves each request as it arrives, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`) or a
+:class:`~verl.workers.rollout.request_server.BatchingRequestServer` over a ``generate_sequences``.
 
 Output, like a single-turn engine's (``verl.workers.rollout.base``): ``prompts [bs, prompt_len]`` (left-padded),
 ``responses``/``response_mask [bs, response_length]`` (right-padded; mask 0 on tool and user tokens),
@@ -35,13 +36,24 @@ from verl.experimental.agent_loop.agent_loop import (
     get_agent_loop_class,
     load_agent_loop_config,
 )
-from verl.experimental.agent_loop.request_batcher import RequestBatcher, TurnServer
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.rollout.request_server import BatchingRequestServer, RequestServer
 
-__all__ = ["AGENT_INPUT_KEYS", "AgentLoopRunner", "RolloutJudging", "TrajectoryJudge", "build_agent_output"]
+__all__ = [
+    "AGENT_INPUT_KEYS",
+    "AgentLoopRunner",
+    "OpenServers",
+    "RolloutJudging",
+    "TrajectoryJudge",
+    "build_agent_output",
+    "place_groups",
+]
+
+OpenServers = Callable[[dict[str, Any]], list[RequestServer]]
+"""``meta_info -> request servers`` for one batch (one per engine rank), each closed by the runner afterwards."""
 
 
 class RolloutJudging(Protocol):
@@ -65,16 +77,16 @@ AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name", "index")
 
 
 class AgentLoopRunner:
-    """Agent loops over one engine.
+    """Agent loops over request servers.
 
     Args:
         rollout_config: the ``actor_rollout_ref.rollout`` section as a ``RolloutConfig`` (``multi_turn.*``,
             ``agent.*``, lengths).
         tokenizer: the model's tokenizer.
-        generate_batch: the engine's plain ``generate_sequences`` (prompts DataProto -> rollout DataProto).
+        generate_batch: a plain ``generate_sequences`` (prompts DataProto -> rollout DataProto) whose batches serve
+            the turns when :meth:`generate_sequences` is given no ``open_servers``
+            (:class:`~verl.workers.rollout.request_server.BatchingRequestServer`).
         tools: ``BaseTool`` objects (e.g. from the Python API) added to those of ``multi_turn.tool_config_path``.
-        turn_server: ``meta_info -> TurnServer`` for one batch, when the engine serves turn requests itself;
-            None batches them onto ``generate_batch`` (:class:`RequestBatcher`).
         judge: a :class:`~verl.experimental.agent_loop.judge_overlap.JudgeOverlap`: each row's judge request is
             sent as soon as its loop ends (ground truths from the batch's ``reward_model`` column).
     """
@@ -83,9 +95,8 @@ class AgentLoopRunner:
         self,
         rollout_config: Any,
         tokenizer: Any,
-        generate_batch: Callable[[DataProto], DataProto],
+        generate_batch: Callable[[DataProto], DataProto] | None = None,
         tools: list[Any] | None = None,
-        turn_server: Callable[[dict[str, Any]], TurnServer] | None = None,
         judge: TrajectoryJudge | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
@@ -96,7 +107,6 @@ class AgentLoopRunner:
         self.settings = AgentLoopSettings.from_rollout_config(rollout_config)
         self.tokenizer = tokenizer
         self.generate_batch = generate_batch
-        self.turn_server = turn_server
         self.judge = judge
         mt, agent = rollout_config.multi_turn, rollout_config.agent
         self.tools = {t.name: t for t in load_all_tools(mt.tool_config_path, mt.function_tool_path)}
@@ -118,8 +128,13 @@ class AgentLoopRunner:
         ToolParser.get_tool_parser(self.settings.format, tokenizer)
         self.last_batch_sizes: list[int] = []
 
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Run every row's agent loop; returns the layout of the module docstring."""
+    def generate_sequences(self, prompts: DataProto, open_servers: OpenServers | None = None) -> DataProto:
+        """Run every row's agent loop; returns the layout of the module docstring.
+
+        ``open_servers(meta_info)`` gives this batch's request servers (one per engine rank; a sample group's rows
+        all go to one of them, :func:`place_groups`); without it the turns are batched onto ``generate_batch``."""
+        if any(bool(r) for r in prompts.non_tensor_batch.get("multi_modal_inputs", ())):
+            raise ValueError("rollout.multi_turn (agent loops) does not support prompts with images or videos yet")
         input_ids, attention_mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].cpu()
         n = input_ids.shape[0]
         columns = {k: prompts.non_tensor_batch[k] for k in AGENT_INPUT_KEYS if k in prompts.non_tensor_batch}
@@ -134,23 +149,29 @@ class AgentLoopRunner:
             settings = dataclasses.replace(settings, response_length=int(meta["response_length"]))
         meta.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         meta.setdefault("pad_token_id", self.tokenizer.pad_token_id)
-        batcher = self.turn_server(meta) if self.turn_server else RequestBatcher(self.generate_batch, meta)
+        servers = self._open_servers(open_servers, meta)
+        try:
+            placed = [servers[k] for k in place_groups(input_ids, attention_mask, len(servers))]
+        except BaseException:
+            _close_all(servers)
+            raise
         results: list[AgentLoopOutput | None] = [None] * n
         errors: list[BaseException] = []
-        judging = self._open_judge_batch(prompts, n)
-        for _ in range(n):
-            batcher.open_trajectory()
-        shares = [s for s in np.array_split(np.arange(n), min(self.settings.num_workers, n)) if len(s)]
-        args = (rows, meta, settings, batcher, results, errors, judging)
-        threads = [threading.Thread(target=self._worker, args=(list(share), *args)) for share in shares]
+        judging = None
         try:
+            judging = self._open_judge_batch(prompts, n)
+            for server in placed:
+                server.open_trajectory()
+            shares = [s for s in np.array_split(np.arange(n), min(self.settings.num_workers, n)) if len(s)]
+            args = (rows, meta, settings, placed, results, errors, judging)
+            threads = [threading.Thread(target=self._worker, args=(list(share), *args)) for share in shares]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
         finally:
-            batcher.close()
-            self.last_batch_sizes = list(batcher.batch_sizes)
+            self.last_batch_sizes = [size for server in servers for size in server.batch_sizes]
+            _close_all(servers)
             if errors and judging is not None:
                 judging.close()
         if errors:
@@ -165,6 +186,16 @@ class AgentLoopRunner:
             if judging is not None:
                 judging.close()
         return output
+
+    def _open_servers(self, open_servers: OpenServers | None, meta: dict[str, Any]) -> list[RequestServer]:
+        if open_servers is not None:
+            servers = list(open_servers(meta))
+            if not servers:
+                raise ValueError("open_servers gave no request server for the batch")
+            return servers
+        if self.generate_batch is None:
+            raise ValueError("AgentLoopRunner.generate_sequences needs open_servers (the runner has no generate_batch)")
+        return [BatchingRequestServer(self.generate_batch, meta)]
 
     def _open_judge_batch(self, prompts: DataProto, n: int) -> RolloutJudging | None:
         """The batch's judge requests when a judge is set (ground truths from the ``reward_model`` column)."""
@@ -182,7 +213,7 @@ class AgentLoopRunner:
         rows: list[dict[str, Any]],
         meta: dict[str, Any],
         settings: AgentLoopSettings,
-        batcher: TurnServer,
+        placed: list[RequestServer],
         results: list[AgentLoopOutput | None],
         errors: list[BaseException],
         judging: RolloutJudging | None = None,
@@ -191,14 +222,15 @@ class AgentLoopRunner:
             start = time.perf_counter()
             try:
                 name = rows[i].get("agent_name") or settings.default_agent_loop
-                loop = get_agent_loop_class(str(name))(settings, batcher, self.tokenizer, self.tools, self.interactions)
+                loop_cls = get_agent_loop_class(str(name))
+                loop = loop_cls(settings, placed[i], self.tokenizer, self.tools, self.interactions)
                 kwargs = {k: v for k, v in rows[i].items() if k != "agent_name"}
                 out = results[i] = await loop.run(meta, **kwargs)
                 out.metrics["latency_s"] = time.perf_counter() - start
                 if judging is not None:  # judged now, while the other rows still generate
                     judging.submit(i, out.prompt_ids, out.response_ids)
             finally:
-                batcher.close_trajectory()
+                placed[i].close_trajectory()
 
         async def main() -> None:
             outcomes = await asyncio.gather(*(one(i) for i in share), return_exceptions=True)
@@ -208,6 +240,39 @@ class AgentLoopRunner:
             asyncio.run(main())
         except BaseException as e:  # noqa: BLE001  (re-raised by the calling thread)
             errors.append(e)
+
+
+def place_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, ranks: int) -> list[int]:
+    """The rank (request server) of each row: a sample group's rows (a run of adjacent rows with the same prompt,
+    as the interleaved ``rollout.n`` repeat lays them out) stay on one rank, whose cache (vLLM's prefix cache) then
+    holds their shared prompt; runs go to ranks in order, a run to the rank whose share of ``rows / ranks`` rows
+    holds its middle row.
+
+    ``input_ids``/``attention_mask``: ``[rows, prompt_len]``. Returns ``[rows]`` ints in ``[0, ranks)``.
+    """
+    rows = int(input_ids.shape[0])
+    if ranks <= 1 or rows == 0:
+        return [0] * rows
+    masked = input_ids * attention_mask
+    starts = [0] + [i for i in range(1, rows) if not torch.equal(masked[i], masked[i - 1])]
+    placement = [0] * rows
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else rows
+        # the rank whose share (rows / ranks of them) holds the middle of the group
+        placement[start:end] = [min(ranks - 1, (start + end) * ranks // (2 * rows))] * (end - start)
+    return placement
+
+
+def _close_all(servers: list[RequestServer]) -> None:
+    """Close every server (each once, even when one fails; the first failure is raised)."""
+    error: BaseException | None = None
+    for server in servers:
+        try:
+            server.close()
+        except BaseException as e:  # noqa: BLE001  (the others still close)
+            error = error or e
+    if error is not None:
+        raise error
 
 
 def build_agent_output(
@@ -255,5 +320,4 @@ def build_agent_output(
         "agent_reward": np.array([float(o.reward_score) for o in outputs], dtype=object),
         "agent_metrics": np.array([{**o.metrics, "num_turns": o.num_turns} for o in outputs], dtype=object),
     }
-    meta = {k: v for k, v in meta.items() if k != "agent_loop_turn"}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)

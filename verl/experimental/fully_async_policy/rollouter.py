@@ -197,14 +197,15 @@ class _RolloutProcess:
     """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
 
     def __init__(self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool) -> None:
-        from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
+        from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
         self.config = config
-        # reward_model.judge.overlap_rollout: the agent loops here judge each trajectory as it ends
-        judge_config = judge_overlap_config(config)
-        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout", judge_config=judge_config)
+        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout")
         self.worker.init_model()
+        # rollout.multi_turn.enable: the agent loops run here, over this worker's engine (with the judge of
+        # reward_model.judge.overlap_rollout scoring each trajectory as it ends)
+        self.agent_loops = make_agent_loop_manager(config, self.worker.tokenizer, self.worker)
         self.lora = int(config.actor_rollout_ref.model.lora_rank) > 0
         if self.lora and self.worker.rollout_name == "hf":
             self._add_lora()
@@ -256,7 +257,7 @@ class _RolloutProcess:
             self.sync_pending.clear()
 
     def generate(self, prompts: DataProto, meta: dict[str, Any]) -> DataProto:
-        from verl.trainer.ppo.batch_rollout import generate_groups, generate_on_group
+        from verl.trainer.ppo.batch_rollout import generate_groups, generate_rollouts
 
         start_version = self.version
         interruptions = 0
@@ -265,18 +266,16 @@ class _RolloutProcess:
 
         def generate_fn(gen_batch: DataProto) -> DataProto:
             nonlocal interruptions
-            use_partial = (
-                self.partial_rollout and self.worker.rollout_name == "hf" and not rollout.uses_agent_loops(gen_batch)
-            )
+            use_partial = self.partial_rollout and self.worker.rollout_name == "hf" and self.agent_loops is None
             if not use_partial:
-                return generate_on_group(self.worker, gen_batch)
+                return generate_rollouts(self.worker, self.agent_loops, gen_batch)
             from verl.experimental.fully_async_policy.partial_rollout import generate_resumable
 
             out, interruptions = generate_resumable(rollout, gen_batch, self.sync_pending.is_set, self.take_sync)
             return out
 
         # a judge scoring trajectories during the rollout reads the ground truths there
-        columns = ("reward_model",) if getattr(rollout, "agent_judge", None) is not None else ()
+        columns = ("reward_model",) if self.agent_loops is not None and self.agent_loops.judges_rollout else ()
         rollouts = generate_groups(prompts, n, generate_fn, meta, columns)
         rows = len(rollouts)
         rollouts.non_tensor_batch["rollout_weight_version"] = np.full(rows, start_version, dtype=object)

@@ -35,6 +35,8 @@ __all__ = [
     "decode_responses",
     "generate_groups",
     "generate_on_group",
+    "generate_rollouts",
+    "make_agent_loop_manager",
     "prompt_meta",
     "score_rollouts",
     "tag_groups",
@@ -73,6 +75,25 @@ def generate_on_group(group: Any, gen_batch: DataProto) -> DataProto:
     dispatched over ranks must divide evenly) and the padding rows dropped from the output."""
     padded, pad_size = pad_dataproto_to_divisor(gen_batch, int(getattr(group, "world_size", 1)))
     return unpad_dataproto(group.generate_sequences(padded), pad_size)
+
+
+def make_agent_loop_manager(config: Any, tokenizer: Any, group: Any, tools: Sequence[Any] = ()) -> Any:
+    """The driver's :class:`~verl.experimental.agent_loop.manager.AgentLoopManager` over ``group`` (the actor
+    worker group, one actor worker or an engine) when ``actor_rollout_ref.rollout.multi_turn.enable`` is on, else
+    None. ``config`` is the run's whole config; ``tools`` the Python API's own ``BaseTool`` objects."""
+    if not config.actor_rollout_ref.rollout.multi_turn.enable:
+        return None
+    from verl.experimental.agent_loop.manager import AgentLoopManager
+
+    return AgentLoopManager.from_config(config, tokenizer, group, tools=list(tools))
+
+
+def generate_rollouts(group: Any, agent_loops: Any, gen_batch: DataProto) -> DataProto:
+    """Generate ``gen_batch``: through the agent loops (``agent_loops``, an ``AgentLoopManager``, when
+    ``rollout.multi_turn.enable``) over ``group``'s engines, else plainly by ``group`` (:func:`generate_on_group`)."""
+    if agent_loops is not None:
+        return agent_loops.generate_sequences(gen_batch)
+    return generate_on_group(group, gen_batch)
 
 
 def generate_groups(

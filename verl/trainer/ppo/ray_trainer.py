@@ -28,7 +28,8 @@ from verl.trainer.ppo.batch_rollout import (
     attach_scores,
     decode_generations,
     generate_groups,
-    generate_on_group,
+    generate_rollouts,
+    make_agent_loop_manager,
     prompt_meta,
     score_rollouts,
     tag_groups,
@@ -96,6 +97,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         ray_worker_group_cls: type | None = None,
         processor: Any = None,
         device_name: str | None = None,
+        agent_tools: list[Any] | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
 
@@ -137,6 +139,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         self.resource_pool_manager = resource_pool_manager
         check_verl_trainer_args(config, ray_worker_group_cls, processor, device_name)
         self.role_kwargs = {role: dict(kwargs) for role, kwargs in (role_kwargs or {}).items()}
+        self.agent_tools = list(agent_tools or [])  # the Python API's tools, for the agent loops (init_workers)
+        self.agent_loop_manager: Any = None  # the driver's agent loops when rollout.multi_turn.enable
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
         self.step_hooks: list[Callable[[int, dict[str, float]], None]] = []
@@ -180,7 +184,6 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         when a KL needs one), the critic when the estimator trains one, the reward model when enabled, the teacher
         (distillation) and the judge (``reward_model.judge.backend=worker``) when used. The one
         place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
-        from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
         from verl.workers.judge_worker import JudgeWorker
         from verl.workers.teacher import TeacherWorker
@@ -197,9 +200,6 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         kwargs: dict[str, dict[str, Any]] = {
             "actor_rollout": {"config": self.config.actor_rollout_ref, "role": actor_role}
         }
-        judge_config = judge_overlap_config(self.config)
-        if judge_config is not None:  # the rollout engine judges each agent-loop trajectory as it ends
-            kwargs["actor_rollout"]["judge_config"] = judge_config
         if self.use_critic:
             kwargs["critic"] = {"config": self.config.critic}
         if self.use_rm:
@@ -242,7 +242,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         for name in ("critic", "rm", "teacher", "judge", "actor_rollout"):  # actor last: the biggest, as in verl
             if name in self.worker_groups:
                 self.worker_groups[name].init_model()
-        self.actor_rollout_wg = self.worker_groups["actor_rollout"]
+        wg = self.actor_rollout_wg = self.worker_groups["actor_rollout"]
+        self.agent_loop_manager = make_agent_loop_manager(self.config, self.tokenizer, wg, self.agent_tools)
         self.critic_wg = self.worker_groups.get("critic")
         self.rm_wg = self.worker_groups.get("rm")
         self.teacher_wg = self.worker_groups.get("teacher")
@@ -278,7 +279,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         return prompt_meta(self.tokenizer, self.global_steps)
 
     def generate(self, gen_batch: DataProto) -> DataProto:
-        """Generate through the actor group (padded to its world size, see :func:`generate_on_group`).
+        """Generate through the actor group, or its engines' agent loops (:func:`generate_rollouts`).
 
         With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``
         (:func:`~verl.utils.seeding.generation_seed`). The driver numbers the calls (not the rollout engine) because
@@ -289,7 +290,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = generation_seed(seed, self._gen_calls)
         self._gen_calls += 1
-        return generate_on_group(self.actor_rollout_wg, gen_batch)
+        return generate_rollouts(self.actor_rollout_wg, self.agent_loop_manager, gen_batch)
 
     def generate_groups(self, prompts: DataProto, n: int | None = None, **meta: Any) -> DataProto:
         """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from verl.base_config import get_config_value, omega_conf_to_dataclass
+from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
 from verl.utils.registry import Registry, same_qualname
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask, pad_sequence_to_length
 from verl.workers.config import RolloutConfig
+from verl.workers.rollout.request_server import BatchingRequestServer, RequestServer
 from verl.workers.rollout.sampling import sample_from_logits  # noqa: F401  (importable from here, as before)
 
 # Modules that register the built-in engines when imported; imported lazily so that `vllm` stays optional.
@@ -66,49 +68,25 @@ The serving engine streams tokens and cancels requests (time limit, per-request 
 class BaseRollout(ABC):
     """A generation engine: prompts in, one sampled response per row out (see the module docstring)."""
 
-    agent_tools: list[Any] = []
-    """``BaseTool`` objects given through the Python API, which agent loops may call besides the tools of
-    ``multi_turn.tool_config_path`` (set by the actor worker, read when the agent-loop runner is built)."""
-
-    agent_judge: Any = None
-    """A :class:`~verl.experimental.agent_loop.judge_overlap.JudgeOverlap` when ``reward_model.judge.overlap_rollout``
-    is on (set by the actor worker): the agent loops' rows are judged as soon as each loop ends."""
-
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; returns the layout described in the module docstring."""
 
-    def uses_agent_loops(self, prompts: DataProto) -> bool:
-        """Whether this call runs agent loops: ``rollout.multi_turn.enable`` is on and the call is not one of the
-        loops' own turn requests (``meta_info["agent_loop_turn"]``)."""
-        enabled = get_config_value(getattr(self, "config", None), "multi_turn.enable")  # no config: single-turn
-        return bool(enabled) and not prompts.meta_info.get("agent_loop_turn", False)
+    def request_server(self, meta_info: dict[str, Any]) -> RequestServer:
+        """A server of token requests over this engine for one batch of callers (e.g. the agent loops of
+        :class:`~verl.experimental.agent_loop.manager.AgentLoopManager`); the caller closes it.
 
-    def run_agent_loops(self, prompts: DataProto) -> DataProto:
-        """Generate the batch with the agent loops (``verl.experimental.agent_loop``), their turn requests batched
-        onto this engine's own ``generate_sequences``; the runner (tools, interactions) is built on first use."""
-        from verl.experimental.agent_loop.runner import AgentLoopRunner
+        ``meta_info`` is the batch's generation meta (sampling settings, ``eos_token_id``, ``pad_token_id``,
+        ``seed``, ``validate``). The default batches the waiting requests onto this engine's plain
+        :meth:`generate_sequences` (:class:`~verl.workers.rollout.request_server.BatchingRequestServer`); an engine
+        with a scheduler of its own serves them request by request (vLLM)."""
+        return BatchingRequestServer(self.generate_sequences, meta_info)
 
-        runner = getattr(self, "_agent_loop_runner", None)
-        if runner is None:
-            section = omega_conf_to_dataclass(self.config, RolloutConfig)
-            tokenizer = getattr(self, "tokenizer", None)
-            runner = AgentLoopRunner(
-                section,
-                tokenizer,
-                self.generate_sequences,
-                tools=self.agent_tools,
-                turn_server=self.turn_server(),
-                judge=self.agent_judge,
-            )
-            self._agent_loop_runner = runner
-        return runner.generate_sequences(prompts)
-
-    def turn_server(self) -> Callable[[dict[str, Any]], Any] | None:
-        """An engine that serves the agent loops' turn requests itself returns a factory ``meta_info -> TurnServer``
-        (:class:`~verl.experimental.agent_loop.request_batcher.TurnServer`); None (the default) batches them onto
-        :meth:`generate_sequences`."""
-        return None
+    def stay_ready(self) -> AbstractContextManager[Any]:
+        """A block in which the engine stays ready to generate between calls (weights loaded, cache allocated):
+        several ``generate_sequences`` calls or a request server's requests without sleeping in between. The
+        default has nothing to keep; vLLM stays awake (``free_cache_engine`` puts it to sleep after the block)."""
+        return nullcontext()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None, **kwargs: Any) -> None:
         """Give the engine the actor's current weights (``(name, tensor)`` pairs under transformers names).

@@ -154,17 +154,13 @@ class HFRollout(BaseRollout):
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
         requests through it; training never passes one.
 
-        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
-        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`), whose turn requests come back here.
+        Agent loops (``rollout.multi_turn.enable``) are a layer above: their turn requests arrive here batched by
+        :meth:`~verl.workers.rollout.base.BaseRollout.request_server`; this call always generates plainly.
 
         Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
         :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own
         3-D positions (:meth:`_vision_prefill`); the decode steps are the usual ones.
         """
-        if on_step is None and self.uses_agent_loops(prompts):
-            if any(bool(r) for r in prompts.non_tensor_batch.get("multi_modal_inputs", ())):
-                raise ValueError("rollout.multi_turn (agent loops) does not support prompts with images or videos yet")
-            return self.run_agent_loops(prompts)
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, position_ids = check_prompts(prompts)
         owner = _generation_owner(self.module)

@@ -1,6 +1,6 @@
-"""The agent loops' turn requests served by vLLM's own scheduler, request by request (continuous batching).
+"""Token requests (the agent loops' turns) served by vLLM's own scheduler, request by request (continuous batching).
 
-A :class:`~verl.experimental.agent_loop.request_batcher.RequestBatcher` gathers the requests waiting, runs them as
+A :class:`~verl.workers.rollout.request_server.BatchingRequestServer` gathers the requests waiting, runs them as
 one ``generate`` call and takes the next batch only when the whole call is done: a trajectory whose tool answered
 one step after the call began waits for the longest response in it. Here one thread owns vLLM's ``LLMEngine`` and
 drives it a step at a time (``add_request`` / ``step``, the loop vLLM's ``LLM.generate`` runs internally): a
@@ -19,17 +19,17 @@ import itertools
 import time
 from typing import Any
 
-from verl.experimental.agent_loop.request_batcher import TokenOutput, TurnRequest, TurnServer
 from verl.workers.rollout.base import resolve_sampling, resolve_special_ids
+from verl.workers.rollout.request_server import RequestServer, TokenOutput, TokenRequest
 
 __all__ = ["VLLMRequestServer"]
 
 _SERVER_IDS = itertools.count()
 
 
-class VLLMRequestServer(TurnServer):
-    """A :class:`~verl.experimental.agent_loop.request_batcher.TurnServer` over a :class:`vLLMRollout`'s engine for
-    one batch of agent loops (built by ``vLLMRollout.turn_server()``, closed by the runner when the batch is done).
+class VLLMRequestServer(RequestServer):
+    """A :class:`~verl.workers.rollout.request_server.RequestServer` over a :class:`vLLMRollout`'s engine for one
+    batch of callers (built by ``vLLMRollout.request_server()``, closed by its caller when the batch is done).
     Requests are never held back to wait for others, so trajectories are not counted.
 
     Attributes:
@@ -37,7 +37,7 @@ class VLLMRequestServer(TurnServer):
         engine_s: seconds spent in engine steps.
     """
 
-    thread_name = "agent-loop-vllm-server"
+    thread_name = "vllm-request-server"
 
     def __init__(self, rollout: Any, meta_info: dict[str, Any]) -> None:
         self.rollout = rollout
@@ -45,9 +45,9 @@ class VLLMRequestServer(TurnServer):
         self.settings = resolve_sampling(rollout.config, meta_info)
         eos_ids, _ = resolve_special_ids(meta_info, rollout.tokenizer, fallback_eos=rollout._model_eos)
         self.eos_ids = [int(e) for e in eos_ids]
-        self._prefix = f"agent-turn-{next(_SERVER_IDS)}-"
+        self._prefix = f"token-request-{next(_SERVER_IDS)}-"
         self._count = itertools.count()
-        self._in_flight: dict[str, TurnRequest] = {}
+        self._in_flight: dict[str, TokenRequest] = {}
         super().__init__()
 
     # ----------------------------------------------------------------------------------------- engine side
@@ -57,7 +57,7 @@ class VLLMRequestServer(TurnServer):
         )
         return self.rollout.sampling_params(settings, self.eos_ids)
 
-    def _take_new(self) -> list[TurnRequest] | None:
+    def _take_new(self) -> list[TokenRequest] | None:
         """The requests that arrived since the last step; waits while nothing is in flight. None once closed."""
         with self._cond:
             while not self._queue and not self._in_flight and not self._closed:
@@ -84,7 +84,7 @@ class VLLMRequestServer(TurnServer):
         except BaseException as e:  # noqa: BLE001  (an engine failure ends every waiting trajectory)
             self._fail_all(e)
             return
-        self._fail_all(RuntimeError("the vLLM turn server was closed"))
+        self._fail_all(RuntimeError("the vLLM request server was closed"))
 
     def _step(self) -> None:
         self.batch_sizes.append(len(self._in_flight))

@@ -20,11 +20,13 @@ Notes on vLLM that shape this code:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -242,9 +244,6 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         **engine_kwargs: extra ``vllm.LLM`` arguments (they override the ones derived from the config).
     """
 
-    # inside the agent loops of a batch: the engine stays awake between their turn requests
-    _serving_agent_loops: bool = False
-
     def __init__(
         self, model_path: str, config: RolloutConfig | Mapping[str, Any], tokenizer: Any = None, **engine_kwargs: Any
     ) -> None:
@@ -380,6 +379,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.last_weight_sync_s: float | None = None
         self.weight_syncs = 0  # completed update_weights calls
         self._asleep_tags: set[str] = set()
+        self._ready_holds = 0  # open stay_ready() blocks: the engine does not sleep while one is open
 
     # --------------------------------------------------------------------------------------------- memory
     def _sleep(self) -> None:
@@ -420,12 +420,35 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.weight_syncs += 1
 
     # ------------------------------------------------------------------------------------------ generate
-    def turn_server(self) -> Callable[[dict[str, Any]], Any]:
-        """Agent-loop turns are served by this engine's scheduler request by request (continuous batching,
-        :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch."""
+    def request_server(self, meta_info: dict[str, Any]) -> Any:
+        """Token requests (e.g. agent-loop turns) served by this engine's scheduler request by request (continuous
+        batching, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch. The
+        engine stays awake while the server is open (no sleep between turns) and goes back to sleep (when
+        ``rollout.free_cache_engine``) when it closes."""
         from verl.workers.rollout.vllm_request_server import VLLMRequestServer
 
-        return lambda meta_info: VLLMRequestServer(self, meta_info)
+        ready = ExitStack()
+        ready.enter_context(self.stay_ready())
+        try:
+            server = VLLMRequestServer(self, meta_info)
+        except BaseException:
+            ready.close()
+            raise
+        server.on_close(ready.close)
+        return server
+
+    @contextlib.contextmanager
+    def stay_ready(self) -> Iterator[None]:
+        """The engine stays awake for the block (weights and KV cache): the calls inside do not put it to sleep;
+        with ``free_cache_engine`` it sleeps when the outermost block ends."""
+        self._wake({"weights", "kv_cache"})
+        self._ready_holds += 1
+        try:
+            yield
+        finally:
+            self._ready_holds -= 1
+            if self._sleep_enabled and not self._ready_holds:
+                self._sleep()
 
     def sampling_params(self, settings: SamplingSettings, eos_ids: list[int]) -> Any:
         """``vllm.SamplingParams`` for one response per prompt, stopping exactly at ``eos_ids``."""
@@ -446,21 +469,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt row; prompts go in as token ids with their left padding removed, a
-        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`).
-
-        With ``rollout.multi_turn.enable`` the batch runs through the agent loops
-        (:meth:`~verl.workers.rollout.base.BaseRollout.run_agent_loops`): their turn requests go to vLLM's
-        scheduler one by one as they arrive (:meth:`turn_server`), while the engine stays awake for the whole batch
-        (no sleep between turns)."""
-        if self.uses_agent_loops(prompts):
-            self._wake({"weights", "kv_cache"})
-            self._serving_agent_loops = True
-            try:
-                return self.run_agent_loops(prompts)
-            finally:
-                self._serving_agent_loops = False
-                if self._sleep_enabled:
-                    self._sleep()
+        vision-language row's images as ``multi_modal_data`` (:func:`vllm_requests`). Agent loops send their turns
+        through :meth:`request_server` instead."""
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, _ = check_prompts(prompts)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
@@ -475,7 +485,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         try:
             outputs = self.llm.generate(requests, self.sampling_params(settings, eos_ids), use_tqdm=False)
         finally:
-            if self._sleep_enabled and not self._serving_agent_loops:
+            if self._sleep_enabled and not self._ready_holds:
                 self._sleep()
         bs, length = len(outputs), settings.response_length
         responses = torch.full((bs, length), pad_id, dtype=input_ids.dtype)

@@ -1,15 +1,27 @@
-"""Generation requests of many agent-loop coroutines, served in batches by one rollout engine.
+"""The engine floor's request server: token requests from many callers, served by one rollout engine.
 
-Each trajectory awaits :meth:`RequestBatcher.generate` with its token ids so far and a token budget. A dedicated
-thread owns the engine: it takes every request waiting, left-pads them into one prompt batch
+A caller (an agent loop, or anything that talks tokens) awaits :meth:`RequestServer.generate` with its token ids so
+far and a token budget, from any thread's event loop; one serving thread owns the engine and answers each request
+through its future. Nothing here knows about agents, tools or judges: the agent loop
+(:mod:`verl.experimental.agent_loop`) is a layer above, driven by
+:class:`~verl.experimental.agent_loop.manager.AgentLoopManager`.
+
+Two servers: :class:`BatchingRequestServer` over any engine's plain ``generate_sequences`` (the default of
+:meth:`verl.workers.rollout.base.BaseRollout.request_server`), and vLLM's continuous one
+(:class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`).
+
+:class:`BatchingRequestServer`: the serving thread takes every request waiting, left-pads them into one prompt batch
 (``input_ids``/``attention_mask``/``position_ids [n, max_len]``), calls the engine's ``generate_sequences`` once
 with ``response_length`` = the largest budget among them, and hands each request its own tokens (cut to its
-budget). While the engine works, trajectories that are running tools keep going (they live in event loops on
-other threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow costs
-about its slowest trajectory, not the sum of all.
+budget). While the engine works, callers that are busy elsewhere (running tools) keep going (they live in event
+loops on other threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow
+costs about its slowest trajectory, not the sum of all.
 
 When a request arrives the thread waits up to ``batch_wait_s`` for more, and stops waiting as soon as every
-registered trajectory (:meth:`open_trajectory`) not busy elsewhere has a request in the queue.
+registered caller (:meth:`open_trajectory`) not busy elsewhere has a request in the queue.
+
+The names of :mod:`verl.experimental.agent_loop.request_batcher` (``TurnServer``, ``TurnRequest``,
+``RequestBatcher``) are aliases of these classes.
 """
 
 from __future__ import annotations
@@ -31,10 +43,15 @@ from verl.utils.torch_functional import compute_position_id_with_mask
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RequestBatcher", "TokenOutput", "TurnRequest", "TurnServer"]
-
-TURN_META_KEY = "agent_loop_turn"
-"""``meta_info`` flag of the batcher's own engine calls (the engine generates plainly instead of looping again)."""
+__all__ = [
+    "BatchingRequestServer",
+    "RequestBatcher",
+    "RequestServer",
+    "TokenOutput",
+    "TokenRequest",
+    "TurnRequest",
+    "TurnServer",
+]
 
 
 @dataclass
@@ -48,32 +65,36 @@ class TokenOutput:
 
 
 @dataclass
-class TurnRequest:
-    """One queued turn: the conversation's token ids so far, its token budget, and where its answer goes."""
+class TokenRequest:
+    """One queued request: the token ids so far (e.g. a conversation), its token budget, and where its answer
+    goes."""
 
     prompt_ids: list[int]
     max_tokens: int
     future: Future = field(default_factory=Future)
 
 
-class TurnServer:
-    """What an agent loop generates through: one turn's tokens after its conversation so far.
+class RequestServer:
+    """What a caller generates through: one request's tokens after its token ids so far.
 
-    This base is the agents' half, shared by both engines' servers: :meth:`generate` may be awaited from any
+    This base is the callers' half, shared by the engines' servers: :meth:`generate` may be awaited from any
     thread's event loop; it queues the request and a serving thread (the subclass's :meth:`_serve`, the only
     thread that touches the engine) answers it through the request's future. Subclasses:
-    :class:`RequestBatcher` (any engine's ``generate_sequences``, batch by batch) and
+    :class:`BatchingRequestServer` (any engine's ``generate_sequences``, batch by batch) and
     :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` (vLLM's engine, request by request).
+    Whoever opened the server closes it (:meth:`close`); :meth:`on_close` adds what must happen then (an engine
+    put back to sleep, a worker's gathered parameters released).
 
     Attributes:
         batch_sizes: requests per engine call (or per engine step).
         engine_s: seconds spent in the engine.
     """
 
-    thread_name = "agent-loop-turn-server"
+    thread_name = "request-server"
 
     def __init__(self) -> None:
-        self._queue: list[TurnRequest] = []
+        self._queue: list[TokenRequest] = []
+        self._on_close: list[Callable[[], Any]] = []
         self._cond = threading.Condition()
         self._closed = False
         self.batch_sizes: list[int] = []
@@ -103,12 +124,25 @@ class TurnServer:
             self._cond.notify_all()
         return await asyncio.wrap_future(request.future)
 
+    def on_close(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` when the server closes, after its serving thread stopped (last added, first called)."""
+        self._on_close.append(callback)
+
     def close(self) -> None:
-        """Stop the serving thread; requests still queued (or in flight) fail."""
+        """Stop the serving thread; requests still queued (or in flight) fail. Then run the :meth:`on_close`
+        callbacks (each once, even when one fails; the first failure is raised)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+        error: BaseException | None = None
+        while self._on_close:
+            try:
+                self._on_close.pop()()
+            except BaseException as e:  # noqa: BLE001  (the others still run; the first is raised)
+                error = error or e
+        if error is not None:
+            raise error
 
     def _serve_thread(self) -> None:
         # torch._C's setter: vLLM's CPU worker replaces torch.set_num_threads with a no-op once it has bound its
@@ -132,7 +166,7 @@ class TurnServer:
         raise NotImplementedError
 
 
-class RequestBatcher(TurnServer):
+class BatchingRequestServer(RequestServer):
     """Batches requests from any thread's event loop onto ``generate_batch`` (an engine's ``generate_sequences``).
 
     Args:
@@ -142,7 +176,7 @@ class RequestBatcher(TurnServer):
         batch_wait_s: longest wait for more requests once one is queued.
     """
 
-    thread_name = "agent-loop-batcher"
+    thread_name = "request-batcher"
 
     def __init__(
         self, generate_batch: Callable[[DataProto], DataProto], meta_info: dict[str, Any], batch_wait_s: float = 0.02
@@ -170,7 +204,7 @@ class RequestBatcher(TurnServer):
             self._cond.notify_all()
 
     # --------------------------------------------------------------------------------------------- serving side
-    def _take_batch(self) -> list[TurnRequest] | None:
+    def _take_batch(self) -> list[TokenRequest] | None:
         with self._cond:
             while not self._queue and not self._closed:
                 self._cond.wait()
@@ -202,14 +236,14 @@ class RequestBatcher(TurnServer):
             for request, output in zip(batch, outputs):
                 request.future.set_result(output)
 
-    def _run(self, batch: list[TurnRequest]) -> list[TokenOutput]:
+    def _run(self, batch: list[TokenRequest]) -> list[TokenOutput]:
         width = max(len(r.prompt_ids) for r in batch)
         input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
         for i, request in enumerate(batch):
             input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids, dtype=torch.long)
             attention_mask[i, width - len(request.prompt_ids) :] = 1
-        meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch), TURN_META_KEY: True}
+        meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch)}
         if self.meta_info.get("seed") is not None:
             meta["seed"] = subcall_seed(self.meta_info["seed"], len(self.batch_sizes))
         prompts = DataProto.from_dict(
@@ -234,3 +268,9 @@ class RequestBatcher(TurnServer):
             lp = None if log_probs is None else [float(x) for x in log_probs[i, :n].tolist()]
             results.append(TokenOutput(ids, lp, stop))
         return results
+
+
+# the names of verl.experimental.agent_loop.request_batcher, where these classes lived before
+TurnServer = RequestServer
+TurnRequest = TokenRequest
+RequestBatcher = BatchingRequestServer
