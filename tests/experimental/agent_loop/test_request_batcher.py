@@ -49,3 +49,42 @@ def test_a_dead_serving_thread_fails_the_waiting_requests() -> None:
     with pytest.raises(RuntimeError, match="engine lost"):
         asyncio.run(server.generate([1, 2], 4))
     server.close()
+
+
+def test_requests_with_their_own_sampling_get_their_own_engine_call() -> None:
+    """Per-request temperature/top-k/stop ids/log-probs reach the engine's meta; equal settings share a call."""
+    metas = []
+
+    def engine(prompts: DataProto) -> DataProto:
+        metas.append(dict(prompts.meta_info))
+        n, length = prompts.batch["input_ids"].shape[0], int(prompts.meta_info["response_length"])
+        responses = torch.tensor([[3, 7, 8, 9][:length]] * n)
+        mask = torch.ones_like(responses)
+        eos = prompts.meta_info["eos_token_id"]
+        if 7 in (eos if isinstance(eos, list) else [eos]):  # the engine stops at the first EOS/stop id
+            mask[:, 2:] = 0
+        log_probs = torch.full(responses.shape, -0.5)
+        return DataProto.from_dict(
+            tensors={"responses": responses, "response_mask": mask, "rollout_log_probs": log_probs}
+        )
+
+    batcher = RequestBatcher(engine, {"eos_token_id": 99, "pad_token_id": 0, "temperature": 1.0})
+
+    async def main():
+        for _ in range(3):
+            batcher.open_trajectory()
+        return await asyncio.gather(
+            batcher.generate([5], 4),
+            batcher.generate([6], 4, temperature=0.3, top_k=5, stop_token_ids=[7], logprobs=True),
+            batcher.generate([7], 4, logprobs=False),
+        )
+
+    plain, own, no_lp = asyncio.run(main())
+    batcher.close()
+    assert sorted(batcher.batch_sizes) == [1, 1, 1]
+    by_temperature = {m["temperature"]: m for m in metas}
+    assert by_temperature[0.3]["top_k"] == 5 and by_temperature[0.3]["eos_token_id"] == [99, 7]
+    assert by_temperature[0.3]["calculate_log_probs"] is True
+    assert own.token_ids == [3, 7] and own.stop_reason == "stop" and own.log_probs == [-0.5, -0.5]
+    assert plain.token_ids == [3, 7, 8, 9] and plain.stop_reason == "length" and plain.log_probs is not None
+    assert no_lp.log_probs is None

@@ -4,7 +4,8 @@ Each trajectory awaits :meth:`RequestBatcher.generate` with its token ids so far
 thread owns the engine: it takes every request waiting, left-pads them into one prompt batch
 (``input_ids``/``attention_mask``/``position_ids [n, max_len]``), calls the engine's ``generate_sequences`` once
 with ``response_length`` = the largest budget among them, and hands each request its own tokens (cut to its
-budget). While the engine works, trajectories that are running tools keep going (they live in event loops on
+budget); requests with their own sampling settings (:class:`TurnSampling`) go in one call per setting. While the
+engine works, trajectories that are running tools keep going (they live in event loops on
 other threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow costs
 about its slowest trajectory, not the sum of all.
 
@@ -30,7 +31,7 @@ from verl.utils.torch_functional import compute_position_id_with_mask
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RequestBatcher", "TokenOutput", "TurnRequest", "TurnServer"]
+__all__ = ["RequestBatcher", "TokenOutput", "TurnRequest", "TurnSampling", "TurnServer"]
 
 TURN_META_KEY = "agent_loop_turn"
 """``meta_info`` flag of the batcher's own engine calls (the engine generates plainly instead of looping again)."""
@@ -46,13 +47,48 @@ class TokenOutput:
     stop_reason: str
 
 
+@dataclass(frozen=True)
+class TurnSampling:
+    """One request's own sampling settings over the batch's (``None``: the rollout's). ``stop_token_ids`` end the
+    answer like EOS does (stop reason ``stop``); ``logprobs`` True asks the engine for log-probs, False drops them.
+    Hashable: requests with equal settings share an engine call."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool | None = None
+
+    def meta(self, meta_info: dict[str, Any]) -> dict[str, Any]:
+        """``meta_info`` of an engine call with these settings applied (EOS ids extended by the stop ids)."""
+        meta = dict(meta_info)
+        for key in ("temperature", "top_p", "top_k"):
+            if getattr(self, key) is not None:
+                meta[key] = getattr(self, key)
+        if self.logprobs:
+            meta["calculate_log_probs"] = True
+        if self.stop_token_ids:
+            eos = meta.get("eos_token_id")
+            eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+            meta["eos_token_id"] = eos + [t for t in self.stop_token_ids if t not in eos]
+        return meta
+
+    def stop_reason(self, ids: list[int], eos_ids: set[int] | list[int]) -> str:
+        """``eos`` (ended on an EOS id), ``stop`` (on one of ``stop_token_ids``) or ``length``."""
+        if ids and ids[-1] in eos_ids:
+            return "eos"
+        return "stop" if ids and ids[-1] in self.stop_token_ids else "length"
+
+
 @dataclass
 class TurnRequest:
-    """One queued turn: the conversation's token ids so far, its token budget, and where its answer goes."""
+    """One queued turn: the conversation's token ids so far, its token budget, its sampling settings, and where its
+    answer goes."""
 
     prompt_ids: list[int]
     max_tokens: int
     future: Future = field(default_factory=Future)
+    sampling: TurnSampling = field(default_factory=TurnSampling)
 
 
 class TurnServer:
@@ -88,13 +124,26 @@ class TurnServer:
     def close_trajectory(self) -> None:
         """A trajectory is done; the base does not count them."""
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
-        """At most ``max_tokens`` tokens after ``prompt_ids``, served with the other requests in flight."""
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        stop_token_ids: list[int] | tuple[int, ...] = (),
+        logprobs: bool | None = None,
+    ) -> TokenOutput:
+        """At most ``max_tokens`` tokens after ``prompt_ids``, served with the other requests in flight; the keyword
+        arguments override the rollout's sampling for this request (:class:`TurnSampling`)."""
         if not prompt_ids or max_tokens < 1:
             raise ValueError(
                 f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
             )
-        request = TurnRequest([int(t) for t in prompt_ids], int(max_tokens))
+        stops = tuple(int(t) for t in stop_token_ids)
+        sampling = TurnSampling(temperature, top_p, top_k, stops, logprobs)
+        request = TurnRequest([int(t) for t in prompt_ids], int(max_tokens), sampling=sampling)
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the {type(self).__name__} is closed")
@@ -192,14 +241,18 @@ class RequestBatcher(TurnServer):
             batch = self._take_batch()
             if batch is None:
                 return
-            try:
-                outputs = self._run(batch)
-            except BaseException as e:  # noqa: BLE001  (handed to every waiting trajectory)
-                for request in batch:
-                    request.future.set_exception(e)
-                continue
-            for request, output in zip(batch, outputs):
-                request.future.set_result(output)
+            groups: dict[TurnSampling, list[TurnRequest]] = {}
+            for request in batch:  # one engine call per sampling setting
+                groups.setdefault(request.sampling, []).append(request)
+            for group in groups.values():
+                try:
+                    outputs = self._run(group)
+                except BaseException as e:  # noqa: BLE001  (handed to every waiting trajectory)
+                    for request in group:
+                        request.future.set_exception(e)
+                    continue
+                for request, output in zip(group, outputs):
+                    request.future.set_result(output)
 
     def _run(self, batch: list[TurnRequest]) -> list[TokenOutput]:
         width = max(len(r.prompt_ids) for r in batch)
@@ -208,7 +261,9 @@ class RequestBatcher(TurnServer):
         for i, request in enumerate(batch):
             input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids, dtype=torch.long)
             attention_mask[i, width - len(request.prompt_ids) :] = 1
-        meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch), TURN_META_KEY: True}
+        sampling = batch[0].sampling
+        meta = {**sampling.meta(self.meta_info), "response_length": max(r.max_tokens for r in batch)}
+        meta[TURN_META_KEY] = True
         if self.meta_info.get("seed") is not None:
             meta["seed"] = int(self.meta_info["seed"]) + 7919 * len(self.batch_sizes)
         prompts = DataProto.from_dict(
@@ -229,7 +284,8 @@ class RequestBatcher(TurnServer):
         for i, request in enumerate(batch):
             n = min(int(mask[i].sum()), request.max_tokens)
             ids = [int(t) for t in responses[i, :n].tolist()]
-            stop = "eos" if ids and ids[-1] in self.eos_ids else "length"
-            lp = None if log_probs is None else [float(x) for x in log_probs[i, :n].tolist()]
+            stop = sampling.stop_reason(ids, self.eos_ids)
+            wanted = log_probs is not None and sampling.logprobs is not False
+            lp = [float(x) for x in log_probs[i, :n].tolist()] if wanted else None
             results.append(TokenOutput(ids, lp, stop))
         return results

@@ -209,7 +209,8 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
     """Combine the rollout config section with a call's ``meta_info``.
 
     Precedence: ``rollout.*`` < ``rollout.val_kwargs.*`` (when ``meta_info["validate"]``) < explicit
-    ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``.
+    ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``; log-probs are
+    computed when ``rollout.calculate_log_probs`` or ``meta_info["calculate_log_probs"]`` is true.
     """
     validate = bool(meta_info.get("validate", False))
     source = get_config_value(config, "val_kwargs", {}) if validate else config
@@ -246,7 +247,10 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
         top_k=int(top_k),
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
-        calculate_log_probs=bool(get_config_value(config, "calculate_log_probs", False)),
+        # a turn request may ask for log-probs the rollout does not compute (TurnSampling.logprobs)
+        calculate_log_probs=bool(
+            meta_info.get("calculate_log_probs") or get_config_value(config, "calculate_log_probs", False)
+        ),
     )
 
 
