@@ -43,7 +43,14 @@ from verl.experimental.agent_loop.openai_schemas import ChatCompletionRequest, S
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-__all__ = ["ToolCallStream", "assistant_message", "tool_calls_active", "tool_chat_prompt", "uses_tools"]
+__all__ = [
+    "ToolCallStream",
+    "assistant_message",
+    "template_messages",
+    "tool_calls_active",
+    "tool_chat_prompt",
+    "uses_tools",
+]
 
 
 def tool_calls_active(body: ChatCompletionRequest) -> bool:
@@ -107,13 +114,18 @@ def _message(i: int, m: Any) -> dict[str, Any]:
     return out
 
 
+def template_messages(body: ChatCompletionRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(messages, tool schemas)`` of a chat request as the chat template reads them (validated; the schemas are
+    empty unless tool calls are active)."""
+    return [_message(i, m) for i, m in enumerate(body.messages)], _check(body)
+
+
 def tool_chat_prompt(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
     """Prompt token ids of a request that :func:`uses_tools`: the messages (tool calls and tool replies included)
     and, unless ``tool_choice`` is ``"none"``, the tool schemas through the chat template."""
-    schemas = _check(body)
+    messages, schemas = template_messages(body)
     if not getattr(tokenizer, "chat_template", None):
         raise ServeError(400, "messages: the model has no chat template; use /v1/completions", "messages")
-    messages = [_message(i, m) for i, m in enumerate(body.messages)]
     try:
         return encode_prompt(tokenizer, messages, schemas)
     except Exception as err:  # a template may reject a role order or a message shape
