@@ -88,3 +88,29 @@ def test_requests_with_their_own_sampling_get_their_own_engine_call() -> None:
     assert own.token_ids == [3, 7] and own.stop_reason == "stop" and own.log_probs == [-0.5, -0.5]
     assert plain.token_ids == [3, 7, 8, 9] and plain.stop_reason == "length" and plain.log_probs is not None
     assert no_lp.log_probs is None
+
+
+def test_a_trajectory_that_stops_waiting_does_not_stop_the_batcher() -> None:
+    """A request cancelled while queued or in the engine (an agent timed out) is dropped; the others are served."""
+    import time
+
+    def slow(prompts: DataProto) -> DataProto:
+        time.sleep(0.2)
+        return echo_engine(prompts)
+
+    batcher = RequestBatcher(slow, {"eos_token_id": 99, "pad_token_id": 0}, batch_wait_s=0.0)
+
+    async def main():
+        in_engine = asyncio.ensure_future(batcher.generate([1], 2))
+        await asyncio.sleep(0.05)  # taken into the first engine call
+        queued = asyncio.ensure_future(batcher.generate([2], 2))
+        other = asyncio.ensure_future(batcher.generate([3], 2))
+        await asyncio.sleep(0.01)
+        in_engine.cancel()
+        queued.cancel()
+        return await other, await batcher.generate([4], 1)
+
+    other, later = asyncio.run(main())
+    batcher.close()
+    assert other.token_ids == [1, 2] and later.token_ids == [1]
+    assert batcher.batch_sizes[:2] == [1, 1]  # the cancelled queued request never reached the engine

@@ -224,7 +224,8 @@ class RequestBatcher(TurnServer):
                 self._cond.wait()
             if self._closed:
                 for request in self._queue:
-                    request.future.set_exception(RuntimeError("the request batcher was closed"))
+                    if request.future.set_running_or_notify_cancel():
+                        request.future.set_exception(RuntimeError("the request batcher was closed"))
                 self._queue.clear()
                 return None
             deadline = time.monotonic() + self.batch_wait_s
@@ -242,6 +243,9 @@ class RequestBatcher(TurnServer):
             if batch is None:
                 return
             groups: dict[TurnSampling, list[TurnRequest]] = {}
+            # a request whose trajectory stopped waiting (cancelled) is skipped; the others can no longer be
+            # cancelled (their futures are running), so their answers always land
+            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
             for request in batch:  # one engine call per sampling setting
                 groups.setdefault(request.sampling, []).append(request)
             for group in groups.values():

@@ -78,6 +78,8 @@ class VLLMRequestServer(TurnServer):
         try:
             while (new := self._take_new()) is not None:
                 for turn in new:
+                    if not turn.future.set_running_or_notify_cancel():  # its trajectory stopped waiting
+                        continue
                     request_id = f"{self._prefix}{next(self._count)}"
                     try:
                         self.engine.add_request(request_id, {"prompt_token_ids": turn.prompt_ids}, self._params(
