@@ -118,3 +118,34 @@ def api_tour(task: dict[str, Any], base_url: str, api_key: str) -> float:
     r = client.chat.completions.create(model="policy", messages=messages, tools=tools, n=2, stop=["is"])
     assert [c.message.content for c in r.choices] == ["The answer "] * 2 and r.choices[0].finish_reason == "stop"
     return 1.0
+
+
+async def hot_sampler(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """One request at its own temperature; returns 5 (ignored unless reward=agent)."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        await client.chat.completions.create(model="m", messages=list(task["messages"]), temperature=0.5)
+    return 5.0
+
+
+async def protocol_edges(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """A wrong key, an unknown route, a streamed completion, then a body that is not JSON."""
+    good = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        wrong = await http.get("/models", headers={"Authorization": "Bearer other"})
+        assert wrong.status_code == 401, wrong.text
+        unknown = await http.get("/health", headers=good)
+        assert unknown.status_code == 404, unknown.text
+        events = []
+        body = {"prompt": "Q1 go", "stream": True, "max_tokens": 16}
+        async with http.stream("POST", "/completions", headers=good, json=body) as r:
+            assert r.headers["content-type"] == "text/event-stream", r.headers
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(line[len("data: ") :])
+        assert events[-1] == "[DONE]", events
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert "".join(c["choices"][0]["text"] for c in chunks) == "streamed", chunks
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop", chunks
+        bad = await http.post("/completions", headers={**good, "Content-Type": "application/json"}, content=b"{")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "json_invalid", bad.text
+    return 1.0

@@ -221,3 +221,32 @@ def test_config_problems_name_the_key() -> None:
     text = "; ".join(config_problems(bad, reward_manager="naive"))
     for key in ("openai.agent='nocolon'", "openai.timeout_s=0", "openai.max_requests=0", "reward_manager=judge"):
         assert key in text
+
+
+def test_reward_sources_and_request_sampling(kit) -> None:
+    """reward=reward_function: the loop adds nothing (the trainer's reward function scores the sample);
+    request_sampling=false: a request's temperature is not an override."""
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["hot"]})
+    batch = kit.prompt_batch(tok, ["Q1"])
+    rows = {}
+    for reward, own in (("agent", True), ("reward_function", False)):
+        config = _config(kit, agent=f"{AGENTS}:hot_sampler", reward=reward, request_sampling=own)
+        out = AgentLoopRunner(config, tok, engine).generate_sequences(batch)
+        rows[reward] = (out.non_tensor_batch["agent_reward"][0], out.non_tensor_batch["agent_metrics"][0])
+    assert rows["agent"][0] == 5.0 and rows["agent"][1]["openai/sampling_overrides"] == 1
+    assert rows["reward_function"][0] == 0.0 and rows["reward_function"][1]["openai/sampling_overrides"] == 0
+
+
+def test_protocol_edges_wrong_key_unknown_route_streamed_completion_bad_json(kit) -> None:
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["streamed"]})
+    config = _config(kit, agent=f"{AGENTS}:protocol_edges", on_failure="score", failure_score=-0.5)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1"]))
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    # the wrong key and the unknown route are refused without failing it; the body that is not JSON fails it
+    assert metrics["openai/bad_requests"] == 3 and metrics["openai/failure_reason"] == "bad_request"
+    assert out.non_tensor_batch["agent_reward"][0] == -0.5
+    prompt, ids, mask = _rows(out, 0)  # kept (on_failure=score): the completion, prompt as the text's ids
+    assert prompt == tok.encode("Q1 go", add_special_tokens=True)
+    assert ids == tok.encode("streamed", add_special_tokens=False) + [tok.eos_token_id] and sum(mask) == len(ids)
