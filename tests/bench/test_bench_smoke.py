@@ -148,3 +148,11 @@ def test_judge_overlap_smoke() -> None:
     assert "overlap / after" in out
     result = json.loads((SMOKE_DIR / "judge_overlap.json").read_text())
     assert result["ratios"] and all(r > 0 for r in result["ratios"])  # both sides ran; their rewards were equal
+
+
+def test_endpoint_overhead_smoke() -> None:
+    pytest.importorskip("openai")
+    out = _check(_run("endpoint_overhead.py"))
+    assert "extra ms / request vs in-process" in out  # printed only after every side's trajectories matched
+    result = json.loads((SMOKE_DIR / "endpoint_overhead.json").read_text())
+    assert len(result["table"]) == 3 and all(row["wall s / batch"] > 0 for row in result["table"])

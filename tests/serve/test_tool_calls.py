@@ -156,8 +156,8 @@ def test_streaming_tool_calls_arrive_as_one_delta(scripted) -> None:
 
 
 def test_tool_call_stream_holds_back_only_what_may_be_a_call() -> None:
+    from verl.experimental.agent_loop.openai_tool_calls import ToolCallStream
     from verl.experimental.agent_loop.tool_parser import ToolParser
-    from verl.serve.tool_calls import ToolCallStream
 
     stream = ToolCallStream(ToolParser.get_tool_parser("hermes", None))
     text = "Let me compute. " + CALL

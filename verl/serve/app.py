@@ -18,9 +18,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from verl.experimental.agent_loop.openai_schemas import ServeError, validation_error_to_serve_error
 from verl.serve.config import ServeConfig
 from verl.serve.routes import router
-from verl.serve.schemas import ServeError, validation_error_to_serve_error
 from verl.serve.state import ServeState
 
 __all__ = ["create_app"]

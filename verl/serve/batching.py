@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from verl.experimental.agent_loop.openai_schemas import ServeError
 from verl.serve.metrics import ServeMetrics
-from verl.serve.schemas import ServeError
 
 logger = logging.getLogger(__name__)
 

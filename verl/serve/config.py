@@ -22,7 +22,7 @@ class ServeConfig:
         allowed_local_media_path: a directory whose image files ``image_url`` parts may name (None: none).
         allow_remote_images: fetch ``http(s)`` image URLs (off: refused).
         tool_call_parser: how the model writes tool calls (``hermes`` | ``gpt-oss``), for chat requests with
-            ``tools`` (:mod:`verl.serve.tool_calls`).
+            ``tools`` (:mod:`verl.experimental.agent_loop.openai_tool_calls`).
     """
 
     model: str

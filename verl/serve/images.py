@@ -21,7 +21,7 @@ import io
 import os
 from typing import Any
 
-from verl.serve.schemas import ImagePart, ImageURL, ServeError
+from verl.experimental.agent_loop.openai_schemas import ImagePart, ImageURL, ServeError
 
 __all__ = ["ImagePart", "ImageURL", "load_image_url", "vision_chat_inputs"]  # the parts re-exported from schemas
 

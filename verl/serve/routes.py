@@ -20,17 +20,23 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from verl.experimental.agent_loop.tool_parser import ToolParser
-from verl.serve.batching import Completion, Job
-from verl.serve.schemas import ChatCompletionRequest, CompletionRequest, GenerateRequest, ServeError, stop_list
-from verl.serve.state import ServeState
-from verl.serve.tool_calls import (
+from verl.experimental.agent_loop.openai_schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    ServeError,
+    stop_list,
+)
+from verl.experimental.agent_loop.openai_tool_calls import (
     ToolCallStream,
     assistant_message,
     tool_calls_active,
     tool_chat_prompt,
     uses_tools,
 )
+from verl.experimental.agent_loop.tool_parser import ToolParser
+from verl.serve.batching import Completion, Job
+from verl.serve.state import ServeState
 
 __all__ = ["router"]
 

@@ -13,11 +13,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from verl.experimental.agent_loop.openai_schemas import ChatCompletionRequest, ServeError
 from verl.serve.batching import Batcher, Completion, Job
 from verl.serve.config import ServeConfig
 from verl.serve.engine import ModelSource
 from verl.serve.metrics import ServeMetrics
-from verl.serve.schemas import ChatCompletionRequest, ServeError
 
 __all__ = ["ServeState"]
 

@@ -68,3 +68,16 @@ def test_tool_config_without_enable_is_a_warning(tmp_path) -> None:
         load_config([f"{MT}.tool_config_path={tools}"])
     notices = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
     assert any(f"set while {MT}.enable=false" in n for n in notices), notices
+
+
+def test_openai_agent_keys_are_checked_at_start() -> None:
+    base = ["actor_rollout_ref.rollout.name=hf", "data.return_raw_chat=true", f"{MT}.enable=true"]
+    cfg = load_config([*base, f"{AGENT}.default_agent_loop=openai_agent", f"{AGENT}.openai.agent=my_agent.py:run"])
+    assert cfg.actor_rollout_ref.rollout.agent.openai.agent == "my_agent.py:run"
+    with pytest.raises(ConfigError) as info:
+        load_config([*base, f"{AGENT}.default_agent_loop=openai_agent", f"{AGENT}.openai.reward=judge"])
+    problems = "\n".join(info.value.problems)
+    assert f"{AGENT}.openai: set exactly one of agent (module:function) and command" in problems
+    assert (
+        f"{AGENT}.openai.reward=judge needs the judge as the reward: set reward_model.reward_manager=judge" in problems
+    )

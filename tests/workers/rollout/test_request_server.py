@@ -71,11 +71,75 @@ def test_a_dead_serving_thread_fails_the_waiting_requests() -> None:
 
 def test_the_former_module_path_is_the_same_module() -> None:
     import verl.experimental.agent_loop.request_batcher as old
-    from verl.experimental.agent_loop.request_batcher import TurnRequest, TurnServer
-
     import verl.workers.rollout.request_server as new
     from verl.experimental.agent_loop import RequestBatcher, TokenOutput
+    from verl.experimental.agent_loop.request_batcher import TurnRequest, TurnServer
 
     assert old is new
     assert (RequestBatcher, TurnServer, TurnRequest) == (new.BatchingRequestServer, new.RequestServer, new.TokenRequest)
     assert TokenOutput is new.TokenOutput
+
+
+def test_requests_with_their_own_sampling_get_their_own_engine_call() -> None:
+    """Per-request temperature/top-k/stop ids/log-probs reach the engine's meta; equal settings share a call."""
+    metas = []
+
+    def engine(prompts: DataProto) -> DataProto:
+        metas.append(dict(prompts.meta_info))
+        n, length = prompts.batch["input_ids"].shape[0], int(prompts.meta_info["response_length"])
+        responses = torch.tensor([[3, 7, 8, 9][:length]] * n)
+        mask = torch.ones_like(responses)
+        eos = prompts.meta_info["eos_token_id"]
+        if 7 in (eos if isinstance(eos, list) else [eos]):  # the engine stops at the first EOS/stop id
+            mask[:, 2:] = 0
+        log_probs = torch.full(responses.shape, -0.5)
+        return DataProto.from_dict(
+            tensors={"responses": responses, "response_mask": mask, "rollout_log_probs": log_probs}
+        )
+
+    batcher = BatchingRequestServer(engine, {"eos_token_id": 99, "pad_token_id": 0, "temperature": 1.0})
+
+    async def main():
+        for _ in range(3):
+            batcher.open_trajectory()
+        return await asyncio.gather(
+            batcher.generate([5], 4),
+            batcher.generate([6], 4, temperature=0.3, top_k=5, stop_token_ids=[7], logprobs=True),
+            batcher.generate([7], 4, logprobs=False),
+        )
+
+    plain, own, no_lp = asyncio.run(main())
+    batcher.close()
+    assert sorted(batcher.batch_sizes) == [1, 1, 1]
+    by_temperature = {m["temperature"]: m for m in metas}
+    assert by_temperature[0.3]["top_k"] == 5 and by_temperature[0.3]["eos_token_id"] == [99, 7]
+    assert by_temperature[0.3]["calculate_log_probs"] is True
+    assert own.token_ids == [3, 7] and own.stop_reason == "stop" and own.log_probs == [-0.5, -0.5]
+    assert plain.token_ids == [3, 7, 8, 9] and plain.stop_reason == "length" and plain.log_probs is not None
+    assert no_lp.log_probs is None
+
+
+def test_a_trajectory_that_stops_waiting_does_not_stop_the_batcher() -> None:
+    """A request cancelled while queued or in the engine (an agent timed out) is dropped; the others are served."""
+    import time
+
+    def slow(prompts: DataProto) -> DataProto:
+        time.sleep(0.2)
+        return echo_engine(prompts)
+
+    batcher = BatchingRequestServer(slow, {"eos_token_id": 99, "pad_token_id": 0}, batch_wait_s=0.0)
+
+    async def main():
+        in_engine = asyncio.ensure_future(batcher.generate([1], 2))
+        await asyncio.sleep(0.05)  # taken into the first engine call
+        queued = asyncio.ensure_future(batcher.generate([2], 2))
+        other = asyncio.ensure_future(batcher.generate([3], 2))
+        await asyncio.sleep(0.01)
+        in_engine.cancel()
+        queued.cancel()
+        return await other, await batcher.generate([4], 1)
+
+    other, later = asyncio.run(main())
+    batcher.close()
+    assert other.token_ids == [1, 2] and later.token_ids == [1]
+    assert batcher.batch_sizes[:2] == [1, 1]  # the cancelled queued request never reached the engine

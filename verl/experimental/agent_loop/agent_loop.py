@@ -2,9 +2,10 @@
 returns its trajectory as token ids with a response mask.
 
 Loops register under a name (:func:`register`); a sample's ``agent_name`` column picks one, else
-``rollout.agent.default_agent_loop``. Built in: ``single_turn_agent`` (one generation) and ``tool_agent`` (tool
-calls and interactions over several turns). Users add loops with ``@register("my_agent")`` in a module they import,
-or list them in ``rollout.agent.agent_loop_config_path``::
+``rollout.agent.default_agent_loop``. Built in: ``single_turn_agent`` (one generation), ``tool_agent`` (tool
+calls and interactions over several turns) and ``openai_agent`` (any agent through an OpenAI endpoint). Users
+add loops with ``@register("my_agent")`` in a module they import, or list them in
+``rollout.agent.agent_loop_config_path``::
 
     - name: my_agent
       _target_: my_package.my_module.MyAgentLoop
@@ -53,6 +54,7 @@ class AgentLoopSettings:
     tokenization_sanity_check_mode: SanityMode
     default_agent_loop: str
     num_workers: int
+    openai: Any = None  # agent.openai (OpenAIAgentConfig): the openai_agent loop's settings
 
     @classmethod
     def from_rollout_config(cls, rollout: Any, validate: bool = True) -> AgentLoopSettings:
@@ -72,6 +74,7 @@ class AgentLoopSettings:
             tokenization_sanity_check_mode=str(mt.tokenization_sanity_check_mode),
             default_agent_loop=str(agent.default_agent_loop),
             num_workers=int(agent.num_workers),
+            openai=agent.openai,
         )
         problems = settings.problems() if validate else []
         if problems:
@@ -157,6 +160,7 @@ def _check_agent_loop_class(agent_name: str, cls: Any) -> None:
 _BUILTIN_MODULES = (
     "verl.experimental.agent_loop.single_turn_agent_loop",
     "verl.experimental.agent_loop.tool_agent_loop",
+    "verl.experimental.agent_loop.openai_agent.loop",
 )
 
 AGENT_LOOPS: Registry[type[AgentLoopBase]] = Registry(

@@ -4,7 +4,8 @@ Logged under ``agent/``: ``num_turns/{mean,max,min}``, ``assistant_turns/mean``,
 ``tool_calls/mean`` (per sample), ``tool_calls/<tool>`` (per sample, each tool), ``tool_error_rate`` (errors per
 call, malformed calls counted as calls), ``parse_errors/mean``, ``tool_latency_s/mean`` (time in tools per sample),
 ``latency_s/{mean,max}`` (whole trajectory), ``truncated_ratio``, ``tool_response_cut_ratio``
-(cut tool replies per call), ``sanity_mismatch_ratio``, ``reward/mean`` (the loop's own reward).
+(cut tool replies per call), ``sanity_mismatch_ratio``, ``reward/mean`` (the loop's own reward), and for
+``openai_agent`` rows ``openai/<name>/mean`` (requests, splits, failed, dropped, ...: ``docs/any_agent.md``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,16 @@ def compute_agent_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]:
         "agent/tool_response_cut_ratio": float(values("tool_responses_cut").sum()) / max(calls, 1),
         "agent/sanity_mismatch_ratio": float(values("sanity_mismatch").mean()) if rows else 0.0,
     }
+    # openai_agent rows (verl.experimental.agent_loop.openai_agent.loop): each numeric openai/* value's mean
+    openai_keys = sorted({k for r in rows for k, v in r.items() if k.startswith("openai/") and _numeric(v)})
+    for key in openai_keys:
+        out[f"agent/{key}/mean"] = float(values(key).mean())
     for tool, count in sorted(per_tool.items()):
         out[f"agent/tool_calls/{tool}"] = count / n
     if "agent_reward" in non_tensor_batch:
         out["agent/reward/mean"] = float(np.mean([float(x) for x in non_tensor_batch["agent_reward"]]))
     return out
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.integer, np.floating))

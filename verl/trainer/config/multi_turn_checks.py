@@ -48,6 +48,11 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
             f"{AGENT}.default_agent_loop={settings.default_agent_loop!r} is not a registered agent loop "
             f"({available_agent_loops()}); list your own in {AGENT}.agent_loop_config_path"
         )
+    openai = agent.openai
+    if settings.default_agent_loop == "openai_agent" or openai.agent is not None or openai.command is not None:
+        from verl.experimental.agent_loop.openai_agent.loop import config_problems
+
+        errors.extend(config_problems(openai, str(cfg.reward_model.reward_manager)))
     tools_or_interactions = mt.tool_config_path or mt.function_tool_path or mt.interaction_config_path
     reads_chat = tools_or_interactions or settings.default_agent_loop != "single_turn_agent"
     if reads_chat and not cfg.data.return_raw_chat:

@@ -24,6 +24,7 @@ from verl.workers.config.rollout import (
     CheckpointEngineConfig,
     EngineKwargsConfig,
     MultiTurnConfig,
+    OpenAIAgentConfig,
     RolloutConfig,
     ValKwargsConfig,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "TeacherModelConfig",
     "ActorConfig",
     "AgentConfig",
+    "OpenAIAgentConfig",
     "ActorRolloutRefConfig",
     "CheckpointContent",
     "CheckpointEngineConfig",

@@ -38,12 +38,29 @@ class MultiTurnConfig(BaseConfig):
 
 
 @dataclass
+class OpenAIAgentConfig(BaseConfig):
+    """``rollout.agent.openai``: the ``openai_agent`` loop, an agent of any framework trained through an
+    OpenAI-compatible endpoint on 127.0.0.1 (``docs/any_agent.md``). Exactly one of ``agent``/``command``."""
+
+    agent: Optional[str] = None  # module:function or file.py:function, run(task, base_url, api_key) -> reward
+    command: Optional[str] = None  # a command per trajectory, with OPENAI_BASE_URL, OPENAI_API_KEY, VERL_AGENT_TASK
+    timeout_s: float = 300.0  # per trajectory; a hung agent is cancelled (its process killed) and fails
+    max_requests: int = 32  # generation requests per trajectory; more are refused (400) and the trajectory fails
+    reward: Literal["agent", "reward_function", "judge"] = "agent"  # agent: the agent's return value (stdout)
+    on_failure: Literal["drop", "score"] = "drop"  # drop: mask 0, no gradient; score: keep it with failure_score
+    failure_score: float = 0.0  # the reward of a failed trajectory with on_failure=score
+    model_name: str = "policy"  # the model id /v1/models lists (requests may name any model)
+    request_sampling: bool = True  # honour a request's temperature/top_p (false: the rollout's sampling)
+
+
+@dataclass
 class AgentConfig(BaseConfig):
     """``rollout.agent``: the agent loops that run multi-turn rollouts."""
 
     num_workers: int = 1  # event-loop threads the batch's trajectories are split over
     default_agent_loop: str = "single_turn_agent"  # for rows without an agent_name column
     agent_loop_config_path: Optional[str] = None  # - name, _target_ of user agent loops
+    openai: OpenAIAgentConfig = field(default_factory=OpenAIAgentConfig)
 
 
 @dataclass

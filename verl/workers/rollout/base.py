@@ -194,7 +194,8 @@ def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) 
     """Combine the rollout config section with a call's ``meta_info``.
 
     Precedence: ``rollout.*`` < ``rollout.val_kwargs.*`` (when ``meta_info["validate"]``) < explicit
-    ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``.
+    ``meta_info`` keys ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length``; log-probs are
+    computed when ``rollout.calculate_log_probs`` or ``meta_info["calculate_log_probs"]`` is true.
     """
     validate = bool(meta_info.get("validate", False))
     config = omega_conf_to_dataclass(config, RolloutConfig)  # a partial section: RolloutConfig's defaults
@@ -232,7 +233,8 @@ def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) 
         top_k=int(top_k),
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
-        calculate_log_probs=config.calculate_log_probs,
+        # a request may ask for log-probs the rollout does not compute (TokenSampling.logprobs)
+        calculate_log_probs=bool(meta_info.get("calculate_log_probs") or config.calculate_log_probs),
     )
 
 

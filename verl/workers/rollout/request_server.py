@@ -13,9 +13,10 @@ Two servers: :class:`BatchingRequestServer` over any engine's plain ``generate_s
 :class:`BatchingRequestServer`: the serving thread takes every request waiting, left-pads them into one prompt batch
 (``input_ids``/``attention_mask``/``position_ids [n, max_len]``), calls the engine's ``generate_sequences`` once
 with ``response_length`` = the largest budget among them, and hands each request its own tokens (cut to its
-budget). While the engine works, callers that are busy elsewhere (running tools) keep going (they live in event
-loops on other threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow
-costs about its slowest trajectory, not the sum of all.
+budget); requests with their own sampling settings (:class:`TurnSampling`) go in one call per setting. While the
+engine works, callers that are busy elsewhere (running tools) keep going (they live in event loops on other
+threads), and requests that arrive meanwhile form the next batch, so a batch whose tools are slow costs about its
+slowest trajectory, not the sum of all.
 
 When a request arrives the thread waits up to ``batch_wait_s`` for more, and stops waiting as soon as every
 registered caller (:meth:`open_trajectory`) not busy elsewhere has a request in the queue.
@@ -49,6 +50,7 @@ __all__ = [
     "RequestServer",
     "TokenOutput",
     "TokenRequest",
+    "TurnSampling",
     "TurnRequest",
     "TurnServer",
 ]
@@ -64,14 +66,48 @@ class TokenOutput:
     stop_reason: str
 
 
+@dataclass(frozen=True)
+class TurnSampling:
+    """One request's own sampling settings over the batch's (``None``: the rollout's). ``stop_token_ids`` end the
+    answer like EOS does (stop reason ``stop``); ``logprobs`` True asks the engine for log-probs, False drops them.
+    Hashable: requests with equal settings share an engine call."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool | None = None
+
+    def meta(self, meta_info: dict[str, Any]) -> dict[str, Any]:
+        """``meta_info`` of an engine call with these settings applied (EOS ids extended by the stop ids)."""
+        meta = dict(meta_info)
+        for key in ("temperature", "top_p", "top_k"):
+            if getattr(self, key) is not None:
+                meta[key] = getattr(self, key)
+        if self.logprobs:
+            meta["calculate_log_probs"] = True
+        if self.stop_token_ids:
+            eos = meta.get("eos_token_id")
+            eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+            meta["eos_token_id"] = eos + [t for t in self.stop_token_ids if t not in eos]
+        return meta
+
+    def stop_reason(self, ids: list[int], eos_ids: set[int] | list[int]) -> str:
+        """``eos`` (ended on an EOS id), ``stop`` (on one of ``stop_token_ids``) or ``length``."""
+        if ids and ids[-1] in eos_ids:
+            return "eos"
+        return "stop" if ids and ids[-1] in self.stop_token_ids else "length"
+
+
 @dataclass
 class TokenRequest:
-    """One queued request: the token ids so far (e.g. a conversation), its token budget, and where its answer
-    goes."""
+    """One queued request: the token ids so far (e.g. a conversation), its token budget, its sampling settings, and
+    where its answer goes."""
 
     prompt_ids: list[int]
     max_tokens: int
     future: Future = field(default_factory=Future)
+    sampling: TurnSampling = field(default_factory=TurnSampling)
 
 
 class RequestServer:
@@ -110,13 +146,26 @@ class RequestServer:
     def close_trajectory(self) -> None:
         """A trajectory is done; the base does not count them."""
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int) -> TokenOutput:
-        """At most ``max_tokens`` tokens after ``prompt_ids``, served with the other requests in flight."""
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        stop_token_ids: list[int] | tuple[int, ...] = (),
+        logprobs: bool | None = None,
+    ) -> TokenOutput:
+        """At most ``max_tokens`` tokens after ``prompt_ids``, served with the other requests in flight; the keyword
+        arguments override the rollout's sampling for this request (:class:`TurnSampling`)."""
         if not prompt_ids or max_tokens < 1:
             raise ValueError(
                 f"generate: need a non-empty prompt and max_tokens >= 1; got {len(prompt_ids)} ids, {max_tokens}"
             )
-        request = TurnRequest([int(t) for t in prompt_ids], int(max_tokens))
+        stops = tuple(int(t) for t in stop_token_ids)
+        sampling = TurnSampling(temperature, top_p, top_k, stops, logprobs)
+        request = TokenRequest([int(t) for t in prompt_ids], int(max_tokens), sampling=sampling)
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the {type(self).__name__} is closed")
@@ -210,7 +259,8 @@ class BatchingRequestServer(RequestServer):
                 self._cond.wait()
             if self._closed:
                 for request in self._queue:
-                    request.future.set_exception(RuntimeError("the request batcher was closed"))
+                    if request.future.set_running_or_notify_cancel():
+                        request.future.set_exception(RuntimeError("the request batcher was closed"))
                 self._queue.clear()
                 return None
             deadline = time.monotonic() + self.batch_wait_s
@@ -227,14 +277,21 @@ class BatchingRequestServer(RequestServer):
             batch = self._take_batch()
             if batch is None:
                 return
-            try:
-                outputs = self._run(batch)
-            except BaseException as e:  # noqa: BLE001  (handed to every waiting trajectory)
-                for request in batch:
-                    request.future.set_exception(e)
-                continue
-            for request, output in zip(batch, outputs):
-                request.future.set_result(output)
+            groups: dict[TurnSampling, list[TokenRequest]] = {}
+            # a request whose trajectory stopped waiting (cancelled) is skipped; the others can no longer be
+            # cancelled (their futures are running), so their answers always land
+            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
+            for request in batch:  # one engine call per sampling setting
+                groups.setdefault(request.sampling, []).append(request)
+            for group in groups.values():
+                try:
+                    outputs = self._run(group)
+                except BaseException as e:  # noqa: BLE001  (handed to every waiting trajectory)
+                    for request in group:
+                        request.future.set_exception(e)
+                    continue
+                for request, output in zip(group, outputs):
+                    request.future.set_result(output)
 
     def _run(self, batch: list[TokenRequest]) -> list[TokenOutput]:
         width = max(len(r.prompt_ids) for r in batch)
@@ -243,7 +300,8 @@ class BatchingRequestServer(RequestServer):
         for i, request in enumerate(batch):
             input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids, dtype=torch.long)
             attention_mask[i, width - len(request.prompt_ids) :] = 1
-        meta = {**self.meta_info, "response_length": max(r.max_tokens for r in batch)}
+        sampling = batch[0].sampling
+        meta = {**sampling.meta(self.meta_info), "response_length": max(r.max_tokens for r in batch)}
         if self.meta_info.get("seed") is not None:
             meta["seed"] = subcall_seed(self.meta_info["seed"], len(self.batch_sizes))
         prompts = DataProto.from_dict(
@@ -264,8 +322,9 @@ class BatchingRequestServer(RequestServer):
         for i, request in enumerate(batch):
             n = min(int(mask[i].sum()), request.max_tokens)
             ids = [int(t) for t in responses[i, :n].tolist()]
-            stop = "eos" if ids and ids[-1] in self.eos_ids else "length"
-            lp = None if log_probs is None else [float(x) for x in log_probs[i, :n].tolist()]
+            stop = sampling.stop_reason(ids, self.eos_ids)
+            wanted = log_probs is not None and sampling.logprobs is not False
+            lp = [float(x) for x in log_probs[i, :n].tolist()] if wanted else None
             results.append(TokenOutput(ids, lp, stop))
         return results
 

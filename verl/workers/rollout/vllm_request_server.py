@@ -9,7 +9,8 @@ the others' decode steps), and a finished request is answered at once, so its tr
 others still decode. Each request has its own token budget (``max_tokens``), not the batch's largest.
 
 Sampling settings are the rollout's (``resolve_sampling`` of the batch's ``meta_info``: ``validate`` picks
-``val_kwargs``). A per-request seed is not set (vLLM's CPU sampler fails on it); the engine's seed holds.
+``val_kwargs``) with each request's own over them (``TurnSampling``: temperature, top-p/k, stop ids, log-probs).
+A per-request seed is not set (vLLM's CPU sampler fails on it); the engine's seed holds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from typing import Any
 
 from verl.workers.rollout.base import resolve_sampling, resolve_special_ids
-from verl.workers.rollout.request_server import RequestServer, TokenOutput, TokenRequest
+from verl.workers.rollout.request_server import RequestServer, TokenOutput, TokenRequest, TurnSampling
 
 __all__ = ["VLLMRequestServer"]
 
@@ -51,11 +52,17 @@ class VLLMRequestServer(RequestServer):
         super().__init__()
 
     # ----------------------------------------------------------------------------------------- engine side
-    def _params(self, max_tokens: int) -> Any:
+    def _params(self, max_tokens: int, sampling: TurnSampling) -> Any:
+        """vLLM ``SamplingParams`` of one request: the batch's settings with the request's own (TurnSampling)."""
+        own = {k: getattr(sampling, k) for k in ("temperature", "top_p", "top_k") if getattr(sampling, k) is not None}
+        if sampling.logprobs:
+            own["calculate_log_probs"] = True
         settings = dataclasses.replace(
-            self.settings, response_length=max_tokens, min_new_tokens=min(self.settings.min_new_tokens, max_tokens)
-        )
-        return self.rollout.sampling_params(settings, self.eos_ids)
+            self.settings, response_length=max_tokens, min_new_tokens=min(self.settings.min_new_tokens, max_tokens),
+            **own,
+        )  # fmt: skip
+        stops = [t for t in sampling.stop_token_ids if t not in self.eos_ids]
+        return self.rollout.sampling_params(settings, self.eos_ids + stops)
 
     def _take_new(self) -> list[TokenRequest] | None:
         """The requests that arrived since the last step; waits while nothing is in flight. None once closed."""
@@ -71,10 +78,12 @@ class VLLMRequestServer(RequestServer):
         try:
             while (new := self._take_new()) is not None:
                 for turn in new:
+                    if not turn.future.set_running_or_notify_cancel():  # its trajectory stopped waiting
+                        continue
                     request_id = f"{self._prefix}{next(self._count)}"
                     try:
                         self.engine.add_request(request_id, {"prompt_token_ids": turn.prompt_ids}, self._params(
-                            turn.max_tokens))  # fmt: skip
+                            turn.max_tokens, turn.sampling))  # fmt: skip
                     except Exception as e:  # noqa: BLE001  (this request's error goes to its trajectory)
                         turn.future.set_exception(e)
                         continue
@@ -98,9 +107,9 @@ class VLLMRequestServer(RequestServer):
             completion = out.outputs[0]
             ids = [int(t) for t in completion.token_ids][: turn.max_tokens]
             log_probs = None
-            if completion.logprobs is not None:
+            if completion.logprobs is not None and turn.sampling.logprobs is not False:
                 log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
-            stop = "eos" if ids and ids[-1] in self.eos_ids else "length"
+            stop = turn.sampling.stop_reason(ids, self.eos_ids)
             turn.future.set_result(TokenOutput(ids, log_probs, stop))
 
     def _fail_all(self, error: BaseException) -> None:

@@ -1,0 +1,303 @@
+"""One trajectory's OpenAI-compatible endpoint: ``/v1/chat/completions``, ``/v1/completions`` (whole answers or
+server-sent events with ``stream: true``), ``/v1/models``, answered by the rollout's turn server and recorded
+token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.TrajectoryRecorder`).
+
+Requests are validated with ``verl serve``'s schemas (:mod:`verl.experimental.agent_loop.openai_schemas`) and tool
+calls rendered and parsed with its code (:mod:`verl.experimental.agent_loop.openai_tool_calls`, the rollout's
+``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none), ``n`` (each choice its own engine
+request), ``stop`` (strings: the answer is cut after the token that completes one, and the recorded ids are cut
+there too; one-token stop strings also stop the engine), ``max_tokens``/``max_completion_tokens``,
+``temperature``/``top_p`` (``agent.openai.request_sampling``). The engine answers whole turns, so a stream sends
+each answer as it is complete (role, content or tool calls, finish reason, ``[DONE]``).
+
+Every request needs ``Authorization: Bearer <the trajectory's key>``; a trajectory's requests are served one at a
+time (their order defines the conversation). Errors answer with OpenAI's error body; the first malformed request,
+refused budget or wrong key marks the trajectory failed (:attr:`TrajectoryEndpoint.failure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+
+from verl.experimental.agent_loop.openai_agent.http import HttpRequest, HttpResponse
+from verl.experimental.agent_loop.openai_agent.trajectory import BudgetExceeded, Choice, TrajectoryRecorder, message_key
+from verl.experimental.agent_loop.openai_schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    ImagePart,
+    ServeError,
+    stop_list,
+    validation_error_to_serve_error,
+)
+from verl.experimental.agent_loop.openai_tool_calls import (
+    ToolCallStream,
+    assistant_message,
+    template_messages,
+)
+
+__all__ = ["TrajectoryEndpoint"]
+
+
+def _stop_cut(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> tuple[list[int], int | None]:
+    """``(ids through the token that completes the first stop string, its position in the decoded text)``, or
+    ``(ids, None)`` when no stop string occurs."""
+    if not stops or not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stops):
+        return ids, None
+    for k in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        hits = [text.find(s) for s in stops if s in text]
+        if hits:
+            return ids[:k], min(hits)
+    return ids, None
+
+
+class TrajectoryEndpoint:
+    """The request handler of one trajectory (see the module docstring).
+
+    Args:
+        server: the rollout's turn server (``await server.generate(ids, max_tokens, **sampling)``).
+        tokenizer: the model's tokenizer.
+        parser: the tool parser of ``rollout.multi_turn.format``.
+        recorder: where the trajectory's tokens go.
+        api_key: the key the agent must send.
+        model_name: the id ``/v1/models`` lists.
+        max_requests: generation requests allowed.
+        request_sampling: honour a request's ``temperature``/``top_p``.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        tokenizer: Any,
+        parser: Any,
+        recorder: TrajectoryRecorder,
+        api_key: str,
+        model_name: str,
+        max_requests: int,
+        request_sampling: bool,
+    ) -> None:
+        self.server = server
+        self.tokenizer = tokenizer
+        self.parser = parser
+        self.recorder = recorder
+        self.api_key = api_key
+        self.model_name = model_name
+        self.max_requests = int(max_requests)
+        self.request_sampling = bool(request_sampling)
+        self.requests = 0
+        self.bad_requests = 0
+        self.sampling_overrides = 0
+        self.generate_s = 0.0
+        self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
+        self.closed = False
+        self._lock = asyncio.Lock()
+
+    def fail(self, reason: str, detail: str) -> None:
+        """Mark the trajectory failed (the first failure is kept)."""
+        if self.failure is None:
+            self.failure = (reason, detail)
+
+    # ----------------------------------------------------------------------------------------------- routing
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return await self._route(request)
+        except ServeError as e:
+            self.bad_requests += 1
+            # a generation request the agent got wrong fails the trajectory; a wrong key (not this agent's
+            # request), a probe of another route or a request after the end does not
+            generating = request.path.rstrip("/").endswith("completions")
+            if generating and e.status not in (401, 404, 405) and e.code != "closed":
+                reason = e.code if e.code in _BUDGET_CODES else "bad_request"
+                self.fail(reason, f"{request.method} {request.path}: {e.message}")
+            return HttpResponse.json(e.body(), 400 if e.status == 422 else e.status)
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        if request.headers.get("authorization", "") != f"Bearer {self.api_key}":
+            raise ServeError(401, "missing or wrong API key for this trajectory", None, "invalid_api_key")
+        if self.closed:
+            raise ServeError(400, "the trajectory is over (timed out or finished); no more requests", None, "closed")
+        path = request.path.rstrip("/")
+        path = path[len("/v1") :] if path.startswith("/v1/") else path
+        if path == "/models" and request.method == "GET":
+            return HttpResponse.json({"object": "list", "data": [self._model()]})
+        if path in ("/chat/completions", "/completions"):
+            if request.method != "POST":
+                raise ServeError(405, f"{request.path}: use POST")
+            schema = ChatCompletionRequest if path == "/chat/completions" else CompletionRequest
+            try:
+                payload = json.loads(request.body or b"null")
+                body = schema.model_validate(payload)
+            except json.JSONDecodeError as e:
+                raise ServeError(400, f"body: not valid JSON: {e.msg}", "body", "json_invalid") from e
+            except ValidationError as e:
+                raise validation_error_to_serve_error(e.errors()) from e
+            body.check_unsupported()
+            async with self._lock:
+                if self.requests >= self.max_requests:
+                    raise ServeError(
+                        400, f"over agent.openai.max_requests={self.max_requests} requests", None, "request_budget"
+                    )
+                self.requests += 1
+                if path == "/chat/completions":
+                    return await self._chat(body)
+                return await self._completion(body)
+        raise ServeError(404, f"no route {request.method} {request.path}", None, "not_found")
+
+    def _model(self) -> dict[str, Any]:
+        return {"id": self.model_name, "object": "model", "created": 0, "owned_by": "verl-rollout"}
+
+    # ---------------------------------------------------------------------------------------------- generation
+    async def _generate(
+        self, kind: str, tools: list | None, history: Any, full_ids: Any, body: Any
+    ) -> list[tuple[Choice, str, str]]:
+        """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason)]`` (text before the stop)."""
+        try:
+            context, budget = self.recorder.prepare(kind, tools, history, full_ids)
+        except BudgetExceeded as e:
+            raise ServeError(400, e.message, "messages", "context_length_exceeded") from e
+        if budget < 1:
+            raise ServeError(400, "no response tokens left", "max_tokens", "context_length_exceeded")
+        wanted = body.max_completion_tokens if kind == "chat" and body.max_completion_tokens else body.max_tokens
+        max_tokens = min(int(wanted or budget), budget)
+        stops = stop_list(body.stop)
+        stop_ids = []
+        for s in stops:
+            ids = self.tokenizer.encode(s, add_special_tokens=False)
+            if len(ids) == 1:
+                stop_ids.append(int(ids[0]))
+        sampling: dict[str, Any] = {"stop_token_ids": stop_ids}
+        if self.request_sampling:
+            own = {k: getattr(body, k) for k in ("temperature", "top_p") if getattr(body, k) is not None}
+            self.sampling_overrides += bool(own)
+            sampling.update(own)
+        start = time.perf_counter()
+        outs = await asyncio.gather(*(self.server.generate(context, max_tokens, **sampling) for _ in range(body.n)))
+        self.generate_s += time.perf_counter() - start
+        results = []
+        for out in outs:
+            ids, at = _stop_cut(self.tokenizer, list(out.token_ids), stops)
+            log_probs = None if out.log_probs is None else list(out.log_probs[: len(ids)])
+            ended = out.stop_reason == "eos" and len(ids) == len(out.token_ids)
+            text_ids = ids[:-1] if ended else ids
+            text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+            if at is not None:
+                text, finish = text[:at], "stop"
+            else:
+                finish = "length" if out.stop_reason == "length" else "stop"
+                if out.stop_reason == "stop":  # a one-token stop string ended it: not part of the text
+                    text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
+            results.append((Choice(ids, log_probs, ended, ""), text, finish))
+        return results
+
+    async def _chat(self, body: ChatCompletionRequest) -> HttpResponse:
+        for i, m in enumerate(body.messages):
+            if not isinstance(m.content, str) and any(isinstance(p, ImagePart) for p in m.content):
+                raise ServeError(400, f"messages[{i}].content: images are not supported in rollouts", "messages")
+        messages, schemas = template_messages(body)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ServeError(400, "messages: the model has no chat template; use /v1/completions", "messages")
+
+        def full_ids() -> list[int]:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=schemas or None, add_generation_prompt=True, tokenize=False
+            )
+            return self.tokenizer.encode(text, add_special_tokens=False)
+
+        try:
+            results = await self._generate("chat", schemas, messages, full_ids, body)
+        except ServeError:
+            raise
+        except Exception as e:  # a chat template may reject a message order
+            raise ServeError(400, f"messages: the chat template rejected them: {e}", "messages") from e
+        choices = []
+        for k, (choice, text, finish) in enumerate(results):
+            message, finish = assistant_message(body, text, finish, self.parser)
+            as_template = template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))
+            choice.returned = message_key(as_template[0][0])
+            choices.append({"index": k, "message": message, "finish_reason": finish, "logprobs": None, "_raw": text})
+        self.recorder.record([c for c, _, _ in results])
+        usage = self._usage(results)
+        if body.stream:
+            return self._sse(self._chat_events(body, choices, usage))
+        for c in choices:
+            c.pop("_raw")
+        return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, usage))
+
+    async def _completion(self, body: CompletionRequest) -> HttpResponse:
+        if not isinstance(body.prompt, str):
+            raise ServeError(400, "prompt: one string per request in rollouts (use n for several choices)", "prompt")
+        prompt = body.prompt
+        results = await self._generate(
+            "completion", None, prompt, lambda: self.tokenizer.encode(prompt, add_special_tokens=True), body
+        )
+        for choice, text, _ in results:
+            choice.returned = text
+        self.recorder.record([c for c, _, _ in results])
+        choices = [
+            {"index": k, "text": text, "finish_reason": finish, "logprobs": None}
+            for k, (_, text, finish) in enumerate(results)
+        ]
+        usage = self._usage(results)
+        if body.stream:
+            return self._sse(self._completion_events(choices))
+        return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, usage))
+
+    # ------------------------------------------------------------------------------------------------ shapes
+    def _usage(self, results: list[tuple[Choice, str, str]]) -> dict[str, int]:
+        seg = self.recorder.current
+        prompt = len(seg.prompt_ids) + len(seg.response_ids) if seg is not None else 0
+        completion = sum(len(c.ids) for c, _, _ in results)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _envelope(self, obj: str, prefix: str, choices: list, usage: dict | None) -> dict[str, Any]:
+        out = {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "object": obj, "created": int(time.time()),
+               "model": self.model_name, "choices": choices}  # fmt: skip
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    @staticmethod
+    def _sse(events: AsyncIterator[bytes]) -> HttpResponse:
+        return HttpResponse(200, content_type="text/event-stream", stream=events)
+
+    @staticmethod
+    def _event(payload: dict[str, Any] | str) -> bytes:
+        data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+        return f"data: {data}\n\n".encode()
+
+    async def _chat_events(self, body: ChatCompletionRequest, choices: list, usage: dict) -> AsyncIterator[bytes]:
+        base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
+        for c in choices:
+            k = c["index"]
+            yield self._event({**base, "choices": [{"index": k, "delta": {"role": "assistant", "content": ""},
+                                                    "finish_reason": None}]})  # fmt: skip
+            deltas, finish = [], c["finish_reason"]
+            if c["message"].get("tool_calls"):
+                stream = ToolCallStream(self.parser)
+                first = stream.feed(c["_raw"])
+                deltas = ([{"content": first}] if first else []) + stream.finish(finish)[0]
+            elif c["message"]["content"]:
+                deltas = [{"content": c["message"]["content"]}]
+            for delta in deltas:
+                yield self._event({**base, "choices": [{"index": k, "delta": delta, "finish_reason": None}]})
+            yield self._event({**base, "choices": [{"index": k, "delta": {}, "finish_reason": finish}]})
+        yield self._event("[DONE]")
+
+    async def _completion_events(self, choices: list) -> AsyncIterator[bytes]:
+        base = self._envelope("text_completion", "cmpl", [], None)
+        for c in choices:
+            piece = {"index": c["index"], "text": c["text"], "finish_reason": None, "logprobs": None}
+            yield self._event({**base, "choices": [piece]})
+            yield self._event({**base, "choices": [{**piece, "text": "", "finish_reason": c["finish_reason"]}]})
+        yield self._event("[DONE]")
+
+
+_BUDGET_CODES = ("request_budget", "context_length_exceeded")
