@@ -86,6 +86,7 @@ class DataConfig(BaseConfig):
     shuffle: bool = True
     seed: int = 42
     filter_overlong_prompts: bool = True
+    filter_overlong_prompts_workers: int = 1  # processes that tokenise the prompts for the length filter
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
     dataloader_num_workers: int = 0
