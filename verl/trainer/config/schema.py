@@ -54,6 +54,7 @@ from verl.workers.config import (  # noqa: F401  (the worker sections, importabl
     ValKwargsConfig,
     WarmupStyle,
 )
+from verl.workers.config.profiler import GlobalProfilerConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -313,6 +314,7 @@ class PPOConfig(BaseConfig):
     model_engine: Literal["dp", "fsdp", "fsdp2"] = "dp"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)  # v0.9 (verl/trainer/ppo/rollout_skip.py)
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)  # v0.9 (docs/profiling.md)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
     @classmethod

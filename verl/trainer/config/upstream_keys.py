@@ -138,6 +138,9 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
             f"actor_rollout_ref.ref.strategy={ref_strategy!r} is not implemented (the reference is FSDP2, like the "
             f"actor); use one of {', '.join(IMPLEMENTED_STRATEGIES)}"
         )
+    from verl.trainer.config.profiler_checks import check_profiler
+
+    check_profiler(cfg, errors)
     if bool(arr.rollout.ignore_eos):
         errors.append(
             "actor_rollout_ref.rollout.ignore_eos=true is not implemented: responses end at EOS (their response mask "

@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 
 from verl.base_config import BaseConfig, dict_field
 from verl.workers.config.literals import ComputeDType
+from verl.workers.config.profiler import ProfilerConfig
 
 
 @dataclass
@@ -110,3 +111,4 @@ class RolloutConfig(BaseConfig):
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)
