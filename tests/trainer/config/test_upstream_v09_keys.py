@@ -125,7 +125,6 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
     ("override", "message"),
     [
         (f"{ARR}.ref.strategy=ddp", "ref.strategy='ddp' is not implemented"),
-        (f"{ARR}.rollout.ignore_eos=true", "ignore_eos=true is not implemented"),
         (f"{ARR}.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend"),
         (f"{ARR}.actor.fsdp_config.model_dtype=fp16", "model_dtype"),
     ],
@@ -133,6 +132,12 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
 def test_values_we_cannot_honour_are_errors(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("'", ".")):
         _cfg(override)
+
+
+def test_ignore_eos_is_accepted_for_single_turn_and_refused_for_agent_loops() -> None:
+    assert _cfg(f"{ARR}.rollout.ignore_eos=true").actor_rollout_ref.rollout.ignore_eos is True
+    with pytest.raises(ConfigError, match="ignore_eos=true with rollout.multi_turn.enable"):
+        _cfg(f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.multi_turn.enable=true")
 
 
 def test_ref_compile_follows_the_actor_by_default() -> None:

@@ -141,8 +141,8 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
     from verl.trainer.config.profiler_checks import check_profiler
 
     check_profiler(cfg, errors)
-    if bool(arr.rollout.ignore_eos):
+    if bool(arr.rollout.ignore_eos) and bool(arr.rollout.multi_turn.enable):
         errors.append(
-            "actor_rollout_ref.rollout.ignore_eos=true is not implemented: responses end at EOS (their response mask "
-            "and rewards are cut there); set it to false, or raise rollout.min_new_tokens"
+            "actor_rollout_ref.rollout.ignore_eos=true with rollout.multi_turn.enable (agent loops) is not implemented "
+            "here: a turn ends at EOS; use ignore_eos with single-turn generation"
         )

@@ -90,7 +90,7 @@ class RolloutConfig(BaseConfig):
     enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True
     calculate_log_probs: bool = False
-    ignore_eos: bool = False  # true (keep generating past EOS) is refused by the cross-field checks
+    ignore_eos: bool = False  # true: decode to response_length past EOS, every token in the response mask
     log_prob_micro_batch_size_per_gpu: int = 32
     log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False

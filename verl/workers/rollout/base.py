@@ -193,6 +193,9 @@ class SamplingSettings:
     response_length: int
     min_new_tokens: int
     calculate_log_probs: bool
+    # rollout.ignore_eos (upstream v0.9, vLLM's SamplingParams.ignore_eos): decode to response_length past any EOS;
+    # the engines then get no end ids, so the response mask covers every generated token
+    ignore_eos: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -247,6 +250,7 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingSetti
         response_length=int(response_length),
         min_new_tokens=min_new_tokens,
         calculate_log_probs=bool(get_config_value(config, "calculate_log_probs", False)),
+        ignore_eos=bool(get_config_value(config, "ignore_eos", None)),
     )
 
 
