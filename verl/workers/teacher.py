@@ -133,7 +133,7 @@ class TeacherWorker(Worker):
 
         tcfg = self.config.teacher
         share = self.config.gpu_memory_utilization
-        if share is not None and int(self.config.nnodes) > 0 and self.compute_device.type == "cuda":
+        if share is not None and self.compute_device.type == "cuda":  # set only with a teacher pool of its own
             # upstream's teacher server gets this share of the GPU; here the teacher's own process is capped at it
             torch.cuda.set_per_process_memory_fraction(float(share), self.compute_device)
         if not tcfg.path:

@@ -101,6 +101,12 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
     if user_set(f"{where}.inference.gpu_memory_utilization", user) and mem is not None:
         if not 0 < float(mem) <= 1:
             errors.append(f"{where}.inference.gpu_memory_utilization={mem}: a share of the GPU, in (0, 1]")
+        elif int(cfg.distillation.nnodes) < 1:
+            errors.append(
+                f"{where}.inference.gpu_memory_utilization={mem} with the teacher colocated: a GPU memory share of "
+                f"its own is not available here (it shares the actor's process); set {P}.nnodes >= 1 (a pool of its "
+                "own, capped at this share) or drop the key"
+            )
         else:
             _mirror(cfg, f"{where}.inference.gpu_memory_utilization", f"{P}.gpu_memory_utilization", float(mem),
                     user, errors, changed)  # fmt: skip
