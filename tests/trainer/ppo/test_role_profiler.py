@@ -150,3 +150,9 @@ def test_refused_profiler_values_are_one_line(overrides: list[str], line: str) -
         load_config(overrides)
     problems = [ln for ln in str(info.value).splitlines() if ln.strip().startswith("- ")]
     assert len(problems) == 1 and line in problems[0], str(info.value)
+
+
+def test_a_hand_built_config_without_profiler_sections_traces_nothing() -> None:
+    from omegaconf import OmegaConf
+
+    assert not RoleProfiler.from_config(OmegaConf.create({"trainer": {"nnodes": 1}})).enabled

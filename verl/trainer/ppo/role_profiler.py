@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 # worker group -> the roles (config sections) whose profiler drives it, in order of precedence
 GROUP_ROLES = {
@@ -42,17 +42,12 @@ class GroupPlan:
     calls: frozenset[str] | None
 
 
-def _section(cfg: DictConfig, path: str) -> DictConfig:
-    node = cfg
-    for part in path.split("."):
-        node = node[part]
-    return node
-
-
 def _plan(cfg: DictConfig, group: str) -> GroupPlan | None:
     glob = cfg.global_profiler
     for path in GROUP_ROLES[group]:
-        prof = _section(cfg, path).profiler
+        prof = OmegaConf.select(cfg, f"{path}.profiler")
+        if prof is None:  # a hand-built config without upstream's per-role sections
+            continue
         tool = prof.tool if prof.tool is not None else glob.tool
         if not bool(prof.enable) or tool != "torch":
             continue
@@ -99,7 +94,10 @@ class RoleProfiler:
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> RoleProfiler:
-        """Build from the whole trainer config (``global_profiler`` and the roles' ``profiler`` sections)."""
+        """Build from the whole trainer config (``global_profiler`` and the roles' ``profiler`` sections); a config
+        without ``global_profiler`` (built by hand, not from ppo_trainer.yaml) traces nothing."""
+        if OmegaConf.select(cfg, "global_profiler") is None:
+            return cls([], [])
         steps = list(cfg.global_profiler.steps or [])
         plans = [p for g in GROUP_ROLES if (p := _plan(cfg, g)) is not None]
         return cls(steps if plans else [], plans)
