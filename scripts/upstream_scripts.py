@@ -16,7 +16,7 @@ then run in-process through this project's ``<module>.main(argv + ["--cfg", "job
   (after the schema's key aliases) in the printed config, with the value the script gave.
 * ``refused``: exit 2 with one line that names an engine or feature this project does not have (the line says so).
 * ``rejected``: anything else; its first error line is the blocking reason (for a key: the key, grouped in the
-  "top blocking keys" table).
+  "top blocking keys" table). A module that upstream's own tree lacks too is said so (the script is stale upstream).
 
 A script that makes no ``-m verl.*`` call (data preparation, a script that exits early) is listed as ``no-call``.
 """
@@ -46,6 +46,8 @@ if ROOT not in sys.path:
 # executables a script may call; each stub records its argv (python -c exits 1, everything else 0)
 STUB_NAMES = ("python", "python3", "torchrun", "uv", "ray", "nvidia-smi", "hf", "huggingface-cli", "git", "pip", "wget")
 REFUSAL_MARKERS = (
+    # a security switch the user must set (verl/utils/security.py): refused as written, accepted once it is set
+    "is not allowed here unless",
     "is not an engine here",
     "is not a device here",
     "is not implemented here",
@@ -233,6 +235,16 @@ def blocking_key(reason: str) -> str:
     return m.group(1) if m else reason[:80]
 
 
+def upstream_has_module(git_dir: str, module: str) -> bool:
+    """Whether upstream's ``HEAD`` has ``module`` (``a/b.py`` or the package ``a/b/__init__.py``)."""
+    path = module.replace(".", "/")
+    for candidate in (f"{path}.py", f"{path}/__init__.py"):
+        done = subprocess.run(["git", "--git-dir", git_dir, "cat-file", "-e", f"HEAD:{candidate}"], capture_output=True)
+        if done.returncode == 0:
+            return True
+    return False
+
+
 def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
     """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call."""
     calls: list[Call] = []
@@ -254,6 +266,8 @@ def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
             for module, args in found:
                 call = Call(rel, module, args)
                 run_call(call, work)
+                if call.reason.startswith("module ") and not upstream_has_module(git_dir, module):
+                    call.reason += " (upstream's own tree has no such module either: the script is stale upstream)"
                 calls.append(call)
     return calls, no_call
 

@@ -231,3 +231,18 @@ def test_agent_name_column_is_kept_for_agent_loops(tmp_path, byte_tokenizer):
     assert list(batch["agent_name"]) == ["tool_agent", None]  # None: rollout.agent.default_agent_loop
     plain = RLHFDataset(_write(str(tmp_path / "plain.parquet"), [_row("a")]), byte_tokenizer, _cfg())
     assert "agent_name" not in plain[0]
+
+
+def test_filter_workers_tokenise_in_parallel_with_same_result(tmp_path, byte_tokenizer):
+    """data.filter_overlong_prompts_workers=3: forked processes tokenise; rows, ids and the filter are as with 1."""
+    rows = [_row("x" * (i % 30), str(i), index=i) for i in range(40)]
+    path = _write(str(tmp_path / "d.parquet"), rows)
+    one = RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts_workers=1))
+    three = RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts_workers=3))
+    assert one.filter_pids == [os.getpid()]
+    assert three.filter_pids and os.getpid() not in three.filter_pids  # tokenised in forked workers
+    assert len(three) == len(one) < 40 and three.num_filtered == one.num_filtered > 0
+    for key in ("raw_prompt_ids", "index"):
+        assert [three[i][key] for i in range(len(three))] == [one[i][key] for i in range(len(one))]
+    with pytest.raises(ValueError, match="filter_overlong_prompts_workers must be >= 1, got 0"):
+        RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts_workers=0))

@@ -38,9 +38,9 @@ python3 -m verl.trainer.main_ppo data.train_files=x.parquet actor_rollout_ref.ac
 }
 
 
-def _git_repo(tmp_path) -> str:
+def _git_repo(tmp_path, files: dict[str, str] = SCRIPTS) -> str:
     repo = tmp_path / "upstream"
-    for rel, text in SCRIPTS.items():
+    for rel, text in files.items():
         path = repo / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -61,12 +61,21 @@ def test_scripts_are_recorded_and_classified(tmp_path) -> None:
     assert refused.status == "refused" and "SGLang is not an engine here" in refused.reason
     sft = by_script["examples/sft/run_sft.sh"]  # run again with <nproc> <save_path>
     assert sft.status == "rejected" and sft.reason.startswith("module verl.trainer.no_such_trainer")
+    assert sft.reason.endswith("(upstream's own tree has no such module either: the script is stale upstream)")
     assert sft.args[0].startswith("trainer.default_local_dir=") and sft.args[0].endswith("/ckpt")
     bad = by_script["examples/ppo_trainer/run_bad_key.sh"]
     assert bad.status == "rejected" and harness.blocking_key(bad.reason) == "actor_rollout_ref.actor.no_such_key"
     table = harness.report("t", calls, no_call, depth=1, top=5, show="none")
     assert "| grpo_trainer | 1 | 1 | 1 | 0 | 2 | 0 |" in table and "| data | 0 | 0 | 0 | 0 | 0 | 1 |" in table
     assert "- 1 actor_rollout_ref.actor.no_such_key" in table
+
+
+def test_upstream_has_module_reads_the_tree(tmp_path) -> None:
+    with_modules = {**SCRIPTS, "verl/trainer/main_x.py": "", "verl/workers/pkg/__init__.py": ""}
+    repo = _git_repo(tmp_path, with_modules)
+    assert not harness.upstream_has_module(repo, "verl.trainer.no_such_trainer")
+    assert harness.upstream_has_module(repo, "verl.trainer.main_x")
+    assert harness.upstream_has_module(repo, "verl.workers.pkg")
 
 
 def test_an_unfaithful_override_is_reported() -> None:

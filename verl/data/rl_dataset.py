@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing as mp
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,19 @@ logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("data_source", "reward_model")
 TRUNCATION_MODES = ("error", "left", "right")
+
+
+# (dataset, rows, origins, rows to skip) while RLHFDataset._tokenize_rows runs its forked workers
+_FORK_STATE: tuple[Any, list[dict[str, Any]], list[tuple[str, int]], set[int]] | None = None
+
+
+def _tokenize_chunk(bounds: tuple[int, int]) -> tuple[int, list[list[int]]]:
+    """In a forked worker: ``(pid, token ids of rows[start:end])`` of the dataset being built (``_FORK_STATE``)."""
+    assert _FORK_STATE is not None, "_tokenize_chunk runs only in a worker forked by RLHFDataset._tokenize_rows"
+    dataset, rows, origins, skip = _FORK_STATE
+    start, end = bounds
+    ids = [[] if i in skip else dataset._tokenize(rows[i], origins[i]) for i in range(start, end)]
+    return os.getpid(), ids
 
 
 def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -125,6 +140,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.filter_overlong_prompts: bool = config.filter_overlong_prompts
         self.truncation: str = config.truncation
         self.apply_chat_template: bool = config.apply_chat_template
+        self.filter_workers: int = config.filter_overlong_prompts_workers
         self.processor = processor
         self.image_key: str = config.image_key
         self.video_key: str = config.video_key
@@ -138,6 +154,8 @@ class RLHFDataset(torch.utils.data.Dataset):
             raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")
         if self.video_max_frames < 1:
             raise ValueError(f"data.video_max_frames must be >= 1, got {self.video_max_frames}")
+        if self.filter_workers < 1:
+            raise ValueError(f"data.filter_overlong_prompts_workers must be >= 1, got {self.filter_workers}")
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
 
@@ -161,9 +179,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         if over and not self.filter_overlong_prompts:
             self._raise_overlong([(origins[i], None) for i in sorted(over)])
         # Tokenise once up front: filtering needs the lengths, and it surfaces template errors at load time.
-        token_ids = [
-            [] if i in over else self._tokenize(row, origin) for i, (row, origin) in enumerate(zip(rows, origins))
-        ]
+        token_ids = self._tokenize_rows(rows, origins, over)
         positions = list(range(len(rows)))
         self.num_filtered = 0
         if not self.filter_overlong_prompts and self.truncation == "error":
@@ -350,6 +366,31 @@ class RLHFDataset(torch.utils.data.Dataset):
         )
         raw_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return ids, mm_inputs, media, raw_ids
+
+    def _tokenize_rows(
+        self, rows: list[dict[str, Any]], origins: list[tuple[str, int]], skip: set[int]
+    ) -> list[list[int]]:
+        """Token ids of every row (``[]`` for the rows in ``skip``), in order.
+
+        With ``data.filter_overlong_prompts_workers`` N > 1 (verl's key: the processes of its length filter) the rows
+        are split into N contiguous chunks tokenised by N forked processes (the chat template is Python, so threads
+        would not run it in parallel); the ids are the same as with one process. Fewer rows than workers, or a
+        platform without ``fork``, tokenise in this process.
+        """
+        n = min(self.filter_workers, len(rows))
+        if n <= 1 or "fork" not in mp.get_all_start_methods():
+            self.filter_pids = [os.getpid()]
+            return [[] if i in skip else self._tokenize(rows[i], origins[i]) for i in range(len(rows))]
+        global _FORK_STATE
+        bounds = [(len(rows) * k // n, len(rows) * (k + 1) // n) for k in range(n)]
+        _FORK_STATE = (self, rows, origins, skip)  # read by the forked children, never pickled
+        try:
+            with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork")) as pool:
+                chunks = list(pool.map(_tokenize_chunk, bounds))
+        finally:
+            _FORK_STATE = None
+        self.filter_pids = sorted({pid for pid, _ in chunks})
+        return [ids for _, part in chunks for ids in part]
 
     def _tokenize(self, row: dict[str, Any], origin: tuple[str, int]) -> list[int]:
         if self._has_vision(row):

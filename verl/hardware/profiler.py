@@ -20,7 +20,16 @@ import torch
 
 from verl.utils.fs import atomic_write_text, makedirs
 
-__all__ = ["StepProfiler", "dump_step_debug", "marked_timer", "simple_timer", "tensor_summary"]
+__all__ = [
+    "StepProfiler",
+    "dump_step_debug",
+    "marked_timer",
+    "simple_timer",
+    "run_worker_finish_hook",
+    "start_worker_trace",
+    "stop_worker_trace",
+    "tensor_summary",
+]
 
 
 @contextlib.contextmanager
@@ -121,6 +130,102 @@ class StepProfiler:
             prof.export_chrome_trace(tmp)
             os.replace(tmp, path)
             self.traces.append(path)
+
+
+# The torch.profiler a worker process opened for its role (upstream v0.9's per-role profiler): (profiler, spec, rank).
+_WORKER_TRACE: tuple[Any, dict[str, Any], int] | None = None
+
+
+def start_worker_trace(rank: int, spec: Mapping[str, Any]) -> bool:
+    """Open a ``torch.profiler`` trace in this worker process for one traced step (or stage) of a role.
+
+    ``spec`` (built by :mod:`verl.trainer.ppo.role_profiler`): ``role``, ``step``, ``stage`` (None: the whole step),
+    ``ranks`` (None: all), ``contents`` (cpu, cuda, memory, shapes, stack; empty: cpu and cuda when present),
+    ``save_path``, ``relocate_results``. Returns whether a trace was opened: not when ``rank`` is not traced, nor
+    when a profiler is already running in this process (colocated roles, or the local backend where every rank
+    and the driver share one process: that trace already holds this work).
+    """
+    global _WORKER_TRACE
+    ranks = spec["ranks"]
+    if (ranks is not None and rank not in ranks) or _WORKER_TRACE is not None or torch.autograd._profiler_enabled():
+        return False
+    from torch.profiler import ProfilerActivity, profile
+
+    contents = set(spec["contents"])
+    activities = []
+    if not contents or "cpu" in contents:
+        activities.append(ProfilerActivity.CPU)
+    if torch.cuda.is_available() and (not contents or "cuda" in contents):
+        activities.append(ProfilerActivity.CUDA)
+    prof = profile(
+        activities=activities or [ProfilerActivity.CPU],
+        record_shapes="shapes" in contents,
+        profile_memory="memory" in contents,
+        with_stack="stack" in contents,
+    )
+    prof.__enter__()
+    _WORKER_TRACE = (prof, dict(spec), int(rank))
+    return True
+
+
+def worker_trace_path(spec: Mapping[str, Any], rank: int) -> str:
+    """Where a role's trace goes: ``<save_path>/<role>/step<N>[_<stage>]_rank<R>.json``, or with
+    ``relocate_results`` every trace flat in ``<save_path>`` as ``<role>_step<N>[_<stage>]_rank<R>.json``."""
+    stage = f"_{spec['stage']}" if spec.get("stage") else ""
+    name = f"step{int(spec['step'])}{stage}_rank{int(rank)}.json"
+    if spec["relocate_results"]:
+        return os.path.join(spec["save_path"], f"{spec['role']}_{name}")
+    return os.path.join(spec["save_path"], str(spec["role"]), name)
+
+
+def stop_worker_trace(rank: int) -> str | None:
+    """Close the trace :func:`start_worker_trace` opened for ``rank`` in this process and write it as a Chrome trace
+    (written under a temporary name, then renamed). Returns the trace's path (None when this rank opened none)."""
+    global _WORKER_TRACE
+    if _WORKER_TRACE is None or _WORKER_TRACE[2] != int(rank):
+        return None
+    prof, spec, _ = _WORKER_TRACE
+    _WORKER_TRACE = None
+    prof.__exit__(None, None, None)
+    path = worker_trace_path(spec, rank)
+    makedirs(os.path.dirname(path))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    prof.export_chrome_trace(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def run_worker_finish_hook(rank: int, spec: Mapping[str, Any]) -> int | None:
+    """Run ``spec["finish_hook_cmd"]`` (a shell command; once, after the last traced step) when ``rank`` is one of
+    ``spec["hook_ranks"]`` (None: every rank), with ``VERL_PROFILE_SAVE_PATH``, ``VERL_PROFILE_TOOL``,
+    ``VERL_PROFILE_RANK``, ``VERL_PROFILE_PID`` and ``VERL_PROFILE_ROLE`` set; its exit status (None: not run).
+    A failing hook is logged, not raised: the traces are already written."""
+    import logging
+    import subprocess
+
+    hook_ranks = spec["hook_ranks"]
+    cmd = spec["finish_hook_cmd"]
+    if not cmd or (hook_ranks is not None and int(rank) not in hook_ranks):
+        return None
+
+    env = dict(os.environ)
+    env.update(
+        VERL_PROFILE_SAVE_PATH=str(spec["save_path"]),
+        VERL_PROFILE_TOOL="torch",
+        VERL_PROFILE_RANK=str(rank),
+        VERL_PROFILE_PID=str(os.getpid()),
+        VERL_PROFILE_ROLE=str(spec["role"]),
+    )
+    done = subprocess.run(str(cmd), shell=True, env=env, check=False)  # the user's own command (launch line)
+    if done.returncode != 0:
+        logging.getLogger(__name__).warning(
+            "global_profiler.finish_hook_cmd exited %d on rank %d (role %s): %s",
+            done.returncode,
+            rank,
+            spec["role"],
+            cmd,
+        )
+    return done.returncode
 
 
 def _finite_or_str(x: float) -> float | str:

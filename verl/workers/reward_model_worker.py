@@ -40,6 +40,10 @@ class RewardModelWorker(Worker):
     def init_model(self) -> None:
         from verl.utils.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
 
+        share = self.config.gpu_memory_utilization
+        if share is not None and self.compute_device.type == "cuda":
+            # set only for a reward model on a pool of its own (verl/trainer/config/reward_rollout.py)
+            torch.cuda.set_per_process_memory_fraction(float(share), self.compute_device)
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)
         input_tok = self.config.model.input_tokenizer

@@ -132,6 +132,10 @@ class TeacherWorker(Worker):
         from verl.utils.models.loader import load_tokenizer, resolve_model_path
 
         tcfg = self.config.teacher
+        share = self.config.gpu_memory_utilization
+        if share is not None and self.compute_device.type == "cuda":  # set only with a teacher pool of its own
+            # upstream's teacher server gets this share of the GPU; here the teacher's own process is capped at it
+            torch.cuda.set_per_process_memory_fraction(float(share), self.compute_device)
         if not tcfg.path:
             raise ConfigError("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
         trust = bool(tcfg.trust_remote_code)

@@ -13,6 +13,7 @@ from verl.protocol import DataProto
 from verl.trainer.config import ConfigError, load_config
 from verl.trainer.ppo.batch_transforms import apply_distillation_reward
 
+INFERENCE = "distillation.teacher_models.teacher_model.inference"
 TEACHER = ["distillation.enabled=true", "distillation.teacher_models.teacher_model.model_path=/teacher"]
 
 LN2 = math.log(2.0)
@@ -52,15 +53,38 @@ def test_upstream_keys_resolve_onto_ours() -> None:
         (["distillation.teacher_models.teacher_model.inference.max_model_len=64"], "max_model_len=64"),
         (
             ["+distillation.teacher_models.geo.model_path=/t2", "+distillation.teacher_models.geo.key=geo"],
-            "multi-teacher distillation is not provided",
+            "multi-teacher distillation is not implemented here",
         ),
         (["+distillation.teacher_models.teacher_model.inference.enforce_eager=true"], "inference.enforce_eager"),
+        ([f"{INFERENCE}.name=sglang"], "sglang is not an engine here"),
+        ([f"{INFERENCE}.tensor_model_parallel_size=3"], "divide the teacher's 1 ranks"),
+        ([f"{INFERENCE}.expert_parallel_size=2"], "divide a teacher replica's 1"),
+        ([f"{INFERENCE}.gpu_memory_utilization=1.5"], "in (0, 1]"),
     ],
 )
 def test_refusals_and_conflicts_are_one_line(extra: list[str], needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config([*TEACHER, *extra])
     assert len(err.value.problems) == 1 and needle in err.value.problems[0], err.value.problems
+
+
+def test_teacher_server_keys_are_checked_and_the_memory_share_is_used() -> None:
+    """upstream's v0.9 Qwen3.5 script: tp 8 x ep 8 on an 8-rank teacher pool, vllm, 0.4 of the GPU."""
+    inference = INFERENCE
+    cfg = load_config(
+        [
+            *TEACHER,
+            "distillation.nnodes=1",
+            "distillation.n_gpus_per_node=8",
+            "trainer.backend=ray",
+            f"{inference}.tensor_model_parallel_size=8",
+            f"{inference}.expert_parallel_size=8",
+            f"{inference}.name=vllm",
+            f"{inference}.gpu_memory_utilization=0.4",
+        ]
+    )
+    assert cfg.distillation.gpu_memory_utilization == 0.4
+    assert load_config(TEACHER).distillation.gpu_memory_utilization is None, "unset: no cap (not the 0.5 default)"
 
 
 def test_estimator_rewards_by_hand() -> None:

@@ -230,7 +230,7 @@ def test_unset_micro_batch_default_adapts_and_an_explicit_one_is_checked(tmp_pat
         ("actor_rollout_ref.rollout.temperature=-1", "temperature=-1.0 must be >= 0"),
         ("actor_rollout_ref.rollout.top_p=0", r"top_p=0.0 must be in \(0, 1\]"),
         ("actor_rollout_ref.actor.clip_ratio=-0.2", "clip_ratio=-0.2 must be >= 0"),
-        ("actor_rollout_ref.model.trust_remote_code=true", "needs trainer.allow_unsafe_operations=true"),
+        ("actor_rollout_ref.model.trust_remote_code=true", "not allowed here unless trainer.allow_unsafe_operations"),
     ],
 )
 def test_out_of_range_values_fail_at_config_time(override, message):

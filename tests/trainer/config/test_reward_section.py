@@ -81,7 +81,48 @@ def test_importlib_reward_manager_and_the_reward_pool(tmp_path, byte_tokenizer) 
     assert type(manager).__name__ == "MyManager"
     assert list(cfg.trainer.resource_pool_spec.reward_pool) == [1]
     assert cfg.trainer.resource_pool_mapping.rm == "reward_pool"
-    with pytest.raises(ConfigError, match="reward.reward_model.rollout: upstream serves"):
+    with pytest.raises(
+        ConfigError, match="tensor_model_parallel_size x data_parallel_size = 2 must be >= 1 and divide"
+    ):
         load_config(["+reward.reward_model.rollout.tensor_model_parallel_size=2"])
     with pytest.raises(ConfigError, match="source=importlib needs"):
         load_config(["reward.reward_manager.source=importlib"])
+
+
+RM_ROLLOUT = "+reward.reward_model.rollout"
+
+
+def test_reward_model_rollout_maps_onto_the_rm_workers() -> None:
+    """upstream v0.9's Skywork RM script: vllm, tp 1, 8192 + 4096 tokens, 0.8 of the GPU (on a pool of its own)."""
+    pool = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1"]  # fmt: skip
+    cfg = load_config(
+        [
+            *pool,
+            f"{RM_ROLLOUT}.name=vllm",
+            f"{RM_ROLLOUT}.tensor_model_parallel_size=1",
+            f"{RM_ROLLOUT}.prompt_length=8192",
+            f"{RM_ROLLOUT}.response_length=4096",
+            f"{RM_ROLLOUT}.gpu_memory_utilization=0.8",
+            f"{RM_ROLLOUT}.dtype=bf16",
+        ]
+    )
+    rm = cfg.reward_model
+    assert (rm.max_length, rm.gpu_memory_utilization, rm.dtype) == (12288, 0.8, "bfloat16")
+    assert load_config([f"{RM_ROLLOUT}.prompt_length=100", "reward_model.max_length=64"]).reward_model.max_length == 64
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ([f"{RM_ROLLOUT}.name=mystery"], "mystery is not an engine here"),
+        ([f"{RM_ROLLOUT}.gpu_memory_utilization=0.8"], "with the reward model colocated: a GPU memory share"),
+        ([f"{RM_ROLLOUT}.gpu_memory_utilization=2"], "in (0, 1]"),
+        ([f"{RM_ROLLOUT}.enforce_eager=true"], "rollout.enforce_eager: upstream's reward-model server setting"),
+        ([f"{RM_ROLLOUT}.expert_parallel_size=2"], "must divide a replica's 1 ranks"),
+    ],
+)
+def test_reward_model_rollout_refusals_are_one_line(extra: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(extra)
+    assert len(err.value.problems) == 1 and needle in err.value.problems[0], err.value.problems

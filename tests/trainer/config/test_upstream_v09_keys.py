@@ -125,7 +125,7 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
     ("override", "message"),
     [
         (f"{ARR}.ref.strategy=ddp", "ref.strategy='ddp' is not implemented"),
-        (f"{ARR}.rollout.ignore_eos=true", "ignore_eos=true is not implemented"),
+        (f"{ARR}.actor.use_prefix_grouper=true", "use_prefix_grouper=true"),
         (f"{ARR}.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend"),
         (f"{ARR}.actor.fsdp_config.model_dtype=fp16", "model_dtype"),
     ],
@@ -133,6 +133,12 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
 def test_values_we_cannot_honour_are_errors(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("'", ".")):
         _cfg(override)
+
+
+def test_ignore_eos_is_accepted_for_single_turn_and_refused_for_agent_loops() -> None:
+    assert _cfg(f"{ARR}.rollout.ignore_eos=true").actor_rollout_ref.rollout.ignore_eos is True
+    with pytest.raises(ConfigError, match="ignore_eos=true with rollout.multi_turn.enable"):
+        _cfg(f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.multi_turn.enable=true")
 
 
 def test_ref_compile_follows_the_actor_by_default() -> None:
@@ -283,6 +289,13 @@ def test_data_trust_remote_code_needs_unsafe_operations_like_the_models() -> Non
     with pytest.raises(ConfigError, match="data.trust_remote_code=true runs Python files"):
         _cfg("data.trust_remote_code=true")
     assert _cfg("data.trust_remote_code=true", "trainer.allow_unsafe_operations=true").data.trust_remote_code
+    with pytest.raises(ConfigError) as err:  # upstream's MiniCPM-o script sets both: one line names both keys
+        _cfg("data.trust_remote_code=true", f"{ARR}.model.trust_remote_code=true")
+    assert err.value.problems == [
+        "data.trust_remote_code, actor_rollout_ref.model.trust_remote_code=true runs Python files from the model "
+        "directory, which is not allowed here unless trainer.allow_unsafe_operations=true (the security switch): add "
+        "it to run the model's code"
+    ]
 
 
 def test_a_missing_relative_config_path_with_another_name_is_still_an_error() -> None:

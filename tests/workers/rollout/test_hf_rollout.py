@@ -90,6 +90,24 @@ def test_response_mask_up_to_and_including_first_eos(model, rollout_config, make
     assert out.batch["response_mask"][0].tolist()[:3] == [1, 1, 1]
 
 
+def test_ignore_eos_decodes_to_the_full_length_past_eos(model, rollout_config, make_prompts, byte_prompts):
+    """rollout.ignore_eos=true (upstream v0.9): the same greedy tokens as with no EOS at all, all response_length of
+    them kept and masked in, although the declared EOS occurs in them; without it the rows stop there."""
+    cfg = rollout_config(response_length=6, do_sample=False)
+    free = HFRollout(model, cfg).generate_sequences(make_prompts(byte_prompts, prompt_len=8)).batch["responses"]
+    eos = int(free[0, 2])
+    prompts = make_prompts(byte_prompts, prompt_len=8, eos_token_id=[eos], pad_token_id=PAD)
+    out = HFRollout(model, rollout_config(response_length=6, do_sample=False, ignore_eos=True)).generate_sequences(
+        prompts
+    )
+    assert torch.equal(out.batch["responses"], free)
+    assert out.batch["response_mask"].tolist() == [[1] * 6] * len(byte_prompts)
+    stopped = HFRollout(model, cfg).generate_sequences(prompts).batch["response_mask"]
+    assert stopped[0].tolist() == [1, 1, 1, 0, 0, 0], "the same EOS ends row 0 when ignore_eos is off"
+    assert resolve_sampling(rollout_config(ignore_eos=True), {}).ignore_eos
+    assert not resolve_sampling(rollout_config(), {}).ignore_eos
+
+
 def test_greedy_is_deterministic_and_matches_the_plain_decode_loop(model, rollout_config, make_prompts, byte_prompts):
     cfg = rollout_config(response_length=5, do_sample=True, temperature=1.0)
     prompts = make_prompts(byte_prompts, prompt_len=8, validate=True)  # validate -> val_kwargs: greedy

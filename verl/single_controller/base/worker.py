@@ -227,6 +227,29 @@ class Worker:
         """Whether this rank's output is gathered for ``mesh_name``."""
         return self._mesh_entry(mesh_name)[1]
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def start_profile(self, spec: dict[str, Any]) -> bool:
+        """Open this rank's ``torch.profiler`` trace of a traced step (upstream v0.9's per-role profiler; ``spec``
+        as in :func:`verl.utils.profiler.start_worker_trace`). Returns whether this rank traces."""
+        from verl.utils.profiler import start_worker_trace
+
+        return start_worker_trace(self._rank, spec)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def stop_profile(self) -> str | None:
+        """Write this rank's open trace (:func:`verl.utils.profiler.stop_worker_trace`); its path, or None."""
+        from verl.utils.profiler import stop_worker_trace
+
+        return stop_worker_trace(self._rank)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def profile_finish_hook(self, spec: dict[str, Any]) -> int | None:
+        """Run the profiler's finish hook on this rank if it is a hook rank
+        (:func:`verl.utils.profiler.run_worker_finish_hook`); its exit status, or None."""
+        from verl.utils.profiler import run_worker_finish_hook
+
+        return run_worker_finish_hook(self._rank, spec)
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def execute_with_func_generator(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``func(self, *args, **kwargs)`` on every rank with this rank's chunk of the DataProto arguments."""

@@ -11,6 +11,10 @@ upstream                                           here
                                                    refused
 ``teacher_models.<name>.inference.dtype``          ``dtype``
 ``teacher_models.<name>.inference.max_model_len``  checked: ``prompt_length + response_length + 1`` must fit
+``teacher_models.<name>.inference.name``           vllm | hf (a forward pass gives the same log-probs); others refused
+``...inference.tensor_model_parallel_size`` x      checked: divides the teacher's ranks (upstream's replicas);
+``data_parallel_size``, ``expert_parallel_size``   ep divides a replica; every rank holds a whole teacher here
+``...inference.gpu_memory_utilization`` (set)      ``gpu_memory_utilization``: the teacher process's CUDA memory cap
 ``n_gpus_per_node`` x ``nnodes`` (``nnodes > 0``)  the teacher's pool ``trainer.resource_pool_spec.teacher_pool``
 ``distillation_loss.distillation_loss_coef``       ``coef`` (1.0 when ``use_task_rewards=false``, as upstream)
 ``distillation_loss.use_task_rewards=false``       ``task_reward_weight=0``
@@ -33,7 +37,17 @@ __all__ = ["resolve_distillation_keys"]
 P = "distillation"
 TEACHER_POOL = "teacher_pool"
 ENTRY_KEYS = {"key", "model_path", "num_replicas", "inference"}
-INFERENCE_KEYS = {"name", "dtype", "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len"}
+INFERENCE_KEYS = {
+    "name",
+    "dtype",
+    "tensor_model_parallel_size",
+    "expert_parallel_size",
+    "data_parallel_size",
+    "gpu_memory_utilization",
+    "max_model_len",
+}
+# upstream's teacher server engines whose log-probs a forward pass of the same weights reproduces
+TEACHER_ENGINES = {"vllm", "hf"}
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32"}
 
 
@@ -70,7 +84,8 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
     if len(given) > 1:
         errors.append(
             f"{P}.teacher_models: {len(given)} teachers ({', '.join(sorted(given))}) routed by {P}.teacher_key: "
-            f"multi-teacher distillation is not provided; give one teacher (its model_path -> {P}.teacher.path)"
+            f"multi-teacher distillation is not implemented here; give one teacher (its model_path -> "
+            f"{P}.teacher.path)"
         )
         return
     if not given:
@@ -81,6 +96,20 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
     inference = entry.get("inference")
     if not isinstance(inference, DictConfig):
         return
+    _teacher_layout(cfg, where, inference, errors)
+    mem = inference.get("gpu_memory_utilization")
+    if user_set(f"{where}.inference.gpu_memory_utilization", user) and mem is not None:
+        if not 0 < float(mem) <= 1:
+            errors.append(f"{where}.inference.gpu_memory_utilization={mem}: a share of the GPU, in (0, 1]")
+        elif int(cfg.distillation.nnodes) < 1:
+            errors.append(
+                f"{where}.inference.gpu_memory_utilization={mem} with the teacher colocated: a GPU memory share of "
+                f"its own is not available here (it shares the actor's process); set {P}.nnodes >= 1 (a pool of its "
+                "own, capped at this share) or drop the key"
+            )
+        else:
+            _mirror(cfg, f"{where}.inference.gpu_memory_utilization", f"{P}.gpu_memory_utilization", float(mem),
+                    user, errors, changed)  # fmt: skip
     dtype = inference.get("dtype")
     if dtype is not None:
         if str(dtype) not in DTYPES:
@@ -95,6 +124,41 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
                 f"{where}.inference.max_model_len={max_len}: the teacher reads the prompt, the whole response and "
                 f"one more token: needs >= data.max_prompt_length + data.max_response_length + 1 = {need}"
             )
+
+
+def _teacher_layout(cfg: DictConfig, where: str, inference: DictConfig, errors: list[str]) -> None:
+    """``inference.name`` and the parallel sizes of upstream's teacher server, checked as upstream checks them.
+
+    The teacher's log-probs are a forward pass of its weights here (what vLLM's prompt log-probs compute), so the
+    engine ``name`` may be ``vllm`` or ``hf``; other engines are refused. Upstream splits the teacher's ranks into
+    replicas of ``tensor_model_parallel_size x data_parallel_size`` ranks, with ``expert_parallel_size`` dividing
+    a replica: the same arithmetic must hold here for the pool (``distillation.nnodes x n_gpus_per_node``, or the
+    actor's ranks when colocated), where every rank then holds a whole teacher (docs/judge_and_distillation.md).
+    """
+    engine = inference.get("name")
+    if engine is not None and str(engine) not in TEACHER_ENGINES:
+        errors.append(
+            f"{where}.inference.name={engine}: {engine} is not an engine here; the teacher's log-probs are a forward "
+            f"pass of its weights (the numbers vLLM returns): use inference.name=vllm or hf"
+        )
+    dist = cfg.distillation
+    if int(dist.nnodes) > 0:
+        ranks, pool = int(dist.nnodes) * int(dist.n_gpus_per_node), f"{P}.nnodes x {P}.n_gpus_per_node"
+    else:
+        ranks, pool = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node), "the actor's ranks: colocated"
+    sizes = {k: int(inference.get(k) or 1) for k in ("tensor_model_parallel_size", "data_parallel_size")}
+    replica = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
+    if min(sizes.values()) < 1 or ranks % replica:
+        errors.append(
+            f"{where}.inference.tensor_model_parallel_size x data_parallel_size = {replica} must be >= 1 and divide "
+            f"the teacher's {ranks} ranks ({pool}), as upstream splits them into replicas"
+        )
+    ep = int(inference.get("expert_parallel_size") or 1)
+    if ep < 1 or replica % ep:
+        errors.append(
+            f"{where}.inference.expert_parallel_size={ep} must divide a teacher replica's {replica} ranks "
+            f"(tensor_model_parallel_size x data_parallel_size), as upstream requires"
+        )
 
 
 def _loss(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:

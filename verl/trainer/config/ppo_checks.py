@@ -243,13 +243,16 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         if value is not None and float(value) < 0:
             errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
     if not cfg.trainer.allow_unsafe_operations:
-        for prefix in ("data", "actor_rollout_ref.model", "critic.model", "reward_model.model"):
-            section = OmegaConf.select(cfg, prefix)
-            if isinstance(section, DictConfig) and section.get("trust_remote_code"):
-                errors.append(
-                    f"{prefix}.trust_remote_code=true runs Python files from the model directory; it needs "
-                    "trainer.allow_unsafe_operations=true as well"
-                )
+        remote = [
+            f"{prefix}.trust_remote_code"
+            for prefix in ("data", "actor_rollout_ref.model", "critic.model", "reward_model.model")
+            if isinstance(section := OmegaConf.select(cfg, prefix), DictConfig) and section.get("trust_remote_code")
+        ]
+        if remote:  # one line for all of them: one switch allows them all (verl/utils/security.py)
+            errors.append(
+                f"{', '.join(remote)}=true runs Python files from the model directory, which is not allowed here "
+                "unless trainer.allow_unsafe_operations=true (the security switch): add it to run the model's code"
+            )
 
 
 def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:

@@ -8,7 +8,7 @@ both places with different values is an error naming both keys.
 
 ``reward.reward_model.enable_resource_pool`` puts the reward model on a pool of its own (``trainer.resource_pool_spec
 .reward_pool`` of ``nnodes x n_gpus_per_node`` ranks, role ``rm`` mapped to it); ``reward.reward_model.rollout``
-(upstream serves the reward model through a rollout engine) is refused when set.
+(upstream serves the reward model through a rollout engine) maps onto the rm workers (:mod:`.reward_rollout`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.reward_rollout import resolve_reward_rollout
 from verl.trainer.config.v1_modes import user_set
 from verl.utils.errors import ConfigWarning
 
@@ -76,12 +77,7 @@ def resolve_reward_section(cfg: DictConfig, user: set[str], errors: list[str]) -
         )
     _reward_pool(cfg, user, errors, changed)
     _reward_manager_source(cfg, errors)
-    if len(cfg.reward.reward_model.rollout) > 0:
-        errors.append(
-            "reward.reward_model.rollout: upstream serves the reward model through a rollout engine; here the reward "
-            "model is a forward pass in the rm worker group (reward_model.micro_batch_size_per_gpu, "
-            "reward_model.dtype): drop the key"
-        )
+    resolve_reward_rollout(cfg, user, errors, changed)  # reward.reward_model.rollout (verl/.../reward_rollout.py)
     return changed
 
 

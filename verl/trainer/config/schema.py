@@ -61,6 +61,7 @@ from verl.workers.config import (  # noqa: F401  (the worker sections, importabl
     ValKwargsConfig,
     WarmupStyle,
 )
+from verl.workers.config.profiler import GlobalProfilerConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -93,6 +94,7 @@ class DataConfig(BaseConfig):
     shuffle: bool = True
     seed: int = 42
     filter_overlong_prompts: bool = True
+    filter_overlong_prompts_workers: int = 1  # processes that tokenise the prompts for the length filter
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
     dataloader_num_workers: int = 0
@@ -252,6 +254,7 @@ class PPOConfig(BaseConfig):
     model_engine: Literal["dp", "fsdp", "fsdp2"] = "dp"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)  # v0.9 (verl/trainer/ppo/rollout_skip.py)
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)  # v0.9 (docs/profiling.md)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
     @classmethod

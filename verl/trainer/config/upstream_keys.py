@@ -138,8 +138,16 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
             f"actor_rollout_ref.ref.strategy={ref_strategy!r} is not implemented (the reference is FSDP2, like the "
             f"actor); use one of {', '.join(IMPLEMENTED_STRATEGIES)}"
         )
-    if bool(arr.rollout.ignore_eos):
+    from verl.trainer.config.profiler_checks import check_profiler
+
+    check_profiler(cfg, errors)
+    if bool(arr.actor.use_prefix_grouper):
         errors.append(
-            "actor_rollout_ref.rollout.ignore_eos=true is not implemented: responses end at EOS (their response mask "
-            "and rewards are cut there); set it to false, or raise rollout.min_new_tokens"
+            "actor_rollout_ref.actor.use_prefix_grouper=true (upstream's PrefixGrouper: one forward of a group's "
+            "shared prompt) is not implemented here; drop it: each response's forward gives the same log-probs"
+        )
+    if bool(arr.rollout.ignore_eos) and bool(arr.rollout.multi_turn.enable):
+        errors.append(
+            "actor_rollout_ref.rollout.ignore_eos=true with rollout.multi_turn.enable (agent loops) is not implemented "
+            "here: a turn ends at EOS; use ignore_eos with single-turn generation"
         )

@@ -122,7 +122,7 @@ class RewardModelSectionConfig(BaseConfig):
     n_gpus_per_node: int = 8
     nnodes: int = 0
     model_path: Optional[str] = None
-    rollout: dict[str, Any] = dict_field()  # upstream's serving engine of the reward model: refused when set
+    rollout: dict[str, Any] = dict_field()  # upstream's serving engine of the reward model (reward_rollout.py)
 
 
 @dataclass

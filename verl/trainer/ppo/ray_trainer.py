@@ -127,9 +127,11 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         self.global_steps = 0
         self.namespace = config.trainer.namespace
         self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
+        from verl.trainer.ppo.role_profiler import RoleProfiler
         from verl.utils.profiler import StepProfiler
 
         self.profiler = StepProfiler.from_config(config.trainer, os.path.join(self.checkpoint_dir, "profile"))
+        self.role_profiler = RoleProfiler.from_config(config)  # global_profiler + <role>.profiler (upstream v0.9)
         debug = config.trainer.enable_debug_mode
         self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
         self.worker_groups = worker_groups or {}
@@ -343,7 +345,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         the step profiler when that step is selected. For callers that run a step's stages themselves (the Python
         API's dataflow pipelines); :meth:`step` runs a whole one."""
         self.global_steps += 1
-        with self.profiler.step(self.global_steps):
+        with self.profiler.step(self.global_steps), self.role_profiler.step(self.global_steps, self.worker_groups):
             yield self.global_steps
 
     def step(self, batch: DataProto) -> dict[str, float]:

@@ -9,6 +9,7 @@ from verl.base_config import BaseConfig, list_field
 from verl.workers.config.engine import FSDPConfig, RefFSDPConfig
 from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode
 from verl.workers.config.optimizer import OptimConfig
+from verl.workers.config.profiler import ProfilerConfig
 
 
 @dataclass
@@ -61,6 +62,7 @@ class ActorConfig(BaseConfig):
     calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
+    use_prefix_grouper: bool = False  # upstream v0.9's shared-prefix forward; true is refused (same numbers without)
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     grad_clip: float = 1.0
@@ -69,6 +71,7 @@ class ActorConfig(BaseConfig):
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)
 
 
 @dataclass
@@ -85,3 +88,4 @@ class RefConfig(BaseConfig):
     entropy_from_logits_with_chunking: bool = False  # the reference computes no entropy (as upstream's)
     entropy_checkpointing: bool = False  # the reference computes no entropy (as upstream's)
     fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)

@@ -10,6 +10,7 @@ from verl.workers.config.engine import FSDPConfig
 from verl.workers.config.literals import ComputeDType, LossAggMode
 from verl.workers.config.model import CriticModelConfig
 from verl.workers.config.optimizer import OptimConfig
+from verl.workers.config.profiler import ProfilerConfig
 
 
 @dataclass
@@ -37,3 +38,4 @@ class CriticConfig(BaseConfig):
     dtype: ComputeDType = "auto"
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)

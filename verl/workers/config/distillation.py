@@ -22,12 +22,16 @@ class TeacherModelConfig(BaseConfig):
 class TeacherInferenceConfig(BaseConfig):
     """``distillation.teacher_models.<name>.inference``: upstream serves the teacher with a rollout engine; here the
     teacher is a forward pass in the teacher worker group: ``dtype`` -> ``distillation.dtype``, ``max_model_len``
-    is checked against the prompt + response length; ``name``, ``tensor_model_parallel_size`` and
-    ``gpu_memory_utilization`` size upstream's teacher server and have nothing to size here."""
+    is checked against the prompt + response length, ``gpu_memory_utilization`` (when set) ->
+    ``distillation.gpu_memory_utilization`` (the teacher process's GPU memory cap); ``name`` must be an engine whose
+    log-probs a forward pass reproduces (vllm, hf) and the parallel sizes must split the teacher's ranks as upstream
+    requires (every rank holds a whole teacher here), see verl/trainer/config/distillation_keys.py."""
 
     name: Optional[str] = None
     dtype: Optional[str] = None
     tensor_model_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    data_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     max_model_len: Optional[int] = None
 
@@ -93,4 +97,6 @@ class DistillationConfig(BaseConfig):
     nnodes: int = 0  # 0: the teacher shares the actor's ranks; > 0: a pool of its own (trainer.resource_pool_*)
     teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)  # one teacher here
     teacher_key: str = "data_source"  # routes rows to teachers (multi-teacher: refused)
+    # share of each GPU the teacher's process may use (CUDA, teacher pool of its own); None: no cap
+    gpu_memory_utilization: Optional[float] = None
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)

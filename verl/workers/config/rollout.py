@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 
 from verl.base_config import BaseConfig, dict_field
 from verl.workers.config.literals import ComputeDType
+from verl.workers.config.profiler import ProfilerConfig
 
 
 @dataclass
@@ -106,7 +107,7 @@ class RolloutConfig(BaseConfig):
     enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True
     calculate_log_probs: bool = False
-    ignore_eos: bool = False  # true (keep generating past EOS) is refused by the cross-field checks
+    ignore_eos: bool = False  # true: decode to response_length past EOS, every token in the response mask
     log_prob_micro_batch_size_per_gpu: int = 32
     log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
     log_prob_use_dynamic_bsz: bool = False
@@ -127,3 +128,4 @@ class RolloutConfig(BaseConfig):
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)

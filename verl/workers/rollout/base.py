@@ -178,6 +178,9 @@ class SamplingSettings:
     response_length: int
     min_new_tokens: int
     calculate_log_probs: bool
+    # rollout.ignore_eos (upstream v0.9, vLLM's SamplingParams.ignore_eos): decode to response_length past any EOS;
+    # the engines then get no end ids, so the response mask covers every generated token
+    ignore_eos: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -235,6 +238,7 @@ def resolve_sampling(config: RolloutConfig | Any, meta_info: Mapping[str, Any]) 
         min_new_tokens=min_new_tokens,
         # a request may ask for log-probs the rollout does not compute (TokenSampling.logprobs)
         calculate_log_probs=bool(meta_info.get("calculate_log_probs") or config.calculate_log_probs),
+        ignore_eos=bool(config.ignore_eos),
     )
 
 

@@ -166,6 +166,7 @@ class HFRollout(BaseRollout):
         owner = _generation_owner(self.module)
         model_eos = getattr(getattr(owner, "generation_config", None), "eos_token_id", None)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=model_eos)
+        eos_ids = [] if settings.ignore_eos else eos_ids  # rollout.ignore_eos: nothing ends a response early
         device = self._device()
         micro = max(1, int(self.config.max_num_seqs))
         dtype = resolve_dtype(str(self.config.dtype), device)

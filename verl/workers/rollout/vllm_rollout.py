@@ -474,6 +474,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         settings = resolve_sampling(self.config, prompts.meta_info)
         input_ids, attention_mask, _ = check_prompts(prompts)
         eos_ids, pad_id = resolve_special_ids(prompts.meta_info, self.tokenizer, fallback_eos=self._model_eos)
+        eos_ids = [] if settings.ignore_eos else eos_ids  # rollout.ignore_eos: no stop ids (ignore_eos=True is set)
         requests = vllm_requests(input_ids, attention_mask, prompts.non_tensor_batch)
         self._wake({"weights", "kv_cache"})
         if prompts.meta_info.get("seed") is not None:

@@ -1,0 +1,104 @@
+"""``reward.reward_model.rollout`` (upstream v0.9): the serving engine of the reward model, onto our rm workers.
+
+Upstream serves a (discriminative) reward model through a rollout engine; here the score is a forward pass of the
+same weights in the ``rm`` worker group (the number the engine returns). Each key of the section:
+
+===================================================  =============================================================
+upstream                                             here
+===================================================  =============================================================
+``name``                                             vllm | hf (the forward pass gives the engine's score); others
+                                                     refused
+``dtype``                                            ``reward_model.dtype``
+``prompt_length`` + ``response_length``              ``reward_model.max_length``: the longest input the reward model
+                                                     reads (upstream's engine length), unless set there
+``tensor_model_parallel_size`` x                     checked: divides the reward model's ranks (upstream's
+``data_parallel_size``, ``expert_parallel_size``     replicas); every rank holds the whole model here
+``gpu_memory_utilization``                           ``reward_model.gpu_memory_utilization``: the CUDA memory cap of
+                                                     the reward model's own process (needs ``enable_resource_pool``)
+anything else                                        refused, one line per key
+===================================================  =============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.v1_modes import user_set
+
+R = "reward.reward_model.rollout"
+ENGINES = {"vllm", "hf"}
+DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32"}
+PARALLEL = ("tensor_model_parallel_size", "data_parallel_size", "expert_parallel_size")
+KEYS = {"name", "dtype", "prompt_length", "response_length", "gpu_memory_utilization", *PARALLEL}
+
+
+def _set(cfg: DictConfig, key: str, value: Any, source: str, user: set[str], errors: list[str], changed: dict) -> None:
+    current = OmegaConf.select(cfg, key)
+    if current == value:
+        return
+    if user_set(key, user):
+        errors.append(f"{source} and {key}={current} set the same thing differently (it asks {value}); keep one")
+        return
+    OmegaConf.update(cfg, key, value, merge=False)
+    changed[key] = value
+
+
+def resolve_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
+    """Apply ``reward.reward_model.rollout`` (module docstring) to ``cfg``; refusals go to ``errors``, one line each."""
+    section = cfg.reward.reward_model.rollout
+    if not section:
+        return
+    for key in sorted(set(section.keys()) - KEYS):
+        errors.append(
+            f"{R}.{key}: upstream's reward-model server setting with no counterpart here (the reward model is a "
+            f"forward pass in the rm worker group); drop it"
+        )
+    engine = section.get("name")
+    if engine is not None and str(engine) not in ENGINES:
+        errors.append(
+            f"{R}.name={engine}: {engine} is not an engine here; the reward model's score is a forward pass of its "
+            "weights (the number vLLM returns): use name=vllm or hf"
+        )
+    dtype = section.get("dtype")
+    if dtype is not None:
+        if str(dtype) not in DTYPES:
+            errors.append(f"{R}.dtype={dtype}: one of {sorted(DTYPES)}")
+        else:
+            _set(cfg, "reward_model.dtype", DTYPES[str(dtype)], f"{R}.dtype", user, errors, changed)
+    if section.get("prompt_length") is not None or section.get("response_length") is not None:
+        prompt = section.get("prompt_length") or cfg.data.max_prompt_length
+        response = section.get("response_length") or cfg.data.max_response_length
+        if not user_set("reward_model.max_length", user):
+            _set(cfg, "reward_model.max_length", int(prompt) + int(response), f"{R}.prompt_length + response_length",
+                 user, errors, changed)  # fmt: skip
+    rm = cfg.reward.reward_model
+    own_pool = bool(rm.enable_resource_pool)
+    ranks = (
+        int(rm.nnodes) * int(rm.n_gpus_per_node)
+        if own_pool
+        else int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    )
+    replica = int(section.get("tensor_model_parallel_size") or 1) * int(section.get("data_parallel_size") or 1)
+    if replica < 1 or ranks % replica:
+        errors.append(
+            f"{R}.tensor_model_parallel_size x data_parallel_size = {replica} must be >= 1 and divide the reward "
+            f"model's {ranks} ranks, as upstream splits them into replicas"
+        )
+    ep = int(section.get("expert_parallel_size") or 1)
+    if ep < 1 or replica % ep:
+        errors.append(f"{R}.expert_parallel_size={ep} must divide a replica's {replica} ranks, as upstream requires")
+    share = section.get("gpu_memory_utilization")
+    if share is not None:
+        if not 0 < float(share) <= 1:
+            errors.append(f"{R}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
+        elif not own_pool:
+            errors.append(
+                f"{R}.gpu_memory_utilization={share} with the reward model colocated: a GPU memory share of its own "
+                "is not available here (it shares the actor's process); set reward.reward_model.enable_resource_pool"
+                "=true (its own pool, capped at this share) or drop the key"
+            )
+        else:
+            _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{R}.gpu_memory_utilization", user,
+                 errors, changed)  # fmt: skip
