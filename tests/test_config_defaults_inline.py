@@ -59,7 +59,7 @@ _CONFIG_NAME = re.compile(r"^(config|cfg|conf|section|\w+_(config|cfg|conf|secti
 # Keep this short: prefer renaming the variable (an HF config is ``hf_config``) or reading the typed field.
 ALLOWED: dict[tuple[str, str, str], str] = {
     # a Hugging Face model's vision sub-config (transformers' object): older vision towers do not set the key
-    ("utils/models/vlm.py", "vision_config", "spatial_merge_size"): "HF vision config",
+    ("models/vlm.py", "vision_config", "spatial_merge_size"): "HF vision config",
 }
 
 
