@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.trainer.config.schema import DataConfig
+from verl.data.config import DataConfig
 from verl.utils.dataset.bundled import resolve_data_path
 from verl.utils.dataset.multi_modal_inputs import processor_inputs
 from verl.utils.dataset.sampler import create_rl_sampler

@@ -20,7 +20,7 @@ Type conventions read by :mod:`verl.trainer.config.validation`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional
 
 # registers ${verl.experiment_name:...}, the default trainer.experiment_name of the packaged YAML files
 from verl.algorithms.config import (  # noqa: F401  (the algorithm section, importable from here as before)
@@ -31,6 +31,7 @@ from verl.algorithms.config import (  # noqa: F401  (the algorithm section, impo
     RolloutCorrectionConfig,
 )
 from verl.base_config import BaseConfig, dict_field, list_field, omega_conf_to_dataclass
+from verl.data.config import CustomDatasetClassConfig, DataConfig  # noqa: F401  (the data section lives with the data)
 from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
 from verl.trainer.config.v09_schema import RewardSectionConfig, SkipConfig, V1TrainerConfig
 from verl.workers.config import (  # noqa: F401  (the worker sections, importable from here as before)
@@ -65,48 +66,6 @@ from verl.workers.config.profiler import GlobalProfilerConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-
-# --------------------------------------------------------------------------------------------------------- data
-@dataclass
-class CustomDatasetClassConfig(BaseConfig):
-    """``data.custom_cls``: a dataset class of your own, loaded from ``path`` (a python file or module), ``name``."""
-
-    path: Optional[str] = None
-    name: Optional[str] = None
-
-
-@dataclass
-class DataConfig(BaseConfig):
-    """``data``: where prompts come from and how they are tokenized and batched."""
-
-    tokenizer: Optional[str] = None
-    train_files: Optional[Union[str, list[str]]] = None
-    val_files: Optional[Union[str, list[str]]] = None
-    prompt_key: str = "prompt"
-    reward_fn_key: str = "data_source"
-    max_prompt_length: int = 512
-    max_response_length: int = 512
-    train_batch_size: int = 1024
-    val_batch_size: Optional[int] = None
-    val_max_samples: int = -1
-    return_raw_chat: bool = False
-    shuffle: bool = True
-    seed: int = 42
-    filter_overlong_prompts: bool = True
-    filter_overlong_prompts_workers: int = 1  # processes that tokenise the prompts for the length filter
-    truncation: Literal["error", "left", "right"] = "error"
-    apply_chat_template: bool = True
-    dataloader_num_workers: int = 0
-    image_key: str = "images"
-    video_key: str = "videos"
-    video_max_frames: int = 16
-    return_multi_modal_inputs: bool = True
-    min_pixels: Optional[int] = None
-    max_pixels: Optional[int] = None
-    custom_cls: CustomDatasetClassConfig = field(default_factory=CustomDatasetClassConfig)
-    trust_remote_code: bool = False  # the driver's tokenizer / processor may run the model repository's code
-    image_patch_size: Optional[int] = None  # vision-language: must equal the processor's patch size (checked)
 
 
 # ------------------------------------------------------------------------------------------------------- reward
