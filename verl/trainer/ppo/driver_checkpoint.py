@@ -189,7 +189,9 @@ class DriverCheckpointMixin:
         ledger = state.get(LEDGER_KEY)
         if ledger is None or self.train_dataloader is None:
             if self.train_dataloader is not None:
-                logger.warning("checkpoint %s has no data ledger (written by an older version): resume not verified", path)
+                logger.warning(
+                    "checkpoint %s has no data ledger (written by an older version): resume not verified", path
+                )
             self.data_ledger.steps = int(state["global_steps"])
             return
         if self.config.trainer.verify_resume:

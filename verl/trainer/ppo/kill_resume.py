@@ -31,9 +31,41 @@ from typing import Any
 
 import torch
 
-__all__ = ["KILL_POINTS", "final_state", "run_killed", "weights_digest"]
+__all__ = ["KILL_POINTS", "RESUME_MODES", "final_state", "run_killed", "tiny_run_overrides", "weights_digest"]
 
 KILL_POINTS = ("rollout", "update", "save", "after")
+# The trainer modes whose resume is tested (tests/trainer/ppo/test_resume_modes.py, bench/chaos_resume.py), as config
+# overrides, and whether their schedule is deterministic (then a resumed run's weights equal an uninterrupted run's)
+RESUME_MODES: dict[str, tuple[list[str], bool]] = {
+    "sync": ([], True),
+    "multi_turn": (
+        [
+            "data.return_raw_chat=true",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        ],
+        True,
+    ),
+    "lora": (
+        [
+            "actor_rollout_ref.model.lora_rank=4",
+            "actor_rollout_ref.model.lora_alpha=8",
+            "actor_rollout_ref.model.target_modules=all-linear",
+        ],
+        True,
+    ),
+    "fully_async_s0": (["async_training.mode=fully_async", "async_training.staleness_threshold=0"], True),
+    "one_step_off": (["async_training.mode=one_step_off"], False),
+    "fully_async_s1": (
+        [
+            "async_training.mode=fully_async",
+            "async_training.staleness_threshold=1",
+            "async_training.partial_rollout=true",
+        ],
+        False,
+    ),
+}
 # files of a checkpoint that hold trained state (weights, optimizer moments); not tokenizer / config copies
 _TRAINED_PREFIXES = ("model_", "optim_", "adapter_")
 
@@ -47,6 +79,45 @@ def run_killed(overrides: list[str], step: int | None, point: str = "after", tim
     if step is not None:
         cmd += ["--step", str(step), "--point", point]
     return subprocess.run(cmd, timeout=timeout_s, check=False).returncode
+
+
+def tiny_run_overrides(
+    model: str, train_file: str, reward_file: str, out: str, mode: str, steps: int, save_freq: int = 1
+) -> list[str]:
+    """A GRPO run of ``steps`` steps on a tiny model (2 prompts x 2 responses of 4 tokens a step, fp32, the hf
+    engine, seeded sampling, 2 epochs of data at most) in ``mode`` (a key of :data:`RESUME_MODES`), checkpointing
+    every ``save_freq`` steps into ``out`` and resuming from there (``resume_mode=auto``)."""
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={train_file}",
+        f"custom_reward_function.path={reward_file}",
+        "algorithm.adv_estimator=grpo",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=128",
+        "data.max_response_length=4",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.seed=5",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.dtype=float32",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        f"trainer.total_training_steps={steps}",
+        "trainer.total_epochs=2",
+        "trainer.torch_threads=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        f"trainer.save_freq={save_freq}",
+        "trainer.max_actor_ckpt_to_keep=2",
+        "trainer.logger=[file]",
+        "trainer.export_hf=false",
+        "trainer.plot=false",
+        "trainer.report.enable=false",
+        "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={out}",
+        *RESUME_MODES[mode][0],
+    ]
 
 
 def _install_kill(step: int, point: str) -> None:
@@ -76,9 +147,9 @@ def _install_kill(step: int, point: str) -> None:
     else:
         real_log = RayPPOTrainer._log
 
-        def log_then_die(self: Any, metrics: dict[str, float], step_: int) -> None:
-            real_log(self, metrics, step_)
-            if step_ == step:
+        def log_then_die(self: Any, metrics: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            real_log(self, metrics, *args, **kwargs)
+            if self.global_steps == step:
                 die()
 
         RayPPOTrainer._log = log_then_die

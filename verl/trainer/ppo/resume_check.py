@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 LEDGER_KEY = "data_ledger"
+RECENT_BATCHES = 64  # batches whose fingerprints the ledger keeps (more than any asynchronous trainer has in flight)
 _STEP_DIR = re.compile(r"global_step_(\d+)$")
 
 
@@ -90,7 +91,9 @@ class DataLedger:
         self.indices: list[int] = []
         self.batch_sizes: list[int] = []
         self.steps = 0
-        self.last_fingerprints: list[str] = []
+        # batch number -> its samples' fingerprints, for the last RECENT_BATCHES batches (an asynchronous trainer's
+        # checkpoint ends at the oldest batch in flight, not at the last one drawn)
+        self.recent_fingerprints: dict[int, list[str]] = {}
 
     @property
     def batches(self) -> int:
@@ -100,7 +103,8 @@ class DataLedger:
         """A loader batch of dataset ``indices`` was drawn (``batch``: its collated dict, for the fingerprints)."""
         self.indices.extend(int(i) for i in indices)
         self.batch_sizes.append(len(indices))
-        self.last_fingerprints = _batch_fingerprints(batch) if batch is not None else []
+        self.recent_fingerprints[self.batches - 1] = _batch_fingerprints(batch) if batch is not None else []
+        self.recent_fingerprints.pop(self.batches - 1 - RECENT_BATCHES, None)
 
     def record_step(self, step: int) -> None:
         """Step ``step`` starts: it must be the step after the last one recorded (or restored from a checkpoint)."""
@@ -117,7 +121,7 @@ class DataLedger:
         asynchronous trainer saves only what it consumed: batches still in flight are drawn again on resume)."""
         n = self.batches if batches is None else int(batches)
         sizes = self.batch_sizes[:n]
-        fingerprints = self.last_fingerprints if n == self.batches else []
+        fingerprints = self.recent_fingerprints.get(n - 1, [])
         return {
             "indices": torch.tensor(self.indices[: sum(sizes)], dtype=torch.int64),
             "batch_sizes": torch.tensor(sizes, dtype=torch.int64),
@@ -129,7 +133,7 @@ class DataLedger:
         self.indices = [int(i) for i in state["indices"].tolist()]
         self.batch_sizes = [int(s) for s in state["batch_sizes"].tolist()]
         self.steps = int(state["steps"])
-        self.last_fingerprints = list(state.get("last_fingerprints", []))
+        self.recent_fingerprints = {self.batches - 1: list(state["last_fingerprints"])} if self.batches else {}
 
 
 def _check_steps(state: dict[str, Any], ledger: dict[str, Any], path: str, batches_per_step: int | None) -> None:
@@ -147,10 +151,11 @@ def _check_steps(state: dict[str, Any], ledger: dict[str, Any], path: str, batch
         )
     batches = len(ledger["batch_sizes"])
     if batches_per_step is not None and batches != step * batches_per_step:
+        expected = step * batches_per_step
+        what = "samples were drawn and never trained on" if batches > expected else "a step trained on no data"
         raise DataOrderError(
-            f"checkpoint {path}: step {step} x {batches_per_step} loader batch(es) per step = "
-            f"{step * batches_per_step} batches, but the checkpoint consumed {batches}: "
-            f"{'samples were drawn and never trained on' if batches > step * batches_per_step else 'a step trained on no data'}"
+            f"checkpoint {path}: step {step} x {batches_per_step} loader batch(es) per step = {expected} batches, "
+            f"but the checkpoint consumed {batches}: {what}"
         )
     if batches_per_step is None and batches < step:
         raise DataOrderError(f"checkpoint {path}: {step} steps trained on only {batches} loader batches")
@@ -170,8 +175,9 @@ def verify_resume(state: dict[str, Any], loader: Any, path: str, batches_per_ste
     indices = ledger["indices"].tolist()
     where = f"resuming {path} at step {int(state['global_steps'])}"
     if any(s != loader.batch_size for s in sizes):
-        raise DataOrderError(f"{where}: the checkpoint's batches hold {sorted(set(sizes))} samples, the loader's "
-                             f"{loader.batch_size}")
+        raise DataOrderError(
+            f"{where}: the checkpoint's batches hold {sorted(set(sizes))} samples, the loader's {loader.batch_size}"
+        )
     per_epoch = len(loader)
     loader_state = loader.state_dict()
     position = (int(loader_state["epoch"]), int(loader_state["batches_yielded"]))
@@ -193,8 +199,8 @@ def verify_resume(state: dict[str, Any], loader: Any, path: str, batches_per_ste
             if had != now:
                 pos = start + offset
                 raise DataOrderError(
-                    f"{where}: sample {pos} of the run (epoch {epoch}, batch {offset // loader.batch_size}) was dataset "
-                    f"row {had}, but the restored data order puts row {now} there: the sampler's order changed "
+                    f"{where}: sample {pos} of the run (epoch {epoch}, batch {offset // loader.batch_size}) was "
+                    f"dataset row {had}, but the restored data order puts row {now} there: the sampler's order changed "
                     "(data.seed / data.shuffle / the data files / torch's random permutation); the rest of the "
                     "epoch would skip some rows and repeat others"
                 )
