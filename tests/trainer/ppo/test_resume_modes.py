@@ -51,7 +51,11 @@ def _kill_and_resume(model: str, task: dict[str, str], tmp_path: Path, mode: str
     full_out, cut_out = tmp_path / "full", tmp_path / "cut"
     if full:
         run_ppo(load_config(_overrides(model, task, full_out, mode)))
-    code = run_killed(_overrides(model, task, cut_out, mode), step=step, point=point, timeout_s=600)
+    # forked: this process's imports are done, so the child starts in a second (a fresh interpreter: tens of seconds
+    # on a loaded machine); an asynchronous trainer earlier in this process leaves weight-transfer threads behind,
+    # which a fork does not survive: those modes start a fresh interpreter
+    fork = not mode.startswith(("fully_async", "one_step_off"))
+    code = run_killed(_overrides(model, task, cut_out, mode), step=step, point=point, timeout_s=600, fork=fork)
     assert code == -9, f"the child was not killed (exit code {code})"
     # the kill left the checkpoint of the step before behind (killed mid-save: and a temporary directory), or, killed
     # after the step, that step's
