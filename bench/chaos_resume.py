@@ -40,6 +40,7 @@ from verl.trainer.ppo.kill_resume import (  # noqa: E402
     run_killed,
     tiny_run_overrides,
 )
+from verl.utils.checkpoint.layout import get_checkpoint_step, newest_complete_step_dir  # noqa: E402
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -84,7 +85,8 @@ def chaos_mode(mode: str, work: str, files: dict[str, str], args: argparse.Names
         code = run_killed(overrides(cut_out), step=step, point=point)
         if code != -9:
             raise RuntimeError(f"{mode}: the child meant to die at step {step} ({point}) exited with {code}")
-        saved = final_state(cut_out)["step"] if os.path.isdir(cut_out) else 0
+        saved_dir = newest_complete_step_dir(cut_out)  # None: killed before the first checkpoint
+        saved = get_checkpoint_step(saved_dir) if saved_dir else 0
         redone += step - saved  # steps saved+1..step ran (step itself at least in part) and run again
     code = run_killed(overrides(cut_out), step=None)
     if code != 0:
