@@ -76,6 +76,7 @@ def _uninterrupted_order(model: str, task: dict[str, str], tmp_path: Path) -> li
     return order[: STEPS * int(cfg.data.train_batch_size)]
 
 
+# the asynchronous modes start a fresh interpreter for the killed run, and a rollouter process per run: 15-20 s
 SLOW = pytest.mark.slow
 
 
@@ -83,8 +84,8 @@ SLOW = pytest.mark.slow
     ("mode", "point"),
     [
         ("sync", "update"),
-        pytest.param("multi_turn", "save", marks=SLOW),
-        pytest.param("lora", "rollout", marks=SLOW),
+        ("multi_turn", "save"),
+        ("lora", "rollout"),
         pytest.param("fully_async_s0", "rollout", marks=SLOW),
     ],
 )
