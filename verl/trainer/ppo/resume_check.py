@@ -209,7 +209,11 @@ def verify_resume(state: dict[str, Any], loader: Any, path: str, batches_per_ste
         last = indices[-sizes[-1] :]
         for row, had in zip(last, fingerprints):
             item = loader.dataset[row]
-            now = sample_fingerprint(item["input_ids"], item.get("attention_mask"))
+            ids = item.get("input_ids") if isinstance(item, dict) else None
+            if not isinstance(ids, torch.Tensor):  # a custom dataset without token ids: nothing to compare
+                break
+            mask = item.get("attention_mask")
+            now = sample_fingerprint(ids, mask if isinstance(mask, torch.Tensor) else None)
             if now != had:
                 raise DataOrderError(
                     f"{where}: dataset row {row} holds a different prompt than when the checkpoint was written "
