@@ -61,6 +61,9 @@ def _kill_and_resume(model: str, task: dict[str, str], tmp_path: Path, mode: str
     # after the step, that step's
     assert final_state(str(cut_out))["step"] == (step if point == "after" else step - 1)
     run_ppo(load_config(_overrides(model, task, cut_out, mode)))
+    # every step logged once: none repeated by the resume, none counted twice (verl #7933)
+    logged = [json.loads(line)["step"] for line in (cut_out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, STEPS + 1))
     return (final_state(str(full_out)) if full else None), final_state(str(cut_out)), cut_out
 
 
@@ -127,3 +130,19 @@ def test_training_data_edited_in_place_is_refused_on_resume(tiny_model_dir, task
     frame.to_parquet(train)
     with pytest.raises(DataOrderError, match=r"dataset row \d+ holds a different prompt than when the checkpoint"):
         run_ppo(load_config([*cfg, "trainer.total_training_steps=2"]))
+
+
+def test_a_step_counted_twice_stops_the_run(tiny_model_dir, task, tmp_path, monkeypatch):
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.resume_check import StepCounterError
+
+    real_log = RayPPOTrainer._log
+
+    def count_again(self, metrics, *args, **kwargs):  # a second counter advanced after step 1 (verl #7933)
+        real_log(self, metrics, *args, **kwargs)
+        if self.global_steps == 1:
+            self.global_steps += 1
+
+    monkeypatch.setattr(RayPPOTrainer, "_log", count_again)
+    with pytest.raises(StepCounterError, match="went from 1 to 3 in one training step"):
+        run_ppo(load_config(_overrides(tiny_model_dir, task, tmp_path / "run", "sync")))
