@@ -18,7 +18,7 @@ each checkpoint's ``data.pt`` (``data_ledger``) next to the data loader's positi
 
 Both errors are :class:`~verl.utils.errors.RunHealthError` (one line, exit 1). ``trainer.verify_resume=false``
 turns the resume checks off (a user who changed the data or sampler on purpose); the per-step counter check stays.
-The cost: one list append per batch, and at resume one pass over the consumed indices (milliseconds for 10^6).
+The cost: one list extend per batch, and at resume one pass over the consumed indices (0.08 s for 3 x 10^5).
 """
 
 from __future__ import annotations
