@@ -38,6 +38,8 @@ class StatefulDataLoader:
         self.drop_last = drop_last
         self.num_workers = int(num_workers)
         self._batches_yielded = 0
+        # dataset indices of the batch handed out last (the data ledger of a run records them: resume_check.py)
+        self.last_indices: list[int] = []
         if len(self) == 0:
             raise ValueError(
                 f"the dataset has {len(dataset)} samples, fewer than one batch of {batch_size} (drop_last={drop_last})"
@@ -52,12 +54,17 @@ class StatefulDataLoader:
         """The epoch the next batch comes from."""
         return self.sampler.epoch
 
-    def _epoch_batches(self) -> list[list[int]]:
-        order = self.sampler.indices()
+    def _epoch_batches(self, epoch: int | None = None) -> list[list[int]]:
+        order = self.sampler.indices(epoch)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
         return batches
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The dataset indices of every batch of ``epoch`` (``len(self)`` batches of ``batch_size``), in the order
+        the loader hands them out: a pure function of the sampler's state and ``epoch``."""
+        return self._epoch_batches(epoch)
 
     def __iter__(self) -> Iterator[Any]:
         remaining = self._epoch_batches()[self._batches_yielded :]
@@ -68,7 +75,8 @@ class StatefulDataLoader:
             source: Iterator[Any] = iter(loader)
         else:
             source = (self.collate_fn([self.dataset[i] for i in idx]) for idx in remaining)
-        for batch in source:
+        for position, batch in enumerate(source):
+            self.last_indices = list(remaining[position])
             self._batches_yielded += 1
             yield batch
         # The epoch is over only when the consumer drained it; a break leaves the position where it stopped.

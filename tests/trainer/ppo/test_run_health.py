@@ -67,7 +67,9 @@ def test_zero_threshold_never_stops_but_still_says_so() -> None:
         assert line is not None and "never stops" in line
 
 
-def _fitted(global_steps: int, resumed: int | None, val_only: bool = False, stopped_by: str | None = None):
+def _fitted(
+    global_steps: int, resumed: int | None, val_only: bool = False, stopped_by: str | None = None, total: int = 5
+):
     return SimpleNamespace(
         config=SimpleNamespace(
             trainer=SimpleNamespace(val_only=val_only, total_epochs=1), data=SimpleNamespace(train_batch_size=2)
@@ -76,8 +78,11 @@ def _fitted(global_steps: int, resumed: int | None, val_only: bool = False, stop
         resumed_state={"global_steps": resumed} if resumed is not None else None,
         resumed_from=f"/runs/a/global_step_{resumed}" if resumed is not None else None,
         global_steps=global_steps,
-        total_training_steps=5,
+        total_training_steps=total,
         train_dataset=[0, 1, 2, 3],
+        train_dataloader=[0, 1],  # two batches an epoch
+        data_ledger=SimpleNamespace(batches=2 if resumed else 0),
+        ledger_batches_per_step=lambda: 1,
         _epoch=1,
         checkpoint_dir="/runs/a",
     )
@@ -86,7 +91,15 @@ def _fitted(global_steps: int, resumed: int | None, val_only: bool = False, stop
 def test_zero_trained_steps_is_an_error_naming_why() -> None:
     with pytest.raises(NoTrainingStepsError, match=r"trained 0 steps \(resumed from /runs/a/global_step_2 at step 2\)"):
         check_trained_steps(_fitted(2, 2))
-    with pytest.raises(NoTrainingStepsError, match=r"data ran out before step 1: .*4 rows, data.train_batch_size=2"):
+    # the arithmetic of a resumed run whose data is used up: 4 rows // 2 = 2 batches x 1 epoch, both consumed
+    with pytest.raises(
+        NoTrainingStepsError,
+        match=r"at step 2\): the training data ran out before step 3: 4 rows // data.train_batch_size=2 = 2 batches "
+        r"an epoch x trainer.total_epochs=1 = 2 batches, 1 a step = 2 steps in all; 2 batches were consumed by step 2, "
+        r"0 are left",
+    ):
+        check_trained_steps(_fitted(2, 2, total=5))
+    with pytest.raises(NoTrainingStepsError, match=r"data ran out before step 1: 4 rows // data.train_batch_size=2"):
         check_trained_steps(_fitted(0, None))
     check_trained_steps(_fitted(3, 2))  # trained one step
     check_trained_steps(_fitted(0, None, val_only=True))  # validation only: nothing to train

@@ -128,6 +128,9 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         )
         resumed = (self.resumed_state or {}).get("weight_version")
         self.weight_version = int(resumed) if resumed is not None else 0
+        # a resumed run has consumed the checkpoint's batches (those in flight at the save are drawn again): the
+        # admission count continues from there, or the rule below would admit a whole run's worth at once
+        self._issued = self._consumed = self.global_steps * self.require_batches
         self._push(self.weight_version)
 
     def close_rollouter(self) -> None:
@@ -154,6 +157,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 "dataloader": copy.deepcopy(self.train_dataloader.state_dict()),
                 "epoch": self._epoch,
                 "gen_calls": self._gen_calls,
+                "ledger_batches": self.data_ledger.batches,
             }
             prompts = RayPPOTrainer._next_training_batch(self)
             if prompts is None:
@@ -289,14 +293,21 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     def driver_state(self) -> dict[str, Any]:
         """The synchronous state, with the data position moved back to the oldest batch still in flight: a resumed
         run gives the rollouter those prompt batches again, in the same order, before any new one."""
+        from verl.trainer.ppo.resume_check import LEDGER_KEY
+
         state = super().driver_state()
         if self._inflight:
             oldest = self._inflight[0]
             state.update(
                 {"dataloader": oldest["dataloader"], "epoch": oldest["epoch"], "gen_calls": oldest["gen_calls"]}
             )
+            state[LEDGER_KEY] = self.data_ledger.state_dict(batches=oldest["ledger_batches"])
         state["weight_version"] = int(self.weight_version)
         return state
+
+    def ledger_batches_per_step(self) -> int:
+        """Every step consumes ``require_batches`` loader batches (resume_check.py checks checkpoints by it)."""
+        return self.require_batches
 
     def fit(self) -> dict[str, float]:
         try:

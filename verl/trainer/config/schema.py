@@ -146,6 +146,8 @@ class TrainerConfig(BaseConfig):
     warn_no_tool_call_steps: int = 5
     # refuse a run whose largest micro-batch's logits cannot fit the free RAM (CPU runs; verl/utils/memory_check.py)
     check_memory: bool = True
+    # on resume, check the step counter and data order continue the interrupted run (verl/trainer/ppo/resume_check.py)
+    verify_resume: bool = True
     seed: int = 1
     deterministic: bool = False
     torch_threads: Optional[int] = None

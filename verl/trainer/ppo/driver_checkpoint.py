@@ -102,9 +102,19 @@ class DriverCheckpointMixin:
         console_write(checkpoint_size_line(step_dir))
 
     def driver_state(self) -> dict[str, Any]:
+        """``data.pt``: the step, epoch, data loader position, generation counter, KL coefficient and the data
+        ledger (every consumed prompt index, :mod:`~verl.trainer.ppo.resume_check`)."""
+        from verl.trainer.ppo.resume_check import LEDGER_KEY, StepCounterError
+
+        if self.data_ledger.steps != self.global_steps:
+            raise StepCounterError(
+                f"saving step {self.global_steps}, but {self.data_ledger.steps} training steps ran: the step counter "
+                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
+            )
         state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
         if self.train_dataloader is not None:
             state["dataloader"] = self.train_dataloader.state_dict()
+            state[LEDGER_KEY] = self.data_ledger.state_dict()
         if self.kl_ctrl_in_reward is not None:
             state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
         return state
@@ -154,6 +164,7 @@ class DriverCheckpointMixin:
                     "trainer.experiment_name to a new name, or start over with trainer.resume_mode=disable "
                     "trainer.overwrite_checkpoints=true (deletes its checkpoints)"
                 ) from None
+        self._verify_resume(state, path)
         self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
@@ -169,6 +180,24 @@ class DriverCheckpointMixin:
         logger.info(message)
         print(f"[verl] {message}", flush=True)
         return self.global_steps
+
+    def _verify_resume(self, state: dict[str, Any], path: str) -> None:
+        """Restore the data ledger and check that the resume continues the step counter and the data order
+        (:func:`~verl.trainer.ppo.resume_check.verify_resume`; ``trainer.verify_resume=false``: not checked)."""
+        from verl.trainer.ppo.resume_check import LEDGER_KEY, verify_resume
+
+        ledger = state.get(LEDGER_KEY)
+        if ledger is None or self.train_dataloader is None:
+            if self.train_dataloader is not None:
+                logger.warning(
+                    "checkpoint %s has no data ledger (written by an older version): resume not verified", path
+                )
+            self.data_ledger.steps = int(state["global_steps"])
+            return
+        if self.config.trainer.verify_resume:
+            verify_resume(state, self.train_dataloader, path, self.ledger_batches_per_step())
+        self.data_ledger.load_state_dict(ledger)
+        self.data_ledger.steps = int(state["global_steps"])  # (equal when verified) the next step is this + 1
 
     def export_hf(self, target_dir: str) -> str:
         """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""

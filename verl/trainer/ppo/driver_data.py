@@ -66,12 +66,21 @@ class DriverDataMixin:
             if self._data_iter is None:
                 self._data_iter = iter(self.train_dataloader)
             try:
-                return DataProto.from_single_dict(next(self._data_iter))
+                raw = next(self._data_iter)
             except StopIteration:
                 self._data_iter = None
                 self._epoch += 1
                 if self._epoch >= int(self.config.trainer.total_epochs):
                     return None
+                continue
+            self.data_ledger.record_batch(self.train_dataloader.last_indices, raw)
+            return DataProto.from_single_dict(raw)
+
+    def ledger_batches_per_step(self) -> int | None:
+        """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
+        checks a checkpoint against): 1, or None (at least one) with dynamic sampling
+        (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
+        return None if self.algorithm.filter_groups.enable else 1
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         """Reorder rows so every data-parallel rank gets a similar number of tokens (equal row counts)."""

@@ -152,6 +152,10 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         self._tracker = None
         self._data_iter: Iterator | None = None
         self._epoch = 0
+        from verl.trainer.ppo.resume_check import DataLedger
+
+        # every consumed prompt index and the step count, checked at each step and on resume (resume_check.py)
+        self.data_ledger = DataLedger()
         # generation calls so far; checkpointed, so a resumed run seeds its samples as an uninterrupted one
         self._gen_calls = 0
         # the driver state (data.pt) of the checkpoint load_checkpoint restored, None when none was
@@ -345,6 +349,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         the step profiler when that step is selected. For callers that run a step's stages themselves (the Python
         API's dataflow pipelines); :meth:`step` runs a whole one."""
         self.global_steps += 1
+        self.data_ledger.record_step(self.global_steps)  # never repeated, never counted twice: StepCounterError
         with self.profiler.step(self.global_steps), self.role_profiler.step(self.global_steps, self.worker_groups):
             yield self.global_steps
 
