@@ -173,6 +173,9 @@ class Rollouter:
         try:
             sent = int(sum(self._actor_group.send_rollout_weights(int(version))))
         except Exception as err:
+            # a broadcast fails as soon as the peer's socket closes, which can be before the killed process is
+            # reaped: wait for it briefly, so a dead rollout worker is named as such (not as a transfer failure)
+            self.process.join(timeout=5.0)
             if not self.process.is_alive():
                 raise self._dead_error("pushing weights") from err
             raise
