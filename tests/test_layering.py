@@ -13,7 +13,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = {"verl/workers": ("verl.experimental", "verl.trainer")}
+ABOVE_THE_ENGINES = ("verl.trainer", "verl.api", "verl.experimental", "verl.serve")
+ABOVE_THE_ROOMS = (*ABOVE_THE_ENGINES, "verl.workers", "verl.single_controller")
+FORBIDDEN = {
+    "verl/workers": ("verl.experimental", "verl.trainer", "verl.api", "verl.serve"),
+    # the algorithms take the actor's typed section (verl.workers.config), nothing else above them
+    "verl/algorithms": ABOVE_THE_ENGINES,
+    "verl/utils": ABOVE_THE_ENGINES,
+    # the rooms split out of verl/utils stay below everything that uses them
+    **{
+        room: ABOVE_THE_ROOMS
+        for room in (
+            "verl/protocol",
+            "verl/data",
+            "verl/checkpoint",
+            "verl/reporting",
+            "verl/models",
+            "verl/hardware",
+            "verl/sandbox",
+        )
+    },
+}
+MAX_LINES = 600
 
 
 def _module_name(path: Path) -> str:
@@ -79,3 +100,13 @@ def test_the_scan_sees_lazy_relative_and_dynamic_imports(tmp_path: Path) -> None
     assert "verl.experimental.agent_loop" in modules
     assert "verl.trainer" in modules and "verl.trainer.ppo" in modules
     assert "verl.experimental.agent_loop.manager" in modules
+
+
+def test_no_module_over_max_lines() -> None:
+    """One module, one job: a file past MAX_LINES is usually two (split it along a real seam)."""
+    long = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in sorted((ROOT / "verl").rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from verl.algorithms.config import RolloutCorrectionConfig
 from verl.algorithms.losses import agg_loss
 from verl.algorithms.policy_loss import _log_ratio, _pg_metrics, compute_policy_loss_vanilla, loss_scale_factor
 from verl.algorithms.registry import get_config_value, register_policy_loss
@@ -77,8 +78,6 @@ def compute_policy_loss_bypass_mode(
             "loss_mode=bypass_mode needs the rollout-correction settings (algorithm.rollout_correction with "
             "bypass_mode=true); select it with algorithm.rollout_correction.bypass_mode=true instead"
         )
-    from verl.trainer.config.schema import RolloutCorrectionConfig  # deferred: the config package imports this one
-
     rc = omega_conf_to_dataclass(rc, RolloutCorrectionConfig)
     loss_type = rc.loss_type
     if loss_type not in BYPASS_LOSS_TYPES:
