@@ -262,9 +262,8 @@ class _RolloutProcess:
 
     def take_sync(self) -> None:
         """Receive one push (blocking on the trainer's broadcast) and load it into the engine."""
-        from verl.workers.rollout.weight_transfer import load_named_tensors
-
         from verl.workers.rollout.weight_digest import DigestingStream, module_digest, vllm_held_digest
+        from verl.workers.rollout.weight_transfer import load_named_tensors
 
         self.syncs.get()
         meta, tensors = self.transfer.receive()

@@ -77,8 +77,8 @@ def _dt(tensor: torch.Tensor) -> str:
 
 class DigestingStream:
     """Wraps a lazy ``(name, tensor)`` stream and digests each tensor as it is pulled (``digests``: name -> digest,
-    in stream order; with ``cast``, of each floating tensor cast to that dtype). ``pulled`` is the set of names consumed so far (what the engine itself read, when taken
-    before the caller drains the rest)."""
+    in stream order; with ``cast``, of each floating tensor cast to that dtype). ``pulled`` is the set of names
+    consumed so far (what the engine itself read, when taken before the caller drains the rest)."""
 
     def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]], cast: torch.dtype | None = None) -> None:
         self._it = iter(named_tensors)
