@@ -176,6 +176,8 @@ class Rollouter:
         try:
             sent = int(sum(self._actor_group.send_rollout_weights(int(version))))
         except Exception as err:
+            # a killed process resets the connection a moment before it can be reaped: give it that moment
+            self.process.join(timeout=2.0)
             if not self.process.is_alive():
                 raise self._dead_error("pushing weights") from err
             raise
