@@ -18,6 +18,8 @@ from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parq
 from verl.workers.rollout import weight_transfer
 from verl.workers.rollout.weight_digest import WeightSyncMismatchError
 
+pytestmark = pytest.mark.slow  # a rollout process each (about 20 s)
+
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     return sum(1 for ch in solution_str if ch.isdigit()) / max(len(solution_str), 1)

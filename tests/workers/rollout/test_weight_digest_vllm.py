@@ -15,7 +15,7 @@ from verl.workers.rollout.weight_digest import WeightSyncMismatchError
 from verl.workers.rollout_engine import RolloutEngineMixin
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")]
 
 SPEC = TinyModelSpec(
     arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True

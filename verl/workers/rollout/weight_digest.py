@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 MAX_LISTED = 5  # tensors named in the error message (then a count)
+CHUNK = 1 << 20  # elements digested at a time (an 8 MB float64 copy)
 
 
 class WeightSyncMismatchError(RuntimeError):
@@ -61,13 +62,15 @@ class TensorDigest:
 
 
 def tensor_digest(tensor: torch.Tensor) -> TensorDigest:
-    """The digest of ``tensor`` (any shape; float64 accumulation on the tensor's own device)."""
-    data = tensor.detach()
-    if not (data.is_floating_point() or data.is_complex()):
-        data = data.to(torch.float64)
-    # float64 accumulation without a float64 copy of the tensor
-    total = torch.sum(data, dtype=torch.float64)
-    sumsq = torch.linalg.vector_norm(data, 2, dtype=torch.float64) ** 2
+    """The digest of ``tensor`` (any shape; float64 accumulation on the tensor's own device, in chunks of
+    :data:`CHUNK` elements, so the float64 copy never exceeds one chunk)."""
+    flat = tensor.detach().reshape(-1)
+    total = torch.zeros((), dtype=torch.float64, device=flat.device)
+    sumsq = torch.zeros((), dtype=torch.float64, device=flat.device)
+    for chunk in flat.split(CHUNK):
+        d = chunk.to(torch.float64)
+        total += d.sum()
+        sumsq += torch.dot(d, d)
     return TensorDigest(int(tensor.numel()), float(total.item()), float(sumsq.item()), _dt(tensor))
 
 
