@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 MAX_LISTED = 5  # tensors named in the error message (then a count)
-CHUNK = 1 << 20  # elements digested at a time (an 8 MB float64 copy)
+CHUNK = 1 << 18  # elements digested at a time (a 2 MB float64 buffer)
 
 
 class WeightSyncMismatchError(RuntimeError):
@@ -63,12 +63,15 @@ class TensorDigest:
 
 def tensor_digest(tensor: torch.Tensor) -> TensorDigest:
     """The digest of ``tensor`` (any shape; float64 accumulation on the tensor's own device, in chunks of
-    :data:`CHUNK` elements, so the float64 copy never exceeds one chunk)."""
+    :data:`CHUNK` elements copied into one float64 buffer, so no float64 copy of the whole tensor is made)."""
     flat = tensor.detach().reshape(-1)
     total = torch.zeros((), dtype=torch.float64, device=flat.device)
     sumsq = torch.zeros((), dtype=torch.float64, device=flat.device)
+    # one float64 buffer reused for every chunk: no allocation (and no fresh pages) per chunk
+    buf = torch.empty(min(CHUNK, max(flat.numel(), 1)), dtype=torch.float64, device=flat.device)
     for chunk in flat.split(CHUNK):
-        d = chunk.to(torch.float64)
+        d = buf[: chunk.numel()]
+        d.copy_(chunk)
         total += d.sum()
         sumsq += torch.dot(d, d)
     return TensorDigest(int(tensor.numel()), float(total.item()), float(sumsq.item()), _dt(tensor))
