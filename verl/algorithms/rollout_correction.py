@@ -200,6 +200,42 @@ def compute_token_veto_mask(
     return (mask * (~vetoed).to(mask.dtype)).to(response_mask.dtype), metrics
 
 
+class LogProbGapSums:
+    """Running sums of the rollout-vs-trainer log-prob gap over response tokens, so that a gap measured
+    micro-batch by micro-batch equals the whole batch's whatever the split: ``tokens``, ``k1`` (sum of
+    ``log pi_rollout - log pi_trainer``), ``k3`` (sum of ``exp(r) - r - 1`` with ``r = log pi_trainer -
+    log pi_rollout``, clamped to the safety bound), ``abs_sum`` and ``abs_max`` of ``|r|``."""
+
+    def __init__(self) -> None:
+        self.tokens, self.k1, self.k3, self.abs_sum, self.abs_max = 0.0, 0.0, 0.0, 0.0, 0.0
+
+    def add(self, trainer_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor) -> None:
+        """Add one micro-batch (all ``[batch, response_len]``; only tokens where ``response_mask`` is set)."""
+        _check_shapes(trainer_log_prob, rollout_log_prob, response_mask)
+        keep = response_mask.bool()
+        r = (trainer_log_prob.detach().double() - rollout_log_prob.detach().double())[keep]
+        if r.numel() == 0:
+            return
+        r_safe = r.clamp(-SAFETY_BOUND, SAFETY_BOUND)
+        self.tokens += float(r.numel())
+        self.k1 += float((-r).sum().item())
+        self.k3 += float((torch.exp(r_safe) - r_safe - 1).sum().item())
+        self.abs_sum += float(r.abs().sum().item())
+        self.abs_max = max(self.abs_max, float(r.abs().max().item()))
+
+    def metrics(self) -> dict[str, float]:
+        """``kl``, ``k3_kl``, ``log_prob_abs_diff_mean``, ``log_prob_abs_diff_max`` (token means; empty without
+        tokens), as :func:`compute_mismatch_metrics` names them."""
+        if self.tokens == 0:
+            return {}
+        return {
+            "kl": self.k1 / self.tokens,
+            "k3_kl": self.k3 / self.tokens,
+            "log_prob_abs_diff_mean": self.abs_sum / self.tokens,
+            "log_prob_abs_diff_max": self.abs_max,
+        }
+
+
 def compute_mismatch_metrics(
     old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
@@ -215,7 +251,8 @@ def compute_mismatch_metrics(
       ``log_ppl_abs_diff``, ``log_ppl_diff_max``, ``log_ppl_diff_min``; ``ppl_ratio`` = mean of
       ``training_ppl_i / rollout_ppl_i`` (1: no gap; > 1: the trainer finds the samples less likely);
     * ``chi2_token`` = ``mean_t(exp(2 r_t)) - 1`` and ``chi2_seq`` = ``mean(exp(2 sum_t r_t)) - 1``: chi-square
-      divergences, i.e. the variance of the token and sequence importance weights.
+      divergences, i.e. the variance of the token and sequence importance weights;
+    * ``log_prob_abs_diff_mean`` / ``log_prob_abs_diff_max``: mean and max over tokens of ``|r_t|``.
     """
     _check_shapes(old_log_prob, rollout_log_prob, response_mask)
     mask = response_mask.to(torch.float64)
@@ -232,6 +269,8 @@ def compute_mismatch_metrics(
     return {
         "kl": verl_F.masked_mean(-r, mask).item(),
         "k3_kl": verl_F.masked_mean(torch.exp(r_safe) - r_safe - 1, mask).item(),
+        "log_prob_abs_diff_mean": verl_F.masked_mean(r.abs(), mask).item(),
+        "log_prob_abs_diff_max": r.abs()[mask.bool()].max().item(),
         "training_ppl": torch.exp(-lp_old).mean().item(),
         "training_log_ppl": (-lp_old).mean().item(),
         "rollout_ppl": torch.exp(-lp_rollout).mean().item(),

@@ -153,13 +153,39 @@ class RolloutEngineMixin:
         the same gathers and none waits forever for a rank whose engine failed.
         """
         if self.rollout is None or getattr(self, "rollout_name", "hf") == "hf":
-            return
+            return  # hf generates with the actor's own module: nothing is copied, so nothing can differ
         items = self._rollout_weights()
+        check = self._weight_sync_checkable()
+        if check:
+            from verl.workers.rollout.weight_digest import DigestingStream
+
+            items = DigestingStream(items, cast=self.rollout.llm.llm_engine.model_config.dtype)
         try:
             self.rollout.update_weights(items)
+            pulled = items.pulled if check else set()
         finally:
             for _ in items:
                 pass
+        if check:
+            self._check_engine_weights(items, pulled)
+
+    def _weight_sync_checkable(self) -> bool:
+        """``rollout.check_weight_sync`` on a vLLM engine of one rank per engine (a tensor-parallel engine holds
+        shards, whose digests are not the full tensors')."""
+        if not bool(self.config.rollout.check_weight_sync):
+            return False
+        llm = getattr(self.rollout, "llm", None)
+        return (
+            callable(getattr(llm, "collective_rpc", None)) and int(self.config.rollout.tensor_model_parallel_size) == 1
+        )
+
+    def _check_engine_weights(self, stream: Any, pulled: set[str]) -> None:
+        """Read back what the vLLM engine holds after a sync and compare it with what the actor sent
+        (:func:`verl.workers.rollout.weight_digest.check_vllm_sync`); raises ``WeightSyncMismatchError``."""
+        from verl.workers.rollout.weight_digest import check_vllm_sync, vllm_held_digest
+
+        report = self.rollout.llm.collective_rpc(vllm_held_digest)[0]
+        check_vllm_sync(stream.digests, pulled, report, f"rank {self.rank}, vLLM engine")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_weight_sender(self, host: str, port: int, backend: str) -> None:
@@ -188,10 +214,21 @@ class RolloutEngineMixin:
             items = self._rollout_weights()
         with loaded(self.actor_offload):
             if self.rank == 0:
-                return self._weight_sender.send(items, {"version": int(version)})
+                from verl.workers.rollout.weight_digest import DigestingStream
+
+                stream = DigestingStream(items)
+                sent = self._weight_sender.send(stream, {"version": int(version)})
+                self._last_sent_digest = stream.digests
+                return sent
             for _ in items:
                 pass
         return 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def last_sent_digest(self) -> dict[str, Any]:
+        """Rank 0: name -> :class:`~verl.workers.rollout.weight_digest.TensorDigest` of each tensor the last
+        :meth:`send_rollout_weights` pushed, as they left the actor; the other ranks: empty."""
+        return dict(getattr(self, "_last_sent_digest", {}) or {})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rollout_info(self) -> dict[str, Any]:

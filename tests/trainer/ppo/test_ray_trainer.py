@@ -383,7 +383,9 @@ def test_rollout_correction_step(
     (record,) = [r["metrics"] for r in _records(tmp_path) if "actor/pg_loss" in r.get("metrics", {})]
     assert seen
     if mode == "bypass":
-        assert "timing_s/old_log_prob" not in record and not any(k.startswith("rollout_corr/") for k in record)
+        assert "timing_s/old_log_prob" not in record and "rollout_corr/rollout_is_mean" not in record
+        # the gap to the rollout is still measured, on the actor's pre-update forward (verl/trainer/ppo/invariants.py)
+        assert record["rollout_corr/k3_kl"] < 1e-4 and math.isfinite(record["rollout_corr/log_prob_abs_diff_max"])
         assert all(s["rollout_is_weights"] is None for s in seen)
         return
     # the default update is on-policy (old log-probs skipped); the correction needs them, so the pass ran

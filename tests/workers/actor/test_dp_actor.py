@@ -368,3 +368,31 @@ def test_bypass_correction_in_meta_info_switches_to_the_bypass_loss(model) -> No
     metrics, d_bypass = sgd_update(model, data)
     assert_same_deltas(d_gpg, d_bypass)
     assert "rollout_corr/kl" in metrics
+
+
+def test_log_prob_gap_is_measured_before_the_first_step_and_split_invariant(model) -> None:
+    """meta_info['log_prob_gap'] (the driver ran no old-log-prob pass): the rollout-vs-trainer gap is measured on the
+    update's own forward while the weights are still those of the rollout's policy (first mini-batch, before its
+    optimizer step), equal to the whole-batch mismatch metrics and the same however the batch is split."""
+    from verl.algorithms.rollout_correction import compute_mismatch_metrics
+
+    data = perturbed_data(model)
+    current, _ = DataParallelPPOActor(actor_config(), model).compute_log_prob(data)
+    data.batch["rollout_log_probs"] = current + 0.05 * torch.randn(
+        current.shape, generator=torch.Generator().manual_seed(1)
+    )
+    data.meta_info["log_prob_gap"] = True
+    want = compute_mismatch_metrics(current, data.batch["rollout_log_probs"], data.batch["response_mask"])
+    splits = [
+        sgd_update(model, data, ppo_micro_batch_size_per_gpu=4)[0],
+        sgd_update(model, data, ppo_micro_batch_size_per_gpu=1)[0],
+        sgd_update(model, data, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=20)[0],
+        # two mini-batches, two epochs: only the first mini-batch's forward precedes every optimizer step
+        sgd_update(model, data, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2)[0],
+    ]
+    for got in splits[:3]:
+        for key in ("kl", "k3_kl", "log_prob_abs_diff_mean", "log_prob_abs_diff_max"):
+            assert got[f"rollout_corr/{key}"] == [pytest.approx(want[key], rel=1e-4, abs=1e-6)], key
+    assert len(splits[3]["rollout_corr/kl"]) == 1 and splits[3]["rollout_corr/log_prob_abs_diff_max"][0] > 0
+    plain = sgd_update(model, perturbed_data(model))[0]
+    assert not any(k.startswith("rollout_corr/") for k in plain)

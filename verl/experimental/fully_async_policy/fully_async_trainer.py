@@ -36,16 +36,13 @@ import numpy as np
 from omegaconf import open_dict
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.invariants import StalenessError, stamp_policy_version
 from verl.trainer.ppo.metric_utils import marked_timer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.rollout_skip import RolloutSkip
 from verl.utils.seeding import generation_seed
 
 __all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
-
-
-class StalenessError(RuntimeError):
-    """A consumed rollout was generated with weights older than ``async_training.staleness_threshold`` allows."""
 
 
 class FullyAsyncRayPPOTrainer(RayPPOTrainer):
@@ -96,6 +93,13 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     def max_staleness(self) -> int:
         """The largest staleness (in weight versions) a consumed row may have: ``ceil(staleness_threshold)``."""
         return math.ceil(self.staleness_threshold)
+
+    def current_policy_version(self) -> int:
+        """The trainer's policy version: the weight pushes so far (the version the rollouter stamps on rows)."""
+        return int(self.weight_version)
+
+    def policy_staleness_bound(self) -> tuple[int, str]:
+        return self.max_staleness, f"async_training.staleness_threshold={self.staleness_threshold}"
 
     @property
     def batches_per_version(self) -> int:
@@ -206,6 +210,8 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
                 f"async_training.staleness_threshold={self.staleness_threshold})"
             )
         rollouts.non_tensor_batch["rollout_staleness"] = staleness.astype(object)
+        # the version the rollout process received with the weights it generated these rows with
+        stamp_policy_version(rollouts, versions)
         rollouts, dropped = self.drop_stale_groups(rollouts, staleness)
         if dropped:
             staleness = np.asarray(rollouts.non_tensor_batch["rollout_staleness"], dtype=np.int64)

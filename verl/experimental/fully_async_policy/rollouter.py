@@ -78,12 +78,15 @@ class Rollouter:
         self._results: Any = ctx.Queue(maxsize=self.max_outstanding)
         self._syncs: Any = ctx.Queue()
         self._sync_pending = ctx.Event()
+        # rollout.check_weight_sync: after each push the process reports the digests of what its engine holds
+        self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync)
+        self._acks: Any = ctx.Queue() if self.check_weight_sync else None
         port = find_free_port()
         container = OmegaConf.to_container(config, resolve=True)
         self.process = ctx.Process(
             target=rollouter_main,
             args=(container, port, self._requests, self._results, self._syncs, self._sync_pending, os.getpid()),
-            kwargs={"partial_rollout": bool(partial_rollout)},
+            kwargs={"partial_rollout": bool(partial_rollout), "acks": self._acks},
             name="verl-rollouter",
             daemon=True,
         )
@@ -122,10 +125,10 @@ class Rollouter:
             "see its log above for the cause"
         )
 
-    def _get(self, doing: str) -> Any:
+    def _get(self, doing: str, source: Any = None) -> Any:
         while True:
             try:
-                item = self._results.get(timeout=POLL_S)
+                item = (self._results if source is None else source).get(timeout=POLL_S)
             except queue.Empty:
                 if not self.process.is_alive():
                     raise self._dead_error(doing) from None
@@ -180,7 +183,21 @@ class Rollouter:
                 raise self._dead_error("pushing weights") from err
             raise
         self.version = int(version)
+        if self.check_weight_sync:
+            self._check_sync(int(version))
         return sent
+
+    def _check_sync(self, version: int) -> None:
+        """Compare the digests of what the rollout engine holds after push ``version`` (reported by the process)
+        with those of what the actor sent; raises ``WeightSyncMismatchError`` naming the tensors that differ."""
+        from verl.workers.rollout.weight_digest import check_push_report
+
+        ack = self._get(f"waiting for it to report the weights of push {version}", self._acks)
+        sent = {}
+        for part in self._actor_group.last_sent_digest():
+            sent.update(part)
+        where = f"weight push {version} to the rollout process (pid {self.process.pid}, {ack['engine']} engine)"
+        check_push_report(sent, ack, where)
 
     def close(self) -> None:
         """Stop the process (politely, then by force)."""
@@ -190,7 +207,9 @@ class Rollouter:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=5)
-        for q in (self._requests, self._results, self._syncs):
+        for q in (self._requests, self._results, self._syncs, self._acks):
+            if q is None:
+                continue
             q.cancel_join_thread()
             q.close()
 
@@ -199,7 +218,9 @@ class Rollouter:
 class _RolloutProcess:
     """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
 
-    def __init__(self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool) -> None:
+    def __init__(
+        self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool, acks: Any = None
+    ) -> None:
         from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
@@ -218,6 +239,7 @@ class _RolloutProcess:
         self.sync_pending = sync_pending
         self.partial_rollout = partial_rollout
         self.version = 0
+        self.acks = acks  # rollout.check_weight_sync: where each push's held-weight digests go
 
     def connect(self) -> None:
         """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready")."""
@@ -244,6 +266,7 @@ class _RolloutProcess:
 
     def take_sync(self) -> None:
         """Receive one push (blocking on the trainer's broadcast) and load it into the engine."""
+        from verl.workers.rollout.weight_digest import DigestingStream, module_digest, vllm_held_digest
         from verl.workers.rollout.weight_transfer import load_named_tensors
 
         self.syncs.get()
@@ -251,10 +274,18 @@ class _RolloutProcess:
         if self.worker.rollout_name == "hf":
             # the hf engine generates with this module: copying into it is the update
             load_named_tensors(self.worker.actor_module, tensors)
+            if self.acks is not None:
+                held = module_digest(self.worker.actor_module, lora_only=self.lora)
+                self.acks.put({"engine": "hf", "held": held})
         else:
-            self.worker.rollout.update_weights(tensors)
-            for _ in tensors:  # whatever the engine left unread, so the stream stays aligned
+            stream = DigestingStream(tensors)
+            self.worker.rollout.update_weights(stream)
+            pulled = stream.pulled
+            for _ in stream:  # whatever the engine left unread, so the stream stays aligned
                 pass
+            if self.acks is not None:
+                report = self.worker.rollout.llm.collective_rpc(vllm_held_digest)[0]
+                self.acks.put({"engine": "vllm", "report": report, "pulled": sorted(pulled)})
         self.version = int(meta["version"])
         if self.syncs.empty():
             self.sync_pending.clear()
@@ -296,6 +327,7 @@ def rollouter_main(
     sync_pending: Any,
     parent_pid: int,
     partial_rollout: bool = False,
+    acks: Any = None,
 ) -> None:
     """Entry point of the rollout process (see the module docstring). Reports ``"ready"`` once the model is
     loaded, then one result per request; an exception is reported as ``("error", traceback)`` before exiting."""
@@ -304,7 +336,7 @@ def rollouter_main(
     configure_logging(False, None)
     cfg = OmegaConf.create(config)
     try:
-        proc = _RolloutProcess(cfg, port, syncs, sync_pending, partial_rollout)
+        proc = _RolloutProcess(cfg, port, syncs, sync_pending, partial_rollout, acks)
         results.put("ready")
         proc.connect()
         while True:

@@ -28,3 +28,6 @@ class OneStepOffRayPPOTrainer(FullyAsyncRayPPOTrainer):
 
     def schedule_require_batches(self) -> int:
         return 1
+
+    def policy_staleness_bound(self) -> tuple[int, str]:
+        return 1, "the one-step-off schedule (each batch generated one version before it trains)"

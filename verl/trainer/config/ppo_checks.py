@@ -211,6 +211,8 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         errors.append(
             f"trainer.warn_no_tool_call_steps={cfg.trainer.warn_no_tool_call_steps} must be >= 0 (0: never warn)"
         )
+    if not float(cfg.trainer.log_prob_gap_warn_kl) >= 0:
+        errors.append(f"trainer.log_prob_gap_warn_kl={cfg.trainer.log_prob_gap_warn_kl} must be >= 0 (0: never warn)")
     optims = [("actor_rollout_ref.actor.optim", arr.actor.optim)]
     if use_critic:
         optims.append(("critic.optim", cfg.critic.optim))

@@ -144,6 +144,13 @@ class TrainerConfig(BaseConfig):
     max_degenerate_reward_steps: int = 3
     # agent runs with tools: warn after this many steps in a row without a tool call; 0: never
     warn_no_tool_call_steps: int = 5
+    # every consumed sample's policy_version within the staleness bound (0 when synchronous): else StalenessError
+    check_policy_version: bool = True
+    # rollout_corr/{kl,k3_kl,log_prob_abs_diff_mean,log_prob_abs_diff_max} each step where the rollout returns
+    # log-probs, also when the old-log-prob pass is skipped (measured on the actor's pre-update forward)
+    log_prob_gap: bool = True
+    # warn when rollout_corr/k3_kl passes this (then again each time it doubles); 0: never
+    log_prob_gap_warn_kl: float = 0.01
     # refuse a run whose largest micro-batch's logits cannot fit the free RAM (CPU runs; verl/utils/memory_check.py)
     check_memory: bool = True
     # on resume, check the step counter and data order continue the interrupted run (verl/trainer/ppo/resume_check.py)

@@ -42,6 +42,7 @@ from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty
 from verl.trainer.ppo.driver_checkpoint import DriverCheckpointMixin
 from verl.trainer.ppo.driver_data import DriverDataMixin
 from verl.trainer.ppo.driver_report import DriverReportMixin
+from verl.trainer.ppo.invariants import LogProbGapWatch, PolicyVersionMixin, stamp_policy_version
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_reward_extra_metrics,
@@ -69,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------- trainer
-class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
+class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, PolicyVersionMixin):
     """Driver of PPO-family training (PPO with a critic, GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, DAPO settings).
 
     ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
@@ -176,6 +177,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
 
         self.reward_health = RewardHealth(int(config.trainer.max_degenerate_reward_steps))
         self.tool_health = ToolUseHealth.from_config(config)  # agent runs with tools that never call one: said
+        self.log_prob_gap_watch = LogProbGapWatch.from_config(config)  # rollout vs trainer log-probs (invariants.py)
         if train_dataset is not None:
             self._create_dataloaders()
 
@@ -323,8 +325,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         ``skip.rollout.steps`` the dumped rollouts replay instead (:mod:`verl.trainer.ppo.rollout_skip`)."""
         if self.rollout_skip is not None:
             replayed = self.rollout_skip.load(self.global_steps)
-            if replayed is not None:
-                return replayed
+            if replayed is not None:  # replayed as generated now (upstream restamps replayed samples)
+                return stamp_policy_version(replayed, self.current_policy_version())
         tag_groups(batch)
         with marked_timer("gen", timing):
             rollouts = self.generate_groups(batch)
@@ -334,7 +336,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
                 rollouts.batch["reward_baselines"] = baseline_scores.sum(dim=-1)
         if self.rollout_skip is not None:
             self.rollout_skip.dump(self.global_steps, rollouts)
-        return rollouts
+        return stamp_policy_version(rollouts, self.current_policy_version())  # the weights that generated them
 
     def _rollout_and_score(self, batch: DataProto, timing: dict[str, float], metrics: dict[str, Any]) -> DataProto:
         """Generate and attach ``token_level_scores`` synchronously."""
@@ -363,6 +365,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         # trainer.max_degenerate_reward_steps such steps in a row (verl/trainer/ppo/run_health.py)
         self.reward_health.observe_batch(self.global_steps, getattr(self, "last_batch", None))
         self.tool_health.observe_metrics(self.global_steps, metrics)
+        self.log_prob_gap_watch.observe(self.global_steps, metrics)
         if self.debug_dir is not None:
             from verl.utils.profiler import dump_step_debug
 
@@ -415,6 +418,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
         update."""
         batch.meta_info["global_steps"] = self.global_steps
         batch.meta_info.setdefault("global_token_num", batch.batch["attention_mask"].sum(-1).tolist())
+        metrics.update(self.check_consumed_versions(batch))  # StalenessError: not the weights that train on it
         correction = self.algorithm.get("rollout_correction")
         bypass = rollout_correction.bypass_mode(correction)
         batch.meta_info["on_policy"] = not bypass and not runs_old_log_prob_pass(
@@ -430,6 +434,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin):
                     metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
                 batch = batch.union(old_log_prob)
         metrics.update(rollout_correction.apply_rollout_correction(batch, correction))
+        batch.meta_info["log_prob_gap"] = self.wants_actor_log_prob_gap(batch, metrics)  # measured by the actor
         if self.use_reference_policy:
             with marked_timer("ref", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.utils.models.loader import forward_logits
 from verl.utils.models.vlm import pack_vision_inputs, vision_forward_kwargs
@@ -396,9 +397,12 @@ class DataParallelPPOActor(BasePPOActor):
         loss_agg_mode: str,
         multi_modal_rows: list[Any] | None = None,
         rollout_correction: dict[str, Any] | None = None,
+        gap: LogProbGapSums | None = None,
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
         """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics. With
-        ``rollout_correction`` (bypass mode asking for a correction) the loss is upstream's ``bypass_mode``."""
+        ``rollout_correction`` (bypass mode asking for a correction) the loss is upstream's ``bypass_mode``. With
+        ``gap`` the rollout-vs-trainer log-prob gap of the micro-batch is added to it while no optimizer step has
+        changed the weights yet (the log-probs are then those of the policy the rollout was meant to match)."""
         cfg = self.config
         entropy_coeff = cfg.entropy_coeff
         response_mask = response_mask_of(micro).to(torch.float32)
@@ -410,6 +414,8 @@ class DataParallelPPOActor(BasePPOActor):
                 entropy_requires_grad=entropy_coeff != 0,
                 multi_modal_rows=multi_modal_rows,
             )
+        if gap is not None and "rollout_log_probs" in micro.keys() and self._weights_version() == self._gap_from:
+            gap.add(log_prob, micro["rollout_log_probs"], response_mask)
         loss_mode = cfg.policy_loss.loss_mode
         # exactly on-policy updates may leave out old_log_probs: the behaviour policy is the current one, so the
         # ratio is 1 by construction (the driver skips the separate forward that would recompute it)
@@ -493,10 +499,19 @@ class DataParallelPPOActor(BasePPOActor):
         for optional in ("old_log_probs", "position_ids", "response_mask", "rollout_is_weights"):
             if optional in data.batch.keys():
                 keys.append(optional)
+        # the driver measured no rollout-vs-trainer gap (no old-log-prob pass): measure it on the first forward
+        gap = (
+            LogProbGapSums()
+            if data.meta_info.get("log_prob_gap") and "rollout_log_probs" in data.batch.keys()
+            else None
+        )
+        if gap is not None:
+            keys.append("rollout_log_probs")
+            self._gap_from = self._weights_version()
         loss_agg_mode = cfg.loss_agg_mode
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
-        return run_mini_batch_updates(
+        metrics = run_mini_batch_updates(
             self.actor_module,
             self.actor_optimizer,
             self.lr_scheduler,
@@ -510,5 +525,13 @@ class DataParallelPPOActor(BasePPOActor):
                 loss_agg_mode=loss_agg_mode,
                 multi_modal_rows=mm_rows,
                 rollout_correction=data.meta_info.get("rollout_correction"),
+                gap=gap,
             ),
         )
+        if gap is not None:
+            metrics.update({f"rollout_corr/{k}": [v] for k, v in gap.metrics().items()})
+        return metrics
+
+    def _weights_version(self) -> int:
+        """A counter that every in-place change of the first parameter (an optimizer step) advances."""
+        return int(next(self.actor_module.parameters())._version)

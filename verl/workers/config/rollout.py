@@ -107,6 +107,8 @@ class RolloutConfig(BaseConfig):
     enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True
     calculate_log_probs: bool = False
+    # after each weight sync compare digests of the trainer's and the engine's tensors (docs/trust.md)
+    check_weight_sync: bool = True
     ignore_eos: bool = False  # true: decode to response_length past EOS, every token in the response mask
     log_prob_micro_batch_size_per_gpu: int = 32
     log_prob_micro_batch_size: Optional[int] = None  # deprecated global size (see actor.ppo_micro_batch_size)
