@@ -120,7 +120,9 @@ def test_ray_ppo_trainer_takes_verls_constructor_arguments(tmp_path: Path) -> No
     kwargs = dict(config=config, tokenizer=None, role_worker_mapping=mapping, resource_pool_manager=pools)
     trainer = RayPPOTrainer(**kwargs, ray_worker_group_cls=RayWorkerGroup, processor=None, device_name="cpu")
     assert trainer.role_worker_mapping == {"actor_rollout": ActorRolloutRefWorker, "critic": CriticWorker}
-    assert trainer._pool_settings() == {
+    from verl.trainer.ppo.worker_roles import pool_settings
+
+    assert pool_settings(trainer.config.trainer, trainer.resource_pool_manager) == {
         "resource_pool_spec": {"global_pool": [1], "critic_pool": [1]},
         "resource_pool_mapping": {"actor_rollout": "global_pool", "critic": "critic_pool"},
     }

@@ -61,6 +61,7 @@ from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, 
     normalize_role_worker_mapping,
 )
 from verl.trainer.ppo.validation import run_validation
+from verl.trainer.ppo.worker_roles import pool_settings, worker_roles
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
 from verl.utils.seeding import generation_seed
@@ -188,39 +189,11 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         return namespaced_path(path, self.namespace)
 
     def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
-        """Role -> (worker class, constructor arguments) of this run: the actor (with rollout, and reference policy
-        when a KL needs one), the critic when the estimator trains one, the reward model when enabled, the teacher
-        (distillation) and the judge (``reward_model.judge.backend=worker``) when used. The one
-        place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments."""
-        from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
-        from verl.workers.judge_worker import JudgeWorker
-        from verl.workers.teacher import TeacherWorker
-
-        classes = {
-            "actor_rollout": ActorRolloutRefWorker,
-            "critic": CriticWorker,
-            "rm": RewardModelWorker,
-            "teacher": TeacherWorker,
-            "judge": JudgeWorker,
-        }
-        classes.update(self.role_worker_mapping)
-        actor_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
-        kwargs: dict[str, dict[str, Any]] = {
-            "actor_rollout": {"config": self.config.actor_rollout_ref, "role": actor_role}
-        }
-        if self.use_critic:
-            kwargs["critic"] = {"config": self.config.critic}
-        if self.use_rm:
-            kwargs["rm"] = {"config": self.config.reward_model}
-        if self.use_teacher:
-            model = self.config.actor_rollout_ref.model
-            kwargs["teacher"] = {
-                "config": self.config.distillation,
-                "student_tokenizer": str(model.get("tokenizer_path") or model.path),
-            }
-        if self.use_judge_worker:
-            kwargs["judge"] = {"config": self.config.reward_model.judge}
-        return {role: (classes[role], {**args, **self.role_kwargs.get(role, {})}) for role, args in kwargs.items()}
+        """Role -> (worker class, constructor arguments) of this run (:mod:`verl.trainer.ppo.worker_roles`, the one
+        place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments)."""
+        used = {"reference": self.use_reference_policy, "critic": self.use_critic, "reward_model": self.use_rm}
+        used.update(teacher=self.use_teacher, judge=self.use_judge_worker)
+        return worker_roles(self.config, self.role_worker_mapping, self.role_kwargs, **used)
 
     def init_workers(self) -> None:
         """Create the worker groups (colocated in one process per rank) and load the models."""
@@ -244,7 +217,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
                 name_prefix=self.worker_name_prefix(),
                 nnodes=int(trainer_cfg.nnodes),
                 # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
-                **self._pool_settings(),
+                **pool_settings(self.config.trainer, self.resource_pool_manager),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
             )
         for name in ("critic", "rm", "teacher", "judge", "actor_rollout"):  # actor last: the biggest, as in verl
@@ -260,18 +233,6 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
             from verl.workers.reward_manager.judge import bind_judge_worker_group
 
             bind_judge_worker_group(self.judge_wg, self.reward_fn, self.val_reward_fn)
-
-    def _pool_settings(self) -> dict[str, Any]:
-        """``resource_pool_spec`` / ``resource_pool_mapping``: from the ResourcePoolManager if one was given, else
-        from ``trainer.resource_pool_spec`` / ``trainer.resource_pool_mapping``."""
-        if self.resource_pool_manager is not None:
-            spec, mapping = self.resource_pool_manager.pool_settings()
-            return {"resource_pool_spec": spec, "resource_pool_mapping": mapping}
-        trainer_cfg = self.config.trainer
-        return {
-            "resource_pool_spec": OmegaConf.to_container(trainer_cfg.resource_pool_spec or DictConfig({})),
-            "resource_pool_mapping": OmegaConf.to_container(trainer_cfg.resource_pool_mapping or DictConfig({})),
-        }
 
     def _use_gpu(self) -> bool:
         from verl.utils.device import get_device_name
