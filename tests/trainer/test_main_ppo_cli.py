@@ -36,6 +36,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "model_engine",
         "trainer",
         "skip",
+        "global_profiler",
         "ray_kwargs",
     }
 
