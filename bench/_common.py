@@ -82,7 +82,7 @@ def cpu_kind() -> dict[str, Any]:
     ``cpu_kind`` is ``AMX``, ``AVX512-BF16``, ``AVX512`` or ``AVX2`` (figures taken on one kind hold for that kind:
     bf16 work runs ~7x faster than fp32 with AMX and ~100x slower without native bf16).
     """
-    from verl.utils.hardware.precision import CpuBf16Features, cpu_precision
+    from verl.hardware.precision import CpuBf16Features, cpu_precision
 
     feat = CpuBf16Features.detect()
     kind = "AMX" if feat.amx else "AVX512-BF16" if feat.avx512_bf16 else feat.capability
@@ -120,7 +120,7 @@ def make_config_s_dir(root: str | None = None, seed: int = 0) -> str:
     """Write the config-S random Llama and its byte tokenizer to a directory (``root`` or a fresh temp dir)."""
     import tempfile
 
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
     root = root or tempfile.mkdtemp(prefix="verl_bench_s_")
     if not os.path.exists(os.path.join(root, "config.json")):

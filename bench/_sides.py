@@ -94,12 +94,12 @@ class VerlSide:
     name = "verl"
 
     def __init__(self, work: GRPOWork, out_dir: str | None = None) -> None:
+        from verl.models.loader import load_tokenizer
         from verl.protocol import DataProto
         from verl.trainer.config import load_config
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
         from verl.trainer.ppo.reward import load_reward_manager
         from verl.trainer.ppo.runner import apply_runtime_switches, build_datasets, seed_everything
-        from verl.utils.models.loader import load_tokenizer
 
         out_dir = out_dir or tempfile.mkdtemp(prefix="verl_bench_run_")
         data_file = write_prompt_parquet(os.path.join(out_dir, "prompts.parquet"), work.prompts)
@@ -147,7 +147,7 @@ def build_trl_trainer(work: GRPOWork, callbacks: list[Any], max_steps: int, out_
     from trl import GRPOConfig, GRPOTrainer
 
     from bench.toy_reward import trl_reward
-    from verl.utils.models.loader import load_tokenizer
+    from verl.models.loader import load_tokenizer
 
     out_dir = out_dir or tempfile.mkdtemp(prefix="trl_bench_run_")
     seqs = work.batch_prompts * work.group_size

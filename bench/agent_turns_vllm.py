@@ -36,7 +36,7 @@ def make_engine(args: argparse.Namespace):
     """A vLLMRollout over a random Qwen2 (hidden 256, 4 layers; ``--smoke``: hidden 128, 2 layers)."""
     from omegaconf import OmegaConf
 
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
     hidden, layers = (128, 2) if args.smoke else (256, 4)

@@ -55,7 +55,7 @@ def make_hazard_model(path: str, hazard: float, seed: int = 0) -> None:
 
     import torch
 
-    from verl.utils.models.tiny import TinyModelSpec, make_byte_tokenizer, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_byte_tokenizer, make_tiny_causal_lm
 
     tok = make_byte_tokenizer()
     spec = TinyModelSpec(hidden_size=64, num_hidden_layers=2, intermediate_size=128)
@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
 
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

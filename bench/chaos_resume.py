@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine_info  # noqa: E402
+from verl.checkpoint.layout import get_checkpoint_step, newest_complete_step_dir  # noqa: E402
 from verl.trainer.ppo.kill_resume import (  # noqa: E402
     KILL_POINTS,
     RESUME_MODES,
@@ -40,7 +41,6 @@ from verl.trainer.ppo.kill_resume import (  # noqa: E402
     run_killed,
     tiny_run_overrides,
 )
-from verl.utils.checkpoint.layout import get_checkpoint_step, newest_complete_step_dir  # noqa: E402
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -120,8 +120,8 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
-    from verl.utils.models.tiny import make_tiny_model_dir
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
+    from verl.models.tiny import make_tiny_model_dir
 
     rows_needed = args.steps  # 2 prompts a step over 2 epochs: the run crosses an epoch boundary
     rows = []

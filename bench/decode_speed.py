@@ -67,7 +67,7 @@ def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from verl.utils.hardware.precision import resolve_dtype
+    from verl.hardware.precision import resolve_dtype
     from verl.workers.rollout.base import SamplingSettings
     from verl.workers.rollout.decode import DecodeLoop
 

@@ -30,7 +30,7 @@ from bench._common import save_result  # noqa: E402
 VAL_RE = re.compile(r"validation (before|after) training \(step (\d+)\): .*?mean@1 = ([0-9.]+)")
 
 
-CONVERT = "from verl.utils.models.loader import resolve_model_path as r; r('smollm2-135m-instruct')"
+CONVERT = "from verl.models.loader import resolve_model_path as r; r('smollm2-135m-instruct')"
 
 
 def run_demo(extra: list[str], cache_dir: str | None, workdir: str) -> dict:

@@ -33,8 +33,8 @@ import torch  # noqa: E402
 from bench._common import markdown_table, save_result  # noqa: E402
 from verl.base_config import omega_conf_to_dataclass  # noqa: E402
 from verl.experimental.agent_loop.runner import AgentLoopRunner  # noqa: E402
+from verl.models.tiny import make_byte_tokenizer  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
-from verl.utils.models.tiny import make_byte_tokenizer  # noqa: E402
 from verl.workers.config import RolloutConfig  # noqa: E402
 from verl.workers.rollout.base import build_rollout_output, resolve_special_ids  # noqa: E402
 

@@ -42,7 +42,7 @@ def make_model_dir(shape: str, root: str) -> str:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from bench.decode_speed import SHAPES
-    from verl.utils.models.loader import load_tokenizer, resolve_model_path
+    from verl.models.loader import load_tokenizer, resolve_model_path
 
     path = os.path.join(root, f"qwen2.5-{shape}-random")
     if os.path.exists(os.path.join(path, "config.json")):
@@ -62,8 +62,8 @@ def make_model_dir(shape: str, root: str) -> str:
 def _work(args: dict):
     from bench._common import default_device, make_prompt_texts
     from bench._sides import GRPOWork
-    from verl.utils.hardware.precision import precision_for
-    from verl.utils.models.loader import load_tokenizer
+    from verl.hardware.precision import precision_for
+    from verl.models.loader import load_tokenizer
 
     path = make_model_dir(args["shape"], args["root"])
     prompts = make_prompt_texts(load_tokenizer(path), count=8 * args["batch"], length=args["prompt_length"])

@@ -62,8 +62,8 @@ def _work_for(case: Case):
 
     from bench._common import default_device, make_config_s_dir, make_prompt_texts
     from bench._sides import GRPOWork
-    from verl.utils.hardware.precision import precision_for
-    from verl.utils.models.loader import load_tokenizer, resolve_model_path
+    from verl.hardware.precision import precision_for
+    from verl.models.loader import load_tokenizer, resolve_model_path
 
     if case.config == "S":
         path = make_config_s_dir(os.path.join(tempfile.gettempdir(), "verl_bench_config_s"))

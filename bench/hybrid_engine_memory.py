@@ -132,12 +132,12 @@ def main() -> None:
 
     model_path = args.model
     if args.smoke:
-        from verl.utils.models.tiny import make_tiny_model_dir
+        from verl.models.tiny import make_tiny_model_dir
 
         model_path = make_tiny_model_dir(tempfile.mkdtemp(prefix="verl_bench_tiny_"))
         args.batch, args.prompt_len, args.response_len = 2, 8, 8
     else:
-        from verl.utils.models.loader import resolve_model_path
+        from verl.models.loader import resolve_model_path
 
         model_path = resolve_model_path(model_path)  # convert the bundled model once, outside the measurement
     rows = []

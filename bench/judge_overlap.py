@@ -84,8 +84,8 @@ def build(args: argparse.Namespace):
     from omegaconf import OmegaConf
 
     from verl.base_config import omega_conf_to_dataclass
+    from verl.models.tiny import TinyModelSpec, make_byte_tokenizer, make_tiny_causal_lm
     from verl.trainer.config import load_config
-    from verl.utils.models.tiny import TinyModelSpec, make_byte_tokenizer, make_tiny_causal_lm
     from verl.workers.config import RolloutConfig
     from verl.workers.rollout.hf_rollout import HFRollout
 

@@ -130,11 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke and jsonl.exists():
         jsonl.unlink()
 
+    from verl.models.loader import load_tokenizer, resolve_model_path
     from verl.trainer.config import load_config
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.runner import apply_runtime_switches, build_datasets, seed_everything
-    from verl.utils.models.loader import load_tokenizer, resolve_model_path
 
     config = load_config(build_overrides(args))
     seed_everything(int(config.trainer.seed))

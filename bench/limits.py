@@ -96,7 +96,7 @@ def _update_batch(vocab: int, batch: int, prompt_len: int, response_len: int, de
 
 def measure_training(model_path: str, dtype: str, batch: int, prompt_len: int, response_len: int, repeats: int):
     """Median seconds of one ``update_policy`` (one optimizer step over ``batch`` sequences) and its tokens/s."""
-    from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
+    from verl.models.loader import load_causal_lm, resolve_attn_implementation
     from verl.utils.optim import build_optimizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     device = default_device()
 
     from bench._common import make_config_s_dir
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     peaks = measure_peaks(device, args.repeats, small=args.smoke)
     config_s = make_config_s_dir(os.path.join(__import__("tempfile").gettempdir(), "verl_bench_config_s"))

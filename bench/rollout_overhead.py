@@ -31,8 +31,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.hardware.precision import resolve_dtype
 from verl.protocol import DataProto
-from verl.utils.hardware.precision import resolve_dtype
 
 
 @dataclass
@@ -106,7 +106,7 @@ def _alternate(variants: dict[str, Callable[[], None]], repeats: int) -> dict[st
 def bench_hf(args: argparse.Namespace, model_path: str) -> list[Result]:
     from transformers import GenerationConfig
 
-    from verl.utils.models.loader import load_causal_lm, load_tokenizer
+    from verl.models.loader import load_causal_lm, load_tokenizer
     from verl.workers.rollout.hf_rollout import HFRollout
 
     tokenizer = load_tokenizer(model_path)
@@ -139,7 +139,7 @@ def bench_hf(args: argparse.Namespace, model_path: str) -> list[Result]:
 
 
 def bench_vllm(args: argparse.Namespace, model_path: str) -> list[Result]:
-    from verl.utils.models.loader import load_tokenizer
+    from verl.models.loader import load_tokenizer
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
     tokenizer = load_tokenizer(model_path)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
 
     model_path = args.model
     if args.smoke:
-        from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+        from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
         # head_dim 64: vLLM's CPU attention kernels do not support the default tiny head_dim of 16
         spec = TinyModelSpec(hidden_size=128, num_attention_heads=2, num_key_value_heads=1)

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     model_path = make_config_s_dir(os.path.join(tempfile.gettempdir(), "verl_bench_config_s"))
     tokenizer = make_byte_tokenizer()

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["VERL_DEVICE"] = os.environ.get("VERL_DEVICE", "cpu")
     import ray
 
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "VERL_DEVICE": os.environ["VERL_DEVICE"]}
     ray.init(num_cpus=max(args.ranks), include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})

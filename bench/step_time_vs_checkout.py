@@ -35,7 +35,7 @@ def _worker(args: argparse.Namespace) -> None:
     from bench._sides import GRPOWork, VerlSide
 
     try:
-        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+        from verl.models.loader import load_tokenizer, resolve_model_path
     except ModuleNotFoundError:  # a checkout from before the ground-floor rooms (issue 22)
         from verl.utils.model_loader import load_tokenizer, resolve_model_path
 

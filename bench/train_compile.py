@@ -4,7 +4,7 @@ The compiled variant is what the actor worker does with ``actor_rollout_ref.acto
 :func:`verl.utils.fsdp_utils.compile_decoder_layers` on the model. A random Qwen2.5-shaped model (the shapes of
 bench/decode_speed.py) trains on ``--rows`` x ``--seq-len`` random tokens under autocast in the device's precision;
 reported per variant: the median over ``--steps`` steps after ``--warmup`` (process CPU time on CPU, wall time on
-GPUs), the first step (compilation included), and the FLOP rate of the timed steps (verl/utils/flops_counter.py).
+GPUs), the first step (compilation included), and the FLOP rate of the timed steps (verl/hardware/flops_counter.py).
 
     python bench/train_compile.py --smoke
     python bench/train_compile.py --shapes S --rows 16 --seq-len 96 --threads 1
@@ -28,9 +28,9 @@ from bench.decode_speed import build_model  # noqa: E402
 
 
 def measure(shape: str, compiled: bool, args: argparse.Namespace) -> dict:
-    from verl.utils import flops_counter
+    from verl.hardware import flops_counter
+    from verl.hardware.precision import resolve_dtype
     from verl.utils.fsdp_utils import compile_decoder_layers
-    from verl.utils.hardware.precision import resolve_dtype
 
     device = args.device or default_device()
     dtype = resolve_dtype("auto", torch.device(device))

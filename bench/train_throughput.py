@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> Result:
     device = get_torch_device(get_device_name())
     model_path = args.model
     if args.smoke:
-        from verl.utils.models.tiny import make_tiny_model_dir
+        from verl.models.tiny import make_tiny_model_dir
 
         model_path = make_tiny_model_dir(tempfile.mkdtemp(prefix="verl_bench_tiny_"))
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]

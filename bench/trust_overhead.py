@@ -260,7 +260,7 @@ def main() -> None:
     args = parser.parse_args()
     steps, repeats = (3, 1) if args.smoke else (args.steps, args.repeats)
 
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 
     root = Path(tempfile.mkdtemp(prefix="verl_trust_"))
     model = make_config_s_dir(str(root / "model"))

@@ -32,7 +32,7 @@ def _seed() -> None:
 @pytest.fixture(scope="session")
 def byte_tokenizer():
     """A byte-level tokenizer (one token per byte) built locally."""
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     return make_byte_tokenizer()
 
@@ -40,7 +40,7 @@ def byte_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A directory holding a tiny random Llama and its byte tokenizer, usable as a model path."""
-    from verl.utils.models.tiny import make_tiny_model_dir
+    from verl.models.tiny import make_tiny_model_dir
 
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_llama")))
 
@@ -48,7 +48,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_qwen2_dir(tmp_path_factory) -> str:
     """A directory holding a tiny random Qwen2 (tied embeddings) and its byte tokenizer."""
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
     spec = TinyModelSpec(arch="qwen2", tie_word_embeddings=True)
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_qwen2")), spec=spec)

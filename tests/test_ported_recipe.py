@@ -22,6 +22,9 @@ from verl.protocol import (
     union_tensor_dict,
     unpad_dataproto,
 )
+from verl.rewards import default_compute_score, gsm8k, math_dapo, prime_math
+from verl.rewards import math as math_reward
+from verl.rewards.sandbox_fusion import compute_score as sandbox_fusion_compute_score
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.trainer.ppo import core_algos
@@ -42,9 +45,6 @@ from verl.trainer.ppo.metric_utils import (
     process_validation_metrics,
 )
 from verl.trainer.ppo.reward import load_reward_manager
-from verl.utils.reward_score import default_compute_score, gsm8k, math_dapo, prime_math
-from verl.utils.reward_score import math as math_reward
-from verl.utils.reward_score.sandbox_fusion import compute_score as sandbox_fusion_compute_score
 from verl.workers.reward_manager import register as register_reward_manager
 from verl.workers.reward_manager.abstract import AbstractRewardManager
 

@@ -18,8 +18,8 @@ if str(ROOT) not in sys.path:  # recipe/ sits next to verl/, as upstream; it is 
 from recipe.mean_baseline import main_mb  # noqa: E402
 from recipe.mean_baseline.core_algos import compute_median_baseline_advantage  # noqa: E402
 from recipe.mean_baseline.mb_ray_trainer import distinct_response_fraction  # noqa: E402
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet  # noqa: E402
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn  # noqa: E402
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet  # noqa: E402
 from verl.workers.reward_manager import get_reward_manager_cls  # noqa: E402
 
 

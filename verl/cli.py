@@ -41,9 +41,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "eval": Subcommand("verl.trainer.main_eval", "score generated responses / evaluate a model"),
     "merge": Subcommand("verl.model_merger", "turn a training checkpoint into a Hugging Face model directory"),
     "serve": Subcommand("verl.serve", "serve a model over HTTP (FastAPI: /generate, OpenAI /v1/...)"),
-    "report": Subcommand("verl.utils.tracking.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
+    "report": Subcommand("verl.reporting.report", "rebuild report.html of a run directory: verl report RUN_DIR"),
     "compare": Subcommand(
-        "verl.utils.tracking.report.compare", "compare runs on one HTML page: verl compare RUN_DIR RUN_DIR [...]"
+        "verl.reporting.report.compare", "compare runs on one HTML page: verl compare RUN_DIR RUN_DIR [...]"
     ),
 }
 

@@ -29,13 +29,13 @@ def parse_args(description: str) -> argparse.Namespace:
 def model_path(tiny: bool, output_dir: str) -> str:
     """A local model directory: a freshly written tiny model, or the bundled model."""
     if tiny:
-        from verl.utils.models.tiny import make_tiny_model_dir
+        from verl.models.tiny import make_tiny_model_dir
 
         target = os.path.join(output_dir, "tiny_model")
         if not os.path.isdir(target):
             make_tiny_model_dir(target)
         return target
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     return resolve_model_path(BUNDLED)
 

@@ -22,8 +22,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine 
 from vllm import LLM  # noqa: E402
 
 from verl import PPOTrainer, vLLMActor  # noqa: E402
-from verl.utils.models.loader import resolve_model_path  # noqa: E402
-from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir  # noqa: E402
+from verl.models.loader import resolve_model_path  # noqa: E402
+from verl.models.tiny import TinyModelSpec, make_tiny_model_dir  # noqa: E402
 
 if args.tiny:  # vLLM's CPU attention needs a head dim of at least 32
     spec = TinyModelSpec(hidden_size=128, num_attention_heads=2, num_key_value_heads=2, intermediate_size=256)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from verl.utils.dataset.arithmetic import (
+from verl.data.arithmetic_task import (
     SUPPORTED_OPERATIONS,
     ArithmeticTaskConfig,
     generate_arithmetic_splits,

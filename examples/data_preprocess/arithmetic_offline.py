@@ -19,7 +19,7 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verl.utils.dataset.arithmetic import generate_arithmetic_rows
+from verl.data.arithmetic_task import generate_arithmetic_rows
 
 
 def _near_miss(answer: int, rng: random.Random) -> int:

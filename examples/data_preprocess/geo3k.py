@@ -8,7 +8,7 @@ Without a local path the raw data comes from ``datasets.load_dataset("hiyouga/ge
 files (``.parquet``/``.jsonl``, e.g. the ``data/train-*.parquet`` of ``hf download hiyouga/geometry3k --repo-type
 dataset``). Raw columns: ``problem`` (text with an ``<image>`` placeholder), ``answer``, ``images`` (a list).
 
-Output rows: data_source ``hiyouga/geometry3k`` (scored by :mod:`verl.utils.reward_score.geo3k`), the problem plus
+Output rows: data_source ``hiyouga/geometry3k`` (scored by :mod:`verl.rewards.geo3k`), the problem plus
 the instruction below as the user message (its ``<image>`` placeholders kept: ``RLHFDataset`` turns them into the
 chat template's image parts), ``images`` as ``{"bytes": <png>}`` dicts, the answer as ground truth. Train with
 ``examples/grpo_trainer/run_qwen2_5_vl-7b.sh``; see docs/vision_language.md.
@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Load the raw splits, convert them and write ``train.parquet`` / ``test.parquet``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    from verl.utils.dataset.raw_splits import load_raw_splits, save_splits
-    from verl.utils.models.hub import HubPathError
+    from verl.data.raw_splits import load_raw_splits, save_splits
+    from verl.models.hub import HubPathError
 
     try:
         raw = load_raw_splits(

@@ -49,7 +49,7 @@ def check_records(records: list[dict[str, Any]], source: str) -> list[dict[str, 
 
 def read_records(path: str) -> list[dict[str, Any]]:
     """Read ``question``/``answer`` records from a local .parquet or .jsonl file (errors name the file and line)."""
-    from verl.utils.dataset.raw_splits import read_local_records
+    from verl.data.raw_splits import read_local_records
 
     return check_records(read_local_records(path), path)
 
@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Load the raw splits, convert them and write ``train.parquet`` / ``test.parquet``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    from verl.utils.dataset.raw_splits import load_raw_splits, save_splits
-    from verl.utils.models.hub import HubPathError
+    from verl.data.raw_splits import load_raw_splits, save_splits
+    from verl.models.hub import HubPathError
 
     try:
         raw = load_raw_splits(

@@ -27,7 +27,7 @@ INSTRUCTION = "Let's think step by step and output the final answer within \\box
 
 def convert_records(records: list[dict[str, Any]], split: str, source: str = "<records>") -> list[dict[str, Any]]:
     """MATH ``problem``/``solution`` records -> rows in verl's schema (ValueError naming the row on bad input)."""
-    from verl.utils.reward_score.math import last_boxed_content
+    from verl.rewards.math import last_boxed_content
 
     if not records:
         raise ValueError(f"MATH data {source} has no rows")
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         "--local_save_dir", "--local_dir", dest="local_save_dir", default="~/data/math", help="output directory"
     )
     args = parser.parse_args(argv)
-    from verl.utils.dataset.raw_splits import load_raw_splits, save_splits
-    from verl.utils.models.hub import HubPathError
+    from verl.data.raw_splits import load_raw_splits, save_splits
+    from verl.models.hub import HubPathError
 
     try:
         raw = load_raw_splits(

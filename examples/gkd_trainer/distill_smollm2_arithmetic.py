@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from verl.api.data import encode_prompts  # noqa: E402
+from verl.data.arithmetic_task import ArithmeticTaskConfig, generate_arithmetic_splits  # noqa: E402
+from verl.models.loader import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
+from verl.rewards.arithmetic import compute_score  # noqa: E402
 from verl.trainer.offline.gkd import GKDTrainer  # noqa: E402
-from verl.utils.dataset.arithmetic import ArithmeticTaskConfig, generate_arithmetic_splits  # noqa: E402
-from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
-from verl.utils.reward_score.arithmetic import compute_score  # noqa: E402
 from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
 
 
@@ -103,7 +103,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     if args.smoke:
-        from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+        from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
         args.teacher = make_tiny_model_dir(os.path.join(args.out, "teacher"), TinyModelSpec(num_hidden_layers=3))
         args.drop_layers, args.steps, args.train_size, args.eval_size, args.batch_size = 1, 2, 8, 8, 4

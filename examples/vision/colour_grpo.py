@@ -1,9 +1,9 @@
 """GRPO with images on CPU: a tiny random Qwen2-VL learns to tell red images from blue ones.
 
 Every prompt reads ``<image>What colour is the image?``; only the image differs, so the reward
-(:mod:`verl.utils.reward_score.colour`, about 0.5 for a random policy) rises only if the policy reads the image.
-The script writes the tiny model (:mod:`verl.utils.models.tiny_vlm`) and the train/validation parquet files
-(:mod:`verl.utils.dataset.synthetic_vision`) under ``--workdir``, then runs ``python -m verl.trainer.main_ppo``
+(:mod:`verl.rewards.colour`, about 0.5 for a random policy) rises only if the policy reads the image.
+The script writes the tiny model (:mod:`verl.models.tiny_vlm`) and the train/validation parquet files
+(:mod:`verl.data.synthetic_vision`) under ``--workdir``, then runs ``python -m verl.trainer.main_ppo``
 in-process with the overrides below; any further ``key=value`` arguments are passed on.
 
     python examples/vision/colour_grpo.py --workdir /tmp/colour_grpo trainer.total_training_steps=30
@@ -20,8 +20,8 @@ import sys
 
 def prepare(workdir: str, seed: int = 0) -> dict[str, str]:
     """Write the tiny VLM and the parquet files under ``workdir`` (once); returns their paths."""
-    from verl.utils.dataset.synthetic_vision import write_colour_parquet
-    from verl.utils.models.tiny_vlm import make_tiny_vlm
+    from verl.data.synthetic_vision import write_colour_parquet
+    from verl.models.tiny_vlm import make_tiny_vlm
 
     paths = {
         "model": os.path.join(workdir, "tiny_qwen2_vl"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.data.rl_dataset import RLHFDataset
 
 
 class DifficultyTaggedDataset(RLHFDataset):

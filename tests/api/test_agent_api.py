@@ -12,10 +12,10 @@ from verl import PPOTrainer
 from verl.api.agents import resolve_agent_options
 from verl.api.models import Actor
 from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput
+from verl.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.tools.base_tool import BaseTool
 from verl.tools.calculator_tool import CalculatorTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 
 TEMPLATE = (
     "{% if tools %}<|system|>{{ tools | tojson }}\n{% endif %}"

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 from verl import PPOTrainer, RewardModel
 from verl.api.dataflow import Pipeline, ppo_update
 from verl.api.models import Actor
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 
 CONFIG = {
     "batch_size": 2,

@@ -142,7 +142,7 @@ def test_accuracy_evaluator_counts_correct_greedy_answers(byte_tokenizer):
 
 
 def test_reward_evaluator_uses_the_reward_manager(byte_tokenizer):
-    from verl.utils.reward_score import default_compute_score
+    from verl.rewards import default_compute_score
     from verl.workers.reward_manager.naive import NaiveRewardManager
 
     wg = ScriptedActorGroup(byte_tokenizer, RESPONSES)

@@ -10,10 +10,10 @@ import torch
 from verl import PPOTrainer
 from verl.api.models import Actor
 from verl.api.ppo import build_ppo_config
+from verl.models.tiny import make_tiny_causal_lm
 from verl.trainer import BaseAlgorithm, BaseTrainer
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
 from verl.utils.evaluation import Evaluator
-from verl.utils.models.tiny import make_tiny_causal_lm
 
 FAST = {
     "batch_size": 2,

@@ -8,9 +8,9 @@ import torch
 from verl import PPOTrainer
 from verl.api.models import Actor
 from verl.api.ppo import build_ppo_config
+from verl.models.tiny import make_tiny_causal_lm
 from verl.trainer.config import ConfigError
 from verl.trainer.ppo.core_algos import AdaptiveKLController, get_kl_controller
-from verl.utils.models.tiny import make_tiny_causal_lm
 
 DOC_BLOCK = {"type": "adaptive", "target_kl": 0.05, "kl_coef": 0.5, "kl_coef_max": 1.0}
 

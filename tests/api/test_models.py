@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForSequenceClassification
 
 from verl.api.models import Actor, ActorModel, CriticModel, RewardModel, load_generic_weights
-from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
+from verl.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 
 
 class CharLM(ActorModel):

@@ -13,8 +13,8 @@ import torch
 from verl import CriticModel, DataProvider, PPOTrainer
 from verl.api.models import Actor
 from verl.api.ppo import build_ppo_config
+from verl.models.tiny import make_tiny_causal_lm
 from verl.trainer.config import ConfigError
-from verl.utils.models.tiny import make_tiny_causal_lm
 
 FAST = {
     "max_new_tokens": 4,

@@ -9,8 +9,8 @@ import torch
 
 from verl import PPOTrainer, ReplayBuffer, RewardModel, RolloutWorker
 from verl.api.models import Actor
+from verl.models.tiny import make_tiny_causal_lm
 from verl.protocol import DataProto
-from verl.utils.models.tiny import make_tiny_causal_lm
 
 CONFIG = {
     "batch_size": 2,

@@ -12,8 +12,8 @@ import torch
 
 from verl import CriticModel, DataProvider, PPOTrainer
 from verl.api.models import Actor
-from verl.utils.checkpoint.layout import COMPLETE_MARKER, find_latest_ckpt_path
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.checkpoint.layout import COMPLETE_MARKER, find_latest_ckpt_path
+from verl.models.tiny import make_tiny_causal_lm
 
 PROMPTS = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op"]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from verl import PPOTrainer
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 
 
 def _first_a_reward(prompts: list[str], responses: list[str]) -> list[float]:
@@ -54,7 +54,7 @@ def test_vllm_actor_wraps_existing_engine(tmp_path, monkeypatch):
     from vllm import LLM
 
     from verl import vLLMActor
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
     # vLLM's CPU attention needs a head dim of at least 32
     spec = TinyModelSpec(hidden_size=128, num_attention_heads=2, num_key_value_heads=2, intermediate_size=256)

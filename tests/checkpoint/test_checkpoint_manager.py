@@ -1,5 +1,5 @@
-"""Tests of verl/utils/checkpoint/checkpoint_manager.py (RNG, extra state, HF saves, safe loading) and
-verl/utils/checkpoint/optimizer_state.py (optimizer state keyed by parameter names)."""
+"""Tests of verl/checkpoint/checkpoint_manager.py (RNG, extra state, HF saves, safe loading) and
+verl/checkpoint/optimizer_state.py (optimizer state keyed by parameter names)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from verl.utils.checkpoint.checkpoint_manager import (
+from verl.checkpoint.checkpoint_manager import (
     extra_state_filename,
     get_rng_state,
     load_extra_state,
@@ -22,8 +22,8 @@ from verl.utils.checkpoint.checkpoint_manager import (
     save_model_hf,
     set_rng_state,
 )
-from verl.utils.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
-from verl.utils.checkpoint.sharded_state import ShardReader, load_state_shards, save_state_shards
+from verl.checkpoint.optimizer_state import load_optimizer_shards, save_optimizer_shards
+from verl.checkpoint.sharded_state import ShardReader, load_state_shards, save_state_shards
 
 
 def _draw() -> tuple[torch.Tensor, np.ndarray, float, float]:
@@ -161,7 +161,7 @@ def test_safe_load_refuses_pickled_objects_and_names_missing(tmp_path) -> None:
 def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(tokenizer=byte_tokenizer)
     gathered = {k: v.clone() for k, v in model.state_dict().items()}
@@ -181,7 +181,7 @@ def test_save_model_hf_roundtrip(tmp_path, byte_tokenizer) -> None:
 def test_save_model_hf_tied_weights_stored_once(tmp_path, byte_tokenizer) -> None:
     from transformers import AutoModelForCausalLM
 
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     model = make_tiny_causal_lm(TinyModelSpec(arch="qwen2", tie_word_embeddings=True), tokenizer=byte_tokenizer)
     gathered = {k: v.clone() for k, v in model.state_dict().items()}  # gathered copies: no shared storage

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from verl.utils.checkpoint.finished import finished_checkpoint, finished_run_message
-from verl.utils.checkpoint.layout import finalize_checkpoint
+from verl.checkpoint.finished import finished_checkpoint, finished_run_message
+from verl.checkpoint.layout import finalize_checkpoint
 
 
 def _save(root, step: int) -> str:

@@ -1,4 +1,4 @@
-"""Tests of verl/utils/checkpoint/fsdp_checkpoint_manager.py (a role directory: shards, extra state, ``huggingface/``,
+"""Tests of verl/checkpoint/fsdp_checkpoint_manager.py (a role directory: shards, extra state, ``huggingface/``,
 ``lora_adapter/``) on a plain tiny causal LM, on FSDP2 with one rank and with LoRA; and of
 ``layout.atomic_step_dir`` over two gloo ranks."""
 
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from verl.utils.checkpoint.fsdp_checkpoint_manager import ALL_CONTENTS, FSDPCheckpointManager
+from verl.checkpoint.fsdp_checkpoint_manager import ALL_CONTENTS, FSDPCheckpointManager
 
 IDS = torch.tensor([[257, 10, 20, 30, 40, 50]])
 
@@ -34,7 +34,7 @@ def _optimize(model: torch.nn.Module):
 
 
 def _setup(tokenizer, seed: int, tied: bool = False):
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     spec = TinyModelSpec(arch="qwen2", tie_word_embeddings=True) if tied else None
     model = make_tiny_causal_lm(spec, tokenizer=tokenizer, seed=seed)
@@ -52,7 +52,7 @@ def _assert_equal_states(got: dict[str, torch.Tensor], want: dict[str, torch.Ten
 
 
 def test_files_written_and_bit_exact_resume(tmp_path, byte_tokenizer) -> None:
-    from verl.utils.checkpoint.layout import finalize_checkpoint, find_latest_ckpt_path
+    from verl.checkpoint.layout import finalize_checkpoint, find_latest_ckpt_path
 
     model, opt, sched = _setup(byte_tokenizer, seed=0)
     _step(model, opt, sched)
@@ -170,7 +170,7 @@ def test_fsdp2_tiny_lm_single_rank(tmp_path, single_rank_group, byte_tokenizer) 
 
 
 def _lora_setup(tokenizer, seed: int):
-    from verl.utils.models.lora import apply_lora
+    from verl.models.lora import apply_lora
 
     model, _, _ = _setup(tokenizer, seed=seed)
     model = apply_lora(model, lora_rank=2, lora_alpha=8, target_modules=["q_proj", "v_proj"])
@@ -230,7 +230,7 @@ def _free_port() -> int:
 
 
 def _atomic_step_dir_rank(rank: int, world: int, port: int, root: str) -> None:
-    from verl.utils.checkpoint.layout import atomic_step_dir
+    from verl.checkpoint.layout import atomic_step_dir
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     dist.init_process_group("gloo", rank=rank, world_size=world)

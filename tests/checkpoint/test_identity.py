@@ -1,4 +1,4 @@
-"""Tests of verl/utils/checkpoint/identity.py and the identity checks of layout.py: what a checkpoint records about
+"""Tests of verl/checkpoint/identity.py and the identity checks of layout.py: what a checkpoint records about
 the run that wrote it, and which checkpoints a run refuses to resume."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import os
 
 import pytest
 
-from verl.trainer.config import ConfigError
-from verl.utils.checkpoint.identity import (
+from verl.checkpoint.identity import (
     CheckpointMismatchError,
     check_resume_identity,
     compare_identities,
@@ -19,7 +18,7 @@ from verl.utils.checkpoint.identity import (
     model_fingerprint_from_path,
     read_identity,
 )
-from verl.utils.checkpoint.layout import (
+from verl.checkpoint.layout import (
     COMPLETE_MARKER,
     check_checkpoint_root,
     finalize_checkpoint,
@@ -27,6 +26,7 @@ from verl.utils.checkpoint.layout import (
     resolve_resume_path,
     write_complete_marker,
 )
+from verl.trainer.config import ConfigError
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 259, "hidden_size": 64}
 QWEN = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 259, "hidden_size": 64}
@@ -87,7 +87,7 @@ def test_fingerprint_from_path_reads_config_and_safetensors_headers_only(tiny_mo
 
 def test_fingerprint_from_module_sees_through_the_api_wrappers(byte_tokenizer) -> None:
     from verl.api.models import ActorModel, CriticModel
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(tokenizer=byte_tokenizer)
     plain = model_fingerprint_from_module(model)

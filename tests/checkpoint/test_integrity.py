@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from verl.utils.checkpoint.integrity import CheckpointCorruptError, compute_checksums, remove_stale_temp_dirs
-from verl.utils.checkpoint.layout import (
+from verl.checkpoint.integrity import CheckpointCorruptError, compute_checksums, remove_stale_temp_dirs
+from verl.checkpoint.layout import (
     COMPLETE_MARKER,
     TRACKER_FILENAME,
     checkpoint_problems,

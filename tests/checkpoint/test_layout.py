@@ -1,4 +1,4 @@
-"""Tests of verl/utils/checkpoint/layout.py: tracker, latest checkpoint, retention, resume resolution."""
+"""Tests of verl/checkpoint/layout.py: tracker, latest checkpoint, retention, resume resolution."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from verl.utils.checkpoint.layout import (
+from verl.checkpoint.layout import (
     COMPLETE_MARKER,
     TRACKER_FILENAME,
     checkpoint_root,

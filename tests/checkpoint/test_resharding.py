@@ -24,8 +24,8 @@ def _free_port() -> int:
 
 
 def _model_and_optimizer(fsdp_size: int = -1):
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
     from verl.utils import fsdp_utils
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     # qwen2 with tied embeddings: an aliased weight; vocab 259 and hidden 64 split unevenly over 3 and 4 ranks
     model = make_tiny_causal_lm(TinyModelSpec(arch="qwen2", tie_word_embeddings=True), seed=0)
@@ -73,7 +73,7 @@ def _run(rank: int, world: int, port: int, phase: str, ckpt: str, out: str, fsdp
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+        from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
         model, optimizer, scheduler = _model_and_optimizer(fsdp_size)
         manager = FSDPCheckpointManager(model, optimizer, scheduler)
@@ -133,7 +133,7 @@ def saved(tmp_path_factory) -> tuple[str, dict]:
 
 
 def test_every_rank_writes_its_own_shards(saved) -> None:
-    from verl.utils.checkpoint.sharded_state import ShardReader
+    from verl.checkpoint.sharded_state import ShardReader
 
     ckpt, _ = saved
     files = sorted(os.listdir(ckpt))

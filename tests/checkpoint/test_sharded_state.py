@@ -1,4 +1,4 @@
-"""Tests of verl/utils/checkpoint/sharded_state.py: per-rank shard files with their index in the safetensors header,
+"""Tests of verl/checkpoint/sharded_state.py: per-rank shard files with their index in the safetensors header,
 block reads across pieces, and the errors a damaged or mismatched checkpoint raises."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from verl.utils.checkpoint.sharded_state import (
+from verl.checkpoint.sharded_state import (
     SHARD_FORMAT,
     ShardReader,
     has_shards,

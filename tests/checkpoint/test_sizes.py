@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl.utils.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
+from verl.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
 
 
 def _write(path: Path, size: int) -> None:

@@ -10,7 +10,7 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from verl.utils.dataset.arithmetic import (
+from verl.data.arithmetic_task import (
     ArithmeticTaskConfig,
     generate_arithmetic_rows,
     generate_arithmetic_splits,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl.utils.dataset.dataloader import StatefulDataLoader
-from verl.utils.dataset.sampler import ResumableSampler, create_rl_sampler
+from verl.data.dataloader import StatefulDataLoader
+from verl.data.sampler import ResumableSampler, create_rl_sampler
 
 
 class _Squares(torch.utils.data.Dataset):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+from verl.data.rl_dataset import RLHFDataset, collate_fn
 
 TEMPLATE_OVERHEAD = len("<|user|>") + len("\n") + len("<|assistant|>")  # byte tokenizer: 1 token per byte
 
@@ -80,7 +80,7 @@ def test_raw_content_without_chat_template(tmp_path, byte_tokenizer):
 
 
 def test_no_pad_token_uses_eos(tmp_path):
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     tok = make_byte_tokenizer(with_pad=False)
     assert tok.pad_token_id is None
@@ -186,7 +186,7 @@ def test_collate_fn_types(tmp_path, byte_tokenizer):
 
 
 def test_bundled_arithmetic_loads(byte_tokenizer):
-    from verl.utils.dataset.bundled import resolve_data_path
+    from verl.data.bundled import resolve_data_path
 
     train = resolve_data_path("bundled://arithmetic/train.parquet")
     test = resolve_data_path("bundled://arithmetic/test.parquet")

@@ -120,7 +120,7 @@ def test_math_local_copy_and_boxed_ground_truth(tmp_path):
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["2", "\\frac{1}{2}"]
     assert rows[0]["data_source"] == "DigitalLearningGmbH/MATH-lighteval"
     assert rows[0]["extra_info"] == {"split": "train", "index": 0, "level": "Level 1", "type": "Algebra"}
-    from verl.utils.reward_score import default_compute_score
+    from verl.rewards import default_compute_score
 
     assert default_compute_score(rows[1]["data_source"], "so \\boxed{1/2}", rows[1]["reward_model"]["ground_truth"])
     with pytest.raises(ValueError, match=r"x row 0: solution has no \\boxed"):

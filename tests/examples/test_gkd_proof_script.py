@@ -30,7 +30,7 @@ def test_drop_layers_by_index_keeps_the_others_in_order(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "examples", "gkd_trainer"))
     from distill_smollm2_arithmetic import drop_layers
 
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     model = make_tiny_causal_lm(TinyModelSpec(num_hidden_layers=5))
     layers = list(model.model.layers)

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.utils.flops_counter import forward_flops, matmul_parameters, mfu, model_matmul_shapes, training_flops
-from verl.utils.hardware import peak as peak_module
-from verl.utils.hardware.peak import (
+from verl.hardware import peak as peak_module
+from verl.hardware.flops_counter import forward_flops, matmul_parameters, mfu, model_matmul_shapes, training_flops
+from verl.hardware.peak import (
     device_peak_flops,
     gpu_table_peak,
     measure_matmul_flops,
@@ -47,7 +47,7 @@ def test_training_and_forward_flops_by_hand() -> None:
 
 def test_matches_a_real_transformers_model_parameter_count() -> None:
     """N equals the model's linear-layer weights (tiny Qwen2 with q/k/v biases: biases are not matmul work)."""
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm()
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
@@ -163,7 +163,7 @@ def test_probe_is_cached_per_device_dtype_shapes_and_threads(monkeypatch) -> Non
 def test_tiny_model_step_mfu_is_within_0_and_1() -> None:
     """A real fp32 forward + backward + AdamW step of a small Llama on the CPU, with this process's threads: its
     model FLOPs over its time and the peak measured at its own matmul shapes give an MFU in (0, 1]."""
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     spec = TinyModelSpec(hidden_size=256, intermediate_size=1024, num_attention_heads=4, vocab_size=2048)
     model = make_tiny_causal_lm(spec)

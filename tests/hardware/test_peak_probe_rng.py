@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.utils.hardware import peak
+from verl.hardware import peak
 
 
 def test_probe_does_not_draw_from_the_global_generator(monkeypatch) -> None:

@@ -7,8 +7,8 @@ import logging
 import pytest
 import torch
 
-from verl.utils.hardware import precision
-from verl.utils.hardware.precision import (
+from verl.hardware import precision
+from verl.hardware.precision import (
     CpuBf16Features,
     cpu_precision,
     precision_for,

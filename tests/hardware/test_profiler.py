@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from verl.hardware.profiler import StepProfiler, dump_step_debug, tensor_summary
 from verl.protocol import DataProto
-from verl.utils.profiler import StepProfiler, dump_step_debug, tensor_summary
 
 
 def _work() -> None:

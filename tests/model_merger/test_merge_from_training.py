@@ -15,12 +15,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.model_merger.__main__ import main as merger_main
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 RESPONSE_LENGTH = 8
 STEPS = 4

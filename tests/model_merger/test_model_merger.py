@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from verl.checkpoint.checkpoint_manager import save_model_hf
+from verl.checkpoint.sharded_state import save_state_shards
 from verl.model_merger import merge_checkpoint
 from verl.model_merger.__main__ import main as merger_main
-from verl.utils.checkpoint.checkpoint_manager import save_model_hf
-from verl.utils.checkpoint.sharded_state import save_state_shards
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 
 PROMPT = torch.tensor([[257, 72, 101, 108, 108, 111]])  # <bos> "Hello"
 
@@ -26,7 +26,7 @@ def _greedy(model: torch.nn.Module) -> list[int]:
 
 def _save_shards(state: dict[str, torch.Tensor], path: str, world_size: int = 2) -> None:
     """The model shards of a save on ``world_size`` ranks holding plain (replicated) tensors: rank 0 writes them,
-    the others empty files (real FSDP2 blocks: tests/utils/checkpoint/test_resharding.py)."""
+    the others empty files (real FSDP2 blocks: tests/checkpoint/test_resharding.py)."""
     for rank in range(world_size):
         save_state_shards(state, path, "model", rank=rank, world_size=world_size)
 

@@ -1,4 +1,4 @@
-"""Models from the hub (verl.utils.models.hub) against a fake Hugging Face hub on 127.0.0.1: download, file selection,
+"""Models from the hub (verl.models.hub) against a fake Hugging Face hub on 127.0.0.1: download, file selection,
 revisions, the cache, gated and missing repos, and the one-line errors of the entry points. No real network."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from verl.models import hub
+from verl.models.hub import HubId, ModelPathError, parse_hub_id, select_model_files
 from verl.trainer import run_paths
 from verl.trainer.config.validation import ConfigError
-from verl.utils.models import hub
-from verl.utils.models.hub import HubId, ModelPathError, parse_hub_id, select_model_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -206,7 +206,7 @@ def test_file_selection_prefers_safetensors_and_skips_other_formats():
 
 # ------------------------------------------------------------------------------------------------ fake hub, in process
 def test_download_fetches_only_what_a_model_needs_and_loads(fake_hub, tiny_model_dir, capsys):
-    from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from verl.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
 
     commit = fake_hub.add("tiny-org/tiny-llama", tiny_repo_files(tiny_model_dir))
     path = resolve_model_path("tiny-org/tiny-llama")
@@ -226,7 +226,7 @@ def test_download_fetches_only_what_a_model_needs_and_loads(fake_hub, tiny_model
 
 
 def test_revision_is_downloaded_and_cached_separately(fake_hub, tiny_model_dir):
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     files = tiny_repo_files(tiny_model_dir)
     main_commit = fake_hub.add("tiny-org/rev", files)
@@ -249,7 +249,7 @@ def test_revision_is_downloaded_and_cached_separately(fake_hub, tiny_model_dir):
     ],
 )
 def test_unobtainable_models_fail_in_one_line(fake_hub, setup, expected):
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     if setup == "gated":
         fake_hub.gated.add("tiny-org/x")
@@ -335,7 +335,7 @@ def test_subprocess_download_through_hf_endpoint_and_hf_home(tmp_path, tiny_mode
     with FakeHub() as server:
         commit = server.add("tiny-org/env", tiny_repo_files(tiny_model_dir))
         code = (
-            "from verl.utils.models.loader import resolve_model_path, load_causal_lm\n"
+            "from verl.models.loader import resolve_model_path, load_causal_lm\n"
             "p = resolve_model_path('tiny-org/env'); load_causal_lm(p); print(p)\n"
         )
         env = _env(HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hfhome"), HF_HUB_DISABLE_PROGRESS_BARS="1")

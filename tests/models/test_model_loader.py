@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.trainer.config.validation import ConfigError
-from verl.utils.models import loader as model_loader
-from verl.utils.models.loader import (
+from verl.models import loader as model_loader
+from verl.models.loader import (
     BUNDLED_MODELS,
     forward_logits,
     forward_values,
@@ -22,7 +21,8 @@ from verl.utils.models.loader import (
     load_value_model,
     resolve_model_path,
 )
-from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
+from verl.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
+from verl.trainer.config.validation import ConfigError
 
 BUNDLED = "smollm2-135m-instruct"
 
@@ -33,7 +33,7 @@ def test_unknown_paths_name_the_path_and_list_the_bundled_models(bad, monkeypatc
     def no_hub(*args, **kwargs):
         raise AssertionError("a path-like or single-word name must not be looked up on the hub")
 
-    monkeypatch.setattr("verl.utils.models.hub.resolve_hub_model", no_hub)
+    monkeypatch.setattr("verl.models.hub.resolve_hub_model", no_hub)
     with pytest.raises(FileNotFoundError) as info:
         resolve_model_path(bad)
     message = str(info.value)

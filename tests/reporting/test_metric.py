@@ -1,4 +1,4 @@
-"""verl.utils.metric.reduce_metrics: verl's max/min-by-name rule, weights and explicit strategies."""
+"""verl.reporting.metric.reduce_metrics: verl's max/min-by-name rule, weights and explicit strategies."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from verl.reporting.metric import reduce_metrics, weighted_mean
 from verl.trainer.ppo import metric_utils
-from verl.utils.metric import reduce_metrics, weighted_mean
 
 
 def test_reduce_by_name() -> None:

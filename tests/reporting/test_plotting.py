@@ -1,4 +1,4 @@
-"""Tests of verl/utils/tracking/plotting.py."""
+"""Tests of verl/reporting/plotting.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from verl.utils.tracking.plotting import (
+from verl.reporting.plotting import (
     TRAINER_KINDS,
     MetricsFileError,
     collect_series,

@@ -7,11 +7,11 @@ import io
 import threading
 import time
 
+from verl.reporting import ProgressBar, Tracking
+from verl.reporting.backends import TRUNCATION_HINT_AT
+from verl.reporting.phase import Heartbeat, current_phase, phase
+from verl.reporting.progress import format_duration
 from verl.trainer.ppo.metric_utils import marked_timer
-from verl.utils.tracking import ProgressBar, Tracking
-from verl.utils.tracking.backends import TRUNCATION_HINT_AT
-from verl.utils.tracking.phase import Heartbeat, current_phase, phase
-from verl.utils.tracking.progress import format_duration
 
 
 def test_phases_nest_and_step_timers_are_phases() -> None:
@@ -106,7 +106,7 @@ def test_distillation_shows_the_task_score_apart(capsys) -> None:
 def test_dropped_rows_notice_names_the_case(tmp_path, caplog) -> None:
     import logging
 
-    from verl.utils.tracking.backends import drop_rows_after
+    from verl.reporting.backends import drop_rows_after
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "metrics": {}}\n')

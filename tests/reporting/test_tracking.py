@@ -1,4 +1,4 @@
-"""Tests of verl/utils/tracking/: backends, value conversion, progress bar, rollout dumps."""
+"""Tests of verl/reporting/: backends, value conversion, progress bar, rollout dumps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl.utils.tracking import ProgressBar, Tracking, dump_rollout_jsonl, to_scalar
+from verl.reporting import ProgressBar, Tracking, dump_rollout_jsonl, to_scalar
 
 
 def _read_jsonl(path: str) -> list[dict]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.reward_score.judge import (
+from verl.rewards.judge import (
     HFJudgeBackend,
     JudgeError,
     JudgeParseError,
@@ -20,7 +20,7 @@ from verl.utils.reward_score.judge import (
     pairwise_parser,
     pointwise_parser,
 )
-from verl.utils.reward_score.judge.templates import check_template
+from verl.rewards.judge.templates import check_template
 
 # the scripted endpoint: the ``judge_server`` fixture of tests/conftest.py (also used by the agent-loop tests)
 
@@ -128,7 +128,7 @@ class _ScriptedJudgeLM(torch.nn.Module):
 
 
 def test_hf_backend_in_process_judge():
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     tok = make_byte_tokenizer()
     module = _ScriptedJudgeLM(tok.eos_token_id, len(tok))
@@ -165,7 +165,7 @@ def _rule(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_reward_manager_weights_extras_and_skip(judge_server):
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
     from verl.workers.reward_manager import get_reward_manager_cls
 
     tok = make_byte_tokenizer()
@@ -186,8 +186,8 @@ def test_reward_manager_weights_extras_and_skip(judge_server):
 def test_reward_manager_pairwise_uses_uid_and_loads_from_config(judge_server):
     from omegaconf import OmegaConf
 
+    from verl.models.tiny import make_byte_tokenizer
     from verl.trainer.ppo.reward import check_reward_endpoints, load_reward_manager
-    from verl.utils.models.tiny import make_byte_tokenizer
     from verl.workers.reward_manager import JudgeRewardManager
 
     tok = make_byte_tokenizer()
@@ -217,7 +217,7 @@ def test_judge_defaults_have_one_home() -> None:
     """The judge's constructors default to JudgeConfig's fields, and build_judge completes a partial section from it."""
     import inspect
 
-    from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
+    from verl.rewards.judge import LLMJudge, OpenAIJudgeBackend
     from verl.workers.config import JudgeConfig
     from verl.workers.reward_manager.judge import build_judge
 

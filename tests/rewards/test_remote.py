@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from verl.utils.reward_score.remote import RemoteRewardClient, RemoteRewardError, make_remote_compute_score
+from verl.rewards.remote import RemoteRewardClient, RemoteRewardError, make_remote_compute_score
 
 
 class _State:

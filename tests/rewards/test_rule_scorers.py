@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from verl.utils.reward_score import default_compute_score, gsm8k
-from verl.utils.reward_score import math as math_score
-from verl.utils.reward_score.arithmetic import compute_score as arith_score
-from verl.utils.reward_score.arithmetic import extract_last_number
+from verl.rewards import default_compute_score, gsm8k
+from verl.rewards import math as math_score
+from verl.rewards.arithmetic import compute_score as arith_score
+from verl.rewards.arithmetic import extract_last_number
 
 
 # ----------------------------------------------------------------------------------------------- gsm8k

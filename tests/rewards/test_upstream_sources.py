@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from verl.utils.reward_score import (
+from verl.rewards import (
     CODE_SOURCES,
     KNOWN_DATA_SOURCES,
     NUMINA_SOURCES,

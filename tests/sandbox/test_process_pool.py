@@ -12,7 +12,7 @@ import time
 import cloudpickle
 import pytest
 
-from verl.utils.sandbox.process_pool import PoolTaskError, ProcessPool
+from verl.sandbox.process_pool import PoolTaskError, ProcessPool
 
 # The workers get this module's functions by value, so they need not import the test module (and pytest).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -132,7 +132,7 @@ def test_workers_exit_when_the_caller_dies_without_closing_the_pool(tmp_path):
     script = textwrap.dedent(
         f"""
         import json, os, threading, time
-        from verl.utils.sandbox.process_pool import ProcessPool
+        from verl.sandbox.process_pool import ProcessPool
 
         def slow(x):
             time.sleep(60)

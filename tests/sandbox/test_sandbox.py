@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from verl.utils.reward_score import code_exec
-from verl.utils.sandbox import run_python_sandboxed
+from verl.rewards import code_exec
+from verl.sandbox import run_python_sandboxed
 from verl.utils.security import SecurityPolicy, UnsafeOperationError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX resource limits (Linux)")
@@ -296,7 +296,7 @@ print(done.stdout.strip() or done.stderr.strip().splitlines()[-1])
 
 
 def test_sandbox_support_names_what_is_missing(monkeypatch):
-    import verl.utils.sandbox.jail as sandbox
+    import verl.sandbox.jail as sandbox
 
     sandbox.sandbox_support.cache_clear()
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)

@@ -21,7 +21,7 @@ def _png(rgb=(200, 10, 10), size=(40, 30)) -> bytes:
 
 @pytest.fixture(scope="module")
 def vlm_server(tmp_path_factory, start_server):
-    from verl.utils.models.tiny_vlm import make_tiny_vlm
+    from verl.models.tiny_vlm import make_tiny_vlm
 
     root = tmp_path_factory.mktemp("serve_vlm")
     make_tiny_vlm("qwen2_vl", save_dir=str(root / "model"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
+from verl.rewards.judge import LLMJudge, OpenAIJudgeBackend
 from verl.serve import ServeConfig
-from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
 
 
 def test_judge_talks_to_verl_serve(tiny_model_dir, start_server):

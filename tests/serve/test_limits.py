@@ -21,7 +21,7 @@ from verl.serve import ServeConfig
 @pytest.fixture(scope="module")
 def long_context_model_dir(tmp_path_factory) -> str:
     """A tiny Llama with a 4096-token context: a 3000-token greedy answer takes seconds (it never emits EOS)."""
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
     spec = TinyModelSpec(max_position_embeddings=4096, num_hidden_layers=4, hidden_size=128, intermediate_size=256)
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_4k")), spec=spec)
@@ -164,8 +164,8 @@ def test_lora_adapter_is_served(tiny_model_dir, tmp_path, start_server, byte_tok
 def test_a_training_checkpoint_is_served_merged(tiny_model_dir, tmp_path, byte_tokenizer):
     from transformers import AutoModelForCausalLM
 
+    from verl.checkpoint import FSDPCheckpointManager
     from verl.serve.engine import resolve_model_source
-    from verl.utils.checkpoint import FSDPCheckpointManager
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():

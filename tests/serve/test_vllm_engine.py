@@ -9,8 +9,8 @@ import importlib.util
 import httpx
 import pytest
 
+from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 from verl.serve import ServeConfig
-from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
 
 pytestmark = [
     pytest.mark.vllm,

@@ -123,7 +123,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_two_rank_ray_run_listens_on_loopback_only(tiny_model_dir: str, tmp_path: Path) -> None:
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 
     train, _ = generate_arithmetic_splits(train_size=4, test_size=0, seed=3)
     write_parquet(train, str(tmp_path / "train.parquet"))

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from verl.rewards import sandbox_fusion
+from verl.sandbox import sandbox_support
 from verl.tools.sandbox_fusion_tools import SandboxFusionTool
 from verl.tools.utils.sandbox_fusion_server import make_server, serve_in_thread
 from verl.tools.utils.tool_registry import initialize_tools_from_config
-from verl.utils.reward_score import sandbox_fusion
-from verl.utils.sandbox import sandbox_support
 
 
 @pytest.fixture

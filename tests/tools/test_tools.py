@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from verl.sandbox import sandbox_support
 from verl.tools.calculator_tool import CalculatorError, CalculatorTool, safe_eval
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.tools.utils.bm25 import BM25Index
 from verl.tools.utils.tool_registry import initialize_tools_from_config
-from verl.utils.sandbox import sandbox_support
 
 # verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml, as users have it (its trailing space
 # after "config:" and its long description line included)

@@ -111,7 +111,7 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, capsys):
 
 
 def test_generates_with_a_model_then_scores(tmp_path, tiny_model_dir, capsys):
-    from verl.utils.dataset.arithmetic import generate_arithmetic_rows, write_parquet
+    from verl.data.arithmetic_task import generate_arithmetic_rows, write_parquet
 
     prompts = tmp_path / "prompts.parquet"
     write_parquet(generate_arithmetic_rows(3, seed=1), str(prompts))

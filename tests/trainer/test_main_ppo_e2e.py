@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer import main_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

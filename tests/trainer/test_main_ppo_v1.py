@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.main_ppo import main
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 
 @pytest.mark.slow

@@ -49,10 +49,10 @@ def _config(base: str, model: str, data: str, namespace: str | None, extra: tupl
 
 
 def _build_trainer(cfg):
+    from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.runner import build_datasets
-    from verl.utils.models.loader import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.actor_rollout_ref.model.path)
     train, val, sampler = build_datasets(cfg, tokenizer)
@@ -80,8 +80,8 @@ def _tree(root: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir):
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
     from verl.metrics import MetricsExporter
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
     base = str(tmp_path_factory.mktemp("ns"))
     train, test = generate_arithmetic_splits(8, 2, seed=0)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer import main_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 # a reward that differs between responses: the fraction of ASCII characters
 REWARD_SOURCE = """

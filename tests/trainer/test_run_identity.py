@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer import main_ppo, main_sft
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -81,8 +81,8 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(f"a model or tokenizer was loaded before the checkpoint check: {args[:1]}")
 
+    import verl.models.loader as model_loader
     import verl.trainer.offline.policy_setup as offline_policy_setup
-    import verl.utils.models.loader as model_loader
 
     for module in (model_loader, offline_policy_setup):  # the offline trainers bind the loaders at import
         for name in ("load_tokenizer", "load_causal_lm"):
@@ -215,8 +215,8 @@ def test_python_api_refuses_another_models_checkpoint(byte_tokenizer, tmp_path: 
 
     from verl import PPOTrainer
     from verl.api.models import Actor
-    from verl.utils.checkpoint.identity import CheckpointMismatchError
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.checkpoint.identity import CheckpointMismatchError
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 
     config = {
         "max_new_tokens": 2,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer import main_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 LENGTH_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -85,7 +85,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(f"a model or tokenizer was loaded: {args[:1]}")
 
-    import verl.utils.models.loader as model_loader
+    import verl.models.loader as model_loader
 
     for name in ("load_tokenizer", "load_causal_lm"):
         monkeypatch.setattr(model_loader, name, refuse)
@@ -108,7 +108,7 @@ def test_finished_run_mismatched_resume_and_zero_steps(
 
     # 1. the same command again: one line, exit 0, no model loaded, nothing rewritten
     with monkeypatch.context() as m:
-        import verl.utils.models.loader as model_loader
+        import verl.models.loader as model_loader
 
         def refuse(*args, **kwargs):
             raise AssertionError("a tokenizer or model was loaded for a finished run")
@@ -126,7 +126,7 @@ def test_finished_run_mismatched_resume_and_zero_steps(
 
     # 2. another batch size where the run would resume: one line naming the key and the run, exit 2, no load
     with monkeypatch.context() as m:
-        import verl.utils.models.loader as model_loader
+        import verl.models.loader as model_loader
 
         m.setattr(model_loader, "load_causal_lm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
         code = main_ppo.main(

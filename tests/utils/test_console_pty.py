@@ -30,7 +30,7 @@ COLS, ROWS = 120, 80
 CHILD = r"""
 import logging, sys, warnings
 from verl.utils.logging_utils import configure_logging
-from verl.utils.tracking import ProgressBar, Tracking
+from verl.reporting import ProgressBar, Tracking
 
 configure_logging()
 warnings.simplefilter("always")

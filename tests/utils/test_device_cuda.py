@@ -45,8 +45,8 @@ def test_one_rank_nccl_all_reduce(nccl_group) -> None:
 
 @cuda
 def test_cuda_memory_metrics_report_the_gpu() -> None:
+    from verl.reporting.prometheus import memory_used_bytes
     from verl.trainer.ppo.metric_utils import memory_metrics
-    from verl.utils.tracking.prometheus import memory_used_bytes
 
     torch.cuda.reset_peak_memory_stats()
     x = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device="cuda")  # 64 MiB
@@ -60,8 +60,8 @@ def test_cuda_memory_metrics_report_the_gpu() -> None:
 def test_hybrid_engine_gather_on_cuda(nccl_group) -> None:
     from torch.distributed.tensor import DTensor
 
+    from verl.models.tiny import make_tiny_causal_lm
     from verl.utils import fsdp_utils
-    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(seed=2).cuda()
     ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1)).cuda()
@@ -79,8 +79,8 @@ def test_hybrid_engine_gather_on_cuda(nccl_group) -> None:
 
 @cuda
 def test_bf16_autocast_training_step_on_cuda() -> None:
-    from verl.utils.hardware.precision import precision_for
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.hardware.precision import precision_for
+    from verl.models.tiny import make_tiny_causal_lm
     from verl.workers.actor.micro_batching import autocast_context
 
     if precision_for("cuda").dtype != torch.bfloat16:

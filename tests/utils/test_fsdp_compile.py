@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from verl.models.tiny import make_tiny_causal_lm
 from verl.utils.fsdp_utils import compile_decoder_layers, resolve_remove_padding
-from verl.utils.models.tiny import make_tiny_causal_lm
 
 
 def test_compile_decoder_layers_keeps_the_model_and_its_outputs() -> None:

@@ -58,7 +58,7 @@ def test_bad_shapes_raise() -> None:
 
 def test_packed_forward_equals_padded_on_tiny_llama() -> None:
     """transformers 5.19 detects packed sequences from restarting position_ids when there is no mask/cache."""
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm().eval()
     gen = torch.Generator().manual_seed(1)

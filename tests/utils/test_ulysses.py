@@ -49,8 +49,8 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _sequence_parallel_cases(rank: int) -> dict[str, float]:
     """Actor log-probs/entropies and critic values, padded and packed, eager and sdpa: split vs unsplit."""
-    from verl.utils.models.loader import load_value_model
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.loader import load_value_model
+    from verl.models.tiny import make_tiny_causal_lm
     from verl.utils.ulysses import enable_ulysses_attention
     from verl.workers.actor.dp_actor import response_logits_forward, sequence_parallel_response_forward
     from verl.workers.critic.dp_critic import response_values_forward, sequence_parallel_values_forward
@@ -109,8 +109,8 @@ def _sharding_cases(rank: int) -> dict[str, float]:
     layered gather yields the same tensors as the full state dict."""
     from torch.distributed.tensor import DTensor
 
+    from verl.models.tiny import make_tiny_causal_lm
     from verl.utils import fsdp_utils
-    from verl.utils.models.tiny import make_tiny_causal_lm
 
     errors: dict[str, float] = {}
     for fsdp_size in (-1, 1):

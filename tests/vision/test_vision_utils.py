@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from verl.utils.dataset.vision_utils import placeholder_content, process_image
-from verl.utils.reward_score.colour import compute_score
+from verl.data.vision_utils import placeholder_content, process_image
+from verl.rewards.colour import compute_score
 
 
 def _png(size=(40, 20), rgb=(1, 2, 3)) -> bytes:
@@ -75,9 +75,9 @@ def test_vllm_requests_send_images_with_raw_prompt_ids() -> None:
 
 
 def test_lora_adapts_only_the_language_model_and_padding_follows_the_text_rule() -> None:
+    from verl.models.lora import apply_lora
+    from verl.models.tiny_vlm import make_tiny_vlm
     from verl.utils.fsdp_utils import resolve_remove_padding
-    from verl.utils.models.lora import apply_lora
-    from verl.utils.models.tiny_vlm import make_tiny_vlm
 
     model, _ = make_tiny_vlm("qwen2_vl")
     assert resolve_remove_padding(None, model) is False  # sdpa: packing would attend one big masked square

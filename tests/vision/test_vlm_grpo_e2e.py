@@ -42,7 +42,7 @@ def test_reward_rises_when_the_policy_reads_the_images_and_the_export_keeps_the_
     from transformers import AutoModelForImageTextToText
 
     from verl.model_merger.base_model_merger import merge_checkpoint
-    from verl.utils.models.vlm import load_processor
+    from verl.models.vlm import load_processor
 
     # the processor (image processor + tokenizer + chat template) is saved with the exported and the merged model
     merged = Path(merge_checkpoint(str(run / "global_step_20" / "actor"), str(tmp_path / "merged")))

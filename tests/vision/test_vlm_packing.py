@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from verl.data.rl_dataset import RLHFDataset, collate_fn
+from verl.data.synthetic_vision import write_colour_parquet
+from verl.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
+from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.protocol import DataProto
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-from verl.utils.dataset.synthetic_vision import write_colour_parquet
-from verl.utils.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
-from verl.utils.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.utils.padding import pack_padded_batch
 from verl.workers.actor.dp_actor import MULTI_MODAL_ROW_KEY, DataParallelPPOActor
 from verl.workers.rollout.hf_rollout import HFRollout

@@ -7,12 +7,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.data.rl_dataset import RLHFDataset, collate_fn
+from verl.data.synthetic_vision import write_colour_parquet
+from verl.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
+from verl.models.vlm import freeze_vision_tower, vision_forward_kwargs
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-from verl.utils.dataset.synthetic_vision import write_colour_parquet
-from verl.utils.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
-from verl.utils.models.vlm import freeze_vision_tower, vision_forward_kwargs
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -75,7 +75,7 @@ def test_dataset_rejects_placeholder_image_mismatch(tmp_path, processor) -> None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from verl.utils.dataset.synthetic_vision import colour_rows
+    from verl.data.synthetic_vision import colour_rows
 
     rows = colour_rows(2)
     rows[1]["prompt"] = [{"role": "user", "content": "no placeholder here"}]

@@ -3,9 +3,9 @@ the processor, the trainer's forward passes them, and the model learns an answer
 
 from __future__ import annotations
 
+from verl.data.synthetic_vision import colour_rows
+from verl.models.tiny_vlm import make_tiny_vlm
 from verl.trainer.offline import SFTTrainer
-from verl.utils.dataset.synthetic_vision import colour_rows
-from verl.utils.models.tiny_vlm import make_tiny_vlm
 
 
 def _rows(swap: bool = False) -> list[dict]:

@@ -18,11 +18,11 @@ import pytest
 import torch
 from PIL import Image
 
-from verl.utils.dataset.rl_dataset import RLHFDataset
-from verl.utils.dataset.synthetic_vision import colour_rows
-from verl.utils.dataset.video_utils import process_video, sample_indices
-from verl.utils.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
-from verl.utils.models.vlm import video_inputs_from_frames, vision_forward_kwargs
+from verl.data.rl_dataset import RLHFDataset
+from verl.data.synthetic_vision import colour_rows
+from verl.data.video_utils import process_video, sample_indices
+from verl.models.tiny_vlm import make_tiny_vlm, make_tiny_vlm_processor
+from verl.models.vlm import video_inputs_from_frames, vision_forward_kwargs
 
 from .test_vlm_rollout_actor import actor_config, prompts_of, rollout_config
 
@@ -143,7 +143,7 @@ def test_dataset_expands_video_placeholders(tmp_path, processor) -> None:
 
 
 def test_dataset_video_errors(tmp_path, processor, monkeypatch) -> None:
-    import verl.utils.dataset.rl_dataset as rl_dataset
+    import verl.data.rl_dataset as rl_dataset
 
     config = {"max_prompt_length": 64}
     movie = tmp_path / "clip.mp4"

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from verl.data.rl_dataset import RLHFDataset, collate_fn
+from verl.data.synthetic_vision import write_colour_parquet
+from verl.models.tiny_vlm import make_tiny_vlm
 from verl.protocol import DataProto
 from verl.single_controller import create_worker_group
 from verl.trainer.config.loader import load_config
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-from verl.utils.dataset.synthetic_vision import write_colour_parquet
-from verl.utils.models.tiny_vlm import make_tiny_vlm
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
 

@@ -302,7 +302,7 @@ def test_critic_values_update_and_deterministic_value_head(tiny_model_dir: str) 
 def tiny_rm_dir(tmp_path_factory) -> str:
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     path = str(tmp_path_factory.mktemp("tiny_rm"))
     tok = make_byte_tokenizer()

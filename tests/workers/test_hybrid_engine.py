@@ -97,8 +97,8 @@ def test_generation_sees_each_update_without_a_sync(tiny_model_dir: str, tmp_pat
 def test_full_params_gathers_for_generation_and_reshards(single_rank_group) -> None:
     from torch.distributed.tensor import DTensor
 
+    from verl.models.tiny import make_tiny_causal_lm
     from verl.utils import fsdp_utils
-    from verl.utils.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm(seed=2)
     ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
+from verl.rewards.judge import HFJudgeBackend, JudgeRequestError, LLMJudge, WorkerGroupJudgeBackend
 from verl.single_controller import create_worker_group
 from verl.trainer.config import load_config
 from verl.trainer.config.validation import ConfigError
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
-from verl.utils.reward_score.judge import HFJudgeBackend, JudgeRequestError, LLMJudge, WorkerGroupJudgeBackend
 from verl.workers.judge_worker import JudgeWorker
 
 TEXTS = ["Rate the answer 2+2=4.", "hello judge", "x", "Is 7 prime? yes"]
@@ -60,7 +60,7 @@ def _digit_judge_dir(path: Path) -> str:
     the judge's answers always hold a rating the test's ``score_pattern`` reads as 0.7 or 0.8."""
     from transformers import AutoModelForCausalLM
 
-    from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_model_dir
+    from verl.models.tiny import make_byte_tokenizer, make_tiny_model_dir
 
     make_tiny_model_dir(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path))

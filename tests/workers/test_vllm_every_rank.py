@@ -34,7 +34,7 @@ LOGPROB_ATOL = 1e-3  # vLLM's CPU kernels vs transformers' eager attention, fp32
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
     """A tiny Qwen2 (tied embeddings) whose head dim (64) vLLM's CPU attention supports, with a byte tokenizer."""
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_model_dir
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
 
     spec = TinyModelSpec(
         arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True

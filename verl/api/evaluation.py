@@ -178,7 +178,7 @@ class AccuracyEvaluator(Evaluator):
         self.threshold = threshold
 
     def _default_is_correct(self, data_source: str, response: str, ground_truth: Any) -> bool:
-        from verl.utils.reward_score import default_compute_score
+        from verl.rewards import default_compute_score
 
         result = default_compute_score(data_source, response, ground_truth)
         if isinstance(result, dict):

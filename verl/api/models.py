@@ -112,7 +112,7 @@ def _read_saved_weights(inner: torch.nn.Module | None, directory: str, prefix: s
     ``prefix + name``; tied copies that the save dropped (``lm_head`` = ``embed_tokens``) are restored."""
     from safetensors.torch import load_file
 
-    from verl.utils.checkpoint.checkpoint_manager import load_model_state_dict
+    from verl.checkpoint.checkpoint_manager import load_model_state_dict
 
     if os.path.isfile(os.path.join(directory, _GENERIC_META)):
         state = load_file(os.path.join(directory, _GENERIC_WEIGHTS))
@@ -256,7 +256,7 @@ class ActorModel(torch.nn.Module):
         state = self.state_dict() if state_dict is None else state_dict
         # parameters outside the wrapped transformers model (a subclass's own layers) need the generic format
         if inner is not None and all(k.startswith("model.") for k in state):
-            from verl.utils.checkpoint.checkpoint_manager import drop_tied_duplicates
+            from verl.checkpoint.checkpoint_manager import drop_tied_duplicates
 
             sub = None if state_dict is None else drop_tied_duplicates(inner, _strip_prefix(state_dict, "model."))
             inner.save_pretrained(save_directory, state_dict=sub, **kwargs)
@@ -380,7 +380,7 @@ class CriticModel(torch.nn.Module):
         head = {k: v.detach().cpu().contiguous().clone() for k, v in _strip_prefix(state, "value_head.").items()}
         save_file(head, os.path.join(save_directory, "value_head.safetensors"))
         if _is_transformers_model(self.model):
-            from verl.utils.checkpoint.checkpoint_manager import drop_tied_duplicates
+            from verl.checkpoint.checkpoint_manager import drop_tied_duplicates
 
             backbone = drop_tied_duplicates(self.model, _strip_prefix(state, "model."))
             self.model.save_pretrained(save_directory, state_dict=backbone, **kwargs)

@@ -240,8 +240,8 @@ class PPOTrainer(BaseTrainer):
     def _run_identity(self) -> dict[str, Any]:
         """What this trainer's checkpoints are of: the user's model objects (config and parameter count, taken
         before the workers wrap them), the algorithm and LoRA rank; checked before every resume as in main_ppo."""
+        from verl.checkpoint.identity import make_identity, model_fingerprint_from_module
         from verl.trainer.config import critic_enabled
-        from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_module
 
         cfg = self.config
         models = {"actor": model_fingerprint_from_module(self.actor_model)}
@@ -399,9 +399,9 @@ class PPOTrainer(BaseTrainer):
         states, the step count, the KL coefficient, the generation counter and the data provider's position, so
         the following steps are those of an uninterrupted run. An incomplete or weights-only checkpoint raises, and
         so does a checkpoint of another model (architecture, shapes, roles, LoRA rank; with ``path=None`` also
-        another algorithm): :class:`~verl.utils.checkpoint.identity.CheckpointMismatchError`, before anything loads.
+        another algorithm): :class:`~verl.checkpoint.identity.CheckpointMismatchError`, before anything loads.
         """
-        from verl.utils.checkpoint.layout import find_latest_ckpt_path
+        from verl.checkpoint.layout import find_latest_ckpt_path
         from verl.utils.fs import namespaced_path
 
         mode = "resume_path"  # a checkpoint of another model is refused; one of another algorithm only warns

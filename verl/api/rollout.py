@@ -73,7 +73,7 @@ class vLLMActor(ActorModel):  # noqa: N801 - the documents' name
         if tokenizer is None:
             tokenizer = llm.get_tokenizer()
         if model is None:
-            from verl.utils.models.loader import load_causal_lm
+            from verl.models.loader import load_causal_lm
 
             model = load_causal_lm(llm.llm_engine.model_config.model, dtype=torch.float32)
         super().__init__(model=model, tokenizer=tokenizer)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl.base_config import get_config_value
-from verl.utils.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir, resume_mode
+from verl.checkpoint.layout import checkpoint_root, get_checkpoint_step, newest_complete_step_dir, resume_mode
 
 __all__ = ["FRESH_HINT", "finished_checkpoint", "finished_run_message"]
 

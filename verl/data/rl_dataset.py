@@ -24,13 +24,13 @@ import numpy as np
 import torch
 
 from verl.base_config import omega_conf_to_dataclass
+from verl.data.bundled import resolve_data_path
 from verl.data.config import DataConfig
-from verl.utils.dataset.bundled import resolve_data_path
-from verl.utils.dataset.multi_modal_inputs import processor_inputs
-from verl.utils.dataset.sampler import create_rl_sampler
-from verl.utils.dataset.sft_dataset import to_plain
-from verl.utils.dataset.video_utils import is_video_file, video_decoder
-from verl.utils.dataset.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from verl.data.multi_modal_inputs import processor_inputs
+from verl.data.sampler import create_rl_sampler
+from verl.data.sft_dataset import to_plain
+from verl.data.video_utils import is_video_file, video_decoder
+from verl.data.vision_utils import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 # create_rl_sampler lives in sampler.py; re-exported here because callers look for it next to the dataset.
 __all__ = ["RLHFDataset", "collate_fn", "compute_position_ids", "create_rl_sampler"]

@@ -14,7 +14,7 @@ from uuid import uuid4
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.interactions.base import BaseInteraction, InteractionConfig, InteractionResult
-from verl.utils.reward_score import gsm8k
+from verl.rewards import gsm8k
 
 __all__ = ["Gsm8kInteraction"]
 

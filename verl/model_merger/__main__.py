@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend not in SUPPORTED_BACKENDS:
         print(f"error: --backend {args.backend!r} is not supported; use one of {SUPPORTED_BACKENDS}", file=sys.stderr)
         return 2
-    from verl.utils.models.hub import HubPathError
+    from verl.models.hub import HubPathError
 
     try:
         out = merge_checkpoint(

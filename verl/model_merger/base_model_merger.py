@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.sharded_state import has_shards, hf_weights_state_dict, read_full_state_dict
+from verl.checkpoint.sharded_state import has_shards, hf_weights_state_dict, read_full_state_dict
 from verl.utils.fs import atomic_directory
 
 __all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]  # load_full_state_dict re-exported
@@ -52,7 +52,7 @@ def load_full_state_dict(local_dir: str, merge_lora: bool = True) -> dict[str, t
         state, meta = read_full_state_dict(local_dir, "model")
         lora = meta.get("lora")
         if lora:
-            from verl.utils.models.lora import merged_state_dict
+            from verl.models.lora import merged_state_dict
 
             state = merged_state_dict(state, float(lora["lora_alpha"]) / float(lora["r"]) if merge_lora else 0.0)
         prefix = meta.get("weights_prefix", "")
@@ -141,8 +141,8 @@ def _read_adapter_base(adapter_dir: str, base_model_path: str | None) -> str:
     if not base:
         raise ValueError(f"{cfg_path} has no base_model_name_or_path; pass base_model_path / --base_model")
     if not os.path.isdir(base):
-        from verl.utils.models.hub import ModelPathError
-        from verl.utils.models.loader import resolve_model_path
+        from verl.models.hub import ModelPathError
+        from verl.models.loader import resolve_model_path
 
         try:  # a hub id or bundled name: from the cache or downloaded once
             return resolve_model_path(base)

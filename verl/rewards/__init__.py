@@ -5,7 +5,7 @@ returns a float, or a dict with a ``"score"`` key plus extra values to log.
 
 The data sources are those of verl's default scorer (plus a few aliases of MATH and the bundled ``arithmetic``
 demo); the table is in docs/data_and_rewards.md. The LLM judge is :mod:`verl.rewards.judge`. verl's
-``verl.utils.reward_score`` is this package.
+``verl.rewards`` is this package.
 """
 
 from __future__ import annotations

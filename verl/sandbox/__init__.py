@@ -1,4 +1,4 @@
-"""Running code nobody trusts: the sandbox jail and the reward process pool (also ``verl.utils.sandbox``).
+"""Running code nobody trusts: the sandbox jail and the reward process pool (also ``verl.sandbox``).
 
 - :mod:`verl.sandbox.jail`: :func:`run_python_sandboxed` runs untrusted Python (model-written code) in its own
   namespaces as an unprivileged user with time, memory and output limits; :func:`sandbox_support` says what this

@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from verl.models.hub import HubPathError
     from verl.trainer.run_paths import prefetch_model
-    from verl.utils.models.hub import HubPathError
 
     try:  # a hub id is fetched now, so a bad one is one line here, not a traceback from the server's startup
         prefetch_model(args.model)

@@ -62,7 +62,7 @@ def _adapter_dir(path: str) -> str | None:
 
 def _checkpoint_role_dir(path: str) -> str | None:
     """The role dir of a training checkpoint (``global_step_N`` or ``global_step_N/actor``), or None."""
-    from verl.utils.checkpoint.sharded_state import has_shards
+    from verl.checkpoint.sharded_state import has_shards
 
     for candidate in (path, os.path.join(path, "actor")):
         if os.path.isdir(candidate) and has_shards(candidate, "model"):
@@ -95,7 +95,7 @@ def resolve_model_source(model: str, lora: str | None = None, served_name: str |
     Raises:
         FileNotFoundError / ValueError: naming the path that is not a model or adapter directory.
     """
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     adapter = None
     base: str | None = None
@@ -191,7 +191,7 @@ class HFServeEngine:
     per_row_sampling = False
 
     def __init__(self, model_dir: str, tokenizer: Any, dtype: str, device: torch.device) -> None:
-        from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
+        from verl.models.loader import load_causal_lm, resolve_attn_implementation
         from verl.workers.rollout.hf_rollout import HFRollout
 
         self.tokenizer = tokenizer
@@ -326,10 +326,10 @@ def build_engine(
 ) -> HFServeEngine | VLLMServeEngine:
     """Start the engine ``engine`` (``auto``, ``hf`` or ``vllm``) on ``source.path``.
 
-    ``dtype="auto"`` is decided by :func:`verl.utils.hardware.precision.resolve_dtype` (bf16 only where the device
+    ``dtype="auto"`` is decided by :func:`verl.hardware.precision.resolve_dtype` (bf16 only where the device
     multiplies it natively), as for training.
     """
-    from verl.utils.hardware.precision import resolve_dtype_name
+    from verl.hardware.precision import resolve_dtype_name
 
     name, why = choose_engine(engine, source.path)
     logger.info("serving %s with the %s engine (%s)", source.path, name, why)

@@ -9,7 +9,7 @@ A message's ``content`` may be a list of ``{"type": "text", "text": ...}`` and
 * ``http(s)://`` - only with ``--allow-remote-images``; by default never fetched.
 
 The images go through the model's processor with the chat template's image parts, exactly as the RL dataset does
-(:class:`~verl.utils.dataset.rl_dataset.RLHFDataset`), and each request carries its ``multi_modal_inputs`` to the
+(:class:`~verl.data.rl_dataset.RLHFDataset`), and each request carries its ``multi_modal_inputs`` to the
 ``hf`` engine. Images larger than the processor's pixel limit are scaled down by the processor as in training.
 """
 
@@ -96,7 +96,7 @@ def vision_chat_inputs(
 ) -> tuple[list[int], dict[str, Any]]:
     """``(prompt ids, multi_modal_inputs)`` of chat ``messages`` with image parts, through ``processor`` (its chat
     template with ``{"type": "image"}`` parts, then the processor on the text and the images in order)."""
-    from verl.utils.models.vlm import MULTI_MODAL_INPUT_KEYS
+    from verl.models.vlm import MULTI_MODAL_INPUT_KEYS
 
     if processor is None:
         raise ServeError(400, "messages: this model does not take images (it has no image processor)", "messages")

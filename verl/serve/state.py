@@ -39,8 +39,8 @@ class ServeState:
     @classmethod
     async def start(cls, config: ServeConfig) -> ServeState:
         """Load the tokenizer and start the engine on its own thread (where every batch will run) and the batcher."""
+        from verl.models.loader import load_tokenizer
         from verl.serve.engine import build_engine, resolve_model_source
-        from verl.utils.models.loader import load_tokenizer
 
         self = cls()
         self.config = config
@@ -54,7 +54,7 @@ class ServeState:
             )
             try:
                 self.tokenizer = load_tokenizer(self.source.path)
-                from verl.utils.models.vlm import processor_for_model
+                from verl.models.vlm import processor_for_model
 
                 # a vision-language model's processor (image_url content parts), None for text models
                 self.processor = processor_for_model(self.source.path, self.tokenizer)

@@ -1,4 +1,4 @@
-"""A Python code interpreter tool that runs the model's code in the project's sandbox (``verl.utils.sandbox``).
+"""A Python code interpreter tool that runs the model's code in the project's sandbox (``verl.sandbox``).
 
 Each call runs in a fresh jail (no network, memory and time limits); the tool answers with the program's standard
 output, and its standard error when it failed. The run happens in a thread so other trajectories keep going.
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl.base_config import omega_conf_to_dataclass
+from verl.sandbox import SandboxUnavailableError, run_python_sandboxed
 from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from verl.utils.sandbox import SandboxUnavailableError, run_python_sandboxed
 
 __all__ = ["CodeInterpreterTool"]
 

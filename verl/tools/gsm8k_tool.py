@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
+from verl.rewards import gsm8k
 from verl.tools.base_tool import BaseTool, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from verl.utils.reward_score import gsm8k
 
 __all__ = ["Gsm8kTool"]
 

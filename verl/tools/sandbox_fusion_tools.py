@@ -5,7 +5,7 @@ Sandbox Fusion (ByteDance's code sandbox, github.com/bytedance/SandboxFusion) an
 ``{"status": "Success" | "Failed" | "SandboxError", "message", "compile_result", "run_result": {"status":
 "Finished" | "TimeLimitExceeded" | "Error", "return_code", "stdout", "stderr", "execution_time"}}``. The tool
 posts one request per call from a worker thread (the event loop keeps running other trajectories) through the
-project's Sandbox Fusion client (:func:`verl.utils.reward_score.sandbox_fusion.call_sandbox_api`, which the code
+project's Sandbox Fusion client (:func:`verl.rewards.sandbox_fusion.call_sandbox_api`, which the code
 rewards use too: it retries gateway time-outs) and shows the model the run's standard output, and its standard
 error when there is any.
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from verl.base_config import omega_conf_to_dataclass
+from verl.rewards import sandbox_fusion
 from verl.tools.base_tool import BaseTool, ToolConfig, ToolResult
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from verl.utils.reward_score import sandbox_fusion
 
 __all__ = ["SandboxFusionTool"]
 

@@ -64,7 +64,7 @@ def _check_rows(cfg: DictConfig) -> None:
     """Multi-turn rows carrying tool schemas or thinking switches are refused: they would not be rendered."""
     if not cfg.data.multiturn.enable:
         return
-    from verl.utils.dataset.sft_dataset import load_rows
+    from verl.data.sft_dataset import load_rows
 
     fields = (str(cfg.data.multiturn.tools_key), str(cfg.data.multiturn.enable_thinking_key))
     for source in (cfg.data.train_files, cfg.data.val_files):

@@ -174,11 +174,11 @@ def maj_at_k(answers: Sequence[Any], correct: Sequence[bool], k: int) -> float:
 def extract_answer(data_source: str, response: str) -> str | None:
     """The final answer of a response, for majority voting: the last ``\\boxed{}`` for MATH sources, the last
     number otherwise (normalised, so ``4.0`` and ``4`` agree), else the stripped text (None when empty)."""
-    from verl.utils.reward_score import MATH_SOURCES
-    from verl.utils.reward_score.arithmetic import extract_last_number
+    from verl.rewards import MATH_SOURCES
+    from verl.rewards.arithmetic import extract_last_number
 
     if data_source in MATH_SOURCES:
-        from verl.utils.reward_score.math import last_boxed_content, normalize_answer
+        from verl.rewards.math import last_boxed_content, normalize_answer
 
         boxed = last_boxed_content(response)
         if boxed is not None:
@@ -303,7 +303,7 @@ def read_generations(path: str, data_cfg: Any) -> list[dict[str, Any]]:
 
 def _resolve_model_dir(path: str, workdir: str) -> str:
     """A loadable HF directory for ``path``: a training checkpoint is merged (LoRA too) into ``workdir``."""
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     candidate = os.path.expanduser(path)
     if os.path.isdir(os.path.join(candidate, "actor")):
@@ -324,12 +324,12 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
     """Mode 2: generate ``rollout.n`` responses per prompt of ``data.path`` with ``model.path`` (HF engine)."""
     import torch
 
+    from verl.data.rl_dataset import RLHFDataset, collate_fn
+    from verl.hardware.precision import resolve_dtype
+    from verl.models.loader import load_causal_lm, load_tokenizer
     from verl.protocol import DataProto
     from verl.trainer.ppo.batch_rollout import decode_responses, generate_groups, prompt_meta
-    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.device import get_device_name, get_torch_device
-    from verl.utils.hardware.precision import resolve_dtype
-    from verl.utils.models.loader import load_causal_lm, load_tokenizer
     from verl.workers.rollout.hf_rollout import HFRollout
 
     with tempfile.TemporaryDirectory(prefix="verl-eval-") as workdir:
@@ -395,8 +395,8 @@ def _write_generations(rows: list[dict[str, Any]], path: str) -> None:
 
 # ----------------------------------------------------------------------------------------------------- run
 def _compute_score_fn(cfg: DictConfig) -> Callable[..., Any]:
+    from verl.rewards import default_compute_score
     from verl.trainer.ppo.reward import get_custom_reward_fn
-    from verl.utils.reward_score import default_compute_score
 
     custom = get_custom_reward_fn(cfg)
     if custom is None:

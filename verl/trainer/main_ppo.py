@@ -30,7 +30,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(runner, name)
     if name == "create_rl_sampler":
-        from verl.utils.dataset.sampler import create_rl_sampler
+        from verl.data.sampler import create_rl_sampler
 
         return create_rl_sampler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

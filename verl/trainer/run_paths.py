@@ -1,10 +1,10 @@
 """The paths a run reads, resolved on the driver before any worker starts: every model path of the config (hub
-ids downloaded once into the Hugging Face cache, bundled names converted; :mod:`verl.utils.models.hub`,
-:func:`verl.utils.models.loader.resolve_model_path`) and a check that the data keys name files, not hub data set ids.
+ids downloaded once into the Hugging Face cache, bundled names converted; :mod:`verl.models.hub`,
+:func:`verl.models.loader.resolve_model_path`) and a check that the data keys name files, not hub data set ids.
 Workers then resolve the same ids to the same cached snapshots without touching the network.
 
-Errors are one line prefixed with the config key (:class:`~verl.utils.models.hub.ModelPathError`,
-:class:`~verl.utils.models.hub.DatasetPathError`): entry points exit with code 2 and no traceback.
+Errors are one line prefixed with the config key (:class:`~verl.models.hub.ModelPathError`,
+:class:`~verl.models.hub.DatasetPathError`): entry points exit with code 2 and no traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl.base_config import get_config_value
-from verl.utils.models.hub import DATA_SUFFIXES, DatasetPathError, ModelPathError, parse_hub_id
-from verl.utils.models.loader import resolve_model_path
+from verl.models.hub import DATA_SUFFIXES, DatasetPathError, ModelPathError, parse_hub_id
+from verl.models.loader import resolve_model_path
 
 __all__ = ["check_data_files", "prefetch_model", "resolve_config_paths"]
 

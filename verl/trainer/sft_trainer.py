@@ -43,7 +43,7 @@ def build_sft_config(cfg: DictConfig) -> DictConfig:
 
 def _check_rows(cfg: DictConfig) -> None:
     """Rows carrying tool schemas or thinking switches are refused: they would not be rendered."""
-    from verl.utils.dataset.sft_dataset import load_rows
+    from verl.data.sft_dataset import load_rows
 
     fields = (str(cfg.data.tools_key), str(cfg.data.enable_thinking_key))
     sft = to_sft_overrides(cfg)  # the data paths with ~ expanded

@@ -201,7 +201,7 @@ def resolve_remove_padding(setting: bool | None, model: nn.Module) -> bool:
     the model's attention has variable-length kernels (``flash_attention_2``/``_3``). With ``sdpa`` or ``eager``
     attention a packed row of ``n`` tokens is attended as one ``n x n`` block-masked square, more work than the
     padded rows, so auto leaves padding on there. Vision-language models follow the same rule: their images and
-    M-RoPE positions are packed with the tokens (:func:`verl.utils.models.vlm.pack_vision_inputs`)."""
+    M-RoPE positions are packed with the tokens (:func:`verl.models.vlm.pack_vision_inputs`)."""
     if setting is not None:
         return bool(setting)
     config = getattr(model, "config", None)

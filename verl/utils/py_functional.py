@@ -103,7 +103,7 @@ def timeout_limit(seconds: float, use_signals: bool = False) -> Callable[[Callab
 
     The function runs in a daemon thread; past the limit the caller gets ``TimeoutError`` while the thread is left
     to finish on its own (python cannot stop a thread: for work that must really stop, use
-    :class:`verl.utils.sandbox.process_pool.ProcessPool`). ``use_signals`` is accepted for verl's signature; signals
+    :class:`verl.sandbox.process_pool.ProcessPool`). ``use_signals`` is accepted for verl's signature; signals
     are not used (they only work in the main thread).
     """
     if seconds <= 0:

@@ -4,7 +4,7 @@
 this process or unpickle arbitrary objects. With it off:
 
 - answer parsing never calls ``eval``/``exec`` (use :func:`parse_literal`, which only reads Python literals);
-- code-execution rewards run only in a sandboxed subprocess (:mod:`verl.utils.sandbox`);
+- code-execution rewards run only in a sandboxed subprocess (:mod:`verl.sandbox`);
 - checkpoints and data load without unpickling arbitrary objects: safetensors, or ``torch.load(weights_only=True)``
   through :func:`safe_torch_load`.
 

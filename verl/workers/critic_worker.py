@@ -51,7 +51,7 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.models.loader import (
+        from verl.models.loader import (
             load_tokenizer,
             load_value_model,
             resolve_attn_implementation,
@@ -66,11 +66,11 @@ class CriticWorker(Worker):
         else:
             self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path)
         if module is None:
-            from verl.utils.models.vlm import config_has_vision
+            from verl.models.vlm import config_has_vision
 
             critic_path = resolve_model_path(model_cfg.path)
             if model_cfg.use_shm:
-                from verl.utils.models.shm import copy_to_shm
+                from verl.models.shm import copy_to_shm
 
                 critic_path = copy_to_shm(critic_path)
             if config_has_vision(critic_path):

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 import torch
 
 from verl.base_config import omega_conf_to_dataclass
+from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 from verl.single_controller.base import Worker
 from verl.utils import fsdp_utils
-from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 from verl.workers.config import CheckpointContentsConfig, FSDPConfig, OptimConfig, RefFSDPConfig
 from verl.workers.parallel_state import OffloadPolicy
 

@@ -19,12 +19,13 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
+from verl.hardware import flops_counter
+from verl.hardware.precision import resolve_dtype
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils import flops_counter, fsdp_utils
+from verl.utils import fsdp_utils
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.hardware.precision import resolve_dtype
 from verl.workers.config import ActorRolloutRefConfig, FSDPConfig, RefConfig, RefFSDPConfig, RolloutConfig
 from verl.workers.critic_worker import CriticWorker
 from verl.workers.fsdp_setup import (
@@ -140,7 +141,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     # ----------------------------------------------------------------------------------------------- building
     def _load_policy(self, path: str, trainable: bool, module: torch.nn.Module | None = None) -> torch.nn.Module:
         """Load the policy from ``path`` (or take the given ``module``), move it to the device, add LoRA."""
-        from verl.utils.models.loader import load_causal_lm, resolve_attn_implementation
+        from verl.models.loader import load_causal_lm, resolve_attn_implementation
 
         model_cfg = self.config.model
         if module is None:
@@ -160,11 +161,11 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             module.eval()
             return module
         if bool(self.config.actor.freeze_vision_tower):
-            from verl.utils.models.vlm import freeze_vision_tower
+            from verl.models.vlm import freeze_vision_tower
 
             freeze_vision_tower(module)
         if self._is_lora:
-            from verl.utils.models.lora import apply_lora
+            from verl.models.lora import apply_lora
 
             module = apply_lora(
                 module,
@@ -195,7 +196,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load tokenizer and models, shard them, and build the actor, the rollout engine and the reference."""
-        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+        from verl.models.loader import load_tokenizer, resolve_model_path
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         model_cfg = self.config.model
@@ -203,7 +204,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         # a given module is used in place: the path is only resolved when something is loaded from it
         self.model_path = resolve_model_path(model_cfg.path) if given is None else model_cfg.path
         if given is None and model_cfg.use_shm:
-            from verl.utils.models.shm import copy_to_shm
+            from verl.models.shm import copy_to_shm
 
             self.model_path = copy_to_shm(self.model_path)
         if self._given_tokenizer is not None:
@@ -213,7 +214,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 model_cfg.tokenizer_path or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
                 trust_remote_code=bool(model_cfg.trust_remote_code),
             )
-        from verl.utils.models.vlm import processor_for_model
+        from verl.models.vlm import processor_for_model
 
         # a vision-language model's processor, saved with the tokenizer into checkpoints' huggingface/ dir
         self.processor = processor_for_model(self.model_path, self.tokenizer) if given is None else None
@@ -436,7 +437,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
 
     def _actor_mfu(self, data: DataProto, seconds: float, sp_group: Any = None) -> dict[str, float]:
         """``perf/mfu/actor`` (verl's name): model FLOPs of the update (``ppo_epochs`` forward + backward passes
-        over this rank's sequences, :mod:`verl.utils.flops_counter`) over ``seconds`` x the peak in the actor's
+        over this rank's sequences, :mod:`verl.hardware.flops_counter`) over ``seconds`` x the peak in the actor's
         compute dtype, and ``perf/peak_flops`` (FLOP/s) with ``perf/peak_flops_measured`` (1: measured at the
         model's matmul shapes for one micro-batch, 0: the GPU's datasheet rate). Rank 0 logs the peak once."""
         config = getattr(self.actor_module, "config", None)
@@ -482,7 +483,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, save_contents: list[str] | None = None) -> None:
         """Write this rank's model and optimizer shards, extra state and ``huggingface/`` (config + tokenizer; the
-        full weights only with ``hf_model``): see :class:`~verl.utils.checkpoint.FSDPCheckpointManager`.
+        full weights only with ``hf_model``): see :class:`~verl.checkpoint.FSDPCheckpointManager`.
 
         ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) overrides ``actor.checkpoint.save_contents``
         for this call (the Python API's ``save_optimizer`` / ``save_training_state`` flags).

@@ -1,10 +1,10 @@
 """The ``judge`` role of a PPO run with ``reward_model.judge.backend=worker``: the judge model on worker ranks.
 
 Each rank loads ``reward_model.judge.model`` with the project's ``hf`` rollout engine, exactly as the in-driver
-``hf`` backend does (:meth:`verl.utils.reward_score.judge.HFJudgeBackend.from_config`), and answers its share of
+``hf`` backend does (:meth:`verl.rewards.judge.HFJudgeBackend.from_config`), and answers its share of
 the judge prompts. Unmapped, the group shares the processes of ``global_pool`` with the actor (colocated, like the
 teacher); ``trainer.resource_pool_mapping.judge=<pool>`` puts it on a resource pool of its own. The driver's
-:class:`verl.utils.reward_score.judge.WorkerGroupJudgeBackend` sends the prompts and collects the answers.
+:class:`verl.rewards.judge.WorkerGroupJudgeBackend` sends the prompts and collects the answers.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.rewards.judge.backends import JUDGE_ANSWERS_KEY, JUDGE_PROMPTS_KEY, HFJudgeBackend
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.reward_score.judge.backends import JUDGE_ANSWERS_KEY, JUDGE_PROMPTS_KEY, HFJudgeBackend
 
 
 class JudgeWorker(Worker):

@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
+from verl.hardware.precision import resolve_dtype
 from verl.protocol import DataProto
 from verl.protocol.rollout_text import rollout_texts, valid_response_lengths
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.hardware.precision import resolve_dtype
 from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
     private_section,
@@ -38,7 +38,7 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
+        from verl.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
 
         share = self.config.gpu_memory_utilization
         if share is not None and self.compute_device.type == "cuda":

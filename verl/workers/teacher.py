@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
+from verl.models.loader import forward_logits
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.errors import ConfigError
-from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
 
@@ -60,7 +60,7 @@ class TeacherModel:
         dtype: torch.dtype = torch.float32,
         trust_remote_code: bool = False,
     ) -> None:
-        from verl.utils.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
+        from verl.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
 
         if isinstance(model, str | os.PathLike):
             path = resolve_model_path(str(model))
@@ -128,8 +128,8 @@ class TeacherWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.utils.hardware.precision import resolve_dtype
-        from verl.utils.models.loader import load_tokenizer, resolve_model_path
+        from verl.hardware.precision import resolve_dtype
+        from verl.models.loader import load_tokenizer, resolve_model_path
 
         tcfg = self.config.teacher
         share = self.config.gpu_memory_utilization

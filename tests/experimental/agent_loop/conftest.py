@@ -13,8 +13,8 @@ import torch
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.experimental.agent_loop.runner import AgentLoopRunner
+from verl.models.tiny import make_byte_tokenizer
 from verl.protocol import DataProto
-from verl.utils.models.tiny import make_byte_tokenizer
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import build_rollout_output, resolve_special_ids
 

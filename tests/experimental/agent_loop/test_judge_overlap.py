@@ -144,9 +144,9 @@ def test_overlap_config_errors_name_the_key(overrides: list[str], message: str) 
 
 def test_overlap_config_reaches_the_agent_loop_manager() -> None:
     """The driver's agent-loop manager builds the judge; the actor worker is given nothing of it."""
+    from verl.models.tiny import make_byte_tokenizer
     from verl.trainer.config.loader import load_config
     from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
-    from verl.utils.models.tiny import make_byte_tokenizer
 
     cfg = load_config([*_ON, *_OVERLAP])
     manager = make_agent_loop_manager(cfg, make_byte_tokenizer(), object())
@@ -176,16 +176,16 @@ def test_one_ppo_step_judged_during_the_rollout(tiny_model_dir: str, tmp_path, j
     comes from those answers."""
     import json
 
-    from verl.utils.reward_score.judge import LLMJudge
+    from verl.rewards.judge import LLMJudge
 
     def must_not_ask(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the reward manager asked the judge again")
 
     monkeypatch.setattr(LLMJudge, "score", must_not_ask)  # the local backend: workers and manager in this process
 
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
     from verl.trainer.config import load_config
     from verl.trainer.ppo.runner import run_ppo
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
     train, test = generate_arithmetic_splits(train_size=4, test_size=2, seed=3)
     write_parquet(train, str(tmp_path / "train.parquet"))

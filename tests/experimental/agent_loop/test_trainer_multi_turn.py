@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.experimental.agent_loop.chat import encode_appended
 from verl.trainer.config import load_config
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 TOOL_REPLY = [{"role": "tool", "content": "42"}]
 

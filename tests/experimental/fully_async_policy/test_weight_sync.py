@@ -73,8 +73,8 @@ def test_partial_rollout_continues_exactly(tiny_model_dir: str):
     """Greedy decoding interrupted twice (the weights unchanged) equals the uninterrupted generation: the
     continuation resumes each row from exactly the tokens and positions where it stopped."""
     from verl.experimental.fully_async_policy.partial_rollout import generate_resumable
+    from verl.models.tiny import make_byte_tokenizer
     from verl.protocol import DataProto
-    from verl.utils.models.tiny import make_byte_tokenizer
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     cfg = _rollout_cfg(tiny_model_dir)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from verl import cli
-from verl.utils.tracking import Tracking
-from verl.utils.tracking.report import RUN_INFO_FILE, RunReporter
-from verl.utils.tracking.report.collect import collect_run
-from verl.utils.tracking.report.compare import build_comparison, default_output_name, main
-from verl.utils.tracking.report.compare_data import (
+from verl.reporting import Tracking
+from verl.reporting.report import RUN_INFO_FILE, RunReporter
+from verl.reporting.report.collect import collect_run
+from verl.reporting.report.compare import build_comparison, default_output_name, main
+from verl.reporting.report.compare_data import (
     MISSING,
     NO_CONFIG,
     config_diff,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
+from verl.reporting.report.compare import build_comparison
 from verl.trainer import main_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
-from verl.utils.tracking.report.compare import build_comparison
 
 
 def _overrides(model_dir: str, root: Path, out: Path, lr: str) -> list[str]:

@@ -8,9 +8,9 @@ import socket
 import subprocess
 import sys
 
-from verl.utils.tracking.report import RunReporter
-from verl.utils.tracking.report.__main__ import main as report_main
-from verl.utils.tracking.report.run_files import process_alive, reconcile_killed
+from verl.reporting.report import RunReporter
+from verl.reporting.report.__main__ import main as report_main
+from verl.reporting.report.run_files import process_alive, reconcile_killed
 
 
 def _dead_pid() -> int:

@@ -1,4 +1,4 @@
-"""Tests of verl/utils/tracking/report: the report of synthetic run directories, read back by a real browser."""
+"""Tests of verl/reporting/report: the report of synthetic run directories, read back by a real browser."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verl.utils.checkpoint.layout import write_complete_marker
-from verl.utils.tracking.report import (
+from verl.checkpoint.layout import write_complete_marker
+from verl.reporting.report import (
     REPORT_FILE,
     RUN_INFO_FILE,
     SAMPLES_FILE,
@@ -21,7 +21,7 @@ from verl.utils.tracking.report import (
     validation_summary,
     write_report,
 )
-from verl.utils.tracking.report.__main__ import main as report_main
+from verl.reporting.report.__main__ import main as report_main
 
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
 PHASES = {"gen": 2.0, "reward": 0.5, "update_actor": 1.0}  # seconds per step; timing_s/step = 4.0 -> other = 0.5
@@ -212,9 +212,9 @@ def test_report_renders_in_browser(tmp_path: Path, browser) -> None:
 
 
 def test_report_shows_what_one_step_consumes(tmp_path: Path) -> None:
+    from verl.reporting.report import build_report
     from verl.trainer.config import load_config
     from verl.trainer.config.step_plan import step_plan, write_plan
-    from verl.utils.tracking.report import build_report
 
     run = make_run_dir(tmp_path)
     config = load_config(["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=4"])

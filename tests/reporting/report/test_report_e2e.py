@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
+from verl.reporting.report import PLOT_FILE, REPORT_FILE, RUN_INFO_FILE, SAMPLES_FILE
+from verl.reporting.report.__main__ import main as report_main
 from verl.trainer import main_dpo, main_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 from verl.utils.device import get_device_name
-from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE, RUN_INFO_FILE, SAMPLES_FILE
-from verl.utils.tracking.report.__main__ import main as report_main
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

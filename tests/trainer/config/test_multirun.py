@@ -119,8 +119,8 @@ def test_sft_entry_point_takes_the_same_command_line(tmp_path: Path, capsys) -> 
 
 def test_two_tiny_training_jobs(tiny_model_dir: str, tmp_path: Path, monkeypatch, capsys) -> None:
     """The one real sweep: two 1-step GRPO runs on the tiny model, each checkpointing into its own job directory."""
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
     from verl.trainer import main_ppo
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
     monkeypatch.chdir(tmp_path)
     train, _ = generate_arithmetic_splits(train_size=4, test_size=2, seed=1)

@@ -170,7 +170,7 @@ def test_fsdp_engine_keys_reach_fully_shard() -> None:
 
 
 def test_lora_exclude_modules_reach_peft() -> None:
-    from verl.utils.models.lora import _exclude
+    from verl.models.lora import _exclude
 
     assert _exclude(".*visual.*", False) == ".*visual.*"
     assert _exclude(["lm_head"], True) == ["lm_head"]
@@ -240,7 +240,7 @@ def test_bad_global_micro_batch_sizes_are_refused(overrides: list[str], message:
 
 
 def test_use_shm_copies_the_model_once(tmp_path) -> None:
-    from verl.utils.models.shm import copy_to_shm
+    from verl.models.shm import copy_to_shm
 
     src = tmp_path / "model"
     src.mkdir()
@@ -258,7 +258,7 @@ def test_use_shm_copies_the_model_once(tmp_path) -> None:
 def test_image_patch_size_must_match_the_processor() -> None:
     from types import SimpleNamespace
 
-    from verl.utils.models.vlm import check_image_patch_size
+    from verl.models.vlm import check_image_patch_size
 
     assert _cfg("data.image_patch_size=16").data.image_patch_size == 16
     qwen3_vl = SimpleNamespace(image_processor=SimpleNamespace(patch_size=16))

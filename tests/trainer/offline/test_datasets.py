@@ -1,6 +1,6 @@
 """Offline datasets: sources, token layout / loss masks on the byte tokenizer, and errors naming field, row and file.
 
-(These cover verl/utils/dataset/sft_dataset.py and preference_dataset.py, which belong to the offline trainers.)
+(These cover verl/data/sft_dataset.py and preference_dataset.py, which belong to the offline trainers.)
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 import pandas as pd
 import pytest
 
-from verl.utils.dataset.preference_dataset import KTODataset, PreferenceDataset
-from verl.utils.dataset.sft_dataset import SFTDataset
+from verl.data.preference_dataset import KTODataset, PreferenceDataset
+from verl.data.sft_dataset import SFTDataset
 
 EOS = 258  # the byte tokenizer: ids 0..255 are bytes, then <pad> 256, <bos> 257, <eos> 258
 
@@ -49,7 +49,7 @@ def test_sft_conversation_with_images_trains_its_last_assistant_reply(byte_token
     turns before the one assistant reply go through the processor; the loss covers the reply only."""
     import torch
 
-    from verl.utils.dataset import multi_modal_inputs
+    from verl.data import multi_modal_inputs
 
     seen = {}
 

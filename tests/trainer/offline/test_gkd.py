@@ -50,7 +50,7 @@ def test_teacher_log_probs_token_by_token(byte_tokenizer):
 
 
 def test_tokenizer_mismatch_is_refused(byte_tokenizer):
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     other = make_byte_tokenizer()
     other.add_tokens(["<|extra|>"])
@@ -146,9 +146,9 @@ def test_reverse_kl_needs_lmbda_one(tiny_model_dir, byte_tokenizer, fast):
 def test_a_gkd_run_writes_its_plot_and_report(tiny_model_dir, byte_tokenizer, fast, tmp_path, verl_logs):
     """GKD is a trainer kind of its own for the plot and the report (loss, reverse KL to the teacher, on-policy
     share): both are written, the report shows no problem and ``verl report`` rebuilds it."""
-    from verl.utils.tracking.plotting import PANELS, resolve_panels
-    from verl.utils.tracking.report.__main__ import main as report_main
-    from verl.utils.tracking.report.collect import collect_run
+    from verl.reporting.plotting import PANELS, resolve_panels
+    from verl.reporting.report.__main__ import main as report_main
+    from verl.reporting.report.collect import collect_run
 
     config = {**fast, "gkd.lmbda": 0.0, "trainer.plot": True, "trainer.report.enable": True}
     trainer = GKDTrainer(tiny_model_dir, teacher=BigramTeacher(), tokenizer=byte_tokenizer, dataset=ROWS, config=config)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.ppo.batch_transforms import apply_distillation_reward
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -53,8 +53,8 @@ def test_config_checks():
 
 
 def test_grpo_step_with_a_teacher_worker(tiny_model_dir: str, tmp_path: Path):
+    from verl.models.tiny import make_tiny_model_dir
     from verl.trainer.ppo.runner import build_ppo_trainer
-    from verl.utils.models.tiny import make_tiny_model_dir
 
     teacher_dir = make_tiny_model_dir(str(tmp_path / "teacher"), seed=7)
     train, test = generate_arithmetic_splits(train_size=4, test_size=2, seed=3)

@@ -243,7 +243,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 
 @pytest.fixture(scope="module")
 def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 
     root = tmp_path_factory.mktemp("ray_cluster_task")
     train, test = generate_arithmetic_splits(train_size=8, test_size=2, seed=4)
@@ -351,9 +351,9 @@ def _kill_workers():
 
 
 def test_worker_killed_mid_step_and_mid_save_then_resume(cluster, tiny_model_dir, task_files, tmp_path) -> None:
+    from verl.checkpoint.layout import require_intact
     from verl.single_controller.ray import WorkerDiedError
     from verl.trainer.ppo.runner import build_ppo_trainer
-    from verl.utils.checkpoint.layout import require_intact
 
     out = tmp_path / "grpo"
     extra = [

@@ -15,10 +15,10 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 from verl.workers.reward_manager.abstract import RewardComputationError
 
 # Pays the share of ASCII characters; "pred" (the first character) gives validation a majority vote to count;

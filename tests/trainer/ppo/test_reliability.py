@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 # A reward the tiny random model reaches by chance about a quarter of the time with 2-token responses: the share
 # of cleanly decoded ASCII characters (the byte tokenizer decodes a response with any stray high byte as U+FFFD

@@ -8,6 +8,8 @@ import copy
 import pytest
 import torch
 
+from verl.data.dataloader import StatefulDataLoader
+from verl.data.sampler import ResumableSampler
 from verl.trainer.ppo.resume_check import (
     LEDGER_KEY,
     DataLedger,
@@ -16,8 +18,6 @@ from verl.trainer.ppo.resume_check import (
     expected_position,
     verify_resume,
 )
-from verl.utils.dataset.dataloader import StatefulDataLoader
-from verl.utils.dataset.sampler import ResumableSampler
 
 ROWS, BS = 10, 2  # 5 batches per epoch
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
 from verl.trainer.ppo.kill_resume import final_state, run_killed, tiny_run_overrides
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -71,7 +71,7 @@ def _uninterrupted_order(model: str, task: dict[str, str], tmp_path: Path) -> li
     """The prompt indices an uninterrupted run consumes: the first STEPS batches of its seeded sampler's order."""
     import pandas as pd
 
-    from verl.utils.dataset.sampler import ResumableSampler
+    from verl.data.sampler import ResumableSampler
 
     cfg = load_config(_overrides(model, task, tmp_path / "unused", "sync"))
     rows = len(pd.read_parquet(task["train"]))

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.trainer.ppo.test_e2e import task_files, tiny_config  # noqa: F401  (task_files is a fixture)
+from verl.hardware.profiler import start_worker_trace, stop_worker_trace, worker_trace_path
 from verl.trainer.config import load_config
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.ppo.role_profiler import RoleProfiler
 from verl.trainer.ppo.runner import run_ppo
-from verl.utils.profiler import start_worker_trace, stop_worker_trace, worker_trace_path
 
 
 def test_actor_profiler_traces_the_chosen_step_and_runs_the_hook_once(

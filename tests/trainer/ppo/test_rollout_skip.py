@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
 from verl.trainer.ppo.rollout_skip import RolloutSkip
 from verl.trainer.ppo.runner import build_ppo_trainer
-from verl.utils.dataset.arithmetic import generate_arithmetic_splits, write_parquet
 
 
 def _cfg(model: str, train: str, out: Path, dump: Path, extra: list[str]):

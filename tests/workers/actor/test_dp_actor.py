@@ -10,8 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 import verl.trainer.config.experiment_name  # noqa: F401  (registers the YAML's ${verl.experiment_name:...})
+from verl.models.tiny import make_tiny_causal_lm
 from verl.protocol import DataProto
-from verl.utils.models.tiny import make_tiny_causal_lm
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
 YAML = os.path.join(os.path.dirname(__file__), "../../../verl/trainer/config/ppo_trainer.yaml")

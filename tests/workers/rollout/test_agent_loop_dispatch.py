@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from verl.experimental.agent_loop.manager import AgentLoopManager
-from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
+from verl.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
 

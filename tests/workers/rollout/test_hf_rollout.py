@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 from verl.workers.rollout.base import resolve_sampling
 from verl.workers.rollout.hf_rollout import HFRollout, filter_top_k_top_p
 

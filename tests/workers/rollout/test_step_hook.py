@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
 PAD, EOS = 256, 258

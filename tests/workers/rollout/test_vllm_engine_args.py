@@ -62,8 +62,8 @@ def test_a_token_budget_below_one_sequence_needs_chunked_prefill() -> None:
 def test_dummy_weights_are_replaced_by_a_layered_sync(tmp_path, make_prompts) -> None:
     """load_format=dummy starts vLLM from random weights: greedy generation can only match the actor's own (hf)
     generation if the layered, lazily consumed weight sync delivered every tensor."""
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
     from verl.single_controller import create_worker_group
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     spec = TinyModelSpec(arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
@@ -116,7 +116,7 @@ def test_tensor_parallel_size_must_divide_the_actor_ranks() -> None:
 
 
 def test_auto_picks_vllm_for_several_ranks_and_names_an_unusable_tp(tmp_path) -> None:
-    from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
     from verl.workers.rollout.base import vllm_usable_for
 
     if importlib.util.find_spec("vllm") is None:

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 from verl.protocol import DataProto
-from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
 from verl.workers.rollout.hf_rollout import HFRollout
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -173,7 +173,7 @@ def test_agent_loops_run_on_the_vllm_engine(engine, make_prompts, byte_prompts):
     from omegaconf import OmegaConf
 
     from verl.experimental.agent_loop.manager import AgentLoopManager
-    from verl.utils.models.tiny import make_byte_tokenizer
+    from verl.models.tiny import make_byte_tokenizer
 
     section = OmegaConf.merge(engine.config, {"multi_turn": {"enable": True}})
     manager = AgentLoopManager(section, make_byte_tokenizer(), engine)  # the loops tokenize turns

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl.utils.models.tiny import TinyModelSpec, make_tiny_causal_lm
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
 from verl.workers.rollout.weight_digest import WeightSyncMismatchError
 from verl.workers.rollout_engine import RolloutEngineMixin
 

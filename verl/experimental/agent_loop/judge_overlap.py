@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.utils.reward_score.judge import LLMJudge, OpenAIJudgeBackend
-from verl.utils.reward_score.judge.rollout_columns import (
+from verl.rewards.judge import LLMJudge, OpenAIJudgeBackend
+from verl.rewards.judge.rollout_columns import (
     ANSWER_KEY,
     DIGEST_KEY,
     ERROR_KEY,

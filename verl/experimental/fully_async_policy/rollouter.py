@@ -253,7 +253,7 @@ class _RolloutProcess:
     def _add_lora(self) -> None:
         """The rollout model gets the actor's LoRA adapters (same rank, alpha, targets), so a push of only the
         adapter tensors lands in parameters of the same names (the engine generates with the module in place)."""
-        from verl.utils.models.lora import apply_lora
+        from verl.models.lora import apply_lora
 
         model_cfg = self.config.actor_rollout_ref.model
         module = apply_lora(

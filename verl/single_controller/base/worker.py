@@ -230,23 +230,23 @@ class Worker:
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def start_profile(self, spec: dict[str, Any]) -> bool:
         """Open this rank's ``torch.profiler`` trace of a traced step (upstream v0.9's per-role profiler; ``spec``
-        as in :func:`verl.utils.profiler.start_worker_trace`). Returns whether this rank traces."""
-        from verl.utils.profiler import start_worker_trace
+        as in :func:`verl.hardware.profiler.start_worker_trace`). Returns whether this rank traces."""
+        from verl.hardware.profiler import start_worker_trace
 
         return start_worker_trace(self._rank, spec)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def stop_profile(self) -> str | None:
-        """Write this rank's open trace (:func:`verl.utils.profiler.stop_worker_trace`); its path, or None."""
-        from verl.utils.profiler import stop_worker_trace
+        """Write this rank's open trace (:func:`verl.hardware.profiler.stop_worker_trace`); its path, or None."""
+        from verl.hardware.profiler import stop_worker_trace
 
         return stop_worker_trace(self._rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def profile_finish_hook(self, spec: dict[str, Any]) -> int | None:
         """Run the profiler's finish hook on this rank if it is a hook rank
-        (:func:`verl.utils.profiler.run_worker_finish_hook`); its exit status, or None."""
-        from verl.utils.profiler import run_worker_finish_hook
+        (:func:`verl.hardware.profiler.run_worker_finish_hook`); its exit status, or None."""
+        from verl.hardware.profiler import run_worker_finish_hook
 
         return run_worker_finish_hook(self._rank, spec)
 

@@ -6,7 +6,7 @@ For machines without a Sandbox Fusion deployment (and for the tests of
     python -m verl.tools.utils.sandbox_fusion_server --port 8080      # listens on 127.0.0.1
 
 then ``sandbox_fusion_url: http://127.0.0.1:8080/run_code``. Only ``language: python`` runs (other languages are
-answered ``SandboxError``); each request runs in a fresh jail of :func:`verl.utils.sandbox.run_python_sandboxed`
+answered ``SandboxError``); each request runs in a fresh jail of :func:`verl.sandbox.run_python_sandboxed`
 with the request's ``run_timeout`` and ``memory_limit_MB`` (no network). The answer has Sandbox Fusion's shape:
 ``{"status", "message", "compile_result": null, "run_result": {"status", "return_code", "stdout", "stderr",
 "execution_time"}, "files": {}}``.
@@ -20,7 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl.utils.sandbox import SandboxUnavailableError, run_python_sandboxed
+from verl.sandbox import SandboxUnavailableError, run_python_sandboxed
 
 __all__ = ["handle_run_code", "main", "make_server", "serve_in_thread"]
 

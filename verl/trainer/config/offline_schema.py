@@ -123,7 +123,7 @@ class OfflineOptimConfig(OptimConfig):
 
 @dataclass
 class OfflineReportConfig:
-    """``trainer.report``: the run's ``report.html`` (verl/utils/tracking/report)."""
+    """``trainer.report``: the run's ``report.html`` (verl/reporting/report)."""
 
     enable: bool = True
 

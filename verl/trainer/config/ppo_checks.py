@@ -516,7 +516,7 @@ def check_algorithm_settings(cfg: DictConfig, use_critic: bool, errors: list[str
 
 def check_logger(cfg: DictConfig, errors: list[str]) -> None:
     """``trainer.logger`` names only known backends (else the run would stop when its tracker starts)."""
-    from verl.utils.tracking.backends import BACKENDS
+    from verl.reporting.backends import BACKENDS
 
     for name in cfg.trainer.logger or []:
         if str(name) not in BACKENDS:

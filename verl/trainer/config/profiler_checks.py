@@ -1,7 +1,7 @@
 """Config-time checks of upstream v0.9's profiler keys (``global_profiler``, ``<role>.profiler``).
 
 Only ``torch.profiler`` traces are taken here (:mod:`verl.trainer.ppo.role_profiler`). The other tools of upstream's
-``verl/utils/profiler/`` (Nsight Systems, the Ascend profiler and its precision debugger, CUDA memory snapshots) and
+``verl/hardware/profiler/`` (Nsight Systems, the Ascend profiler and its precision debugger, CUDA memory snapshots) and
 the torch options that tune vLLM's engine-side profiler or sub-sample the update loop are refused with one line each.
 When the tool itself is refused, that is the only line (its options would not be read anyway).
 """

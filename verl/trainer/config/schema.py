@@ -95,7 +95,7 @@ class AsyncTrainingConfig(BaseConfig):
 # ------------------------------------------------------------------------------------------------------ trainer
 @dataclass
 class ReportConfig(BaseConfig):
-    """``trainer.report``: the run's ``report.html`` (verl/utils/tracking/report) and the training samples it shows."""
+    """``trainer.report``: the run's ``report.html`` (verl/reporting/report) and the training samples it shows."""
 
     enable: bool = True
     num_samples: int = 4  # rows of the training batch kept per sampled step in samples.jsonl (0: none)

@@ -20,10 +20,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.reporting.report.run_files import STEP_PLAN_FILE
 from verl.trainer.config.log_prob_passes import bypass_mode, runs_old_log_prob_pass
 from verl.trainer.config.parallel_checks import sp_size, world_size
 from verl.trainer.config.ppo_checks import critic_enabled, need_reference_policy
-from verl.utils.tracking.report.run_files import STEP_PLAN_FILE
 
 __all__ = ["PLAN_FILE", "PlanRow", "format_plan", "step_plan", "write_plan"]
 

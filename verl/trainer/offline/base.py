@@ -28,23 +28,23 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from verl.checkpoint.checkpoint_manager import is_peft_model
+from verl.checkpoint.layout import (
+    check_checkpoint_root,
+    get_step_dir,
+    prepare_checkpoint_root,
+    resolve_resume_path,
+)
+from verl.hardware.precision import resolve_dtype
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline import checkpoint as ckpt
 from verl.trainer.offline.common import LossOutput, build_offline_config, merge_stats
 from verl.trainer.offline.policy_setup import import_external_lib, load_policy, load_trainer_tokenizer, run_identity
 from verl.trainer.offline.reference import ReferencePolicyMixin
 from verl.trainer.offline.reporting import OfflineReportMixin
-from verl.utils.checkpoint.checkpoint_manager import is_peft_model
-from verl.utils.checkpoint.layout import (
-    check_checkpoint_root,
-    get_step_dir,
-    prepare_checkpoint_root,
-    resolve_resume_path,
-)
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
 from verl.utils.graceful_stop import GracefulStop
-from verl.utils.hardware.precision import resolve_dtype
 from verl.utils.logging_utils import console_write
 from verl.utils.optim import build_lr_scheduler, build_optimizer
 from verl.utils.seeding import epoch_seed
@@ -164,7 +164,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
         A checkpoint of another model (algorithm, LoRA rank) where this run would resume or save is refused first,
         from ``config.json`` and the completion markers, before the model loads
-        (:class:`~verl.utils.checkpoint.identity.CheckpointMismatchError`, a ``ConfigError``: exit code 2).
+        (:class:`~verl.checkpoint.identity.CheckpointMismatchError`, a ``ConfigError``: exit code 2).
         """
         if not config.data.train_files:
             raise ConfigError("data.train_files: no training data given; set data.train_files=<parquet or jsonl path>")
@@ -400,8 +400,8 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
 
     def _finished_step(self, total: int) -> int | None:
         """The step of the checkpoint this run would resume when it is ``total`` or later (after the identity
-        check), with :func:`~verl.utils.checkpoint.finished.finished_run_message` printed on rank 0; else None."""
-        from verl.utils.checkpoint.finished import finished_checkpoint, finished_run_message
+        check), with :func:`~verl.checkpoint.finished.finished_run_message` printed on rank 0; else None."""
+        from verl.checkpoint.finished import finished_checkpoint, finished_run_message
 
         tcfg = self.config.trainer
         resume_cfg = {"resume_mode": tcfg.resume_mode, "resume_from_path": tcfg.resume_from_path}
@@ -449,7 +449,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
     def _timed_step(self, rows: Sequence[int], epoch: float) -> dict[str, float]:
         """One optimizer step on this rank's ``rows`` of the training set; its metrics with ``epoch``,
         ``perf/time_per_step`` and ``perf/throughput`` (tokens / s / rank, verl's name)."""
-        from verl.utils.tracking.phase import phase
+        from verl.reporting.phase import phase
 
         t0 = time.perf_counter()
         with phase("training step"):  # the progress bar and its heartbeat show it
@@ -493,7 +493,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         the last logged training metrics, ``global_step``, and ``eval/*`` when there is an eval dataset."""
         if self.train_dataset is None:
             raise ValueError("no training dataset: pass dataset= to the trainer (or data.train_files)")
-        from verl.utils.tracking import ProgressBar
+        from verl.reporting import ProgressBar
 
         tcfg = self.config.trainer
         self._seed()

@@ -8,7 +8,7 @@
         latest_checkpointed_iteration.txt
         hf_model/               final export, loadable by AutoModelForCausalLM
 
-The role directory is written by :class:`~verl.utils.checkpoint.FSDPCheckpointManager` (the same writer as the PPO
+The role directory is written by :class:`~verl.checkpoint.FSDPCheckpointManager` (the same writer as the PPO
 workers): every rank saves its own shards, so nothing is gathered, and a run resumes on another number of ranks.
 The step directory is filled in a temp sibling and renamed in whole (``layout.atomic_step_dir``), then
 marked complete and pointed to by the tracker, so a crash never leaves a half checkpoint where resume looks.
@@ -23,10 +23,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.checkpoint.checkpoint_manager import is_peft_model, save_model_hf
+from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+from verl.checkpoint.layout import atomic_step_dir, finalize_checkpoint, get_step_dir, remove_old_checkpoints
 from verl.utils import fsdp_utils
-from verl.utils.checkpoint.checkpoint_manager import is_peft_model, save_model_hf
-from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
-from verl.utils.checkpoint.layout import atomic_step_dir, finalize_checkpoint, get_step_dir, remove_old_checkpoints
 from verl.utils.fs import atomic_directory
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def save_checkpoint(
     identity: dict[str, Any] | None = None,
 ) -> str:
     """Write ``<root>/global_step_<step>`` atomically, mark it complete (recording ``identity``: what it is a
-    checkpoint of, see :mod:`verl.utils.checkpoint.identity`), apply retention; returns its path.
+    checkpoint of, see :mod:`verl.checkpoint.identity`), apply retention; returns its path.
 
     Collective under torch.distributed: every rank writes its own shards."""
     step_dir = get_step_dir(root, step)
@@ -97,7 +97,7 @@ def export_hf(root: str, model: torch.nn.Module, tokenizer: Any) -> str | None:
         return None
     if is_peft_model(model):
         # a directory transformers loads directly: the adapters merged into the base weights
-        from verl.utils.models.lora import merged_state_dict
+        from verl.models.lora import merged_state_dict
 
         lora_cfg = model.peft_config[model.active_adapter]
         state = merged_state_dict(state, float(lora_cfg.lora_alpha) / float(lora_cfg.r)) if _rank() == 0 else {}

@@ -11,9 +11,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verl.models.loader import forward_logits
 from verl.trainer.config.loader import packaged_config_text
 from verl.trainer.config.validation import ConfigError, validate_config
-from verl.utils.models.loader import forward_logits
 from verl.utils.torch_functional import logprobs_from_logits
 
 

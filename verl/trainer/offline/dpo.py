@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from verl.data.preference_dataset import PreferenceDataset
 from verl.trainer.config.offline_schema import DPOConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, sequence_log_probs
-from verl.utils.dataset.preference_dataset import PreferenceDataset
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 

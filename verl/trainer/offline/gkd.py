@@ -26,14 +26,14 @@ import torch
 from omegaconf import DictConfig
 
 from verl.algorithms.distillation import generalized_jsd_loss, reverse_kl_pg_loss
+from verl.data.sft_dataset import pad_batch
+from verl.models.loader import forward_logits, resolve_model_path
+from verl.models.vlm import config_has_vision
 from verl.trainer.config.offline_schema import GKDConfig
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.trainer.offline.sft import SFTTrainer
-from verl.utils.dataset.sft_dataset import pad_batch
-from verl.utils.models.loader import forward_logits, resolve_model_path
-from verl.utils.models.vlm import config_has_vision
 from verl.utils.seeding import keyed_seed
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.teacher import TeacherModel
@@ -91,7 +91,7 @@ class GKDTrainer(SFTTrainer):
         tcfg = self.config.teacher
         teacher_source: Any = teacher if isinstance(teacher, torch.nn.Module) else str(teacher or tcfg.path)
         if teacher_tokenizer is None and tcfg.tokenizer_path:
-            from verl.utils.models.loader import load_tokenizer
+            from verl.models.loader import load_tokenizer
 
             teacher_tokenizer = load_tokenizer(str(tcfg.tokenizer_path))
         self.teacher = TeacherModel(

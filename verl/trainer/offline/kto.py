@@ -8,10 +8,10 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
+from verl.data.preference_dataset import KTODataset
 from verl.trainer.config.offline_schema import KTOConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, sequence_log_probs
-from verl.utils.dataset.preference_dataset import KTODataset
 
 _SEQ_KEYS = ("input_ids", "attention_mask", "position_ids", "loss_mask")
 

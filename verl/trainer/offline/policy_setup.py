@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.checkpoint.checkpoint_manager import is_peft_model
+from verl.models.loader import load_causal_lm, load_tokenizer
 from verl.trainer.config.validation import ConfigError
-from verl.utils.checkpoint.checkpoint_manager import is_peft_model
-from verl.utils.models.loader import load_causal_lm, load_tokenizer
 
 __all__ = ["import_external_lib", "load_policy", "load_trainer_tokenizer", "run_identity"]
 
@@ -34,16 +34,16 @@ def import_external_lib(name: str | None) -> None:
 
 
 def run_identity(algorithm: str, config: DictConfig, model: Any = None) -> dict[str, Any]:
-    """The run identity (:func:`verl.utils.checkpoint.identity.make_identity`) of training ``model`` (a module;
+    """The run identity (:func:`verl.checkpoint.identity.make_identity`) of training ``model`` (a module;
     default: ``config.model.path``, fingerprinted from its ``config.json`` and safetensors headers) with ``config``
     under ``algorithm`` (``sft``, ``dpo``...): the algorithm, the LoRA rank, the ``actor`` role's model fingerprint
     and ``data.train_batch_size``. Reads no weights."""
-    from verl.utils.checkpoint.identity import (
+    from verl.checkpoint.identity import (
         make_identity,
         model_fingerprint_from_module,
         model_fingerprint_from_path,
     )
-    from verl.utils.models.loader import resolve_model_path
+    from verl.models.loader import resolve_model_path
 
     mcfg = config.model
     if isinstance(model, torch.nn.Module):
@@ -86,7 +86,7 @@ def load_policy(config: DictConfig, model: Any) -> torch.nn.Module:
         )
     lora_rank = int(mcfg.lora_rank or 0)
     if lora_rank > 0:
-        from verl.utils.models.lora import apply_lora
+        from verl.models.lora import apply_lora
 
         module = apply_lora(module, lora_rank, mcfg.lora_alpha, mcfg.target_modules)
     if mcfg.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.models.loader import load_causal_lm
+from verl.models.loader import load_causal_lm
 
 
 class ReferencePolicyMixin:

@@ -16,8 +16,8 @@ class OfflineReportMixin:
     """The tracker (``trainer.logger``) and the run reporter (``trainer.plot``, ``trainer.report.*``)."""
 
     def _make_tracker(self, keep_through_step: int | None = None) -> Any:
-        """The :class:`~verl.utils.tracking.Tracking` of this run, appending after ``keep_through_step`` on resume."""
-        from verl.utils.tracking import Tracking
+        """The :class:`~verl.reporting.Tracking` of this run, appending after ``keep_through_step`` on resume."""
+        from verl.reporting import Tracking
 
         tcfg = self.config.trainer
         log_dir = tcfg.log_dir or os.path.join(self.output_root, "logs")
@@ -32,9 +32,9 @@ class OfflineReportMixin:
         )
 
     def _make_reporter(self, tracker: Any) -> Any:
-        """The :class:`~verl.utils.tracking.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
+        """The :class:`~verl.reporting.report.RunReporter` of this run (``trainer.plot``: ``metrics.png``,
         ``trainer.report.enable``: ``report.html``), None when both are off."""
-        from verl.utils.tracking.report import RunReporter, describe_hardware
+        from verl.reporting.report import RunReporter, describe_hardware
 
         tcfg = self.config.trainer
         plot = bool(tcfg.plot)

@@ -8,12 +8,12 @@ from typing import Any, ClassVar
 import torch
 from omegaconf import DictConfig
 
+from verl.data.sft_dataset import SFTDataset
+from verl.models.loader import forward_logits
+from verl.models.vlm import processor_for_model, vision_forward_kwargs
 from verl.trainer.config.offline_schema import SFTConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
-from verl.utils.dataset.sft_dataset import SFTDataset
-from verl.utils.models.loader import forward_logits
-from verl.utils.models.vlm import processor_for_model, vision_forward_kwargs
 from verl.utils.torch_functional import logprobs_from_logits
 
 

@@ -50,7 +50,7 @@ class DriverCheckpointMixin:
         selects what the workers write; without ``extra`` no ``data.pt`` is written either. ``extra_state`` joins
         ``data.pt`` (plain types and tensors only: it is read back with ``weights_only=True``).
         """
-        from verl.utils.checkpoint.layout import (
+        from verl.checkpoint.layout import (
             check_checkpoint_root,
             finalize_checkpoint,
             remove_old_checkpoints,
@@ -92,7 +92,7 @@ class DriverCheckpointMixin:
     def _say_checkpoint_size(self, step_dir: str) -> None:
         """The save line: the checkpoint's size, split into weights and optimizer state (the first save says why
         the optimizer state is the bulk and which key leaves it out; later saves only the sizes)."""
-        from verl.utils.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
+        from verl.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
         from verl.utils.logging_utils import console_write
 
         if getattr(self, "_size_explained", False):
@@ -126,13 +126,13 @@ class DriverCheckpointMixin:
         Restores the workers (weights, optimizer, lr scheduler, RNG), the step count, the data loader position,
         the generation counter and the KL coefficient. The whole ``data.pt`` dict is kept in
         :attr:`resumed_state` for callers that saved their own ``extra_state``. A checkpoint of another model
-        (algorithm, roles, LoRA rank) raises :class:`~verl.utils.checkpoint.identity.CheckpointMismatchError` before
+        (algorithm, roles, LoRA rank) raises :class:`~verl.checkpoint.identity.CheckpointMismatchError` before
         anything loads; an explicit ``path`` is checked as ``mode`` (``resume_path``: named by the user, an algorithm
         change only warns; ``auto``: found by the caller under its root).
         """
-        from verl.utils.checkpoint.checkpoint_manager import safe_torch_load
-        from verl.utils.checkpoint.identity import check_resume_identity
-        from verl.utils.checkpoint.layout import require_intact, resolve_resume_path
+        from verl.checkpoint.checkpoint_manager import safe_torch_load
+        from verl.checkpoint.identity import check_resume_identity
+        from verl.checkpoint.layout import require_intact, resolve_resume_path
 
         if path is None:
             # auto: the newest complete checkpoint whose files match their checksums (bad ones are warned about)
@@ -156,7 +156,7 @@ class DriverCheckpointMixin:
             try:
                 self.train_dataloader.load_state_dict(state["dataloader"])
             except ValueError as err:
-                from verl.utils.checkpoint.identity import CheckpointMismatchError
+                from verl.checkpoint.identity import CheckpointMismatchError
 
                 raise CheckpointMismatchError(
                     f"refusing to resume checkpoint {path}: {err} (data.train_batch_size / data.* of this run differ "

@@ -22,9 +22,9 @@ class DriverDataMixin:
 
     def _create_dataloaders(self) -> None:
         """The train and validation loaders (``data.*``) and ``total_training_steps``."""
+        from verl.data.dataloader import StatefulDataLoader
+        from verl.data.rl_dataset import collate_fn as default_collate
         from verl.trainer.config.validation import ConfigError
-        from verl.utils.dataset.dataloader import StatefulDataLoader
-        from verl.utils.dataset.rl_dataset import collate_fn as default_collate
 
         data_cfg = self.config.data
         collate = self.collate_fn or default_collate

@@ -1,7 +1,7 @@
 """What the PPO driver tells the user while it runs: metrics to the trackers, the plot, ``report.html`` and its samples.
 
 A part of :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`: ``_log`` sends each step's metrics to the one
-:class:`~verl.utils.tracking.Tracking` interface (console, JSONL file, tensorboard, wandb, mlflow) and to the step
+:class:`~verl.reporting.Tracking` interface (console, JSONL file, tensorboard, wandb, mlflow) and to the step
 hooks; :meth:`DriverReportMixin.reporter` builds the run report (``trainer.plot``, ``trainer.report.*``).
 """
 
@@ -31,7 +31,7 @@ class DriverReportMixin:
         return getattr(self._tracker, "metrics_path", None)
 
     def _make_tracker(self, keep_through_step: int | None = None):
-        from verl.utils.tracking import Tracking
+        from verl.reporting import Tracking
 
         trainer_cfg = self.config.trainer
         explicit = trainer_cfg.log_dir
@@ -47,11 +47,11 @@ class DriverReportMixin:
         )
 
     def reporter(self) -> Any:
-        """The run's :class:`~verl.utils.tracking.report.RunReporter` (``metrics.png`` with ``trainer.plot``,
+        """The run's :class:`~verl.reporting.report.RunReporter` (``metrics.png`` with ``trainer.plot``,
         ``report.html`` and ``samples.jsonl`` with ``trainer.report.enable``), created on first use; None when both
         are off."""
         if self._reporter is None:
-            from verl.utils.tracking.report import RunReporter, describe_hardware
+            from verl.reporting.report import RunReporter, describe_hardware
 
             trainer_cfg = self.config.trainer
             plot = bool(trainer_cfg.plot)

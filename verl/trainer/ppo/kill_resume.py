@@ -223,9 +223,9 @@ def weights_digest(step_dir: str) -> str:
 def final_state(out_dir: str) -> dict[str, Any]:
     """``{"step", "digest", "indices"}`` of the newest complete checkpoint under ``out_dir`` (its
     :func:`weights_digest` and its data ledger's consumed prompt indices, in order)."""
+    from verl.checkpoint.checkpoint_manager import safe_torch_load
+    from verl.checkpoint.layout import get_checkpoint_step, newest_complete_step_dir
     from verl.trainer.ppo.resume_check import LEDGER_KEY
-    from verl.utils.checkpoint.checkpoint_manager import safe_torch_load
-    from verl.utils.checkpoint.layout import get_checkpoint_step, newest_complete_step_dir
 
     step_dir = newest_complete_step_dir(out_dir)
     if step_dir is None:

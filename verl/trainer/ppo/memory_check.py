@@ -113,9 +113,9 @@ def _per_token_activation_bytes(fp: dict[str, Any], act_bytes: int, checkpointin
 
 def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) -> tuple[list[PhaseEstimate], float, str]:
     """``(phases, fixed bytes, fixed arithmetic)`` of a PPO-family config (see the module docstring);
-    ``fingerprints``: role -> model fingerprint (:func:`~verl.utils.checkpoint.identity.model_fingerprint`)."""
+    ``fingerprints``: role -> model fingerprint (:func:`~verl.checkpoint.identity.model_fingerprint`)."""
+    from verl.hardware.precision import resolve_dtype_name
     from verl.trainer.config import critic_enabled, need_reference_policy
-    from verl.utils.hardware.precision import resolve_dtype_name
 
     actor_fp = fingerprints["actor"]
     arr = config.actor_rollout_ref

@@ -24,7 +24,7 @@ import torch
 
 from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
-from verl.utils.metric import reduce_metrics  # noqa: F401 - verl exposes it here too
+from verl.reporting.metric import reduce_metrics  # noqa: F401 - verl exposes it here too
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ logger = logging.getLogger(__name__)
 @contextmanager
 def marked_timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
     """Add the wall time of the ``with`` body to ``timing_raw[name]`` (seconds); the body is the run's current phase
-    ``name`` meanwhile (:func:`verl.utils.tracking.phase.phase`: the progress bar and its heartbeat show it)."""
-    from verl.utils.tracking.phase import phase
+    ``name`` meanwhile (:func:`verl.reporting.phase.phase`: the progress bar and its heartbeat show it)."""
+    from verl.reporting.phase import phase
 
     start = time.perf_counter()
     try:

@@ -129,8 +129,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         self.global_steps = 0
         self.namespace = config.trainer.namespace
         self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
+        from verl.hardware.profiler import StepProfiler
         from verl.trainer.ppo.role_profiler import RoleProfiler
-        from verl.utils.profiler import StepProfiler
 
         self.profiler = StepProfiler.from_config(config.trainer, os.path.join(self.checkpoint_dir, "profile"))
         self.role_profiler = RoleProfiler.from_config(config)  # global_profiler + <role>.profiler (upstream v0.9)
@@ -164,13 +164,13 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         self.resumed_state: dict[str, Any] | None = None
         # the checkpoint directory load_checkpoint restored, None when the run started fresh
         self.resumed_from: str | None = None
-        # what this run's checkpoints are of (model, algorithm, roles, LoRA rank; verl/utils/checkpoint/identity.py):
+        # what this run's checkpoints are of (model, algorithm, roles, LoRA rank; verl/checkpoint/identity.py):
         # recorded in each completion marker, compared before each resume; None: derived from the config when needed
         self.run_identity: dict[str, Any] | None = run_identity
         self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
         # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
         self.stopped_by: str | None = None
-        # metrics.png / report.html of the run (verl/utils/tracking/report): created on first use, None when both
+        # metrics.png / report.html of the run (verl/reporting/report): created on first use, None when both
         # are off
         self._reporter: Any = None
         self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
@@ -328,7 +328,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         self.tool_health.observe_metrics(self.global_steps, metrics)
         self.log_prob_gap_watch.observe(self.global_steps, metrics)
         if self.debug_dir is not None:
-            from verl.utils.profiler import dump_step_debug
+            from verl.hardware.profiler import dump_step_debug
 
             dump_step_debug(self.last_batch, metrics, self.debug_dir, self.global_steps)
         return metrics
@@ -448,7 +448,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         return metrics
 
     def _dump_rollout(self, batch: DataProto) -> None:
-        from verl.utils.tracking import dump_rollout_jsonl
+        from verl.reporting import dump_rollout_jsonl
 
         prompts, responses, extra = decode_generations(self.tokenizer, batch)
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
@@ -477,8 +477,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
     # -------------------------------------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
         """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
-        from verl.utils.checkpoint.layout import prepare_checkpoint_root
-        from verl.utils.tracking import ProgressBar
+        from verl.checkpoint.layout import prepare_checkpoint_root
+        from verl.reporting import ProgressBar
 
         trainer_cfg = self.config.trainer
         prepare_checkpoint_root(

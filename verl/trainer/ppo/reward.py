@@ -3,7 +3,7 @@
 ``custom_reward_function.path`` / ``.name`` name a Python file and a function in it with the contract
 ``fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict`` (``reward_kwargs`` are
 bound with functools.partial). Otherwise ``reward_model.remote.url`` selects an HTTP scorer, and failing both the
-rule scorers of ``verl.utils.reward_score.default_compute_score`` are used.
+rule scorers of ``verl.rewards.default_compute_score`` are used.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def resolve_compute_score(config: Any, rm_cfg: RewardModelConfig, is_batch: bool
     sandbox_url = sandbox_cfg.url
     if sandbox_url and compute_score is None and not remote_url:
         # verl: the default scorer runs code data sources on the Sandbox Fusion server
-        from verl.utils.reward_score import default_compute_score
-        from verl.utils.reward_score.sandbox_fusion import ProcessLocalSemaphore
+        from verl.rewards import default_compute_score
+        from verl.rewards.sandbox_fusion import ProcessLocalSemaphore
 
         compute_score = functools.partial(
             default_compute_score,
@@ -157,7 +157,7 @@ def resolve_compute_score(config: Any, rm_cfg: RewardModelConfig, is_batch: bool
             memory_limit_mb=int(sandbox_cfg.memory_limit_mb),
         )
     if remote_url:
-        from verl.utils.reward_score.remote import make_remote_compute_score
+        from verl.rewards.remote import make_remote_compute_score
 
         client = make_remote_compute_score(remote_cfg)
         compute_score = client.compute_score_batch if is_batch else client
@@ -284,8 +284,8 @@ def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:
     Nothing is checked when a custom function, a remote scorer or a reward model does the scoring. ``datasets``
     maps a config key (``data.train_files``) to a dataset with ``data_sources(key)``.
     """
+    from verl.rewards import KNOWN_DATA_SOURCES, has_default_scorer
     from verl.trainer.config.validation import ConfigError
-    from verl.utils.reward_score import KNOWN_DATA_SOURCES, has_default_scorer
 
     rm_cfg = _section(config, "reward_model", RewardModelConfig)
     if (

@@ -34,7 +34,7 @@ _OWN_METHODS = frozenset({"start_profile", "stop_profile", "profile_finish_hook"
 
 @dataclass
 class GroupPlan:
-    """What one worker group traces: its spec for :func:`verl.utils.profiler.start_worker_trace` (without ``step``
+    """What one worker group traces: its spec for :func:`verl.hardware.profiler.start_worker_trace` (without ``step``
     and ``stage``), the calls that get a trace each (None: the whole step), and its finish hook."""
 
     group: str

@@ -1,5 +1,5 @@
 """What a checkpoint of a PPO-family run is a checkpoint of: recorded in every completion marker and compared before
-every resume (:mod:`verl.utils.checkpoint.identity`), so a run never resumes another model's checkpoint."""
+every resume (:mod:`verl.checkpoint.identity`), so a run never resumes another model's checkpoint."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.checkpoint.identity import make_identity, model_fingerprint_from_path
+from verl.models.loader import resolve_model_path
 from verl.trainer.config import critic_enabled
-from verl.utils.checkpoint.identity import make_identity, model_fingerprint_from_path
-from verl.utils.models.loader import resolve_model_path
 
 
 def ppo_run_identity(config: DictConfig) -> dict[str, Any]:

@@ -106,8 +106,8 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
     """
     import torch.utils.data
 
+    from verl.data.rl_dataset import RLHFDataset
     from verl.trainer.config.validation import ConfigError
-    from verl.utils.dataset.rl_dataset import RLHFDataset
 
     key = "data.train_files" if is_train else "data.val_files"
     custom = data_config.get("custom_cls") if hasattr(data_config, "get") else None
@@ -140,8 +140,8 @@ def build_datasets(config: DictConfig, tokenizer, processor: Any = None) -> tupl
     any other bad input (exit code 2, no traceback). ``data.custom_cls`` selects a dataset class of your own.
     ``processor``: a vision-language model's processor, for rows with images.
     """
+    from verl.data.rl_dataset import create_rl_sampler
     from verl.trainer.config.validation import ConfigError
-    from verl.utils.dataset.rl_dataset import create_rl_sampler
 
     data_cfg = config.data
     if not data_cfg.train_files:
@@ -177,7 +177,7 @@ def prepare_run(config: DictConfig) -> dict[str, Any]:
 
     trainer_cfg = config.trainer
     # before anything loads: a used directory under resume_mode=disable is refused now, not after the model loads
-    from verl.utils.checkpoint.layout import check_checkpoint_root, checkpoint_root, prepare_checkpoint_root
+    from verl.checkpoint.layout import check_checkpoint_root, checkpoint_root, prepare_checkpoint_root
 
     prepare_checkpoint_root(
         checkpoint_root(trainer_cfg),
@@ -213,9 +213,9 @@ def build_ppo_trainer(
     ``Role`` members); ``trainer_cls`` is a :class:`RayPPOTrainer` subclass to build instead (a recipe's trainer
     that overrides a stage); ``identity``: :func:`prepare_run`'s result when the caller ran it already.
     """
+    from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
-    from verl.utils.models.loader import load_tokenizer
 
     trainer_cfg = config.trainer
     if identity is None:
@@ -230,7 +230,7 @@ def build_ppo_trainer(
     tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
     trust = bool(config.data.trust_remote_code)  # upstream's data.trust_remote_code: the driver's tokenizer/processor
     tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path, trust_remote_code=trust)
-    from verl.utils.models.vlm import check_image_patch_size, processor_for_model
+    from verl.models.vlm import check_image_patch_size, processor_for_model
 
     # a vision-language model's processor (verl's hf_processor), None for text models
     processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer, trust_remote_code=trust)
@@ -239,8 +239,8 @@ def build_ppo_trainer(
     # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
     check_reward_endpoints(config)
+    from verl.checkpoint.layout import checkpoint_root
     from verl.trainer.config.step_plan import step_plan, write_plan
-    from verl.utils.checkpoint.layout import checkpoint_root
 
     # what one step consumes, for the report: written once the data is known good, so a run refused at start leaves
     # no run directory behind
@@ -288,7 +288,7 @@ def run_ppo(
     if not trainer_cfg.total_training_steps and _say_finished(config, int(trainer.total_training_steps)):
         _close_reward_managers(reward_fn, val_reward_fn)
         return _finished_result(config)
-    from verl.utils.tracking.phase import watched
+    from verl.reporting.phase import watched
 
     with watched("starting workers (models, rollout engine)", prefix="start-up"):  # a line each 30 s it lasts
         trainer.init_workers()
@@ -329,7 +329,7 @@ def run_ppo(
         write_export_info(result["hf_dir"], str(trainer_cfg.experiment_name), trainer.global_steps)
         print(f"Hugging Face export: {result['hf_dir']}")
         trainer.update_report(redraw_plot=False)  # the report lists the export too
-    from verl.utils.tracking.report import PLOT_FILE, REPORT_FILE
+    from verl.reporting.report import PLOT_FILE, REPORT_FILE
 
     # metrics.png (trainer.plot) and report.html (trainer.report.enable): written by fit() at each save and its end
     reporter = trainer.reporter()
@@ -348,9 +348,9 @@ def _close_reward_managers(*managers: Any) -> None:
 
 
 def _say_finished(config: DictConfig, total_steps: int) -> bool:
-    """Print the one line of :func:`~verl.utils.checkpoint.finished.finished_run_message` and return True when the
+    """Print the one line of :func:`~verl.checkpoint.finished.finished_run_message` and return True when the
     checkpoint this run would resume is its last step (never for ``trainer.val_only``: that evaluates it)."""
-    from verl.utils.checkpoint.finished import FRESH_HINT, finished_run_message
+    from verl.checkpoint.finished import FRESH_HINT, finished_run_message
     from verl.utils.fs import namespaced_path
 
     trainer_cfg = config.trainer

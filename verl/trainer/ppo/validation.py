@@ -76,7 +76,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
         rows = select_generations_to_log(dumped["prompts"], dumped["responses"], dumped["scores"], n_logged)
         tracker.log_generations(rows, trainer.global_steps)
     if dump_dir and sources:
-        from verl.utils.tracking import dump_rollout_jsonl
+        from verl.reporting import dump_rollout_jsonl
 
         # trainer.validation_data_dir: <dir>/<global_step>.jsonl with every validation generation of this pass
         dump_rollout_jsonl(

@@ -17,8 +17,8 @@ from tensordict import TensorDict
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
-from verl.utils.models.loader import forward_logits
-from verl.utils.models.vlm import pack_vision_inputs, vision_forward_kwargs
+from verl.models.loader import forward_logits
+from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
@@ -186,8 +186,8 @@ def response_logits_forward(
         entropy_requires_grad: keep the entropy in the graph (entropy bonus); otherwise it is computed detached.
         use_remove_padding: pack the valid tokens and run without padding.
         extra_inputs: further model inputs of the padded rows (a VLM's images and 3-D positions, see
-            :func:`~verl.utils.models.vlm.vision_forward_kwargs`); packed with the tokens under
-            ``use_remove_padding`` (:func:`~verl.utils.models.vlm.pack_vision_inputs`).
+            :func:`~verl.models.vlm.vision_forward_kwargs`); packed with the tokens under
+            ``use_remove_padding`` (:func:`~verl.models.vlm.pack_vision_inputs`).
 
         calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` per response token (no gradient) as a third item.
 
@@ -258,7 +258,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     Args:
         config: the ``actor_rollout_ref.actor`` section (DictConfig, dict or dataclass).
-        actor_module: the policy; any module accepted by ``verl.utils.models.loader.forward_logits``.
+        actor_module: the policy; any module accepted by ``verl.models.loader.forward_logits``.
         actor_optimizer: needed for ``update_policy`` only (a reference policy has none).
         lr_scheduler: reported in ``actor/lr``; the worker steps it.
         use_remove_padding: pack valid tokens into one row (``actor_rollout_ref.model.use_remove_padding``); the

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl.utils.hardware.precision import resolve_dtype
+from verl.hardware.precision import resolve_dtype
 from verl.utils.seeding import keyed_seed
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.workers.config import ActorConfig, CriticConfig

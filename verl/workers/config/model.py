@@ -30,7 +30,7 @@ class ModelConfig(BaseConfig):
     lora_alpha: int = 16
     target_modules: Union[str, list[str]] = "all-linear"
     exclude_modules: Optional[Union[str, list[str]]] = None  # LoRA: modules left without adapters (PEFT's key)
-    use_shm: bool = False  # load from a copy in /dev/shm (verl/utils/models/shm.py)
+    use_shm: bool = False  # load from a copy in /dev/shm (verl/models/shm.py)
     enable_activation_offload: bool = False  # actor training forwards save activations in pinned host memory
     override_config: dict[str, Any] = dict_field()
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
@@ -46,7 +46,7 @@ class CriticModelConfig(BaseConfig):
     tokenizer_path: Optional[str] = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
-    use_shm: bool = False  # load from a copy in /dev/shm (verl/utils/models/shm.py)
+    use_shm: bool = False  # load from a copy in /dev/shm (verl/models/shm.py)
     override_config: dict[str, Any] = dict_field()
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
 

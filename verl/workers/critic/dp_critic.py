@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from verl.algorithms.core_algos import compute_value_loss
 from verl.base_config import omega_conf_to_dataclass
-from verl.utils.models.loader import forward_values
+from verl.models.loader import forward_values
 from verl.utils.padding import pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.micro_batching import (
@@ -81,7 +81,7 @@ class DataParallelPPOCritic(BasePPOCritic):
 
     Args:
         config: the ``critic`` section (DictConfig, dict or dataclass).
-        critic_module: a value model accepted by ``verl.utils.models.loader.forward_values``.
+        critic_module: a value model accepted by ``verl.models.loader.forward_values``.
         critic_optimizer: needed for ``update_critic``.
         lr_scheduler: reported in ``critic/lr``; the worker steps it.
         use_remove_padding: pack valid tokens into one row (``critic.model.use_remove_padding``); the config

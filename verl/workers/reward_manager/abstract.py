@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from verl.protocol.rollout_text import decode_prompt_response, rollout_row_ids
+from verl.sandbox.process_pool import PoolTaskError, ProcessPool, default_num_workers
 from verl.utils.logging_utils import console_write
-from verl.utils.sandbox.process_pool import PoolTaskError, ProcessPool, default_num_workers
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +97,14 @@ class AbstractRewardManager:
     Args:
         tokenizer: decodes prompts and responses.
         num_examine: how many samples per data source to print (for eyeballing).
-        compute_score: the reward function (see ``verl.utils.reward_score``); None: ``default_compute_score``.
+        compute_score: the reward function (see ``verl.rewards``); None: ``default_compute_score``.
         reward_fn_key: non-tensor key holding the data source name.
         on_error: ``fail`` (raise naming the sample) or ``zero`` (score 0, counted in ``reward_error``).
         timeout_s: time limit of one reward function call, counted from its start (None or <= 0: none).
         batch_timeout_s: deadline of one batch, counted from the start of scoring; calls still running then are
             killed and calls not started fail (None or <= 0: none).
         num_workers: worker processes that run the reward function
-            (:class:`verl.utils.sandbox.process_pool.ProcessPool`); a call past a limit is killed there, and
+            (:class:`verl.sandbox.process_pool.ProcessPool`); a call past a limit is killed there, and
             ``sys.exit``, ``os._exit`` or a crash fail only its sample. ``0`` calls it in this process (no time limit
             can stop it then, so none may be set). ``None``: a pool of ``min(8, CPUs)`` workers when a limit is set,
             else in this process.
@@ -131,7 +131,7 @@ class AbstractRewardManager:
         if on_error not in ON_ERROR_MODES:
             raise ValueError(f"reward_model.on_error must be one of {list(ON_ERROR_MODES)}, got {on_error!r}")
         if compute_score is None:
-            from verl.utils.reward_score import default_compute_score
+            from verl.rewards import default_compute_score
 
             compute_score = default_compute_score
         limited = any(t is not None and t > 0 for t in (timeout_s, batch_timeout_s))

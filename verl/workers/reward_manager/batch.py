@@ -44,7 +44,7 @@ class BatchRewardManager(AbstractRewardManager):
 
     def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None = None, **kwargs):
         if compute_score is None:
-            from verl.utils.reward_score import default_compute_score
+            from verl.rewards import default_compute_score
 
             compute_score = per_sample_to_batch(default_compute_score)
         super().__init__(tokenizer, num_examine, compute_score=compute_score, **kwargs)

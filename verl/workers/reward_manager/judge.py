@@ -1,7 +1,7 @@
 """The ``judge`` reward manager: an LLM judge scores each response, optionally mixed with the rule reward.
 
 ``reward = judge.weight * judge_score + judge.rule_weight * rule_score``, where ``judge_score`` comes from
-:class:`verl.utils.reward_score.judge.LLMJudge` (pointwise ratings or pairwise win shares within the batch's GRPO
+:class:`verl.rewards.judge.LLMJudge` (pointwise ratings or pairwise win shares within the batch's GRPO
 groups, ``uid``) and ``rule_score`` from the run's reward function (``custom_reward_function`` or the default
 scorers), called only when ``rule_weight != 0``. A judge failure under ``on_error=skip`` leaves the judge term out
 of that sample's reward. Per-sample extras (logged as ``reward_extra/<key>/{mean,max,min}``): ``judge_score``,
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.utils.reward_score.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
-from verl.utils.reward_score.judge.backends import JudgeRequestError
-from verl.utils.reward_score.judge.judge import JudgeResult
+from verl.rewards.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
+from verl.rewards.judge.backends import JudgeRequestError
+from verl.rewards.judge.judge import JudgeResult
 from verl.workers.config.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
@@ -187,7 +187,7 @@ class JudgeRewardManager(NaiveRewardManager):
     # ------------------------------------------------------------------------- answers received during the rollout
     def _precomputed_columns(self, data: Any) -> dict[str, Any] | None:
         """The batch's judge columns from the rollout when every row has an answer or an error (pointwise only)."""
-        from verl.utils.reward_score.judge.rollout_columns import ANSWER_KEY, DIGEST_KEY, ERROR_KEY, JUDGE_COLUMNS
+        from verl.rewards.judge.rollout_columns import ANSWER_KEY, DIGEST_KEY, ERROR_KEY, JUDGE_COLUMNS
 
         ntb = getattr(data, "non_tensor_batch", None)
         if self.judge.mode != "pointwise" or ntb is None or any(k not in ntb for k in JUDGE_COLUMNS):
@@ -204,7 +204,7 @@ class JudgeRewardManager(NaiveRewardManager):
 
     def _judged_during_rollout(self, samples: list[Sample]) -> list[JudgeResult] | None:
         """Results from the rollout's answers when each was for the judge prompt built here, else None."""
-        from verl.utils.reward_score.judge.rollout_columns import (
+        from verl.rewards.judge.rollout_columns import (
             ANSWER_KEY,
             DIGEST_KEY,
             ERROR_KEY,

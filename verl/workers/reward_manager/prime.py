@@ -72,7 +72,7 @@ class PrimeRewardManager(AbstractRewardManager):
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
             raise ValueError(f"reward_model.reward_kwargs.num_processes must be an int >= 1, got {num_processes!r}")
         if compute_score is None:
-            from verl.utils.reward_score import default_compute_score
+            from verl.rewards import default_compute_score
 
             compute_score = default_compute_score
         self.num_processes = num_processes

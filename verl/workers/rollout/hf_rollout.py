@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from verl.base_config import omega_conf_to_dataclass
+from verl.hardware.precision import resolve_dtype
+from verl.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.protocol import DataProto
-from verl.utils.hardware.precision import resolve_dtype
-from verl.utils.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.utils.seeding import generation_seed
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
@@ -158,7 +158,7 @@ class HFRollout(BaseRollout):
         :meth:`~verl.workers.rollout.base.BaseRollout.request_server`; this call always generates plainly.
 
         Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
-        :class:`~verl.utils.dataset.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own
+        :class:`~verl.data.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own
         3-D positions (:meth:`_vision_prefill`); the decode steps are the usual ones.
         """
         settings = resolve_sampling(self.config, prompts.meta_info)
@@ -246,7 +246,7 @@ class HFRollout(BaseRollout):
         """A vision-language micro-batch's ``(position_ids, prefill inputs, tokens never to sample)``.
 
         The prefill inputs are the rows' images and token types; the positions are the model's own 3-D ones
-        ``[3, bs, L]`` (:func:`~verl.utils.models.vlm.vision_forward_kwargs`, the ones the actor computes), from
+        ``[3, bs, L]`` (:func:`~verl.models.vlm.vision_forward_kwargs`, the ones the actor computes), from
         which the loop continues the response positions (or the text positions ``[bs, L]`` when no row of the
         micro-batch has images). Image placeholder tokens are never sampled: a placeholder inside a response would
         have no image behind it in the actor's forward (log-probs still come from the unfiltered logits).

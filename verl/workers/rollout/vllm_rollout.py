@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from verl.base_config import get_config_value, omega_conf_to_dataclass
+from verl.hardware.precision import resolve_dtype_name
+from verl.models.loader import resolve_model_path
 from verl.protocol import DataProto
-from verl.utils.hardware.precision import resolve_dtype_name
 from verl.utils.logging_utils import current_third_party_level
-from verl.utils.models.loader import resolve_model_path
 from verl.utils.seeding import replica_seed
 from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import (
@@ -234,7 +234,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
     """A vLLM ``LLM`` engine behind the rollout interface.
 
     Args:
-        model_path: model path or bundled name (resolved by :func:`verl.utils.models.loader.resolve_model_path`).
+        model_path: model path or bundled name (resolved by :func:`verl.models.loader.resolve_model_path`).
         config: the ``actor_rollout_ref.rollout`` section: ``prompt_length``, ``response_length``, ``dtype``,
             ``temperature``, ``top_p``, ``top_k``, ``do_sample``, ``min_new_tokens``, ``calculate_log_probs``,
             ``gpu_memory_utilization``, ``tensor_model_parallel_size``, ``max_num_seqs``, ``enforce_eager``,

@@ -13,8 +13,8 @@ import torch
 from verl.base_config import omega_conf_to_dataclass
 from verl.experimental.agent_loop.chat import encode_appended
 from verl.experimental.agent_loop.runner import AgentLoopRunner
+from verl.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.protocol import DataProto
-from verl.utils.models.tiny import make_byte_tokenizer, make_tiny_causal_lm
 from verl.workers.config import RolloutConfig
 
 pytest.importorskip("openai")  # the agents extra (in dev): the test agents are written with the openai SDK

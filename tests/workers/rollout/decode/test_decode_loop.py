@@ -137,7 +137,7 @@ def test_an_architecture_without_static_cache_decodes_with_its_own_cache() -> No
 def test_eos_stops_rows_and_pads_after() -> None:
     """With logits that always favour EOS (id 258), EOS is blocked for min_new_tokens steps (argmax of the zero
     logits is token 0), emitted at step min_new_tokens, and the loop stops there for every row."""
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm().eval()
 
@@ -162,7 +162,7 @@ def test_eos_stops_rows_and_pads_after() -> None:
 def test_banned_tokens_are_never_sampled_but_keep_their_log_probs(static_cache) -> None:
     """Logits that favour token 7 then token 9: with 7 banned, greedy picks 9 at every step, and the log-prob is
     read from the unfiltered logits (as the actor recomputes it)."""
-    from verl.utils.models.tiny import make_tiny_causal_lm
+    from verl.models.tiny import make_tiny_causal_lm
 
     model = make_tiny_causal_lm().eval()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.utils.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import make_tiny_causal_lm
 from verl.workers.rollout.base import SamplingSettings
 from verl.workers.rollout.decode import DecodeLoop, bucket_size, resolve_decode_mode
 from verl.workers.rollout.hf_rollout import HFRollout

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.models.loader import forward_logits
+from verl.models.loader import forward_logits
 from verl.workers.rollout.decode.state import DecodeState
 from verl.workers.rollout.decode.static_cache import causal_lm
 
