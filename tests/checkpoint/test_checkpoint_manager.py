@@ -206,3 +206,14 @@ def test_save_model_hf_peft_saves_adapter_and_base(tmp_path, tiny_model_dir, byt
     assert "model.safetensors" not in names
     with open(os.path.join(out, "adapter_config.json")) as f:
         assert json.load(f)["base_model_name_or_path"] == "/models/base"
+
+
+def test_rng_state_has_one_home_importable_under_the_old_names():
+    """``get_rng_state`` / ``set_rng_state`` live in :mod:`verl.checkpoint.rng_state` (no import circle between the
+    base manager and the checkpoint helpers); both old module paths still give the same functions."""
+    from verl.checkpoint import base_manager, checkpoint_manager, rng_state
+
+    assert checkpoint_manager.get_rng_state is rng_state.get_rng_state
+    assert checkpoint_manager.set_rng_state is rng_state.set_rng_state
+    assert base_manager.BaseCheckpointManager.get_rng_state is rng_state.get_rng_state
+    assert base_manager.BaseCheckpointManager.load_rng_state is rng_state.set_rng_state

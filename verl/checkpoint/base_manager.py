@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from verl.checkpoint.checkpoint_manager import get_rng_state, set_rng_state
+from verl.checkpoint.rng_state import get_rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
 

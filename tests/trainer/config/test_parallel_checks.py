@@ -164,3 +164,14 @@ def test_sequence_parallel_multiplies_the_dynamic_token_budget() -> None:
     load_config([*base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
     (msg,) = _problems(base)
     assert msg.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40 is below one full sequence")
+
+
+def test_implemented_strategies_are_one_fact_read_by_both_checks() -> None:
+    """The strategy list lives below both check modules (no import circle); both still name it, and a reference
+    strategy outside it is refused with the list."""
+    from verl.trainer.config import parallel_checks, strategies, upstream_keys
+
+    assert parallel_checks.IMPLEMENTED_STRATEGIES is strategies.IMPLEMENTED_STRATEGIES
+    assert upstream_keys.IMPLEMENTED_STRATEGIES is strategies.IMPLEMENTED_STRATEGIES
+    with pytest.raises(ConfigError, match=r"ref.strategy='ddp'.*fsdp, fsdp2"):
+        load_config(["actor_rollout_ref.ref.strategy=ddp"])

@@ -14,8 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-# strategy values that run: both names select this project's FSDP2 workers
-IMPLEMENTED_STRATEGIES = ("fsdp", "fsdp2")
+from verl.trainer.config.strategies import IMPLEMENTED_STRATEGIES  # noqa: F401  (importable from here as before)
 
 
 def world_size(cfg: DictConfig) -> int:

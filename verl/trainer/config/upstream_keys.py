@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.trainer.config.strategies import IMPLEMENTED_STRATEGIES
 from verl.trainer.config.validation import ConfigError
 
 _SP = "ulysses_sequence_parallel_size"
@@ -129,8 +130,6 @@ def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
 
 def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
     """Values of upstream v0.9 keys that select behaviour this project does not have: one error each, with the fix."""
-    from verl.trainer.config.parallel_checks import IMPLEMENTED_STRATEGIES
-
     arr = cfg.actor_rollout_ref
     ref_strategy = str(arr.ref.strategy)
     if ref_strategy not in IMPLEMENTED_STRATEGIES:
