@@ -74,26 +74,23 @@ def check_costs(repeats: int) -> dict[str, float]:
     log-prob gap sums (best of ``repeats``)."""
     import numpy as np
     import torch
-    from omegaconf import OmegaConf
 
     from verl.algorithms.rollout_correction import LogProbGapSums
     from verl.protocol import DataProto
-    from verl.trainer.ppo.invariants import PolicyVersionMixin, stamp_policy_version
+    from verl.trainer.ppo.invariants import PolicyVersions, stamp_policy_version
 
     rows, tokens = 1024, 1024
     batch = DataProto.from_dict({"x": torch.zeros(rows, 1)})
     stamp_policy_version(batch, np.full(rows, 6))
 
-    class Trainer(PolicyVersionMixin):
-        config = OmegaConf.create({"trainer": {"check_policy_version": True}})
-        global_steps = 7
+    versions = PolicyVersions(check=True, log_prob_gap=False)  # the synchronous driver at step 7 holds version 6
 
     trainer_lp, rollout_lp = -torch.rand(rows, tokens), -torch.rand(rows, tokens)
     mask = torch.ones(rows, tokens)
     best = {"policy_version_check_s": float("inf"), "log_prob_gap_s": float("inf")}
     for _ in range(repeats):
         start = time.perf_counter()
-        Trainer().check_consumed_versions(batch)
+        versions.check_consumed(batch, current=6, bound=(0, "synchronous training"), step=7)
         best["policy_version_check_s"] = min(best["policy_version_check_s"], time.perf_counter() - start)
         start = time.perf_counter()
         LogProbGapSums().add(trainer_lp, rollout_lp, mask)
@@ -149,12 +146,12 @@ class CheckTimer:
     def __init__(self) -> None:
         import verl.workers.rollout.weight_digest as digest
         from verl.algorithms.rollout_correction import LogProbGapSums
-        from verl.trainer.ppo.invariants import LogProbGapWatch, PolicyVersionMixin
+        from verl.trainer.ppo.invariants import LogProbGapWatch, PolicyVersions
 
         self.seconds = 0.0
         self._patched = []
         for owner, name in (
-            (PolicyVersionMixin, "check_consumed_versions"),
+            (PolicyVersions, "check_consumed"),
             (LogProbGapSums, "add"),
             (LogProbGapWatch, "observe"),
             (digest, "tensor_digest"),

@@ -157,7 +157,7 @@ def test_an_explicit_log_dir_is_namespaced_too(runs):
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     trainer = RayPPOTrainer(config=cfg, tokenizer=None)
-    tracker = trainer._make_tracker()
+    tracker = trainer.report.make_tracker()
     try:
         assert tracker.log_dir == os.path.join(runs["base"], "logs", "search-rl")
     finally:

@@ -123,8 +123,8 @@ def test_grpo_step_with_a_judge_worker_group(tiny_model_dir: str, tmp_path: Path
     worker = trainer.worker_groups["judge"].workers[0]
     want = "Colocated_actor_rollout_judge" if placement == "colocated" else "Colocated_judge"
     assert type(worker).__name__ == want
-    assert trainer.reward_fn.judge.backend.worker_group is trainer.judge_wg
-    assert trainer.val_reward_fn.judge.backend.worker_group is trainer.judge_wg
+    assert trainer.reward_fn.judge.backend.worker_group is trainer.workers.judge
+    assert trainer.val_reward_fn.judge.backend.worker_group is trainer.workers.judge
     trainer.fit()
     records = [json.loads(line) for line in (tmp_path / "out" / "logs" / "metrics.jsonl").read_text().splitlines()]
     (metrics,) = [r["metrics"] for r in records if "reward_extra/judge_score/mean" in r.get("metrics", {})]

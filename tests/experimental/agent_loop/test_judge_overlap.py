@@ -151,21 +151,17 @@ def test_overlap_config_reaches_the_agent_loop_manager() -> None:
     cfg = load_config([*_ON, *_OVERLAP])
     manager = make_agent_loop_manager(cfg, make_byte_tokenizer(), object())
     assert manager.judges_rollout and manager.runner.judge.judge.backend.url.startswith("http://127.0.0.1:9/v1")
-    assert "judge_config" not in _roles_only(cfg).worker_roles()["actor_rollout"][1]
+    assert "judge_config" not in _roles_only(cfg).roles()["actor_rollout"][1]
     plain = load_config([*_ON, "actor_rollout_ref.rollout.multi_turn.enable=true"])
     assert not make_agent_loop_manager(plain, make_byte_tokenizer(), object()).judges_rollout
     assert make_agent_loop_manager(load_config(_ON), make_byte_tokenizer(), object()) is None
 
 
 def _roles_only(cfg: Any) -> Any:
-    """A trainer with only what ``worker_roles`` reads (no workers, no data)."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    """The driver's worker part alone (no workers created, no data), with no optional role."""
+    from verl.trainer.ppo.driver_workers import DriverWorkers
 
-    trainer = RayPPOTrainer.__new__(RayPPOTrainer)
-    trainer.config, trainer.role_worker_mapping, trainer.role_kwargs = cfg, {}, {}
-    trainer.use_reference_policy = trainer.use_critic = trainer.use_rm = False
-    trainer.use_teacher = trainer.use_judge_worker = False
-    return trainer
+    return DriverWorkers(cfg, dict(reference=False, critic=False, reward_model=False, teacher=False, judge=False))
 
 
 @pytest.mark.slow

@@ -81,9 +81,8 @@ def _fitted(
         total_training_steps=total,
         train_dataset=[0, 1, 2, 3],
         train_dataloader=[0, 1],  # two batches an epoch
-        data_ledger=SimpleNamespace(batches=2 if resumed else 0),
+        data=SimpleNamespace(ledger=SimpleNamespace(batches=2 if resumed else 0), epoch=1),
         ledger_batches_per_step=lambda: 1,
-        _epoch=1,
         checkpoint_dir="/runs/a",
     )
 

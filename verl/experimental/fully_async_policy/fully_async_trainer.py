@@ -159,9 +159,9 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         while self._issued < self.admitted_batches():
             snapshot = {
                 "dataloader": copy.deepcopy(self.train_dataloader.state_dict()),
-                "epoch": self._epoch,
+                "epoch": self.data.epoch,
                 "gen_calls": self._gen_calls,
-                "ledger_batches": self.data_ledger.batches,
+                "ledger_batches": self.data.ledger.batches,
             }
             prompts = RayPPOTrainer._next_training_batch(self)
             if prompts is None:
@@ -307,7 +307,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             state.update(
                 {"dataloader": oldest["dataloader"], "epoch": oldest["epoch"], "gen_calls": oldest["gen_calls"]}
             )
-            state[LEDGER_KEY] = self.data_ledger.state_dict(batches=oldest["ledger_batches"])
+            state[LEDGER_KEY] = self.data.ledger.state_dict(batches=oldest["ledger_batches"])
         state["weight_version"] = int(self.weight_version)
         return state
 

@@ -1,55 +1,87 @@
-"""The PPO driver's checkpoints (save, resume, export), a part of :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`.
+"""The PPO driver's checkpoints: :class:`DriverCheckpoints`, the part of
+:class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer` held as ``trainer.checkpoints``.
 
 A checkpoint is ``global_step_N/{actor,critic}`` (the workers' shards) plus ``data.pt`` (the driver's state: step,
 epoch, data loader position, generation counter, KL coefficient), written in a temporary directory and renamed into
-place, then marked complete; see ``docs/checkpointing.md``.
-
-The mixin reads the trainer's ``config``, ``checkpoint_dir``, ``global_steps``, worker groups and data loader; it
-holds no state of its own beyond ``run_identity``, ``resumed_state`` and ``resumed_from``.
+place, then marked complete; see ``docs/checkpointing.md``. The part holds where checkpoints go, what run they are
+of (the identity), and what was resumed; it is given the worker groups to save or load and the driver state to
+write, so it works without a trainer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+__all__ = ["DriverCheckpoints"]
+
 logger = logging.getLogger(__name__)
 
 
-class DriverCheckpointMixin:
-    """``save_checkpoint``, ``load_checkpoint``, ``driver_state``, ``identity`` and ``export_hf`` of the PPO driver."""
+class DriverCheckpoints:
+    """Save, find and load the driver's checkpoints under ``checkpoint_dir``.
+
+    ``trainer_cfg`` is the ``trainer`` section (:class:`~verl.trainer.config.schema.TrainerConfig` or its DictConfig
+    node: ``save_freq``, ``resume_mode``, ``resume_from_path``, ``max_actor_ckpt_to_keep``,
+    ``max_critic_ckpt_to_keep``).
+    ``run_identity`` is what this run's checkpoints are of (model, algorithm, roles, LoRA rank;
+    :mod:`verl.checkpoint.identity`): recorded in each completion marker, compared before each resume; when None it
+    is derived on first use by ``identity_source`` (None: the run records no identity)."""
+
+    def __init__(
+        self,
+        trainer_cfg: Any,
+        checkpoint_dir: str,
+        run_identity: dict[str, Any] | None = None,
+        identity_source: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.trainer_cfg = trainer_cfg
+        self.checkpoint_dir = checkpoint_dir
+        self.run_identity = run_identity
+        self.identity_source = identity_source
+        # the driver state (data.pt) of the checkpoint the driver resumed from, None when none was
+        self.resumed_state: dict[str, Any] | None = None
+        # the checkpoint directory the driver resumed from, None when the run started fresh
+        self.resumed_from: str | None = None
+        self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
+        self._size_explained = False  # the first save line says why the optimizer state is the bulk
 
     def step_dir(self, step: int) -> str:
+        """``<checkpoint_dir>/global_step_<step>``."""
         return os.path.join(self.checkpoint_dir, f"global_step_{step}")
 
     def identity(self) -> dict[str, Any] | None:
-        """This run's identity (:func:`~verl.trainer.ppo.run_identity.ppo_run_identity` of the config unless given);
-        None, with a warning, when the model directory cannot be read (the checkpoint then records none)."""
-        if self.run_identity is None:
-            from verl.trainer.ppo.run_identity import ppo_run_identity
-
+        """This run's identity (given, or from ``identity_source``); None, with a warning, when the model directory
+        cannot be read (the checkpoint then records none)."""
+        if self.run_identity is None and self.identity_source is not None:
             try:
-                self.run_identity = ppo_run_identity(self.config)
+                self.run_identity = self.identity_source()
             except (OSError, ValueError) as err:
                 logger.warning("checkpoints of this run record no identity: cannot read the model config (%s)", err)
                 return None
         return self.run_identity
 
-    def save_checkpoint(
-        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
+    def save(
+        self,
+        step: int,
+        groups: dict[str, Any],
+        driver_state: Callable[[], dict[str, Any]],
+        path: str | None = None,
+        save_contents: list[str] | None = None,
     ) -> str:
-        """Write ``global_step_N/{actor,critic}`` and the driver state ``data.pt`` atomically, then mark the
-        directory complete (``checkpoint_complete.json``).
+        """Write ``<dir>/<role>`` for each worker group of ``groups`` (``{"actor": wg, "critic": wg}``) and
+        ``driver_state()`` as ``data.pt`` atomically, then mark the directory complete (``checkpoint_complete.json``).
 
-        ``path`` None: ``<checkpoint_dir>/global_step_N``, then the ``latest_checkpointed_iteration.txt`` tracker
-        and retention. An explicit ``path`` gets the completion marker only (no tracker, no retention).
-        ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``; default ``*.checkpoint.save_contents``)
-        selects what the workers write; without ``extra`` no ``data.pt`` is written either. ``extra_state`` joins
-        ``data.pt`` (plain types and tensors only: it is read back with ``weights_only=True``).
-        """
+        ``path`` None: ``step_dir(step)``, then the ``latest_checkpointed_iteration.txt`` tracker, retention
+        (``trainer.max_{actor,critic}_ckpt_to_keep``) and the size line. An explicit ``path`` gets the completion
+        marker only. ``save_contents`` (subset of ``model``, ``optimizer``, ``extra``) selects what the workers
+        write; without ``extra`` no ``data.pt`` either. ``driver_state`` is called inside the temporary directory,
+        after the workers wrote theirs."""
         from verl.checkpoint.layout import (
             check_checkpoint_root,
             finalize_checkpoint,
@@ -63,82 +95,70 @@ class DriverCheckpointMixin:
             # and deleted by retention: refused before anything is written
             check_checkpoint_root({"resume_mode": "auto"}, self.identity, self.checkpoint_dir)
             self._root_checked = True
-        final_dir = path or self.step_dir(self.global_steps)
+        final_dir = path or self.step_dir(step)
         with atomic_directory(final_dir) as tmp_dir:
-            self.actor_rollout_wg.save_checkpoint(
-                os.path.join(tmp_dir, "actor"), self.global_steps, save_contents=save_contents
-            )
-            if self.use_critic:
-                self.critic_wg.save_checkpoint(
-                    os.path.join(tmp_dir, "critic"), self.global_steps, save_contents=save_contents
-                )
+            for role, group in groups.items():
+                group.save_checkpoint(os.path.join(tmp_dir, role), step, save_contents=save_contents)
             if save_contents is None or "extra" in save_contents:
-                torch.save({**self.driver_state(), **(extra_state or {})}, os.path.join(tmp_dir, "data.pt"))
+                torch.save(driver_state(), os.path.join(tmp_dir, "data.pt"))
             if path is not None:  # marked inside the temp dir: the directory appears complete in one rename
-                write_complete_marker(tmp_dir, self.global_steps, identity=self.identity())
+                write_complete_marker(tmp_dir, step, identity=self.identity())
         if path is not None:
             return final_dir
-        finalize_checkpoint(self.checkpoint_dir, self.global_steps, identity=self.identity())
-        trainer_cfg = self.config.trainer
+        finalize_checkpoint(self.checkpoint_dir, step, identity=self.identity())
         for role, keep in (("actor", "max_actor_ckpt_to_keep"), ("critic", "max_critic_ckpt_to_keep")):
-            remove_old_checkpoints(
-                self.checkpoint_dir, int(trainer_cfg[keep] or 0), subdir=role, current_step=self.global_steps
-            )
-        self._say_checkpoint_size(final_dir)
-        if not self._in_fit:  # (the Python API) fit() updates the report once the step's metrics are logged
-            self.update_report()
+            keep_n = int(getattr(self.trainer_cfg, keep) or 0)
+            remove_old_checkpoints(self.checkpoint_dir, keep_n, subdir=role, current_step=step)
+        self._say_size(final_dir)
         return final_dir
 
-    def _say_checkpoint_size(self, step_dir: str) -> None:
+    def _say_size(self, step_dir: str) -> None:
         """The save line: the checkpoint's size, split into weights and optimizer state (the first save says why
         the optimizer state is the bulk and which key leaves it out; later saves only the sizes)."""
         from verl.checkpoint.sizes import checkpoint_bytes, checkpoint_size_line, format_bytes
         from verl.utils.logging_utils import console_write
 
-        if getattr(self, "_size_explained", False):
+        if self._size_explained:
             console_write(f"checkpoint {step_dir}: {format_bytes(sum(checkpoint_bytes(step_dir).values()))}")
             return
         self._size_explained = True
         console_write(checkpoint_size_line(step_dir))
 
-    def driver_state(self) -> dict[str, Any]:
-        """``data.pt``: the step, epoch, data loader position, generation counter, KL coefficient and the data
-        ledger (every consumed prompt index, :mod:`~verl.trainer.ppo.resume_check`)."""
-        from verl.trainer.ppo.resume_check import LEDGER_KEY, StepCounterError
+    def due(self, step: int, is_last: bool, stop_requested: bool) -> bool:
+        """Whether ``step`` saves (``trainer.save_freq``): every that many steps (> 0), after the last step and on a
+        stop request (the step just finished), unless ``save_freq`` is 0."""
+        save_freq = int(self.trainer_cfg.save_freq)
+        return (save_freq > 0 and step % save_freq == 0) or ((is_last or stop_requested) and save_freq != 0)
 
-        if self.data_ledger.steps != self.global_steps:
-            raise StepCounterError(
-                f"saving step {self.global_steps}, but {self.data_ledger.steps} training steps ran: the step counter "
-                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
-            )
-        state: dict[str, Any] = {"global_steps": self.global_steps, "epoch": self._epoch, "gen_calls": self._gen_calls}
-        if self.train_dataloader is not None:
-            state["dataloader"] = self.train_dataloader.state_dict()
-            state[LEDGER_KEY] = self.data_ledger.state_dict()
-        if self.kl_ctrl_in_reward is not None:
-            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
-        return state
+    def say_stopped(self, signal_name: str, step: int, saved_at: int) -> None:
+        """The line of a run a signal stopped after ``step``: which checkpoint (of step ``saved_at``) it resumes
+        from (written above the progress bar, which is still shown)."""
+        from verl.utils.logging_utils import console_write
 
-    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
-        """Resume from ``path`` (a complete checkpoint directory) or, when None, per ``trainer.resume_mode``;
-        returns the restored global step (0 when starting fresh).
+        if int(self.trainer_cfg.save_freq) == 0:
+            where = "no checkpoint (trainer.save_freq=0)"
+        elif saved_at > 0:
+            where = f"checkpoint {self.step_dir(saved_at)}"
+        else:
+            where = "no checkpoint (no step had finished)"
+        message = f"[verl] stopped by {signal_name} after step {step}; {where}; run the same command again to resume"
+        console_write(message, sys.stderr)
 
-        Restores the workers (weights, optimizer, lr scheduler, RNG), the step count, the data loader position,
-        the generation counter and the KL coefficient. The whole ``data.pt`` dict is kept in
-        :attr:`resumed_state` for callers that saved their own ``extra_state``. A checkpoint of another model
-        (algorithm, roles, LoRA rank) raises :class:`~verl.checkpoint.identity.CheckpointMismatchError` before
-        anything loads; an explicit ``path`` is checked as ``mode`` (``resume_path``: named by the user, an algorithm
-        change only warns; ``auto``: found by the caller under its root).
-        """
+    def find(self, path: str | None = None, mode: str = "resume_path") -> tuple[str, dict[str, Any]] | None:
+        """The checkpoint to resume and its ``data.pt`` dict; None when the run starts fresh.
+
+        ``path`` None: per ``trainer.resume_mode`` (auto: the newest complete checkpoint whose files match their
+        checksums). An explicit ``path`` must be intact and of this run (``mode``: ``resume_path``, named by the
+        user, an algorithm change only warns; ``auto``: found by the caller under its root). A checkpoint of another
+        model raises :class:`~verl.checkpoint.identity.CheckpointMismatchError` before anything loads."""
         from verl.checkpoint.checkpoint_manager import safe_torch_load
         from verl.checkpoint.identity import check_resume_identity
         from verl.checkpoint.layout import require_intact, resolve_resume_path
 
         if path is None:
-            # auto: the newest complete checkpoint whose files match their checksums (bad ones are warned about)
-            path = resolve_resume_path(self.config.trainer, self.checkpoint_dir, identity=self.identity)
+            path = resolve_resume_path(self.trainer_cfg, self.checkpoint_dir, identity=self.identity)
             if path is None:
-                return 0
+                return None
         elif not os.path.isdir(path):
             raise FileNotFoundError(f"checkpoint {path!r} does not exist")
         else:
@@ -150,61 +170,18 @@ class DriverCheckpointMixin:
                 f"checkpoint {path!r} has no training state {data_file!r} (saved with save_training_state=False?): "
                 "it holds weights only and cannot be resumed from"
             )
-        state = safe_torch_load(data_file, "the driver's training state (step, data position, KL coefficient)")
-        if self.train_dataloader is not None and "dataloader" in state:
-            # before the weights: a data position this run cannot continue is one line, not a traceback
-            try:
-                self.train_dataloader.load_state_dict(state["dataloader"])
-            except ValueError as err:
-                from verl.checkpoint.identity import CheckpointMismatchError
+        return path, safe_torch_load(data_file, "the driver's training state (step, data position, KL coefficient)")
 
-                raise CheckpointMismatchError(
-                    f"refusing to resume checkpoint {path}: {err} (data.train_batch_size / data.* of this run differ "
-                    f"from the run in {os.path.dirname(os.path.normpath(path))}); use that run's data keys, or set "
-                    "trainer.experiment_name to a new name, or start over with trainer.resume_mode=disable "
-                    "trainer.overwrite_checkpoints=true (deletes its checkpoints)"
-                ) from None
-        self._verify_resume(state, path)
-        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
-        if self.use_critic:
-            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-        self.global_steps = int(state["global_steps"])
-        self._epoch = int(state.get("epoch", 0))
-        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
-        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
-            self.kl_ctrl_in_reward.value = state["kl_coef"]
+    def load_workers(self, path: str, groups: dict[str, Any]) -> None:
+        """Restore each worker group of ``groups`` from ``<path>/<role>`` (weights, optimizer, lr scheduler, RNG)."""
+        for role, group in groups.items():
+            group.load_checkpoint(os.path.join(path, role))
+
+    def mark_resumed(self, path: str, state: dict[str, Any], epoch: int) -> None:
+        """Record the resume (:attr:`resumed_from`, :attr:`resumed_state`) and say it before the first step, so a run
+        that continues is never mistaken for one that started over."""
         self.resumed_state = state
         self.resumed_from = path
-        # said before the first step, so a run that continues is never mistaken for one that started over
-        message = f"resumed from {path} at step {self.global_steps} (epoch {self._epoch})"
+        message = f"resumed from {path} at step {int(state['global_steps'])} (epoch {epoch})"
         logger.info(message)
         print(f"[verl] {message}", flush=True)
-        return self.global_steps
-
-    def _verify_resume(self, state: dict[str, Any], path: str) -> None:
-        """Restore the data ledger and check that the resume continues the step counter and the data order
-        (:func:`~verl.trainer.ppo.resume_check.verify_resume`; ``trainer.verify_resume=false``: not checked)."""
-        from verl.trainer.ppo.resume_check import LEDGER_KEY, verify_resume
-
-        ledger = state.get(LEDGER_KEY)
-        if ledger is None or self.train_dataloader is None:
-            if self.train_dataloader is not None:
-                logger.warning(
-                    "checkpoint %s has no data ledger (written by an older version): resume not verified", path
-                )
-            self.data_ledger.steps = int(state["global_steps"])
-            return
-        if self.config.trainer.verify_resume:
-            verify_resume(state, self.train_dataloader, path, self.ledger_batches_per_step())
-        self.data_ledger.load_state_dict(ledger)
-        self.data_ledger.steps = int(state["global_steps"])  # (equal when verified) the next step is this + 1
-
-    def export_hf(self, target_dir: str) -> str:
-        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
-        from verl.model_merger import merge_checkpoint
-
-        step_dir = self.step_dir(self.global_steps)
-        if not os.path.isdir(step_dir):
-            step_dir = self.save_checkpoint()
-        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
-        return target_dir

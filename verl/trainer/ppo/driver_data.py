@@ -1,133 +1,224 @@
-"""Where the PPO driver's batches come from: the data loaders over epochs, the next prompt batch, sequence lengths
-balanced over the ranks, and DAPO's dynamic sampling (generate until enough groups have varied rewards).
+"""Where the PPO driver's batches come from: :class:`DriverData`, the part of
+:class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer` held as ``trainer.data``.
 
-A part of :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer` (as :mod:`driver_checkpoint` and
-:mod:`driver_report` are): it reads the driver's config, datasets and worker groups, and its data position
-(``_data_iter``, ``_epoch``) is what the checkpoint saves.
+It holds the datasets, the train and validation loaders, the data position (the loader's iterator and the epoch),
+the step budget they give (``total_training_steps``) and the data ledger (every consumed prompt index,
+:mod:`~verl.trainer.ppo.resume_check`). It is built from the ``data`` and ``trainer`` config sections only and
+knows nothing of workers. Two functions of a step's batch live here too: :func:`balance_batch` (sequence lengths
+balanced over the data-parallel ranks) and :func:`collect_varied_groups` (DAPO's dynamic sampling).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.data.config import DataConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_transforms import filter_uniform_groups
+from verl.trainer.ppo.resume_check import LEDGER_KEY, DataLedger
+
+__all__ = ["DriverData", "balance_batch", "collect_varied_groups"]
+
+logger = logging.getLogger(__name__)
 
 
-class DriverDataMixin:
-    """The data loaders and the prompt batches of the PPO driver."""
+class DriverData:
+    """The PPO driver's datasets, loaders, data position and ledger.
 
-    def _create_dataloaders(self) -> None:
-        """The train and validation loaders (``data.*``) and ``total_training_steps``."""
+    ``data_cfg`` is the ``data`` section (:class:`~verl.data.config.DataConfig` or its DictConfig node: reads
+    ``train_batch_size``, ``val_batch_size``, ``dataloader_num_workers``), ``trainer_cfg`` the ``trainer`` section
+    (:class:`~verl.trainer.config.schema.TrainerConfig`: ``total_epochs``, ``total_training_steps``,
+    ``verify_resume``). The loaders are built by :meth:`create_dataloaders` (the driver calls it when it has a
+    training set; the Python API brings its own batches and never does)."""
+
+    def __init__(
+        self,
+        data_cfg: DataConfig,
+        trainer_cfg: Any,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        collate_fn: Callable | None = None,
+        train_sampler: Any = None,
+    ) -> None:
+        self.data_cfg = data_cfg
+        self.trainer_cfg = trainer_cfg
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        self.collate_fn = collate_fn
+        self.train_sampler = train_sampler
+        self.train_dataloader: Any = None
+        self.val_dataloader: Any = None
+        self.total_training_steps = 0
+        self.epoch = 0
+        # every consumed prompt index and the step count, checked at each step and on resume (resume_check.py)
+        self.ledger = DataLedger()
+        self._iter: Iterator | None = None
+
+    def create_dataloaders(
+        self, train_dataset: Any = None, val_dataset: Any = None, collate_fn: Any = None, train_sampler: Any = None
+    ) -> None:
+        """The train and validation loaders and ``total_training_steps`` (``trainer.total_training_steps`` when set,
+        verl's rule, else loader batches x ``trainer.total_epochs``). Arguments given replace the held ones."""
         from verl.data.dataloader import StatefulDataLoader
         from verl.data.rl_dataset import collate_fn as default_collate
         from verl.trainer.config.validation import ConfigError
 
-        data_cfg = self.config.data
+        self.train_dataset = train_dataset if train_dataset is not None else self.train_dataset
+        self.val_dataset = val_dataset if val_dataset is not None else self.val_dataset
+        self.collate_fn = collate_fn or self.collate_fn
+        self.train_sampler = train_sampler if train_sampler is not None else self.train_sampler
+        if self.train_dataset is None:
+            raise ValueError("create_dataloaders needs a training set (train_dataset)")
+        batch_size = int(self.data_cfg.train_batch_size)
         collate = self.collate_fn or default_collate
-        if len(self.train_dataset) < int(data_cfg.train_batch_size):
+        if len(self.train_dataset) < batch_size:
             # a config problem only visible once the data is loaded: ConfigError makes main_ppo exit with code 2
             raise ConfigError(
-                f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
+                f"data.train_batch_size={batch_size} is larger than the training set "
                 f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
             )
         # data.dataloader_num_workers: worker processes that read and collate batches ahead of the trainer
-        num_workers = int(data_cfg.dataloader_num_workers or 0)
+        num_workers = int(self.data_cfg.dataloader_num_workers or 0)
         self.train_dataloader = StatefulDataLoader(
             self.train_dataset,
-            batch_size=int(data_cfg.train_batch_size),
+            batch_size=batch_size,
             sampler=self.train_sampler,
             collate_fn=collate,
             drop_last=True,
             num_workers=num_workers,
         )
         if self.val_dataset is not None and len(self.val_dataset) > 0:
-            val_bs = data_cfg.val_batch_size or len(self.val_dataset)
             self.val_dataloader = StatefulDataLoader(
                 self.val_dataset,
-                batch_size=int(val_bs),
+                batch_size=int(self.data_cfg.val_batch_size or len(self.val_dataset)),
                 sampler=None,
                 collate_fn=collate,
                 drop_last=False,
                 num_workers=num_workers,
             )
-        steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+        steps = len(self.train_dataloader) * int(self.trainer_cfg.total_epochs)
         # an explicit step budget wins (verl's rule); the run still ends when the epochs run out
-        if self.config.trainer.total_training_steps:
-            steps = int(self.config.trainer.total_training_steps)
+        if self.trainer_cfg.total_training_steps:
+            steps = int(self.trainer_cfg.total_training_steps)
         self.total_training_steps = steps
 
-    def _next_training_batch(self) -> DataProto | None:
-        """The next prompt batch from the data loader, moving to the next epoch when one is exhausted."""
+    def next_batch(self) -> DataProto | None:
+        """The next prompt batch, moving to the next epoch when one is exhausted; None after the last epoch. Every
+        batch drawn is recorded in the ledger."""
         while True:
-            if self._data_iter is None:
-                self._data_iter = iter(self.train_dataloader)
+            if self._iter is None:
+                self._iter = iter(self.train_dataloader)
             try:
-                raw = next(self._data_iter)
+                raw = next(self._iter)
             except StopIteration:
-                self._data_iter = None
-                self._epoch += 1
-                if self._epoch >= int(self.config.trainer.total_epochs):
+                self._iter = None
+                self.epoch += 1
+                if self.epoch >= int(self.trainer_cfg.total_epochs):
                     return None
                 continue
-            self.data_ledger.record_batch(self.train_dataloader.last_indices, raw)
+            self.ledger.record_batch(self.train_dataloader.last_indices, raw)
             return DataProto.from_single_dict(raw)
 
-    def ledger_batches_per_step(self) -> int | None:
-        """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
-        checks a checkpoint against): 1, or None (at least one) with dynamic sampling
-        (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
-        return None if self.algorithm.filter_groups.enable else 1
+    def state_dict(self) -> dict[str, Any]:
+        """The data position for ``data.pt``: the epoch, and with a loader its position and the ledger."""
+        state: dict[str, Any] = {"epoch": self.epoch}
+        if self.train_dataloader is not None:
+            state["dataloader"] = self.train_dataloader.state_dict()
+            state[LEDGER_KEY] = self.ledger.state_dict()
+        return state
 
-    def _balance_batch(self, batch: DataProto, metrics: dict[str, Any]) -> None:
-        """Reorder rows so every data-parallel rank gets a similar number of tokens (equal row counts)."""
-        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+    def load_state_dict(self, state: dict[str, Any], path: str, batches_per_step: int | None) -> None:
+        """Restore the data position of checkpoint ``path`` (its ``data.pt`` dict ``state``) and check that the
+        resume continues the step counter and the data order
+        (:func:`~verl.trainer.ppo.resume_check.verify_resume`, ``trainer.verify_resume``; ``batches_per_step``:
+        loader batches one step consumes, None for at least one). A loader position this run cannot continue is
+        :class:`~verl.checkpoint.identity.CheckpointMismatchError` naming the keys."""
+        from verl.checkpoint.identity import CheckpointMismatchError
+        from verl.trainer.ppo.resume_check import verify_resume
 
-        world = self.actor_rollout_wg.world_size
-        if world <= 1 or len(batch) % world != 0:
-            return
-        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
-        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world, equal_size=True)
-        order = torch.tensor([i for part in partitions for i in sorted(part)])
-        batch.reorder(order)
-        metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix="global_seqlen"))
+        if self.train_dataloader is not None and "dataloader" in state:
+            try:
+                self.train_dataloader.load_state_dict(state["dataloader"])
+            except ValueError as err:
+                raise CheckpointMismatchError(
+                    f"refusing to resume checkpoint {path}: {err} (data.train_batch_size / data.* of this run differ "
+                    f"from the run in {os.path.dirname(os.path.normpath(path))}); use that run's data keys, or set "
+                    "trainer.experiment_name to a new name, or start over with trainer.resume_mode=disable "
+                    "trainer.overwrite_checkpoints=true (deletes its checkpoints)"
+                ) from None
+        self.epoch = int(state.get("epoch", 0))
+        ledger = state.get(LEDGER_KEY)
+        if ledger is not None and self.train_dataloader is not None:
+            if bool(self.trainer_cfg.verify_resume):
+                verify_resume(state, self.train_dataloader, path, batches_per_step)
+            self.ledger.load_state_dict(ledger)
+        elif self.train_dataloader is not None:
+            logger.warning("checkpoint %s has no data ledger (written by an older version): resume not verified", path)
+        self.ledger.steps = int(state["global_steps"])  # (equal when verified) the next step is this + 1
 
-    def _collect_filtered_batch(self, batch: DataProto, timing: dict, metrics: dict) -> DataProto:
-        """DAPO dynamic sampling: keep generating until ``train_batch_size`` groups with varied rewards exist."""
-        cfg = self.algorithm.filter_groups
-        target = int(self.config.data.train_batch_size)
-        n = int(self.config.actor_rollout_ref.rollout.n)
-        kept: DataProto | None = None
-        num_groups, num_gen = 0, 0
-        while True:
-            num_gen += 1
-            scored = self._rollout_and_score(batch, timing, metrics)
-            metric_name = cfg.metric
-            if metric_name in scored.non_tensor_batch:
-                values = np.asarray(scored.non_tensor_batch[metric_name], dtype=np.float64)
-            else:
-                values = scored.batch["token_level_scores"].sum(-1).numpy()
-            filtered, groups = filter_uniform_groups(scored, values)
-            kept = filtered if kept is None else DataProto.concat([kept, filtered], meta_info_conflicts="first")
-            num_groups += groups
-            max_gen = int(cfg.max_num_gen_batches)
-            if num_groups >= target or (max_gen > 0 and num_gen >= max_gen):
-                break
-            batch = self._next_training_batch()
-            if batch is None:
-                break
-        metrics["train/num_gen_batches"] = num_gen
-        metrics["train/num_kept_groups"] = num_groups
-        keep_groups = min(num_groups, target)
-        # a whole number of groups, divisible over the ranks
-        while keep_groups > 0 and (keep_groups * n) % self.actor_rollout_wg.world_size != 0:
-            keep_groups -= 1
-        if keep_groups == 0:
-            raise RuntimeError(
-                f"dynamic sampling kept no group with varied rewards after {num_gen} generation batches; "
-                "every group scored the same (increase algorithm.filter_groups.max_num_gen_batches or rollout.n)"
-            )
-        return kept[: keep_groups * n]
+
+def balance_batch(batch: DataProto, world_size: int, metrics: dict[str, Any], prefix: str = "global_seqlen") -> None:
+    """Reorder the rows of ``batch`` in place so each of ``world_size`` data-parallel ranks gets a similar number of
+    tokens (equal row counts; Karmarkar-Karp partitions of the ``attention_mask`` lengths, as verl's
+    ``_balance_batch``); adds ``<prefix>/*`` imbalance metrics. A batch that does not split evenly is left as is."""
+    from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+
+    if world_size <= 1 or len(batch) % world_size != 0:
+        return
+    seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+    partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
+    order = torch.tensor([i for part in partitions for i in sorted(part)])
+    batch.reorder(order)
+    metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=prefix))
+
+
+def collect_varied_groups(
+    batch: DataProto,
+    rollout_and_score: Callable[[DataProto], DataProto],
+    next_batch: Callable[[], DataProto | None],
+    filter_cfg: Any,
+    target_groups: int,
+    n: int,
+    world_size: int,
+    metrics: dict[str, Any],
+) -> DataProto:
+    """DAPO dynamic sampling (``algorithm.filter_groups``): generate and score prompt batches (``rollout_and_score``,
+    the next from ``next_batch``) until ``target_groups`` groups of ``n`` rollouts with varied ``filter_cfg.metric``
+    (default the summed score) exist or ``max_num_gen_batches`` is reached; returns a whole number of groups that
+    divides over ``world_size`` ranks. Adds ``train/num_gen_batches`` and ``train/num_kept_groups``."""
+    kept: DataProto | None = None
+    num_groups, num_gen = 0, 0
+    while True:
+        num_gen += 1
+        scored = rollout_and_score(batch)
+        if filter_cfg.metric in scored.non_tensor_batch:
+            values = np.asarray(scored.non_tensor_batch[filter_cfg.metric], dtype=np.float64)
+        else:
+            values = scored.batch["token_level_scores"].sum(-1).numpy()
+        filtered, groups = filter_uniform_groups(scored, values)
+        kept = filtered if kept is None else DataProto.concat([kept, filtered], meta_info_conflicts="first")
+        num_groups += groups
+        max_gen = int(filter_cfg.max_num_gen_batches)
+        if num_groups >= target_groups or (max_gen > 0 and num_gen >= max_gen):
+            break
+        batch = next_batch()
+        if batch is None:
+            break
+    metrics["train/num_gen_batches"] = num_gen
+    metrics["train/num_kept_groups"] = num_groups
+    keep_groups = min(num_groups, target_groups)
+    # a whole number of groups, divisible over the ranks
+    while keep_groups > 0 and (keep_groups * n) % world_size != 0:
+        keep_groups -= 1
+    if keep_groups == 0:
+        raise RuntimeError(
+            f"dynamic sampling kept no group with varied rewards after {num_gen} generation batches; "
+            "every group scored the same (increase algorithm.filter_groups.max_num_gen_batches or rollout.n)"
+        )
+    return kept[: keep_groups * n]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -26,7 +25,6 @@ from verl.trainer.config.log_prob_passes import runs_old_log_prob_pass
 from verl.trainer.ppo import rollout_correction
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
-    decode_generations,
     generate_groups,
     generate_rollouts,
     make_agent_loop_manager,
@@ -39,10 +37,11 @@ from verl.trainer.ppo.batch_transforms import (  # noqa: F401  (apply_kl_penalty
     apply_kl_penalty,
     compute_advantage,
 )
-from verl.trainer.ppo.driver_checkpoint import DriverCheckpointMixin
-from verl.trainer.ppo.driver_data import DriverDataMixin
-from verl.trainer.ppo.driver_report import DriverReportMixin
-from verl.trainer.ppo.invariants import LogProbGapWatch, PolicyVersionMixin, stamp_policy_version
+from verl.trainer.ppo.driver_checkpoint import DriverCheckpoints
+from verl.trainer.ppo.driver_data import DriverData, collect_varied_groups
+from verl.trainer.ppo.driver_report import DriverReport
+from verl.trainer.ppo.driver_workers import DriverWorkers
+from verl.trainer.ppo.invariants import PolicyVersions, stamp_policy_version
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_reward_extra_metrics,
@@ -61,9 +60,8 @@ from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, 
     normalize_role_worker_mapping,
 )
 from verl.trainer.ppo.validation import run_validation
-from verl.trainer.ppo.worker_roles import pool_settings, worker_roles
+from verl.trainer.ppo.verl_surface import VerlTrainerSurface
 from verl.utils.graceful_stop import GracefulStop
-from verl.utils.logging_utils import console_write
 from verl.utils.seeding import generation_seed
 from verl.utils.torch_functional import masked_mean
 
@@ -71,8 +69,19 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------- trainer
-class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, PolicyVersionMixin):
+class RayPPOTrainer(VerlTrainerSurface):
     """Driver of PPO-family training (PPO with a critic, GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, DAPO settings).
+
+    It holds five parts, each built from what it reads: ``data``
+    (:class:`~verl.trainer.ppo.driver_data.DriverData`: datasets, loaders, data position, ledger), ``workers``
+    (:class:`~verl.trainer.ppo.driver_workers.DriverWorkers`: the worker groups by role, the agent loops),
+    ``checkpoints`` (:class:`~verl.trainer.ppo.driver_checkpoint.DriverCheckpoints`: where, what run, what was
+    resumed), ``report`` (:class:`~verl.trainer.ppo.driver_report.DriverReport`: tracking, step hooks, run report)
+    and ``versions`` (:class:`~verl.trainer.ppo.invariants.PolicyVersions`: the policy-version check, the log-prob
+    gap watch). Upstream verl's attributes and methods that recipes use (``train_dataloader``,
+    ``total_training_steps``, ``actor_rollout_wg``, ``_create_dataloader``, ``_save_checkpoint``,
+    ``_load_checkpoint``, ``_balance_batch`` ...) are one-line delegations to them
+    (:class:`~verl.trainer.ppo.verl_surface.VerlTrainerSurface`).
 
     ``config`` is the full validated PPO config (verl's keys). Datasets and reward functions are built by
     :func:`verl.trainer.ppo.runner.run_ppo` or passed in by the Python API; ``worker_groups`` lets a caller supply
@@ -102,16 +111,13 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         agent_tools: list[Any] | None = None,
     ):
         from verl.trainer.config import critic_enabled, need_reference_policy
+        from verl.trainer.ppo.run_identity import ppo_run_identity
 
         self.config = config
         self.tokenizer = tokenizer
         self.processor = processor  # a vision-language model's processor (the datasets already hold it)
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn or reward_fn
-        self.train_dataset = train_dataset
-        self.val_dataset = val_dataset
-        self.collate_fn = collate_fn
-        self.train_sampler = train_sampler
         self.use_critic = critic_enabled(config)
         self.use_reference_policy = need_reference_policy(config)
         self.use_rm = bool(config.reward_model.enable)
@@ -128,59 +134,151 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         self.n_ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
         self.global_steps = 0
         self.namespace = config.trainer.namespace
-        self.checkpoint_dir = self._namespaced(config.trainer.default_local_dir)
+        run_dir = self._namespaced(config.trainer.default_local_dir)
+        self.data = DriverData(config.data, config.trainer, train_dataset, val_dataset, collate_fn, train_sampler)
+        self.checkpoints = DriverCheckpoints(config.trainer, run_dir, run_identity, lambda: ppo_run_identity(config))
+        about = {"algorithm": config.algorithm.adv_estimator, "n_ranks": self.n_ranks}
+        about["actor_dtype"] = config.actor_rollout_ref.actor.dtype
+        self.report = DriverReport(config.trainer, run_dir, self.namespace, config, tokenizer, about)
+        self.versions = PolicyVersions.from_trainer_config(config.trainer)  # invariants.py
         from verl.hardware.profiler import StepProfiler
         from verl.trainer.ppo.role_profiler import RoleProfiler
 
-        self.profiler = StepProfiler.from_config(config.trainer, os.path.join(self.checkpoint_dir, "profile"))
+        self.profiler = StepProfiler.from_config(config.trainer, os.path.join(run_dir, "profile"))
         self.role_profiler = RoleProfiler.from_config(config)  # global_profiler + <role>.profiler (upstream v0.9)
-        debug = config.trainer.enable_debug_mode
-        self.debug_dir = os.path.join(self.checkpoint_dir, "debug") if debug else None
-        self.worker_groups = worker_groups or {}
-        # role ("actor_rollout", "critic", "rm") -> worker class, replacing the FSDP worker of that role (verl's name)
-        self.role_worker_mapping = normalize_role_worker_mapping(role_worker_mapping)  # verl's Role keys too
+        self.debug_dir = os.path.join(run_dir, "debug") if config.trainer.enable_debug_mode else None
         # verl's constructor arguments: pools from a ResourcePoolManager; the rest must match what this trainer does
-        self.resource_pool_manager = resource_pool_manager
         check_verl_trainer_args(config, ray_worker_group_cls, processor, device_name)
-        self.role_kwargs = {role: dict(kwargs) for role, kwargs in (role_kwargs or {}).items()}
-        self.agent_tools = list(agent_tools or [])  # the Python API's tools, for the agent loops (init_workers)
-        self.agent_loop_manager: Any = None  # the driver's agent loops when rollout.multi_turn.enable
+        used = {"reference": self.use_reference_policy, "critic": self.use_critic, "reward_model": self.use_rm}
+        used.update(teacher=self.use_teacher, judge=self.use_judge_worker)
+        self.workers = DriverWorkers(
+            config,
+            used,
+            worker_groups,
+            role_worker_mapping,
+            role_kwargs,
+            resource_pool_manager,
+            agent_tools,
+            name_prefix=f"{self.namespace}_" if self.namespace else "verl_",
+        )
         self.evaluators: list[Any] = []
         self.val_history: list[tuple[int, dict[str, float]]] = []
-        self.step_hooks: list[Callable[[int, dict[str, float]], None]] = []
-        self.train_dataloader = None
-        self.val_dataloader = None
-        self.total_training_steps = 0
-        self._tracker = None
-        self._data_iter: Iterator | None = None
-        self._epoch = 0
-        from verl.trainer.ppo.resume_check import DataLedger
-
-        # every consumed prompt index and the step count, checked at each step and on resume (resume_check.py)
-        self.data_ledger = DataLedger()
         # generation calls so far; checkpointed, so a resumed run seeds its samples as an uninterrupted one
         self._gen_calls = 0
-        # the driver state (data.pt) of the checkpoint load_checkpoint restored, None when none was
-        self.resumed_state: dict[str, Any] | None = None
-        # the checkpoint directory load_checkpoint restored, None when the run started fresh
-        self.resumed_from: str | None = None
-        # what this run's checkpoints are of (model, algorithm, roles, LoRA rank; verl/checkpoint/identity.py):
-        # recorded in each completion marker, compared before each resume; None: derived from the config when needed
-        self.run_identity: dict[str, Any] | None = run_identity
-        self._root_checked = False  # the checkpoint root holds no other run's checkpoints (checked at first save)
         # "SIGTERM" / "SIGINT" when the last fit() stopped early on that signal (after saving), else None
         self.stopped_by: str | None = None
-        # metrics.png / report.html of the run (verl/reporting/report): created on first use, None when both
-        # are off
-        self._reporter: Any = None
-        self._in_fit = False  # inside fit(), the report follows the step's metrics row, not the save itself
         from verl.trainer.ppo.run_health import RewardHealth, ToolUseHealth
 
         self.reward_health = RewardHealth(int(config.trainer.max_degenerate_reward_steps))
         self.tool_health = ToolUseHealth.from_config(config)  # agent runs with tools that never call one: said
-        self.log_prob_gap_watch = LogProbGapWatch.from_config(config)  # rollout vs trainer log-probs (invariants.py)
         if train_dataset is not None:
             self._create_dataloaders()
+
+    # -------------------------------------------------------------------------------------------------- data
+    def _create_dataloaders(self) -> None:
+        """The loaders and ``total_training_steps`` (:meth:`DriverData.create_dataloaders`; the asynchronous
+        trainers extend it: their step consumes several loader batches)."""
+        self.data.create_dataloaders()
+
+    def _next_training_batch(self) -> DataProto | None:
+        """The next prompt batch (:meth:`DriverData.next_batch`); None when the epochs are done."""
+        return self.data.next_batch()
+
+    def ledger_batches_per_step(self) -> int | None:
+        """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
+        checks a checkpoint against): 1, or None (at least one) with dynamic sampling
+        (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
+        return None if self.algorithm.filter_groups.enable else 1
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def _checkpointed_groups(self) -> dict[str, Any]:
+        """The worker groups a checkpoint holds, by subdirectory: the actor, and the critic when trained."""
+        return {"actor": self.actor_rollout_wg, **({"critic": self.critic_wg} if self.use_critic else {})}
+
+    def driver_state(self) -> dict[str, Any]:
+        """``data.pt``: the step, the data position (epoch, loader, ledger), generation counter and KL coefficient."""
+        from verl.trainer.ppo.resume_check import StepCounterError
+
+        if self.data.ledger.steps != self.global_steps:
+            raise StepCounterError(
+                f"saving step {self.global_steps}, but {self.data.ledger.steps} training steps ran: the step counter "
+                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
+            )
+        state: dict[str, Any] = {"global_steps": self.global_steps, "gen_calls": self._gen_calls}
+        state.update(self.data.state_dict())
+        if self.kl_ctrl_in_reward is not None:
+            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
+        return state
+
+    def save_checkpoint(
+        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
+    ) -> str:
+        """Write ``global_step_N/{actor,critic}`` and ``data.pt`` (:meth:`driver_state` plus ``extra_state``: plain
+        types and tensors) atomically and mark it complete (:meth:`DriverCheckpoints.save`: ``path`` None keeps the
+        tracker and retention; ``save_contents`` selects what the workers write)."""
+        saved = self.checkpoints.save(
+            self.global_steps,
+            self._checkpointed_groups(),
+            lambda: {**self.driver_state(), **(extra_state or {})},
+            path=path,
+            save_contents=save_contents,
+        )
+        if path is None and not self.report.in_fit:  # (the Python API) fit() updates it once the step is logged
+            self.update_report()
+        return saved
+
+    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
+        """Resume from ``path`` or, when None, per ``trainer.resume_mode`` (:meth:`DriverCheckpoints.find`); returns
+        the restored step (0 when starting fresh). Restores the data position (checked against the ledger), the
+        workers (weights, optimizer, lr scheduler, RNG), the step, the generation counter and the KL coefficient;
+        the whole ``data.pt`` dict stays in :attr:`resumed_state`."""
+        found = self.checkpoints.find(path, mode)
+        if found is None:
+            return 0
+        path, state = found
+        self.data.load_state_dict(state, path, self.ledger_batches_per_step())  # before the weights: one line
+        self.checkpoints.load_workers(path, self._checkpointed_groups())
+        self.global_steps = int(state["global_steps"])
+        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
+        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
+            self.kl_ctrl_in_reward.value = state["kl_coef"]
+        self.checkpoints.mark_resumed(path, state, self.data.epoch)
+        return self.global_steps
+
+    def export_hf(self, target_dir: str) -> str:
+        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
+        from verl.model_merger import merge_checkpoint
+
+        step_dir = self.checkpoints.step_dir(self.global_steps)
+        if not os.path.isdir(step_dir):
+            step_dir = self.save_checkpoint()
+        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
+        return target_dir
+
+    # ------------------------------------------------------------------------------------ report and versions
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.report.log(metrics, step)
+
+    def reporter(self) -> Any:
+        """The run's :class:`~verl.reporting.report.RunReporter`; None when ``trainer.plot`` and the report are off."""
+        return self.report.reporter(self.total_training_steps)
+
+    def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
+        """Redraw ``metrics.png`` and rebuild ``report.html`` now (:meth:`DriverReport.update`)."""
+        self.report.update(self.global_steps, status, redraw_plot)
+
+    def current_policy_version(self) -> int:
+        """The version of the weights the current step trains: the steps finished before it."""
+        return int(self.global_steps) - 1
+
+    def policy_staleness_bound(self) -> tuple[int, str]:
+        """The largest staleness a consumed row may have, and the setting it comes from."""
+        return 0, "synchronous training"
+
+    def check_consumed_versions(self, batch: DataProto) -> dict[str, float]:
+        """Every row's ``policy_version`` against this driver's version and bound (:class:`PolicyVersions`)."""
+        bound = self.policy_staleness_bound()
+        return self.versions.check_consumed(batch, self.current_policy_version(), bound, self.global_steps)
 
     # ------------------------------------------------------------------------------------------------- set-up
     def _namespaced(self, path: str) -> str:
@@ -189,58 +287,26 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         return namespaced_path(path, self.namespace)
 
     def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
-        """Role -> (worker class, constructor arguments) of this run (:mod:`verl.trainer.ppo.worker_roles`, the one
-        place roles are decided; ``role_worker_mapping`` swaps classes, ``role_kwargs`` adds arguments)."""
-        used = {"reference": self.use_reference_policy, "critic": self.use_critic, "reward_model": self.use_rm}
-        used.update(teacher=self.use_teacher, judge=self.use_judge_worker)
-        return worker_roles(self.config, self.role_worker_mapping, self.role_kwargs, **used)
+        """Role -> (worker class, constructor arguments) of this run (:meth:`DriverWorkers.roles`)."""
+        return self.workers.roles()
 
     def init_workers(self) -> None:
-        """Create the worker groups (colocated in one process per rank) and load the models."""
-        from verl.single_controller import create_colocated_worker_groups
-        from verl.trainer.config.parallel_checks import resolve_backend
-
+        """Create the worker groups and load the models (:meth:`DriverWorkers.start`), then the agent loops."""
         # schedulers need the horizon before the optimizers are built; without a dataset (the Python API brings its
         # own batches) it is the configured step budget
-        horizon = self.total_training_steps or int(self.config.trainer.total_training_steps or 1)
-        for section in (self.config.actor_rollout_ref.actor.optim, self.config.critic.optim):
-            OmegaConf.set_struct(section, False)
-            section.total_training_steps = horizon
-        if not self.worker_groups:
-            roles = self.worker_roles()
-            trainer_cfg = self.config.trainer
-            self.worker_groups = create_colocated_worker_groups(
-                backend=resolve_backend(trainer_cfg),
-                roles=roles,
-                world_size=self.n_ranks,
-                use_gpu=self._use_gpu(),
-                name_prefix=self.worker_name_prefix(),
-                nnodes=int(trainer_cfg.nnodes),
-                # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
-                **pool_settings(self.config.trainer, self.resource_pool_manager),
-                placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
-            )
-        for name in ("critic", "rm", "teacher", "judge", "actor_rollout"):  # actor last: the biggest, as in verl
-            if name in self.worker_groups:
-                self.worker_groups[name].init_model()
-        wg = self.actor_rollout_wg = self.worker_groups["actor_rollout"]
-        self.agent_loop_manager = make_agent_loop_manager(self.config, self.tokenizer, wg, self.agent_tools)
-        self.critic_wg = self.worker_groups.get("critic")
-        self.rm_wg = self.worker_groups.get("rm")
-        self.teacher_wg = self.worker_groups.get("teacher")
-        self.judge_wg = self.worker_groups.get("judge")
-        if self.judge_wg is not None:  # the reward functions were built before the workers: hand them the group
+        self.workers.start(self.total_training_steps or int(self.config.trainer.total_training_steps or 1))
+        workers = self.workers
+        workers.agent_loop_manager = make_agent_loop_manager(
+            self.config, self.tokenizer, workers.actor, workers.agent_tools
+        )
+        if workers.judge is not None:  # the reward functions were built before the workers: hand them the group
             from verl.workers.reward_manager.judge import bind_judge_worker_group
 
-            bind_judge_worker_group(self.judge_wg, self.reward_fn, self.val_reward_fn)
+            bind_judge_worker_group(workers.judge, self.reward_fn, self.val_reward_fn)
 
-    def _use_gpu(self) -> bool:
-        from verl.utils.device import get_device_name
-
-        return get_device_name(self.config.trainer.device) == "cuda"
-
-    def worker_name_prefix(self) -> str:
-        return f"{self.namespace}_" if self.namespace else "verl_"
+    def release_rollout(self) -> None:
+        """Stop the rollout engines before the worker processes go away (:meth:`DriverWorkers.release_rollout`)."""
+        self.workers.release_rollout()
 
     # ---------------------------------------------------------------------------------------------- one step
     def prompt_batch_meta(self) -> dict[str, Any]:
@@ -259,7 +325,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = generation_seed(seed, self._gen_calls)
         self._gen_calls += 1
-        return generate_rollouts(self.actor_rollout_wg, self.agent_loop_manager, gen_batch)
+        return generate_rollouts(self.actor_rollout_wg, self.workers.agent_loop_manager, gen_batch)
 
     def generate_groups(self, prompts: DataProto, n: int | None = None, **meta: Any) -> DataProto:
         """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged
@@ -277,7 +343,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
     ) -> tuple[DataProto, torch.Tensor, dict[str, list]]:
         """Reward-model scores (when enabled) then the reward function's (default: the training one) token-level
         scores ``[bs, response_len]`` and extras (:func:`verl.trainer.ppo.batch_rollout.score_rollouts`)."""
-        reward_model = self.rm_wg if self.use_rm else None
+        reward_model = self.workers.rm if self.use_rm else None
         return score_rollouts(rollouts, reward_fn or self.reward_fn, reward_model)
 
     def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
@@ -312,8 +378,8 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         the step profiler when that step is selected. For callers that run a step's stages themselves (the Python
         API's dataflow pipelines); :meth:`step` runs a whole one."""
         self.global_steps += 1
-        self.data_ledger.record_step(self.global_steps)  # never repeated, never counted twice: StepCounterError
-        with self.profiler.step(self.global_steps), self.role_profiler.step(self.global_steps, self.worker_groups):
+        self.data.ledger.record_step(self.global_steps)  # never repeated, never counted twice: StepCounterError
+        with self.profiler.step(self.global_steps), self.role_profiler.step(self.global_steps, self.workers.groups):
             yield self.global_steps
 
     def step(self, batch: DataProto) -> dict[str, float]:
@@ -326,7 +392,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         # trainer.max_degenerate_reward_steps such steps in a row (verl/trainer/ppo/run_health.py)
         self.reward_health.observe_batch(self.global_steps, getattr(self, "last_batch", None))
         self.tool_health.observe_metrics(self.global_steps, metrics)
-        self.log_prob_gap_watch.observe(self.global_steps, metrics)
+        self.versions.observe(self.global_steps, metrics)  # rollout vs trainer log-probs (invariants.py)
         if self.debug_dir is not None:
             from verl.hardware.profiler import dump_step_debug
 
@@ -341,7 +407,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
             batch, reward_future = self.rollout_stage(batch, timing, metrics)
             batch = self.update_stage(batch, timing, metrics, reward_future)
         metrics.update(self.batch_metrics(batch, timing))
-        self._record_report_samples(batch)
+        self.report.record_samples(batch, self.global_steps, self.total_training_steps)
         return metrics
 
     def rollout_stage(
@@ -350,8 +416,17 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         """Generate ``rollout.n`` responses per prompt, balance ranks, and score them (or start scoring in the
         background when ``reward_model.launch_reward_fn_async``: the future is resolved by :meth:`update_stage`)."""
         reward_future = None
-        if self.algorithm.filter_groups.enable:
-            batch = self._collect_filtered_batch(batch, timing, metrics)
+        if self.algorithm.filter_groups.enable:  # DAPO: generate until enough groups have varied rewards
+            batch = collect_varied_groups(
+                batch,
+                lambda prompts: self._rollout_and_score(prompts, timing, metrics),
+                self._next_training_batch,
+                self.algorithm.filter_groups,
+                int(self.config.data.train_batch_size),
+                int(self.config.actor_rollout_ref.rollout.n),
+                self.actor_rollout_wg.world_size,
+                metrics,
+            )
         elif self.config.reward_model.launch_reward_fn_async and not self.use_rm:
             batch = self._rollout(batch, timing)
         else:
@@ -395,13 +470,13 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
                     metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
                 batch = batch.union(old_log_prob)
         metrics.update(rollout_correction.apply_rollout_correction(batch, correction))
-        batch.meta_info["log_prob_gap"] = self.wants_actor_log_prob_gap(batch, metrics)  # measured by the actor
+        batch.meta_info["log_prob_gap"] = self.versions.wants_actor_log_prob_gap(batch, metrics)  # by the actor
         if self.use_reference_policy:
             with marked_timer("ref", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
         if self.use_teacher:
             with marked_timer("teacher", timing):
-                batch = batch.union(self.teacher_wg.compute_teacher_log_prob(batch))
+                batch = batch.union(self.workers.teacher.compute_teacher_log_prob(batch))
         if self.use_critic:
             with marked_timer("values", timing):
                 batch = batch.union(self.critic_wg.compute_values(batch))
@@ -434,7 +509,7 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
             with marked_timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
         if self.config.trainer.rollout_data_dir:
-            self._dump_rollout(batch)
+            self.report.dump_rollouts(batch, self.global_steps)
         self.last_batch = batch
         return batch
 
@@ -447,32 +522,11 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         metrics.update(memory_metrics())
         return metrics
 
-    def _dump_rollout(self, batch: DataProto) -> None:
-        from verl.reporting import dump_rollout_jsonl
-
-        prompts, responses, extra = decode_generations(self.tokenizer, batch)
-        scores = batch.batch["token_level_scores"].sum(-1).tolist()
-        dump_rollout_jsonl(
-            self._namespaced(self.config.trainer.rollout_data_dir), self.global_steps, prompts, responses, scores, extra
-        )
-
     # ------------------------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
-        """Greedy (``rollout.val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
+        """Greedy (``rollout.val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``
+        (upstream's name)."""
         return run_validation(self)
-
-    def release_rollout(self) -> None:
-        """Stop the rollout engines before the worker processes go away: a vLLM engine then frees its process
-        groups and a tensor-parallel CPU engine its shared memory, which killed processes would leave behind. One
-        rank runs in this process, whose exit releases its engine: it is left alone."""
-        group = self.worker_groups.get("actor_rollout")
-        stop = getattr(group, "shutdown_rollout", None)
-        if not callable(stop) or int(getattr(group, "world_size", 1)) <= 1:
-            return
-        try:
-            stop()
-        except Exception as err:  # noqa: BLE001 - teardown must not hide the run's result
-            logger.warning("stopping the rollout engines failed: %s", err)
 
     # -------------------------------------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
@@ -480,40 +534,22 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
         from verl.checkpoint.layout import prepare_checkpoint_root
         from verl.reporting import ProgressBar
 
-        trainer_cfg = self.config.trainer
-        prepare_checkpoint_root(
-            self.checkpoint_dir,
-            str(trainer_cfg.resume_mode),
-            overwrite=bool(trainer_cfg.overwrite_checkpoints),
-        )
+        cfg = self.config.trainer
+        test_freq = int(cfg.test_freq)
+        prepare_checkpoint_root(self.checkpoint_dir, str(cfg.resume_mode), overwrite=bool(cfg.overwrite_checkpoints))
         self.load_checkpoint()
-        # rows of steps after the resumed one are dropped from the JSONL log: those steps run again
-        self._tracker = self._make_tracker(keep_through_step=self.global_steps if self.resumed_from else -1)
-        reporter = self.reporter()
-        if reporter is not None:
-            reporter.start(resumed_step=self.global_steps if self.resumed_from else None)
-        val_metrics: dict[str, float] = {}
+        self.report.begin(self.global_steps, self.resumed_from is not None, self.total_training_steps)
         # shown from here: step N/M, the phase (validation before training included), tokens/s, time left
         progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
-        if trainer_cfg.val_before_train and self.global_steps == 0:
-            try:
-                val_metrics = self._timed_validate()
-            except BaseException:
-                progress.close()
-                raise
-            self._log(val_metrics, step=0)
-            if trainer_cfg.val_only:
-                progress.close()
-                self._tracker.finish()
-                if reporter is not None:
-                    reporter.finish(self.global_steps)
-                return val_metrics
-        save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
+        val_metrics: dict[str, float] = {}
         saved_at = self.global_steps  # a resumed step is already on disk
-        self.stopped_by = None
-        self._in_fit = True
-        failure: str | None = None
+        self.stopped_by, failure = None, None
         try:
+            if cfg.val_before_train and self.global_steps == 0:
+                val_metrics = self._timed_validate()
+                self._log(val_metrics, step=0)
+                if cfg.val_only:
+                    return val_metrics
             with GracefulStop("PPO") as stop:
                 while self.global_steps < self.total_training_steps and not stop.requested:
                     batch = self._next_training_batch()
@@ -524,45 +560,32 @@ class RayPPOTrainer(DriverDataMixin, DriverCheckpointMixin, DriverReportMixin, P
                     if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
                         val_metrics = self._timed_validate()
                         metrics.update(val_metrics)
-                    due = (save_freq > 0 and self.global_steps % save_freq == 0) or (is_last and save_freq != 0)
-                    # a stop request saves the step just finished (unless saving is off: save_freq=0)
-                    if due or (stop.requested and save_freq != 0):
-                        timing: dict[str, float] = {}
-                        with marked_timer("save_checkpoint", timing):
-                            self.save_checkpoint()
+                    if self.checkpoints.due(self.global_steps, is_last, stop.requested):
+                        metrics["timing_s/save_checkpoint"] = self._timed_save()
                         saved_at = self.global_steps
-                        metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                     for evaluator in self.evaluators:
                         metrics.update(evaluator.evaluate(self))
-                    metrics["training/global_step"] = self.global_steps
-                    metrics["training/epoch"] = self._epoch
+                    metrics["training/global_step"], metrics["training/epoch"] = self.global_steps, self.data.epoch
                     self._log(metrics, step=self.global_steps)
                     progress.update(metrics)
                     if saved_at == self.global_steps:  # metrics.png and report.html follow each checkpoint
                         self.update_report()
             if stop.requested:
                 self.stopped_by = stop.signal_name
-                if save_freq == 0:
-                    where = "no checkpoint (trainer.save_freq=0)"
-                elif saved_at > 0:
-                    where = f"checkpoint {self.step_dir(saved_at)}"
-                else:
-                    where = "no checkpoint (no step had finished)"
-                console_write(  # above the progress bar, which is still shown
-                    f"[verl] stopped by {stop.signal_name} after step {self.global_steps}; {where}; "
-                    "run the same command again to resume",
-                    sys.stderr,
-                )
+                self.checkpoints.say_stopped(stop.signal_name, self.global_steps, saved_at)
         except BaseException as err:
             failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
             raise
         finally:
             progress.close()
-            self._tracker.finish()
-            self._in_fit = False
-            if self._reporter is not None:
-                self._reporter.finish(self.global_steps, stopped_by=self.stopped_by, error=failure)
+            self.report.end(self.global_steps, stopped_by=self.stopped_by, error=failure)
         return val_metrics
+
+    def _timed_save(self) -> float:
+        timing: dict[str, float] = {}
+        with marked_timer("save_checkpoint", timing):
+            self.save_checkpoint()
+        return timing["save_checkpoint"]
 
     def _timed_validate(self) -> dict[str, float]:
         timing: dict[str, float] = {}

@@ -166,14 +166,14 @@ def check_trained_steps(trainer: Any) -> None:
         bs, epochs = int(trainer.config.data.train_batch_size), int(cfg.total_epochs)
         per_epoch = len(trainer.train_dataloader) if trainer.train_dataloader is not None else rows // max(bs, 1)
         per_step = trainer.ledger_batches_per_step() or 1
-        consumed = int(trainer.data_ledger.batches)
+        consumed = int(trainer.data.ledger.batches)
         # the arithmetic: how many batches the data holds, how many a step takes, how many the run already had
         why = (
             f"the training data ran out before step {start + 1}: {rows} rows // data.train_batch_size={bs} = "
             f"{per_epoch} batches an epoch x trainer.total_epochs={epochs} = {per_epoch * epochs} batches, "
             f"{per_step} a step = {per_epoch * epochs // per_step} steps in all; "
             f"{consumed} batches were consumed by step {start}, {max(per_epoch * epochs - consumed, 0)} are left "
-            f"(epoch {trainer._epoch} of {epochs} reached)"
+            f"(epoch {trainer.data.epoch} of {epochs} reached)"
         )
     raise NoTrainingStepsError(
         f"trained 0 steps{where}: {why}; raise trainer.total_epochs or trainer.total_training_steps, or start "

@@ -71,7 +71,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
             if key in batch.non_tensor_batch:
                 agent_columns.setdefault(key, []).extend(batch.non_tensor_batch[key].tolist())
     infos = {k: v for k, v in infos.items() if len(v) == len(sources)}
-    tracker = getattr(trainer, "_tracker", None)
+    tracker = trainer.report.tracker
     if n_logged > 0 and tracker is not None and sources:
         rows = select_generations_to_log(dumped["prompts"], dumped["responses"], dumped["scores"], n_logged)
         tracker.log_generations(rows, trainer.global_steps)
