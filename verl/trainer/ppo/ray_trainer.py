@@ -57,7 +57,6 @@ from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, 
     Role,
     check_verl_trainer_args,
     compute_response_mask,
-    normalize_role_worker_mapping,
 )
 from verl.trainer.ppo.validation import run_validation
 from verl.trainer.ppo.verl_surface import VerlTrainerSurface
@@ -174,139 +173,73 @@ class RayPPOTrainer(VerlTrainerSurface):
         if train_dataset is not None:
             self._create_dataloaders()
 
-    # -------------------------------------------------------------------------------------------------- data
-    def _create_dataloaders(self) -> None:
-        """The loaders and ``total_training_steps`` (:meth:`DriverData.create_dataloaders`; the asynchronous
-        trainers extend it: their step consumes several loader batches)."""
-        self.data.create_dataloaders()
+    # -------------------------------------------------------------------------------------------------- fit
+    def fit(self) -> dict[str, float]:
+        """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
+        from verl.checkpoint.layout import prepare_checkpoint_root
+        from verl.reporting import ProgressBar
 
-    def _next_training_batch(self) -> DataProto | None:
-        """The next prompt batch (:meth:`DriverData.next_batch`); None when the epochs are done."""
-        return self.data.next_batch()
+        cfg = self.config.trainer
+        test_freq = int(cfg.test_freq)
+        prepare_checkpoint_root(self.checkpoint_dir, str(cfg.resume_mode), overwrite=bool(cfg.overwrite_checkpoints))
+        self.load_checkpoint()
+        self.report.begin(self.global_steps, self.resumed_from is not None, self.total_training_steps)
+        # shown from here: step N/M, the phase (validation before training included), tokens/s, time left
+        progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
+        val_metrics: dict[str, float] = {}
+        saved_at = self.global_steps  # a resumed step is already on disk
+        self.stopped_by, failure = None, None
+        try:
+            if cfg.val_before_train and self.global_steps == 0:
+                val_metrics = self._timed_validate()
+                self._log(val_metrics, step=0)
+                if cfg.val_only:
+                    return val_metrics
+            with GracefulStop("PPO") as stop:
+                while self.global_steps < self.total_training_steps and not stop.requested:
+                    batch = self._next_training_batch()
+                    if batch is None:
+                        break
+                    metrics = self.step(batch)
+                    is_last = self.global_steps >= self.total_training_steps
+                    if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
+                        val_metrics = self._timed_validate()
+                        metrics.update(val_metrics)
+                    if self.checkpoints.due(self.global_steps, is_last, stop.requested):
+                        metrics["timing_s/save_checkpoint"] = self._timed_save()
+                        saved_at = self.global_steps
+                    for evaluator in self.evaluators:
+                        metrics.update(evaluator.evaluate(self))
+                    metrics["training/global_step"], metrics["training/epoch"] = self.global_steps, self.data.epoch
+                    self._log(metrics, step=self.global_steps)
+                    progress.update(metrics)
+                    if saved_at == self.global_steps:  # metrics.png and report.html follow each checkpoint
+                        self.update_report()
+            if stop.requested:
+                self.stopped_by = stop.signal_name
+                self.checkpoints.say_stopped(stop.signal_name, self.global_steps, saved_at)
+        except BaseException as err:
+            failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
+            raise
+        finally:
+            progress.close()
+            self.report.end(self.global_steps, stopped_by=self.stopped_by, error=failure)
+        return val_metrics
 
-    def ledger_batches_per_step(self) -> int | None:
-        """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
-        checks a checkpoint against): 1, or None (at least one) with dynamic sampling
-        (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
-        return None if self.algorithm.filter_groups.enable else 1
+    def _timed_save(self) -> float:
+        timing: dict[str, float] = {}
+        with marked_timer("save_checkpoint", timing):
+            self.save_checkpoint()
+        return timing["save_checkpoint"]
 
-    # ------------------------------------------------------------------------------------------- checkpoints
-    def _checkpointed_groups(self) -> dict[str, Any]:
-        """The worker groups a checkpoint holds, by subdirectory: the actor, and the critic when trained."""
-        return {"actor": self.actor_rollout_wg, **({"critic": self.critic_wg} if self.use_critic else {})}
-
-    def driver_state(self) -> dict[str, Any]:
-        """``data.pt``: the step, the data position (epoch, loader, ledger), generation counter and KL coefficient."""
-        from verl.trainer.ppo.resume_check import StepCounterError
-
-        if self.data.ledger.steps != self.global_steps:
-            raise StepCounterError(
-                f"saving step {self.global_steps}, but {self.data.ledger.steps} training steps ran: the step counter "
-                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
-            )
-        state: dict[str, Any] = {"global_steps": self.global_steps, "gen_calls": self._gen_calls}
-        state.update(self.data.state_dict())
-        if self.kl_ctrl_in_reward is not None:
-            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
-        return state
-
-    def save_checkpoint(
-        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
-    ) -> str:
-        """Write ``global_step_N/{actor,critic}`` and ``data.pt`` (:meth:`driver_state` plus ``extra_state``: plain
-        types and tensors) atomically and mark it complete (:meth:`DriverCheckpoints.save`: ``path`` None keeps the
-        tracker and retention; ``save_contents`` selects what the workers write)."""
-        saved = self.checkpoints.save(
-            self.global_steps,
-            self._checkpointed_groups(),
-            lambda: {**self.driver_state(), **(extra_state or {})},
-            path=path,
-            save_contents=save_contents,
-        )
-        if path is None and not self.report.in_fit:  # (the Python API) fit() updates it once the step is logged
-            self.update_report()
-        return saved
-
-    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
-        """Resume from ``path`` or, when None, per ``trainer.resume_mode`` (:meth:`DriverCheckpoints.find`); returns
-        the restored step (0 when starting fresh). Restores the data position (checked against the ledger), the
-        workers (weights, optimizer, lr scheduler, RNG), the step, the generation counter and the KL coefficient;
-        the whole ``data.pt`` dict stays in :attr:`resumed_state`."""
-        found = self.checkpoints.find(path, mode)
-        if found is None:
-            return 0
-        path, state = found
-        self.data.load_state_dict(state, path, self.ledger_batches_per_step())  # before the weights: one line
-        self.checkpoints.load_workers(path, self._checkpointed_groups())
-        self.global_steps = int(state["global_steps"])
-        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
-        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
-            self.kl_ctrl_in_reward.value = state["kl_coef"]
-        self.checkpoints.mark_resumed(path, state, self.data.epoch)
-        return self.global_steps
-
-    def export_hf(self, target_dir: str) -> str:
-        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
-        from verl.model_merger import merge_checkpoint
-
-        step_dir = self.checkpoints.step_dir(self.global_steps)
-        if not os.path.isdir(step_dir):
-            step_dir = self.save_checkpoint()
-        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
-        return target_dir
-
-    # ------------------------------------------------------------------------------------ report and versions
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        self.report.log(metrics, step)
-
-    def reporter(self) -> Any:
-        """The run's :class:`~verl.reporting.report.RunReporter`; None when ``trainer.plot`` and the report are off."""
-        return self.report.reporter(self.total_training_steps)
-
-    def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
-        """Redraw ``metrics.png`` and rebuild ``report.html`` now (:meth:`DriverReport.update`)."""
-        self.report.update(self.global_steps, status, redraw_plot)
-
-    def current_policy_version(self) -> int:
-        """The version of the weights the current step trains: the steps finished before it."""
-        return int(self.global_steps) - 1
-
-    def policy_staleness_bound(self) -> tuple[int, str]:
-        """The largest staleness a consumed row may have, and the setting it comes from."""
-        return 0, "synchronous training"
-
-    def check_consumed_versions(self, batch: DataProto) -> dict[str, float]:
-        """Every row's ``policy_version`` against this driver's version and bound (:class:`PolicyVersions`)."""
-        bound = self.policy_staleness_bound()
-        return self.versions.check_consumed(batch, self.current_policy_version(), bound, self.global_steps)
-
-    # ------------------------------------------------------------------------------------------------- set-up
-    def _namespaced(self, path: str) -> str:
-        from verl.utils.fs import namespaced_path
-
-        return namespaced_path(path, self.namespace)
-
-    def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
-        """Role -> (worker class, constructor arguments) of this run (:meth:`DriverWorkers.roles`)."""
-        return self.workers.roles()
-
-    def init_workers(self) -> None:
-        """Create the worker groups and load the models (:meth:`DriverWorkers.start`), then the agent loops."""
-        # schedulers need the horizon before the optimizers are built; without a dataset (the Python API brings its
-        # own batches) it is the configured step budget
-        self.workers.start(self.total_training_steps or int(self.config.trainer.total_training_steps or 1))
-        workers = self.workers
-        workers.agent_loop_manager = make_agent_loop_manager(
-            self.config, self.tokenizer, workers.actor, workers.agent_tools
-        )
-        if workers.judge is not None:  # the reward functions were built before the workers: hand them the group
-            from verl.workers.reward_manager.judge import bind_judge_worker_group
-
-            bind_judge_worker_group(workers.judge, self.reward_fn, self.val_reward_fn)
-
-    def release_rollout(self) -> None:
-        """Stop the rollout engines before the worker processes go away (:meth:`DriverWorkers.release_rollout`)."""
-        self.workers.release_rollout()
+    def _timed_validate(self) -> dict[str, float]:
+        timing: dict[str, float] = {}
+        with marked_timer("testing", timing):
+            metrics = self._validate()
+        if metrics:
+            metrics["timing_s/testing"] = timing["testing"]
+            self.val_history.append((self.global_steps, dict(metrics)))
+        return metrics
 
     # ---------------------------------------------------------------------------------------------- one step
     def prompt_batch_meta(self) -> dict[str, Any]:
@@ -528,70 +461,136 @@ class RayPPOTrainer(VerlTrainerSurface):
         (upstream's name)."""
         return run_validation(self)
 
-    # -------------------------------------------------------------------------------------------------- fit
-    def fit(self) -> dict[str, float]:
-        """The training loop. Returns the last validation metrics (empty when there is no validation set)."""
-        from verl.checkpoint.layout import prepare_checkpoint_root
-        from verl.reporting import ProgressBar
+    # ------------------------------------------------------------------------------------------------- set-up
+    def _namespaced(self, path: str) -> str:
+        from verl.utils.fs import namespaced_path
 
-        cfg = self.config.trainer
-        test_freq = int(cfg.test_freq)
-        prepare_checkpoint_root(self.checkpoint_dir, str(cfg.resume_mode), overwrite=bool(cfg.overwrite_checkpoints))
-        self.load_checkpoint()
-        self.report.begin(self.global_steps, self.resumed_from is not None, self.total_training_steps)
-        # shown from here: step N/M, the phase (validation before training included), tokens/s, time left
-        progress = ProgressBar(total=self.total_training_steps, initial=self.global_steps)
-        val_metrics: dict[str, float] = {}
-        saved_at = self.global_steps  # a resumed step is already on disk
-        self.stopped_by, failure = None, None
-        try:
-            if cfg.val_before_train and self.global_steps == 0:
-                val_metrics = self._timed_validate()
-                self._log(val_metrics, step=0)
-                if cfg.val_only:
-                    return val_metrics
-            with GracefulStop("PPO") as stop:
-                while self.global_steps < self.total_training_steps and not stop.requested:
-                    batch = self._next_training_batch()
-                    if batch is None:
-                        break
-                    metrics = self.step(batch)
-                    is_last = self.global_steps >= self.total_training_steps
-                    if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
-                        val_metrics = self._timed_validate()
-                        metrics.update(val_metrics)
-                    if self.checkpoints.due(self.global_steps, is_last, stop.requested):
-                        metrics["timing_s/save_checkpoint"] = self._timed_save()
-                        saved_at = self.global_steps
-                    for evaluator in self.evaluators:
-                        metrics.update(evaluator.evaluate(self))
-                    metrics["training/global_step"], metrics["training/epoch"] = self.global_steps, self.data.epoch
-                    self._log(metrics, step=self.global_steps)
-                    progress.update(metrics)
-                    if saved_at == self.global_steps:  # metrics.png and report.html follow each checkpoint
-                        self.update_report()
-            if stop.requested:
-                self.stopped_by = stop.signal_name
-                self.checkpoints.say_stopped(stop.signal_name, self.global_steps, saved_at)
-        except BaseException as err:
-            failure = f"{type(err).__name__}: {err}"  # the report says the run failed, and why
-            raise
-        finally:
-            progress.close()
-            self.report.end(self.global_steps, stopped_by=self.stopped_by, error=failure)
-        return val_metrics
+        return namespaced_path(path, self.namespace)
 
-    def _timed_save(self) -> float:
-        timing: dict[str, float] = {}
-        with marked_timer("save_checkpoint", timing):
-            self.save_checkpoint()
-        return timing["save_checkpoint"]
+    def worker_roles(self) -> dict[str, tuple[type, dict[str, Any]]]:
+        """Role -> (worker class, constructor arguments) of this run (:meth:`DriverWorkers.roles`)."""
+        return self.workers.roles()
 
-    def _timed_validate(self) -> dict[str, float]:
-        timing: dict[str, float] = {}
-        with marked_timer("testing", timing):
-            metrics = self._validate()
-        if metrics:
-            metrics["timing_s/testing"] = timing["testing"]
-            self.val_history.append((self.global_steps, dict(metrics)))
-        return metrics
+    def init_workers(self) -> None:
+        """Create the worker groups and load the models (:meth:`DriverWorkers.start`), then the agent loops."""
+        # schedulers need the horizon before the optimizers are built; without a dataset (the Python API brings its
+        # own batches) it is the configured step budget
+        self.workers.start(self.total_training_steps or int(self.config.trainer.total_training_steps or 1))
+        workers = self.workers
+        workers.agent_loop_manager = make_agent_loop_manager(
+            self.config, self.tokenizer, workers.actor, workers.agent_tools
+        )
+        if workers.judge is not None:  # the reward functions were built before the workers: hand them the group
+            from verl.workers.reward_manager.judge import bind_judge_worker_group
+
+            bind_judge_worker_group(workers.judge, self.reward_fn, self.val_reward_fn)
+
+    def release_rollout(self) -> None:
+        """Stop the rollout engines before the worker processes go away (:meth:`DriverWorkers.release_rollout`)."""
+        self.workers.release_rollout()
+
+    # -------------------------------------------------------------------------------------------------- data
+    def _create_dataloaders(self) -> None:
+        """The loaders and ``total_training_steps`` (:meth:`DriverData.create_dataloaders`; the asynchronous
+        trainers extend it: their step consumes several loader batches)."""
+        self.data.create_dataloaders()
+
+    def _next_training_batch(self) -> DataProto | None:
+        """The next prompt batch (:meth:`DriverData.next_batch`); None when the epochs are done."""
+        return self.data.next_batch()
+
+    def ledger_batches_per_step(self) -> int | None:
+        """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
+        checks a checkpoint against): 1, or None (at least one) with dynamic sampling
+        (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
+        return None if self.algorithm.filter_groups.enable else 1
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def _checkpointed_groups(self) -> dict[str, Any]:
+        """The worker groups a checkpoint holds, by subdirectory: the actor, and the critic when trained."""
+        return {"actor": self.actor_rollout_wg, **({"critic": self.critic_wg} if self.use_critic else {})}
+
+    def driver_state(self) -> dict[str, Any]:
+        """``data.pt``: the step, the data position (epoch, loader, ledger), generation counter and KL coefficient."""
+        from verl.trainer.ppo.resume_check import StepCounterError
+
+        if self.data.ledger.steps != self.global_steps:
+            raise StepCounterError(
+                f"saving step {self.global_steps}, but {self.data.ledger.steps} training steps ran: the step counter "
+                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
+            )
+        state: dict[str, Any] = {"global_steps": self.global_steps, "gen_calls": self._gen_calls}
+        state.update(self.data.state_dict())
+        if self.kl_ctrl_in_reward is not None:
+            state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
+        return state
+
+    def save_checkpoint(
+        self, path: str | None = None, save_contents: list[str] | None = None, extra_state: dict[str, Any] | None = None
+    ) -> str:
+        """Write ``global_step_N/{actor,critic}`` and ``data.pt`` (:meth:`driver_state` plus ``extra_state``: plain
+        types and tensors) atomically and mark it complete (:meth:`DriverCheckpoints.save`: ``path`` None keeps the
+        tracker and retention; ``save_contents`` selects what the workers write)."""
+        saved = self.checkpoints.save(
+            self.global_steps,
+            self._checkpointed_groups(),
+            lambda: {**self.driver_state(), **(extra_state or {})},
+            path=path,
+            save_contents=save_contents,
+        )
+        if path is None and not self.report.in_fit:  # (the Python API) fit() updates it once the step is logged
+            self.update_report()
+        return saved
+
+    def load_checkpoint(self, path: str | None = None, mode: str = "resume_path") -> int:
+        """Resume from ``path`` or, when None, per ``trainer.resume_mode`` (:meth:`DriverCheckpoints.find`); returns
+        the restored step (0 when starting fresh). Restores the data position (checked against the ledger), the
+        workers (weights, optimizer, lr scheduler, RNG), the step, the generation counter and the KL coefficient;
+        the whole ``data.pt`` dict stays in :attr:`resumed_state`."""
+        found = self.checkpoints.find(path, mode)
+        if found is None:
+            return 0
+        path, state = found
+        self.data.load_state_dict(state, path, self.ledger_batches_per_step())  # before the weights: one line
+        self.checkpoints.load_workers(path, self._checkpointed_groups())
+        self.global_steps = int(state["global_steps"])
+        self._gen_calls = int(state.get("gen_calls", self._gen_calls))
+        if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
+            self.kl_ctrl_in_reward.value = state["kl_coef"]
+        self.checkpoints.mark_resumed(path, state, self.data.epoch)
+        return self.global_steps
+
+    def export_hf(self, target_dir: str) -> str:
+        """Export the actor of the newest checkpoint as a Hugging Face directory (LoRA merged)."""
+        from verl.model_merger import merge_checkpoint
+
+        step_dir = self.checkpoints.step_dir(self.global_steps)
+        if not os.path.isdir(step_dir):
+            step_dir = self.save_checkpoint()
+        merge_checkpoint(os.path.join(step_dir, "actor"), target_dir)
+        return target_dir
+
+    # ------------------------------------------------------------------------------------ report and versions
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.report.log(metrics, step)
+
+    def reporter(self) -> Any:
+        """The run's :class:`~verl.reporting.report.RunReporter`; None when ``trainer.plot`` and the report are off."""
+        return self.report.reporter(self.total_training_steps)
+
+    def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
+        """Redraw ``metrics.png`` and rebuild ``report.html`` now (:meth:`DriverReport.update`)."""
+        self.report.update(self.global_steps, status, redraw_plot)
+
+    def current_policy_version(self) -> int:
+        """The version of the weights the current step trains: the steps finished before it."""
+        return int(self.global_steps) - 1
+
+    def policy_staleness_bound(self) -> tuple[int, str]:
+        """The largest staleness a consumed row may have, and the setting it comes from."""
+        return 0, "synchronous training"
+
+    def check_consumed_versions(self, batch: DataProto) -> dict[str, float]:
+        """Every row's ``policy_version`` against this driver's version and bound (:class:`PolicyVersions`)."""
+        bound = self.policy_staleness_bound()
+        return self.versions.check_consumed(batch, self.current_policy_version(), bound, self.global_steps)
