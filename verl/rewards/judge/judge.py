@@ -26,7 +26,7 @@ from verl.rewards.judge.templates import (
     pairwise_parser,
     pointwise_parser,
 )
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 
 ON_ERROR_CHOICES = ("zero", "skip", "raise")
 

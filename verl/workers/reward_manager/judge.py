@@ -25,7 +25,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.rewards.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
 from verl.rewards.judge.backends import JudgeRequestError
 from verl.rewards.judge.judge import JudgeResult
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
