@@ -1,10 +1,10 @@
 """No literal default is read off a config object anywhere in ``verl/``: each default lives in its dataclass.
 
 A config default has one home, the dataclass field (``verl/trainer/config/schema.py``, ``verl/algorithms/config.py``,
-``verl/workers/config/``, the offline and SFT schemas), whose packaged YAML a test keeps identical. Code reads the
-typed field; a component that receives a ``DictConfig`` or a user's partial section converts it at its door with
-``omega_conf_to_dataclass``, which completes missing keys from the dataclass. This test scans the AST of every
-module under ``verl/`` and fails, naming ``file:line``, on:
+``verl/sections/`` (re-exported by ``verl.workers.config``), the offline and SFT schemas), whose packaged YAML a test
+keeps identical. Code reads the typed field; a component that receives a ``DictConfig`` or a user's partial section
+converts it at its door with ``omega_conf_to_dataclass``, which completes missing keys from the dataclass. This test
+scans the AST of every module under ``verl/`` and fails, naming ``file:line``, on:
 
 * ``<config>.get("key", <literal>)`` where ``<config>`` (the name or attribute the call is made on) looks like a
   config section: ``config``, ``cfg``, ``conf``, ``section``, a name ending in ``_config``/``_cfg``/``_conf``/

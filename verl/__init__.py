@@ -10,9 +10,11 @@ import importlib
 from typing import Any
 
 from verl import absent_modules as _absent_modules
+from verl.utils import _moved
 from verl.version import __version__
 
 _absent_modules.install()  # upstream paths of features not provided here fail with a message saying so
+_moved.install()  # verl's paths of modules that live elsewhere here name the same module objects
 
 # public name -> module that defines it (loaded lazily by __getattr__)
 _LAZY_ATTRS: dict[str, str] = {

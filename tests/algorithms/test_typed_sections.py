@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from verl.algorithms import kl, pf_ppo, policy_loss, rollout_correction
 from verl.algorithms.config import AlgorithmConfig, KLControlConfig, PFPPOConfig, RolloutCorrectionConfig
 from verl.algorithms.registry import resolve_param
-from verl.workers.config.actor import ActorConfig, PolicyLossConfig
+from verl.sections.actor import ActorConfig, PolicyLossConfig
 
 
 def _batch(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -12,7 +12,6 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards.judge import (
-    HFJudgeBackend,
     JudgeError,
     JudgeParseError,
     LLMJudge,
@@ -21,6 +20,7 @@ from verl.rewards.judge import (
     pointwise_parser,
 )
 from verl.rewards.judge.templates import check_template
+from verl.workers.judge_worker import HFJudgeBackend
 
 # the scripted endpoint: the ``judge_server`` fixture of tests/conftest.py (also used by the agent-loop tests)
 

@@ -17,10 +17,10 @@ from verl.utils import _moved
 REPO = Path(verl.__file__).resolve().parents[1]
 
 
-def _moved_modules() -> list[tuple[str, str]]:
-    """(old path, new path) of every module file under the moved packages and modules."""
+def _moved_modules(table: dict[str, str] = _moved.MOVED) -> list[tuple[str, str]]:
+    """(old path, new path) of every module file under the moved packages and modules of ``table``."""
     pairs: list[tuple[str, str]] = []
-    for old, new in _moved.MOVED.items():
+    for old, new in table.items():
         if _moved.new_name(old) != new:  # shadowed by a longer entry (never, but keep the walk honest)
             continue
         pairs.append((old, new))
@@ -35,6 +35,8 @@ def _moved_modules() -> list[tuple[str, str]]:
 
 
 MOVED_MODULES = _moved_modules()
+# verl's paths outside verl.utils of modules that live on another floor here (the asynchronous trainers, the sections)
+RELOCATED_MODULES = _moved_modules(_moved.RELOCATED)
 
 
 def test_the_walk_finds_the_moved_modules() -> None:
@@ -44,7 +46,28 @@ def test_the_walk_finds_the_moved_modules() -> None:
     assert len(MOVED_MODULES) > 80
 
 
-@pytest.mark.parametrize(("old", "new"), MOVED_MODULES, ids=[old for old, _ in MOVED_MODULES])
+def test_the_walk_finds_the_relocated_modules() -> None:
+    pairs = set(RELOCATED_MODULES)
+    assert {
+        (
+            "verl.experimental.fully_async_policy.fully_async_trainer",
+            "verl.trainer.fully_async_policy.fully_async_trainer",
+        ),
+        ("verl.experimental.fully_async_policy.rollouter", "verl.trainer.fully_async_policy.rollouter"),
+        ("verl.experimental.one_step_off_policy.ray_trainer", "verl.trainer.one_step_off_policy.ray_trainer"),
+        ("verl.workers.config.actor", "verl.sections.actor"),
+        ("verl.workers.config.optimizer", "verl.sections.optimizer"),
+        ("verl.workers.config.reward_model", "verl.sections.reward_model"),
+    } <= pairs
+    # every section module is served under verl's name, and the package face stays a real package
+    sections = {info.name for info in pkgutil.iter_modules([str(REPO / "verl" / "sections")])}
+    assert sections == set(_moved.SECTION_MODULES)
+    assert _moved.new_name("verl.workers.config") is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), MOVED_MODULES + RELOCATED_MODULES, ids=[old for old, _ in MOVED_MODULES + RELOCATED_MODULES]
+)
 def test_old_path_is_the_same_module(old: str, new: str) -> None:
     if new.endswith("__main__"):
         pytest.skip("a __main__ module runs its command when imported")
@@ -95,6 +118,30 @@ except ModuleNotFoundError as e:
     assert e.name == "verl.utils.tracking.no_such_module", e
 else:
     raise AssertionError("no such module")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_fresh_interpreter_relocated_paths_first() -> None:
+    """verl's paths of the asynchronous trainers and of the worker sections, imported first in a fresh
+    interpreter (nothing of verl.utils imported yet): the same modules and classes as their homes, and
+    ``verl.workers.config`` re-exporting the same classes. (verl's ``python -m`` launch commands of the asynchronous
+    trainers run in tests/docs/test_documented_commands.py.)"""
+    code = """
+import sys
+import verl
+assert "verl.sections" not in sys.modules and "verl.trainer" not in sys.modules
+import verl.experimental.one_step_off_policy as old_package
+from verl.workers.config.actor import ActorConfig
+from verl.workers.config.optimizer import OptimConfig
+import verl.sections.actor, verl.sections.optimizer, verl.workers.config
+import verl.trainer.one_step_off_policy as new_package
+assert old_package is new_package and verl.experimental.one_step_off_policy is new_package
+assert ActorConfig is verl.sections.actor.ActorConfig is verl.workers.config.ActorConfig
+assert OptimConfig is verl.sections.optimizer.OptimConfig is verl.workers.config.OptimConfig
+assert verl.workers.config.actor is verl.sections.actor
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)

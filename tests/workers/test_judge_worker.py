@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
-from verl.rewards.judge import HFJudgeBackend, JudgeRequestError, LLMJudge, WorkerGroupJudgeBackend
+from verl.rewards.judge import JudgeRequestError, LLMJudge, WorkerGroupJudgeBackend
 from verl.single_controller import create_worker_group
 from verl.trainer.config import load_config
 from verl.trainer.config.validation import ConfigError
-from verl.workers.judge_worker import JudgeWorker
+from verl.workers.judge_worker import HFJudgeBackend, JudgeWorker
 
 TEXTS = ["Rate the answer 2+2=4.", "hello judge", "x", "Is 7 prime? yes"]
 

@@ -21,8 +21,8 @@ import torch
 from verl.algorithms.losses import agg_loss
 from verl.algorithms.registry import register_policy_loss
 from verl.base_config import omega_conf_to_dataclass
+from verl.sections.actor import ActorConfig
 from verl.utils import torch_functional as verl_F
-from verl.workers.config.actor import ActorConfig
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -26,7 +26,7 @@ from verl.algorithms.policy_loss import (
     loss_scale_factor,
 )
 from verl.algorithms.registry import register_policy_loss
-from verl.workers.config.actor import ActorConfig
+from verl.sections.actor import ActorConfig
 
 
 def _dppo_loss(

@@ -70,14 +70,14 @@ def resolve_agent_options(tools: Any, agent_loop: Any) -> tuple[dict[str, Any], 
 def add_raw_chat(batch: Any, prompts: Any, prompt_key: str) -> Any:
     """``batch`` with a ``raw_prompt`` column: each row's chat messages (a string prompt becomes one user message).
     Token-id prompts have no messages and are refused, as the tool loop renders the conversation itself."""
-    from verl.api.data import _prompt_texts_or_ids
+    from verl.data.prompt_batch import prompt_items
     from verl.protocol import DataProto
 
     if isinstance(prompts, DataProto):
         if "raw_prompt" not in prompts.non_tensor_batch:
             raise ValueError("agent rollouts need a raw_prompt column (the chat messages) in the DataProto")
         return batch
-    items, _ = _prompt_texts_or_ids(prompts, prompt_key)
+    items, _ = prompt_items(prompts, prompt_key)
     messages = []
     for i, item in enumerate(items):
         if isinstance(item, str):

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from verl.api.data import encode_prompts
 from verl.api.models import ActorModel, CriticModel, RewardModel, TextRewardManager, as_actor_model
 from verl.api.ppo_config import DOC_KEYS, build_ppo_config  # noqa: F401  (importable from here, as before)
 from verl.api.rollout import RolloutManager, vLLMActor
+from verl.data.prompt_batch import encode_prompts
 from verl.protocol import DataProto
 from verl.trainer.base import BaseTrainer
 

@@ -7,8 +7,15 @@ imports ``verl.rewards.gsm8k`` and binds the SAME module object under the old na
 means ``isinstance`` checks, ``monkeypatch.setattr("verl.utils.tracking.backends.f", ...)`` and ``mock.patch`` act
 on the code that runs, and nothing is executed twice. ``python -m verl.utils.<old>`` runs the new module's code.
 
-The finder answers only for names under a prefix of :data:`MOVED` or :data:`ALIASES`; nothing is imported until
-such a name is.
+Outside ``verl.utils`` the same finder keeps verl's paths of modules that live on another floor here
+(:data:`RELOCATED`): the asynchronous trainers subclass the PPO driver, so they live in ``verl/trainer`` while
+``verl.experimental.fully_async_policy`` and ``verl.experimental.one_step_off_policy`` name them; the typed sections
+that the algorithms, the optimizer helpers and the judge read live on the ground floor (``verl/sections``) while
+``verl.workers.config.<module>`` names them. ``verl/__init__.py`` installs the finder, so these paths resolve from
+any first import.
+
+The finder answers only for names under a prefix of :data:`MOVED`, :data:`ALIASES` or :data:`RELOCATED`; nothing is
+imported until such a name is.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from types import CodeType, ModuleType
 
-__all__ = ["ALIASES", "MOVED", "MovedModuleFinder", "install", "new_name"]
+__all__ = ["ALIASES", "MOVED", "RELOCATED", "MovedModuleFinder", "install", "new_name"]
 
 # verl's (upstream's) module path -> where the module lives here. A longer prefix wins over a shorter one.
 MOVED: dict[str, str] = {
@@ -44,12 +51,33 @@ ALIASES: dict[str, str] = {
     "verl.utils.evaluation": "verl.api.evaluation",  # the evaluator base class and built-ins (docs/api.md)
 }
 
-_BY_LENGTH = sorted({**MOVED, **ALIASES}.items(), key=lambda item: len(item[0]), reverse=True)
+# verl's module paths outside ``verl.utils`` whose module lives on another floor here (served like MOVED; the code
+# here imports the new paths, verl's launch scripts and ported code the old ones)
+SECTION_MODULES = (
+    "actor",
+    "actor_rollout_ref",
+    "critic",
+    "distillation",
+    "engine",
+    "literals",
+    "model",
+    "optimizer",
+    "profiler",
+    "reward_model",
+    "rollout",
+)
+RELOCATED: dict[str, str] = {
+    "verl.experimental.fully_async_policy": "verl.trainer.fully_async_policy",
+    "verl.experimental.one_step_off_policy": "verl.trainer.one_step_off_policy",
+    **{f"verl.workers.config.{name}": f"verl.sections.{name}" for name in SECTION_MODULES},
+}
+
+_BY_LENGTH = sorted({**MOVED, **ALIASES, **RELOCATED}.items(), key=lambda item: len(item[0]), reverse=True)
 
 
 def new_name(fullname: str) -> str | None:
-    """The module path that ``fullname`` (an old ``verl.utils.*`` path, or one of :data:`ALIASES`) names today, or
-    None if it did not move.
+    """The module path that ``fullname`` (an old ``verl.utils.*`` path, one of :data:`ALIASES` or of
+    :data:`RELOCATED`) names today, or None if it did not move.
 
     ``new_name("verl.utils.reward_score.gsm8k") == "verl.rewards.gsm8k"``; a prefix matches whole dotted parts only
     (``verl.utils.metrics`` is not under ``verl.utils.metric``).
@@ -93,7 +121,8 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
-    """Answers for the old paths of :data:`MOVED` only (see the module docstring)."""
+    """Answers for the old paths of :data:`MOVED`, :data:`ALIASES` and :data:`RELOCATED` only (see the module
+    docstring)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None

@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.workers.config.optimizer import OptimConfig
+from verl.sections.optimizer import OptimConfig
 
 
 def _typed(optim_config: OptimConfig | Mapping[str, Any]) -> OptimConfig:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.protocol import DataProto
-from verl.workers.config.engine import FSDPConfig
+from verl.sections.engine import FSDPConfig
 
 logger = logging.getLogger(__name__)
 

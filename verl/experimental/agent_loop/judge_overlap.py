@@ -30,7 +30,7 @@ from verl.rewards.judge.rollout_columns import (
     LATENCY_KEY,
     judge_text_digest,
 )
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import decode_prompt_response
 
 __all__ = [

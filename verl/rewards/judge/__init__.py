@@ -1,9 +1,11 @@
-"""LLM-as-judge rewards: templates and parsers, backends (OpenAI-compatible endpoint, in-process ``hf`` engine or
-the trainer's ``judge`` worker group), and :class:`LLMJudge`, used by the ``judge`` reward manager
-(``reward_model.reward_manager=judge``)."""
+"""LLM-as-judge rewards: templates and parsers, backends (an OpenAI-compatible endpoint or the trainer's ``judge``
+worker group), and :class:`LLMJudge`, used by the ``judge`` reward manager (``reward_model.reward_manager=judge``).
+
+The in-process backend (``reward_model.judge.backend=hf``) drives the workers' ``hf`` engine, so it lives on their
+floor: :class:`verl.workers.judge_worker.HFJudgeBackend`. :class:`LLMJudge` takes any backend (an object with
+``generate(texts)``), so nothing here imports the workers."""
 
 from verl.rewards.judge.backends import (
-    HFJudgeBackend,
     JudgeRequestError,
     OpenAIJudgeBackend,
     WorkerGroupJudgeBackend,
@@ -18,7 +20,6 @@ from verl.rewards.judge.templates import (
 )
 
 __all__ = [
-    "HFJudgeBackend",
     "JudgeBackend",
     "JudgeError",
     "JudgeParseError",

@@ -1,5 +1,6 @@
-"""Where a judge's answers come from: any OpenAI-compatible endpoint, a causal LM run in this process, or the
-trainer's ``judge`` worker group.
+"""Where a judge's answers come from: any OpenAI-compatible endpoint or the trainer's ``judge`` worker group (a
+causal LM run in this process is :class:`verl.workers.judge_worker.HFJudgeBackend`, on the workers' floor, as it
+drives their ``hf`` engine).
 
 Both take a list of judge prompts (plain text, sent as one user message) and return one answer string or one
 Exception per prompt, in order, so a failed request spares the others.
@@ -7,10 +8,8 @@ Exception per prompt, in order, so a failed request spares the others.
 - :class:`OpenAIJudgeBackend`: ``POST {url}/chat/completions`` (``verl serve``, a vLLM server, any OpenAI-compatible
   service), all requests of a batch concurrently on an asyncio event loop, at most ``max_concurrency`` in flight,
   each retried with exponential backoff on connection errors, timeouts, HTTP 429 and 5xx.
-- :class:`HFJudgeBackend`: the judge's weights loaded here and decoded by the project's ``hf`` rollout engine
-  (:class:`verl.workers.rollout.hf_rollout.HFRollout`), micro-batched by ``max_num_seqs`` (colocated, in-process).
 - :class:`WorkerGroupJudgeBackend`: the prompts split over the ranks of the trainer's ``judge`` worker group
-  (:class:`verl.workers.judge_worker.JudgeWorker`), each rank answering its share with an :class:`HFJudgeBackend`.
+  (:class:`verl.workers.judge_worker.JudgeWorker`), each rank answering its share with an ``HFJudgeBackend``.
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from verl.base_config import omega_conf_to_dataclass
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 
 T = TypeVar("T")
 
@@ -166,88 +164,6 @@ class OpenAIJudgeBackend:
     def generate(self, texts: Sequence[str]) -> list[str | Exception]:
         """Synchronous :meth:`agenerate`."""
         return run_coroutine(self.agenerate(texts))
-
-
-class HFJudgeBackend:
-    """A judge model in this process, decoded by the ``hf`` rollout engine (greedy when ``temperature == 0``).
-
-    Args:
-        model: a causal LM module, or a model path / bundled name loaded with ``verl.models.loader``.
-        tokenizer: the judge's tokenizer (loaded from the path when None); its chat template is applied.
-        max_new_tokens, temperature, max_num_seqs (rows per generate call), max_prompt_length (longer judge
-        prompts are cut from the left, keeping the verdict instructions at the end in view), seed.
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any = None,
-        max_new_tokens: int = JudgeConfig.max_new_tokens,
-        temperature: float = JudgeConfig.temperature,
-        max_num_seqs: int = JudgeConfig.max_concurrency,
-        max_prompt_length: int = 2048,
-        seed: int = 0,
-        device: str | None = None,
-    ) -> None:
-        import torch
-
-        from verl.models.loader import load_causal_lm, load_tokenizer, resolve_model_path
-        from verl.workers.rollout.hf_rollout import HFRollout
-
-        if isinstance(model, str | os.PathLike):
-            path = resolve_model_path(str(model))
-            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
-            model = load_causal_lm(path, dtype=torch.float32)
-        if tokenizer is None:
-            raise ValueError("HFJudgeBackend: pass tokenizer= with a model module")
-        if device is not None:
-            model = model.to(device)
-        model.eval().requires_grad_(False)
-        self.module = model
-        self.tokenizer = tokenizer
-        self.max_prompt_length = int(max_prompt_length)
-        self.rollout = HFRollout(
-            model,
-            {
-                "response_length": int(max_new_tokens),
-                "prompt_length": int(max_prompt_length),
-                "temperature": float(temperature) if temperature > 0 else 1.0,
-                "do_sample": temperature > 0,
-                "max_num_seqs": int(max_num_seqs),
-                "seed": int(seed),
-            },
-            tokenizer,
-        )
-
-    @classmethod
-    def from_config(cls, config: JudgeConfig | Mapping[str, Any], device: Any = None) -> HFJudgeBackend:
-        """The backend of a ``reward_model.judge`` section (``model``, ``max_new_tokens``, ``temperature``;
-        ``max_concurrency`` rows per generate call; a partial mapping is completed from :class:`JudgeConfig`) on
-        ``device`` (None: where the model loads, the CPU). The one loader of both the in-driver ``hf`` backend and
-        the ``judge`` worker's ranks."""
-        cfg = omega_conf_to_dataclass(config, JudgeConfig)
-        if not cfg.model:
-            raise ValueError("reward_model.judge.model: the hf and worker judge backends need the judge's model path")
-        return cls(
-            str(cfg.model),
-            device=device,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            max_num_seqs=cfg.max_concurrency,
-        )
-
-    def generate(self, texts: Sequence[str]) -> list[str | Exception]:
-        """Answers of the judge for ``texts`` (one generate pass, micro-batched)."""
-        from verl.api.data import encode_prompts
-
-        if not texts:
-            return []
-        prompts = encode_prompts(
-            list(texts), self.tokenizer, max_prompt_length=self.max_prompt_length, truncation="left"
-        )
-        out = self.rollout.generate_sequences(prompts)
-        responses, mask = out.batch["responses"], out.batch["response_mask"]
-        return [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True) for r, m in zip(responses, mask)]
 
 
 # non_tensor_batch keys of the judge worker's requests and answers (object arrays, one entry per judge prompt)

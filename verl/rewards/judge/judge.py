@@ -26,7 +26,7 @@ from verl.rewards.judge.templates import (
     pairwise_parser,
     pointwise_parser,
 )
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 
 ON_ERROR_CHOICES = ("zero", "skip", "raise")
 
@@ -58,7 +58,7 @@ class LLMJudge:
 
     Args:
         backend: a :class:`JudgeBackend` (:class:`~verl.rewards.judge.backends.OpenAIJudgeBackend`,
-            :class:`~verl.rewards.judge.backends.HFJudgeBackend`, or any object with ``generate``).
+            :class:`~verl.workers.judge_worker.HFJudgeBackend`, or any object with ``generate``).
         mode: ``pointwise`` or ``pairwise``.
         template: a format string (see :mod:`~verl.rewards.judge.templates`); None: the ready one.
         parse_fn: ``answer -> score`` (pointwise: in [0, 1]; pairwise: 1.0 if A is better, 0.0 if B), raising on an

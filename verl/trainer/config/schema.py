@@ -32,6 +32,7 @@ from verl.algorithms.config import (  # noqa: F401  (the algorithm section, impo
 )
 from verl.base_config import BaseConfig, dict_field, list_field, omega_conf_to_dataclass
 from verl.data.config import CustomDatasetClassConfig, DataConfig  # noqa: F401  (the data section lives with the data)
+from verl.sections.profiler import GlobalProfilerConfig
 from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
 from verl.trainer.config.v09_schema import RewardSectionConfig, SkipConfig, V1TrainerConfig
 from verl.workers.config import (  # noqa: F401  (the worker sections, importable from here as before)
@@ -62,7 +63,6 @@ from verl.workers.config import (  # noqa: F401  (the worker sections, importabl
     ValKwargsConfig,
     WarmupStyle,
 )
-from verl.workers.config.profiler import GlobalProfilerConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -159,11 +159,11 @@ def async_trainer_cls(config: DictConfig) -> type | None:
     None for synchronous training."""
     mode = get_config_value(config, "async_training.mode")  # absent (a partial config): synchronous
     if mode == "one_step_off":
-        from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayPPOTrainer
+        from verl.trainer.one_step_off_policy.ray_trainer import OneStepOffRayPPOTrainer
 
         return OneStepOffRayPPOTrainer
     if mode == "fully_async":
-        from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
+        from verl.trainer.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
 
         return FullyAsyncRayPPOTrainer
     return None

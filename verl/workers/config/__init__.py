@@ -2,24 +2,28 @@
 
 The YAML files hold the defaults; these dataclasses mirror them field for field (a test keeps the two equal), and
 the workers receive their section as these dataclasses (:func:`verl.base_config.omega_conf_to_dataclass`).
+
+The modules live on the ground floor, in :mod:`verl.sections`, because floors below the workers read them too (the
+policy losses, the optimizer helpers, the LLM judge); this package re-exports every class, and verl's
+``verl.workers.config.<module>`` paths (``verl.workers.config.actor``, ...) name the same modules.
 """
 
-from verl.workers.config.actor import ActorConfig, CheckpointContentsConfig, PolicyLossConfig, RefConfig
-from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
-from verl.workers.config.critic import CriticConfig
-from verl.workers.config.distillation import DistillationConfig, TeacherModelConfig
-from verl.workers.config.engine import FSDPConfig, ModelDType, RefFSDPConfig
-from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode, WarmupStyle
-from verl.workers.config.model import CriticModelConfig, FusedKernelOptionsConfig, ModelConfig, RewardModelModelConfig
-from verl.workers.config.optimizer import OptimConfig
-from verl.workers.config.reward_model import (
+from verl.sections.actor import ActorConfig, CheckpointContentsConfig, PolicyLossConfig, RefConfig
+from verl.sections.actor_rollout_ref import ActorRolloutRefConfig
+from verl.sections.critic import CriticConfig
+from verl.sections.distillation import DistillationConfig, TeacherModelConfig
+from verl.sections.engine import FSDPConfig, ModelDType, RefFSDPConfig
+from verl.sections.literals import CheckpointContent, ComputeDType, LossAggMode, WarmupStyle
+from verl.sections.model import CriticModelConfig, FusedKernelOptionsConfig, ModelConfig, RewardModelModelConfig
+from verl.sections.optimizer import OptimConfig
+from verl.sections.reward_model import (
     JudgeConfig,
     OverlongBufferConfig,
     RemoteRewardConfig,
     RewardModelConfig,
     SandboxFusionConfig,
 )
-from verl.workers.config.rollout import (
+from verl.sections.rollout import (
     AgentConfig,
     CheckpointEngineConfig,
     EngineKwargsConfig,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.workers.config.reward_model import OverlongBufferConfig
+from verl.sections.reward_model import OverlongBufferConfig
 from verl.workers.reward_manager.abstract import Sample
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register

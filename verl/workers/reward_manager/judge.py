@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.rewards.judge import HFJudgeBackend, LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
+from verl.rewards.judge import LLMJudge, OpenAIJudgeBackend, WorkerGroupJudgeBackend
 from verl.rewards.judge.backends import JudgeRequestError
 from verl.rewards.judge.judge import JudgeResult
-from verl.workers.config.reward_model import JudgeConfig
+from verl.sections.reward_model import JudgeConfig
 from verl.workers.reward_manager.abstract import Sample, normalize_result
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
@@ -53,6 +53,9 @@ def build_judge(config: JudgeConfig | Mapping[str, Any], parse_fn: Callable[[str
         )
     elif backend_name == "hf":
         import torch
+
+        # loaded only for this backend: the hf engine, the model loader and the prompt encoder
+        from verl.workers.judge_worker import HFJudgeBackend
 
         # next to the trainer, on its accelerator
         backend = HFJudgeBackend.from_config(cfg, device="cuda" if torch.cuda.is_available() else None)

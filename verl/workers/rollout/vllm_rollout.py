@@ -35,9 +35,9 @@ from verl.base_config import get_config_value, omega_conf_to_dataclass
 from verl.hardware.precision import resolve_dtype_name
 from verl.models.loader import resolve_model_path
 from verl.protocol import DataProto
+from verl.sections.rollout import RolloutConfig
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.seeding import replica_seed
-from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,

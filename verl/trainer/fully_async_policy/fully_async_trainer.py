@@ -122,7 +122,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     def start_rollouter(self) -> None:
         """Start the rollout process and give it the trainer's current weights (version ``weight_version``: 0, or
         the number of pushes before the resumed step)."""
-        from verl.experimental.fully_async_policy.rollouter import Rollouter
+        from verl.trainer.fully_async_policy.rollouter import Rollouter
 
         if self.rollouter is not None:
             return

@@ -72,9 +72,9 @@ def _rollout_cfg(model_dir: str, extra: list[str] = ()):
 def test_partial_rollout_continues_exactly(tiny_model_dir: str):
     """Greedy decoding interrupted twice (the weights unchanged) equals the uninterrupted generation: the
     continuation resumes each row from exactly the tokens and positions where it stopped."""
-    from verl.experimental.fully_async_policy.partial_rollout import generate_resumable
     from verl.models.tiny import make_byte_tokenizer
     from verl.protocol import DataProto
+    from verl.trainer.fully_async_policy.partial_rollout import generate_resumable
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     cfg = _rollout_cfg(tiny_model_dir)
@@ -110,7 +110,7 @@ def test_partial_rollout_continues_exactly(tiny_model_dir: str):
 def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
     """Only adapter tensors travel, and afterwards the rollout model's log-probs equal the actor's (before the
     push they differ: the actor's adapter is non-zero, the rollout's fresh one is zero)."""
-    from verl.experimental.fully_async_policy.rollouter import _RolloutProcess
+    from verl.trainer.fully_async_policy.rollouter import _RolloutProcess
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     port = find_free_port()

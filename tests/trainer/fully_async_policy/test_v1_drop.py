@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer, StalenessError
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
+from verl.trainer.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer, StalenessError
 
 
 def _trainer(strategy: str, threshold: int) -> FullyAsyncRayPPOTrainer:

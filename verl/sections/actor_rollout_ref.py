@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl.base_config import BaseConfig
-from verl.workers.config.actor import ActorConfig, RefConfig
-from verl.workers.config.model import ModelConfig
-from verl.workers.config.rollout import RolloutConfig
+from verl.sections.actor import ActorConfig, RefConfig
+from verl.sections.model import ModelConfig
+from verl.sections.rollout import RolloutConfig
 
 
 @dataclass

@@ -11,8 +11,8 @@ import torch
 from omegaconf import DictConfig
 
 from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
-from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
 from verl.trainer.config import load_config
+from verl.trainer.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
 from verl.trainer.ppo.invariants import StalenessError
 from verl.trainer.ppo.runner import build_ppo_trainer
 from verl.workers.rollout import weight_transfer

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verl.base_config import BaseConfig, list_field
-from verl.workers.config.engine import FSDPConfig, RefFSDPConfig
-from verl.workers.config.literals import CheckpointContent, ComputeDType, LossAggMode
-from verl.workers.config.optimizer import OptimConfig
-from verl.workers.config.profiler import ProfilerConfig
+from verl.sections.engine import FSDPConfig, RefFSDPConfig
+from verl.sections.literals import CheckpointContent, ComputeDType, LossAggMode
+from verl.sections.optimizer import OptimConfig
+from verl.sections.profiler import ProfilerConfig
 
 
 @dataclass

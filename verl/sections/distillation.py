@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from verl.base_config import BaseConfig
-from verl.workers.config.literals import ComputeDType
+from verl.sections.literals import ComputeDType
 
 
 @dataclass

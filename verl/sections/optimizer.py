@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from verl.base_config import BaseConfig, list_field
-from verl.workers.config.literals import WarmupStyle
+from verl.sections.literals import WarmupStyle
 
 
 @dataclass

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from verl.base_config import BaseConfig, dict_field
-from verl.workers.config.literals import ComputeDType
-from verl.workers.config.profiler import ProfilerConfig
+from verl.sections.literals import ComputeDType
+from verl.sections.profiler import ProfilerConfig
 
 
 @dataclass

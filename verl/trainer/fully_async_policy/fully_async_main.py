@@ -1,4 +1,5 @@
-"""``python -m verl.experimental.fully_async_policy.fully_async_main key=value ...``: fully asynchronous training.
+"""``python -m verl.experimental.fully_async_policy.fully_async_main key=value ...`` (verl's path, the same module):
+fully asynchronous training.
 
 The PPO trainer's config and entry point (``verl/trainer/config/ppo_trainer.yaml``, ``python -m
 verl.trainer.main_ppo``) with ``async_training.mode=fully_async`` set first, so a later ``async_training.*`` override

@@ -127,7 +127,7 @@ def test_staleness_bound_logged_and_resume_keeps_the_data_order(tiny_model_dir, 
 
 
 def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path):
-    from verl.experimental.fully_async_policy.rollouter import RolloutWorkerError
+    from verl.trainer.fully_async_policy.rollouter import RolloutWorkerError
 
     cfg = _config(
         tiny_model_dir,

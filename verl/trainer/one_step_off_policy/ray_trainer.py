@@ -4,7 +4,7 @@ Upstream verl's ``verl/experimental/one_step_off_policy``: the rollout workers g
 weights before the current update, while the trainer updates on the current batch; after the update the new
 weights are pushed to the rollout workers. That is the fully asynchronous schedule with a staleness of exactly one
 version, one batch per step and a push after every step, so this trainer is
-:class:`~verl.experimental.fully_async_policy.fully_async_trainer.FullyAsyncRayPPOTrainer` with that schedule fixed
+:class:`~verl.trainer.fully_async_policy.fully_async_trainer.FullyAsyncRayPPOTrainer` with that schedule fixed
 (``async_training.staleness_threshold``, ``trigger_parameter_sync_step`` and ``require_batches`` are not read;
 ``partial_rollout`` is refused by the config checks). Every batch after the first is one version stale
 (``async/staleness/max`` = 1); the first is generated with the initial weights (0).
@@ -12,7 +12,7 @@ version, one batch per step and a push after every step, so this trainer is
 
 from __future__ import annotations
 
-from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
+from verl.trainer.fully_async_policy.fully_async_trainer import FullyAsyncRayPPOTrainer
 
 __all__ = ["OneStepOffRayPPOTrainer"]
 

@@ -303,7 +303,7 @@ class _RolloutProcess:
             use_partial = self.partial_rollout and self.worker.rollout_name == "hf" and self.agent_loops is None
             if not use_partial:
                 return generate_rollouts(self.worker, self.agent_loops, gen_batch)
-            from verl.experimental.fully_async_policy.partial_rollout import generate_resumable
+            from verl.trainer.fully_async_policy.partial_rollout import generate_resumable
 
             out, interruptions = generate_resumable(rollout, gen_batch, self.sync_pending.is_set, self.take_sync)
             return out

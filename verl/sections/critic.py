@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from verl.base_config import BaseConfig
-from verl.workers.config.engine import FSDPConfig
-from verl.workers.config.literals import ComputeDType, LossAggMode
-from verl.workers.config.model import CriticModelConfig
-from verl.workers.config.optimizer import OptimConfig
-from verl.workers.config.profiler import ProfilerConfig
+from verl.sections.engine import FSDPConfig
+from verl.sections.literals import ComputeDType, LossAggMode
+from verl.sections.model import CriticModelConfig
+from verl.sections.optimizer import OptimConfig
+from verl.sections.profiler import ProfilerConfig
 
 
 @dataclass
