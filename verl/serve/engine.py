@@ -182,8 +182,10 @@ def choose_engine(requested: str, model_dir: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """How the engine's request server batches: ``max_batch_size`` requests at most, a batch held open
-    ``batch_wait_s`` for more (``hf``), and the metrics hooks ``on_start(request)`` / ``on_batch(size)``."""
+    """How the engine's request server batches: ``max_batch_size`` requests at most, the first waiting request held
+    open ``batch_wait_s`` for more (on vLLM: when the engine is idle; requests that arrive later join the running
+    batch), and the metrics hooks ``on_start(request)`` / ``on_batch(size)`` (size: per ``hf`` engine call, per
+    vLLM engine step)."""
 
     max_batch_size: int = 32
     batch_wait_s: float = 0.0
@@ -263,8 +265,8 @@ class VLLMServeEngine:
         }
         self.rollout = vLLMRollout(model_dir, config, tokenizer=tokenizer)
         self.server: RequestServer = self.rollout.request_server(
-            {"eos_token_id": self.eos_ids}, max_batch_size=options.max_batch_size, on_start=options.on_start,
-            on_batch=options.on_batch,
+            {"eos_token_id": self.eos_ids}, batch_wait_s=options.batch_wait_s, max_batch_size=options.max_batch_size,
+            on_start=options.on_start, on_batch=options.on_batch,
         )  # fmt: skip
 
     def close(self) -> None:

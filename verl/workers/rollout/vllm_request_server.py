@@ -12,8 +12,10 @@ Sampling settings are the rollout's (``resolve_sampling`` of the batch's ``meta_
 ``val_kwargs``) with each request's own over them (``TurnSampling``: temperature, top-p/k, stop ids, log-probs).
 A request with an ``on_token`` callback (:class:`~verl.workers.rollout.request_server.TokenRequest`) gets its
 tokens after every step; one that its callback ends, or that is cancelled, is aborted in the engine and answered
-with what it has. ``max_batch_size`` bounds the requests in flight (the others wait in the queue). This is the one
-``add_request`` / ``step`` / ``abort_request`` loop of the package: ``verl serve`` runs on it too.
+with what it has. ``max_batch_size`` bounds the requests in flight (the others wait in the queue); ``batch_wait_s``
+holds the first request that finds the engine idle that long for others (0 for the agent loop: its turns never
+wait). This is the one ``add_request`` / ``step`` / ``abort_request`` loop of the package: ``verl serve`` runs on it
+too.
 
 A per-request seed is not set (vLLM's CPU sampler fails on it); the engine's seed holds.
 """
@@ -45,7 +47,7 @@ class VLLMRequestServer(RequestServer):
 
     thread_name = "vllm-request-server"
 
-    def __init__(self, rollout: Any, meta_info: dict[str, Any], **options: Any) -> None:
+    def __init__(self, rollout: Any, meta_info: dict[str, Any], batch_wait_s: float = 0.0, **options: Any) -> None:
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
         self.settings = resolve_sampling(rollout.config, meta_info)
@@ -54,6 +56,7 @@ class VLLMRequestServer(RequestServer):
         self._prefix = f"token-request-{next(_SERVER_IDS)}-"
         self._count = itertools.count()
         self._in_flight: dict[str, TokenRequest] = {}
+        self.batch_wait_s = float(batch_wait_s)
         super().__init__(**options)  # max_batch_size, on_start, on_batch
 
     @property
@@ -80,6 +83,13 @@ class VLLMRequestServer(RequestServer):
         with self._cond:
             while not self._queue and not self._in_flight and not self._closed:
                 self._cond.wait()
+            if not self._in_flight and self._queue:  # an idle engine: hold the first request open for others
+                deadline = self._queue[0].enqueued_at + self.batch_wait_s
+                while not self._closed and len(self._queue) < (self.max_batch_size or float("inf")):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(timeout=left)
             if self._closed:
                 return None
             room = len(self._queue) if self.max_batch_size is None else self.max_batch_size - len(self._in_flight)
@@ -128,8 +138,8 @@ class VLLMRequestServer(RequestServer):
             new = [int(t) for t in completion.token_ids][len(turn.token_ids) :]
             done = False
             for j, token in enumerate(new):
-                last = out.finished and j == len(new) - 1
-                if self._feed(turn, token, last and completion.finish_reason == "stop" and self._ends(turn, token)):
+                last = out.finished and j == len(new) - 1  # vLLM stops only on the ids it was given (ignore_eos)
+                if self._feed(turn, token, last and self._ends(turn, token)):
                     done = True
                     break
             if done or out.finished:
