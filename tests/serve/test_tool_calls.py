@@ -52,22 +52,33 @@ def scripted(tiny_model_dir, tmp_path, start_server, monkeypatch):
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.chat_template = TEMPLATE
     tok.save_pretrained(model_dir)
-    prompts: list[str] = []
+    prompts_seen: list[str] = []
 
-    def generate(self, jobs):
-        for job in jobs:
-            text = self.tokenizer.decode(job.prompt_ids, skip_special_tokens=False)
-            prompts.append(text)
+    def generate_batch(self, prompts, on_step=None):
+        # the engine call of the request server: each row's scripted answer (then EOS) fed through the step hook
+        import torch
+
+        from verl.protocol import DataProto
+
+        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+        answers = []
+        for row in range(ids.shape[0]):
+            text = self.tokenizer.decode(ids[row][mask[row]].tolist(), skip_special_tokens=False)
+            prompts_seen.append(text)
             answer = "The answer is 408" if text.rstrip().endswith("<|tool|>408\n<|assistant|>") else CALL
-            for token in self.tokenizer.encode(answer, add_special_tokens=False):
-                if job.on_token(token):
-                    break
-            else:
-                job.on_token(self.eos_ids[0], is_eos=True)
+            answers.append(self.tokenizer.encode(answer, add_special_tokens=False) + [self.eos_ids[0]])
+        length = int(prompts.meta_info["response_length"])
+        responses = torch.full((len(answers), length), self.pad_id, dtype=torch.long)
+        for step in range(length):
+            tokens = torch.tensor([a[step] if step < len(a) else self.pad_id for a in answers])
+            responses[:, step] = tokens
+            if on_step(step, slice(0, len(answers)), tokens, torch.tensor([step >= len(a) - 1 for a in answers])).all():
+                break
+        return DataProto.from_dict(tensors={"responses": responses, "response_mask": torch.ones_like(responses)})
 
-    monkeypatch.setattr(HFServeEngine, "generate", generate)
+    monkeypatch.setattr(HFServeEngine, "generate_batch", generate_batch)
     with start_server(ServeConfig(model=model_dir, engine="hf", dtype="float32", max_new_tokens=128)) as srv:
-        yield srv.url, prompts
+        yield srv.url, prompts_seen
 
 
 def test_tool_calls_round_trip(scripted) -> None:

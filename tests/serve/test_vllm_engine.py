@@ -49,8 +49,9 @@ def test_vllm_engine_serves_batches_like_the_hf_engine(model_dir, start_server, 
         assert [r.status_code for r in responses] == [200] * 4, [r.text for r in responses]
         assert [r.json()["response"] for r in responses] == expected
         text = httpx.get(srv.url + "/metrics").text
-        assert metric(text, "verl_serve_batch_size_sum") == 4
-        assert metric(text, "verl_serve_batch_size_count") <= 2
+        # one observation per engine step (continuous batching): the four were decoded together
+        steps = metric(text, "verl_serve_batch_size_count")
+        assert steps >= 1 and metric(text, "verl_serve_batch_size_sum") / steps > 2
         # streaming and a stop string, per request, in one batch with a plain request
         full = expected[0]
         stop = full[2:4]

@@ -4,8 +4,8 @@ The model and engine load when the app starts (uvicorn's lifespan, :meth:`ServeS
 <verl.serve.state.ServeState.start>`) and are released when it stops. The endpoints are :mod:`verl.serve.routes`
 (``POST /generate``, OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``, ``GET /v1/models``,
 ``GET /health``, ``GET /metrics``); requests are validated there, turned into :class:`~verl.serve.batching.Job`
-objects and queued on the :class:`~verl.serve.batching.Batcher`. Here: the error responses (one JSON shape for
-every error) and the request counter.
+objects and queued on the :class:`~verl.serve.batching.Batcher` (in front of the engine's request server). Here:
+the error responses (one JSON shape for every error) and the request counter.
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ def create_app(config: ServeConfig) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await ServeState.start(config)
-        state.batcher.start()
         app.state.serve = state
         try:
             yield

@@ -1,35 +1,34 @@
-"""Dynamic batching: requests that arrive together are decoded together, each returned as soon as it finishes.
+"""The service's side of batching: a request's text (stop strings, streamed deltas, its waiter) over the engine
+floor's request server, which does the batching.
 
-A request becomes a :class:`Job` and waits in the :class:`Batcher`'s queue. One asyncio task forms batches:
-when a job is waiting it holds the batch open for ``batch_wait_s`` (or until ``max_batch_size`` jobs wait),
-takes the oldest jobs and hands them to the engine, which decodes them as one batch in a dedicated thread (the
-event loop keeps accepting requests meanwhile; torch releases the GIL in its kernels). Jobs that arrive during a
-batch form the next one, so under load every batch is as large as the waiting queue, up to ``max_batch_size``.
+A request becomes a :class:`Job`; :class:`Batcher` hands it to the one request-serving core of the package, a
+:class:`~verl.workers.rollout.request_server.RequestServer` (:class:`BatchingRequestServer` over the ``hf`` decode
+loop, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` on vLLM; built by
+:mod:`verl.serve.engine`), as a :class:`~verl.workers.rollout.request_server.TokenRequest` whose ``on_token`` is
+:meth:`Job.on_token`. The server's thread owns the engine: it batches what is waiting (up to ``max_batch_size``,
+holding a batch open ``batch_wait_s`` on ``hf``; continuous batching on vLLM) while the event loop keeps accepting
+requests. Every sampled token reaches its job on that thread; a job ends at EOS, at its own ``max_new_tokens``, at a
+stop string, or when cancelled (time limit, client gone), and its waiter is woken right away: a short answer does not
+wait for the longest one in its batch, and a cancelled row stops costing compute at the next step (vLLM aborts it,
+the decode loop stops its row) while the others go on.
 
-Inside a batch the engine reports every sampled token to its job (:meth:`Job.on_token`, engine thread); a job
-ends at EOS, at its own ``max_new_tokens``, at a stop string, or when cancelled (time limit, client gone), and its
-waiter is woken right away: a short answer does not wait for the longest one in its batch, and a cancelled row
-stops costing compute at the next step while the others go on.
-
-Sampling parameters: the project's engine samples one temperature/top-p per batch, so a batch holds jobs with the
-same ``(temperature, top_p)`` (the oldest job's; the others wait for a batch of their own) and per-row
-``max_new_tokens`` and stop strings; the vLLM engine takes per-request parameters, so its batches mix them.
+Sampling: ``hf`` decodes one temperature/top-p per engine call, so the server splits a batch by setting (one call
+each); vLLM takes per-request settings. Here: the queue limit (503 with ``Retry-After``), the shutdown, and the text.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from verl.experimental.agent_loop.openai_schemas import ServeError
-from verl.serve.metrics import ServeMetrics
+from verl.workers.rollout.request_server import RequestServer, TokenRequest, TurnSampling
 
 logger = logging.getLogger(__name__)
 
@@ -76,20 +75,15 @@ class Job:
     finish_reason: str | None = None
     cancelled: str | None = None  # why: "timeout" or "disconnected"; read by the engine thread at each step
     enqueued_at: float = 0.0
-    started_at: float | None = None
     _text: str = ""
     _emitted: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _done: asyncio.Future | None = None
     _deltas: asyncio.Queue | None = None
+    _request: TokenRequest | None = None
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s
-
-    @property
-    def sampling_key(self) -> tuple[float, float]:
-        """Jobs with equal keys sample from the same distribution and may share a one-setting batch."""
-        return (0.0, 1.0) if self.temperature <= 0.0 else (self.temperature, self.top_p)
 
     @property
     def finished(self) -> bool:
@@ -104,7 +98,20 @@ class Job:
         self._deltas = asyncio.Queue() if self.stream else None
         self.enqueued_at = time.monotonic()
 
-    # ------------------------------------------------------------------------------------ engine thread side
+    def request(self) -> TokenRequest:
+        """The job as a token request of the request server (its tokens come back through :meth:`on_token`)."""
+        greedy = self.temperature <= 0.0
+        sampling = TurnSampling(
+            temperature=0.0 if greedy else self.temperature, top_p=None if greedy else self.top_p, logprobs=False
+        )
+        self._request = TokenRequest(
+            list(self.prompt_ids), self.max_new_tokens, sampling=sampling, on_token=self.on_token,
+            multi_modal_inputs=self.multi_modal_inputs,
+        )  # fmt: skip
+        self._request.future.add_done_callback(self._answered)
+        return self._request
+
+    # ------------------------------------------------------------------------------------ serving thread side
     def on_token(self, token_id: int, is_eos: bool = False) -> bool:
         """Record one sampled token; returns True when the job is finished (EOS, length, stop string, cancel).
 
@@ -130,7 +137,7 @@ class Job:
         return False
 
     def check_cancelled(self) -> bool:
-        """For engines that cannot stop rows between tokens: True (and the waiter failed) if cancelled/expired."""
+        """True (and the waiter failed) if the job was cancelled or ran past its time limit."""
         if self.finished:
             return True
         if self.cancelled is None and time.monotonic() > self.deadline:
@@ -193,6 +200,22 @@ class Job:
         """End the job with an error (engine failure, shutdown)."""
         self._fail(error)
 
+    def _answered(self, future: Future) -> None:
+        """The request server answered (serving thread): end the job if its tokens did not (engine error,
+        shutdown, a cancel seen by the server, or an end the job did not count itself)."""
+        if self.finished:
+            return
+        if self.cancelled is not None or future.cancelled():
+            self.cancelled = self.cancelled or "disconnected"
+            self._fail(self._cancel_error())
+            return
+        error = future.exception()
+        if error is not None:
+            logger.error("generation failed for request %d: %r", self.id, error)
+            self.fail(ServeError(500, f"generation failed: {error}", None, "engine_error", "server_error"))
+            return
+        self.finish("length" if future.result().stop_reason == "length" else "stop")
+
     def _resolve(self, result: Completion | None, error: BaseException | None) -> None:
         # runs on the event loop
         if self._done is None or self._done.done():
@@ -245,79 +268,47 @@ class Job:
         """Ask for the job to stop (the engine drops its row at the next step; a queued job is never started)."""
         if self.cancelled is None and not self.finished:
             self.cancelled = reason
-
-
-class Engine(Protocol):
-    """What the batcher needs from an engine (see :mod:`verl.serve.engine`)."""
-
-    name: str
-    per_row_sampling: bool
-
-    def generate(self, jobs: list[Job]) -> None:
-        """Decode ``jobs`` as one batch, calling ``job.on_token`` / ``job.finish`` for each (engine thread)."""
+            if self._request is not None:
+                self._request.cancel()
 
 
 class Batcher:
-    """Queue of waiting jobs and the task that batches them onto the engine (see the module docstring).
+    """The service's queue limit and shutdown in front of the request server that batches (module docstring).
 
     Args:
-        engine: decodes a list of jobs as one batch.
-        max_batch_size: most jobs in one batch (1 turns batching off: one request at a time, in arrival order).
-        batch_wait_s: how long the first waiting job holds the batch open for others.
-        max_queue: most jobs waiting (not yet decoding); a job beyond it is refused with 503 and ``Retry-After``.
-        metrics: where queue depth, batch sizes and waits are recorded.
-        executor: the one-thread executor the engine was built on; batches run there (engines such as vLLM's CPU
-            backend keep per-thread state, so building, decoding and closing share one thread). Its owner shuts
-            it down.
+        server: the request server of the engine (its ``max_batch_size`` bounds a batch).
+        max_queue: most requests waiting (not yet decoding); one beyond it is refused with 503 and ``Retry-After``.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        max_batch_size: int,
-        batch_wait_s: float,
-        max_queue: int,
-        metrics: ServeMetrics,
-        executor: ThreadPoolExecutor,
-    ) -> None:
-        if max_batch_size < 1 or max_queue < 1 or batch_wait_s < 0:
-            raise ValueError(
-                f"max_batch_size={max_batch_size} and max_queue={max_queue} must be >= 1, "
-                f"batch_wait_s={batch_wait_s} >= 0"
-            )
-        self.engine = engine
-        self.max_batch_size = max_batch_size
-        self.batch_wait_s = batch_wait_s
+    def __init__(self, server: RequestServer, max_queue: int) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue={max_queue} must be >= 1")
+        self.server = server
         self.max_queue = max_queue
-        self.metrics = metrics
-        self._queue: collections.deque[Job] = collections.deque()
-        self._arrived = asyncio.Event()
-        self._executor = executor
-        self._task: asyncio.Task | None = None
-        self._running: list[Job] = []
+        self._jobs: list[Job] = []  # submitted and maybe not finished (event loop side only)
         self._closing = False
-        self._last_batch_s = 1.0
+
+    @property
+    def max_batch_size(self) -> int | None:
+        """Most requests decoded together."""
+        return self.server.max_batch_size
 
     @property
     def queue_depth(self) -> int:
         """Jobs waiting for a batch."""
-        return len(self._queue)
+        return self.server.queue_depth
 
     @property
     def running(self) -> int:
-        """Jobs in the batch being decoded that have not finished yet."""
-        return sum(not job.finished for job in self._running)
-
-    def start(self) -> None:
-        """Start the batching task on the running event loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="verl-serve-batcher")
+        """Jobs being decoded that have not finished yet."""
+        return self.server.running
 
     def submit(self, job: Job) -> None:
         """Queue a job (bound to the running loop); a full queue or a closing server raises a 503 ServeError."""
         if self._closing:
             raise ServeError(503, "the server is shutting down", None, "shutting_down", "server_error")
-        if len(self._queue) >= self.max_queue:
-            retry = max(1, round(self._last_batch_s))
+        if self.server.queue_depth >= self.max_queue:
+            retry = max(1, round(self.server.last_request_s))
             raise ServeError(
                 503,
                 f"the request queue is full ({self.max_queue} waiting); retry after {retry} s",
@@ -327,81 +318,13 @@ class Batcher:
                 headers={"Retry-After": str(retry)},
             )
         job.bind(asyncio.get_running_loop())
-        self._queue.append(job)
-        self.metrics.queue_depth.set(len(self._queue))
-        self._arrived.set()
-
-    async def _gather(self) -> list[Job]:
-        """Wait for jobs, hold the batch open for ``batch_wait_s``, and take the next batch from the queue."""
-        while not self._queue:
-            self._arrived.clear()
-            await self._arrived.wait()
-        hold_until = self._queue[0].enqueued_at + self.batch_wait_s
-        while len(self._queue) < self.max_batch_size and (left := hold_until - time.monotonic()) > 0:
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), left)
-            except asyncio.TimeoutError:
-                break
-        batch: list[Job] = []
-        key = None
-        kept: collections.deque[Job] = collections.deque()
-        while self._queue:
-            job = self._queue.popleft()
-            if job.check_cancelled():  # timed out or abandoned while waiting: never decoded
-                continue
-            if key is None:
-                key = job.sampling_key
-            if len(batch) < self.max_batch_size and (self.engine.per_row_sampling or job.sampling_key == key):
-                batch.append(job)
-            else:
-                kept.append(job)
-        self._queue = kept
-        self.metrics.queue_depth.set(len(self._queue))
-        return batch
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._closing:
-            batch = await self._gather()
-            if not batch:
-                continue
-            now = time.monotonic()
-            for job in batch:
-                job.started_at = now
-                self.metrics.queue_wait.observe(now - job.enqueued_at)
-            self.metrics.batch_size.observe(len(batch))
-            self.metrics.running.set(len(batch))
-            self._running = batch
-            try:
-                await loop.run_in_executor(self._executor, self._generate, batch)
-            finally:
-                self._running = []
-                self.metrics.running.set(0)
-                self._last_batch_s = time.monotonic() - now
-
-    def _generate(self, batch: list[Job]) -> None:
-        try:
-            self.engine.generate(batch)
-        except Exception as err:  # the waiters get the error; the server keeps serving
-            logger.exception("generation failed for a batch of %d", len(batch))
-            for job in batch:
-                job.fail(ServeError(500, f"generation failed: {err}", None, "engine_error", "server_error"))
-        for job in batch:  # an engine that ended without finishing a job (defensive): report it, never hang
-            if not job.finished:
-                job.finish("length")
+        self._jobs = [j for j in self._jobs if not j.finished]
+        self.server.submit(job.request())
+        self._jobs.append(job)
 
     async def close(self) -> None:
-        """Stop taking jobs, fail the waiting ones (503) and stop the running batch at its next step."""
+        """Stop taking jobs, cancel the waiting and running ones (503) and stop the server's thread."""
         self._closing = True
-        shutting = ServeError(503, "the server is shutting down", None, "shutting_down", "server_error")
-        while self._queue:
-            self._queue.popleft().fail(shutting)
-        for job in list(self._running):
+        for job in self._jobs:
             job.cancel("shutdown")
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await asyncio.to_thread(self.server.close)

@@ -1,13 +1,14 @@
-"""The engines behind the service: the project's own (``hf``) rollout engine, or vLLM's.
-
-Both decode a list of :class:`~verl.serve.batching.Job` as one batch and report each sampled token to its job,
-which decides when it is done (EOS, length, stop string, cancellation); neither has a decode loop of its own:
+"""The engines behind the service: the project's own (``hf``) rollout engine, or vLLM's, each with the engine
+floor's request server in front (:mod:`verl.workers.rollout.request_server`), the one request-serving core that
+the agent loop uses too. Neither has a decode or step loop of its own here:
 
 - ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for Llama/Qwen2,
-  transformers ``generate`` otherwise) with its per-step hook; one temperature/top-p per batch.
-- ``vllm``: the ``vllm.LLM`` engine that :class:`verl.workers.rollout.vllm_rollout.vLLMRollout` starts, driven
-  request by request (``add_request``/``step``/``abort_request``) so tokens stream and cancelled requests are
-  aborted; per-request sampling parameters.
+  transformers' forward otherwise) behind a
+  :class:`~verl.workers.rollout.request_server.BatchingRequestServer` with its per-step hook: tokens stream, rows
+  that end stop being decoded; one temperature/top-p per engine call.
+- ``vllm``: the ``vllm.LLM`` engine that :class:`verl.workers.rollout.vllm_rollout.vLLMRollout` starts, behind its
+  :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer` (continuous batching, request by request:
+  tokens stream, cancelled requests are aborted); per-request sampling parameters.
 
 ``engine="auto"`` takes vLLM where the training rollout's ``name=auto`` would (installed, model from a directory,
 head dim vLLM's CPU kernels support; :func:`verl.workers.rollout.base.vllm_usable_for`), else ``hf``.
@@ -20,14 +21,15 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
-from verl.serve.batching import Job
 from verl.utils.export_info import export_name
+from verl.workers.rollout.request_server import BatchingRequestServer, RequestServer, TokenRequest
 
 logger = logging.getLogger(__name__)
 
@@ -178,19 +180,35 @@ def choose_engine(requested: str, model_dir: str) -> tuple[str, str]:
     return ("vllm", "vLLM is installed and usable for the model") if usable else ("hf", why_not)
 
 
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the engine's request server batches: ``max_batch_size`` requests at most, the first waiting request held
+    open ``batch_wait_s`` for more (on vLLM: when the engine is idle; requests that arrive later join the running
+    batch), and the metrics hooks ``on_start(request)`` / ``on_batch(size)`` (size: per ``hf`` engine call, per
+    vLLM engine step)."""
+
+    max_batch_size: int = 32
+    batch_wait_s: float = 0.0
+    on_start: Callable[[TokenRequest], Any] | None = None
+    on_batch: Callable[[int], Any] | None = None
+
+
 class HFServeEngine:
-    """Batches decoded by the project's :class:`~verl.workers.rollout.hf_rollout.HFRollout`.
+    """The project's :class:`~verl.workers.rollout.hf_rollout.HFRollout` behind a
+    :class:`~verl.workers.rollout.request_server.BatchingRequestServer` with the decode loop's per-step hook.
 
     Args:
         model_dir: a Hugging Face directory; tokenizer: its tokenizer (left padding).
         dtype: autocast dtype name of the rollout (``float32`` turns autocast off).
         device: where the model runs (``cuda`` when available, else ``cpu``).
+        options: how the request server batches.
     """
 
     name = "hf"
-    per_row_sampling = False
 
-    def __init__(self, model_dir: str, tokenizer: Any, dtype: str, device: torch.device) -> None:
+    def __init__(
+        self, model_dir: str, tokenizer: Any, dtype: str, device: torch.device, options: ServerOptions
+    ) -> None:
         from verl.models.loader import load_causal_lm, resolve_attn_implementation
         from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -202,61 +220,37 @@ class HFServeEngine:
         attn = resolve_attn_implementation("auto", device.type)
         module = load_causal_lm(model_dir, dtype=torch.float32, attn_implementation=attn).to(device).eval()
         module.requires_grad_(False)
-        # one micro-batch per batch: the batcher already bounds the batch size
+        # one micro-batch per engine call: the request server already bounds the batch size
         config = {"dtype": dtype, "max_num_seqs": 1 << 20, "do_sample": True, "top_k": -1, "min_new_tokens": 0}
         self.rollout = HFRollout(module, config, tokenizer=tokenizer)
+        meta = {"eos_token_id": self.eos_ids, "pad_token_id": self.pad_id, "do_sample": True}
+        self.server: RequestServer = BatchingRequestServer(
+            self.generate_batch, meta, options.batch_wait_s, step_hook=True, max_batch_size=options.max_batch_size,
+            on_start=options.on_start, on_batch=options.on_batch,
+        )  # fmt: skip
 
-    def generate(self, jobs: list[Job]) -> None:
-        """Decode ``jobs`` (one sampling key) as one left-padded batch; each job gets its tokens as sampled."""
-        temperature, top_p = jobs[0].sampling_key
-        width = max(len(j.prompt_ids) for j in jobs)
-        input_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for row, job in enumerate(jobs):
-            n = len(job.prompt_ids)
-            input_ids[row, width - n :] = torch.tensor(job.prompt_ids, dtype=torch.long)
-            attention_mask[row, width - n :] = 1
-        meta = {
-            "temperature": temperature,
-            "top_p": top_p,
-            "do_sample": temperature > 0,
-            "response_length": max(j.max_new_tokens for j in jobs),
-            "eos_token_id": self.eos_ids,
-            "pad_token_id": self.pad_id,
-        }
-        prompts = DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": attention_mask})
-        prompts.meta_info.update(meta)
-        if any(job.multi_modal_inputs for job in jobs):  # a vision-language request's images, row by row
-            import numpy as np
-
-            rows = np.empty(len(jobs), dtype=object)
-            rows[:] = [job.multi_modal_inputs for job in jobs]
-            prompts.non_tensor_batch["multi_modal_inputs"] = rows
-
-        def on_step(step: int, rows: slice, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
-            stop = []
-            for job, token, done in zip(jobs[rows], tokens.tolist(), finished.tolist()):
-                stop.append(job.finished or job.on_token(token, is_eos=done))
-            return torch.tensor(stop, dtype=torch.bool)
-
-        self.rollout.generate_sequences(prompts, on_step=on_step)
+    def generate_batch(self, prompts: DataProto, on_step: Callable[..., Any] | None = None) -> DataProto:
+        """One engine call of the request server (serving thread): the rollout's ``generate_sequences``."""
+        return self.rollout.generate_sequences(prompts, on_step=on_step)
 
     def close(self) -> None:
-        """Nothing to release beyond the module (freed with the engine)."""
+        """Stop the request server (the module is freed with the engine)."""
+        self.server.close()
 
 
 class VLLMServeEngine:
-    """Batches decoded by vLLM's engine, started as the ``vllm`` rollout starts it.
+    """vLLM's engine, started as the ``vllm`` rollout starts it, behind its
+    :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`.
 
     Args:
         model_dir: a Hugging Face directory; tokenizer: its tokenizer.
-        dtype: vLLM dtype; max_batch_size: ``max_num_seqs``; max_model_len: the engine's context length.
+        dtype: vLLM dtype; max_model_len: the engine's context length.
+        options: how the request server batches (``max_batch_size`` is also vLLM's ``max_num_seqs``).
     """
 
     name = "vllm"
-    per_row_sampling = True
 
-    def __init__(self, model_dir: str, tokenizer: Any, dtype: str, max_batch_size: int, max_model_len: int) -> None:
+    def __init__(self, model_dir: str, tokenizer: Any, dtype: str, max_model_len: int, options: ServerOptions) -> None:
         from verl.workers.rollout.vllm_rollout import vLLMRollout
 
         self.tokenizer = tokenizer
@@ -266,54 +260,21 @@ class VLLMServeEngine:
             "max_model_len": max_model_len,
             "prompt_length": max_model_len // 2,
             "response_length": max_model_len - max_model_len // 2,
-            "max_num_seqs": max_batch_size,
+            "max_num_seqs": options.max_batch_size,
             "dtype": dtype,
         }
         self.rollout = vLLMRollout(model_dir, config, tokenizer=tokenizer)
-        self._vllm = self.rollout._vllm
-        self._next_id = 0
-
-    def generate(self, jobs: list[Job]) -> None:
-        """Add every job as a vLLM request and step the engine until all are done, feeding tokens as they come."""
-        engine = self.rollout.llm.llm_engine
-        eos = set(self.eos_ids)
-        by_id: dict[str, Job] = {}
-        for job in jobs:
-            greedy = job.temperature <= 0.0
-            params = self._vllm.SamplingParams(
-                n=1,
-                temperature=0.0 if greedy else job.temperature,
-                top_p=1.0 if greedy else job.top_p,
-                max_tokens=job.max_new_tokens,
-                stop_token_ids=list(self.eos_ids),
-                ignore_eos=True,  # stop on eos_ids above only
-                detokenize=False,  # the job decodes (stop strings, streaming) itself
-            )
-            self._next_id += 1
-            # outputs and abort_request use this (external) id; add_request returns an internal one
-            request_id = f"serve-{self._next_id}"
-            engine.add_request(request_id, {"prompt_token_ids": job.prompt_ids}, params)
-            by_id[request_id] = job
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                job = by_id.get(str(out.request_id))
-                if job is None or job.finished:
-                    continue
-                completion = out.outputs[0]
-                for token in list(completion.token_ids)[len(job.token_ids) :]:
-                    if job.on_token(token, is_eos=token in eos):
-                        break
-                if out.finished and not job.finished:
-                    job.finish("length" if completion.finish_reason == "length" else "stop")
-            stopped = [rid for rid, job in by_id.items() if job.finished or job.check_cancelled()]
-            for rid in stopped:
-                del by_id[rid]
-            if stopped:
-                engine.abort_request(stopped)
+        self.server: RequestServer = self.rollout.request_server(
+            {"eos_token_id": self.eos_ids}, batch_wait_s=options.batch_wait_s, max_batch_size=options.max_batch_size,
+            on_start=options.on_start, on_batch=options.on_batch,
+        )  # fmt: skip
 
     def close(self) -> None:
-        """Shut the vLLM engine down."""
-        self.rollout.shutdown()
+        """Stop the request server, then shut the vLLM engine down."""
+        try:
+            self.server.close()
+        finally:
+            self.rollout.shutdown()
 
 
 def build_engine(
@@ -321,21 +282,22 @@ def build_engine(
     tokenizer: Any,
     engine: str = "auto",
     dtype: str = "auto",
-    max_batch_size: int = 32,
     max_model_len: int | None = None,
+    options: ServerOptions | None = None,
 ) -> HFServeEngine | VLLMServeEngine:
-    """Start the engine ``engine`` (``auto``, ``hf`` or ``vllm``) on ``source.path``.
+    """Start the engine ``engine`` (``auto``, ``hf`` or ``vllm``) on ``source.path``, its request server with it.
 
     ``dtype="auto"`` is decided by :func:`verl.hardware.precision.resolve_dtype` (bf16 only where the device
     multiplies it natively), as for training.
     """
     from verl.hardware.precision import resolve_dtype_name
 
+    options = options or ServerOptions()
     name, why = choose_engine(engine, source.path)
     logger.info("serving %s with the %s engine (%s)", source.path, name, why)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = resolve_dtype_name(dtype, device)
     if name == "vllm":
         context = max_model_len or min(model_context_length(source.path, tokenizer), 4096)
-        return VLLMServeEngine(source.path, tokenizer, dtype, max_batch_size, context)
-    return HFServeEngine(source.path, tokenizer, dtype, device)
+        return VLLMServeEngine(source.path, tokenizer, dtype, context, options)
+    return HFServeEngine(source.path, tokenizer, dtype, device, options)

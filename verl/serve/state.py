@@ -1,9 +1,9 @@
 """What the routes of the inference service share once the app has started: :class:`ServeState`.
 
-The tokenizer, the engine (on its own thread, where every batch runs), the :class:`~verl.serve.batching.Batcher`
-and the metrics; and the request helpers every endpoint uses: the model-name check, prompt encoding (plain or
-through the chat template), a :class:`~verl.serve.batching.Job` checked against the context length, queueing all
-jobs of a request or none, and the per-request metrics.
+The tokenizer, the engine with its request server (whose thread runs every batch), the
+:class:`~verl.serve.batching.Batcher` in front of it and the metrics; and the request helpers every endpoint uses:
+the model-name check, prompt encoding (plain or through the chat template), a :class:`~verl.serve.batching.Job`
+checked against the context length, queueing all jobs of a request or none, and the per-request metrics.
 """
 
 from __future__ import annotations
@@ -38,16 +38,23 @@ class ServeState:
 
     @classmethod
     async def start(cls, config: ServeConfig) -> ServeState:
-        """Load the tokenizer and start the engine on its own thread (where every batch will run) and the batcher."""
+        """Load the tokenizer and start the engine and its request server (built on a one-thread executor, where
+        the engine is also closed; batches run on the request server's thread), and the batcher."""
         from verl.models.loader import load_tokenizer
-        from verl.serve.engine import build_engine, resolve_model_source
+        from verl.serve.engine import ServerOptions, build_engine, resolve_model_source
 
         self = cls()
         self.config = config
         self.metrics = ServeMetrics()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-serve-engine")
         loop = asyncio.get_running_loop()
-        batch = 1 if config.no_batching else config.max_batch_size
+        metrics = self.metrics
+        options = ServerOptions(
+            max_batch_size=1 if config.no_batching else config.max_batch_size,
+            batch_wait_s=0.0 if config.no_batching else config.batch_wait_ms / 1000.0,
+            on_start=lambda request: metrics.queue_wait.observe(request.started_at - request.enqueued_at),
+            on_batch=metrics.batch_size.observe,
+        )
         try:
             self.source = await loop.run_in_executor(
                 self.executor, resolve_model_source, config.model, config.lora, config.served_model_name
@@ -59,8 +66,8 @@ class ServeState:
                 # a vision-language model's processor (image_url content parts), None for text models
                 self.processor = processor_for_model(self.source.path, self.tokenizer)
                 self.engine = await loop.run_in_executor(
-                    self.executor, build_engine, self.source, self.tokenizer, config.engine, config.dtype, batch,
-                    config.max_model_len,
+                    self.executor, build_engine, self.source, self.tokenizer, config.engine, config.dtype,
+                    config.max_model_len, options,
                 )  # fmt: skip
             except BaseException:
                 self.source.close()
@@ -68,21 +75,17 @@ class ServeState:
         except BaseException:
             self.executor.shutdown(wait=True)
             raise
-        self.engine_name = "vllm" if type(self.engine).__name__.startswith("VLLM") else "hf"
+        self.engine_name = self.engine.name
         self.max_context = min(config.max_model_len or self.engine.max_context, self.engine.max_context)
         self.model_names = {self.source.name, config.model}
-        self.batcher = Batcher(
-            self.engine,
-            max_batch_size=batch,
-            batch_wait_s=0.0 if config.no_batching else config.batch_wait_ms / 1000.0,
-            max_queue=config.max_queue,
-            metrics=self.metrics,
-            executor=self.executor,
-        )
+        self.batcher = Batcher(self.engine.server, max_queue=config.max_queue)
+        metrics.queue_depth.set_function(lambda: float(self.batcher.queue_depth))
+        metrics.running.set_function(lambda: float(self.batcher.running))
         return self
 
     async def close(self) -> None:
-        """Stop the batcher, then close the engine on its thread (after the batch in flight) and free the rest."""
+        """Stop the batcher and its request server (after the engine step in flight), then close the engine on the
+        thread that built it and free the rest."""
         await self.batcher.close()
         loop = asyncio.get_running_loop()
         try:

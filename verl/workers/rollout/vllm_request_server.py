@@ -10,6 +10,13 @@ others still decode. Each request has its own token budget (``max_tokens``), not
 
 Sampling settings are the rollout's (``resolve_sampling`` of the batch's ``meta_info``: ``validate`` picks
 ``val_kwargs``) with each request's own over them (``TurnSampling``: temperature, top-p/k, stop ids, log-probs).
+A request with an ``on_token`` callback (:class:`~verl.workers.rollout.request_server.TokenRequest`) gets its
+tokens after every step; one that its callback ends, or that is cancelled, is aborted in the engine and answered
+with what it has. ``max_batch_size`` bounds the requests in flight (the others wait in the queue); ``batch_wait_s``
+holds the first request that finds the engine idle that long for others (0 for the agent loop: its turns never
+wait). This is the one ``add_request`` / ``step`` / ``abort_request`` loop of the package: ``verl serve`` runs on it
+too.
+
 A per-request seed is not set (vLLM's CPU sampler fails on it); the engine's seed holds.
 """
 
@@ -21,7 +28,7 @@ import time
 from typing import Any
 
 from verl.workers.rollout.base import resolve_sampling, resolve_special_ids
-from verl.workers.rollout.request_server import RequestServer, TokenOutput, TokenRequest, TurnSampling
+from verl.workers.rollout.request_server import RequestServer, TokenRequest, TurnSampling
 
 __all__ = ["VLLMRequestServer"]
 
@@ -40,7 +47,7 @@ class VLLMRequestServer(RequestServer):
 
     thread_name = "vllm-request-server"
 
-    def __init__(self, rollout: Any, meta_info: dict[str, Any]) -> None:
+    def __init__(self, rollout: Any, meta_info: dict[str, Any], batch_wait_s: float = 0.0, **options: Any) -> None:
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
         self.settings = resolve_sampling(rollout.config, meta_info)
@@ -49,7 +56,13 @@ class VLLMRequestServer(RequestServer):
         self._prefix = f"token-request-{next(_SERVER_IDS)}-"
         self._count = itertools.count()
         self._in_flight: dict[str, TokenRequest] = {}
-        super().__init__()
+        self.batch_wait_s = float(batch_wait_s)
+        super().__init__(**options)  # max_batch_size, on_start, on_batch
+
+    @property
+    def running(self) -> int:
+        """Requests in the engine."""
+        return len(self._in_flight)
 
     # ----------------------------------------------------------------------------------------- engine side
     def _params(self, max_tokens: int, sampling: TurnSampling) -> Any:
@@ -65,13 +78,22 @@ class VLLMRequestServer(RequestServer):
         return self.rollout.sampling_params(settings, self.eos_ids + stops)
 
     def _take_new(self) -> list[TokenRequest] | None:
-        """The requests that arrived since the last step; waits while nothing is in flight. None once closed."""
+        """The requests that arrived since the last step (as many as ``max_batch_size`` leaves room for); waits while
+        nothing is in flight. None once closed."""
         with self._cond:
             while not self._queue and not self._in_flight and not self._closed:
                 self._cond.wait()
+            if not self._in_flight and self._queue:  # an idle engine: hold the first request open for others
+                deadline = self._queue[0].enqueued_at + self.batch_wait_s
+                while not self._closed and len(self._queue) < (self.max_batch_size or float("inf")):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(timeout=left)
             if self._closed:
                 return None
-            new, self._queue = self._queue, []
+            room = len(self._queue) if self.max_batch_size is None else self.max_batch_size - len(self._in_flight)
+            new, self._queue = self._queue[: max(0, room)], self._queue[max(0, room) :]
             return new
 
     def _serve(self) -> None:
@@ -80,13 +102,20 @@ class VLLMRequestServer(RequestServer):
                 for turn in new:
                     if not turn.future.set_running_or_notify_cancel():  # its trajectory stopped waiting
                         continue
+                    if turn.cancelled:
+                        turn.end = "cancelled"
+                        self._answer(turn)
+                        continue
                     request_id = f"{self._prefix}{next(self._count)}"
                     try:
+                        if turn.multi_modal_inputs:
+                            raise ValueError("the vLLM request server takes token prompts only (no multi_modal_inputs)")
                         self.engine.add_request(request_id, {"prompt_token_ids": turn.prompt_ids}, self._params(
                             turn.max_tokens, turn.sampling))  # fmt: skip
                     except Exception as e:  # noqa: BLE001  (this request's error goes to its trajectory)
                         turn.future.set_exception(e)
                         continue
+                    self._started([turn])
                     self._in_flight[request_id] = turn
                 if self._in_flight:
                     self._step()
@@ -96,21 +125,42 @@ class VLLMRequestServer(RequestServer):
         self._fail_all(RuntimeError("the vLLM request server was closed"))
 
     def _step(self) -> None:
-        self.batch_sizes.append(len(self._in_flight))
+        self._batch(len(self._in_flight))
         start = time.perf_counter()
         outputs = self.engine.step()
         self.engine_s += time.perf_counter() - start
+        ended: list[str] = []
         for out in outputs:
-            if not out.finished or out.request_id not in self._in_flight:
+            turn = self._in_flight.get(out.request_id)
+            if turn is None or (not out.finished and turn.on_token is None):  # no one reads its tokens yet
                 continue
-            turn = self._in_flight.pop(out.request_id)
             completion = out.outputs[0]
-            ids = [int(t) for t in completion.token_ids][: turn.max_tokens]
-            log_probs = None
-            if completion.logprobs is not None and turn.sampling.logprobs is not False:
-                log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
-            stop = turn.sampling.stop_reason(ids, self.eos_ids)
-            turn.future.set_result(TokenOutput(ids, log_probs, stop))
+            new = [int(t) for t in completion.token_ids][len(turn.token_ids) :]
+            done = False
+            for j, token in enumerate(new):
+                last = out.finished and j == len(new) - 1  # vLLM stops only on the ids it was given (ignore_eos)
+                if self._feed(turn, token, last and self._ends(turn, token)):
+                    done = True
+                    break
+            if done or out.finished:
+                self._in_flight.pop(out.request_id)
+                if not out.finished:
+                    ended.append(out.request_id)
+                log_probs = None
+                if completion.logprobs is not None and turn.sampling.logprobs is not False:
+                    ids = turn.token_ids
+                    log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
+                self._answer(turn, log_probs)
+        for request_id, turn in list(self._in_flight.items()):  # cancelled (a client gone, a time limit)
+            if turn.cancelled:
+                turn.end = "cancelled"
+                self._answer(self._in_flight.pop(request_id))
+                ended.append(request_id)
+        if ended:
+            self.engine.abort_request(ended)
+
+    def _ends(self, turn: TokenRequest, token: int) -> bool:
+        return token in self.eos_ids or token in turn.sampling.stop_token_ids
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:

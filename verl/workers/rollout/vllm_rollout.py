@@ -420,17 +420,18 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self.weight_syncs += 1
 
     # ------------------------------------------------------------------------------------------ generate
-    def request_server(self, meta_info: dict[str, Any]) -> Any:
-        """Token requests (e.g. agent-loop turns) served by this engine's scheduler request by request (continuous
-        batching, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`), not batch by batch. The
-        engine stays awake while the server is open (no sleep between turns) and goes back to sleep (when
-        ``rollout.free_cache_engine``) when it closes."""
+    def request_server(self, meta_info: dict[str, Any], **options: Any) -> Any:
+        """Token requests (e.g. agent-loop turns, ``verl serve``'s requests) served by this engine's scheduler
+        request by request (continuous batching, :class:`~verl.workers.rollout.vllm_request_server.VLLMRequestServer`;
+        ``options``: its ``max_batch_size``, ``on_start``, ``on_batch``), not batch by batch. The engine stays awake
+        while the server is open (no sleep between turns) and goes back to sleep (when ``rollout.free_cache_engine``)
+        when it closes."""
         from verl.workers.rollout.vllm_request_server import VLLMRequestServer
 
         ready = ExitStack()
         ready.enter_context(self.stay_ready())
         try:
-            server = VLLMRequestServer(self, meta_info)
+            server = VLLMRequestServer(self, meta_info, **options)
         except BaseException:
             ready.close()
             raise
