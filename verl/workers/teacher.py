@@ -106,9 +106,7 @@ class TeacherModel:
         return DataProto.from_dict(tensors={"teacher_log_prob": torch.cat(out)})
 
 
-def score_routed(
-    teachers: list[TeacherModel], routes: Any, data: DataProto, micro_batch_size: int = 8
-) -> torch.Tensor:
+def score_routed(teachers: list[TeacherModel], routes: Any, data: DataProto, micro_batch_size: int = 8) -> torch.Tensor:
     """``teacher_log_prob [batch, response_len]`` where row ``i`` is scored by ``teachers[routes[i]]`` alone.
 
     ``routes``: ``[batch]`` ints (:func:`verl.workers.teacher_routing.route_rows`). Each teacher sees only its own
