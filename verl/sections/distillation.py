@@ -38,7 +38,8 @@ class TeacherInferenceConfig(BaseConfig):
 
 @dataclass
 class TeacherEntryConfig(BaseConfig):
-    """``distillation.teacher_models.<name>``: one teacher of upstream's map (one teacher here)."""
+    """``distillation.teacher_models.<name>``: one teacher of upstream's map; with two or more entries each is a
+    teacher scoring the rows whose ``teacher_key`` column equals its ``key`` (verl/workers/teacher_routing.py)."""
 
     key: Optional[str] = None
     model_path: Optional[str] = None
@@ -48,7 +49,8 @@ class TeacherEntryConfig(BaseConfig):
 
 @dataclass
 class TeacherModelsConfig(BaseConfig):
-    """``distillation.teacher_models``: upstream's default entry ``teacher_model`` (others added with ``+``)."""
+    """``distillation.teacher_models``: upstream's default entry ``teacher_model`` (others added with ``+``, which
+    drops it; the added entries are read off the section by :func:`verl.workers.teacher_routing.teacher_specs`)."""
 
     teacher_model: TeacherEntryConfig = field(default_factory=TeacherEntryConfig)
 
@@ -95,8 +97,8 @@ class DistillationConfig(BaseConfig):
     enabled: bool = False  # = enable
     n_gpus_per_node: int = 8  # teacher pool ranks per node (with nnodes > 0)
     nnodes: int = 0  # 0: the teacher shares the actor's ranks; > 0: a pool of its own (trainer.resource_pool_*)
-    teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)  # one teacher here
-    teacher_key: str = "data_source"  # routes rows to teachers (multi-teacher: refused)
+    teacher_models: TeacherModelsConfig = field(default_factory=TeacherModelsConfig)
+    teacher_key: str = "data_source"  # the column that routes rows to teachers (several teacher_models entries)
     # share of each GPU the teacher's process may use (CUDA, teacher pool of its own); None: no cap
     gpu_memory_utilization: Optional[float] = None
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)

@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Optional
 
@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "EvalConfig",
     "extract_answer",
+    "iter_generations",
     "main",
     "maj_at_k",
     "pass_at_k",
@@ -320,15 +321,54 @@ def _resolve_model_dir(path: str, workdir: str) -> str:
     return resolve_model_path(path)
 
 
-def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
-    """Mode 2: generate ``rollout.n`` responses per prompt of ``data.path`` with ``model.path`` (HF engine)."""
+def iter_generations(
+    files: str | Sequence[str],
+    tokenizer: Any,
+    generate_sequences: Callable[[Any], Any],
+    *,
+    prompt_key: str,
+    n: int,
+    batch_size: int,
+    max_prompt_length: int,
+    apply_chat_template: bool = True,
+    max_samples: int = -1,
+    truncation: str = "left",
+) -> Iterator[tuple[Any, list[list[str]]]]:
+    """Generate ``n`` responses per prompt of a parquet (or several) of chat prompts, batch by batch.
+
+    ``generate_sequences``: a rollout engine's (``HFRollout`` / ``vLLMRollout``) ``DataProto -> DataProto``.
+    Prompts longer than ``max_prompt_length`` tokens are cut on the left (``truncation="error"``: an error naming
+    the row). Yields ``(batch, texts)``: the prompt
+    batch (``DataProto``, its parquet columns in ``non_tensor_batch``) and, per prompt, its ``n`` decoded responses.
+    Shared by ``main_eval`` (mode 2) and ``main_generation_server``.
+    """
     import torch
 
     from verl.data.rl_dataset import RLHFDataset, collate_fn
-    from verl.hardware.precision import resolve_dtype
-    from verl.models.loader import load_causal_lm, load_tokenizer
     from verl.protocol import DataProto
     from verl.trainer.ppo.batch_rollout import decode_responses, generate_groups, prompt_meta
+
+    data_section = {
+        "prompt_key": prompt_key,
+        "max_prompt_length": int(max_prompt_length),
+        "filter_overlong_prompts": False,
+        "truncation": truncation,
+        "apply_chat_template": bool(apply_chat_template),
+        "max_samples": int(max_samples),
+    }
+    dataset = RLHFDataset(files if isinstance(files, str) else list(files), tokenizer, data_section)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=int(batch_size), shuffle=False, collate_fn=collate_fn)
+    meta = prompt_meta(tokenizer)
+    for batch_dict in loader:
+        batch = DataProto.from_single_dict(batch_dict)
+        texts = decode_responses(tokenizer, generate_groups(batch, n, generate_sequences, meta))
+        yield batch, [texts[j * n : (j + 1) * n] for j in range(len(batch))]
+
+
+def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
+    """Mode 2: generate ``rollout.n`` responses per prompt of ``data.path`` with ``model.path`` (HF engine)."""
+    from verl.hardware.precision import resolve_dtype
+    from verl.models.loader import load_causal_lm, load_tokenizer
     from verl.utils.device import get_device_name, get_torch_device
     from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -339,33 +379,26 @@ def generate_rows(cfg: DictConfig) -> list[dict[str, Any]]:
         weights_dtype = resolve_dtype(str(cfg.model.dtype), device)
         model = load_causal_lm(model_dir, dtype=weights_dtype, trust_remote_code=cfg.model.trust_remote_code)
         model.to(device)
-    data_section = {
-        "prompt_key": cfg.data.prompt_key,
-        "max_prompt_length": int(cfg.data.max_prompt_length),
-        "filter_overlong_prompts": False,
-        "truncation": "left",
-        "apply_chat_template": bool(cfg.data.apply_chat_template),
-        "max_samples": int(cfg.data.max_samples),
-    }
-    dataset = RLHFDataset(str(cfg.data.path), tokenizer, data_section)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=int(cfg.data.batch_size), shuffle=False, collate_fn=collate_fn
-    )
-    rollout_cfg = OmegaConf.to_container(cfg.rollout, resolve=True)
-    rollout = HFRollout(model, rollout_cfg, tokenizer=tokenizer)
-    n = int(cfg.rollout.n)
+    rollout = HFRollout(model, OmegaConf.to_container(cfg.rollout, resolve=True), tokenizer=tokenizer)
     rows: list[dict[str, Any]] = []
-    meta = prompt_meta(tokenizer)
-    for batch_dict in loader:
-        batch = DataProto.from_single_dict(batch_dict)
-        out = generate_groups(batch, n, rollout.generate_sequences, meta)
-        texts = decode_responses(tokenizer, out)
+    generations = iter_generations(
+        str(cfg.data.path),
+        tokenizer,
+        rollout.generate_sequences,
+        prompt_key=cfg.data.prompt_key,
+        n=int(cfg.rollout.n),
+        batch_size=int(cfg.data.batch_size),
+        max_prompt_length=int(cfg.data.max_prompt_length),
+        apply_chat_template=bool(cfg.data.apply_chat_template),
+        max_samples=int(cfg.data.max_samples),
+    )
+    for batch, texts in generations:
         for j in range(len(batch)):
             rm = batch.non_tensor_batch["reward_model"][j]
             rows.append(
                 {
                     "data_source": str(batch.non_tensor_batch["data_source"][j]),
-                    "responses": texts[j * n : (j + 1) * n],
+                    "responses": texts[j],
                     "ground_truth": _ground_truth(rm, f"{cfg.data.path} prompt {len(rows)} column 'reward_model'"),
                     "extra_info": batch.non_tensor_batch["extra_info"][j],
                 }

@@ -106,54 +106,96 @@ class TeacherModel:
         return DataProto.from_dict(tensors={"teacher_log_prob": torch.cat(out)})
 
 
-class TeacherWorker(Worker):
-    """The ``teacher`` role of a PPO run with ``distillation.enable``: one :class:`TeacherModel` per rank.
+def score_routed(teachers: list[TeacherModel], routes: Any, data: DataProto, micro_batch_size: int = 8) -> torch.Tensor:
+    """``teacher_log_prob [batch, response_len]`` where row ``i`` is scored by ``teachers[routes[i]]`` alone.
 
-    ``config`` is the ``distillation`` section; ``student_tokenizer`` the actor's tokenizer path (the teacher's
-    tokenizer is checked against it when the model loads).
+    ``routes``: ``[batch]`` ints (:func:`verl.workers.teacher_routing.route_rows`). Each teacher sees only its own
+    rows (one sub-batch per teacher), so a row's log-probs are the ones its teacher gives when it scores the row
+    alone."""
+    import numpy as np
+
+    routes = np.asarray(routes)
+    out: torch.Tensor | None = None
+    for t, teacher in enumerate(teachers):
+        rows = np.nonzero(routes == t)[0]
+        if rows.size == 0:
+            continue
+        part = teacher.compute_log_prob(data.select_idxs(rows), micro_batch_size).batch["teacher_log_prob"]
+        if out is None:
+            out = torch.zeros(len(data), part.shape[-1], dtype=part.dtype)
+        out[torch.as_tensor(rows)] = part
+    if out is None:  # an empty batch
+        out = torch.zeros(len(data), data.batch["responses"].shape[-1])
+    return out
+
+
+class TeacherWorker(Worker):
+    """The ``teacher`` role of a PPO run with ``distillation.enable``: every rank holds each teacher once.
+
+    ``config`` is the ``distillation`` section; ``student_tokenizer`` the actor's tokenizer path (each teacher's
+    tokenizer is checked against it when the model loads). With several teachers (upstream v0.9's
+    ``teacher_models`` routed by ``teacher_key``) each row is scored by the teacher its ``teacher_key`` column names
+    (:mod:`verl.workers.teacher_routing`) and the output carries ``teacher_name`` per row for the metrics.
     """
 
     def __init__(self, config: Any, student_tokenizer: str):
         super().__init__()
         from verl.workers.config import DistillationConfig
         from verl.workers.fsdp_setup import private_section, set_torch_threads
+        from verl.workers.teacher_routing import teacher_specs
 
         set_torch_threads()
+        # the teacher map is read off the section as given: the typed copy keeps only the default entry
+        self.specs = teacher_specs(config)
         self.config = private_section(config, DistillationConfig)
         self.student_tokenizer_path = str(student_tokenizer)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name)
         self.compute_device = get_torch_device(self.device_name)
-        self.teacher: TeacherModel | None = None
+        self.teachers: list[TeacherModel] = []
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         from verl.hardware.precision import resolve_dtype
         from verl.models.loader import load_tokenizer, resolve_model_path
 
-        tcfg = self.config.teacher
+        trust = bool(self.config.teacher.trust_remote_code)
         share = self.config.gpu_memory_utilization
         if share is not None and self.compute_device.type == "cuda":  # set only with a teacher pool of its own
-            # upstream's teacher server gets this share of the GPU; here the teacher's own process is capped at it
+            # upstream's teacher server gets this share of the GPU; here the teachers' process is capped at it
             torch.cuda.set_per_process_memory_fraction(float(share), self.compute_device)
-        if not tcfg.path:
-            raise ConfigError("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
-        trust = bool(tcfg.trust_remote_code)
         student_tok = load_tokenizer(resolve_model_path(self.student_tokenizer_path, require_weights=False), trust)
-        teacher_tok = load_tokenizer(resolve_model_path(str(tcfg.tokenizer_path or tcfg.path), False), trust)
-        check_tokenizers_compatible(student_tok, teacher_tok, key="distillation.teacher.path")
-        self.teacher = TeacherModel(
-            str(tcfg.path),
-            student_tok,
-            tokenizer=teacher_tok,
-            device=self.compute_device,
-            dtype=resolve_dtype(str(self.config.dtype), self.compute_device),
-            trust_remote_code=trust,
-        )
+        for spec in self.specs:
+            key = "distillation.teacher.path" if spec.key is None else f"distillation.teacher_models.{spec.name}"
+            teacher_tok = load_tokenizer(resolve_model_path(spec.tokenizer_path, False), trust)
+            check_tokenizers_compatible(student_tok, teacher_tok, key=key)
+            self.teachers.append(
+                TeacherModel(
+                    spec.path,
+                    student_tok,
+                    tokenizer=teacher_tok,
+                    device=self.compute_device,
+                    dtype=resolve_dtype(spec.dtype, self.compute_device),
+                    trust_remote_code=trust,
+                )
+            )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
-        """``teacher_log_prob [batch, response_len]`` of this rank's rows (:meth:`TeacherModel.compute_log_prob`)."""
-        if self.teacher is None:
+        """``teacher_log_prob [batch, response_len]`` of this rank's rows, each from its routed teacher
+        (:func:`score_routed`); with several teachers also ``teacher_name`` (non-tensor, ``[batch]``)."""
+        import numpy as np
+
+        from verl.workers.teacher_routing import route_rows
+
+        if not self.teachers:
             raise RuntimeError("TeacherWorker.compute_teacher_log_prob called before init_model")
-        return self.teacher.compute_log_prob(data, int(self.config.micro_batch_size_per_gpu))
+        micro = int(self.config.micro_batch_size_per_gpu)
+        if len(self.teachers) == 1:
+            return self.teachers[0].compute_log_prob(data, micro)
+        column = str(self.config.teacher_key)
+        values = data.non_tensor_batch.get(column)
+        routes = route_rows(values, [s.key for s in self.specs], column, len(data))
+        log_probs = score_routed(self.teachers, routes, data, micro)
+        names = np.array([self.specs[i].name for i in routes], dtype=object)
+        return DataProto.from_dict(tensors={"teacher_log_prob": log_probs}, non_tensors={"teacher_name": names})

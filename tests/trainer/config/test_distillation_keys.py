@@ -53,7 +53,7 @@ def test_upstream_keys_resolve_onto_ours() -> None:
         (["distillation.teacher_models.teacher_model.inference.max_model_len=64"], "max_model_len=64"),
         (
             ["+distillation.teacher_models.geo.model_path=/t2", "+distillation.teacher_models.geo.key=geo"],
-            "multi-teacher distillation is not implemented here",
+            "upstream drops the default entry teacher_model",
         ),
         (["+distillation.teacher_models.teacher_model.inference.enforce_eager=true"], "inference.enforce_eager"),
         ([f"{INFERENCE}.name=sglang"], "sglang is not an engine here"),

@@ -119,3 +119,75 @@ def test_grpo_step_with_a_teacher_worker(tiny_model_dir: str, tmp_path: Path):
         others = torch.ones_like(rmask[row])
         others[last[row]] = False
         assert task[row][others].abs().max().item() < 1e-5
+
+
+def test_grpo_step_with_two_routed_teachers(tiny_model_dir: str, tmp_path: Path):
+    """upstream v0.9's multi-teacher keys through a real GRPO step: rows of two data sources, each scored by its own
+    teacher (the one named by its data_source), with per-teacher metrics."""
+    from verl.models.tiny import make_tiny_model_dir
+    from verl.trainer.ppo.runner import build_ppo_trainer
+
+    paths = {"alpha": make_tiny_model_dir(str(tmp_path / "ta"), seed=7)}
+    paths["beta"] = make_tiny_model_dir(str(tmp_path / "tb"), seed=8)
+    train, test = generate_arithmetic_splits(train_size=4, test_size=2, seed=3)
+    for i, row in enumerate(train):
+        row["data_source"] = f"src_{'alpha' if i % 2 == 0 else 'beta'}"
+    write_parquet(train, str(tmp_path / "train.parquet"))
+    write_parquet(test, str(tmp_path / "test.parquet"))
+    (tmp_path / "reward.py").write_text(REWARD)
+    teachers = [
+        f"+distillation.teacher_models.{name}.{key}={value}"
+        for name in ("alpha", "beta")
+        for key, value in (("key", f"src_{name}"), ("model_path", paths[name]), ("inference.dtype", "float32"))
+    ]
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={tmp_path / 'train.parquet'}",
+            f"data.val_files={tmp_path / 'test.parquet'}",
+            f"custom_reward_function.path={tmp_path / 'reward.py'}",
+            "data.train_batch_size=2",
+            "data.shuffle=false",
+            "data.max_prompt_length=128",
+            "data.max_response_length=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.dtype=float32",
+            "actor_rollout_ref.rollout.dtype=float32",
+            "algorithm.adv_estimator=grpo",
+            "distillation.enabled=true",
+            "distillation.teacher_key=data_source",
+            *teachers,
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[file]",
+            "trainer.export_hf=false",
+            "trainer.plot=false",
+            "trainer.report.enable=false",
+            f"trainer.default_local_dir={tmp_path / 'out'}",
+        ]
+    )
+    trainer = build_ppo_trainer(config)
+    trainer.init_workers()
+    trainer.fit()
+    batch = trainer.last_batch
+    records = [json.loads(line) for line in (tmp_path / "out" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    (metrics,) = [r["metrics"] for r in records if "distill/reverse_kl" in r.get("metrics", {})]
+    assert metrics["distill/alpha/rows"] == 2 and metrics["distill/beta/rows"] == 2
+
+    ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"]
+    response_len = batch.batch["responses"].shape[-1]
+    rmask = batch.batch["response_mask"].bool()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    names = list(batch.non_tensor_batch["teacher_name"])
+    assert [f"src_{n}" for n in names] == list(batch.non_tensor_batch["data_source"])
+    for name, path in paths.items():
+        with torch.no_grad():
+            logits = AutoModelForCausalLM.from_pretrained(path)(input_ids=ids, attention_mask=mask, position_ids=pos)
+        logp = torch.log_softmax(logits.logits.float(), -1)
+        want = logp[:, -response_len - 1 : -1].gather(-1, ids[:, -response_len:, None]).squeeze(-1)
+        for row in (r for r, n in enumerate(names) if n == name):
+            got = batch.batch["teacher_log_prob"][row][rmask[row]]
+            assert torch.allclose(got, want[row][rmask[row]], atol=1e-4), (name, row)

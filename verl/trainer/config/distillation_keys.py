@@ -7,8 +7,11 @@ Upstream (``verl/trainer/config/distillation/distillation.yaml``, ``verl/workers
 upstream                                           here
 =================================================  ===============================================================
 ``enabled``                                        ``enable``
-``teacher_models.<name>.model_path`` (one entry)   ``teacher.path``; several teachers (routing by ``teacher_key``):
-                                                   refused
+``teacher_models.<name>.model_path`` (one entry)   ``teacher.path``
+``teacher_models.<name>.{key,model_path}`` (2+)    teachers routed per row by the ``teacher_key`` column (the default
+                                                   entry ``teacher_model`` dropped, as upstream); each loaded once on
+                                                   every teacher rank, ``inference.dtype`` per teacher; the
+                                                   ``num_replicas`` x tp x dp sum must equal the pool (nnodes > 0)
 ``teacher_models.<name>.inference.dtype``          ``dtype``
 ``teacher_models.<name>.inference.max_model_len``  checked: ``prompt_length + response_length + 1`` must fit
 ``teacher_models.<name>.inference.name``           vllm | hf (a forward pass gives the same log-probs); others refused
@@ -36,6 +39,7 @@ __all__ = ["resolve_distillation_keys"]
 
 P = "distillation"
 TEACHER_POOL = "teacher_pool"
+DEFAULT_ENTRY = "teacher_model"  # upstream drops it when other teacher_models entries are added
 ENTRY_KEYS = {"key", "model_path", "num_replicas", "inference"}
 INFERENCE_KEYS = {
     "name",
@@ -48,7 +52,14 @@ INFERENCE_KEYS = {
 }
 # upstream's teacher server engines whose log-probs a forward pass of the same weights reproduces
 TEACHER_ENGINES = {"vllm", "hf"}
-DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32"}
+DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+}
 
 
 def _mirror(cfg: DictConfig, new: str, ours: str, value: Any, user: set[str], errors: list[str], changed: dict) -> None:
@@ -64,10 +75,8 @@ def _mirror(cfg: DictConfig, new: str, ours: str, value: Any, user: set[str], er
     changed[ours] = value
 
 
-def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
-    """``teacher_models``: the one entry with a ``model_path`` becomes ``teacher.path`` (and its inference dtype)."""
-    entries = {str(k): v for k, v in cfg.distillation.teacher_models.items()}
-    given = {name: e for name, e in entries.items() if isinstance(e, DictConfig) and e.get("model_path")}
+def _entry_shapes(entries: dict[str, Any], errors: list[str]) -> None:
+    """Every ``teacher_models`` entry is a mapping of teacher keys (``inference`` of the server keys we read)."""
     for name, entry in entries.items():
         if not isinstance(entry, DictConfig):
             errors.append(f"{P}.teacher_models.{name}: expected a mapping (key, model_path, num_replicas, inference)")
@@ -81,13 +90,27 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
                     f"{P}.teacher_models.{name}.inference.{key}: upstream's teacher server setting with no counterpart "
                     "here (the teacher is a forward pass in the teacher worker group); drop it"
                 )
-    if len(given) > 1:
-        errors.append(
-            f"{P}.teacher_models: {len(given)} teachers ({', '.join(sorted(given))}) routed by {P}.teacher_key: "
-            f"multi-teacher distillation is not implemented here; give one teacher (its model_path -> "
-            f"{P}.teacher.path)"
-        )
+
+
+def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
+    """``teacher_models``: upstream drops the default entry ``teacher_model`` when others are added; one teacher
+    left (with a ``model_path``) becomes ``teacher.path`` (and its inference dtype), two or more are routed per row
+    by ``teacher_key`` (:func:`_teachers`)."""
+    entries = {str(k): v for k, v in cfg.distillation.teacher_models.items()}
+    _entry_shapes(entries, errors)
+    entries = {k: v for k, v in entries.items() if isinstance(v, DictConfig)}
+    if len(entries) > 1:
+        default = entries.pop(DEFAULT_ENTRY, None)
+        if default is not None and default.get("model_path"):
+            errors.append(
+                f"{P}.teacher_models.{DEFAULT_ENTRY}.model_path: upstream drops the default entry {DEFAULT_ENTRY} "
+                f"when other teachers are added, so this teacher would be silently unused; give it a name of its own "
+                f"(+{P}.teacher_models.<name>.model_path / .key)"
+            )
+    if len(entries) > 1:
+        _teachers(cfg, entries, user, errors, changed)
         return
+    given = {name: e for name, e in entries.items() if e.get("model_path")}
     if not given:
         return
     name, entry = next(iter(given.items()))
@@ -97,25 +120,17 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
     if not isinstance(inference, DictConfig):
         return
     _teacher_layout(cfg, where, inference, errors)
-    mem = inference.get("gpu_memory_utilization")
-    if user_set(f"{where}.inference.gpu_memory_utilization", user) and mem is not None:
-        if not 0 < float(mem) <= 1:
-            errors.append(f"{where}.inference.gpu_memory_utilization={mem}: a share of the GPU, in (0, 1]")
-        elif int(cfg.distillation.nnodes) < 1:
-            errors.append(
-                f"{where}.inference.gpu_memory_utilization={mem} with the teacher colocated: a GPU memory share of "
-                f"its own is not available here (it shares the actor's process); set {P}.nnodes >= 1 (a pool of its "
-                "own, capped at this share) or drop the key"
-            )
-        else:
-            _mirror(cfg, f"{where}.inference.gpu_memory_utilization", f"{P}.gpu_memory_utilization", float(mem),
-                    user, errors, changed)  # fmt: skip
+    _memory_share(cfg, {where: inference}, user, errors, changed)
     dtype = inference.get("dtype")
     if dtype is not None:
         if str(dtype) not in DTYPES:
             errors.append(f"{where}.inference.dtype={dtype}: one of {sorted(DTYPES)}")
         else:
             _mirror(cfg, f"{where}.inference.dtype", f"{P}.dtype", DTYPES[str(dtype)], user, errors, changed)
+    _max_model_len(cfg, where, inference, errors)
+
+
+def _max_model_len(cfg: DictConfig, where: str, inference: DictConfig, errors: list[str]) -> None:
     max_len = inference.get("max_model_len")
     if max_len is not None:
         need = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length) + 1
@@ -126,8 +141,104 @@ def _teacher(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[s
             )
 
 
+def _memory_share(
+    cfg: DictConfig, inferences: dict[str, DictConfig], user: set[str], errors: list[str], changed: dict
+) -> None:
+    """``inference.gpu_memory_utilization`` set by the user (on every teacher, the same share: the teachers share
+    one process per rank here) -> ``distillation.gpu_memory_utilization``, with a teacher pool of its own only."""
+    shares = {
+        where: inf.get("gpu_memory_utilization")
+        for where, inf in inferences.items()
+        if user_set(f"{where}.inference.gpu_memory_utilization", user) and inf.get("gpu_memory_utilization") is not None
+    }
+    if not shares:
+        return
+    where, mem = next(iter(shares.items()))
+    if len(set(map(float, shares.values()))) > 1 or len(shares) != len(inferences):
+        listed = ", ".join(f"{w}={shares.get(w)}" for w in inferences)
+        errors.append(
+            f"{P}.teacher_models.*.inference.gpu_memory_utilization: the teachers share one process per rank here, "
+            f"capped at one GPU share; set the same value on every teacher ({listed})"
+        )
+    elif not 0 < float(mem) <= 1:
+        errors.append(f"{where}.inference.gpu_memory_utilization={mem}: a share of the GPU, in (0, 1]")
+    elif int(cfg.distillation.nnodes) < 1:
+        errors.append(
+            f"{where}.inference.gpu_memory_utilization={mem} with the teacher colocated: a GPU memory share of "
+            f"its own is not available here (it shares the actor's process); set {P}.nnodes >= 1 (a pool of its "
+            "own, capped at this share) or drop the key"
+        )
+    else:
+        _mirror(cfg, f"{where}.inference.gpu_memory_utilization", f"{P}.gpu_memory_utilization", float(mem),
+                user, errors, changed)  # fmt: skip
+
+
+def _teachers(
+    cfg: DictConfig, entries: dict[str, DictConfig], user: set[str], errors: list[str], changed: dict[str, Any]
+) -> None:
+    """Several teachers routed by ``teacher_key`` (upstream's ``_resolve_teacher_models``): each needs
+    ``model_path`` and a distinct ``key``; with a pool of its own (``nnodes > 0``) the teachers' ``num_replicas x
+    tensor_model_parallel_size x data_parallel_size`` add up to the pool, as upstream requires. Every teacher rank
+    holds each teacher here (verl/workers/teacher.py); ``inference.dtype`` stays per teacher."""
+    if user_set(f"{P}.teacher.path", user) and cfg.distillation.teacher.path:
+        errors.append(
+            f"{P}.teacher.path and {len(entries)} {P}.teacher_models ({', '.join(sorted(entries))}) both name the "
+            "teacher; keep teacher_models"
+        )
+    seen: dict[str, str] = {}
+    pool = 0
+    for name, entry in entries.items():
+        where = f"{P}.teacher_models.{name}"
+        missing = [k for k in ("model_path", "key") if entry.get(k) in (None, "")]
+        if missing:
+            errors.append(
+                f"{where}: a teacher of several needs {' and '.join(missing)} (key: the {P}.teacher_key value "
+                f"({cfg.distillation.teacher_key}) of the rows it scores)"
+            )
+            continue
+        if str(entry.key) in seen:
+            errors.append(f"{where}.key={entry.key}: also the key of {P}.teacher_models.{seen[str(entry.key)]}")
+        seen[str(entry.key)] = name
+        inference = entry.get("inference")
+        inference = inference if isinstance(inference, DictConfig) else DictConfig({})
+        _teacher_engine(where, inference, errors)
+        replica = int(inference.get("tensor_model_parallel_size") or 1) * int(inference.get("data_parallel_size") or 1)
+        pool += int(entry.get("num_replicas") or 0) * replica
+        dtype = inference.get("dtype")
+        if dtype is not None and str(dtype) not in DTYPES:
+            errors.append(f"{where}.inference.dtype={dtype}: one of {sorted(DTYPES)}")
+        _max_model_len(cfg, where, inference, errors)
+    dist = cfg.distillation
+    ranks = int(dist.nnodes) * int(dist.n_gpus_per_node)
+    if int(dist.nnodes) > 0 and pool != ranks:
+        errors.append(
+            f"{P}.teacher_models: the teachers' num_replicas x tensor_model_parallel_size x data_parallel_size add "
+            f"up to {pool}, but the teacher pool ({P}.nnodes x {P}.n_gpus_per_node) has {ranks} ranks; upstream "
+            "requires them equal"
+        )
+    inferences = {f"{P}.teacher_models.{n}": e.inference for n, e in entries.items() if "inference" in e}
+    _memory_share(cfg, inferences, user, errors, changed)
+
+
+def _teacher_engine(where: str, inference: DictConfig, errors: list[str]) -> None:
+    """``inference.name`` (vllm | hf) and ``expert_parallel_size`` dividing a replica, as upstream checks them."""
+    engine = inference.get("name")
+    if engine is not None and str(engine) not in TEACHER_ENGINES:
+        errors.append(
+            f"{where}.inference.name={engine}: {engine} is not an engine here; the teacher's log-probs are a forward "
+            f"pass of its weights (the numbers vLLM returns): use inference.name=vllm or hf"
+        )
+    replica = int(inference.get("tensor_model_parallel_size") or 1) * int(inference.get("data_parallel_size") or 1)
+    ep = int(inference.get("expert_parallel_size") or 1)
+    if ep < 1 or replica < 1 or replica % ep:
+        errors.append(
+            f"{where}.inference.expert_parallel_size={ep} must divide a teacher replica's {replica} ranks "
+            f"(tensor_model_parallel_size x data_parallel_size), as upstream requires"
+        )
+
+
 def _teacher_layout(cfg: DictConfig, where: str, inference: DictConfig, errors: list[str]) -> None:
-    """``inference.name`` and the parallel sizes of upstream's teacher server, checked as upstream checks them.
+    """``inference.name`` and the parallel sizes of upstream's single teacher server, checked as upstream checks them.
 
     The teacher's log-probs are a forward pass of its weights here (what vLLM's prompt log-probs compute), so the
     engine ``name`` may be ``vllm`` or ``hf``; other engines are refused. Upstream splits the teacher's ranks into
@@ -135,12 +246,6 @@ def _teacher_layout(cfg: DictConfig, where: str, inference: DictConfig, errors: 
     a replica: the same arithmetic must hold here for the pool (``distillation.nnodes x n_gpus_per_node``, or the
     actor's ranks when colocated), where every rank then holds a whole teacher (docs/judge_and_distillation.md).
     """
-    engine = inference.get("name")
-    if engine is not None and str(engine) not in TEACHER_ENGINES:
-        errors.append(
-            f"{where}.inference.name={engine}: {engine} is not an engine here; the teacher's log-probs are a forward "
-            f"pass of its weights (the numbers vLLM returns): use inference.name=vllm or hf"
-        )
     dist = cfg.distillation
     if int(dist.nnodes) > 0:
         ranks, pool = int(dist.nnodes) * int(dist.n_gpus_per_node), f"{P}.nnodes x {P}.n_gpus_per_node"
@@ -153,12 +258,8 @@ def _teacher_layout(cfg: DictConfig, where: str, inference: DictConfig, errors: 
             f"{where}.inference.tensor_model_parallel_size x data_parallel_size = {replica} must be >= 1 and divide "
             f"the teacher's {ranks} ranks ({pool}), as upstream splits them into replicas"
         )
-    ep = int(inference.get("expert_parallel_size") or 1)
-    if ep < 1 or replica % ep:
-        errors.append(
-            f"{where}.inference.expert_parallel_size={ep} must divide a teacher replica's {replica} ranks "
-            f"(tensor_model_parallel_size x data_parallel_size), as upstream requires"
-        )
+        return
+    _teacher_engine(where, inference, errors)
 
 
 def _loss(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:

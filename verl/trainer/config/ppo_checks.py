@@ -263,7 +263,8 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
     for the ``judge`` role only with ``backend=worker``)."""
     dist = cfg.get("distillation")
     if dist is not None and dist.get("enable"):
-        if not dist.teacher.path:
+        several = len([k for k in dist.get("teacher_models", {}) if k != "teacher_model"]) > 1  # routed teachers
+        if not dist.teacher.path and not several:
             errors.append("distillation.teacher.path: distillation.enable=true needs the teacher's model path")
         if dist.coef <= 0:
             errors.append(f"distillation.coef={dist.coef} must be > 0")

@@ -56,7 +56,8 @@ def apply_distillation_reward(
     ``distill/task_score/{mean,max,min}`` (the task reward alone, before weighting: ``critic/score/*`` holds the
     mixed score afterwards, so task accuracy is read here). ``loss_mode`` and ``loss_max_clamp``
     (``distillation.distillation_loss``, upstream v0.9) replace the k1 term by another per-token estimator, clamped
-    (:func:`verl.algorithms.distillation.estimator_token_rewards`).
+    (:func:`verl.algorithms.distillation.estimator_token_rewards`). With several teachers (a ``teacher_name``
+    column from the teacher worker) the first two also per teacher, ``distill/<name>/{reverse_kl,reward,rows}``.
     """
     from verl.algorithms.distillation import estimator_token_rewards
 
@@ -76,6 +77,14 @@ def apply_distillation_reward(
         "distill/task_score/max": task.max().item(),
         "distill/task_score/min": task.min().item(),
     }
+    names = data.non_tensor_batch.get("teacher_name")  # several teachers: the teacher of each row
+    if names is not None:
+        per_seq = dense.sum(-1)
+        for name in sorted({str(n) for n in names}):
+            rows = torch.as_tensor([str(n) == name for n in names], device=mask.device)
+            metrics[f"distill/{name}/reverse_kl"] = masked_mean((student - teacher)[rows], mask[rows]).item()
+            metrics[f"distill/{name}/reward"] = per_seq[rows].mean().item()
+            metrics[f"distill/{name}/rows"] = int(rows.sum().item())
     return data, metrics
 
 
