@@ -142,3 +142,20 @@ def test_user_modes_register_and_update() -> None:
     # a dict mode works without registering a name
     spec = register({"dispatch_fn": dispatch_first_only, "collect_fn": collect_count})(lambda self: None)
     assert isinstance(getattr(spec, MAGIC_ATTR).dispatch_mode, DispatchFns)
+
+
+def test_verl_registry_names_and_remove() -> None:
+    from verl.single_controller.base.decorator import DISPATCH_MODE_FN_REGISTRY, _check_dispatch_mode
+
+    name = "TEST_DECORATOR_REMOVABLE"
+    mode = register_dispatch_mode(name, dispatch_one_to_all, dispatch_one_to_all)
+    assert DISPATCH_MODE_FN_REGISTRY[mode]["dispatch_fn"] is dispatch_one_to_all
+    _check_dispatch_mode(mode)
+    Dispatch.remove(name)
+    assert not hasattr(Dispatch, name) and mode not in DISPATCH_MODE_FN_REGISTRY
+    with pytest.raises(ValueError, match="unknown dispatch mode"):
+        _check_dispatch_mode(mode)
+    with pytest.raises(ValueError, match="built-in"):
+        Dispatch.remove("ONE_TO_ALL")
+    with pytest.raises(ValueError, match="collect_fn"):
+        _check_dispatch_mode({"dispatch_fn": dispatch_one_to_all})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
+from verl.algorithms.rollout_correction_presets import RolloutCorrectionPresets
 from verl.base_config import BaseConfig
 
 __all__ = ["AlgorithmConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig", "RolloutCorrectionConfig"]
@@ -46,11 +47,12 @@ class PFPPOConfig(BaseConfig):
 
 
 @dataclass
-class RolloutCorrectionConfig(BaseConfig):
+class RolloutCorrectionConfig(RolloutCorrectionPresets, BaseConfig):
     """``algorithm.rollout_correction``: correct for the rollout engine's probabilities differing from the trainer's
     (verl/algorithms/rollout_correction.py, rollout_rejection.py; upstream verl v0.9's keys and presets, see
-    docs/algorithms.md). Off by default; any of ``rollout_is``, ``rollout_rs``, ``rollout_token_veto_threshold``
-    or ``bypass_mode`` needs ``actor_rollout_ref.rollout.calculate_log_probs``."""
+    docs/algorithms.md; upstream's named presets are its classmethods, from
+    :mod:`verl.algorithms.rollout_correction_presets`). Off by default; any of ``rollout_is``, ``rollout_rs``,
+    ``rollout_token_veto_threshold`` or ``bypass_mode`` needs ``actor_rollout_ref.rollout.calculate_log_probs``."""
 
     rollout_is: Optional[Literal["token", "sequence"]] = None  # importance weights; None: no weights
     # a number: truncation of the weights (TIS); "lower_upper" (e.g. "0.5_5.0"): IcePop, weights outside -> 0

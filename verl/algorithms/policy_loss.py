@@ -154,7 +154,10 @@ def compute_policy_loss_vanilla(
         torch.exp(log_ratio), advantages, response_mask, params.low, params.high, params.dual_c
     )
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     return pg_loss, _pg_metrics(log_ratio, response_mask, clipfrac, clipfrac_lower)
 
@@ -240,7 +243,10 @@ def compute_policy_loss_gpg(
     """
     losses = -advantages * log_prob
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     zero = torch.zeros((), device=log_prob.device)
     return pg_loss, _pg_metrics(_log_ratio(log_prob, old_log_prob), response_mask, zero, zero)
@@ -292,7 +298,10 @@ def compute_policy_loss_clip_cov(
 
     losses = torch.maximum(loss_unclipped, loss_clipped) * keep
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     return pg_loss, _pg_metrics(
         log_ratio,
@@ -335,7 +344,10 @@ def compute_policy_loss_kl_cov(
         penalised.view(-1)[top] = True
     losses = torch.where(penalised, losses + kl_coef * log_ratio.abs(), losses)
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     metrics = _pg_metrics(
         log_ratio, response_mask, _masked_fraction(penalised, response_mask), torch.zeros((), device=log_prob.device)
@@ -366,7 +378,10 @@ def compute_policy_loss_cispo(
     weight = torch.clamp(ratio, 1.0 - params.low, 1.0 + params.high)
     losses = -weight * advantages * log_prob
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     return pg_loss, _pg_metrics(
         log_ratio,

@@ -40,7 +40,7 @@ def compute_policy_loss_reinforce(
     losses = -advantages * log_prob
     if rollout_is_weights is not None:
         losses = losses * rollout_is_weights.detach()
-    pg_loss = agg_loss(losses, response_mask, loss_agg_mode, loss_scale_factor(config))
+    pg_loss = agg_loss(losses, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor(config))
     zero = torch.zeros((), device=log_prob.device)
     return pg_loss, _pg_metrics(_log_ratio(log_prob, rollout_log_prob), response_mask, zero, zero)
 

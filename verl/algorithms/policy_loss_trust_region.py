@@ -52,7 +52,10 @@ def _dppo_loss(
     keep = inside.detach().to(log_prob.dtype)
     losses = -advantages * torch.clamp(ratio, max=c).detach() * log_prob * keep
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     return pg_loss, _pg_metrics(
         log_ratio,
@@ -141,7 +144,10 @@ def compute_policy_loss_dro(
     log_ratio = log_prob - old_log_prob
     losses = -(advantages * log_prob - 0.5 * float(beta) * log_ratio.square())
     pg_loss = agg_loss(
-        _apply_is_weights(losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor(config)
+        _apply_is_weights(losses, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        loss_scale_factor=loss_scale_factor(config),
     )
     zero = torch.zeros((), device=log_prob.device)
     return pg_loss, _pg_metrics(_log_ratio(log_prob, old_log_prob), response_mask, zero, zero)

@@ -133,10 +133,17 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
 
 def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
     """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
-    ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default)."""
+    ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default). A ``config`` that is
+    no mapping or dataclass (e.g. a ``SimpleNamespace``, as upstream's estimators read ``config.gamma``) is read by
+    attribute."""
     if explicit is not None:
         return explicit
-    return getattr(omega_conf_to_dataclass(config, AlgorithmConfig), name)
+    try:
+        return getattr(omega_conf_to_dataclass(config, AlgorithmConfig), name)
+    except TypeError:
+        if not hasattr(config, name):
+            raise
+        return getattr(config, name)
 
 
 def call_with_supported_kwargs(fn: Callable[..., Any], **kwargs: Any) -> Any:

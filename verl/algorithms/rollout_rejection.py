@@ -51,7 +51,9 @@ def parse_is_threshold(spec: str | float | int) -> tuple[float, float | None]:
     ``"lower_upper"`` (e.g. ``"0.5_5.0"``) asks for IcePop: weights outside ``[lower, upper]`` become 0 and the
     rest stay as they are. Both bounds must be positive and ``lower <= upper``.
     """
-    if isinstance(spec, bool) or not isinstance(spec, str | float | int):
+    if isinstance(spec, bool):
+        raise TypeError(f"rollout_is_threshold={spec!r}: a number or a 'lower_upper' string, not a boolean")
+    if not isinstance(spec, str | float | int):
         raise ValueError(
             f"rollout_is_threshold={spec!r}: expected a number or a 'lower_upper' string such as '0.5_5.0'"
         )

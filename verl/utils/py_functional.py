@@ -15,13 +15,24 @@ from verl.utils.errors import DataProtoError
 __all__ = ["append_to_dict", "convert_to_regular_types", "timeout_limit", "union_two_dict", "values_equal"]
 
 
-def append_to_dict(data: dict[str, list[Any]], new_data: dict[str, Any]) -> None:
-    """Append each value of ``new_data`` to the list ``data[key]`` (created empty when missing), in place.
+def append_to_dict(data: dict[str, Any], new_data: dict[str, Any], prefix: str = "") -> None:
+    """Collect ``new_data`` into ``data`` in place: each value is appended to ``data[prefix + key]`` (a list value is
+    extended instead); ``prefix`` is not added twice to a key that already starts with it.
 
-    Used to collect per-micro-batch metrics: ``{"loss": [0.5]}`` plus ``{"loss": 0.3}`` gives ``{"loss": [0.5, 0.3]}``.
+    A missing slot starts as an empty list, or, for a :class:`~verl.reporting.metric.Metric` value, as an empty
+    Metric of the same aggregation (``value.init_list()``), so a metric collected over micro-batches keeps its own
+    reduction (upstream v0.9 ``verl.utils.py_functional.append_to_dict``). Example: ``{"loss": [0.5]}`` plus
+    ``{"loss": 0.3}`` gives ``{"loss": [0.5, 0.3]}``.
     """
     for key, value in new_data.items():
-        data.setdefault(key, []).append(value)
+        slot = key if key.startswith(prefix) else f"{prefix}{key}"
+        if slot not in data:
+            # duck-typed: verl.utils sits below verl.reporting, where Metric lives
+            data[slot] = value.init_list() if callable(getattr(value, "init_list", None)) else []
+        if isinstance(value, list):
+            data[slot].extend(value)
+        else:
+            data[slot].append(value)
 
 
 def convert_to_regular_types(obj: Any) -> Any:

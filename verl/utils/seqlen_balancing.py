@@ -196,3 +196,89 @@ def rearrange_micro_batches(
     partitions.sort(key=lambda p: (-sum(seq_lens[i] for i in p), p[0]))
     micro_batches = [batch[torch.tensor(p, dtype=torch.long)] for p in partitions]
     return micro_batches, partitions
+
+
+def ceildiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers (``b != 0``)."""
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """The smallest multiple of ``b > 0`` that is ``>= a``."""
+    return ceildiv(a, b) * b
+
+
+def prepare_dynamic_batch(
+    data: Any,
+    max_token_len: int,
+    dp_group: Any | None = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+) -> tuple[list[Any], list[list[int]]]:
+    """Split a ``DataProto`` into token-budgeted micro-batches (:func:`rearrange_micro_batches` on ``data.batch``).
+
+    Each micro-batch is a ``DataProto`` with its rows of the tensors and of ``non_tensor_batch`` and a deep copy of
+    ``meta_info``. Returns ``(micro_batches, indices)`` with ``indices[j]`` the rows of ``data`` in micro-batch ``j``;
+    :func:`restore_dynamic_batch` puts per-row outputs back in ``data``'s order (upstream v0.9's
+    ``verl.utils.seqlen_balancing.prepare_dynamic_batch``).
+    """
+    import copy
+
+    from verl.protocol import DataProto
+
+    batches, indices = rearrange_micro_batches(
+        data.batch,
+        max_token_len=max_token_len,
+        dp_group=dp_group,
+        num_batches_divided_by=num_batches_divided_by,
+        same_micro_num_in_dp=same_micro_num_in_dp,
+    )
+    micro_batches = [
+        DataProto(
+            batch=part,
+            non_tensor_batch={key: value[rows] for key, value in data.non_tensor_batch.items()},
+            meta_info=copy.deepcopy(data.meta_info),
+        )
+        for part, rows in zip(batches, indices, strict=True)
+    ]
+    return micro_batches, indices
+
+
+def restore_dynamic_batch(data: torch.Tensor, batch_idx_list: list[list[int]]) -> torch.Tensor:
+    """Undo :func:`prepare_dynamic_batch` on the concatenated per-micro-batch outputs ``data`` ``[bs, ...]``
+    (a jagged nested tensor too): row ``i`` of the result is the output of the input's row ``i``."""
+    order = list(itertools.chain.from_iterable(batch_idx_list))
+    if len(order) != data.shape[0]:
+        raise ValueError(f"restore_dynamic_batch: {data.shape[0]} rows for {len(order)} indices")
+    reverse = get_reverse_idx(order)
+    if data.is_nested:
+        rows = data.unbind()
+        return torch.nested.as_nested_tensor([rows[i] for i in reverse], layout=torch.jagged)
+    return data[torch.tensor(reverse, dtype=torch.long, device=data.device)]
+
+
+def get_group_balanced_partitions(seqlen_list: list[int], uid_list: list[Any], k_partitions: int) -> list[list[int]]:
+    """Balance samples over ``k_partitions`` ranks while keeping the samples of one prompt (the same ``uid``, in
+    contiguous runs as ``rollout.n`` repeats leave them) on one rank (upstream v0.9's
+    ``get_group_balanced_partitions``, used with a shared-prefix forward).
+
+    Each run of equal uids is one item of weight ``sum_i (24576 * l_i + l_i^2)`` (upstream's per-sequence transformer
+    workload for a 4096-wide model); the items are split with :func:`get_seqlen_balanced_partitions` with an equal
+    number of groups per partition. Returns ``k_partitions`` sorted index lists. ValueError when the lengths differ
+    or there are fewer groups than partitions.
+    """
+    if len(seqlen_list) != len(uid_list):
+        raise ValueError(f"seqlen_list has {len(seqlen_list)} entries but uid_list {len(uid_list)}")
+    groups: list[list[int]] = []
+    for i, uid in enumerate(uid_list):
+        if groups and uid_list[groups[-1][0]] == uid:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) < k_partitions:
+        raise ValueError(
+            f"{len(groups)} uid groups cannot fill {k_partitions} partitions; lower the world size or raise the batch"
+        )
+    workloads = [sum(24576 * int(seqlen_list[i]) + int(seqlen_list[i]) ** 2 for i in g) for g in groups]
+    parts = get_seqlen_balanced_partitions(workloads, k_partitions, equal_size=True)
+    return [sorted(i for g in part for i in groups[g]) for part in parts]

@@ -68,6 +68,18 @@ class Dispatch:
     DP_COMPUTE_PROTO_WITH_FUNC = DispatchMode("DP_COMPUTE_PROTO_WITH_FUNC")
     DP_COMPUTE_METRIC = DispatchMode("DP_COMPUTE_METRIC")
 
+    @classmethod
+    def remove(cls, name: str) -> None:
+        """Remove a mode added with :func:`register_dispatch_mode` (verl's ``Dispatch.remove``); the built-in modes
+        stay (ValueError), an unknown name is a KeyError."""
+        if name in _BUILTIN_MODES:
+            raise ValueError(f"Dispatch.{name} is a built-in dispatch mode and cannot be removed")
+        mode = getattr(cls, name, None)
+        if not isinstance(mode, DispatchMode):
+            raise KeyError(f"no dispatch mode named {name!r}")
+        delattr(cls, name)
+        _REGISTRY.pop(mode, None)
+
 
 class Execute(enum.Enum):
     """Which ranks run a registered method: all of them, or rank 0 only."""
@@ -84,6 +96,12 @@ class DispatchFns:
     collect_fn: Callable[..., Any]
     # True when the merged output is a DataProto, so a non-blocking call can hand back a DataProtoFuture.
     returns_proto: bool = False
+
+    def __getitem__(self, key: str) -> Any:
+        """verl's dict view of a registry entry: ``fns["dispatch_fn"]``, ``fns["collect_fn"]``."""
+        if key not in ("dispatch_fn", "collect_fn", "returns_proto"):
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 @dataclass(frozen=True)
@@ -365,6 +383,23 @@ _REGISTRY: dict[DispatchMode, DispatchFns] = {
     ),
     Dispatch.DP_COMPUTE_METRIC: DispatchFns(dispatch_dp_compute_data_proto, collect_dp_compute_metric),
 }
+
+DISPATCH_MODE_FN_REGISTRY = _REGISTRY
+"""verl's name of the mode -> functions registry (the same dict; an entry reads as ``entry["dispatch_fn"]`` too)."""
+_BUILTIN_MODES = frozenset(mode.name for mode in _REGISTRY)
+
+
+def _check_dispatch_mode(dispatch_mode: DispatchMode | dict[str, Any]) -> None:
+    """verl's check of a ``dispatch_mode`` argument: a registered mode, or a dict with ``dispatch_fn`` and
+    ``collect_fn``; anything else raises ValueError."""
+    if isinstance(dispatch_mode, dict):
+        missing = {"dispatch_fn", "collect_fn"} - set(dispatch_mode)
+        if missing:
+            raise ValueError(f"a dispatch_mode dict needs the keys dispatch_fn and collect_fn; missing {missing}")
+        return
+    if not isinstance(dispatch_mode, DispatchMode):
+        raise ValueError(f"dispatch_mode must be a Dispatch mode or a dict, got {dispatch_mode!r}")
+    _as_mode(dispatch_mode)
 
 
 def _check_fns(dispatch_fn: Callable[..., Any], collect_fn: Callable[..., Any]) -> None:

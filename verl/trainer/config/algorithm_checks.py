@@ -60,7 +60,7 @@ def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
     prefix = "algorithm.rollout_correction"
     try:
         parse_is_threshold(rc.rollout_is_threshold)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         errors.append(f"{prefix}.{exc}")
     _check_rs(rc, prefix, errors)
     veto = rc.rollout_token_veto_threshold
