@@ -105,7 +105,11 @@ class _LinearLogProbs(torch.autograd.Function):
         mm_dtype, temperature, cdtype = ctx.mm_dtype, ctx.temperature, lse.dtype
         n = hidden.shape[0]
         grad_h = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
+        # float32 accumulator of grad_weight (it becomes the .grad of a float32 master weight as it is); with a
+        # narrower matmul dtype each chunk's product lands in one reused buffer first, so no [V, H] temporary is
+        # allocated per chunk
         grad_w = torch.zeros(weight.shape, dtype=cdtype, device=weight.device) if need_w else None
+        buf = torch.empty(weight.shape, dtype=mm_dtype, device=weight.device) if need_w and mm_dtype != cdtype else None
         grad_b = torch.zeros(weight.shape[0], dtype=cdtype, device=weight.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(mm_dtype)
@@ -113,26 +117,33 @@ class _LinearLogProbs(torch.autograd.Function):
                 e = min(s + ctx.chunk_size, n)
                 h = hidden[s:e].to(mm_dtype)
                 z = _logits_block(h, w, bias, temperature, cdtype)
-                p = z.sub(lse[s:e].unsqueeze(-1)).exp_()
-                if grad_entropy is not None:
-                    # g_H * p * (E[z] - z), written into the logits block
-                    dz = z.neg_().add_(mean_z[s:e].unsqueeze(-1)).mul_(p).mul_(grad_entropy[s:e].to(cdtype)[:, None])
-                else:
-                    dz = z.zero_()
-                if grad_logp is not None:
-                    g = grad_logp[s:e].to(cdtype).unsqueeze(-1)
-                    dz.sub_(p.mul_(g)).scatter_add_(-1, labels[s:e].unsqueeze(-1), g)
-                del p
+                g_lp = grad_logp[s:e].to(cdtype).unsqueeze(-1) if grad_logp is not None else None
+                if grad_entropy is None:  # dz = -g_lp * p, then + g_lp at the label: all in the logits block
+                    dz = z.sub_(lse[s:e].unsqueeze(-1)).exp_().mul_(-g_lp)
+                else:  # dz = p * (g_H (E[z] - z) - g_lp), then + g_lp at the label
+                    p = torch.sub(z, lse[s:e].unsqueeze(-1)).exp_()
+                    dz = z.neg_().add_(mean_z[s:e].unsqueeze(-1)).mul_(grad_entropy[s:e].to(cdtype).unsqueeze(-1))
+                    if g_lp is not None:
+                        dz.sub_(g_lp)
+                    dz.mul_(p)
+                    del p
+                if g_lp is not None:
+                    dz.scatter_add_(-1, labels[s:e].unsqueeze(-1), g_lp)
                 if temperature != 1.0:
                     dz.div_(temperature)
                 if grad_b is not None:
                     grad_b += dz.sum(dim=0)
                 dz_mm = dz.to(mm_dtype)
-                if grad_h is not None:
+                if grad_h is not None and grad_h.dtype == mm_dtype:
+                    torch.mm(dz_mm, w, out=grad_h[s:e])
+                elif grad_h is not None:
                     grad_h[s:e] = dz_mm @ w
                 if grad_w is not None:
-                    grad_w += (dz_mm.T @ h).to(cdtype)
-                del dz, dz_mm
+                    if buf is None:
+                        grad_w.addmm_(dz_mm.T, h)
+                    else:
+                        grad_w.add_(torch.mm(dz_mm.T, h, out=buf))
+                del dz, dz_mm, z
         return (
             grad_h,
             grad_w.to(weight.dtype) if grad_w is not None else None,
