@@ -34,14 +34,14 @@ def _grads(loss, tensors):
     return torch.autograd.grad(loss, [t for t in tensors if t is not None])
 
 
-@pytest.mark.parametrize("chunk_size", [1, 5, None])
+@pytest.mark.parametrize("chunk_size,vocab_chunk", [(1, None), (5, 8), (None, 37), (None, None), (4, 1)])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("entropy_coeff", [0.0, 0.3])
-def test_fp32_values_and_grads_match_naive(chunk_size, temperature, entropy_coeff) -> None:
+def test_fp32_values_and_grads_match_naive(chunk_size, vocab_chunk, temperature, entropy_coeff) -> None:
     hidden, weight, bias, labels = _inputs(bias=True)
     g_out = torch.randn(labels.shape)
     logp, ent, sq = linear_logprobs_entropy(
-        hidden, weight, labels, temperature, bias=bias, chunk_size=chunk_size, with_sum_pi_squared=True
+        hidden, weight, labels, temperature, bias, chunk_size, with_sum_pi_squared=True, vocab_chunk_size=vocab_chunk
     )
     ref_logp, ref_ent, ref_sq = _naive(hidden, weight, labels, temperature, bias)
     torch.testing.assert_close(logp, ref_logp, atol=1e-5, rtol=1e-5)
@@ -55,7 +55,7 @@ def test_fp32_values_and_grads_match_naive(chunk_size, temperature, entropy_coef
 
 def test_entropy_only_loss_and_detached_entropy() -> None:
     hidden, weight, _, labels = _inputs(seed=1)
-    _, ent, _ = linear_logprobs_entropy(hidden, weight, labels, 1.3, chunk_size=4)
+    _, ent, _ = linear_logprobs_entropy(hidden, weight, labels, 1.3, chunk_size=4, vocab_chunk_size=10)
     _, ref_ent, _ = _naive(hidden, weight, labels, 1.3)
     for got, want in zip(_grads(ent.sum(), (hidden, weight)), _grads(ref_ent.sum(), (hidden, weight))):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -69,7 +69,7 @@ def test_entropy_only_loss_and_detached_entropy() -> None:
 def test_bf16_close_to_naive() -> None:
     hidden, weight, _, labels = _inputs(n=20, h=16, v=64, dtype=torch.bfloat16, seed=2)
     g_out = torch.randn(labels.shape)
-    logp, ent, _ = linear_logprobs_entropy(hidden, weight, labels, 0.9, chunk_size=6)
+    logp, ent, _ = linear_logprobs_entropy(hidden, weight, labels, 0.9, chunk_size=6, vocab_chunk_size=16)
     assert logp.dtype == torch.float32 and ent.dtype == torch.float32
     ref_logp, ref_ent, _ = _naive(hidden, weight, labels, 0.9)
     torch.testing.assert_close(logp, ref_logp, atol=2e-2, rtol=2e-2)
@@ -84,7 +84,7 @@ def test_bf16_close_to_naive() -> None:
 def test_autocast_matmul_matches_linear_under_autocast() -> None:
     hidden, weight, _, labels = _inputs(n=9, h=16, v=40, seed=3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logp, _, _ = linear_logprobs_entropy(hidden, weight, labels, 1.0, chunk_size=4)
+        logp, _, _ = linear_logprobs_entropy(hidden, weight, labels, 1.0, chunk_size=4, vocab_chunk_size=9)
         logits = torch.nn.functional.linear(hidden, weight)  # bf16 under autocast, as the naive head
     ref = torch.log_softmax(logits.float(), -1).gather(-1, labels[:, None]).squeeze(-1)
     torch.testing.assert_close(logp, ref, atol=1e-6, rtol=1e-6)
@@ -104,7 +104,7 @@ def test_tied_embedding_grads_accumulate() -> None:
     def run(fused: bool) -> list[torch.Tensor]:
         hidden = torch.tanh(proj(emb(ids)))
         if fused:
-            logp, ent, _ = linear_logprobs_entropy(hidden, emb.weight, labels, 0.8, chunk_size=5)
+            logp, ent, _ = linear_logprobs_entropy(hidden, emb.weight, labels, 0.8, chunk_size=5, vocab_chunk_size=7)
         else:
             logp, ent, _ = _naive(hidden.reshape(-1, h), emb.weight, labels.reshape(-1), 0.8)
         loss = -logp.sum() - 0.2 * ent.sum()

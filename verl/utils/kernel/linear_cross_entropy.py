@@ -1,11 +1,12 @@
-"""Log-probs and entropy through the LM head in token chunks, never materialising the ``[tokens, vocab]`` logits.
+"""Log-probs and entropy through the LM head in chunks, never materialising the ``[tokens, vocab]`` logits.
 
 The naive path computes ``logits = hidden @ W^T`` for every token (``[N, V]``, 8192 tokens x 152k vocab is 2.5 GB
 in bf16), keeps it for the backward and allocates a gradient of the same size. Here one autograd ``Function`` walks
-the tokens in chunks: per chunk it computes the logits block in float32, the log-prob of the label
-(``z_y - logsumexp(z)``) and the entropy (``logsumexp(z) - sum_j p_j z_j``), and drops the block. Only the inputs
-(hidden ``[N, H]``, weight ``[V, H]``, labels) and two floats per token (logsumexp and ``E_p[z]``) are saved; the
-backward recomputes each block and accumulates ``grad_hidden`` and ``grad_weight`` (and ``grad_bias``).
+token chunks and, inside each, slices of the vocabulary: per ``[tokens, vocab slice]`` block it computes the logits
+in float32 and folds them into the log-prob of the label (``z_y - logsumexp(z)``) and the entropy
+(``logsumexp(z) - sum_j p_j z_j``) with an online softmax, then drops the block. Only the inputs (hidden ``[N, H]``,
+weight ``[V, H]``, labels) and two floats per token (logsumexp and ``E_p[z]``) are saved; the backward recomputes
+each block and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``).
 
 Same quantities as upstream verl's fused kernels (``verl/utils/kernel/linear_cross_entropy.py``, used with
 ``actor_rollout_ref.model.use_fused_kernels``) and Liger's fused linear cross-entropy; written here in plain torch.
@@ -22,6 +23,9 @@ import torch
 # Elements of one float32 [chunk, vocab] working block (~128 MiB) when the caller gives no chunk size (as in
 # verl/utils/torch_functional.py).
 _AUTO_CHUNK_ELEMENTS = 1 << 25
+# Tokens per chunk by default: each chunk adds its share into every slice of grad_weight once, so fewer and larger
+# chunks mean fewer passes over the [V, H] gradient.
+_AUTO_TOKEN_CHUNK = 4096
 
 
 def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
@@ -49,10 +53,22 @@ def _logits_block(
     return z
 
 
-class _LinearLogProbs(torch.autograd.Function):
-    """``(log p(label), entropy, sum_j p_j^2)`` per token of ``softmax((hidden W^T + b) / T)``, chunked over tokens.
+def _label_column(labels: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(in_range [n], column [n, 1])``: which labels fall in the vocabulary slice ``[v0, v1)`` and their column
+    in it (clamped into the slice where they do not, to be masked by ``in_range``)."""
+    in_range = (labels >= v0) & (labels < v1)
+    return in_range, (labels - v0).clamp_(0, v1 - v0 - 1).unsqueeze(-1)
 
-    The third output has no gradient (the optimal-token-baseline term); it is empty unless asked for.
+
+class _LinearLogProbs(torch.autograd.Function):
+    """``(log p(label), entropy, sum_j p_j^2)`` per token of ``softmax((hidden W^T + b) / T)``.
+
+    Tokens are walked in chunks of ``token_chunk`` and, inside each, the vocabulary in slices of ``vocab_chunk``
+    rows of ``W``: the forward keeps a running max, ``sum e^(z - m)``, ``sum e^(z - m) z`` (and ``sum e^(2(z - m))``)
+    per token, rescaled when the max grows (the online softmax of Milakov & Gimelshein 2018); the backward rebuilds
+    each ``[token_chunk, vocab_chunk]`` block from the saved logsumexp and ``E_p[z]``, writes that slice of
+    ``grad_weight`` and accumulates ``grad_hidden`` over the slices. No ``[V, H]`` copy of the weight is made. The
+    third output has no gradient (the optimal-token-baseline term); it is empty unless asked for.
     """
 
     @staticmethod
@@ -63,31 +79,46 @@ class _LinearLogProbs(torch.autograd.Function):
         bias: torch.Tensor | None,
         labels: torch.Tensor,
         temperature: float,
-        chunk_size: int,
+        token_chunk: int,
+        vocab_chunk: int,
         with_sum_pi_squared: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mm_dtype = _matmul_dtype(hidden, weight)
         cdtype = _compute_dtype(mm_dtype)
-        n, device = hidden.shape[0], hidden.device
+        n, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
         logp = torch.empty(n, dtype=cdtype, device=device)
         lse = torch.empty(n, dtype=cdtype, device=device)
         mean_z = torch.empty(n, dtype=cdtype, device=device)
         sq = torch.empty(n if with_sum_pi_squared else 0, dtype=cdtype, device=device)
         with torch.autocast(device.type, enabled=False):
-            w = weight.to(mm_dtype)
-            for s in range(0, n, chunk_size):
-                e = min(s + chunk_size, n)
-                z = _logits_block(hidden[s:e].to(mm_dtype), w, bias, temperature, cdtype)
-                block_lse = torch.logsumexp(z, dim=-1)
-                lse[s:e] = block_lse
-                logp[s:e] = z.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - block_lse
-                p = torch.sub(z, block_lse.unsqueeze(-1)).exp_()
+            for s in range(0, n, token_chunk):
+                e = min(s + token_chunk, n)
+                h, y = hidden[s:e].to(mm_dtype), labels[s:e]
+                m = torch.full((e - s,), float("-inf"), dtype=cdtype, device=device)
+                sum_e, sum_ez, sum_e2, z_y = (torch.zeros(e - s, dtype=cdtype, device=device) for _ in range(4))
+                for v0 in range(0, vocab, vocab_chunk):
+                    v1 = min(v0 + vocab_chunk, vocab)
+                    b = bias[v0:v1] if bias is not None else None
+                    z = _logits_block(h, weight[v0:v1].to(mm_dtype), b, temperature, cdtype)
+                    m_new = torch.maximum(m, z.amax(dim=-1))
+                    scale = torch.exp(m - m_new)
+                    in_range, col = _label_column(y, v0, v1)
+                    z_y = torch.where(in_range, z.gather(-1, col).squeeze(-1), z_y)
+                    ez = z.sub(m_new.unsqueeze(-1)).exp_()
+                    sum_e.mul_(scale).add_(ez.sum(dim=-1))
+                    if with_sum_pi_squared:
+                        sum_e2.mul_(scale.square()).add_(ez.square().sum(dim=-1))
+                    sum_ez.mul_(scale).add_(ez.mul_(z).sum(dim=-1))
+                    m = m_new
+                    del z, ez
+                lse[s:e] = m + sum_e.log()
+                logp[s:e] = z_y - lse[s:e]
+                mean_z[s:e] = sum_ez / sum_e
                 if with_sum_pi_squared:
-                    sq[s:e] = p.square().sum(dim=-1)
-                mean_z[s:e] = p.mul_(z).sum(dim=-1)
-                del z, p
+                    sq[s:e] = sum_e2 / sum_e.square()
         ctx.save_for_backward(hidden, weight, bias, labels, lse, mean_z)
-        ctx.temperature, ctx.chunk_size, ctx.mm_dtype = temperature, chunk_size, mm_dtype
+        ctx.temperature, ctx.mm_dtype = temperature, mm_dtype
+        ctx.token_chunk, ctx.vocab_chunk = token_chunk, vocab_chunk
         ctx.mark_non_differentiable(sq)
         ctx.set_materialize_grads(False)
         return logp, lse - mean_z, sq
@@ -98,52 +129,53 @@ class _LinearLogProbs(torch.autograd.Function):
         ctx, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None, _grad_sq: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, labels, lse, mean_z = ctx.saved_tensors
-        nones = (None,) * 4
+        nones = (None,) * 5
         if grad_logp is None and grad_entropy is None:
             return (None, None, None) + nones
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         mm_dtype, temperature, cdtype = ctx.mm_dtype, ctx.temperature, lse.dtype
-        n = hidden.shape[0]
-        grad_h = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
-        # float32 accumulator of grad_weight (it becomes the .grad of a float32 master weight as it is); with a
-        # narrower matmul dtype each chunk's product lands in one reused buffer first, so no [V, H] temporary is
-        # allocated per chunk
-        grad_w = torch.zeros(weight.shape, dtype=cdtype, device=weight.device) if need_w else None
-        buf = torch.empty(weight.shape, dtype=mm_dtype, device=weight.device) if need_w and mm_dtype != cdtype else None
-        grad_b = torch.zeros(weight.shape[0], dtype=cdtype, device=weight.device) if need_b else None
-        with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(mm_dtype)
-            for s in range(0, n, ctx.chunk_size):
-                e = min(s + ctx.chunk_size, n)
-                h = hidden[s:e].to(mm_dtype)
-                z = _logits_block(h, w, bias, temperature, cdtype)
+        n, vocab, device = hidden.shape[0], weight.shape[0], hidden.device
+        grad_h = torch.empty(hidden.shape, dtype=hidden.dtype, device=device) if need_h else None
+        # float32 (it becomes the .grad of a float32 master weight as it is); each slice is written by one matmul
+        # per token chunk
+        grad_w = torch.zeros(weight.shape, dtype=cdtype, device=device) if need_w else None
+        grad_b = torch.zeros(vocab, dtype=cdtype, device=device) if need_b else None
+        with torch.autocast(device.type, enabled=False):
+            for s in range(0, n, ctx.token_chunk):
+                e = min(s + ctx.token_chunk, n)
+                h, y = hidden[s:e].to(mm_dtype), labels[s:e]
                 g_lp = grad_logp[s:e].to(cdtype).unsqueeze(-1) if grad_logp is not None else None
-                if grad_entropy is None:  # dz = -g_lp * p, then + g_lp at the label: all in the logits block
-                    dz = z.sub_(lse[s:e].unsqueeze(-1)).exp_().mul_(-g_lp)
-                else:  # dz = p * (g_H (E[z] - z) - g_lp), then + g_lp at the label
-                    p = torch.sub(z, lse[s:e].unsqueeze(-1)).exp_()
-                    dz = z.neg_().add_(mean_z[s:e].unsqueeze(-1)).mul_(grad_entropy[s:e].to(cdtype).unsqueeze(-1))
+                g_h = grad_entropy[s:e].to(cdtype).unsqueeze(-1) if grad_entropy is not None else None
+                acc_h = torch.zeros(e - s, hidden.shape[1], dtype=cdtype, device=device) if need_h else None
+                for v0 in range(0, vocab, ctx.vocab_chunk):
+                    v1 = min(v0 + ctx.vocab_chunk, vocab)
+                    w = weight[v0:v1].to(mm_dtype)
+                    z = _logits_block(h, w, bias[v0:v1] if bias is not None else None, temperature, cdtype)
+                    if g_h is None:  # dz = -g_lp * p (+ g_lp at the label, below)
+                        dz = z.sub_(lse[s:e].unsqueeze(-1)).exp_().mul_(-g_lp)
+                    else:  # dz = p * (g_H (E[z] - z) - g_lp) (+ g_lp at the label)
+                        p = torch.sub(z, lse[s:e].unsqueeze(-1)).exp_()
+                        dz = z.neg_().add_(mean_z[s:e].unsqueeze(-1)).mul_(g_h)
+                        if g_lp is not None:
+                            dz.sub_(g_lp)
+                        dz.mul_(p)
+                        del p
                     if g_lp is not None:
-                        dz.sub_(g_lp)
-                    dz.mul_(p)
-                    del p
-                if g_lp is not None:
-                    dz.scatter_add_(-1, labels[s:e].unsqueeze(-1), g_lp)
-                if temperature != 1.0:
-                    dz.div_(temperature)
-                if grad_b is not None:
-                    grad_b += dz.sum(dim=0)
-                dz_mm = dz.to(mm_dtype)
-                if grad_h is not None and grad_h.dtype == mm_dtype:
-                    torch.mm(dz_mm, w, out=grad_h[s:e])
-                elif grad_h is not None:
-                    grad_h[s:e] = dz_mm @ w
-                if grad_w is not None:
-                    if buf is None:
-                        grad_w.addmm_(dz_mm.T, h)
-                    else:
-                        grad_w.add_(torch.mm(dz_mm.T, h, out=buf))
-                del dz, dz_mm, z
+                        in_range, col = _label_column(y, v0, v1)
+                        dz.scatter_add_(-1, col, g_lp * in_range.unsqueeze(-1))
+                    if temperature != 1.0:
+                        dz.div_(temperature)
+                    if grad_b is not None:
+                        grad_b[v0:v1] += dz.sum(dim=0)
+                    dz_mm = dz.to(mm_dtype)
+                    del dz, z
+                    if acc_h is not None:
+                        acc_h += (dz_mm @ w).to(cdtype)
+                    if grad_w is not None:
+                        grad_w[v0:v1] += (dz_mm.T @ h).to(cdtype)
+                    del dz_mm
+                if grad_h is not None:
+                    grad_h[s:e] = acc_h
         return (
             grad_h,
             grad_w.to(weight.dtype) if grad_w is not None else None,
@@ -159,6 +191,7 @@ def linear_logprobs_entropy(
     bias: torch.Tensor | None = None,
     chunk_size: int | None = None,
     with_sum_pi_squared: bool = False,
+    vocab_chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token log-prob of ``labels``, entropy (and ``sum_v p_v^2``) of ``softmax((hidden @ weight.T + bias) / T)``.
 
@@ -168,8 +201,10 @@ def linear_logprobs_entropy(
         labels: ``[...]`` token ids in ``[0, V)``.
         temperature: positive logit divisor (the rollout's sampling temperature).
         bias: optional ``[V]`` head bias.
-        chunk_size: tokens per float32 ``[chunk, V]`` block; None: ~32M elements per block.
+        chunk_size: tokens per chunk (None: up to 4096).
         with_sum_pi_squared: also return ``sum_v p_v^2`` per token (no gradient).
+        vocab_chunk_size: rows of ``weight`` per block (None: a float32 ``[tokens, rows]`` block of ~32M
+            elements, ~128 MiB; peak working memory is about three such blocks).
 
     Returns:
         ``(log_probs [...], entropy [...], sum_pi_squared [...] | None)`` in float32 (float64 for float64 inputs);
@@ -183,13 +218,18 @@ def linear_logprobs_entropy(
         )
     if not temperature > 0:
         raise ValueError(f"linear_logprobs_entropy: temperature must be > 0, got {temperature}")
-    vocab = weight.shape[0]
-    chunk = max(1, _AUTO_CHUNK_ELEMENTS // max(vocab, 1)) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"linear_logprobs_entropy: chunk_size must be a positive number of tokens, got {chunk_size}")
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_y = labels.reshape(-1).long()
-    logp, ent, sq = _LinearLogProbs.apply(flat_h, weight, bias, flat_y, float(temperature), chunk, with_sum_pi_squared)
+    chunk = min(max(flat_h.shape[0], 1), _AUTO_TOKEN_CHUNK) if chunk_size is None else int(chunk_size)
+    vchunk = max(1, _AUTO_CHUNK_ELEMENTS // chunk) if vocab_chunk_size is None else int(vocab_chunk_size)
+    if chunk < 1 or vchunk < 1:
+        raise ValueError(
+            f"linear_logprobs_entropy: chunk_size ({chunk_size}) and vocab_chunk_size ({vocab_chunk_size}) must be "
+            "positive"
+        )
+    logp, ent, sq = _LinearLogProbs.apply(
+        flat_h, weight, bias, flat_y, float(temperature), chunk, vchunk, with_sum_pi_squared
+    )
     shape = labels.shape
     return logp.reshape(shape), ent.reshape(shape), (sq.reshape(shape) if with_sum_pi_squared else None)
 
