@@ -9,6 +9,11 @@ matmuls in the same dtype and thread count. ``tokens`` counts every input token 
     python bench/train_throughput.py --dtype float32
     python bench/train_throughput.py --micro-batch 16 --remove-padding
     python bench/train_throughput.py --smoke             # tiny random model, seconds (CI)
+    python bench/train_throughput.py --compare-fused     # model.use_fused_kernels false vs true, one run
+
+``--compare-fused`` builds the actor twice (``actor_rollout_ref.model.use_fused_kernels`` false and true), times
+the actor side of a GRPO step on each (the old-log-prob pass and the update) in alternation, and prints both step
+times and their ratio (fused / plain; below 1 is faster).
 """
 
 from __future__ import annotations
@@ -61,11 +66,12 @@ def measure_matmul_peak(dtype: torch.dtype, device: torch.device, size: int, sec
     return best
 
 
-def _config(model_path: str, args: argparse.Namespace):
+def _config(model_path: str, args: argparse.Namespace, fused: bool = False):
     from verl.trainer.config.loader import load_config
 
     return load_config(
         [
+            f"actor_rollout_ref.model.use_fused_kernels={str(fused).lower()}",
             f"actor_rollout_ref.model.path={model_path}",
             "actor_rollout_ref.rollout.n=1",
             f"data.train_batch_size={args.batch}",
@@ -156,6 +162,52 @@ def run(args: argparse.Namespace) -> Result:
     )
 
 
+def compare_fused(args: argparse.Namespace) -> dict[str, float]:
+    """Actor-side GRPO step time (old-log-prob pass + update) with ``use_fused_kernels`` false and true."""
+    from verl.single_controller import create_worker_group
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    torch.set_num_threads(args.threads)
+    model_path = args.model
+    if args.smoke:
+        from verl.models.tiny import make_tiny_model_dir
+
+        model_path = make_tiny_model_dir(tempfile.mkdtemp(prefix="verl_bench_tiny_"))
+    groups = {}
+    for fused in (False, True):
+        cfg = _config(model_path, args, fused)
+        groups[fused] = create_worker_group(
+            "local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": "actor"}
+        )
+        groups[fused].init_model()
+    vocab = int(groups[False].workers[0].actor_module.config.vocab_size)
+    data = _batch(args, vocab)
+
+    def step(group) -> float:
+        t0 = time.perf_counter()
+        group.compute_log_prob(data)
+        group.update_actor(data)
+        return time.perf_counter() - t0
+
+    for group in groups.values():
+        step(group)  # warm-up
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(args.steps):
+        for fused, group in groups.items():
+            times[fused].append(step(group))
+    plain, fused = min(times[False]), min(times[True])
+    return {
+        "model": "tiny" if args.smoke else args.model,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "dtype": args.dtype,
+        "tokens_per_step": args.batch * (args.prompt_len + args.response_len),
+        "plain_step_s": round(plain, 3),
+        "fused_step_s": round(fused, 3),
+        "fused_over_plain": round(fused / plain, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -170,9 +222,13 @@ def main() -> None:
     parser.add_argument("--remove-padding", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny random model and batch; finishes in seconds")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument("--compare-fused", action="store_true", help="use_fused_kernels false vs true, one run")
     args = parser.parse_args()
     if args.smoke:
         args.batch, args.micro_batch, args.prompt_len, args.response_len, args.steps = 4, 2, 8, 8, 1
+    if args.compare_fused:
+        print(json.dumps(compare_fused(args)))
+        return
     result = run(args)
     if args.json:
         print(json.dumps(asdict(result)))

@@ -248,6 +248,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 use_remove_padding=use_remove_padding,
                 sp_group=self._sp_group(self.actor_sp),
                 offload_activations=bool(model_cfg.enable_activation_offload),
+                use_fused_kernels=bool(model_cfg.use_fused_kernels),
             )
         if self._is_rollout:
             self._build_rollout()
@@ -276,6 +277,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 actor_module=self.actor_module,
                 use_remove_padding=use_remove_padding,
                 sp_group=ref_group,
+                use_fused_kernels=bool(self.config.model.use_fused_kernels),
             )
             return
         ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
@@ -291,6 +293,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             actor_module=self.ref_module,
             use_remove_padding=use_remove_padding,
             sp_group=ref_group,
+            use_fused_kernels=bool(self.config.model.use_fused_kernels),
         )
         self.ref_offload = OffloadPolicy(
             self.ref_module, None, self.config.ref.fsdp_config, self.compute_device, "actor_rollout_ref.ref"

@@ -22,6 +22,7 @@ from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
+from verl.workers.actor.fused_head import fused_logprobs_forward, output_head
 from verl.workers.actor.micro_batching import (
     autocast_context,
     enable_input_grads_for_checkpointing,
@@ -120,6 +121,7 @@ def sequence_parallel_response_forward(
     grad_scale: float,
     calculate_sum_pi_squared: bool = False,
     entropy_chunk_size: int | None = None,
+    fused: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
 
@@ -139,12 +141,19 @@ def sequence_parallel_response_forward(
     ids, positions = (ulysses.pad_to_multiple(t, ulysses_size(sp_group), 0) for t in (ids, positions))
     with ulysses.ulysses_context(sp_group, mask, positions):
         local_mask = ulysses.local_slice(mask) if mask is not None else None
-        logits = forward_logits(module, ulysses.local_slice(ids), local_mask, ulysses.local_slice(positions))
-        if temperature != 1.0:
-            logits = logits / temperature
-        log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
-        entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
-        sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
+        local_ids, local_positions = ulysses.local_slice(ids), ulysses.local_slice(positions)
+        if fused:
+            log_probs, entropy, sq = fused_logprobs_forward(
+                module, local_ids, local_mask, local_positions, ulysses.local_slice(labels), temperature,
+                calculate_entropy, entropy_requires_grad, calculate_sum_pi_squared=calculate_sum_pi_squared,
+            )  # fmt: skip
+        else:
+            logits = forward_logits(module, local_ids, local_mask, local_positions)
+            if temperature != 1.0:
+                logits = logits / temperature
+            log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
+            entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
+            sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
             entropy = ulysses.gather_sequence(entropy, 1, grad_scale)[:, :length]
@@ -169,6 +178,7 @@ def response_logits_forward(
     extra_inputs: dict[str, Any] | None = None,
     calculate_sum_pi_squared: bool = False,
     entropy_chunk_size: int | None = None,
+    fused: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
@@ -190,6 +200,8 @@ def response_logits_forward(
             ``use_remove_padding`` (:func:`~verl.models.vlm.pack_vision_inputs`).
 
         calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` per response token (no gradient) as a third item.
+        fused: through the LM head in token chunks, never materialising the logits
+            (``model.use_fused_kernels``, :mod:`verl.workers.actor.fused_head`); the same values.
 
     Returns:
         ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32, plus ``sum_pi_squared
@@ -214,6 +226,18 @@ def response_logits_forward(
         cols = packed.indices % seqlen
         keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
         keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
+        positions = packed.indices.index_select(0, keep_idx)
+        if fused:
+            log_probs, entropy, sq = fused_logprobs_forward(
+                module, packed.input_ids, None, packed.position_ids, labels.index_select(0, keep_idx)[None],
+                temperature, calculate_entropy, entropy_requires_grad, keep_idx, extra_inputs,
+                calculate_sum_pi_squared,
+            )  # fmt: skip
+            out = tuple(
+                unpack_to_padded(t[0], positions, bs, seqlen)[:, -response_len - 1 : -1] if t is not None else None
+                for t in (log_probs, entropy, sq)
+            )
+            return out if calculate_sum_pi_squared else out[:2]
         # the LM head runs on the scoring positions only when the model supports it (transformers: logits_to_keep)
         logits = forward_logits(
             module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx, extra_inputs=extra_inputs
@@ -222,7 +246,6 @@ def response_logits_forward(
             logits = logits.index_select(0, keep_idx)
         if temperature != 1.0:
             logits = logits / temperature
-        positions = packed.indices.index_select(0, keep_idx)
         log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx))
         log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
         entropy = entropy_of(logits)
@@ -234,6 +257,14 @@ def response_logits_forward(
         return log_probs, entropy
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
+    if fused:  # the kept positions score the responses, the last one nothing (its label is a placeholder)
+        labels = torch.cat([responses, responses[:, :1]], dim=1)
+        out = fused_logprobs_forward(
+            module, input_ids, attention_mask, position_ids, labels, temperature, calculate_entropy,
+            entropy_requires_grad, response_len + 1, extra_inputs, calculate_sum_pi_squared,
+        )  # fmt: skip
+        out = tuple(t[:, :-1] if t is not None else None for t in out)
+        return out if calculate_sum_pi_squared else out[:2]
     # the LM head (vocab-sized) runs on the last response_len + 1 positions only when the model supports it
     logits = forward_logits(
         module, input_ids, attention_mask, position_ids, logits_to_keep=response_len + 1, extra_inputs=extra_inputs
@@ -263,6 +294,8 @@ class DataParallelPPOActor(BasePPOActor):
         lr_scheduler: reported in ``actor/lr``; the worker steps it.
         use_remove_padding: pack valid tokens into one row (``actor_rollout_ref.model.use_remove_padding``); the
             config key ``use_remove_padding`` is read when this is None. Needs a transformers model.
+        use_fused_kernels: log-probs and entropy through the LM head in token chunks, no ``[bs, seq, vocab]``
+            logits (``actor_rollout_ref.model.use_fused_kernels``); needs a transformers causal LM.
     """
 
     def __init__(
@@ -274,6 +307,7 @@ class DataParallelPPOActor(BasePPOActor):
         use_remove_padding: bool | None = None,
         sp_group: Any = None,
         offload_activations: bool = False,
+        use_fused_kernels: bool = False,
     ) -> None:
         super().__init__(omega_conf_to_dataclass(config, ActorConfig))
         # actor_rollout_ref.model.enable_activation_offload: training forwards keep their activations on the host
@@ -289,6 +323,9 @@ class DataParallelPPOActor(BasePPOActor):
         # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
         self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
         enable_input_grads_for_checkpointing(actor_module)
+        self.use_fused_kernels = bool(use_fused_kernels)
+        if self.use_fused_kernels:
+            output_head(actor_module)  # refuses, naming the key, a model without a separable LM head
 
     # ------------------------------------------------------------------------------------------------ forward
     @staticmethod
@@ -333,6 +370,7 @@ class DataParallelPPOActor(BasePPOActor):
                     grad_scale=float(dist.get_world_size(self.sp_group)),
                     calculate_sum_pi_squared=calculate_sum_pi_squared,
                     entropy_chunk_size=self.entropy_chunk_size,
+                    fused=self.use_fused_kernels,
                 )
             return response_logits_forward(
                 self.actor_module,
@@ -344,6 +382,7 @@ class DataParallelPPOActor(BasePPOActor):
                 extra_inputs=extra_inputs,
                 calculate_sum_pi_squared=calculate_sum_pi_squared,
                 entropy_chunk_size=self.entropy_chunk_size,
+                fused=self.use_fused_kernels,
             )
 
     def compute_log_prob(

@@ -155,9 +155,71 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
     captured = len(graphed._graphs)
     with torch.no_grad():
         model.lm_head.weight.zero_()
-    out, _ = _generate(graphed, _settings(True), device="cuda")
+    # under the autocast of the capture: a call outside it decodes into float32 buffers, which are other graphs
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+        out, _ = _generate(graphed, _settings(True), device="cuda")
     assert out.tolist() == [[90, 90, 0]] * 6
     assert len(graphed._graphs) == captured  # replayed, not captured again
+
+
+class _EagerGraph:
+    """Stands in for a captured CUDA graph on CPU: ``replay`` runs the step eagerly under the capture's autocast."""
+
+    def __init__(self, loop: DecodeLoop, st, c) -> None:
+        self.loop, self.st, self.c = loop, st, c
+        self.autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+
+    def replay(self) -> None:
+        with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
+            self.loop._step(self.st, self.c, None)
+
+
+class _CpuGraphLoop(DecodeLoop):
+    """The cuda_graph mode's bookkeeping (buffers, graph keys, weight keys) on CPU, with eager 'graphs'."""
+
+    captures = 0
+
+    def _check_graph_device(self, device) -> None:
+        pass
+
+    def _capture(self, st, c):
+        self.captures += 1
+        return _EagerGraph(self, st, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_graphs_are_kept_across_in_place_weight_updates_and_recaptured_on_a_new_cache_dtype(dtype) -> None:
+    """What decides a recapture, on CPU: an in-place weight change keeps every graph (bf16 autocast too); a call in
+    another cache dtype (outside the capture's autocast) gets new buffers and graphs; re-allocated parameters free
+    the graphs."""
+    model = make_tiny_causal_lm(seed=0).eval()
+    loop = _CpuGraphLoop(model, mode="cuda_graph")
+    assert loop.mode == "cuda_graph"
+    amp = dict(device_type="cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+    with torch.autocast(**amp):
+        _generate(loop, _settings(True))
+        _generate(loop, _settings(False))
+    captures, graphs = loop.captures, len(loop._graphs)
+    assert captures == graphs >= 2
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # in place, as an optimizer step
+    with torch.autocast(**amp):
+        out, _ = _generate(loop, _settings(True))
+    assert out.tolist() == [[90, 90, 0]] * 6  # the new weights are read
+    assert loop.captures == captures and len(loop._graphs) == graphs
+    # outside the autocast (the bf16 case of test_cuda_graph_step_matches_eager_on_cuda before its fix): float32
+    # buffers, so the bf16 graphs are dropped and one is captured for this call
+    _generate(loop, _settings(True))
+    if dtype == torch.bfloat16:
+        assert loop.captures == captures + 1 and len(loop._graphs) == 1
+    else:
+        assert loop.captures == captures
+    # parameters re-allocated (not in place): the graphs would read freed storage, so they are captured again
+    before = loop.captures
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
+    _generate(loop, _settings(True))
+    assert loop.captures == before + 1
 
 
 def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_config, make_prompts, byte_prompts) -> None:

@@ -227,9 +227,18 @@ class DecodeLoop:
                 self._graphs.clear()
                 self._step(st, c, None)
 
+    @staticmethod
+    def graph_key(st: DecodeState, c: _StepConsts) -> tuple[Any, ...]:
+        """What a captured step is bound to: the state's buffers (their storage), the sampling constants, and the
+        autocast dtype on the state's device (None outside autocast). In-place weight updates keep the key (the
+        graph reads the parameters' storage, see :meth:`generate`)."""
+        device_type = st.tokens.device.type
+        autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        return (id(st), c, autocast)
+
     def _replay_graph(self, st: DecodeState, c: _StepConsts) -> None:
         """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers."""
-        key = (id(st), c, torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None)
+        key = self.graph_key(st, c)
         graph = self._graphs.get(key)
         if graph is None:
             graph = self._capture(st, c)
@@ -267,9 +276,15 @@ class DecodeLoop:
             restore()  # capture runs no kernel, the warm-up did: the step to replay starts from the saved state
         return graph
 
+    @staticmethod
+    def _check_graph_device(device: torch.device) -> None:
+        if device.type != "cuda":
+            raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, the model is on {device}")
+
     def _state(self, rows: int, capacity: int, length: int, dtype: torch.dtype, device: Any) -> DecodeState:
         """The decode buffers of a bucket: cached across calls in the compiled and graph modes (the graphs are
-        bound to their storage), fresh otherwise."""
+        bound to their storage), fresh otherwise. A call in another cache dtype (e.g. outside the bf16 autocast
+        the graphs were captured under: float32 buffers) frees the cached buffers and graphs, and captures anew."""
         vocab = self.forward.vocab or 0  # a bare module's vocabulary is known after its first forward
 
         def alloc() -> DecodeState:
@@ -399,9 +414,8 @@ class DecodeLoop:
         bs, prompt_len = input_ids.shape
         device = input_ids.device
         length = settings.response_length
-        if self.mode == "cuda_graph" and device.type != "cuda":
-            raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, the model is on {device}")
         if self.mode == "cuda_graph":
+            self._check_graph_device(device)
             weights = self.forward.weights_key()
             if weights != self._param_key:  # parameters re-allocated: captured graphs read stale storage
                 self.release()
