@@ -4,7 +4,9 @@ token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.T
 
 Requests are validated with ``verl serve``'s schemas (:mod:`verl.experimental.agent_loop.openai_schemas`) and tool
 calls rendered and parsed with its code (:mod:`verl.experimental.agent_loop.openai_tool_calls`, the rollout's
-``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none), ``n`` (each choice its own engine
+``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none; ``required`` is parsed as auto, not
+enforced: an answer without a tool call is returned as text and counted, :attr:`TrajectoryEndpoint.tool_choice_unmet`
+-- smolagents' ``ToolCallingAgent`` sends ``required`` and parses such text itself), ``n`` (each choice its own engine
 request), ``stop`` (strings: the answer is cut after the token that completes one, and the recorded ids are cut
 there too; one-token stop strings also stop the engine), ``max_tokens``/``max_completion_tokens``,
 ``temperature``/``top_p`` (``agent.openai.request_sampling``). The engine answers whole turns, so a stream sends
@@ -95,6 +97,8 @@ class TrajectoryEndpoint:
         self.requests = 0
         self.bad_requests = 0
         self.sampling_overrides = 0
+        self.tool_choice_unmet = 0  # answers to tool_choice="required" that called no tool
+        self.tool_calls = 0  # tool calls returned in message.tool_calls (all choices)
         self.generate_s = 0.0
         self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
         self.closed = False
@@ -201,6 +205,9 @@ class TrajectoryEndpoint:
         for i, m in enumerate(body.messages):
             if not isinstance(m.content, str) and any(isinstance(p, ImagePart) for p in m.content):
                 raise ServeError(400, f"messages[{i}].content: images are not supported in rollouts", "messages")
+        required = body.tool_choice == "required" and bool(body.tools)
+        if required:  # decoding is not constrained: parsed as "auto", an answer with no call is counted
+            body = body.model_copy(update={"tool_choice": "auto"})
         messages, schemas = template_messages(body)
         if not getattr(self.tokenizer, "chat_template", None):
             raise ServeError(400, "messages: the model has no chat template; use /v1/completions", "messages")
@@ -220,6 +227,8 @@ class TrajectoryEndpoint:
         choices = []
         for k, (choice, text, finish) in enumerate(results):
             message, finish = assistant_message(body, text, finish, self.parser)
+            self.tool_choice_unmet += required and not message.get("tool_calls")
+            self.tool_calls += len(message.get("tool_calls") or [])
             as_template = template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))
             choice.returned = message_key(as_template[0][0])
             choices.append({"index": k, "message": message, "finish_reason": finish, "logprobs": None, "_raw": text})
