@@ -149,3 +149,24 @@ async def protocol_edges(task: dict[str, Any], base_url: str, api_key: str) -> f
         bad = await http.post("/completions", headers={**good, "Content-Type": "application/json"}, content=b"{")
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "json_invalid", bad.text
     return 1.0
+
+
+LOGPROBS: dict[str, Any] = {}  # what asks_logprobs got back (logprobs test)
+
+
+async def asks_logprobs(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """A chat answer with ``logprobs: true``, a completion with ``logprobs: 0``, then ``top_logprobs: 2`` (refused)."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        chat = await client.chat.completions.create(model="m", messages=task["messages"], max_tokens=6, logprobs=True)
+        LOGPROBS["chat"] = chat.choices[0].logprobs.model_dump()
+        LOGPROBS["chat_text"] = chat.choices[0].message.content
+        plain = await client.completions.create(model="m", prompt="Q1 go", max_tokens=6, logprobs=0)
+        LOGPROBS["completion"] = plain.choices[0].logprobs.model_dump()
+        LOGPROBS["completion_text"] = plain.choices[0].text
+        try:
+            await client.chat.completions.create(
+                model="m", messages=task["messages"], max_tokens=6, logprobs=True, top_logprobs=2
+            )
+        except openai.BadRequestError as e:
+            LOGPROBS["refused"] = str(e)
+    return 1.0

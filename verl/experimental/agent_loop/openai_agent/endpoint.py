@@ -4,7 +4,9 @@ token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.T
 
 Requests are validated with ``verl serve``'s schemas (:mod:`verl.experimental.agent_loop.openai_schemas`) and tool
 calls rendered and parsed with its code (:mod:`verl.experimental.agent_loop.openai_tool_calls`, the rollout's
-``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none), ``n`` (each choice its own engine
+``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none; ``required`` is parsed as auto, not
+enforced: an answer without a tool call is returned as text and counted, :attr:`TrajectoryEndpoint.tool_choice_unmet`
+-- smolagents' ``ToolCallingAgent`` sends ``required`` and parses such text itself), ``n`` (each choice its own engine
 request), ``stop`` (strings: the answer is cut after the token that completes one, and the recorded ids are cut
 there too; one-token stop strings also stop the engine), ``max_tokens``/``max_completion_tokens``,
 ``temperature``/``top_p`` (``agent.openai.request_sampling``). The engine answers whole turns, so a stream sends
@@ -95,6 +97,8 @@ class TrajectoryEndpoint:
         self.requests = 0
         self.bad_requests = 0
         self.sampling_overrides = 0
+        self.tool_choice_unmet = 0  # answers to tool_choice="required" that called no tool
+        self.tool_calls = 0  # tool calls returned in message.tool_calls (all choices)
         self.generate_s = 0.0
         self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
         self.closed = False
@@ -139,6 +143,8 @@ class TrajectoryEndpoint:
                 raise ServeError(400, f"body: not valid JSON: {e.msg}", "body", "json_invalid") from e
             except ValidationError as e:
                 raise validation_error_to_serve_error(e.errors()) from e
+            want_logprobs = _logprobs_wanted(path, payload, body)
+            body = body.model_copy(update={"logprobs": None})  # answered here, not refused by the shared check
             body.check_unsupported()
             async with self._lock:
                 if self.requests >= self.max_requests:
@@ -147,8 +153,8 @@ class TrajectoryEndpoint:
                     )
                 self.requests += 1
                 if path == "/chat/completions":
-                    return await self._chat(body)
-                return await self._completion(body)
+                    return await self._chat(body, want_logprobs)
+                return await self._completion(body, want_logprobs)
         raise ServeError(404, f"no route {request.method} {request.path}", None, "not_found")
 
     def _model(self) -> dict[str, Any]:
@@ -157,8 +163,9 @@ class TrajectoryEndpoint:
     # ---------------------------------------------------------------------------------------------- generation
     async def _generate(
         self, kind: str, tools: list | None, history: Any, full_ids: Any, body: Any
-    ) -> list[tuple[Choice, str, str]]:
-        """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason)]`` (text before the stop)."""
+    ) -> list[tuple[Choice, str, str, int]]:
+        """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason, shown)]``: the text before the
+        stop, and how many of the choice's ids it comes from (those :func:`_logprobs` reports)."""
         try:
             context, budget = self.recorder.prepare(kind, tools, history, full_ids)
         except BudgetExceeded as e:
@@ -194,13 +201,18 @@ class TrajectoryEndpoint:
                 finish = "length" if out.stop_reason == "length" else "stop"
                 if out.stop_reason == "stop":  # a one-token stop string ended it: not part of the text
                     text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
-            results.append((Choice(ids, log_probs, ended, ""), text, finish))
+            # the ids behind the returned text: without the closing EOS or one-token stop (not part of the text)
+            shown = len(ids) - 1 if at is None and (ended or out.stop_reason == "stop") else len(ids)
+            results.append((Choice(ids, log_probs, ended, ""), text, finish, shown))
         return results
 
-    async def _chat(self, body: ChatCompletionRequest) -> HttpResponse:
+    async def _chat(self, body: ChatCompletionRequest, want_logprobs: bool) -> HttpResponse:
         for i, m in enumerate(body.messages):
             if not isinstance(m.content, str) and any(isinstance(p, ImagePart) for p in m.content):
                 raise ServeError(400, f"messages[{i}].content: images are not supported in rollouts", "messages")
+        required = body.tool_choice == "required" and bool(body.tools)
+        if required:  # decoding is not constrained: parsed as "auto", an answer with no call is counted
+            body = body.model_copy(update={"tool_choice": "auto"})
         messages, schemas = template_messages(body)
         if not getattr(self.tokenizer, "chat_template", None):
             raise ServeError(400, "messages: the model has no chat template; use /v1/completions", "messages")
@@ -217,13 +229,19 @@ class TrajectoryEndpoint:
             raise
         except Exception as e:  # a chat template may reject a message order
             raise ServeError(400, f"messages: the chat template rejected them: {e}", "messages") from e
+        _check_logprobs_recorded(want_logprobs, results)
         choices = []
-        for k, (choice, text, finish) in enumerate(results):
+        for k, (choice, text, finish, shown) in enumerate(results):
             message, finish = assistant_message(body, text, finish, self.parser)
+            self.tool_choice_unmet += required and not message.get("tool_calls")
+            self.tool_calls += len(message.get("tool_calls") or [])
             as_template = template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))
             choice.returned = message_key(as_template[0][0])
-            choices.append({"index": k, "message": message, "finish_reason": finish, "logprobs": None, "_raw": text})
-        self.recorder.record([c for c, _, _ in results])
+            logprobs = _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None
+            choices.append(
+                {"index": k, "message": message, "finish_reason": finish, "logprobs": logprobs, "_raw": text}
+            )
+        self.recorder.record([r[0] for r in results])
         usage = self._usage(results)
         if body.stream:
             return self._sse(self._chat_events(body, choices, usage))
@@ -231,19 +249,25 @@ class TrajectoryEndpoint:
             c.pop("_raw")
         return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, usage))
 
-    async def _completion(self, body: CompletionRequest) -> HttpResponse:
+    async def _completion(self, body: CompletionRequest, want_logprobs: bool) -> HttpResponse:
         if not isinstance(body.prompt, str):
             raise ServeError(400, "prompt: one string per request in rollouts (use n for several choices)", "prompt")
         prompt = body.prompt
         results = await self._generate(
             "completion", None, prompt, lambda: self.tokenizer.encode(prompt, add_special_tokens=True), body
         )
-        for choice, text, _ in results:
+        _check_logprobs_recorded(want_logprobs, results)
+        for choice, text, _, _ in results:
             choice.returned = text
-        self.recorder.record([c for c, _, _ in results])
+        self.recorder.record([r[0] for r in results])
         choices = [
-            {"index": k, "text": text, "finish_reason": finish, "logprobs": None}
-            for k, (_, text, finish) in enumerate(results)
+            {
+                "index": k,
+                "text": text,
+                "finish_reason": finish,
+                "logprobs": _completion_logprobs(self.tokenizer, choice, shown) if want_logprobs else None,
+            }
+            for k, (choice, text, finish, shown) in enumerate(results)
         ]
         usage = self._usage(results)
         if body.stream:
@@ -251,10 +275,10 @@ class TrajectoryEndpoint:
         return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, usage))
 
     # ------------------------------------------------------------------------------------------------ shapes
-    def _usage(self, results: list[tuple[Choice, str, str]]) -> dict[str, int]:
+    def _usage(self, results: list[tuple[Choice, str, str, int]]) -> dict[str, int]:
         seg = self.recorder.current
         prompt = len(seg.prompt_ids) + len(seg.response_ids) if seg is not None else 0
-        completion = sum(len(c.ids) for c, _, _ in results)
+        completion = sum(len(r[0].ids) for r in results)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _envelope(self, obj: str, prefix: str, choices: list, usage: dict | None) -> dict[str, Any]:
@@ -286,18 +310,74 @@ class TrajectoryEndpoint:
                 deltas = ([{"content": first}] if first else []) + stream.finish(finish)[0]
             elif c["message"]["content"]:
                 deltas = [{"content": c["message"]["content"]}]
-            for delta in deltas:
-                yield self._event({**base, "choices": [{"index": k, "delta": delta, "finish_reason": None}]})
+            for j, delta in enumerate(deltas):  # the answer's log-probs ride on its first chunk
+                logprobs = c["logprobs"] if j == 0 else None
+                yield self._event({**base, "choices": [{"index": k, "delta": delta, "logprobs": logprobs,
+                                                        "finish_reason": None}]})  # fmt: skip
             yield self._event({**base, "choices": [{"index": k, "delta": {}, "finish_reason": finish}]})
         yield self._event("[DONE]")
 
     async def _completion_events(self, choices: list) -> AsyncIterator[bytes]:
         base = self._envelope("text_completion", "cmpl", [], None)
         for c in choices:
-            piece = {"index": c["index"], "text": c["text"], "finish_reason": None, "logprobs": None}
+            piece = {"index": c["index"], "text": c["text"], "finish_reason": None, "logprobs": c["logprobs"]}
             yield self._event({**base, "choices": [piece]})
             yield self._event({**base, "choices": [{**piece, "text": "", "finish_reason": c["finish_reason"]}]})
         yield self._event("[DONE]")
 
 
 _BUDGET_CODES = ("request_budget", "context_length_exceeded")
+
+
+def _logprobs_wanted(path: str, payload: Any, body: Any) -> bool:
+    """Whether the request asks for the sampled tokens' log-probs. Chat: ``logprobs: true`` (``top_logprobs`` 0 or
+    unset); completions: ``logprobs: 0``. Alternatives (``top_logprobs`` > 0, completions' ``logprobs`` > 0) are
+    refused: the rollout records the sampled token's log-prob only."""
+    if path == "/chat/completions":
+        top = payload.get("top_logprobs") if isinstance(payload, dict) else None
+        if top not in (None, 0) or isinstance(top, bool):
+            raise ServeError(400, f"top_logprobs: {top!r}: the rollout records only the sampled token's log-prob; "
+                             "use logprobs: true with top_logprobs 0 or unset", "top_logprobs",
+                             "unsupported_parameter")  # fmt: skip
+        if body.logprobs not in (None, True, False):
+            raise ServeError(400, f"logprobs: {body.logprobs!r}: a boolean", "logprobs")
+        if top == 0 and not body.logprobs:
+            raise ServeError(400, "top_logprobs: set without logprobs: true", "top_logprobs")
+        return bool(body.logprobs)
+    if body.logprobs is None:
+        return False
+    if isinstance(body.logprobs, bool) or not isinstance(body.logprobs, int) or body.logprobs != 0:
+        raise ServeError(400, f"logprobs: {body.logprobs!r}: only 0 (the sampled tokens' log-probs, no alternatives) "
+                         "is served: the rollout records only the sampled token's log-prob", "logprobs",
+                         "unsupported_parameter")  # fmt: skip
+    return True
+
+
+def _check_logprobs_recorded(want: bool, results: list[tuple[Choice, str, str, int]]) -> None:
+    if want and any(r[0].log_probs is None for r in results):
+        raise ServeError(400, "logprobs: this rollout records no log-probs (actor_rollout_ref.rollout."
+                         "calculate_log_probs=false)", "logprobs", "unsupported_parameter")  # fmt: skip
+
+
+def _token_entries(tokenizer: Any, choice: Choice, shown: int) -> list[tuple[str, float]]:
+    """``[(token text, log-prob)]`` of the first ``shown`` sampled ids, log-probs as the engine recorded them."""
+    return [(tokenizer.decode([i]), float(lp)) for i, lp in zip(choice.ids[:shown], choice.log_probs[:shown])]
+
+
+def _chat_logprobs(tokenizer: Any, choice: Choice, shown: int) -> dict[str, Any]:
+    """OpenAI's chat ``choices[].logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs: []}], ...}``."""
+    content = [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+               for t, lp in _token_entries(tokenizer, choice, shown)]  # fmt: skip
+    return {"content": content, "refusal": None}
+
+
+def _completion_logprobs(tokenizer: Any, choice: Choice, shown: int) -> dict[str, Any]:
+    """OpenAI's legacy completions ``choices[].logprobs``: ``tokens``, ``token_logprobs``, ``text_offset``
+    (``top_logprobs`` null: no alternatives are recorded)."""
+    entries = _token_entries(tokenizer, choice, shown)
+    offsets, at = [], 0
+    for t, _ in entries:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": [t for t, _ in entries], "token_logprobs": [lp for _, lp in entries], "top_logprobs": None,
+            "text_offset": offsets}  # fmt: skip

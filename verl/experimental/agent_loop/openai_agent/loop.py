@@ -163,6 +163,8 @@ class OpenAIAgentLoop(AgentLoopBase):
             "openai/unused_choices": recorder.unused_choices,
             "openai/bad_requests": endpoint.bad_requests,
             "openai/sampling_overrides": endpoint.sampling_overrides,
+            "openai/tool_calls": endpoint.tool_calls,
+            "openai/tool_choice_unmet": endpoint.tool_choice_unmet,
             "openai/failed": int(failure is not None),
             "openai/dropped": int(drop),
             "openai/agent_s": agent_s,

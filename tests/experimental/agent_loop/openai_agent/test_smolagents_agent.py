@@ -1,0 +1,59 @@
+"""A real agent framework, unchanged: smolagents' ``ToolCallingAgent`` (examples/any_agent/smolagents_agent.py)
+runs one trajectory end to end through the rollout's endpoint, and the trained ids are the ones the engine
+sampled."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from verl.base_config import omega_conf_to_dataclass
+from verl.experimental.agent_loop.runner import AgentLoopRunner
+from verl.workers.config import RolloutConfig
+
+pytest.importorskip("smolagents", reason="smolagents is the agents extra (in dev): pip install smolagents")
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "../../../../examples/any_agent/smolagents_agent.py")
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>'
+FINAL = '<tool_call>{"name": "final_answer", "arguments": {"answer": "408"}}</tool_call>'
+
+
+def test_a_smolagents_tool_calling_agent_trains_on_its_sampled_ids(kit) -> None:
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": [CALL, FINAL]})
+    sent: list[list[int]] = []
+
+    def generate(prompts: Any) -> Any:
+        out = engine(prompts)
+        n = int(out.batch["response_mask"][0].sum())
+        sent.append(out.batch["responses"][0, :n].tolist())
+        return out
+
+    config = kit.rollout_config(agent_default_agent_loop="openai_agent", prompt_length=8192, response_length=1024,
+                                agent_openai={"agent": f"{os.path.abspath(EXAMPLE)}:run"})  # fmt: skip
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    batch = kit.prompt_batch(tok, ["Q1: what is 12*34?"], [{"answer": "408"}])
+    out = AgentLoopRunner(config, tok, generate).generate_sequences(batch)
+
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert metrics["openai/failure_reason"] is None, metrics
+    # the agent ran its calculator, then answered with final_answer: two requests, both tool calls; smolagents
+    # sends its tool_choice="required" and re-writes the history as text, so the second request starts a segment
+    assert (metrics["openai/requests"], metrics["openai/tool_calls"], metrics["openai/tool_choice_unmet"]) == (2, 2, 0)
+    assert (metrics["openai/segments"], metrics["openai/splits"]) == (2, 1)
+    assert out.non_tensor_batch["agent_reward"][0] == 1.0  # the agent's own score of its final answer
+    # the trained row is the last segment: the prompt smolagents sent (its system prompt, the tool schemas, the
+    # calculator's observation), then exactly the ids the engine sampled for the final answer, all mask 1
+    width = out.batch["responses"].shape[1]
+    attn = out.batch["attention_mask"][0]
+    prompt = tok.decode(out.batch["prompts"][0][attn[:-width].bool()].tolist())
+    assert "final_answer" in prompt and "408" in prompt and "Q1: what is 12*34?" in prompt
+    n = int(attn[-width:].sum())
+    assert (
+        out.batch["responses"][0, :n].tolist()
+        == sent[-1]
+        == tok.encode(FINAL, add_special_tokens=False) + [tok.eos_token_id]
+    )
+    assert out.batch["response_mask"][0, :n].tolist() == [1] * n
