@@ -319,7 +319,10 @@ class Batcher:
             )
         job.bind(asyncio.get_running_loop())
         self._jobs = [j for j in self._jobs if not j.finished]
-        self.server.submit(job.request())
+        try:
+            self.server.submit(job.request())
+        except RuntimeError as err:  # the server closed (shutdown) or its serving thread died
+            raise ServeError(503, f"the engine is not serving: {err}", None, "shutting_down", "server_error") from err
         self._jobs.append(job)
 
     async def close(self) -> None:

@@ -136,7 +136,7 @@ class TokenRequest:
 
     def cancel(self) -> None:
         """Stop the request (any thread): a queued one is never started, a running one stops at the next step and
-        is answered with what it has (stop reason ``cancelled``)."""
+        is answered with stop reason ``cancelled`` and the tokens it was given so far (``token_ids``)."""
         self.cancelled = True
 
 
