@@ -64,3 +64,21 @@ def test_output_path_is_required(tmp_path, tiny_model_dir: str, capsys) -> None:
     args = [a for a in _args("p.parquet", "x", tiny_model_dir) if not a.startswith("+data.output_path")]
     assert main([*args, "--cfg", "job"]) == 2
     assert "data.output_path: missing key" in capsys.readouterr().err  # the key upstream adds with +
+
+
+@pytest.mark.vllm
+@pytest.mark.slow  # a vLLM CPU engine start (~40 s)
+def test_the_vllm_engine_writes_the_same_shape(tmp_path) -> None:
+    pytest.importorskip("vllm")
+    from verl.models.tiny import TinyModelSpec, make_tiny_model_dir
+
+    # vLLM's CPU attention kernels need head_dim >= 32 (tests/workers/rollout/test_vllm_rollout.py)
+    spec = TinyModelSpec(arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    model = make_tiny_model_dir(str(tmp_path / "model"), spec=spec)
+    prompts = tmp_path / "prompts.parquet"
+    pq.write_table(pa.table({"prompt": PROMPTS[:2]}), prompts)
+    out = tmp_path / "out.parquet"
+    extra = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32"]
+    assert main(_args(str(prompts), str(out), model, *extra)) == 0
+    rows = pq.read_table(out).to_pylist()
+    assert [len(r["responses"]) for r in rows] == [3, 3] and [r["prompt"] for r in rows] == PROMPTS[:2]

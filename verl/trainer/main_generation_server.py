@@ -61,6 +61,11 @@ class GenerationServerConfig(PPOConfig):
 
     data: GenerationDataConfig = field(default_factory=GenerationDataConfig)
 
+    @staticmethod
+    def step_plan_text(cfg: DictConfig) -> None:
+        """No PPO step plan: this entry point only generates."""
+        return None
+
     @classmethod
     def cross_field_checks(cls, cfg: DictConfig) -> tuple[list[str], list[str]]:
         """The PPO checks, then generation's own: an output path, an engine we have, ``n >= 1`` (1 when greedy),
