@@ -15,6 +15,8 @@ seconds, decode ms per step (generation / response length), ``perf/mfu/actor`` a
     python bench/gpu_grpo_vs_trl.py                       # on a CUDA machine: 0.5B and 1.5B, all three sides
     python bench/gpu_grpo_vs_trl.py --shapes 0.5B --sides verl
     python bench/gpu_grpo_vs_trl.py --smoke               # tiny shape on any device (CI)
+    python bench/gpu_grpo_vs_trl.py --sides verl --verl-override actor_rollout_ref.model.use_fused_kernels=true \
+        --tag fused                                       # our side with extra config overrides, saved apart
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def _work(args: dict):
         dtype=precision_for(default_device()).name,
         trl_gradient_checkpointing=args["side"] == "trl-ckpt-on",
         engine="hf",
+        extra_overrides=list(args.get("verl_overrides", [])),
     )
 
 
@@ -201,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "verl_bench_qwen_shapes"))
     parser.add_argument("--smoke", action="store_true", help="tiny shape, B=2, G=2, 8 tokens, ours + TRL off")
+    parser.add_argument(
+        "--verl-override", action="append", default=[], help="KEY=VALUE added to our side's config (repeatable)"
+    )
+    parser.add_argument("--tag", default="", help="suffix of the result file name (runs with overrides)")
     args = parser.parse_args(argv)
     if args.side_args:
         result = run_side(json.loads(args.side_args))
@@ -215,11 +222,14 @@ def main(argv: list[str] | None = None) -> None:
             side_args = dict(
                 shape=shape, side=side, batch=args.batch, group=args.group, prompt_length=args.prompt_length,
                 response_length=args.response_length, warmup=args.warmup, steps=args.steps, root=args.root,
+                verl_overrides=args.verl_override,
             )  # fmt: skip
             print(f"running {shape} {side}", file=sys.stderr, flush=True)
             results.append(_spawn(side_args))
             table = summarize(results)
-            path = save_result("gpu_grpo_vs_trl", {"results": results, "table": table}, args.smoke, per_machine=True)
+            name = "gpu_grpo_vs_trl" + (f"_{args.tag}" if args.tag else "")
+            payload = {"results": results, "table": table, "verl_overrides": args.verl_override}
+            path = save_result(name, payload, args.smoke, per_machine=True)
     print(table)
     print(f"results: {path}")
 

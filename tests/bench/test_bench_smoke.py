@@ -156,3 +156,14 @@ def test_endpoint_overhead_smoke() -> None:
     assert "extra ms / request vs in-process" in out  # printed only after every side's trajectories matched
     result = json.loads((SMOKE_DIR / "endpoint_overhead.json").read_text())
     assert len(result["table"]) == 3 and all(row["wall s / batch"] > 0 for row in result["table"])
+
+
+def test_logprob_memory_head_rows_smoke() -> None:
+    """The --head rows (hidden + W inputs): the fused head holds less than the naive head and agrees with it."""
+    out = _check(_run("logprob_memory.py", "--head"))
+    table = [line.split() for line in out.splitlines() if line.split()[1:2] and line.split()[1].isdigit()]
+    rows = {cells[0]: float(cells[5]) for cells in table}
+    assert set(rows) == {"head-naive", "head-chunked", "fused"}
+    assert rows["fused"] < rows["head-naive"]
+    diff = float(out.rsplit("=", 1)[1])
+    assert diff < 1e-4

@@ -232,6 +232,21 @@ def test_lora_reference_is_the_base_model(tiny_model_dir: str) -> None:
     assert (actor - base).abs().max() > 1e-3
 
 
+def test_use_fused_kernels_reaches_actor_and_reference_with_the_same_log_probs(tiny_model_dir: str) -> None:
+    """``model.use_fused_kernels=true``: the actor, old-log-prob and reference passes run the chunked LM head
+    (verl/workers/actor/fused_head.py) and give the plain path's log-probs."""
+    fused = _actor_group(tiny_model_dir, "actor_rollout_ref", "actor_rollout_ref.model.use_fused_kernels=true")
+    worker = fused.workers[0]
+    assert worker.actor.use_fused_kernels and worker.ref_policy.use_fused_kernels
+    data = _scored_batch()
+    mask = data.batch["response_mask"]
+    base = _hf_response_log_probs(_base_model(tiny_model_dir), data)
+    ref = fused.compute_ref_log_prob(data).batch["ref_log_prob"] * mask
+    old = fused.compute_log_prob(data).batch["old_log_probs"] * mask
+    torch.testing.assert_close(ref, base, atol=1e-5, rtol=0)
+    torch.testing.assert_close(old, base, atol=1e-5, rtol=0)
+
+
 # --------------------------------------------------------------------------------------------------- bad input
 def test_batch_not_dividing_across_ranks_is_refused_with_arithmetic(tiny_model_dir: str) -> None:
     cfg = _config(tiny_model_dir)

@@ -12,7 +12,7 @@ from verl.base_config import BaseConfig, dict_field
 @dataclass
 class FusedKernelOptionsConfig(BaseConfig):
     """``model.fused_kernel_options``: upstream's fused LM-head/log-prob kernel backend (``torch`` | ``triton``);
-    here both select the chunked log-prob path (verl/utils/torch_functional.py)."""
+    here both select the same chunked LM head in plain torch (verl/utils/kernel/linear_cross_entropy.py)."""
 
     impl_backend: Literal["torch", "triton"] = "torch"
 
@@ -34,7 +34,8 @@ class ModelConfig(BaseConfig):
     enable_activation_offload: bool = False  # actor training forwards save activations in pinned host memory
     override_config: dict[str, Any] = dict_field()
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
-    use_fused_kernels: bool = False  # log-probs (and entropy) through the chunked path, never a full fp32 copy
+    # log-probs and entropy through the LM head in chunks, never [batch, seq, vocab] logits (fused_head.py)
+    use_fused_kernels: bool = False
     fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
 
 

@@ -134,3 +134,10 @@ def test_bf16_autocast_close_to_plain(model) -> None:
 def test_a_model_without_an_lm_head_is_refused() -> None:
     with pytest.raises(ValueError, match=r"actor_rollout_ref\.model\.use_fused_kernels=true needs"):
         DataParallelPPOActor(actor_config(), PlainLM(), use_fused_kernels=True)
+
+
+def test_soft_capped_logits_are_refused(model) -> None:
+    module = copy.deepcopy(model)
+    module.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="final_logit_softcapping=30.0"):
+        DataParallelPPOActor(actor_config(), module, use_fused_kernels=True)

@@ -44,12 +44,15 @@ def output_head(module: torch.nn.Module) -> torch.nn.Module:
             "lm_head out of model.target_modules or set use_fused_kernels=false"
         )
     config = getattr(module, "config", None)
-    for key in ("final_logit_softcapping", "logit_scale"):
-        if getattr(config, key, None) not in (None, 1.0):
-            raise ValueError(
-                f"{FUSED_KEY}=true: the model post-processes its logits ({key}={getattr(config, key)}), which the "
-                "fused head does not reproduce; set use_fused_kernels=false"
-            )
+    get_text = getattr(config, "get_text_config", None)
+    configs = [config, get_text()] if callable(get_text) else [config]  # a VLM's language part has its own
+    for cfg in configs:
+        for key in ("final_logit_softcapping", "logit_scale"):
+            if getattr(cfg, key, None) not in (None, 1.0):
+                raise ValueError(
+                    f"{FUSED_KEY}=true: the model post-processes its logits ({key}={getattr(cfg, key)}), which the "
+                    "fused head does not reproduce; set use_fused_kernels=false"
+                )
     return head
 
 
