@@ -224,8 +224,6 @@ def prepare_dynamic_batch(
     """
     import copy
 
-    from verl.protocol import DataProto
-
     batches, indices = rearrange_micro_batches(
         data.batch,
         max_token_len=max_token_len,
@@ -233,8 +231,9 @@ def prepare_dynamic_batch(
         num_batches_divided_by=num_batches_divided_by,
         same_micro_num_in_dp=same_micro_num_in_dp,
     )
+    # type(data): the protocol lies above utils, so the micro-batches are built as the caller's own class
     micro_batches = [
-        DataProto(
+        type(data)(
             batch=part,
             non_tensor_batch={key: value[rows] for key, value in data.non_tensor_batch.items()},
             meta_info=copy.deepcopy(data.meta_info),
