@@ -41,3 +41,16 @@ def test_counts_cases_and_import_errors(script, tmp_path: Path) -> None:
 def test_refuses_to_extract_into_the_repository(script) -> None:
     with pytest.raises(SystemExit, match="inside this repository"):
         script.extract(Path("/nonexistent-mirror"), "HEAD", SCRIPT.parents[1] / "build" / "upstream_tests")
+
+
+def test_excluded_cases_leave_the_count(script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every exclusion of the real list names a test file of the run and gives a one-line reason
+    assert all(key.split("::")[0] in script.TEST_FILES for key in script.EXCLUDED)
+    assert all(reason and "\n" not in reason for reason in script.EXCLUDED.values())
+    (tmp_path / "test_mixed.py").write_text("def test_a():\n    assert False\n\ndef test_b():\n    pass\n")
+    monkeypatch.setattr(script, "EXCLUDED", {"test_mixed.py::test_a": "a reason"})
+    assert script.excluded_in("test_mixed.py") == ["test_mixed.py::test_a"]
+    counted = script.run_file(tmp_path, "test_mixed.py", 120)
+    assert (counted["passed"], counted["total"]) == (1, 1)
+    everything = script.run_file(tmp_path, "test_mixed.py", 120, exclusions=False)
+    assert (everything["passed"], everything["total"]) == (1, 2)
