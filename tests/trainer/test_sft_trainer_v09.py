@@ -147,6 +147,7 @@ def test_translation_of_the_keys_that_move() -> None:
             "trainer.seed=3",
             "engine.dtype=float16",
             "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+            "model.use_fused_kernels=true",
         ],
         config_name="sft_trainer_engine",
         schema=SFTEngineConfig,
@@ -159,6 +160,7 @@ def test_translation_of_the_keys_that_move() -> None:
     assert sft["trainer.seed"] == 7 and sft["data.seed"] == 3  # engine.seed: torch; trainer.seed: data order
     assert sft["model.dtype"] == "float16" and sft["trainer.export_hf"] is True
     assert sft["data.use_dynamic_bsz"] is True and sft["data.max_token_len_per_gpu"] == 8192  # upstream's default
+    assert sft["model.use_fused_kernels"] is True  # the chunked LM head of sft_trainer.yaml
     padded = load_config(["data.truncation=left", "data.pad_mode=right"], "sft_trainer_engine", schema=SFTEngineConfig)
     assert to_sft_overrides(padded)["data.truncation"] == "left"
     assert to_sft_overrides(padded)["trainer.export_hf"] is False  # upstream saves no HF model unless asked
@@ -176,6 +178,7 @@ def test_translation_of_the_keys_that_move() -> None:
         ("model.lora.rank=8", "use model.lora_rank"),
         ("model.mtp.enable=true", "multi-token prediction"),
         ("optim.optimizer=FusedAdam", "only AdamW from torch.optim"),
+        ("model.fused_kernel_options.impl_backend=cuda", "expected torch or triton"),
         ("optim.total_training_steps=10", "set trainer.total_training_steps instead"),
         ("data.train_max_samples=10", "write a smaller file instead"),
         ("data.custom_cls.path=my.py", "custom dataset classes"),

@@ -107,6 +107,15 @@ class SFTModelConfig(LoRAModelConfig):
 
 
 @dataclass
+class SFTTrainModelConfig(SFTModelConfig):
+    """``model`` of ``sft_trainer.yaml``: the SFT policy plus how its loss reaches the LM head."""
+
+    # true: the token log-probs come from the chunked LM head (verl/workers/actor/fused_head.py), no [batch, seq,
+    # vocab] logits; same loss and gradient
+    use_fused_kernels: bool = False
+
+
+@dataclass
 class RefModelConfig:
     """``ref``: the frozen reference policy of DPO/KTO (a copy of ``model.path`` unless ``path`` is set)."""
 
@@ -212,7 +221,7 @@ class SFTConfig:
     config_name: ClassVar[str] = "sft_trainer"
 
     data: SFTTrainDataConfig = field(default_factory=SFTTrainDataConfig)
-    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    model: SFTTrainModelConfig = field(default_factory=SFTTrainModelConfig)
     optim: OfflineOptimConfig = field(default_factory=OfflineOptimConfig)
     trainer: OfflineTrainerConfig = field(
         default_factory=lambda: OfflineTrainerConfig(

@@ -13,7 +13,9 @@ Upstream's v0.9 SFT loss is the token mean over the whole global batch (``verl/w
 ``-sum(log p * loss_mask) / batch_num_tokens * dp_size``), which is also this trainer's loss; micro-batching,
 sequence parallelism and padding-free packing therefore change memory and speed, never the gradient, and the keys
 that only choose them (``use_dynamic_bsz``, ``ulysses_sequence_parallel_size``, ``use_remove_padding``,
-``pad_mode``, ``use_liger``, ``use_fused_kernels``, ``use_torch_compile``) are accepted with what they mean here.
+``pad_mode``, ``use_liger``, ``use_torch_compile``) are accepted with what they mean here. ``model.use_fused_kernels``
+runs the loss through the chunked LM head (``verl/workers/actor/fused_head.py``: no ``[batch, seq, vocab]`` logits, same
+loss and gradient); both ``fused_kernel_options.impl_backend`` values select that plain-torch head.
 """
 
 from __future__ import annotations
@@ -140,6 +142,9 @@ def _value_errors(cfg: DictConfig) -> list[str]:
          "only fp32 master weights are supported; compute runs in engine.dtype")
     need(e.ulysses_sequence_parallel_size >= 1, "engine.ulysses_sequence_parallel_size",
          e.ulysses_sequence_parallel_size, "must be >= 1")
+    backend = cfg.model.fused_kernel_options.impl_backend
+    need(str(backend) in ("torch", "triton"), "model.fused_kernel_options.impl_backend", backend,
+         "expected torch or triton (both run the chunked plain-torch LM head here)")
     need(str(e.strategy) in ("fsdp", "fsdp2"), "engine.strategy", e.strategy,
          "fsdp or fsdp2 (both run FSDP2 here); fsdp_turbo is not available")
     need(str(e.dtype) in ("auto", "bfloat16", "float16", "float32"), "engine.dtype", e.dtype,
@@ -257,6 +262,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(model.target_modules, str)
         else list(model.target_modules),
         "model.external_lib": model.external_lib,
+        "model.use_fused_kernels": bool(model.use_fused_kernels),
         "optim.lr": float(optim.lr),
         "optim.betas": list(optim.betas),
         "optim.weight_decay": float(optim.weight_decay),

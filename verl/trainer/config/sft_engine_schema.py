@@ -32,7 +32,7 @@ def _dict(**items: Any) -> Any:
 
 @dataclass
 class FusedKernelOptions:
-    impl_backend: str = "torch"
+    impl_backend: str = "torch"  # torch | triton: both select the chunked plain-torch head here
 
 
 @dataclass
@@ -62,7 +62,7 @@ class EngineModelConfig:
     exclude_modules: Optional[Union[str, list[str]]] = None
     lora_adapter_path: Optional[str] = None
     use_liger: bool = False
-    use_fused_kernels: bool = False
+    use_fused_kernels: bool = False  # true: SFT's loss through the chunked LM head (verl/workers/actor/fused_head.py)
     fused_kernel_options: FusedKernelOptions = field(default_factory=FusedKernelOptions)
     tiled_mlp: TiledMLPConfig = field(default_factory=TiledMLPConfig)
     mtp: dict[str, Any] = _dict(

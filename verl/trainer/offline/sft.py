@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -15,6 +15,9 @@ from verl.trainer.config.offline_schema import SFTConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.utils.torch_functional import logprobs_from_logits
+from verl.workers.actor.fused_head import fused_logprobs_forward, output_head
+
+SFT_FUSED_KEY = "model.use_fused_kernels"
 
 
 def sft_loss(
@@ -31,14 +34,54 @@ def sft_loss(
         input_ids: ``[batch, seq]``.
         loss_mask: ``[batch, seq]``, 1 on response tokens, 0 on prompt and padding.
     """
+    log_probs = logprobs_from_logits(logits[:, :-1, :], input_ids[:, 1:])
+    return sft_loss_from_logprobs(log_probs, loss_mask, reduction)
+
+
+def sft_loss_from_logprobs(log_probs: torch.Tensor, loss_mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The aggregation of :func:`sft_loss` from the next-token log-probs it computes.
+
+    Args:
+        log_probs: ``[batch, seq - 1]``, ``log p(input_ids[b, t + 1] | prefix)`` at position ``t``.
+        loss_mask: ``[batch, seq]``, 1 on response tokens (its first column is never a target).
+        reduction: ``"sum"`` or ``"mean"`` (over the masked tokens).
+    """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"sft_loss: reduction must be 'mean' or 'sum', got {reduction!r}")
-    log_probs = logprobs_from_logits(logits[:, :-1, :], input_ids[:, 1:])
     mask = loss_mask[:, 1:].to(log_probs.dtype)
     total = -(log_probs * mask).sum()
     if reduction == "sum":
         return total
     return total / mask.sum().clamp(min=1.0)
+
+
+def fused_next_token_logprobs(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    extra_inputs: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
+    """``[batch, seq - 1]`` next-token log-probs of ``batch["input_ids"]`` through the chunked LM head.
+
+    The model runs its own forward with the head swapped for
+    :func:`~verl.workers.actor.fused_head.fused_logprobs_forward`'s (no ``[batch, seq, vocab]`` logits). Position
+    ``t`` scores ``input_ids[:, t + 1]``; the last position has no next token, so it scores a placeholder (its own
+    token) that is dropped here.
+    """
+    ids = batch["input_ids"]
+    labels = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)
+    log_probs, _, _ = fused_logprobs_forward(
+        model,
+        ids,
+        batch["attention_mask"],
+        batch["position_ids"],
+        labels,
+        temperature=1.0,
+        calculate_entropy=False,
+        entropy_requires_grad=False,
+        extra_inputs=extra_inputs,
+        key=SFT_FUSED_KEY,
+    )
+    return log_probs[:, :-1]
 
 
 class SFTTrainer(OfflineTrainer):
@@ -76,6 +119,11 @@ class SFTTrainer(OfflineTrainer):
             config=config,
             overrides={"data.max_length": max_length, "data.max_prompt_length": max_prompt_length},
         )
+        # model.use_fused_kernels: the loss through the chunked LM head; a head it cannot handle is refused here,
+        # before any step
+        self.use_fused_kernels = bool(self.config.model.use_fused_kernels)
+        if self.use_fused_kernels:
+            output_head(self.model, SFT_FUSED_KEY)
 
     def _make_dataset(self, source: Any) -> SFTDataset:
         d = self.config.data
@@ -129,10 +177,15 @@ class SFTTrainer(OfflineTrainer):
                 self.model, batch["input_ids"], batch["attention_mask"], batch["multi_modal_inputs"]
             )
         with autocast(self.device, self.compute_dtype):
-            logits = forward_logits(
-                self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], extra_inputs=extra
-            )
-        loss_sum = sft_loss(logits, batch["input_ids"], batch["loss_mask"], reduction="sum")
+            if self.use_fused_kernels:
+                log_probs = fused_next_token_logprobs(self.model, batch, extra)
+            else:
+                logits = forward_logits(
+                    self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], extra_inputs=extra
+                )
+        if not self.use_fused_kernels:
+            log_probs = logprobs_from_logits(logits[:, :-1, :], batch["input_ids"][:, 1:])
+        loss_sum = sft_loss_from_logprobs(log_probs, batch["loss_mask"], reduction="sum")
         lengths = batch["loss_mask"][:, 1:].sum(-1)
         stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(lengths.sum().item()))}
         add_stat(stats, "response_length", lengths)

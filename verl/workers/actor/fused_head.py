@@ -24,33 +24,33 @@ from verl.utils.kernel.linear_cross_entropy import linear_logprobs_entropy
 FUSED_KEY = "actor_rollout_ref.model.use_fused_kernels"
 
 
-def output_head(module: torch.nn.Module) -> torch.nn.Module:
+def output_head(module: torch.nn.Module, key: str = FUSED_KEY) -> torch.nn.Module:
     """The LM head of a transformers causal LM (through PEFT and FSDP2 wrappers), checked for the fused path.
 
-    Raises ValueError naming :data:`FUSED_KEY` when the model has no separable linear head: no
-    ``get_output_embeddings()``, a head with LoRA adapters, or logits post-processed after the head (Gemma-2's
-    ``final_logit_softcapping``, Cohere's ``logit_scale``).
+    Raises ValueError naming ``key`` (the config key that asked for the fused head, :data:`FUSED_KEY` for the
+    actor) when the model has no separable linear head: no ``get_output_embeddings()``, a head with LoRA adapters,
+    or logits post-processed after the head (Gemma-2's ``final_logit_softcapping``, Cohere's ``logit_scale``).
     """
     get_head = getattr(module, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
         raise ValueError(
-            f"{FUSED_KEY}=true needs a transformers causal LM whose get_output_embeddings() is a linear LM head; "
+            f"{key}=true needs a transformers causal LM whose get_output_embeddings() is a linear LM head; "
             f"{type(module).__name__} has none: set it to false"
         )
     if hasattr(head, "base_layer") or hasattr(head, "lora_A"):
         raise ValueError(
-            f"{FUSED_KEY}=true computes the LM head from its weight, and this head carries LoRA adapters: leave "
+            f"{key}=true computes the LM head from its weight, and this head carries LoRA adapters: leave "
             "lm_head out of model.target_modules or set use_fused_kernels=false"
         )
     config = getattr(module, "config", None)
     get_text = getattr(config, "get_text_config", None)
     configs = [config, get_text()] if callable(get_text) else [config]  # a VLM's language part has its own
     for cfg in configs:
-        for key in ("final_logit_softcapping", "logit_scale"):
-            if getattr(cfg, key, None) not in (None, 1.0):
+        for name in ("final_logit_softcapping", "logit_scale"):
+            if getattr(cfg, name, None) not in (None, 1.0):
                 raise ValueError(
-                    f"{FUSED_KEY}=true: the model post-processes its logits ({key}={getattr(cfg, key)}), which the "
+                    f"{key}=true: the model post-processes its logits ({name}={getattr(cfg, name)}), which the "
                     "fused head does not reproduce; set use_fused_kernels=false"
                 )
     return head
@@ -95,6 +95,7 @@ def fused_logprobs_forward(
     logits_to_keep: int | torch.Tensor | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
     calculate_sum_pi_squared: bool = False,
+    key: str = FUSED_KEY,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Log-probs of ``labels`` (and entropies) at the kept positions of one forward of ``module``.
 
@@ -107,11 +108,12 @@ def fused_logprobs_forward(
         logits_to_keep: the last N positions or a 1-D tensor of positions (None: all ``seq`` positions).
         extra_inputs: further model inputs (a VLM's images).
         calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` (no gradient).
+        key: the config key named in refusals and errors (the SFT trainer passes its own).
 
     Returns:
         ``(log_probs, entropy | None, sum_pi_squared | None)``, each ``[bs, kept]`` float32.
     """
-    head = output_head(module)
+    head = output_head(module, key)
     seqlen = input_ids.shape[1]
     side: dict[str, torch.Tensor | None] = {}
 
@@ -119,7 +121,7 @@ def fused_logprobs_forward(
         hidden = _select_kept(hidden, seqlen, logits_to_keep)
         if hidden.shape[:2] != labels.shape:
             raise ValueError(
-                f"{FUSED_KEY}: the LM head received hidden states {tuple(hidden.shape)} for labels "
+                f"{key}: the LM head received hidden states {tuple(hidden.shape)} for labels "
                 f"{tuple(labels.shape)}; the model's forward does not end in its LM head as expected"
             )
         logp, ent, sq = linear_logprobs_entropy(
@@ -132,5 +134,5 @@ def fused_logprobs_forward(
     with _head_replaced(head, fused_head):
         out = forward_logits(module, input_ids, attention_mask, position_ids, logits_to_keep, extra_inputs)
     if "entropy" not in side:
-        raise RuntimeError(f"{FUSED_KEY}: {type(module).__name__}'s forward never called its LM head")
+        raise RuntimeError(f"{key}: {type(module).__name__}'s forward never called its LM head")
     return out[..., 0], side["entropy"], side["sum_pi_squared"]
