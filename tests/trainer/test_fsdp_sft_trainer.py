@@ -75,6 +75,9 @@ def test_cfg_job_accepts_verl_keys_and_maps_them(capsys) -> None:
     assert sft["data.messages_key"] == "messages" and sft["data.apply_chat_template"] is True
     # the experiment name is derived from what the run trains: sft-<model>-<data>-lora<r>
     assert sft["trainer.default_local_dir"] == "checkpoints/verl/sft-m-t-lora8"
+    assert sft["model.use_fused_kernels"] is False
+    liger = load_config([*argv[2:], "model.use_liger=true"], config_name="fsdp_sft_trainer", schema=FSDPSFTConfig)
+    assert to_sft_overrides(liger)["model.use_fused_kernels"] is True  # Liger's loss kernel: the chunked LM head
 
 
 @pytest.mark.parametrize(

@@ -266,6 +266,8 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(model.target_modules, str)
         else list(model.target_modules),
         "model.external_lib": model.external_lib,
+        # Liger's loss kernel is a fused linear cross-entropy: the same chunked LM head (no [batch, seq, vocab] logits)
+        "model.use_fused_kernels": bool(model.use_liger),
         "optim.lr": optim.lr,
         "optim.betas": list(optim.betas),
         "optim.weight_decay": optim.weight_decay,
