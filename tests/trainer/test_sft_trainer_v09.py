@@ -168,7 +168,8 @@ def test_translation_of_the_keys_that_move() -> None:
 
 def test_use_liger_runs_the_loss_through_the_chunked_head() -> None:
     def fused(*args: str) -> bool:
-        cfg = load_config(["data.train_files=t.parquet", *args], config_name="sft_trainer_engine", schema=SFTEngineConfig)
+        argv = ["data.train_files=t.parquet", *args]
+        cfg = load_config(argv, config_name="sft_trainer_engine", schema=SFTEngineConfig)
         return to_sft_overrides(cfg)["model.use_fused_kernels"]
 
     assert fused() is False and fused("model.use_liger=true") is True

@@ -14,7 +14,8 @@ Upstream's v0.9 SFT loss is the token mean over the whole global batch (``verl/w
 sequence parallelism and padding-free packing therefore change memory and speed, never the gradient, and the keys
 that only choose them (``use_dynamic_bsz``, ``ulysses_sequence_parallel_size``, ``use_remove_padding``,
 ``pad_mode``, ``use_torch_compile``) are accepted with what they mean here. ``model.use_fused_kernels`` (and
-``model.use_liger``, whose loss kernel is a fused linear cross-entropy) runs the loss through the chunked LM head (``verl/workers/actor/fused_head.py``: no ``[batch, seq, vocab]`` logits, same
+``model.use_liger``, whose loss kernel is a fused linear cross-entropy) runs the loss through the chunked LM head
+(``verl/workers/actor/fused_head.py``: no ``[batch, seq, vocab]`` logits, same
 loss and gradient); both ``fused_kernel_options.impl_backend`` values select that plain-torch head.
 """
 
