@@ -26,7 +26,13 @@ LANES: tuple[tuple[str, ...], ...] = (
      "decode_speed.py", "limits.py"),
     ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py", "train_compile.py"),
 )  # fmt: skip
-ARGS = {"limits.py": ("--threads", "1", "--repeats", "1"), "scaling_ranks.py": ("--ranks", "1", "2")}
+ARGS = {
+    "limits.py": ("--threads", "1", "--repeats", "1"),
+    "scaling_ranks.py": ("--ranks", "1", "2"),
+    # one torch thread, as the other scripts' defaults (a second one would take the other lane's core)
+    "decode_vs_generate.py": ("--threads", "1"),
+    "learning.py": ("--threads", "1"),
+}
 TIMEOUT_S = {"demo_time.py": 600, "gpu_grpo_vs_trl.py": 600}
 # what a script needs beyond the test profile's core; without it the script is not started and its test skips
 NEEDS = {
