@@ -7,7 +7,7 @@ picks bf16 only where the CPU multiplies it natively). Results: ``bench/results/
 
     python bench/demo_time.py                     # this machine as it is
     ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 python bench/demo_time.py   # approximate an AVX2-only CPU
-    python bench/demo_time.py --smoke             # 1 step, 8 validation rows, cached model (CI)
+    python bench/demo_time.py --smoke             # 1 step of 2 prompts x 2, 4 validation rows, cached model (CI)
 """
 
 from __future__ import annotations
@@ -83,12 +83,17 @@ def run_demo(extra: list[str], cache_dir: str | None, workdir: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="1 step, 8 validation rows, the user's model cache")
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 step of 2 prompts x 2, 4 validation rows, the user's model cache"
+    )
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for the demo")
     args = parser.parse_args(argv)
     extra = list(args.overrides)
     if args.smoke:
-        extra += ["trainer.total_training_steps=1", "trainer.test_freq=1", "data.val_max_samples=8"]
+        extra += ["trainer.total_training_steps=1", "trainer.test_freq=1", "data.val_max_samples=4"]
+        # the script is under test, not the demo's step size: 2 prompts x 2 responses instead of 8 x 4
+        extra += ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+        extra += ["actor_rollout_ref.rollout.n=2"]
         extra += ["actor_rollout_ref.rollout.name=hf"]  # the script is under test here, not the engine start-up
     with tempfile.TemporaryDirectory(prefix="verl_demo_time_") as root:
         cache, work = os.path.join(root, "cache"), os.path.join(root, "work")

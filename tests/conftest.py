@@ -172,3 +172,65 @@ def judge_server():
     yield state
     server.shutdown()
     server.server_close()
+
+
+class RunAhead:
+    """Child processes started ahead of the tests that check them, two at a time (CI has 2 cores, and a test
+    waiting on one single-threaded child leaves the other core idle). ``commands``: ``{key: subprocess.run keyword
+    arguments}`` (``args`` included; output is captured as text), started in this order; :meth:`result` waits for
+    one and returns its ``CompletedProcess``, or raises what running it raised (a timeout)."""
+
+    def __init__(self, commands: dict[str, dict], width: int = 2) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="run_ahead")
+        self._futures = {key: self._pool.submit(self._run, kwargs) for key, kwargs in commands.items()}
+
+    @staticmethod
+    def _run(kwargs: dict):
+        import subprocess
+
+        return subprocess.run(capture_output=True, text=True, **kwargs)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._futures
+
+    def result(self, key: str):
+        return self._futures[key].result()
+
+    def close(self) -> None:
+        """Drop what has not started (a test that failed before waiting); wait for what runs."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _RunAheadFactory:
+    """What the ``run_ahead`` fixture gives: :meth:`start` builds a :class:`RunAhead`; :meth:`selected` says which
+    parameter values this session will test."""
+
+    def __init__(self) -> None:
+        self.made: list[RunAhead] = []
+
+    def start(self, commands: dict[str, dict], width: int = 2) -> RunAhead:
+        self.made.append(RunAhead(commands, width))
+        return self.made[-1]
+
+    @staticmethod
+    def selected(request, name: str) -> list:
+        """The values of parameter ``name`` among this session's selected tests in ``request``'s module, in order
+        (a module fixture starts only the children of the tests that will run)."""
+        return [
+            item.callspec.params[name]
+            for item in request.session.items
+            if getattr(item, "module", None) is request.module
+            and name in getattr(getattr(item, "callspec", None), "params", {})
+        ]
+
+
+@pytest.fixture(scope="session")
+def run_ahead():
+    """A :class:`_RunAheadFactory`; every :class:`RunAhead` it started is closed at the end of the session (a module
+    fixture closes its own at the end of its module)."""
+    factory = _RunAheadFactory()
+    yield factory
+    for runs in factory.made:
+        runs.close()

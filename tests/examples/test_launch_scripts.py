@@ -28,9 +28,26 @@ def offline_data(tmp_path_factory) -> str:
     return out
 
 
-def _run(script: str, args: list[str], data: str) -> subprocess.CompletedProcess:
+def _command(script: str, args: list[str], data: str) -> dict:
+    """``subprocess.run`` keyword arguments running ``script`` with ``args`` on ``data``."""
     env = dict(os.environ, PYTHON=sys.executable, DATA=data, PYTHONPATH=ROOT)
-    return subprocess.run(["bash", script, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return dict(args=["bash", script, *args], env=env, cwd=ROOT, timeout=600)
+
+
+def _run(script: str, args: list[str], data: str) -> subprocess.CompletedProcess:
+    return subprocess.run(capture_output=True, text=True, **_command(script, args, data))
+
+
+@pytest.fixture(scope="module")
+def cfg_job_runs(request: pytest.FixtureRequest, run_ahead, offline_data: str):
+    """Each selected script with ``--cfg job`` (a fresh interpreter each: the slow part here), started ahead, two
+    at a time."""
+    commands = {
+        script: _command(script, ["--cfg", "job"], offline_data) for script in run_ahead.selected(request, "script")
+    }
+    runs = run_ahead.start(commands)
+    yield runs
+    runs.close()
 
 
 def test_there_is_a_script_per_algorithm() -> None:
@@ -40,8 +57,8 @@ def test_there_is_a_script_per_algorithm() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[os.path.basename(s) for s in SCRIPTS])
-def test_script_config_is_valid(script: str, offline_data: str) -> None:
-    result = _run(script, ["--cfg", "job"], offline_data)
+def test_script_config_is_valid(script: str, cfg_job_runs) -> None:
+    result = cfg_job_runs.result(script)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "trainer:" in result.stdout
 

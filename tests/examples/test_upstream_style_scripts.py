@@ -56,6 +56,20 @@ def argv_stub(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def cfg_job_runs(request: pytest.FixtureRequest, run_ahead):
+    """Each selected script's real command line with ``--cfg job`` (a fresh interpreter each: the slow part here),
+    started ahead, two at a time."""
+    env = dict(os.environ, PYTHON=sys.executable, HOME="/home/user", PYTHONPATH=ROOT)
+    commands = {
+        script: dict(args=["bash", script, "--cfg", "job"], env=env, cwd=ROOT, timeout=120)
+        for script in run_ahead.selected(request, "script")
+    }
+    runs = run_ahead.start(commands)
+    yield runs
+    runs.close()
+
+
 def _overrides(script: str, stub: str) -> list[str]:
     env = dict(os.environ, PYTHON=stub, HOME="/home/user")
     out = subprocess.run(["bash", script], env=env, capture_output=True, text=True, check=True, timeout=60).stdout
@@ -69,7 +83,7 @@ def test_every_algorithm_kind_has_a_script() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[os.path.basename(s) for s in SCRIPTS])
-def test_script_is_accepted_and_every_key_resolves_to_what_it_sets(script: str, argv_stub: str) -> None:
+def test_script_is_accepted_and_every_key_resolves_to_what_it_sets(script: str, argv_stub: str, cfg_job_runs) -> None:
     overrides = _overrides(script, argv_stub)
     cfg = load_config(overrides)
     assert cfg.algorithm.adv_estimator == ALGORITHMS[os.path.basename(script)]
@@ -78,10 +92,7 @@ def test_script_is_accepted_and_every_key_resolves_to_what_it_sets(script: str, 
         key = rename_aliased_key(ov.key, PPOConfig.key_aliases)
         assert override_found(text, cfg, PPOConfig.key_aliases), f"{text} -> {key} = {value_at(cfg, key)!r}"
     # the real command line prints the same config
-    env = dict(os.environ, PYTHON=sys.executable, HOME="/home/user", PYTHONPATH=ROOT)
-    result = subprocess.run(
-        ["bash", script, "--cfg", "job"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = cfg_job_runs.result(script)
     assert result.returncode == 0, result.stderr[-2000:]
     assert yaml.safe_load(result.stdout) == OmegaConf.to_container(cfg, resolve=True)
 
