@@ -1,7 +1,7 @@
 """Run upstream verl's own CPU unit tests for the surfaces recipes use against this package, and print the pass rate.
 
     python scripts/upstream_unit_tests.py --mirror /path/to/verl.git [--ref HEAD] [--out /tmp/upstream_tests]
-        [--baseline-counts before.json] [--json after.json]
+        [--baseline-counts before.json] [--json after.json] [--only test_torch_functional]
 
 ``--mirror`` is a git directory (or checkout) of https://github.com/verl-project/verl. The test files named in
 :data:`TEST_FILES` (and the helper files they import) are written with ``git show`` into ``--out``, a scratch folder
@@ -82,6 +82,12 @@ _ROLLOUT_N = (
 EXCLUDED: dict[str, str] = {
     "tests/utils/test_seqlen_balancing.py::test_seqlen_balancing_distributed_params": (
         "needs GPUs: spawns ranks that call set_device and join an NCCL group"
+    ),
+    "tests/utils/test_torch_functional.py::test_distributed_mean_max_min_std": (
+        "needs GPUs: spawns 2 and 4 ranks that call set_device(rank) and join an NCCL group"
+    ),
+    "tests/utils/test_torch_functional.py::test_distributed_masked_mean": (
+        "needs GPUs: spawns 2 and 4 ranks that call set_device(rank) and join an NCCL group"
     ),
     "tests/utils/dataset/test_rl_dataset_on_cpu.py": (
         "needs tokenizers / processors under ~/models (upstream's CI downloads them); patches private RLHFDataset "
@@ -213,11 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the per-file counts here")
     parser.add_argument("--baseline-counts", type=Path, help="per-file counts of another run, to compare")
     parser.add_argument("--no-exclusions", action="store_true", help="count the EXCLUDED test cases too")
+    parser.add_argument(
+        "--only", action="append", metavar="SUBSTRING", help="run only the TEST_FILES containing this (repeatable)"
+    )
     args = parser.parse_args(argv)
+    selected = [rel for rel in TEST_FILES if not args.only or any(part in rel for part in args.only)]
+    if not selected:
+        raise SystemExit(f"--only {args.only}: no file of TEST_FILES matches")
     extract(args.mirror, args.ref, args.out)
     counts = {}
     exclusions = not args.no_exclusions
-    for rel in TEST_FILES:
+    for rel in selected:
         if exclusions and rel in EXCLUDED:
             print(f"   excluded {rel}: {EXCLUDED[rel]}", flush=True)
             continue

@@ -54,3 +54,19 @@ def test_excluded_cases_leave_the_count(script, tmp_path: Path, monkeypatch: pyt
     assert (counted["passed"], counted["total"]) == (1, 1)
     everything = script.run_file(tmp_path, "test_mixed.py", 120, exclusions=False)
     assert (everything["passed"], everything["total"]) == (1, 2)
+
+
+def test_only_runs_the_matching_files(script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SystemExit, match="no file of TEST_FILES matches"):
+        script.main(["--mirror", "/nonexistent-mirror", "--out", str(tmp_path), "--only", "no_such_test_file"])
+    ran: list[str] = []
+    monkeypatch.setattr(script, "extract", lambda mirror, ref, out: None)
+    monkeypatch.setattr(
+        script,
+        "run_file",
+        lambda out, rel, timeout_s, exclusions: (
+            ran.append(rel) or {"passed": 1, "total": 1, "skipped": 0, "import_error": False}
+        ),
+    )
+    script.main(["--mirror", "/nonexistent-mirror", "--out", str(tmp_path), "--only", "test_torch_functional"])
+    assert ran == ["tests/utils/test_torch_functional.py"]

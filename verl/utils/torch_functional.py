@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from verl.utils.distributed_stats import distributed_masked_mean, distributed_mean_max_min_std  # noqa: F401
 from verl.utils.optim import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup  # noqa: F401
 
 # Elements of one float32 [chunk, vocab] working block (~128 MiB) when the caller gives no chunk size.
@@ -290,3 +291,48 @@ def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
     Left padding gets position 0; the first real token is 0 and each later real token counts up.
     """
     return torch.clamp(torch.cumsum(mask, dim=-1) - 1, min=0)
+
+
+def calculate_sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """``sum_v pi_v^2`` of ``pi = softmax(logits)`` over the last dim, from two log-sum-exps (no softmax, no overflow).
+
+    ``sum_v exp(z_v)^2 / (sum_v exp(z_v))^2 = exp(logsumexp(2 z) - 2 logsumexp(z))``; each ``logsumexp`` subtracts its
+    maximum, so logits of any magnitude stay finite. The result lies in ``(0, 1]`` (1 for a one-hot distribution,
+    ``1/V`` for a uniform one). It is the squared-norm term of the optimal token baseline
+    (``algorithm.adv_estimator=optimal_token_baseline``, upstream v0.9 ``verl/utils/torch_functional.py``).
+
+    Args:
+        logits: ``[..., vocab]``, any float dtype (computed in that dtype; no gradient is blocked).
+
+    Returns:
+        ``[...]``: the logits' shape without the vocabulary dim.
+    """
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
+
+
+def expand_as_nested(tensor: torch.Tensor, nested_tensor: torch.Tensor) -> torch.Tensor:
+    """Repeat a per-sample value over each sample's tokens of a jagged nested tensor.
+
+    Args:
+        tensor: ``[batch]``, one value per sample.
+        nested_tensor: a jagged (``torch.jagged`` layout) nested tensor ``[batch, j]``; sample ``b`` has ``len_b``
+            tokens.
+
+    Returns:
+        A jagged nested tensor ``[batch, j]`` with ``nested_tensor``'s offsets whose row ``b`` is ``tensor[b]``
+        repeated ``len_b`` times (``tensor``'s dtype).
+
+    Raises AssertionError (as upstream, whose tests expect that type) when ``nested_tensor`` is not nested or not
+    2-D, or ``tensor`` is not 1-D or its length is not the batch size.
+    """
+    assert nested_tensor.is_nested, (
+        f"expand_as_nested: nested_tensor must be a nested tensor, got {nested_tensor.shape}"
+    )
+    assert nested_tensor.dim() == 2, f"expand_as_nested: nested_tensor must be [batch, j], got {nested_tensor.dim()}-D"
+    assert tensor.dim() == 1, f"expand_as_nested: tensor must be 1-D [batch], got shape {tuple(tensor.shape)}"
+    assert tensor.shape[0] == nested_tensor.size(0), (
+        f"expand_as_nested: tensor has {tensor.shape[0]} values for a batch of {nested_tensor.size(0)} samples"
+    )
+    offsets = nested_tensor.offsets()
+    values = torch.repeat_interleave(tensor, offsets.diff().to(tensor.device), dim=0)
+    return torch.nested.nested_tensor_from_jagged(values=values, offsets=offsets)
