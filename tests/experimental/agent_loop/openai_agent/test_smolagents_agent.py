@@ -86,3 +86,18 @@ def test_the_lookup_example_scores_a_call_and_its_answer(kit, monkeypatch) -> No
     # the call, the tool's reply (mask 0) and the answer are one trained row
     mask = out.batch["response_mask"][0].tolist()
     assert sum(mask) == len(call) + 1 + len(f"It is {code}.") + 1
+
+
+def test_tool_choice_required_is_parsed_as_auto_and_counted_when_unmet(kit) -> None:
+    agents = os.path.join(os.path.dirname(__file__), "agents_for_tests.py")
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": [CALL, "no call this time"]})
+    config = kit.rollout_config(
+        agent_default_agent_loop="openai_agent", agent_openai={"agent": f"{agents}:requires_a_tool"}
+    )
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1: 12*34?"]))
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert metrics["openai/failure_reason"] is None, metrics
+    assert (metrics["openai/tool_calls"], metrics["openai/tool_choice_unmet"]) == (1, 1)
+    assert out.non_tensor_batch["agent_reward"][0] == 1.0  # the call came back as message.tool_calls
