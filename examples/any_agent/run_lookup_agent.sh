@@ -4,7 +4,7 @@
 # 1 for the right code, 0.1 for a valid lookup call without it (docs/any_agent.md). Data: make_lookup_data.py (48
 # training names, 12 held-out names, three phrasings each). Model: the bundled SmolLM2-135M-Instruct, on CPU.
 # Knobs (environment): PYTHON, MODEL, OUT, STEPS (default 8), BATCH (4), GROUP (4), VAL (held-out prompts, 36),
-# TIMEOUT (seconds per trajectory, 300).
+# TIMEOUT (seconds per trajectory, 1200: generous, so a slow shared CPU does not score the tool-using trajectories 0).
 # Validation runs before the first and after the last step: val-core/lookup/reward/mean@1 is the held-out reward,
 # val-agent/openai/tool_calls/mean the tool calls per trajectory.
 set -euo pipefail
@@ -24,7 +24,7 @@ $PY -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.agent.default_agent_loop=openai_agent \
     actor_rollout_ref.rollout.agent.openai.agent="$HERE/lookup_agent.py:run" \
     actor_rollout_ref.rollout.agent.openai.reward=agent \
-    actor_rollout_ref.rollout.agent.openai.timeout_s="${TIMEOUT:-300}" \
+    actor_rollout_ref.rollout.agent.openai.timeout_s="${TIMEOUT:-1200}" \
     custom_reward_function.path="$HERE/agent_reward_only.py" \
     algorithm.adv_estimator=grpo \
     trainer.total_training_steps="$STEPS" trainer.test_freq="$STEPS" trainer.val_before_train=true \
