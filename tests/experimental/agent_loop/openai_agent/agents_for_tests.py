@@ -170,3 +170,20 @@ async def asks_logprobs(task: dict[str, Any], base_url: str, api_key: str) -> fl
         except openai.BadRequestError as e:
             LOGPROBS["refused"] = str(e)
     return 1.0
+
+
+TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object", "properties": {}}}}]
+
+
+async def requires_a_tool(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """Two requests with ``tool_choice: "required"`` (as smolagents sends); the reward is the tool calls it got."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        messages, calls = list(task["messages"]), 0
+        for _ in range(2):
+            r = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS, tool_choice="required")
+            message = r.choices[0].message
+            calls += len(message.tool_calls or [])
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls or []:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": "408"})
+    return float(calls)

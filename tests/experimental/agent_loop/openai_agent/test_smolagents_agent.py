@@ -57,3 +57,47 @@ def test_a_smolagents_tool_calling_agent_trains_on_its_sampled_ids(kit) -> None:
         == tok.encode(FINAL, add_special_tokens=False) + [tok.eos_token_id]
     )
     assert out.batch["response_mask"][0, :n].tolist() == [1] * n
+
+
+def test_the_lookup_example_scores_a_call_and_its_answer(kit, monkeypatch) -> None:
+    """examples/any_agent/lookup_agent.py through the endpoint: a lookup call then the code is 1.0; an answer without
+    a call (the example's code copied) is 0 (its few-shot turns come first, so the scripted answers start at turn 2)."""
+    lookup = os.path.join(os.path.dirname(EXAMPLE), "lookup_agent.py")
+    spec = f"{os.path.abspath(lookup)}:run"
+    call = '<tool_call>{"name": "lookup", "arguments": {"name": "Alice"}}</tool_call>'
+    from verl.experimental.agent_loop.openai_agent.agents import load_agent
+    from verl.experimental.agent_loop.openai_agent.loop import _AGENTS
+
+    agent_globals = _AGENTS.setdefault(spec, load_agent(spec)).__globals__
+    monkeypatch.setitem(agent_globals, "MAX_TOKENS", 128)  # the test's byte tokenizer: one token per character
+    code = agent_globals["CODES"]["Alice"]
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["", "", call, f"It is {code}."], "Q2": ["", "", "It is 123."]})
+    config = kit.rollout_config(
+        agent_default_agent_loop="openai_agent", prompt_length=1024, agent_openai={"agent": spec}
+    )
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    questions = ["Q1: What is the locker code of Alice?", "Q2: What is the locker code of Alice?"]
+    batch = kit.prompt_batch(tok, questions, [{"answer": str(code)}] * 2)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(batch)
+    metrics = list(out.non_tensor_batch["agent_metrics"])
+    assert [m["openai/tool_calls"] for m in metrics] == [1, 0] and [m["openai/splits"] for m in metrics] == [0, 0]
+    assert list(out.non_tensor_batch["agent_reward"]) == [1.0, 0.0]
+    # the call, the tool's reply (mask 0) and the answer are one trained row
+    mask = out.batch["response_mask"][0].tolist()
+    assert sum(mask) == len(call) + 1 + len(f"It is {code}.") + 1
+
+
+def test_tool_choice_required_is_parsed_as_auto_and_counted_when_unmet(kit) -> None:
+    agents = os.path.join(os.path.dirname(__file__), "agents_for_tests.py")
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": [CALL, "no call this time"]})
+    config = kit.rollout_config(
+        agent_default_agent_loop="openai_agent", agent_openai={"agent": f"{agents}:requires_a_tool"}
+    )
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1: 12*34?"]))
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert metrics["openai/failure_reason"] is None, metrics
+    assert (metrics["openai/tool_calls"], metrics["openai/tool_choice_unmet"]) == (1, 1)
+    assert out.non_tensor_batch["agent_reward"][0] == 1.0  # the call came back as message.tool_calls

@@ -165,7 +165,7 @@ class TrajectoryEndpoint:
         self, kind: str, tools: list | None, history: Any, full_ids: Any, body: Any
     ) -> list[tuple[Choice, str, str, int]]:
         """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason, shown)]``: the text before the
-        stop, and how many of the choice's ids it comes from (those :func:`_logprobs` reports)."""
+        stop, and how many of the choice's ids it comes from (those ``logprobs`` reports)."""
         try:
             context, budget = self.recorder.prepare(kind, tools, history, full_ids)
         except BudgetExceeded as e:
