@@ -208,7 +208,9 @@ def _delta(before: dict[str, float], after: dict[str, float], name: str) -> floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=BUNDLED_SMOLLM2, help="model dir or bundled name")
+    parser.add_argument(
+        "--model", default=BUNDLED_SMOLLM2, help="model dir, bundled name, or config-s (a tiny random Llama)"
+    )
     parser.add_argument("--engine", default="hf", choices=["auto", "hf", "vllm"])
     parser.add_argument("--users", default="1,10,50", help="comma-separated user counts")
     parser.add_argument("--modes", default="batching,no-batching", help="batching, no-batching or both")
@@ -224,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(m not in ("batching", "no-batching") for m in modes):
         parser.error(f"--modes {args.modes!r}: expected batching and/or no-batching")
     model = args.model
-    if args.smoke:
+    if args.smoke or model == "config-s":
         from _common import make_config_s_dir
 
-        model, users, args.run_time, args.max_new_tokens = make_config_s_dir(), [2], 8, 16
+        model = make_config_s_dir()
+    if args.smoke:
+        users, args.run_time, args.max_new_tokens = [2], 8, 16
     os.environ["VERL_LOAD_MAX_NEW_TOKENS"] = str(args.max_new_tokens)
 
     runs: list[dict[str, Any]] = []
