@@ -34,10 +34,16 @@ def _worker(args: argparse.Namespace) -> None:
     from bench._common import BUNDLED_SMOLLM2, make_config_s_dir, make_prompt_texts
     from bench._sides import GRPOWork, VerlSide
 
-    try:
-        from verl.models.loader import load_tokenizer, resolve_model_path
-    except ModuleNotFoundError:  # a checkout from before the ground-floor rooms (issue 22)
-        from verl.utils.model_loader import load_tokenizer, resolve_model_path
+    import importlib
+
+    # the model loader's home moved twice: verl.models (issue 32), verl.utils.models (issue 22), verl.utils before
+    for home in ("verl.models.loader", "verl.utils.models.loader", "verl.utils.model_loader"):
+        try:
+            loader = importlib.import_module(home)
+            break
+        except ModuleNotFoundError:
+            continue
+    load_tokenizer, resolve_model_path = loader.load_tokenizer, loader.resolve_model_path
 
     torch.set_num_threads(args.threads)
     model = make_config_s_dir() if args.model == "config-s" else resolve_model_path(BUNDLED_SMOLLM2)
