@@ -28,13 +28,13 @@ THIS_ROOT = Path(__file__).resolve().parent.parent
 
 def _worker(args: argparse.Namespace) -> None:
     """One side: build the trainer from whatever ``verl`` is importable, time the steps, print one JSON line."""
+    import importlib
+
     import torch
 
     import verl
     from bench._common import BUNDLED_SMOLLM2, make_config_s_dir, make_prompt_texts
     from bench._sides import GRPOWork, VerlSide
-
-    import importlib
 
     # the model loader's home moved twice: verl.models (issue 32), verl.utils.models (issue 22), verl.utils before
     for home in ("verl.models.loader", "verl.utils.models.loader", "verl.utils.model_loader"):
