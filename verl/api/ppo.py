@@ -21,6 +21,7 @@ from verl.api.ppo_config import DOC_KEYS, build_ppo_config  # noqa: F401  (impor
 from verl.api.rollout import RolloutManager, vLLMActor
 from verl.data.prompt_batch import encode_prompts
 from verl.protocol import DataProto
+from verl.sections.rollout import agent_loops_on
 from verl.trainer.base import BaseTrainer
 
 logger = logging.getLogger(__name__)
@@ -301,7 +302,7 @@ class PPOTrainer(BaseTrainer):
             truncation=str(data_cfg.truncation),
             apply_chat_template=bool(data_cfg.apply_chat_template),
         )
-        if bool(self.config.actor_rollout_ref.rollout.multi_turn.enable):
+        if agent_loops_on(self.config.actor_rollout_ref.rollout):
             from verl.api.agents import add_raw_chat
 
             batch = add_raw_chat(batch, prompts, str(data_cfg.prompt_key))

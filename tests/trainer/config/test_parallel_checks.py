@@ -43,7 +43,6 @@ def test_explicit_local_backend_with_several_ranks_is_an_error_with_the_fix() ->
             "actor_rollout_ref.actor.strategy=megatron: Megatron-LM is not an engine here",
         ),
         ("critic.strategy=megatron", "critic.strategy=megatron: Megatron-LM is not an engine here"),
-        ("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode='async' is not implemented"),
         ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=false (rollout on separate"),
     ],
 )

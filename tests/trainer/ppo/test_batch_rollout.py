@@ -183,3 +183,25 @@ def test_agent_columns_reach_the_engine_and_agent_reward_is_added(byte_tokenizer
     # added at the last token attention_mask covers (mask 0 on the first row's last token is a tool token)
     assert total.tolist() == [[0.0, 1.5], [0.0, 2.0], [0.0, 1.0], [0.0, 3.0]]
     assert scores[:, 0].sum() == 0 and add_agent_reward(_prompts(byte_tokenizer, ["a"]), scores) is scores
+
+
+def test_async_rollout_mode_sends_every_prompt_through_the_agent_loops(tiny_model_dir: str) -> None:
+    """``rollout.mode=async`` (upstream's AsyncLLM servers + agent loops) builds the agent loops even with
+    ``multi_turn.enable=false``; rows without an ``agent_name`` run ``single_turn_agent``. ``sync`` builds none."""
+    from verl.experimental.agent_loop.manager import AgentLoopManager
+    from verl.models.tiny import make_byte_tokenizer
+    from verl.sections.rollout import agent_loops_on
+    from verl.trainer.config import load_config
+    from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
+
+    base = [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.name=hf"]
+    sync_cfg = load_config(base)
+    async_cfg = load_config([*base, "actor_rollout_ref.rollout.mode=async"])
+    assert not agent_loops_on(sync_cfg.actor_rollout_ref.rollout) and agent_loops_on(async_cfg.actor_rollout_ref.rollout)
+    tokenizer = make_byte_tokenizer()
+    assert make_agent_loop_manager(sync_cfg, tokenizer, EchoEngine()) is None
+    manager = make_agent_loop_manager(async_cfg, tokenizer, EchoEngine())
+    assert isinstance(manager, AgentLoopManager)
+    assert manager.runner.settings.default_agent_loop == "single_turn_agent"
+    with pytest.raises(Exception, match="mode"):
+        load_config([*base, "actor_rollout_ref.rollout.mode=spmd"])

@@ -86,10 +86,10 @@ def overlap_config_errors(config: Any) -> list[str]:
             f"{key} needs reward_model.judge.mode=pointwise (a pairwise judge compares the finished responses of a "
             f"group), got mode={get('reward_model.judge.mode')}"
         )
-    if not get("actor_rollout_ref.rollout.multi_turn.enable"):
+    if not (get("actor_rollout_ref.rollout.multi_turn.enable") or get("actor_rollout_ref.rollout.mode") == "async"):
         errors.append(
             f"{key} judges agent-loop trajectories as they end: it needs "
-            "actor_rollout_ref.rollout.multi_turn.enable=true"
+            "actor_rollout_ref.rollout.multi_turn.enable=true (or rollout.mode=async)"
         )
     return errors
 

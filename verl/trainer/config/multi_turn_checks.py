@@ -6,6 +6,8 @@ import os
 
 from omegaconf import DictConfig
 
+from verl.sections.rollout import agent_loops_on
+
 __all__ = ["check_multi_turn"]
 
 MT = "actor_rollout_ref.rollout.multi_turn"
@@ -33,10 +35,13 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
     for key, path in files:
         if path is not None and not os.path.isfile(str(path)):
             errors.append(f"{key}={path!r}: no such file")
-    if not bool(mt.enable):
+    if not agent_loops_on(rollout):
         set_keys = [key for key, path in files if path is not None]
         if set_keys:
-            warns.append(f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true")
+            warns.append(
+                f"{', '.join(set_keys)} set while {MT}.enable=false: they take effect only with enable=true "
+                "(or actor_rollout_ref.rollout.mode=async)"
+            )
         return
     # Only here: listing the loops imports the built-in ones, and with them the tools (pydantic), which a run
     # without agent loops does not need.

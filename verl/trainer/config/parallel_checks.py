@@ -3,7 +3,7 @@
 * placement: ``trainer.backend`` against the number of ranks, Ulysses sequence-parallel sizes and ``fsdp_size``
   against the world size;
 * implemented values: keys verl scripts set whose other values select machinery that does not exist here
-  (``actor.strategy=megatron``, ``rollout.mode=async``, ``hybrid_engine=false``) are
+  (``actor.strategy=megatron``, ``hybrid_engine=false``) are
   errors that say so, instead of being accepted and ignored.
 """
 
@@ -133,11 +133,6 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
     from verl.trainer.config.upstream_keys import check_upstream_values
 
     check_upstream_values(cfg, errors)
-    if str(arr.rollout.mode) != "sync":
-        errors.append(
-            f"actor_rollout_ref.rollout.mode={arr.rollout.mode!r} is not implemented: generation runs synchronously "
-            f"inside the actor workers (no async rollout server / agent loop); use actor_rollout_ref.rollout.mode=sync"
-        )
     if not bool(arr.hybrid_engine):
         errors.append(
             "actor_rollout_ref.hybrid_engine=false (rollout on separate workers) is not implemented; actor, rollout "

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.sections.rollout import agent_loops_on
 from verl.trainer.config.strategies import IMPLEMENTED_STRATEGIES
 from verl.trainer.config.validation import ConfigError
 
@@ -145,8 +146,9 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
             "actor_rollout_ref.actor.use_prefix_grouper=true (upstream's PrefixGrouper: one forward of a group's "
             "shared prompt) is not implemented here; drop it: each response's forward gives the same log-probs"
         )
-    if bool(arr.rollout.ignore_eos) and bool(arr.rollout.multi_turn.enable):
+    if bool(arr.rollout.ignore_eos) and agent_loops_on(arr.rollout):
         errors.append(
-            "actor_rollout_ref.rollout.ignore_eos=true with rollout.multi_turn.enable (agent loops) is not implemented "
+            "actor_rollout_ref.rollout.ignore_eos=true with agent loops (rollout.multi_turn.enable or mode=async) is "
+            "not implemented "
             "here: a turn ends at EOS; use ignore_eos with single-turn generation"
         )

@@ -24,6 +24,7 @@ import torch
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.protocol.rollout_text import response_texts, rollout_texts
+from verl.sections.rollout import agent_loops_on
 
 __all__ = [
     "AGENT_KEYS",
@@ -79,9 +80,10 @@ def generate_on_group(group: Any, gen_batch: DataProto) -> DataProto:
 
 def make_agent_loop_manager(config: Any, tokenizer: Any, group: Any, tools: Sequence[Any] = ()) -> Any:
     """The driver's :class:`~verl.experimental.agent_loop.manager.AgentLoopManager` over ``group`` (the actor
-    worker group, one actor worker or an engine) when ``actor_rollout_ref.rollout.multi_turn.enable`` is on, else
-    None. ``config`` is the run's whole config; ``tools`` the Python API's own ``BaseTool`` objects."""
-    if not config.actor_rollout_ref.rollout.multi_turn.enable:
+    worker group, one actor worker or an engine) when rollouts go through agent loops (``rollout.multi_turn.enable``
+    or ``rollout.mode=async``: :func:`~verl.sections.rollout.agent_loops_on`), else None. ``config`` is the run's
+    whole config; ``tools`` the Python API's own ``BaseTool`` objects."""
+    if not agent_loops_on(config.actor_rollout_ref.rollout):
         return None
     from verl.experimental.agent_loop.manager import AgentLoopManager
 
@@ -90,7 +92,7 @@ def make_agent_loop_manager(config: Any, tokenizer: Any, group: Any, tools: Sequ
 
 def generate_rollouts(group: Any, agent_loops: Any, gen_batch: DataProto) -> DataProto:
     """Generate ``gen_batch``: through the agent loops (``agent_loops``, an ``AgentLoopManager``, when
-    ``rollout.multi_turn.enable``) over ``group``'s engines, else plainly by ``group`` (:func:`generate_on_group`)."""
+    ``rollout.multi_turn.enable`` or ``rollout.mode=async``) over ``group``'s engines, else plainly by ``group`` (:func:`generate_on_group`)."""
     if agent_loops is not None:
         return agent_loops.generate_sequences(gen_batch)
     return generate_on_group(group, gen_batch)
