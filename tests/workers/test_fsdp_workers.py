@@ -362,6 +362,25 @@ def test_reward_model_scores_at_last_valid_token(tiny_rm_dir: str, tiny_model_di
         assert torch.equal(others, torch.zeros_like(others))
 
 
+def test_reward_model_packed_scoring_equals_padded(tiny_rm_dir: str, tiny_model_dir: str) -> None:
+    """``reward_model.model.use_remove_padding`` (verl's January key) packs the valid tokens into one row and reads
+    the head at each sequence's last token: the padded path's scores; ``fsdp_config.param_offload`` is accepted, the
+    sharding keys are refused in one line."""
+    extra = (f"reward_model.model.path={tiny_rm_dir}", "reward_model.enable=true", "reward_model.dtype=float32")
+    data = _scored_batch()
+    scores = {}
+    for packed in (False, True):
+        cfg = _config(tiny_model_dir, *extra, f"reward_model.model.use_remove_padding={packed}",
+                      "reward_model.model.fsdp_config.param_offload=true")  # fmt: skip
+        group = create_worker_group("local", RewardModelWorker, {"config": cfg.reward_model})
+        group.init_model()
+        scores[packed] = group.compute_rm_score(data).batch["rm_scores"]
+    assert scores[True].abs().sum() > 0
+    torch.testing.assert_close(scores[True], scores[False], atol=1e-5, rtol=1e-5)
+    with pytest.raises(Exception, match=r"reward_model.model.fsdp_config.fsdp_size: the reward model is not sharded"):
+        _config(tiny_model_dir, *extra, "reward_model.model.fsdp_config.fsdp_size=2")
+
+
 def test_use_torch_compile_compiles_the_actor_layers_after_sharding(tiny_model_dir) -> None:
     group = _actor_group(tiny_model_dir, "actor", "actor_rollout_ref.actor.use_torch_compile=true")
     module = group.workers[0].actor_module

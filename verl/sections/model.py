@@ -53,8 +53,30 @@ class CriticModelConfig(BaseConfig):
 
 
 @dataclass
+class RewardModelWrapPolicyConfig(BaseConfig):
+    """``reward_model.model.fsdp_config.wrap_policy``: upstream's default; a value set by the user is refused."""
+
+    min_num_params: int = 0
+
+
+@dataclass
+class RewardModelFSDPConfig(BaseConfig):
+    """``reward_model.model.fsdp_config`` (verl's legacy reward-model worker). The reward model is not sharded here:
+    every rank holds the whole model for a forward pass, so only ``param_offload`` applies; the sharding keys are
+    upstream's defaults, and a value set by the user is refused (``verl/trainer/config/reward_section.py``)."""
+
+    param_offload: bool = False  # the reward model in CPU memory between scoring calls, on the device while scoring
+    wrap_policy: RewardModelWrapPolicyConfig = field(default_factory=RewardModelWrapPolicyConfig)
+    reshard_after_forward: bool = True
+    fsdp_size: int = -1
+    forward_prefetch: bool = False
+
+
+@dataclass
 class RewardModelModelConfig(BaseConfig):
     """``reward_model.model``: a model-based scorer (sequence classifier) when ``reward_model.enable``."""
 
     path: Optional[str] = None
     input_tokenizer: Optional[str] = None
+    use_remove_padding: bool = False  # score the valid tokens packed into one row (no padding computed)
+    fsdp_config: RewardModelFSDPConfig = field(default_factory=RewardModelFSDPConfig)

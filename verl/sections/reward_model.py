@@ -75,6 +75,13 @@ class RewardModelConfig(BaseConfig):
     """``reward_model``: the reward model and the reward manager that turns responses into token-level scores."""
 
     enable: bool = False
+    # verl's January-2026 keys, the same settings as reward.reward_model.* (verl/trainer/config/reward_section.py):
+    # use_reward_loop=true reads `rollout` (the reward model's serving engine, reward_rollout.py); false ignores it
+    use_reward_loop: bool = True
+    rollout: dict[str, Any] = dict_field()
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = 8
+    nnodes: int = 0
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: int = 16
     dtype: ComputeDType = "auto"

@@ -140,4 +140,3 @@ def agent_loops_on(rollout: Any) -> bool:
     or ``rollout.mode=async`` (upstream's asynchronous rollout: every prompt a ``single_turn_agent`` request unless its
     row names a loop). ``rollout`` is the section as a dataclass or an OmegaConf node."""
     return bool(rollout.multi_turn.enable) or str(rollout.mode) == "async"
-

@@ -13,6 +13,7 @@ from verl.protocol.rollout_text import rollout_texts, valid_response_lengths
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.utils.padding import pack_padded_batch
 from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
     private_section,
@@ -48,8 +49,36 @@ class RewardModelWorker(Worker):
         self.tokenizer = load_tokenizer(path)
         input_tok = self.config.model.input_tokenizer
         self.input_tokenizer = load_tokenizer(input_tok) if input_tok else None
-        self.module = load_sequence_classifier(path, dtype=torch.float32).to(self.compute_device).eval()
+        self.module = load_sequence_classifier(path, dtype=torch.float32).eval()
         self.module.requires_grad_(False)
+        if self.config.model.use_remove_padding:
+            self._score_head()  # fails here, at start, for a classifier whose head is not reachable
+        # model.fsdp_config.param_offload: the weights wait in CPU memory and visit the device while scoring
+        self.offload = bool(self.config.model.fsdp_config.param_offload) and self.compute_device.type != "cpu"
+        if not self.offload:
+            self.module.to(self.compute_device)
+
+    def _score_head(self) -> torch.nn.Module:
+        """The classifier's head (``score`` in transformers' ``*ForSequenceClassification``, ``classifier`` in some
+        others): packed scoring runs the base model over all tokens and this head at each sequence's last token."""
+        head = getattr(self.module, "score", None) or getattr(self.module, "classifier", None)
+        if not isinstance(head, torch.nn.Module):
+            raise ValueError(
+                f"reward_model.model.use_remove_padding=true: {type(self.module).__name__} has no `score` or "
+                "`classifier` head to apply at each packed sequence's last token; set use_remove_padding=false"
+            )
+        return head
+
+    def _score_packed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``model.use_remove_padding``: the valid tokens of ``[bs, seqlen]`` rows packed into one row (positions
+        restart per sequence, so attention stays within each), the head read at each sequence's last token:
+        ``[bs]``, the padded path's scores without computing the padding."""
+        packed = pack_padded_batch(ids, mask)
+        # use_cache=False: a KV cache turns off transformers' detection of the packed sequences (verl/utils/padding.py)
+        out = self.module.base_model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
+        hidden = out[0]
+        last = (packed.cu_seqlens[1:] - 1).long()
+        return self._score_head()(hidden[0, last])[:, 0].float()
 
     def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Classifier output at the last valid token of each row: ``[batch]``."""
@@ -61,6 +90,9 @@ class RewardModelWorker(Worker):
             mask = attention_mask[start : start + micro]
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
             with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
+                if self.config.model.use_remove_padding:
+                    scores.append(self._score_packed(ids, mask))
+                    continue
                 logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
             last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
             scores.append(
@@ -92,8 +124,14 @@ class RewardModelWorker(Worker):
             input_ids, attention_mask = self._retokenize(data)
         else:
             input_ids, attention_mask = data.batch["input_ids"], data.batch["attention_mask"]
-        with torch.no_grad():
-            scores = self._score_rows(input_ids, attention_mask)
+        if self.offload:
+            self.module.to(self.compute_device)
+        try:
+            with torch.no_grad():
+                scores = self._score_rows(input_ids, attention_mask)
+        finally:
+            if self.offload:
+                self.module.to("cpu")
         response_mask = data.batch["response_mask"]
         rm_scores = torch.zeros_like(response_mask, dtype=torch.float32)
         # the last valid response token (of a multi-turn row: of its last turn), where the reward managers score

@@ -126,3 +126,31 @@ def test_reward_model_rollout_refusals_are_one_line(extra: list[str], needle: st
     with pytest.raises(ConfigError) as err:
         load_config(extra)
     assert len(err.value.problems) == 1 and needle in err.value.problems[0], err.value.problems
+
+
+def test_january_reward_loop_keys_are_the_reward_sections() -> None:
+    """verl's January scripts: ``reward_model.use_reward_loop=True`` + ``reward_model.rollout.*`` (+ the pool keys)
+    configure the reward model as ``reward.reward_model.*`` does; refusals name the key the script wrote;
+    ``use_reward_loop=False`` leaves ``rollout`` unread, with a warning."""
+    legacy_pool = ["reward_model.enable_resource_pool=true", "reward_model.nnodes=1", "reward_model.n_gpus_per_node=1"]
+    rm = "+reward_model.rollout"
+    rollout = [f"{rm}.name=vllm", f"{rm}.prompt_length=2048", f"{rm}.response_length=1024",
+               f"{rm}.gpu_memory_utilization=0.8"]  # fmt: skip
+    cfg, _ = _load(["reward_model.use_reward_loop=true", *legacy_pool, *rollout])
+    assert (cfg.reward_model.max_length, cfg.reward_model.gpu_memory_utilization) == (3072, 0.8)
+    assert cfg.reward.reward_model.rollout.name == "vllm" and cfg.reward.reward_model.enable_resource_pool
+    assert cfg.trainer.resource_pool_mapping.rm == "reward_pool"
+    with pytest.raises(ConfigError) as err:
+        load_config(rollout)  # colocated: the share is refused, naming the legacy key and the legacy pool switch
+    (line,) = err.value.problems
+    assert (
+        line.startswith("reward_model.rollout.gpu_memory_utilization=0.8")
+        and "reward_model.enable_resource_pool" in line
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        cfg = load_config(["reward_model.use_reward_loop=false", *rollout])
+    assert cfg.reward_model.max_length is None and not cfg.reward.reward_model.rollout
+    assert any("use_reward_loop=false" in str(w.message) for w in caught)
+    with pytest.raises(ConfigError, match="set the same thing; keep reward.reward_model.rollout"):
+        load_config(["+reward_model.rollout.name=vllm", "+reward.reward_model.rollout.name=hf"])

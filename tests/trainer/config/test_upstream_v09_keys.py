@@ -137,8 +137,9 @@ def test_values_we_cannot_honour_are_errors(override: str, message: str) -> None
 
 def test_ignore_eos_is_accepted_for_single_turn_and_refused_for_agent_loops() -> None:
     assert _cfg(f"{ARR}.rollout.ignore_eos=true").actor_rollout_ref.rollout.ignore_eos is True
-    with pytest.raises(ConfigError, match="ignore_eos=true with rollout.multi_turn.enable"):
-        _cfg(f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.multi_turn.enable=true")
+    for loops in (f"{ARR}.rollout.multi_turn.enable=true", f"{ARR}.rollout.mode=async"):
+        with pytest.raises(ConfigError, match=r"ignore_eos=true with agent loops \(rollout.multi_turn.enable or mode"):
+            _cfg(f"{ARR}.rollout.ignore_eos=true", loops)
 
 
 def test_ref_compile_follows_the_actor_by_default() -> None:

@@ -197,7 +197,9 @@ def test_async_rollout_mode_sends_every_prompt_through_the_agent_loops(tiny_mode
     base = [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.name=hf"]
     sync_cfg = load_config(base)
     async_cfg = load_config([*base, "actor_rollout_ref.rollout.mode=async"])
-    assert not agent_loops_on(sync_cfg.actor_rollout_ref.rollout) and agent_loops_on(async_cfg.actor_rollout_ref.rollout)
+    assert not agent_loops_on(sync_cfg.actor_rollout_ref.rollout) and agent_loops_on(
+        async_cfg.actor_rollout_ref.rollout
+    )
     tokenizer = make_byte_tokenizer()
     assert make_agent_loop_manager(sync_cfg, tokenizer, EchoEngine()) is None
     manager = make_agent_loop_manager(async_cfg, tokenizer, EchoEngine())

@@ -45,34 +45,37 @@ def _set(cfg: DictConfig, key: str, value: Any, source: str, user: set[str], err
     changed[key] = value
 
 
-def resolve_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
-    """Apply ``reward.reward_model.rollout`` (module docstring) to ``cfg``; refusals go to ``errors``, one line each."""
+def resolve_reward_rollout(
+    cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any], source: str = R
+) -> None:
+    """Apply ``reward.reward_model.rollout`` (module docstring) to ``cfg``; refusals go to ``errors``, one line
+    each, naming the keys under ``source`` (where the user wrote them: this section or ``reward_model.rollout``)."""
     section = cfg.reward.reward_model.rollout
     if not section:
         return
     for key in sorted(set(section.keys()) - KEYS):
         errors.append(
-            f"{R}.{key}: upstream's reward-model server setting with no counterpart here (the reward model is a "
+            f"{source}.{key}: upstream's reward-model server setting with no counterpart here (the reward model is a "
             f"forward pass in the rm worker group); drop it"
         )
     engine = section.get("name")
     if engine is not None and str(engine) not in ENGINES:
         errors.append(
-            f"{R}.name={engine}: {engine} is not an engine here; the reward model's score is a forward pass of its "
-            "weights (the number vLLM returns): use name=vllm or hf"
+            f"{source}.name={engine}: {engine} is not an engine here; the reward model's score is a forward pass "
+            "of its weights (the number vLLM returns): use name=vllm or hf"
         )
     dtype = section.get("dtype")
     if dtype is not None:
         if str(dtype) not in DTYPES:
-            errors.append(f"{R}.dtype={dtype}: one of {sorted(DTYPES)}")
+            errors.append(f"{source}.dtype={dtype}: one of {sorted(DTYPES)}")
         else:
-            _set(cfg, "reward_model.dtype", DTYPES[str(dtype)], f"{R}.dtype", user, errors, changed)
+            _set(cfg, "reward_model.dtype", DTYPES[str(dtype)], f"{source}.dtype", user, errors, changed)
     if section.get("prompt_length") is not None or section.get("response_length") is not None:
         prompt = section.get("prompt_length") or cfg.data.max_prompt_length
         response = section.get("response_length") or cfg.data.max_response_length
         if not user_set("reward_model.max_length", user):
-            _set(cfg, "reward_model.max_length", int(prompt) + int(response), f"{R}.prompt_length + response_length",
-                 user, errors, changed)  # fmt: skip
+            lengths = f"{source}.prompt_length + response_length"
+            _set(cfg, "reward_model.max_length", int(prompt) + int(response), lengths, user, errors, changed)
     rm = cfg.reward.reward_model
     own_pool = bool(rm.enable_resource_pool)
     ranks = (
@@ -83,22 +86,24 @@ def resolve_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], c
     replica = int(section.get("tensor_model_parallel_size") or 1) * int(section.get("data_parallel_size") or 1)
     if replica < 1 or ranks % replica:
         errors.append(
-            f"{R}.tensor_model_parallel_size x data_parallel_size = {replica} must be >= 1 and divide the reward "
+            f"{source}.tensor_model_parallel_size x data_parallel_size = {replica} must be >= 1 and divide the reward "
             f"model's {ranks} ranks, as upstream splits them into replicas"
         )
     ep = int(section.get("expert_parallel_size") or 1)
     if ep < 1 or replica % ep:
-        errors.append(f"{R}.expert_parallel_size={ep} must divide a replica's {replica} ranks, as upstream requires")
+        errors.append(
+            f"{source}.expert_parallel_size={ep} must divide a replica's {replica} ranks, as upstream requires"
+        )
     share = section.get("gpu_memory_utilization")
     if share is not None:
         if not 0 < float(share) <= 1:
-            errors.append(f"{R}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
+            errors.append(f"{source}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
         elif not own_pool:
             errors.append(
-                f"{R}.gpu_memory_utilization={share} with the reward model colocated: a GPU memory share of its own "
-                "is not available here (it shares the actor's process); set reward.reward_model.enable_resource_pool"
-                "=true (its own pool, capped at this share) or drop the key"
+                f"{source}.gpu_memory_utilization={share} with the reward model colocated: a GPU memory share of its "
+                f"own is not available here (it shares the actor's process); set {source.rsplit('.', 1)[0]}"
+                ".enable_resource_pool=true (its own pool, capped at this share) or drop the key"
             )
         else:
-            _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{R}.gpu_memory_utilization", user,
+            _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{source}.gpu_memory_utilization", user,
                  errors, changed)  # fmt: skip

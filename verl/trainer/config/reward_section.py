@@ -33,6 +33,9 @@ REWARD_KEY_PAIRS: tuple[tuple[str, str], ...] = (
     ("reward.reward_manager.name", "reward_model.reward_manager"),
     ("reward.reward_model.enable", "reward_model.enable"),
     ("reward.reward_model.model_path", "reward_model.model.path"),
+    ("reward.reward_model.enable_resource_pool", "reward_model.enable_resource_pool"),
+    ("reward.reward_model.n_gpus_per_node", "reward_model.n_gpus_per_node"),
+    ("reward.reward_model.nnodes", "reward_model.nnodes"),
     ("reward.sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
     ("reward.sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
     ("reward.sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
@@ -77,8 +80,53 @@ def resolve_reward_section(cfg: DictConfig, user: set[str], errors: list[str]) -
         )
     _reward_pool(cfg, user, errors, changed)
     _reward_manager_source(cfg, errors)
-    resolve_reward_rollout(cfg, user, errors, changed)  # reward.reward_model.rollout (verl/.../reward_rollout.py)
+    source = _legacy_reward_rollout(cfg, user, errors, changed)
+    resolve_reward_rollout(cfg, user, errors, changed, source)  # reward.reward_model.rollout (reward_rollout.py)
+    _legacy_reward_model_keys(cfg, user, errors)
     return changed
+
+
+def _legacy_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> str:
+    """verl's January keys ``reward_model.use_reward_loop`` / ``reward_model.rollout``: with the reward loop on (its
+    default) the legacy ``rollout`` is the same section as ``reward.reward_model.rollout`` (copied there; both set
+    differently is an error); off, upstream's legacy reward-model worker never reads it, and neither does this.
+    Returns the key prefix the user wrote the section under, for the refusal lines."""
+    legacy, new = "reward_model.rollout", "reward.reward_model.rollout"
+    old_value = _plain(cfg.reward_model.rollout) or {}
+    if not old_value:
+        return new
+    if not cfg.reward_model.use_reward_loop:
+        warnings.warn(
+            f"{legacy} is set but reward_model.use_reward_loop=false: the reward model is scored by its worker "
+            f"group as configured under reward_model.* and the rollout keys are not read (as in verl)",
+            ConfigWarning,
+            stacklevel=3,
+        )
+        return new
+    new_value = _plain(cfg.reward.reward_model.rollout) or {}
+    if new_value and new_value != old_value:
+        errors.append(f"{new}={new_value} and the legacy {legacy}={old_value} set the same thing; keep {new}")
+        return new
+    if not new_value:
+        OmegaConf.update(cfg, new, old_value, merge=False)
+        changed[new] = old_value
+    return legacy
+
+
+# reward_model.model.fsdp_config keys that shard a model: the reward model is whole on every rank here
+_UNSHARDED = ("wrap_policy", "reshard_after_forward", "fsdp_size", "forward_prefetch")
+
+
+def _legacy_reward_model_keys(cfg: DictConfig, user: set[str], errors: list[str]) -> None:
+    """One line per ``reward_model.model.fsdp_config`` sharding key the user set: the reward model is not sharded
+    (each rank holds it whole for a forward pass); ``param_offload`` is honoured by the rm worker."""
+    for key in _UNSHARDED:
+        if user_set(f"reward_model.model.fsdp_config.{key}", user):
+            errors.append(
+                f"reward_model.model.fsdp_config.{key}: the reward model is not sharded here (every rank holds the "
+                "whole model for its forward pass), so FSDP sharding settings do not apply; drop it "
+                "(param_offload is honoured)"
+            )
 
 
 def _reward_pool(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> None:
