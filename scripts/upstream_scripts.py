@@ -245,6 +245,32 @@ def upstream_has_module(git_dir: str, module: str) -> bool:
     return False
 
 
+def upstream_config_lacks(git_dir: str, reason: str) -> bool:
+    """Whether ``reason`` is an unknown key (``KEY: unknown key``) or a bad value of a bool key (``KEY: expected
+    bool, got ''``: an unset shell variable) that upstream's own generated PPO config would refuse as well: the key
+    is not in it, or the value is empty (Hydra gives ``''``, which upstream's typed ``bool`` field refuses too)."""
+    match = re.match(r"([\w.]+): (unknown key|expected bool, got '')", reason)
+    if not match:
+        return False
+    if match.group(2).startswith("expected"):
+        return True
+    import yaml
+
+    shown = subprocess.run(
+        ["git", "--git-dir", git_dir, "show", "HEAD:verl/trainer/config/_generated_ppo_trainer.yaml"],
+        capture_output=True,
+        text=True,
+    )
+    if shown.returncode != 0:
+        return False
+    node: Any = yaml.safe_load(shown.stdout)
+    for part in match.group(1).split("."):
+        if not isinstance(node, dict) or part not in node:
+            return True
+        node = node[part]
+    return False
+
+
 def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
     """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call."""
     calls: list[Call] = []
@@ -268,6 +294,8 @@ def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
                 run_call(call, work)
                 if call.reason.startswith("module ") and not upstream_has_module(git_dir, module):
                     call.reason += " (upstream's own tree has no such module either: the script is stale upstream)"
+                elif upstream_config_lacks(git_dir, call.reason):
+                    call.reason += " (upstream's own config refuses it too: the script is stale upstream)"
                 calls.append(call)
     return calls, no_call
 
