@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from verl.experimental.agent_loop.openai_agent.http import HttpRequest, HttpResponse
+from verl.experimental.agent_loop.openai_agent.streaming import ContentHold, TextDeltas, TokenFeed
 from verl.experimental.agent_loop.openai_agent.trajectory import BudgetExceeded, Choice, TrajectoryRecorder, message_key
 from verl.experimental.agent_loop.openai_schemas import (
     ChatCompletionRequest,
@@ -39,11 +40,8 @@ from verl.experimental.agent_loop.openai_schemas import (
     stop_list,
     validation_error_to_serve_error,
 )
-from verl.experimental.agent_loop.openai_tool_calls import (
-    ToolCallStream,
-    assistant_message,
-    template_messages,
-)
+from verl.experimental.agent_loop.openai_tool_calls import assistant_message, template_messages, tool_calls_active
+from verl.workers.rollout.request_server import TokenOutput, TurnSampling
 
 __all__ = ["TrajectoryEndpoint"]
 
@@ -103,6 +101,7 @@ class TrajectoryEndpoint:
         self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
         self.closed = False
         self._lock = asyncio.Lock()
+        self._stream_open = False  # a streamed answer is being sent and not recorded yet
 
     def fail(self, reason: str, detail: str) -> None:
         """Mark the trajectory failed (the first failure is kept)."""
@@ -144,28 +143,36 @@ class TrajectoryEndpoint:
             except ValidationError as e:
                 raise validation_error_to_serve_error(e.errors()) from e
             want_logprobs = _logprobs_wanted(path, payload, body)
+            include_usage = _usage_wanted(payload, body)
             body = body.model_copy(update={"logprobs": None})  # answered here, not refused by the shared check
             body.check_unsupported()
-            async with self._lock:
+            await self._lock.acquire()  # a streamed answer holds it until it is recorded (_streamed)
+            try:
                 if self.requests >= self.max_requests:
                     raise ServeError(
                         400, f"over agent.openai.max_requests={self.max_requests} requests", None, "request_budget"
                     )
                 self.requests += 1
                 if path == "/chat/completions":
-                    return await self._chat(body, want_logprobs)
-                return await self._completion(body, want_logprobs)
+                    response = await self._chat(body, want_logprobs, include_usage)
+                else:
+                    response = await self._completion(body, want_logprobs, include_usage)
+            except BaseException:
+                self._release()
+                raise
+            if response.stream is None:
+                self._release()
+            return response
         raise ServeError(404, f"no route {request.method} {request.path}", None, "not_found")
 
     def _model(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": 0, "owned_by": "verl-rollout"}
 
     # ---------------------------------------------------------------------------------------------- generation
-    async def _generate(
+    def _place(
         self, kind: str, tools: list | None, history: Any, full_ids: Any, body: Any
-    ) -> list[tuple[Choice, str, str, int]]:
-        """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason, shown)]``: the text before the
-        stop, and how many of the choice's ids it comes from (those ``logprobs`` reports)."""
+    ) -> tuple[list[int], int, tuple[str, ...], TurnSampling]:
+        """Place the request in the trajectory: ``(context ids, max tokens, stop strings, sampling)``."""
         try:
             context, budget = self.recorder.prepare(kind, tools, history, full_ids)
         except BudgetExceeded as e:
@@ -180,33 +187,54 @@ class TrajectoryEndpoint:
             ids = self.tokenizer.encode(s, add_special_tokens=False)
             if len(ids) == 1:
                 stop_ids.append(int(ids[0]))
-        sampling: dict[str, Any] = {"stop_token_ids": stop_ids}
+        own: dict[str, Any] = {}
         if self.request_sampling:
             own = {k: getattr(body, k) for k in ("temperature", "top_p") if getattr(body, k) is not None}
             self.sampling_overrides += bool(own)
-            sampling.update(own)
-        start = time.perf_counter()
-        outs = await asyncio.gather(*(self.server.generate(context, max_tokens, **sampling) for _ in range(body.n)))
-        self.generate_s += time.perf_counter() - start
-        results = []
-        for out in outs:
-            ids, at = _stop_cut(self.tokenizer, list(out.token_ids), stops)
-            log_probs = None if out.log_probs is None else list(out.log_probs[: len(ids)])
-            ended = out.stop_reason == "eos" and len(ids) == len(out.token_ids)
-            text_ids = ids[:-1] if ended else ids
-            text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-            if at is not None:
-                text, finish = text[:at], "stop"
-            else:
-                finish = "length" if out.stop_reason == "length" else "stop"
-                if out.stop_reason == "stop":  # a one-token stop string ended it: not part of the text
-                    text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
-            # the ids behind the returned text: without the closing EOS or one-token stop (not part of the text)
-            shown = len(ids) - 1 if at is None and (ended or out.stop_reason == "stop") else len(ids)
-            results.append((Choice(ids, log_probs, ended, ""), text, finish, shown))
-        return results
+        sampling = TurnSampling(own.get("temperature"), own.get("top_p"), None, tuple(stop_ids), None)
+        return context, max_tokens, stops, sampling
 
-    async def _chat(self, body: ChatCompletionRequest, want_logprobs: bool) -> HttpResponse:
+    def _feed(self, placed: tuple[list[int], int, tuple[str, ...], TurnSampling], stream: bool) -> TokenFeed:
+        context, max_tokens, stops, sampling = placed
+        loop = asyncio.get_running_loop()
+        return TokenFeed(self.server, context, max_tokens, sampling, self.tokenizer, stops, loop, stream)
+
+    async def _generate(
+        self, placed: tuple[list[int], int, tuple[str, ...], TurnSampling], n: int
+    ) -> list[tuple[Choice, str, str, int]]:
+        """Sample ``n`` answers of a placed request; ``[(choice, text, finish_reason, shown)]`` (:meth:`_answer`)."""
+        start = time.perf_counter()
+        feeds = [self._feed(placed, stream=False) for _ in range(n)]
+        try:
+            outs = await asyncio.gather(*(f.result() for f in feeds))
+        except BaseException:  # the agent went away (time limit) or the engine failed: stop the others
+            for f in feeds:
+                f.cancel()
+            raise
+        finally:
+            self.generate_s += time.perf_counter() - start
+        return [self._answer(out, placed[2]) for out in outs]
+
+    def _answer(self, out: TokenOutput, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
+        """``(choice, text, finish_reason, shown)`` of one engine answer: the text before the stop, and how many of
+        the choice's ids it comes from (those ``logprobs`` reports)."""
+        ids, at = _stop_cut(self.tokenizer, list(out.token_ids), stops)
+        log_probs = None if out.log_probs is None else list(out.log_probs[: len(ids)])
+        ended = out.stop_reason == "eos" and len(ids) == len(out.token_ids)
+        text_ids = ids[:-1] if ended else ids
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+        one_token_stop = at is None and out.stop_reason == "stop"
+        if at is not None:
+            text, finish = text[:at], "stop"
+        else:
+            finish = "length" if out.stop_reason == "length" else "stop"
+            if one_token_stop:  # a one-token stop string ended it: not part of the text
+                text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
+        # the ids behind the returned text: without the closing EOS or one-token stop (not part of the text)
+        shown = len(ids) - 1 if at is None and (ended or one_token_stop) else len(ids)
+        return Choice(ids, log_probs, ended, ""), text, finish, shown
+
+    async def _chat(self, body: ChatCompletionRequest, want_logprobs: bool, include_usage: bool) -> HttpResponse:
         for i, m in enumerate(body.messages):
             if not isinstance(m.content, str) and any(isinstance(p, ImagePart) for p in m.content):
                 raise ServeError(400, f"messages[{i}].content: images are not supported in rollouts", "messages")
@@ -224,38 +252,37 @@ class TrajectoryEndpoint:
             return self.tokenizer.encode(text, add_special_tokens=False)
 
         try:
-            results = await self._generate("chat", schemas, messages, full_ids, body)
+            placed = self._place("chat", schemas, messages, full_ids, body)
         except ServeError:
             raise
         except Exception as e:  # a chat template may reject a message order
             raise ServeError(400, f"messages: the chat template rejected them: {e}", "messages") from e
+        if body.stream:
+            feed = self._feed(placed, stream=True)
+            return self._streamed(feed, self._chat_stream(body, feed, placed[2], want_logprobs, include_usage,
+                                                          required))  # fmt: skip
+        results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         choices = []
         for k, (choice, text, finish, shown) in enumerate(results):
             message, finish = assistant_message(body, text, finish, self.parser)
-            self.tool_choice_unmet += required and not message.get("tool_calls")
-            self.tool_calls += len(message.get("tool_calls") or [])
-            as_template = template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))
-            choice.returned = message_key(as_template[0][0])
+            self._count_calls(required, message)
+            choice.returned = _returned_key(message)
             logprobs = _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None
-            choices.append(
-                {"index": k, "message": message, "finish_reason": finish, "logprobs": logprobs, "_raw": text}
-            )
+            choices.append({"index": k, "message": message, "finish_reason": finish, "logprobs": logprobs})
         self.recorder.record([r[0] for r in results])
-        usage = self._usage(results)
-        if body.stream:
-            return self._sse(self._chat_events(body, choices, usage))
-        for c in choices:
-            c.pop("_raw")
-        return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, usage))
+        return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, self._usage(results)))
 
-    async def _completion(self, body: CompletionRequest, want_logprobs: bool) -> HttpResponse:
+    async def _completion(self, body: CompletionRequest, want_logprobs: bool, include_usage: bool) -> HttpResponse:
         if not isinstance(body.prompt, str):
             raise ServeError(400, "prompt: one string per request in rollouts (use n for several choices)", "prompt")
         prompt = body.prompt
-        results = await self._generate(
-            "completion", None, prompt, lambda: self.tokenizer.encode(prompt, add_special_tokens=True), body
-        )
+        full_ids = lambda: self.tokenizer.encode(prompt, add_special_tokens=True)  # noqa: E731
+        placed = self._place("completion", None, prompt, full_ids, body)
+        if body.stream:
+            feed = self._feed(placed, stream=True)
+            return self._streamed(feed, self._completion_stream(feed, placed[2], want_logprobs, include_usage))
+        results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         for choice, text, _, _ in results:
             choice.returned = text
@@ -269,10 +296,128 @@ class TrajectoryEndpoint:
             }
             for k, (choice, text, finish, shown) in enumerate(results)
         ]
-        usage = self._usage(results)
-        if body.stream:
-            return self._sse(self._completion_events(choices))
-        return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, usage))
+        return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, self._usage(results)))
+
+    def _count_calls(self, required: bool, message: dict[str, Any]) -> None:
+        self.tool_choice_unmet += required and not message.get("tool_calls")
+        self.tool_calls += len(message.get("tool_calls") or [])
+
+    # ------------------------------------------------------------------------------------------------ streams
+    def _streamed(self, feed: TokenFeed, events: AsyncIterator[bytes]) -> HttpResponse:
+        """The SSE response of a token stream; it holds the trajectory's lock until the answer is recorded or the
+        stream is closed (a client that went away: the engine request is cancelled, the trajectory failed)."""
+        self._stream_open = True
+
+        def closed() -> None:
+            if self._stream_open:  # closed before the answer was recorded
+                feed.cancel()
+                self.fail("stream_closed", "the client closed a stream before its answer ended (request cancelled)")
+            self._release()
+
+        return HttpResponse(200, content_type="text/event-stream", stream=_ClosingStream(events, closed))
+
+    def _release(self) -> None:
+        """The streamed answer is recorded (or abandoned): the trajectory's next request may be served."""
+        self._stream_open = False
+        if self._lock.locked():
+            self._lock.release()
+
+    async def _streamed_answer(self, feed: TokenFeed, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
+        start = time.perf_counter()
+        try:
+            out = await feed.result()
+        finally:
+            self.generate_s += time.perf_counter() - start
+        return self._answer(out, stops)
+
+    def _chunk(self, base: dict[str, Any], piece: dict[str, Any], include_usage: bool) -> bytes:
+        out = {**base, "choices": [{"index": 0, **piece}]}
+        if include_usage:
+            out["usage"] = None
+        return self._event(out)
+
+    async def _chat_stream(
+        self, body: ChatCompletionRequest, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool,
+        include_usage: bool, required: bool,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
+        """The chunks of one streamed chat answer (module docstring of :mod:`.streaming`)."""
+        base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+            return self._chunk(base, {"delta": delta, "logprobs": logprobs, "finish_reason": finish}, include_usage)
+
+        yield chunk({"role": "assistant", "content": ""})
+        text = TextDeltas(self.tokenizer, stops)
+        hold = ContentHold(self.parser.call_start) if tool_calls_active(body) else None
+        async for token, ends in feed.tokens():
+            delta = text.add(token, ends)
+            content = hold.feed(delta) if hold is not None and delta else delta
+            if content:
+                yield chunk({"content": content})
+        try:
+            choice, final, finish, shown = await self._streamed_answer(feed, stops)
+            _check_logprobs_recorded(want_logprobs, [(choice, final, finish, shown)])
+        except ServeError as e:
+            self.fail("bad_request", f"POST /v1/chat/completions: {e.message}")
+            yield self._event(e.body())
+            return
+        message, finish = assistant_message(body, final, finish, self.parser)
+        rest = text.finish(final)
+        deltas, streamed = ([{"content": rest}] if rest else []), message
+        if hold is not None:
+            hold.feed(rest)
+            sent, target = hold.content, message.get("content") or ""
+            if message.get("tool_calls"):
+                more = target[len(sent) :] if target.startswith(sent) else ""
+                calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+                deltas = ([{"content": more}] if more else []) + [{"tool_calls": calls}]
+                streamed = {**message, "content": (sent + more) or None}  # what the client assembles
+            else:
+                deltas = [{"content": target[len(sent) :]}] if len(target) > len(sent) else []
+        self._count_calls(required, message)
+        choice.returned = _returned_key(streamed)
+        self.recorder.record([choice])
+        usage = self._usage([(choice, final, finish, shown)])
+        self._release()
+        for delta in deltas:
+            yield chunk(delta)
+        yield chunk({}, finish, _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None)
+        if include_usage:
+            yield self._event({**base, "choices": [], "usage": usage})
+        yield self._event("[DONE]")
+
+    async def _completion_stream(
+        self, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        """The chunks of one streamed completion."""
+        base = self._envelope("text_completion", "cmpl", [], None)
+
+        def chunk(piece: str, finish: str | None = None, logprobs: Any = None) -> bytes:
+            return self._chunk(base, {"text": piece, "logprobs": logprobs, "finish_reason": finish}, include_usage)
+
+        text = TextDeltas(self.tokenizer, stops)
+        async for token, ends in feed.tokens():
+            delta = text.add(token, ends)
+            if delta:
+                yield chunk(delta)
+        try:
+            choice, final, finish, shown = await self._streamed_answer(feed, stops)
+            _check_logprobs_recorded(want_logprobs, [(choice, final, finish, shown)])
+        except ServeError as e:
+            self.fail("bad_request", f"POST /v1/completions: {e.message}")
+            yield self._event(e.body())
+            return
+        choice.returned = final
+        self.recorder.record([choice])
+        usage = self._usage([(choice, final, finish, shown)])
+        self._release()
+        rest = text.finish(final)
+        if rest:
+            yield chunk(rest)
+        yield chunk("", finish, _completion_logprobs(self.tokenizer, choice, shown) if want_logprobs else None)
+        if include_usage:
+            yield self._event({**base, "choices": [], "usage": usage})
+        yield self._event("[DONE]")
 
     # ------------------------------------------------------------------------------------------------ shapes
     def _usage(self, results: list[tuple[Choice, str, str, int]]) -> dict[str, int]:
@@ -289,44 +434,51 @@ class TrajectoryEndpoint:
         return out
 
     @staticmethod
-    def _sse(events: AsyncIterator[bytes]) -> HttpResponse:
-        return HttpResponse(200, content_type="text/event-stream", stream=events)
-
-    @staticmethod
     def _event(payload: dict[str, Any] | str) -> bytes:
         data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
         return f"data: {data}\n\n".encode()
 
-    async def _chat_events(self, body: ChatCompletionRequest, choices: list, usage: dict) -> AsyncIterator[bytes]:
-        base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
-        for c in choices:
-            k = c["index"]
-            yield self._event({**base, "choices": [{"index": k, "delta": {"role": "assistant", "content": ""},
-                                                    "finish_reason": None}]})  # fmt: skip
-            deltas, finish = [], c["finish_reason"]
-            if c["message"].get("tool_calls"):
-                stream = ToolCallStream(self.parser)
-                first = stream.feed(c["_raw"])
-                deltas = ([{"content": first}] if first else []) + stream.finish(finish)[0]
-            elif c["message"]["content"]:
-                deltas = [{"content": c["message"]["content"]}]
-            for j, delta in enumerate(deltas):  # the answer's log-probs ride on its first chunk
-                logprobs = c["logprobs"] if j == 0 else None
-                yield self._event({**base, "choices": [{"index": k, "delta": delta, "logprobs": logprobs,
-                                                        "finish_reason": None}]})  # fmt: skip
-            yield self._event({**base, "choices": [{"index": k, "delta": {}, "finish_reason": finish}]})
-        yield self._event("[DONE]")
-
-    async def _completion_events(self, choices: list) -> AsyncIterator[bytes]:
-        base = self._envelope("text_completion", "cmpl", [], None)
-        for c in choices:
-            piece = {"index": c["index"], "text": c["text"], "finish_reason": None, "logprobs": c["logprobs"]}
-            yield self._event({**base, "choices": [piece]})
-            yield self._event({**base, "choices": [{**piece, "text": "", "finish_reason": c["finish_reason"]}]})
-        yield self._event("[DONE]")
-
 
 _BUDGET_CODES = ("request_budget", "context_length_exceeded")
+
+
+class _ClosingStream:
+    """A response stream whose ``aclose`` (the HTTP server calls it however the stream ends) also runs
+    ``on_close``: the endpoint's clean-up of a streamed answer."""
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Any) -> None:
+        self.events = events
+        self.on_close = on_close
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.events
+
+    async def aclose(self) -> None:
+        """Close the events' generator, then clean up (once)."""
+        try:
+            await self.events.aclose()
+        finally:
+            on_close, self.on_close = self.on_close, None
+            if on_close is not None:
+                on_close()
+
+
+def _returned_key(message: dict[str, Any]) -> str:
+    """The key (:func:`message_key`) of an assistant message as the agent will send it back."""
+    return message_key(template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))[0][0])
+
+
+def _usage_wanted(payload: Any, body: Any) -> bool:
+    """``stream_options.include_usage`` (a last chunk with ``usage`` and no choices); only with ``stream: true``."""
+    options = payload.get("stream_options") if isinstance(payload, dict) else None
+    if options is None:
+        return False
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise ServeError(400, f"stream_options: {options!r}: expected {{\"include_usage\": true|false}}",
+                         "stream_options")  # fmt: skip
+    if not body.stream:
+        raise ServeError(400, "stream_options: only allowed with stream: true", "stream_options")
+    return bool(options.get("include_usage", False))
 
 
 def _logprobs_wanted(path: str, payload: Any, body: Any) -> bool:
