@@ -37,6 +37,7 @@ from verl.workers.rollout.base import (
     resolve_special_ids,
 )
 from verl.workers.rollout.decode import DecodeLoop, resolve_decode_mode
+from verl.workers.rollout.request_server import BatchingRequestServer
 from verl.workers.rollout.sampling import (  # noqa: F401  (filter_top_k_top_p: importable from here, as before)
     choose_tokens,
     filter_top_k_top_p,
@@ -116,6 +117,12 @@ class HFRollout(BaseRollout):
             return
         with self._gather_params_factory():
             yield
+
+    def request_server(self, meta_info: dict[str, Any]) -> BatchingRequestServer:
+        """The base's batching server with this decode loop's per-step hook: each token reaches its request as it is
+        sampled (an ``on_token`` callback sees it then: the ``openai_agent`` endpoint streams it), and a request that
+        ends (its budget, its callback, a cancel) stops its row while the others go on."""
+        return BatchingRequestServer(self.generate_sequences, meta_info, step_hook=True)
 
     def _device(self) -> torch.device:
         for param in self.module.parameters():

@@ -156,7 +156,8 @@ def test_text_deltas_hold_back_partial_characters_and_stop_prefixes() -> None:
     assert "".join(out) == "héllo → "  # "→ " could start "→ x": held until "w" came; "wö" is a stop string
     assert "".join(out) + deltas.finish("héllo → ") == "héllo → "
     hold = ContentHold("<tool_call>")
-    assert [hold.feed(p) for p in ["Let me", " compute.", "\n", "<tool", "_call>{"]] == ["Let me", " compute.", "", "", ""]
+    pieces = ["Let me", " compute.", "\n", "<tool", "_call>{"]
+    assert [hold.feed(p) for p in pieces] == ["Let me", " compute.", "", "", ""]
     assert hold.content == "Let me compute."
 
 
@@ -217,7 +218,7 @@ def test_streamed_and_plain_answers_record_the_same_trajectory_on_the_hf_engine(
         texts = []
         async with Trajectory(tok, engine()) as t:
             messages = _user("hello")
-            for turn in range(2):
+            for _ in range(2):
                 body = {"model": "policy", "messages": messages, "max_tokens": 12, "logprobs": True}
                 if stream:
                     parts, logprobs = [], []
