@@ -1,16 +1,25 @@
 """One trajectory's OpenAI-compatible endpoint: ``/v1/chat/completions``, ``/v1/completions`` (whole answers or
-server-sent events with ``stream: true``), ``/v1/models``, answered by the rollout's turn server and recorded
-token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.TrajectoryRecorder`).
+server-sent events with ``stream: true``, token by token), ``/v1/models``, answered by the rollout's request server
+and recorded token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.TrajectoryRecorder`).
 
 Requests are validated with ``verl serve``'s schemas (:mod:`verl.experimental.agent_loop.openai_schemas`) and tool
 calls rendered and parsed with its code (:mod:`verl.experimental.agent_loop.openai_tool_calls`, the rollout's
 ``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none; ``required`` is parsed as auto, not
 enforced: an answer without a tool call is returned as text and counted, :attr:`TrajectoryEndpoint.tool_choice_unmet`
 -- smolagents' ``ToolCallingAgent`` sends ``required`` and parses such text itself), ``n`` (each choice its own engine
-request), ``stop`` (strings: the answer is cut after the token that completes one, and the recorded ids are cut
-there too; one-token stop strings also stop the engine), ``max_tokens``/``max_completion_tokens``,
-``temperature``/``top_p`` (``agent.openai.request_sampling``). The engine answers whole turns, so a stream sends
-each answer as it is complete (role, content or tool calls, finish reason, ``[DONE]``).
+request; not with ``stream``), ``stop`` (strings: the engine request ends at the token that completes one, and the
+recorded ids end there too; one-token stop strings are also the engine's stop ids), ``max_tokens``/
+``max_completion_tokens``, ``temperature``/``top_p`` (``agent.openai.request_sampling``), ``logprobs``,
+``stream_options.include_usage``.
+
+Streams (:mod:`.streaming`): every engine request carries an ``on_token`` callback of the request server, so with
+``stream: true`` each sampled id reaches the event loop as it is decoded and leaves as a chunk once its text can no
+longer change (whole UTF-8 characters, no part of a stop string, no tool-call text: from the format's opening marker
+on, the calls go out as one ``tool_calls`` delta when the answer is complete). The last chunks carry the rest of the
+text, ``finish_reason`` with the ``logprobs`` of the answer (the values arrive with the engine's answer), a ``usage``
+chunk when asked, then ``[DONE]``. The answer is recorded exactly as a plain one (same ids, log-probs, masks) before
+its last chunk goes out; a stream holds the trajectory's lock until then. A client that closes a stream early has the
+engine request cancelled and fails the trajectory (``stream_closed``).
 
 Every request needs ``Authorization: Bearer <the trajectory's key>``; a trajectory's requests are served one at a
 time (their order defines the conversation). Errors answer with OpenAI's error body; the first malformed request,

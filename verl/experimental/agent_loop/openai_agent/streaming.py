@@ -76,7 +76,9 @@ class TokenFeed:
         self.queue: asyncio.Queue[tuple[int, bool] | None] = asyncio.Queue()
         self._ids: list[int] = []  # the answer's ids so far (serving thread), closing EOS/stop id left out
         self._window = 4 * max((len(s) for s in stops), default=0) + 8  # ids that surely hold a stop string's text
-        self.request = TokenRequest(list(prompt_ids), int(max_tokens), sampling=sampling, on_token=self._on_token)
+        # a plain answer without stop strings needs no callback (vLLM then reads its tokens only when it ends)
+        on_token = self._on_token if self.stream or stops else None
+        self.request = TokenRequest(list(prompt_ids), int(max_tokens), sampling=sampling, on_token=on_token)
         self.request.future.add_done_callback(lambda _: self._post(None))
         server.submit(self.request)
 
