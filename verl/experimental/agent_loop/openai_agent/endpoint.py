@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -51,6 +52,8 @@ from verl.experimental.agent_loop.openai_schemas import (
 )
 from verl.experimental.agent_loop.openai_tool_calls import assistant_message, template_messages, tool_calls_active
 from verl.workers.rollout.request_server import TokenOutput, TurnSampling
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TrajectoryEndpoint"]
 
@@ -110,7 +113,7 @@ class TrajectoryEndpoint:
         self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
         self.closed = False
         self._lock = asyncio.Lock()
-        self._stream_open = False  # a streamed answer is being sent and not recorded yet
+        self._ticket: _Ticket | None = None  # the request being served holds the lock through it
 
     def fail(self, reason: str, detail: str) -> None:
         """Mark the trajectory failed (the first failure is kept)."""
@@ -156,6 +159,7 @@ class TrajectoryEndpoint:
             body = body.model_copy(update={"logprobs": None})  # answered here, not refused by the shared check
             body.check_unsupported()
             await self._lock.acquire()  # a streamed answer holds it until it is recorded (_streamed)
+            ticket = self._ticket = _Ticket(self._lock)
             try:
                 if self.requests >= self.max_requests:
                     raise ServeError(
@@ -167,10 +171,10 @@ class TrajectoryEndpoint:
                 else:
                     response = await self._completion(body, want_logprobs, include_usage)
             except BaseException:
-                self._release()
+                ticket.release()
                 raise
             if response.stream is None:
-                self._release()
+                ticket.release()
             return response
         raise ServeError(404, f"no route {request.method} {request.path}", None, "not_found")
 
@@ -268,8 +272,9 @@ class TrajectoryEndpoint:
             raise ServeError(400, f"messages: the chat template rejected them: {e}", "messages") from e
         if body.stream:
             feed = self._feed(placed, stream=True)
-            return self._streamed(feed, self._chat_stream(body, feed, placed[2], want_logprobs, include_usage,
-                                                          required))  # fmt: skip
+            ticket = self._ticket
+            events = self._chat_stream(body, feed, placed[2], want_logprobs, include_usage, required, ticket)
+            return self._streamed(feed, events, ticket)
         results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         choices = []
@@ -290,7 +295,9 @@ class TrajectoryEndpoint:
         placed = self._place("completion", None, prompt, full_ids, body)
         if body.stream:
             feed = self._feed(placed, stream=True)
-            return self._streamed(feed, self._completion_stream(feed, placed[2], want_logprobs, include_usage))
+            ticket = self._ticket
+            events = self._completion_stream(feed, placed[2], want_logprobs, include_usage, ticket)
+            return self._streamed(feed, events, ticket)
         results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         for choice, text, _, _ in results:
@@ -312,24 +319,18 @@ class TrajectoryEndpoint:
         self.tool_calls += len(message.get("tool_calls") or [])
 
     # ------------------------------------------------------------------------------------------------ streams
-    def _streamed(self, feed: TokenFeed, events: AsyncIterator[bytes]) -> HttpResponse:
-        """The SSE response of a token stream; it holds the trajectory's lock until the answer is recorded or the
-        stream is closed (a client that went away: the engine request is cancelled, the trajectory failed)."""
-        self._stream_open = True
+    def _streamed(self, feed: TokenFeed, events: AsyncIterator[bytes], ticket: _Ticket) -> HttpResponse:
+        """The SSE response of a token stream; it holds the trajectory's lock (``ticket``) until the answer is
+        recorded or the stream is closed (a client that went away: the engine request is cancelled, the trajectory
+        failed)."""
 
         def closed() -> None:
-            if self._stream_open:  # closed before the answer was recorded
+            if not ticket.recorded:  # closed before the answer was recorded
                 feed.cancel()
                 self.fail("stream_closed", "the client closed a stream before its answer ended (request cancelled)")
-            self._release()
+            ticket.release()
 
         return HttpResponse(200, content_type="text/event-stream", stream=_ClosingStream(events, closed))
-
-    def _release(self) -> None:
-        """The streamed answer is recorded (or abandoned): the trajectory's next request may be served."""
-        self._stream_open = False
-        if self._lock.locked():
-            self._lock.release()
 
     async def _streamed_answer(self, feed: TokenFeed, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
         start = time.perf_counter()
@@ -347,7 +348,7 @@ class TrajectoryEndpoint:
 
     async def _chat_stream(
         self, body: ChatCompletionRequest, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool,
-        include_usage: bool, required: bool,
+        include_usage: bool, required: bool, ticket: _Ticket,
     ) -> AsyncIterator[bytes]:  # fmt: skip
         """The chunks of one streamed chat answer (module docstring of :mod:`.streaming`)."""
         base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
@@ -370,6 +371,11 @@ class TrajectoryEndpoint:
             self.fail("bad_request", f"POST /v1/chat/completions: {e.message}")
             yield self._event(e.body())
             return
+        except Exception as e:  # noqa: BLE001  (the engine failed: an error event ends the stream, as a 500 would)
+            logger.exception("openai endpoint: streamed POST /v1/chat/completions failed")
+            self.fail("engine_error", f"POST /v1/chat/completions: {e!r}")
+            yield self._event({"error": {"message": f"internal error: {e!r}", "type": "server_error"}})
+            return
         message, finish = assistant_message(body, final, finish, self.parser)
         rest = text.finish(final)
         deltas, streamed = ([{"content": rest}] if rest else []), message
@@ -387,7 +393,8 @@ class TrajectoryEndpoint:
         choice.returned = _returned_key(streamed)
         self.recorder.record([choice])
         usage = self._usage([(choice, final, finish, shown)])
-        self._release()
+        ticket.recorded = True
+        ticket.release()
         for delta in deltas:
             yield chunk(delta)
         yield chunk({}, finish, _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None)
@@ -396,7 +403,7 @@ class TrajectoryEndpoint:
         yield self._event("[DONE]")
 
     async def _completion_stream(
-        self, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool, include_usage: bool
+        self, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool, include_usage: bool, ticket: _Ticket
     ) -> AsyncIterator[bytes]:
         """The chunks of one streamed completion."""
         base = self._envelope("text_completion", "cmpl", [], None)
@@ -416,10 +423,16 @@ class TrajectoryEndpoint:
             self.fail("bad_request", f"POST /v1/completions: {e.message}")
             yield self._event(e.body())
             return
+        except Exception as e:  # noqa: BLE001  (the engine failed: an error event ends the stream, as a 500 would)
+            logger.exception("openai endpoint: streamed POST /v1/completions failed")
+            self.fail("engine_error", f"POST /v1/completions: {e!r}")
+            yield self._event({"error": {"message": f"internal error: {e!r}", "type": "server_error"}})
+            return
         choice.returned = final
         self.recorder.record([choice])
         usage = self._usage([(choice, final, finish, shown)])
-        self._release()
+        ticket.recorded = True
+        ticket.release()
         rest = text.finish(final)
         if rest:
             yield chunk(rest)
@@ -449,6 +462,22 @@ class TrajectoryEndpoint:
 
 
 _BUDGET_CODES = ("request_budget", "context_length_exceeded")
+
+
+class _Ticket:
+    """One request's hold on the trajectory's lock: released once (a streamed answer releases it when recorded, its
+    stream's clean-up in any case), never releasing a later request's hold."""
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self.lock = lock
+        self.held = True
+        self.recorded = False
+
+    def release(self) -> None:
+        """Let the trajectory's next request be served (once)."""
+        if self.held:
+            self.held = False
+            self.lock.release()
 
 
 class _ClosingStream:
