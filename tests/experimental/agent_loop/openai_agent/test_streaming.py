@@ -268,3 +268,68 @@ def test_a_client_that_goes_away_cancels_the_request_and_fails_the_trajectory(ki
             assert again.choices[0].message.content == "fine"
 
     asyncio.run(main())
+
+
+class VLLMStandIn:
+    """``add_request`` / ``step`` / ``abort_request`` of vLLM's engine: each request's reply (by the ``Q<k>`` of its
+    prompt, then EOS) one token per step, cumulative outputs as vLLM reports them."""
+
+    def __init__(self, tokenizer: Any, replies: dict[str, str]) -> None:
+        self.tokenizer, self.replies = tokenizer, replies
+        self.running: dict[str, tuple[list[int], list[int], int]] = {}
+        self.aborted: list[str] = []
+        self.steps = 0
+
+    def add_request(self, request_id: str, prompt: dict, params: dict) -> None:
+        name = re.search(r"Q\d+", self.tokenizer.decode(prompt["prompt_token_ids"])).group(0)
+        reply = self.tokenizer.encode(self.replies[name], add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        self.running[request_id] = (reply, [], params["max_tokens"])
+
+    def step(self) -> list[Any]:
+        from types import SimpleNamespace
+
+        self.steps += 1
+        outs = []
+        for request_id, (reply, ids, budget) in list(self.running.items()):
+            ids.append(reply[len(ids)])
+            finished = len(ids) >= min(budget, len(reply))
+            completion = SimpleNamespace(token_ids=list(ids), logprobs=None)
+            outs.append(SimpleNamespace(request_id=request_id, finished=finished, outputs=[completion]))
+            if finished:
+                del self.running[request_id]
+        return outs
+
+    def abort_request(self, ids: list[str]) -> None:
+        self.aborted += ids
+        for request_id in ids:
+            self.running.pop(request_id, None)
+
+
+def test_the_vllm_request_server_streams_and_aborts_at_a_stop_string(kit) -> None:
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from verl.workers.rollout.vllm_request_server import VLLMRequestServer
+
+    tok = kit.chat_tokenizer()
+    engine = VLLMStandIn(tok, {"Q1": "The answer is 408 and that is all"})
+    config = OmegaConf.create({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "response_length": 64})
+    params = lambda settings, eos: {"max_tokens": settings.response_length}  # noqa: E731
+    rollout = SimpleNamespace(llm=SimpleNamespace(llm_engine=engine), config=config, tokenizer=tok, _model_eos=None,
+                              sampling_params=params)  # fmt: skip
+
+    async def main() -> None:
+        trajectory = Trajectory(tok, lambda prompts: None)
+        trajectory.server.close()
+        trajectory.server = trajectory.endpoint.server = VLLMRequestServer(rollout, {"eos_token_id": tok.eos_token_id})
+        async with trajectory as t:
+            stream = await t.client.chat.completions.create(
+                model="policy", messages=_user("Q1"), stream=True, stop=["is 4"]
+            )
+            pieces = [chunk.choices[0].delta.content or "" async for chunk in stream]
+            assert "".join(pieces) == "The answer " and len([p for p in pieces if p]) > 3, pieces
+            assert len(engine.aborted) == 1 and engine.steps == len("The answer is 4")  # aborted at the stop string
+            assert t.recorder.current.pending[0].ids == tok.encode("The answer is 4", add_special_tokens=False)
+
+    asyncio.run(main())
