@@ -14,12 +14,13 @@ recorded ids end there too; one-token stop strings are also the engine's stop id
 
 Streams (:mod:`.streaming`): every engine request carries an ``on_token`` callback of the request server, so with
 ``stream: true`` each sampled id reaches the event loop as it is decoded and leaves as a chunk once its text can no
-longer change (whole UTF-8 characters, no part of a stop string, no tool-call text: from the format's opening marker
-on, the calls go out as one ``tool_calls`` delta when the answer is complete). The last chunks carry the rest of the
-text, ``finish_reason`` with the ``logprobs`` of the answer (the values arrive with the engine's answer), a ``usage``
-chunk when asked, then ``[DONE]``. The answer is recorded exactly as a plain one (same ids, log-probs, masks) before
-its last chunk goes out; a stream holds the trajectory's lock until then. A client that closes a stream early has the
-engine request cancelled and fails the trajectory (``stream_closed``).
+longer change: whole UTF-8 characters, no part of a stop string, no tool-call text (from the format's opening marker
+on, the calls go out as one ``tool_calls`` delta when the answer is complete); ids that arrived while the last chunk
+was written go out together. The last chunks carry the rest of the text, ``finish_reason`` with the ``logprobs`` of
+the answer (the values arrive with the engine's answer), a ``usage`` chunk when asked, then ``[DONE]``. The answer
+is recorded exactly as a plain one (same ids, log-probs, masks) before its last chunk goes out; a stream holds the
+trajectory's lock until then. A client that closes a stream early has the engine request cancelled and fails the
+trajectory (``stream_closed``).
 
 Every request needs ``Authorization: Bearer <the trajectory's key>``; a trajectory's requests are served one at a
 time (their order defines the conversation). Errors answer with OpenAI's error body; the first malformed request,
@@ -359,8 +360,8 @@ class TrajectoryEndpoint:
         yield chunk({"role": "assistant", "content": ""})
         text = TextDeltas(self.tokenizer, stops)
         hold = ContentHold(self.parser.call_start) if tool_calls_active(body) else None
-        async for token, ends in feed.tokens():
-            delta = text.add(token, ends)
+        async for tokens in feed.tokens():
+            delta = text.add(tokens)
             content = hold.feed(delta) if hold is not None and delta else delta
             if content:
                 yield chunk({"content": content})
@@ -412,8 +413,8 @@ class TrajectoryEndpoint:
             return self._chunk(base, {"text": piece, "logprobs": logprobs, "finish_reason": finish}, include_usage)
 
         text = TextDeltas(self.tokenizer, stops)
-        async for token, ends in feed.tokens():
-            delta = text.add(token, ends)
+        async for tokens in feed.tokens():
+            delta = text.add(tokens)
             if delta:
                 yield chunk(delta)
         try:

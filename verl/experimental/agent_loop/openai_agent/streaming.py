@@ -102,12 +102,22 @@ class TokenFeed:
         text = self.tokenizer.decode(self._ids, skip_special_tokens=True)  # confirm on the whole answer
         return any(s in text for s in self.stops)
 
-    async def tokens(self) -> AsyncIterator[tuple[int, bool]]:
-        """``(id, ends)`` of each sampled token as it arrives; ends when the engine answered the request."""
+    async def tokens(self) -> AsyncIterator[list[tuple[int, bool]]]:
+        """``[(id, ends)]``: the tokens sampled since the last read, as soon as there is one (one each while the reader
+        keeps up; several when the engine is faster than the stream is written); ends when the engine answered."""
         if not self.stream:
             raise RuntimeError("TokenFeed.tokens() needs stream=True")
-        while (item := await self.queue.get()) is not None:
-            yield item
+        while True:
+            items = [await self.queue.get()]
+            while items[-1] is not None and not self.queue.empty():
+                items.append(self.queue.get_nowait())
+            done = items[-1] is None
+            if done:
+                items.pop()
+            if items:
+                yield items
+            if done:
+                return
 
     async def result(self) -> TokenOutput:
         """The engine's answer (ids, log-probs, stop reason)."""
@@ -134,12 +144,13 @@ class TextDeltas:
         self.sent = ""  # the text that went out
         self.stopped = False
 
-    def add(self, token: int, ends: bool) -> str:
-        """One sampled id (``ends``: the EOS/stop id closing the answer, not part of its text); the text that can go
-        out now (maybe empty)."""
-        if ends or self.stopped:
+    def add(self, tokens: list[tuple[int, bool]]) -> str:
+        """Sampled ids ``[(id, ends)]`` (``ends``: the EOS/stop id closing the answer, not part of its text); the text
+        that can go out now (maybe empty)."""
+        new = [int(t) for t, ends in tokens if not ends]
+        if not new or self.stopped:
             return ""
-        self.ids.append(int(token))
+        self.ids += new
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
         if hits:
