@@ -159,10 +159,11 @@ class HFRollout(BaseRollout):
         micro-batch (``rows``: the micro-batch's slice of the batch; ``tokens``/``finished``: ``[len(rows)]``, see
         :data:`~verl.workers.rollout.base.StepHook`); the rows whose entry of the returned mask is True stop there,
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
-        requests through it; training never passes one.
+        requests through it, as does the request server of the agent loops' turns (:meth:`request_server`); plain
+        generation passes none.
 
         Agent loops (``rollout.multi_turn.enable``) are a layer above: their turn requests arrive here batched by
-        :meth:`~verl.workers.rollout.base.BaseRollout.request_server`; this call always generates plainly.
+        :meth:`request_server` (with this hook: each token reaches its request as it is sampled).
 
         Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
         :class:`~verl.data.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own

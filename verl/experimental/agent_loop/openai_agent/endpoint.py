@@ -334,11 +334,10 @@ class TrajectoryEndpoint:
         return HttpResponse(200, content_type="text/event-stream", stream=_ClosingStream(events, closed))
 
     async def _streamed_answer(self, feed: TokenFeed, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
-        start = time.perf_counter()
         try:
             out = await feed.result()
-        finally:
-            self.generate_s += time.perf_counter() - start
+        finally:  # from the request's submission: the stream was read meanwhile
+            self.generate_s += time.perf_counter() - feed.submitted_at
         return self._answer(out, stops)
 
     def _chunk(self, base: dict[str, Any], piece: dict[str, Any], include_usage: bool) -> bytes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -80,6 +81,7 @@ class TokenFeed:
         on_token = self._on_token if self.stream or stops else None
         self.request = TokenRequest(list(prompt_ids), int(max_tokens), sampling=sampling, on_token=on_token)
         self.request.future.add_done_callback(lambda _: self._post(None))
+        self.submitted_at = time.perf_counter()
         server.submit(self.request)
 
     def _post(self, item: tuple[int, bool] | None) -> None:
