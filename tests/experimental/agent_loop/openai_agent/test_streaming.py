@@ -334,3 +334,34 @@ def test_the_vllm_request_server_streams_and_aborts_at_a_stop_string(kit) -> Non
             assert t.recorder.current.pending[0].ids == tok.encode("The answer is 4", add_special_tokens=False)
 
     asyncio.run(main())
+
+
+def test_the_trajectory_ending_mid_stream_cancels_the_request_without_blaming_the_client(kit) -> None:
+    """The loop closes the endpoint (its agent timed out) while an answer streams: the request is cancelled, and the
+    failure stays the loop's own (no ``stream_closed``)."""
+    tok = kit.chat_tokenizer()
+    engine = StepEngine(tok, {"Q1": "y" * 200}, step_s=0.01)
+
+    async def main() -> None:
+        async with Trajectory(tok, engine) as t:
+            started = asyncio.Event()
+
+            async def agent() -> None:
+                stream = await t.client.chat.completions.create(model="policy", messages=_user("Q1"), stream=True)
+                async for chunk in stream:
+                    if chunk.choices[0].delta.content:
+                        started.set()
+
+            task = asyncio.create_task(agent())
+            await asyncio.wait_for(started.wait(), 10)
+            t.endpoint.closed = True  # what the loop does when its agent is done or timed out
+            await t.http.close()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            for _ in range(100):
+                if t.server.running == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert t.server.running == 0 and engine.steps < 100 and t.endpoint.failure is None
+
+    asyncio.run(main())

@@ -328,7 +328,8 @@ class TrajectoryEndpoint:
         def closed() -> None:
             if not ticket.recorded:  # closed before the answer was recorded
                 feed.cancel()
-                self.fail("stream_closed", "the client closed a stream before its answer ended (request cancelled)")
+                if not self.closed:  # the trajectory's end (its agent timed out) is the cause otherwise
+                    self.fail("stream_closed", "the client closed a stream before its answer ended (cancelled)")
             ticket.release()
 
         return HttpResponse(200, content_type="text/event-stream", stream=_ClosingStream(events, closed))
