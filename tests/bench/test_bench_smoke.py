@@ -249,3 +249,12 @@ def test_logprob_memory_head_rows_smoke() -> None:
     assert rows["fused"] < rows["head-naive"]
     diff = float(out.rsplit("=", 1)[1])
     assert diff < 1e-4
+
+
+def test_endpoint_stream_runs_one_short_round() -> None:
+    """bench/endpoint_stream.py --smoke: a streamed answer's first chunk comes before its end, the text is checked."""
+    out = _check(_run("endpoint_stream.py"))
+    assert "s to first content chunk" in out  # printed only after both answers matched the recorded ids
+    result = json.loads((SMOKE_DIR / "endpoint_stream.json").read_text())
+    (first, total, chunks), *_ = result["runs"]["stream"]
+    assert first < total and chunks > 1

@@ -37,6 +37,7 @@ from verl.workers.rollout.base import (
     resolve_special_ids,
 )
 from verl.workers.rollout.decode import DecodeLoop, resolve_decode_mode
+from verl.workers.rollout.request_server import BatchingRequestServer
 from verl.workers.rollout.sampling import (  # noqa: F401  (filter_top_k_top_p: importable from here, as before)
     choose_tokens,
     filter_top_k_top_p,
@@ -117,6 +118,12 @@ class HFRollout(BaseRollout):
         with self._gather_params_factory():
             yield
 
+    def request_server(self, meta_info: dict[str, Any]) -> BatchingRequestServer:
+        """The base's batching server with this decode loop's per-step hook: each token reaches its request as it is
+        sampled (an ``on_token`` callback sees it then: the ``openai_agent`` endpoint streams it), and a request that
+        ends (its budget, its callback, a cancel) stops its row while the others go on."""
+        return BatchingRequestServer(self.generate_sequences, meta_info, step_hook=True)
+
     def _device(self) -> torch.device:
         for param in self.module.parameters():
             return param.device
@@ -152,10 +159,11 @@ class HFRollout(BaseRollout):
         micro-batch (``rows``: the micro-batch's slice of the batch; ``tokens``/``finished``: ``[len(rows)]``, see
         :data:`~verl.workers.rollout.base.StepHook`); the rows whose entry of the returned mask is True stop there,
         and their ``response_mask`` ends with the token of that step. The serving engine streams and cancels
-        requests through it; training never passes one.
+        requests through it, as does the request server of the agent loops' turns (:meth:`request_server`); plain
+        generation passes none.
 
         Agent loops (``rollout.multi_turn.enable``) are a layer above: their turn requests arrive here batched by
-        :meth:`~verl.workers.rollout.base.BaseRollout.request_server`; this call always generates plainly.
+        :meth:`request_server` (with this hook: each token reaches its request as it is sampled).
 
         Rows of a vision-language model carry their images as ``non_tensor_batch["multi_modal_inputs"]`` (see
         :class:`~verl.data.rl_dataset.RLHFDataset`): they go into the prefill forward with the model's own

@@ -1,16 +1,26 @@
 """One trajectory's OpenAI-compatible endpoint: ``/v1/chat/completions``, ``/v1/completions`` (whole answers or
-server-sent events with ``stream: true``), ``/v1/models``, answered by the rollout's turn server and recorded
-token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.TrajectoryRecorder`).
+server-sent events with ``stream: true``, token by token), ``/v1/models``, answered by the rollout's request server
+and recorded token for token (:class:`~verl.experimental.agent_loop.openai_agent.trajectory.TrajectoryRecorder`).
 
 Requests are validated with ``verl serve``'s schemas (:mod:`verl.experimental.agent_loop.openai_schemas`) and tool
 calls rendered and parsed with its code (:mod:`verl.experimental.agent_loop.openai_tool_calls`, the rollout's
 ``multi_turn.format``). Supported: ``tools``/``tool_choice`` (auto, none; ``required`` is parsed as auto, not
 enforced: an answer without a tool call is returned as text and counted, :attr:`TrajectoryEndpoint.tool_choice_unmet`
 -- smolagents' ``ToolCallingAgent`` sends ``required`` and parses such text itself), ``n`` (each choice its own engine
-request), ``stop`` (strings: the answer is cut after the token that completes one, and the recorded ids are cut
-there too; one-token stop strings also stop the engine), ``max_tokens``/``max_completion_tokens``,
-``temperature``/``top_p`` (``agent.openai.request_sampling``). The engine answers whole turns, so a stream sends
-each answer as it is complete (role, content or tool calls, finish reason, ``[DONE]``).
+request; not with ``stream``), ``stop`` (strings: the engine request ends at the token that completes one, and the
+recorded ids end there too; one-token stop strings are also the engine's stop ids), ``max_tokens``/
+``max_completion_tokens``, ``temperature``/``top_p`` (``agent.openai.request_sampling``), ``logprobs``,
+``stream_options.include_usage``.
+
+Streams (:mod:`.streaming`): every engine request carries an ``on_token`` callback of the request server, so with
+``stream: true`` each sampled id reaches the event loop as it is decoded and leaves as a chunk once its text can no
+longer change: whole UTF-8 characters, no part of a stop string, no tool-call text (from the format's opening marker
+on, the calls go out as one ``tool_calls`` delta when the answer is complete); ids that arrived while the last chunk
+was written go out together. The last chunks carry the rest of the text, ``finish_reason`` with the ``logprobs`` of
+the answer (the values arrive with the engine's answer), a ``usage`` chunk when asked, then ``[DONE]``. The answer
+is recorded exactly as a plain one (same ids, log-probs, masks) before its last chunk goes out; a stream holds the
+trajectory's lock until then. A client that closes a stream early has the engine request cancelled and fails the
+trajectory (``stream_closed``).
 
 Every request needs ``Authorization: Bearer <the trajectory's key>``; a trajectory's requests are served one at a
 time (their order defines the conversation). Errors answer with OpenAI's error body; the first malformed request,
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,6 +40,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from verl.experimental.agent_loop.openai_agent.http import HttpRequest, HttpResponse
+from verl.experimental.agent_loop.openai_agent.streaming import ContentHold, TextDeltas, TokenFeed
 from verl.experimental.agent_loop.openai_agent.trajectory import BudgetExceeded, Choice, TrajectoryRecorder, message_key
 from verl.experimental.agent_loop.openai_schemas import (
     ChatCompletionRequest,
@@ -39,11 +51,10 @@ from verl.experimental.agent_loop.openai_schemas import (
     stop_list,
     validation_error_to_serve_error,
 )
-from verl.experimental.agent_loop.openai_tool_calls import (
-    ToolCallStream,
-    assistant_message,
-    template_messages,
-)
+from verl.experimental.agent_loop.openai_tool_calls import assistant_message, template_messages, tool_calls_active
+from verl.workers.rollout.request_server import TokenOutput, TurnSampling
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TrajectoryEndpoint"]
 
@@ -103,6 +114,7 @@ class TrajectoryEndpoint:
         self.failure: tuple[str, str] | None = None  # (reason, detail) of the first failure
         self.closed = False
         self._lock = asyncio.Lock()
+        self._ticket: _Ticket | None = None  # the request being served holds the lock through it
 
     def fail(self, reason: str, detail: str) -> None:
         """Mark the trajectory failed (the first failure is kept)."""
@@ -144,28 +156,37 @@ class TrajectoryEndpoint:
             except ValidationError as e:
                 raise validation_error_to_serve_error(e.errors()) from e
             want_logprobs = _logprobs_wanted(path, payload, body)
+            include_usage = _usage_wanted(payload, body)
             body = body.model_copy(update={"logprobs": None})  # answered here, not refused by the shared check
             body.check_unsupported()
-            async with self._lock:
+            await self._lock.acquire()  # a streamed answer holds it until it is recorded (_streamed)
+            ticket = self._ticket = _Ticket(self._lock)
+            try:
                 if self.requests >= self.max_requests:
                     raise ServeError(
                         400, f"over agent.openai.max_requests={self.max_requests} requests", None, "request_budget"
                     )
                 self.requests += 1
                 if path == "/chat/completions":
-                    return await self._chat(body, want_logprobs)
-                return await self._completion(body, want_logprobs)
+                    response = await self._chat(body, want_logprobs, include_usage)
+                else:
+                    response = await self._completion(body, want_logprobs, include_usage)
+            except BaseException:
+                ticket.release()
+                raise
+            if response.stream is None:
+                ticket.release()
+            return response
         raise ServeError(404, f"no route {request.method} {request.path}", None, "not_found")
 
     def _model(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": 0, "owned_by": "verl-rollout"}
 
     # ---------------------------------------------------------------------------------------------- generation
-    async def _generate(
+    def _place(
         self, kind: str, tools: list | None, history: Any, full_ids: Any, body: Any
-    ) -> list[tuple[Choice, str, str, int]]:
-        """Place the request, sample ``n`` answers; ``[(choice, text, finish_reason, shown)]``: the text before the
-        stop, and how many of the choice's ids it comes from (those ``logprobs`` reports)."""
+    ) -> tuple[list[int], int, tuple[str, ...], TurnSampling]:
+        """Place the request in the trajectory: ``(context ids, max tokens, stop strings, sampling)``."""
         try:
             context, budget = self.recorder.prepare(kind, tools, history, full_ids)
         except BudgetExceeded as e:
@@ -180,33 +201,54 @@ class TrajectoryEndpoint:
             ids = self.tokenizer.encode(s, add_special_tokens=False)
             if len(ids) == 1:
                 stop_ids.append(int(ids[0]))
-        sampling: dict[str, Any] = {"stop_token_ids": stop_ids}
+        own: dict[str, Any] = {}
         if self.request_sampling:
             own = {k: getattr(body, k) for k in ("temperature", "top_p") if getattr(body, k) is not None}
             self.sampling_overrides += bool(own)
-            sampling.update(own)
-        start = time.perf_counter()
-        outs = await asyncio.gather(*(self.server.generate(context, max_tokens, **sampling) for _ in range(body.n)))
-        self.generate_s += time.perf_counter() - start
-        results = []
-        for out in outs:
-            ids, at = _stop_cut(self.tokenizer, list(out.token_ids), stops)
-            log_probs = None if out.log_probs is None else list(out.log_probs[: len(ids)])
-            ended = out.stop_reason == "eos" and len(ids) == len(out.token_ids)
-            text_ids = ids[:-1] if ended else ids
-            text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-            if at is not None:
-                text, finish = text[:at], "stop"
-            else:
-                finish = "length" if out.stop_reason == "length" else "stop"
-                if out.stop_reason == "stop":  # a one-token stop string ended it: not part of the text
-                    text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
-            # the ids behind the returned text: without the closing EOS or one-token stop (not part of the text)
-            shown = len(ids) - 1 if at is None and (ended or out.stop_reason == "stop") else len(ids)
-            results.append((Choice(ids, log_probs, ended, ""), text, finish, shown))
-        return results
+        sampling = TurnSampling(own.get("temperature"), own.get("top_p"), None, tuple(stop_ids), None)
+        return context, max_tokens, stops, sampling
 
-    async def _chat(self, body: ChatCompletionRequest, want_logprobs: bool) -> HttpResponse:
+    def _feed(self, placed: tuple[list[int], int, tuple[str, ...], TurnSampling], stream: bool) -> TokenFeed:
+        context, max_tokens, stops, sampling = placed
+        loop = asyncio.get_running_loop()
+        return TokenFeed(self.server, context, max_tokens, sampling, self.tokenizer, stops, loop, stream)
+
+    async def _generate(
+        self, placed: tuple[list[int], int, tuple[str, ...], TurnSampling], n: int
+    ) -> list[tuple[Choice, str, str, int]]:
+        """Sample ``n`` answers of a placed request; ``[(choice, text, finish_reason, shown)]`` (:meth:`_answer`)."""
+        start = time.perf_counter()
+        feeds = [self._feed(placed, stream=False) for _ in range(n)]
+        try:
+            outs = await asyncio.gather(*(f.result() for f in feeds))
+        except BaseException:  # the agent went away (time limit) or the engine failed: stop the others
+            for f in feeds:
+                f.cancel()
+            raise
+        finally:
+            self.generate_s += time.perf_counter() - start
+        return [self._answer(out, placed[2]) for out in outs]
+
+    def _answer(self, out: TokenOutput, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
+        """``(choice, text, finish_reason, shown)`` of one engine answer: the text before the stop, and how many of
+        the choice's ids it comes from (those ``logprobs`` reports)."""
+        ids, at = _stop_cut(self.tokenizer, list(out.token_ids), stops)
+        log_probs = None if out.log_probs is None else list(out.log_probs[: len(ids)])
+        ended = out.stop_reason == "eos" and len(ids) == len(out.token_ids)
+        text_ids = ids[:-1] if ended else ids
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+        one_token_stop = at is None and out.stop_reason == "stop"
+        if at is not None:
+            text, finish = text[:at], "stop"
+        else:
+            finish = "length" if out.stop_reason == "length" else "stop"
+            if one_token_stop:  # a one-token stop string ended it: not part of the text
+                text = self.tokenizer.decode(ids[:-1], skip_special_tokens=True)
+        # the ids behind the returned text: without the closing EOS or one-token stop (not part of the text)
+        shown = len(ids) - 1 if at is None and (ended or one_token_stop) else len(ids)
+        return Choice(ids, log_probs, ended, ""), text, finish, shown
+
+    async def _chat(self, body: ChatCompletionRequest, want_logprobs: bool, include_usage: bool) -> HttpResponse:
         for i, m in enumerate(body.messages):
             if not isinstance(m.content, str) and any(isinstance(p, ImagePart) for p in m.content):
                 raise ServeError(400, f"messages[{i}].content: images are not supported in rollouts", "messages")
@@ -224,38 +266,40 @@ class TrajectoryEndpoint:
             return self.tokenizer.encode(text, add_special_tokens=False)
 
         try:
-            results = await self._generate("chat", schemas, messages, full_ids, body)
+            placed = self._place("chat", schemas, messages, full_ids, body)
         except ServeError:
             raise
         except Exception as e:  # a chat template may reject a message order
             raise ServeError(400, f"messages: the chat template rejected them: {e}", "messages") from e
+        if body.stream:
+            feed = self._feed(placed, stream=True)
+            ticket = self._ticket
+            events = self._chat_stream(body, feed, placed[2], want_logprobs, include_usage, required, ticket)
+            return self._streamed(feed, events, ticket)
+        results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         choices = []
         for k, (choice, text, finish, shown) in enumerate(results):
             message, finish = assistant_message(body, text, finish, self.parser)
-            self.tool_choice_unmet += required and not message.get("tool_calls")
-            self.tool_calls += len(message.get("tool_calls") or [])
-            as_template = template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))
-            choice.returned = message_key(as_template[0][0])
+            self._count_calls(required, message)
+            choice.returned = _returned_key(message)
             logprobs = _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None
-            choices.append(
-                {"index": k, "message": message, "finish_reason": finish, "logprobs": logprobs, "_raw": text}
-            )
+            choices.append({"index": k, "message": message, "finish_reason": finish, "logprobs": logprobs})
         self.recorder.record([r[0] for r in results])
-        usage = self._usage(results)
-        if body.stream:
-            return self._sse(self._chat_events(body, choices, usage))
-        for c in choices:
-            c.pop("_raw")
-        return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, usage))
+        return HttpResponse.json(self._envelope("chat.completion", "chatcmpl", choices, self._usage(results)))
 
-    async def _completion(self, body: CompletionRequest, want_logprobs: bool) -> HttpResponse:
+    async def _completion(self, body: CompletionRequest, want_logprobs: bool, include_usage: bool) -> HttpResponse:
         if not isinstance(body.prompt, str):
             raise ServeError(400, "prompt: one string per request in rollouts (use n for several choices)", "prompt")
         prompt = body.prompt
-        results = await self._generate(
-            "completion", None, prompt, lambda: self.tokenizer.encode(prompt, add_special_tokens=True), body
-        )
+        full_ids = lambda: self.tokenizer.encode(prompt, add_special_tokens=True)  # noqa: E731
+        placed = self._place("completion", None, prompt, full_ids, body)
+        if body.stream:
+            feed = self._feed(placed, stream=True)
+            ticket = self._ticket
+            events = self._completion_stream(feed, placed[2], want_logprobs, include_usage, ticket)
+            return self._streamed(feed, events, ticket)
+        results = await self._generate(placed, body.n)
         _check_logprobs_recorded(want_logprobs, results)
         for choice, text, _, _ in results:
             choice.returned = text
@@ -269,10 +313,134 @@ class TrajectoryEndpoint:
             }
             for k, (choice, text, finish, shown) in enumerate(results)
         ]
-        usage = self._usage(results)
-        if body.stream:
-            return self._sse(self._completion_events(choices))
-        return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, usage))
+        return HttpResponse.json(self._envelope("text_completion", "cmpl", choices, self._usage(results)))
+
+    def _count_calls(self, required: bool, message: dict[str, Any]) -> None:
+        self.tool_choice_unmet += required and not message.get("tool_calls")
+        self.tool_calls += len(message.get("tool_calls") or [])
+
+    # ------------------------------------------------------------------------------------------------ streams
+    def _streamed(self, feed: TokenFeed, events: AsyncIterator[bytes], ticket: _Ticket) -> HttpResponse:
+        """The SSE response of a token stream; it holds the trajectory's lock (``ticket``) until the answer is
+        recorded or the stream is closed (a client that went away: the engine request is cancelled, the trajectory
+        failed)."""
+
+        def closed() -> None:
+            if not ticket.recorded:  # closed before the answer was recorded
+                feed.cancel()
+                if not self.closed:  # the trajectory's end (its agent timed out) is the cause otherwise
+                    self.fail("stream_closed", "the client closed a stream before its answer ended (cancelled)")
+            ticket.release()
+
+        return HttpResponse(200, content_type="text/event-stream", stream=_ClosingStream(events, closed))
+
+    async def _streamed_answer(self, feed: TokenFeed, stops: tuple[str, ...]) -> tuple[Choice, str, str, int]:
+        try:
+            out = await feed.result()
+        finally:  # from the request's submission: the stream was read meanwhile
+            self.generate_s += time.perf_counter() - feed.submitted_at
+        return self._answer(out, stops)
+
+    def _chunk(self, base: dict[str, Any], piece: dict[str, Any], include_usage: bool) -> bytes:
+        out = {**base, "choices": [{"index": 0, **piece}]}
+        if include_usage:
+            out["usage"] = None
+        return self._event(out)
+
+    async def _chat_stream(
+        self, body: ChatCompletionRequest, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool,
+        include_usage: bool, required: bool, ticket: _Ticket,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
+        """The chunks of one streamed chat answer (module docstring of :mod:`.streaming`)."""
+        base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+            return self._chunk(base, {"delta": delta, "logprobs": logprobs, "finish_reason": finish}, include_usage)
+
+        yield chunk({"role": "assistant", "content": ""})
+        text = TextDeltas(self.tokenizer, stops)
+        hold = ContentHold(self.parser.call_start) if tool_calls_active(body) else None
+        async for tokens in feed.tokens():
+            delta = text.add(tokens)
+            content = hold.feed(delta) if hold is not None and delta else delta
+            if content:
+                yield chunk({"content": content})
+        try:
+            choice, final, finish, shown = await self._streamed_answer(feed, stops)
+            _check_logprobs_recorded(want_logprobs, [(choice, final, finish, shown)])
+        except ServeError as e:
+            self.fail("bad_request", f"POST /v1/chat/completions: {e.message}")
+            yield self._event(e.body())
+            return
+        except Exception as e:  # noqa: BLE001  (the engine failed: an error event ends the stream, as a 500 would)
+            logger.exception("openai endpoint: streamed POST /v1/chat/completions failed")
+            self.fail("engine_error", f"POST /v1/chat/completions: {e!r}")
+            yield self._event({"error": {"message": f"internal error: {e!r}", "type": "server_error"}})
+            return
+        message, finish = assistant_message(body, final, finish, self.parser)
+        rest = text.finish(final)
+        deltas, streamed = ([{"content": rest}] if rest else []), message
+        if hold is not None:
+            hold.feed(rest)
+            sent, target = hold.content, message.get("content") or ""
+            if message.get("tool_calls"):
+                more = target[len(sent) :] if target.startswith(sent) else ""
+                calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+                deltas = ([{"content": more}] if more else []) + [{"tool_calls": calls}]
+                streamed = {**message, "content": (sent + more) or None}  # what the client assembles
+            else:
+                deltas = [{"content": target[len(sent) :]}] if len(target) > len(sent) else []
+        self._count_calls(required, message)
+        choice.returned = _returned_key(streamed)
+        self.recorder.record([choice])
+        usage = self._usage([(choice, final, finish, shown)])
+        ticket.recorded = True
+        ticket.release()
+        for delta in deltas:
+            yield chunk(delta)
+        yield chunk({}, finish, _chat_logprobs(self.tokenizer, choice, shown) if want_logprobs else None)
+        if include_usage:
+            yield self._event({**base, "choices": [], "usage": usage})
+        yield self._event("[DONE]")
+
+    async def _completion_stream(
+        self, feed: TokenFeed, stops: tuple[str, ...], want_logprobs: bool, include_usage: bool, ticket: _Ticket
+    ) -> AsyncIterator[bytes]:
+        """The chunks of one streamed completion."""
+        base = self._envelope("text_completion", "cmpl", [], None)
+
+        def chunk(piece: str, finish: str | None = None, logprobs: Any = None) -> bytes:
+            return self._chunk(base, {"text": piece, "logprobs": logprobs, "finish_reason": finish}, include_usage)
+
+        text = TextDeltas(self.tokenizer, stops)
+        async for tokens in feed.tokens():
+            delta = text.add(tokens)
+            if delta:
+                yield chunk(delta)
+        try:
+            choice, final, finish, shown = await self._streamed_answer(feed, stops)
+            _check_logprobs_recorded(want_logprobs, [(choice, final, finish, shown)])
+        except ServeError as e:
+            self.fail("bad_request", f"POST /v1/completions: {e.message}")
+            yield self._event(e.body())
+            return
+        except Exception as e:  # noqa: BLE001  (the engine failed: an error event ends the stream, as a 500 would)
+            logger.exception("openai endpoint: streamed POST /v1/completions failed")
+            self.fail("engine_error", f"POST /v1/completions: {e!r}")
+            yield self._event({"error": {"message": f"internal error: {e!r}", "type": "server_error"}})
+            return
+        choice.returned = final
+        self.recorder.record([choice])
+        usage = self._usage([(choice, final, finish, shown)])
+        ticket.recorded = True
+        ticket.release()
+        rest = text.finish(final)
+        if rest:
+            yield chunk(rest)
+        yield chunk("", finish, _completion_logprobs(self.tokenizer, choice, shown) if want_logprobs else None)
+        if include_usage:
+            yield self._event({**base, "choices": [], "usage": usage})
+        yield self._event("[DONE]")
 
     # ------------------------------------------------------------------------------------------------ shapes
     def _usage(self, results: list[tuple[Choice, str, str, int]]) -> dict[str, int]:
@@ -289,44 +457,67 @@ class TrajectoryEndpoint:
         return out
 
     @staticmethod
-    def _sse(events: AsyncIterator[bytes]) -> HttpResponse:
-        return HttpResponse(200, content_type="text/event-stream", stream=events)
-
-    @staticmethod
     def _event(payload: dict[str, Any] | str) -> bytes:
         data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
         return f"data: {data}\n\n".encode()
 
-    async def _chat_events(self, body: ChatCompletionRequest, choices: list, usage: dict) -> AsyncIterator[bytes]:
-        base = self._envelope("chat.completion.chunk", "chatcmpl", [], None)
-        for c in choices:
-            k = c["index"]
-            yield self._event({**base, "choices": [{"index": k, "delta": {"role": "assistant", "content": ""},
-                                                    "finish_reason": None}]})  # fmt: skip
-            deltas, finish = [], c["finish_reason"]
-            if c["message"].get("tool_calls"):
-                stream = ToolCallStream(self.parser)
-                first = stream.feed(c["_raw"])
-                deltas = ([{"content": first}] if first else []) + stream.finish(finish)[0]
-            elif c["message"]["content"]:
-                deltas = [{"content": c["message"]["content"]}]
-            for j, delta in enumerate(deltas):  # the answer's log-probs ride on its first chunk
-                logprobs = c["logprobs"] if j == 0 else None
-                yield self._event({**base, "choices": [{"index": k, "delta": delta, "logprobs": logprobs,
-                                                        "finish_reason": None}]})  # fmt: skip
-            yield self._event({**base, "choices": [{"index": k, "delta": {}, "finish_reason": finish}]})
-        yield self._event("[DONE]")
-
-    async def _completion_events(self, choices: list) -> AsyncIterator[bytes]:
-        base = self._envelope("text_completion", "cmpl", [], None)
-        for c in choices:
-            piece = {"index": c["index"], "text": c["text"], "finish_reason": None, "logprobs": c["logprobs"]}
-            yield self._event({**base, "choices": [piece]})
-            yield self._event({**base, "choices": [{**piece, "text": "", "finish_reason": c["finish_reason"]}]})
-        yield self._event("[DONE]")
-
 
 _BUDGET_CODES = ("request_budget", "context_length_exceeded")
+
+
+class _Ticket:
+    """One request's hold on the trajectory's lock: released once (a streamed answer releases it when recorded, its
+    stream's clean-up in any case), never releasing a later request's hold."""
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self.lock = lock
+        self.held = True
+        self.recorded = False
+
+    def release(self) -> None:
+        """Let the trajectory's next request be served (once)."""
+        if self.held:
+            self.held = False
+            self.lock.release()
+
+
+class _ClosingStream:
+    """A response stream whose ``aclose`` (the HTTP server calls it however the stream ends) also runs
+    ``on_close``: the endpoint's clean-up of a streamed answer."""
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Any) -> None:
+        self.events = events
+        self.on_close = on_close
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.events
+
+    async def aclose(self) -> None:
+        """Close the events' generator, then clean up (once)."""
+        try:
+            await self.events.aclose()
+        finally:
+            on_close, self.on_close = self.on_close, None
+            if on_close is not None:
+                on_close()
+
+
+def _returned_key(message: dict[str, Any]) -> str:
+    """The key (:func:`message_key`) of an assistant message as the agent will send it back."""
+    return message_key(template_messages(ChatCompletionRequest(messages=[ChatMessage.model_validate(message)]))[0][0])
+
+
+def _usage_wanted(payload: Any, body: Any) -> bool:
+    """``stream_options.include_usage`` (a last chunk with ``usage`` and no choices); only with ``stream: true``."""
+    options = payload.get("stream_options") if isinstance(payload, dict) else None
+    if options is None:
+        return False
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise ServeError(400, f"stream_options: {options!r}: expected {{\"include_usage\": true|false}}",
+                         "stream_options")  # fmt: skip
+    if not body.stream:
+        raise ServeError(400, "stream_options: only allowed with stream: true", "stream_options")
+    return bool(options.get("include_usage", False))
 
 
 def _logprobs_wanted(path: str, payload: Any, body: Any) -> bool:

@@ -3,8 +3,9 @@
 Why not FastAPI/uvicorn: they are the ``serve`` extra, and a training run must not need them; the endpoint serves
 one agent per trajectory (a handful of requests), so the server is small: ``Content-Length`` request bodies,
 keep-alive connections (the ``openai`` SDK's httpx pool reuses them), JSON responses with ``Content-Length``, and
-streamed responses (server-sent events) with chunked transfer encoding. It binds the loopback address only, on an
-ephemeral port.
+streamed responses (server-sent events) with chunked transfer encoding, written as they are produced; a client that
+closes the connection mid-stream ends the stream (its ``aclose`` runs: the endpoint cancels the request). It binds
+the loopback address only, on an ephemeral port.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = ["HttpRequest", "HttpResponse", "LoopbackServer"]
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
+DISCONNECT_POLL_S = 0.05  # how often a streamed response checks that its client is still connected
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             411: "Length Required", 413: "Payload Too Large", 500: "Internal Server Error"}  # fmt: skip
 
@@ -90,7 +92,7 @@ class LoopbackServer:
                     return  # the client closed the connection
                 response = error or await self._answer(request)
                 keep = request is not None and request.headers.get("connection", "").lower() != "close"
-                await _write_response(writer, response, keep and error is None)
+                await _write_response(reader, writer, response, keep and error is None)
                 if not keep or error is not None:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -143,7 +145,9 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[HttpRequest | Non
     return HttpRequest(parts[0].upper(), parts[1].split("?", 1)[0], headers, body), None
 
 
-async def _write_response(writer: asyncio.StreamWriter, response: HttpResponse, keep_alive: bool) -> None:
+async def _write_response(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response: HttpResponse, keep_alive: bool
+) -> None:
     head = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Status')}"]
     head.append(f"Content-Type: {response.content_type}")
     head.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
@@ -153,11 +157,46 @@ async def _write_response(writer: asyncio.StreamWriter, response: HttpResponse, 
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + response.body)
         await writer.drain()
         return
-    head += ["Transfer-Encoding: chunked", "Cache-Control: no-cache"]
-    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-    async for piece in response.stream:
-        if piece:
-            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-            await writer.drain()
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
+    try:
+        head += ["Transfer-Encoding: chunked", "Cache-Control: no-cache"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        pieces = response.stream.__aiter__()
+        while True:
+            try:
+                piece = await _next_piece(pieces, reader, writer)
+            except StopAsyncIteration:
+                break
+            if piece:
+                writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    finally:  # however the stream ended (done, client gone, server closing): its producer cleans up
+        close = getattr(response.stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def _next_piece(
+    pieces: AsyncIterator[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> bytes:
+    """The stream's next piece; raises ``ConnectionResetError`` when the client closes the connection while it is
+    being produced (an HTTP/1.1 client sends nothing on the connection while it reads a response, so end of input
+    means it went away), and ``StopAsyncIteration`` at the end of the stream."""
+
+    async def step() -> bytes:
+        return await pieces.__anext__()
+
+    task = asyncio.ensure_future(step())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if reader.at_eof() or writer.is_closing():
+                raise ConnectionResetError("the client closed the connection during a streamed response")
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
