@@ -1,0 +1,189 @@
+"""actor.use_prefix_grouper: one forward of a prompt group's shared prompt gives the plain path's numbers (fp32)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import verl.trainer.config.experiment_name  # noqa: F401  (registers the YAML's ${verl.experiment_name:...})
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
+from verl.protocol import DataProto
+from verl.utils.prefix_grouper_checks import config_errors
+from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.actor.prefix_grouping import (
+    build_grouped_layout,
+    prompt_group_ids,
+    split_grouped_micro_batches,
+)
+
+YAML = os.path.join(os.path.dirname(__file__), "../../../verl/trainer/config/ppo_trainer.yaml")
+PROMPT_LEN, RESP_LEN = 7, 5
+# (prompt length, response lengths of its group): unequal group sizes and response lengths, left-padded prompts
+GROUPS = [(5, [5, 2, 4]), (7, [1, 3]), (3, [4, 5, 1, 2]), (2, [3])]
+
+
+def actor_config(**overrides):
+    cfg = OmegaConf.load(YAML)
+    OmegaConf.resolve(cfg)
+    actor = cfg.actor_rollout_ref.actor
+    actor.dtype = "float32"
+    actor.grad_clip = 0.0  # SGD(lr=1) deltas are exactly -grad
+    actor.ppo_mini_batch_size = 10
+    actor.ppo_micro_batch_size_per_gpu = 10
+    actor.entropy_coeff = 0.01
+    for key, value in overrides.items():
+        OmegaConf.update(actor, key, value)
+    return actor
+
+
+def make_data(seed: int = 0, interleave: bool = False) -> DataProto:
+    """Rows of the :data:`GROUPS` (left-padded prompts, right-padded responses), contiguous or interleaved."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for p_len, r_lens in GROUPS:
+        prompt = torch.randint(0, 256, (p_len,), generator=gen)
+        for r_len in r_lens:
+            rows.append((prompt, torch.randint(0, 256, (r_len,), generator=gen)))
+    if interleave:
+        rows = rows[::2] + rows[1::2]
+    bs = len(rows)
+    input_ids = torch.full((bs, PROMPT_LEN + RESP_LEN), 256)
+    mask = torch.zeros(bs, PROMPT_LEN + RESP_LEN, dtype=torch.long)
+    for i, (prompt, resp) in enumerate(rows):
+        input_ids[i, PROMPT_LEN - len(prompt) : PROMPT_LEN] = prompt
+        input_ids[i, PROMPT_LEN : PROMPT_LEN + len(resp)] = resp
+        mask[i, PROMPT_LEN - len(prompt) : PROMPT_LEN + len(resp)] = 1
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": input_ids[:, PROMPT_LEN:].clone(),
+        "response_mask": mask[:, PROMPT_LEN:].clone(),
+        "advantages": torch.randn(bs, RESP_LEN, generator=gen),
+        "ref_log_prob": -torch.rand(bs, RESP_LEN, generator=gen),
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 0.7, "global_steps": 3})
+
+
+@pytest.fixture(scope="module", params=["eager", "sdpa"])
+def model(request):
+    module = make_tiny_causal_lm(TinyModelSpec(arch="qwen2"))
+    module.set_attn_implementation(request.param)
+    return module
+
+
+def log_probs(model, data: DataProto, grouped: bool, **meta):
+    data.meta_info.update(meta)
+    actor = DataParallelPPOActor(actor_config(use_prefix_grouper=grouped), model)
+    return actor.compute_log_prob(data, calculate_entropy=True, calculate_sum_pi_squared=True)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+@pytest.mark.parametrize("meta", [{"micro_batch_size": 10}, {"micro_batch_size": 3}, {"use_dynamic_bsz": True}])
+def test_log_probs_entropy_equal_the_plain_path(model, interleave: bool, meta: dict) -> None:
+    data = make_data(interleave=interleave)
+    meta = {**meta, "max_token_len": 16} if meta.get("use_dynamic_bsz") else meta
+    plain = log_probs(model, data, False, micro_batch_size=10)
+    grouped = log_probs(model, data, True, **meta)
+    mask = data.batch["response_mask"].bool()
+    for a, b in zip(plain, grouped, strict=True):
+        assert torch.allclose(a[mask], b[mask], atol=1e-5)
+        assert (b[~mask] == 0).all()
+
+
+def sgd_update(model, data: DataProto, grouped: bool, **overrides):
+    module = copy.deepcopy(model)
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    opt = torch.optim.SGD(module.parameters(), lr=1.0)
+    cfg = actor_config(use_prefix_grouper=grouped, use_kl_loss=True, **overrides)
+    metrics = DataParallelPPOActor(cfg, module, opt).update_policy(data)
+    return metrics, {n: p.detach() - before[n] for n, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"ppo_micro_batch_size_per_gpu": 3}, {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 14}],
+)
+def test_update_gradients_equal_the_plain_path(model, overrides: dict) -> None:
+    data = make_data(interleave=True)
+    data.batch["old_log_probs"] = log_probs(model, data, False, micro_batch_size=10)[0] + 0.05
+    m_plain, d_plain = sgd_update(model, data, False)
+    m_grouped, d_grouped = sgd_update(model, data, True, **overrides)
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+        assert m_plain[key][0] == pytest.approx(m_grouped[key][0], abs=1e-6), key
+    assert any(d.abs().max() > 1e-4 for d in d_plain.values())
+    for name, delta in d_plain.items():
+        assert torch.allclose(delta, d_grouped[name], atol=1e-5), name
+
+
+def test_groups_are_rows_with_the_same_valid_prompt() -> None:
+    batch = make_data(interleave=True).batch
+    ids = prompt_group_ids(batch).tolist()
+    owner = [g for g, (_, lens) in enumerate(GROUPS) for _ in lens]
+    owner = owner[::2] + owner[1::2]
+    assert len(set(ids)) == len(GROUPS)
+    assert all((ids[i] == ids[j]) == (owner[i] == owner[j]) for i in range(len(ids)) for j in range(len(ids)))
+
+
+def test_layout_packs_the_prompt_once_and_masks_other_responses() -> None:
+    batch = make_data().batch[:3]  # the first group: prompt of 5, responses of 5, 2, 4
+    layout = build_grouped_layout(batch)
+    assert layout.input_ids.shape == (1, 5 + 5 + 2 + 4)
+    assert layout.position_ids[0].tolist() == [0, 1, 2, 3, 4] + [5, 6, 7, 8, 9] + [5, 6] + [5, 6, 7, 8]
+    allowed = layout.allowed[0]
+    assert allowed[5:10, :5].all() and allowed[10:12, :5].all()  # every response sees the whole prompt
+    assert not allowed[10:12, 5:10].any() and not allowed[12:, 5:12].any()  # but no other response
+    assert not allowed[:5, 5:].any() and allowed[:5, :5].equal(torch.ones(5, 5, dtype=torch.bool).tril())
+    assert layout.src.tolist()[:3] == [4, 5, 6] and layout.src.tolist()[5] == 4  # the prompt's last token first
+
+
+def packed_tokens(micro) -> int:
+    """Tokens of a micro-batch packed per prompt group: each group's prompt once plus its responses."""
+    mask, ids = micro["attention_mask"], prompt_group_ids(micro)
+    heads = [ids.tolist().index(g) for g in range(int(ids.max()) + 1)]
+    return int(mask[heads, :PROMPT_LEN].sum()) + int(mask[:, PROMPT_LEN:].sum())
+
+
+@pytest.mark.parametrize(("dynamic", "limit", "cut"), [(False, 3, {2}), (False, 4, set()), (True, 12, {0, 2})])
+def test_micro_batches_keep_groups_whole_and_cut_only_oversized_ones(dynamic: bool, limit: int, cut: set) -> None:
+    data = make_data(interleave=True)  # a split by consecutive rows would cut every group
+    owner = [g for g, (_, lens) in enumerate(GROUPS) for _ in lens]
+    owner = torch.tensor(owner[::2] + owner[1::2])
+    micros, order = split_grouped_micro_batches(data.batch, limit, dynamic, limit)
+    assert sorted(order) == list(range(len(data)))
+    pieces: dict[int, int] = {}
+    start = 0
+    for micro in micros:
+        rows = order[start : start + len(micro)]
+        start += len(micro)
+        assert packed_tokens(micro) <= limit or len(micro) == 1 if dynamic else len(micro) <= limit
+        for g in set(owner[rows].tolist()):
+            pieces[g] = pieces.get(g, 0) + 1
+    assert {g for g, n in pieces.items() if n > 1} == cut
+
+
+def test_refusals_name_the_key_and_the_fix(model) -> None:
+    with pytest.raises(ValueError, match="use_prefix_grouper=true .*use_remove_padding=false"):
+        DataParallelPPOActor(actor_config(use_prefix_grouper=True), model, use_remove_padding=True)
+    with pytest.raises(ValueError, match="use_prefix_grouper=true .*use_fused_kernels=false"):
+        DataParallelPPOActor(actor_config(use_prefix_grouper=True), model, use_fused_kernels=True)
+    flash = copy.deepcopy(model)
+    flash.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="use_prefix_grouper=true needs .*attn_implementation=sdpa"):
+        DataParallelPPOActor(actor_config(use_prefix_grouper=True), flash).compute_log_prob(make_data())
+
+    cfg = OmegaConf.load(YAML)
+    arr = cfg.actor_rollout_ref
+    assert config_errors(cfg) == []
+    arr.actor.use_prefix_grouper = True
+    assert config_errors(cfg) == []
+    arr.model.use_remove_padding = True
+    arr.model.attn_implementation = "flash_attention_2"
+    arr.actor.ulysses_sequence_parallel_size = 2
+    errors = config_errors(cfg)
+    assert len(errors) == 2 and all("\n" not in e and "use_prefix_grouper=true" in e for e in errors)
+    assert "attn_implementation=flash_attention_2" in errors[0] and "use_remove_padding=false" in errors[1]
