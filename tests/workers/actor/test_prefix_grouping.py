@@ -16,6 +16,7 @@ from verl.utils.prefix_grouper_checks import config_errors
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.actor.prefix_grouping import (
     build_grouped_layout,
+    packed_lengths,
     prompt_group_ids,
     split_grouped_micro_batches,
 )
@@ -187,3 +188,80 @@ def test_refusals_name_the_key_and_the_fix(model) -> None:
     errors = config_errors(cfg)
     assert len(errors) == 2 and all("\n" not in e and "use_prefix_grouper=true" in e for e in errors)
     assert "attn_implementation=flash_attention_2" in errors[0] and "use_remove_padding=false" in errors[1]
+
+
+def test_packed_lengths_count_each_prompt_once() -> None:
+    batch = make_data(interleave=True).batch
+    expected = sorted(p + sum(lens) for p, lens in GROUPS)
+    assert sorted(packed_lengths(batch)) == expected
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_worker_old_log_prob_ref_and_update_through_the_grouped_forward(
+    tiny_model_dir: str, dynamic: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FSDP worker with use_prefix_grouper (actor + reference on one worker): same numbers as without."""
+    from verl.single_controller import create_worker_group
+    from verl.trainer.config.loader import load_config
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    def group(grouped: bool):
+        extra = [
+            f"actor_rollout_ref.actor.use_dynamic_bsz={dynamic}",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=20",
+        ]
+        cfg = load_config(
+            [
+                f"actor_rollout_ref.model.path={tiny_model_dir}",
+                "actor_rollout_ref.rollout.n=1",
+                "algorithm.adv_estimator=gae",
+                "data.train_batch_size=10",
+                f"data.max_prompt_length={PROMPT_LEN}",
+                f"data.max_response_length={RESP_LEN}",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=10",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=5",
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=20",
+                f"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz={dynamic}",
+                f"actor_rollout_ref.ref.log_prob_use_dynamic_bsz={dynamic}",
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=20",
+                "actor_rollout_ref.actor.dtype=float32",
+                "actor_rollout_ref.actor.optim.lr=0.01",
+                "actor_rollout_ref.rollout.dtype=float32",
+                f"actor_rollout_ref.actor.use_prefix_grouper={grouped}",
+                *extra,
+            ]
+        )
+        g = create_worker_group(
+            "local", ActorRolloutRefWorker, {"config": cfg.actor_rollout_ref, "role": "actor_rollout_ref"}
+        )
+        g.init_model()
+        return g
+
+    import verl.workers.actor.dp_actor as dp_actor
+
+    calls: list[int] = []
+    grouped_forward = dp_actor.grouped_response_forward
+    monkeypatch.setattr(
+        dp_actor, "grouped_response_forward", lambda *a, **k: calls.append(1) or grouped_forward(*a, **k)
+    )
+    mask = make_data(interleave=True).batch["response_mask"].bool()
+    results = []
+    for grouped in (False, True):
+        data = make_data(interleave=True)
+        del data.meta_info["temperature"]  # the worker sets the rollout's
+        g = group(grouped)
+        old = g.compute_log_prob(data)
+        ref = g.compute_ref_log_prob(data)
+        batch = data.union(old.select(batch_keys=["old_log_probs"]))
+        metrics = g.update_actor(batch).meta_info["metrics"]
+        after = g.compute_log_prob(data).batch["old_log_probs"]
+        results.append((old.batch["old_log_probs"], ref.batch["ref_log_prob"], metrics, after))
+        assert bool(calls) == grouped  # old-log-prob, reference and update passes all went through it
+    (old_p, ref_p, m_p, after_p), (old_g, ref_g, m_g, after_g) = results
+    torch.testing.assert_close(old_g[mask], old_p[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ref_g[mask], ref_p[mask], atol=1e-5, rtol=0)
+    assert m_g["actor/pg_loss"][0] == pytest.approx(m_p["actor/pg_loss"][0], abs=1e-6)
+    assert m_g["actor/grad_norm"][0] == pytest.approx(m_p["actor/grad_norm"][0], rel=1e-5)
+    assert (after_p[mask] - old_p[mask]).abs().max() > 1e-3  # the update moved the policy ...
+    torch.testing.assert_close(after_g[mask], after_p[mask], atol=1e-5, rtol=0)  # ... the same way

@@ -127,6 +127,16 @@ def _dynamic_units(
     return [[r for i in sorted(p, key=lambda i: units[i][0]) for r in units[i]] for p in parts]
 
 
+def packed_lengths(batch: TensorDict) -> list[int]:
+    """Tokens of each prompt group of ``batch`` packed as one row (the prompt once plus every response's valid
+    tokens): the sequence lengths the grouped forward runs, for its model-FLOPs count."""
+    mask = batch["attention_mask"]
+    response_len = batch["responses"].shape[1]
+    prompt_tokens = mask[:, :-response_len].sum(-1).tolist()
+    response_tokens = mask[:, -response_len:].sum(-1).tolist()
+    return [int(_token_cost(g, prompt_tokens, response_tokens)) for g in _groups(batch)]
+
+
 def split_grouped_micro_batches(
     batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
 ) -> tuple[list[TensorDict], list[int]]:
