@@ -265,3 +265,30 @@ def test_worker_old_log_prob_ref_and_update_through_the_grouped_forward(
     assert m_g["actor/grad_norm"][0] == pytest.approx(m_p["actor/grad_norm"][0], rel=1e-5)
     assert (after_p[mask] - old_p[mask]).abs().max() > 1e-3  # the update moved the policy ...
     torch.testing.assert_close(after_g[mask], after_p[mask], atol=1e-5, rtol=0)  # ... the same way
+
+
+@pytest.mark.parametrize("arch", ["qwen2-mixed-layers", "mistral"])
+def test_sliding_window_layers_keep_their_window(arch: str) -> None:
+    """A window of 3 positions, shorter than the rows: the sliding layers see the same keys as in the plain forward."""
+    from transformers import AutoModelForCausalLM, MistralConfig, Qwen2Config
+
+    common = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    common.update(intermediate_size=64, sliding_window=3, attn_implementation="sdpa")
+    if arch == "mistral":
+        config = MistralConfig(**common)
+    else:
+        config = Qwen2Config(use_sliding_window=True, max_window_layers=1, **common)
+        assert config.layer_types == ["full_attention", "sliding_attention"]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    data = make_data(interleave=True)
+    mask = data.batch["response_mask"].bool()
+    plain = log_probs(model, data, False, micro_batch_size=10)[0]
+    grouped = log_probs(model, data, True, micro_batch_size=10)[0]
+    assert torch.allclose(plain[mask], grouped[mask], atol=1e-5)
+    # the window matters here: the same weights without it give other log-probs
+    unwindowed = AutoModelForCausalLM.from_config(
+        type(config)(**{**common, "sliding_window": None}), dtype=torch.float32
+    )
+    unwindowed.load_state_dict(model.state_dict())
+    assert not torch.allclose(plain[mask], log_probs(unwindowed, data, False, micro_batch_size=10)[0][mask], atol=1e-3)

@@ -15,8 +15,9 @@ keys, values and positions it sees in the plain forward, so the log-probs, entro
 
 Micro-batches hold whole groups (:func:`split_grouped_micro_batches`): a group larger than the micro-batch (rows,
 or tokens with ``use_dynamic_bsz``, the prompt counted once) is cut into sub-groups, each of which still shares its
-prompt. Needs a transformers model with ``eager`` or ``sdpa`` attention (custom 4-D masks); the padded, one row per
-sequence input (no ``use_remove_padding``), no Ulysses and no fused LM-head kernels.
+prompt. Sliding-window layers keep their window (on the rows' own positions). Needs a transformers model with
+``eager`` or ``sdpa`` attention (custom 4-D masks), the padded, one row per sequence input (no
+``use_remove_padding``), no Ulysses and no fused LM-head kernels.
 """
 
 from __future__ import annotations
@@ -268,6 +269,36 @@ def attention_mask_4d(allowed: torch.Tensor, impl: str) -> torch.Tensor:
     return blocked.masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
 
 
+def sliding_window_of(module: torch.nn.Module) -> tuple[int | None, bool]:
+    """``(window, per_layer)``: the sliding attention window of a transformers model (None without one), and whether
+    only some layers slide (``config.layer_types`` naming ``sliding_attention``, e.g. Qwen2 with
+    ``use_sliding_window``, Gemma) rather than all of them (Mistral)."""
+    config = getattr(module, "config", None)
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None, False
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return (int(window), True) if "sliding_attention" in layer_types else (None, False)
+    return int(window), False
+
+
+def model_attention_mask(
+    module: torch.nn.Module, layout: GroupedLayout, impl: str
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The packed rows' attention mask as the model takes it: one 4-D mask, or with sliding-window layers the
+    window applied as the plain forward applies it (a key at most ``window - 1`` positions back; the positions are
+    the rows' own): one mask for a model whose layers all slide, ``{"full_attention", "sliding_attention"}`` for a
+    model with both kinds (transformers takes such a mapping as it is)."""
+    window, per_layer = sliding_window_of(module)
+    full = attention_mask_4d(layout.allowed, impl)
+    if window is None:
+        return full
+    pos = layout.position_ids
+    sliding = attention_mask_4d(layout.allowed & ((pos[:, :, None] - pos[:, None, :]) < window), impl)
+    return {"full_attention": full, "sliding_attention": sliding} if per_layer else sliding
+
+
 def grouped_response_forward(
     module: torch.nn.Module,
     micro: TensorDict,
@@ -297,7 +328,7 @@ def grouped_response_forward(
     logits = forward_logits(
         module,
         layout.input_ids,
-        attention_mask_4d(layout.allowed, impl),
+        model_attention_mask(module, layout, impl),
         layout.position_ids,
         logits_to_keep=length - first,
     )
