@@ -292,3 +292,21 @@ def test_sliding_window_layers_keep_their_window(arch: str) -> None:
     )
     unwindowed.load_state_dict(model.state_dict())
     assert not torch.allclose(plain[mask], log_probs(unwindowed, data, False, micro_batch_size=10)[0][mask], atol=1e-3)
+
+
+def test_gradient_checkpointing_and_bf16_autocast_take_the_packed_rows(model) -> None:
+    data = make_data(interleave=True)
+    data.batch["old_log_probs"] = log_probs(model, data, False, micro_batch_size=10)[0] + 0.05
+    _, d_plain = sgd_update(model, data, False)
+    checkpointed = copy.deepcopy(model)
+    checkpointed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    _, d_grouped = sgd_update(checkpointed, data, True)
+    for name, delta in d_plain.items():
+        assert torch.allclose(delta, d_grouped[name], atol=1e-5), name
+    mask = data.batch["response_mask"].bool()
+    data.meta_info["micro_batch_size"] = 10
+    bf16 = [
+        DataParallelPPOActor(actor_config(use_prefix_grouper=g, dtype="bfloat16"), model).compute_log_prob(data)[0]
+        for g in (False, True)
+    ]
+    assert torch.allclose(bf16[0][mask], bf16[1][mask], atol=2e-2)
