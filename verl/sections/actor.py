@@ -62,7 +62,7 @@ class ActorConfig(BaseConfig):
     calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
-    use_prefix_grouper: bool = False  # upstream v0.9's shared-prefix forward; true is refused (same numbers without)
+    use_prefix_grouper: bool = False  # one forward of a prompt group's shared prompt (workers/actor/prefix_grouping.py)
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     grad_clip: float = 1.0

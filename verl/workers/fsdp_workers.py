@@ -456,7 +456,12 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             _LOGGED_PEAKS.add(peak.description)
             logger.info("MFU peak: %s", peak.description)
         epochs = int(self.config.actor.ppo_epochs)
-        flops = flops_counter.training_flops(config, mask.sum(-1).tolist()) * epochs
+        seqlens = mask.sum(-1).tolist()
+        if bool(self.config.actor.use_prefix_grouper) and "responses" in data.batch.keys():
+            from verl.workers.actor.prefix_grouping import packed_lengths
+
+            seqlens = packed_lengths(data.batch)  # each group's prompt runs once (actor.use_prefix_grouper)
+        flops = flops_counter.training_flops(config, seqlens) * epochs
         if sp_group is not None and dist.is_initialized():  # the gathered batch is shared by the group's ranks
             flops /= dist.get_world_size(sp_group)
         return {

@@ -125,7 +125,6 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
     ("override", "message"),
     [
         (f"{ARR}.ref.strategy=ddp", "ref.strategy='ddp' is not implemented"),
-        (f"{ARR}.actor.use_prefix_grouper=true", "use_prefix_grouper=true"),
         (f"{ARR}.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend"),
         (f"{ARR}.actor.fsdp_config.model_dtype=fp16", "model_dtype"),
     ],
@@ -133,6 +132,14 @@ def test_worker_keys_resolve_into_the_typed_sections() -> None:
 def test_values_we_cannot_honour_are_errors(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("'", ".")):
         _cfg(override)
+
+
+def test_prefix_grouper_is_accepted_and_refused_with_what_it_cannot_serve() -> None:
+    assert _cfg(f"{ARR}.actor.use_prefix_grouper=true").actor_rollout_ref.actor.use_prefix_grouper is True
+    with pytest.raises(ConfigError, match="use_prefix_grouper=true .*use_remove_padding=false"):
+        _cfg(f"{ARR}.actor.use_prefix_grouper=true", f"{ARR}.model.use_remove_padding=true")
+    with pytest.raises(ConfigError, match="use_prefix_grouper=true .*attn_implementation=flash_attention_2"):
+        _cfg(f"{ARR}.actor.use_prefix_grouper=true", f"{ARR}.model.attn_implementation=flash_attention_2")
 
 
 def test_ignore_eos_is_accepted_for_single_turn_and_refused_for_agent_loops() -> None:

@@ -67,6 +67,21 @@ def test_balance_batch_gives_each_rank_a_similar_token_count() -> None:
     assert per_rank == [9, 9] and "global_seqlen/min" in metrics
 
 
+@pytest.mark.parametrize("keep_groups", [False, True])
+def test_balance_batch_keeps_uid_groups_on_one_rank_for_the_prefix_grouper(keep_groups: bool) -> None:
+    lengths = [8, 8, 1, 1, 6, 6, 1, 1]  # groups a (16 tokens), b (2), c (12), d (2), two rows each
+    mask = torch.stack([torch.cat([torch.ones(n), torch.zeros(8 - n)]) for n in lengths]).long()
+    uids = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
+    batch = DataProto.from_dict({"attention_mask": mask}, non_tensors={"uid": uids})
+    balance_batch(batch, world_size=2, metrics={}, keep_groups=keep_groups)
+    ranks = [set(batch.non_tensor_batch["uid"][:4]), set(batch.non_tensor_batch["uid"][4:])]
+    per_rank = batch.batch["attention_mask"].sum(-1).view(2, 4).sum(-1).tolist()
+    if keep_groups:
+        assert sorted(per_rank) == [14, 18] and ranks[0].isdisjoint(ranks[1])
+    else:  # rows balanced on their own split the groups: 16 tokens each
+        assert per_rank == [16, 16] and not ranks[0].isdisjoint(ranks[1])
+
+
 class _Group:
     """A worker group that writes and reads one file per checkpoint."""
 

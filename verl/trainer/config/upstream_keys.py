@@ -141,11 +141,9 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
     from verl.trainer.config.profiler_checks import check_profiler
 
     check_profiler(cfg, errors)
-    if bool(arr.actor.use_prefix_grouper):
-        errors.append(
-            "actor_rollout_ref.actor.use_prefix_grouper=true (upstream's PrefixGrouper: one forward of a group's "
-            "shared prompt) is not implemented here; drop it: each response's forward gives the same log-probs"
-        )
+    from verl.utils.prefix_grouper_checks import config_errors as prefix_grouper_errors
+
+    errors.extend(prefix_grouper_errors(cfg))  # actor.use_prefix_grouper with settings it cannot serve
     if bool(arr.rollout.ignore_eos) and agent_loops_on(arr.rollout):
         errors.append(
             "actor_rollout_ref.rollout.ignore_eos=true with agent loops (rollout.multi_turn.enable or mode=async) is "

@@ -163,19 +163,49 @@ class DriverData:
         self.ledger.steps = int(state["global_steps"])  # (equal when verified) the next step is this + 1
 
 
-def balance_batch(batch: DataProto, world_size: int, metrics: dict[str, Any], prefix: str = "global_seqlen") -> None:
+def balance_batch(
+    batch: DataProto,
+    world_size: int,
+    metrics: dict[str, Any],
+    prefix: str = "global_seqlen",
+    keep_groups: bool = False,
+) -> None:
     """Reorder the rows of ``batch`` in place so each of ``world_size`` data-parallel ranks gets a similar number of
     tokens (equal row counts; Karmarkar-Karp partitions of the ``attention_mask`` lengths, as verl's
-    ``_balance_batch``); adds ``<prefix>/*`` imbalance metrics. A batch that does not split evenly is left as is."""
+    ``_balance_batch``); adds ``<prefix>/*`` imbalance metrics. A batch that does not split evenly is left as is.
+
+    ``keep_groups`` (``actor.use_prefix_grouper``): the rows sharing a ``uid`` go to one rank together, so each
+    group's prompt is run once there (:func:`_group_partitions`); groups of unequal sizes, or a group count that
+    does not divide over the ranks, fall back to row balancing (the grouped forward stays exact, it shares less)."""
     from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 
     if world_size <= 1 or len(batch) % world_size != 0:
         return
     seqlens = batch.batch["attention_mask"].sum(-1).tolist()
-    partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
+    partitions = None
+    if keep_groups and "uid" in batch.non_tensor_batch:
+        partitions = _group_partitions(seqlens, list(batch.non_tensor_batch["uid"]), world_size)
+    if partitions is None:
+        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
     order = torch.tensor([i for part in partitions for i in sorted(part)])
     batch.reorder(order)
     metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=prefix))
+
+
+def _group_partitions(seqlens: list[int], uids: list[Any], world_size: int) -> list[list[int]] | None:
+    """Rows partitioned over ``world_size`` ranks by whole ``uid`` groups, balanced by the groups' token counts
+    (equal group counts per rank); None when the groups differ in size or their count does not divide."""
+    from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(uids):
+        groups.setdefault(uid, []).append(row)
+    members = list(groups.values())
+    if len(members) % world_size != 0 or len({len(m) for m in members}) != 1:
+        return None
+    weights = [sum(seqlens[r] for r in m) for m in members]
+    parts = get_seqlen_balanced_partitions(weights, k_partitions=world_size, equal_size=True)
+    return [[r for g in part for r in members[g]] for part in parts]
 
 
 def collect_varied_groups(

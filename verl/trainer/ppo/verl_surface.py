@@ -74,8 +74,10 @@ class VerlTrainerSurface:
         self._create_dataloaders()
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, Any], logging_prefix: str = "global_seqlen") -> None:
-        """Upstream's name: :func:`~verl.trainer.ppo.driver_data.balance_batch` over the actor group's ranks."""
-        balance_batch(batch, self.workers.actor.world_size, metrics, logging_prefix)
+        """Upstream's name: :func:`~verl.trainer.ppo.driver_data.balance_batch` over the actor group's ranks (whole
+        ``uid`` groups per rank with ``actor.use_prefix_grouper``, as upstream's)."""
+        keep_groups = bool(self.config.actor_rollout_ref.actor.use_prefix_grouper)
+        balance_batch(batch, self.workers.actor.world_size, metrics, logging_prefix, keep_groups=keep_groups)
 
     def _save_checkpoint(self) -> str:
         """Upstream's name: the driver's ``save_checkpoint()`` of the current step."""

@@ -20,6 +20,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.models.loader import forward_logits
 from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
+from verl.utils.prefix_grouper_checks import refusal as prefix_grouper_refusal
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.fused_head import fused_logprobs_forward, output_head
@@ -33,6 +34,7 @@ from verl.workers.actor.micro_batching import (
     restore_order,
     run_mini_batch_updates,
 )
+from verl.workers.actor.prefix_grouping import grouped_response_forward
 from verl.workers.config import ActorConfig
 
 if TYPE_CHECKING:
@@ -326,6 +328,12 @@ class DataParallelPPOActor(BasePPOActor):
         self.use_fused_kernels = bool(use_fused_kernels)
         if self.use_fused_kernels:
             output_head(actor_module)  # refuses, naming the key, a model without a separable LM head
+        # actor.use_prefix_grouper: one forward of each prompt group's shared prompt (actor/prefix_grouping.py)
+        self.use_prefix_grouper = bool(self.config.use_prefix_grouper)
+        if self.use_prefix_grouper:
+            line = prefix_grouper_refusal(self.use_remove_padding, sp_group is not None, self.use_fused_kernels)
+            if line is not None:
+                raise ValueError(line)
 
     # ------------------------------------------------------------------------------------------------ forward
     @staticmethod
@@ -355,6 +363,19 @@ class DataParallelPPOActor(BasePPOActor):
                 raise ValueError("Ulysses sequence parallelism does not support vision-language inputs yet")
             rows = [multi_modal_rows[i] for i in micro[MULTI_MODAL_ROW_KEY].tolist()]
             extra_inputs = vision_forward_kwargs(self.actor_module, micro["input_ids"], micro["attention_mask"], rows)
+        if self.use_prefix_grouper:
+            if multi_modal_rows is not None:
+                raise ValueError(prefix_grouper_refusal(False, False, False, multi_modal=True))
+            with autocast_context(device, self.config.dtype):
+                return grouped_response_forward(
+                    self.actor_module,
+                    micro,
+                    temperature,
+                    calculate_entropy,
+                    entropy_requires_grad,
+                    calculate_sum_pi_squared=calculate_sum_pi_squared,
+                    entropy_chunk_size=self.entropy_chunk_size,
+                )
         with autocast_context(device, self.config.dtype):
             if self.sp_group is not None:
                 import torch.distributed as dist
@@ -421,6 +442,7 @@ class DataParallelPPOActor(BasePPOActor):
                 multi_modal_rows=mm_rows,
                 calculate_sum_pi_squared=calculate_sum_pi_squared,
             ),
+            group_prompts=self.use_prefix_grouper,
         )
         log_prob = restore_order(torch.cat([out[0] for out in outputs], dim=0), order)
         entropy = restore_order(torch.cat([out[1] for out in outputs], dim=0), order) if calculate_entropy else None
@@ -566,6 +588,7 @@ class DataParallelPPOActor(BasePPOActor):
                 rollout_correction=data.meta_info.get("rollout_correction"),
                 gap=gap,
             ),
+            group_prompts=self.use_prefix_grouper,
         )
         if gap is not None:
             metrics.update({f"rollout_corr/{k}": [v] for k, v in gap.metrics().items()})

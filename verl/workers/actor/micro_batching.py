@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from verl.hardware.precision import resolve_dtype
 from verl.utils.seeding import keyed_seed
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+from verl.workers.actor.prefix_grouping import split_grouped_micro_batches
 from verl.workers.config import ActorConfig, CriticConfig
 
 # One micro-batch's training step as seen by the update loop: (loss to backpropagate, metric values, named loss parts
@@ -55,13 +56,23 @@ def autocast_context(device: torch.device, dtype_name: str) -> AbstractContextMa
 
 
 def split_micro_batches(
-    batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
+    batch: TensorDict,
+    micro_batch_size: int | None,
+    use_dynamic_bsz: bool,
+    max_token_len: int | None,
+    group_prompts: bool = False,
 ) -> tuple[list[TensorDict], list[int] | None]:
     """Micro-batches of ``batch``: fixed ``micro_batch_size`` rows, or packed to ``max_token_len`` valid tokens.
+
+    With ``group_prompts`` (``actor.use_prefix_grouper``) the rows of a prompt group stay together and a group's
+    prompt counts once against ``max_token_len``
+    (:func:`~verl.workers.actor.prefix_grouping.split_grouped_micro_batches`).
 
     Returns ``(micro_batches, order)``; ``order`` is None for fixed splits (input order is kept) and otherwise the
     input row of each concatenated micro-batch row, to be undone with :func:`restore_order`.
     """
+    if group_prompts:
+        return split_grouped_micro_batches(batch, micro_batch_size, use_dynamic_bsz, max_token_len)
     if use_dynamic_bsz:
         if max_token_len is None or int(max_token_len) <= 0:
             raise ValueError(f"use_dynamic_bsz needs a positive max_token_len, got {max_token_len!r}")
@@ -253,11 +264,13 @@ def forward_micro_batches_no_grad(
     batch: TensorDict,
     meta_info: Mapping[str, Any],
     forward: Callable[[TensorDict], Any],
+    group_prompts: bool = False,
 ) -> tuple[list[Any], list[int] | None]:
     """Run ``forward`` on each micro-batch of ``batch`` in eval mode without gradients.
 
-    Micro-batches follow ``meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len`` and are
-    moved to the module's device first; the module's train/eval mode is restored afterwards, even on error.
+    Micro-batches follow ``meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len`` (keeping
+    prompt groups whole with ``group_prompts``, see :func:`split_micro_batches`) and are moved to the module's
+    device first; the module's train/eval mode is restored afterwards, even on error.
     Returns ``(outputs, order)``: one output per micro-batch, and the row order to hand to :func:`restore_order`
     after concatenating them.
     """
@@ -266,6 +279,7 @@ def forward_micro_batches_no_grad(
         meta_info.get("micro_batch_size"),
         bool(meta_info.get("use_dynamic_bsz", False)),
         meta_info.get("max_token_len"),
+        group_prompts,
     )
     device = module_device(module)
     was_training = module.training
@@ -287,6 +301,7 @@ def run_mini_batch_updates(
     global_step: Any,
     role: str,
     micro_loss: MicroLossFn,
+    group_prompts: bool = False,
 ) -> dict[str, list[float]]:
     """``ppo_epochs`` x mini-batches x micro-batches of gradient accumulation, one optimizer step per mini-batch.
 
@@ -295,7 +310,8 @@ def run_mini_batch_updates(
     backpropagated, so the accumulated gradient equals the mini-batch loss's. The step clips to ``grad_clip`` and
     is skipped on a non-finite norm. Reads ``ppo_epochs``, ``ppo_mini_batch_size`` (rows of ``batch`` on this
     rank), ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
-    ``grad_clip`` from ``config``; the shuffle seed is ``global_step`` when it is an int.
+    ``grad_clip`` from ``config``; the shuffle seed is ``global_step`` when it is an int. ``group_prompts`` keeps
+    each prompt group's rows of a mini-batch in one micro-batch (``actor.use_prefix_grouper``).
 
     Returns metric name -> values: each of ``micro_loss``'s metrics as its mini-batch value (a loss term weighted by
     its :func:`loss_share`, a token mean by the micro-batch's share of the tokens; see ``MicroLossFn``) and
@@ -318,7 +334,9 @@ def run_mini_batch_updates(
             mini_mask = response_mask_of(mini)
             mini_tokens = dp_mean_token_count(mini_mask)
             local_tokens = max(float(mini_mask.sum().item()), 1.0)
-            micro_batches, _ = split_micro_batches(mini, micro_batch_size, use_dynamic_bsz, max_token_len)
+            micro_batches, _ = split_micro_batches(
+                mini, micro_batch_size, use_dynamic_bsz, max_token_len, group_prompts
+            )
             optimizer.zero_grad(set_to_none=True)
             mini_metrics: dict[str, float] = defaultdict(float)
             for micro_idx, micro in enumerate(micro_batches):
