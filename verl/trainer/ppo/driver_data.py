@@ -221,4 +221,9 @@ def collect_varied_groups(
             f"dynamic sampling kept no group with varied rewards after {num_gen} generation batches; "
             "every group scored the same (increase algorithm.filter_groups.max_num_gen_batches or rollout.n)"
         )
-    return kept[: keep_groups * n]
+    if len(kept) == num_groups * n:
+        return kept[: keep_groups * n]
+    # trajectories that gave several rows (verl.trainer.ppo.sessions): the first keep_groups groups, whole
+    uids = kept.non_tensor_batch["uid"]
+    first = set(list(dict.fromkeys(uids.tolist()))[:keep_groups])
+    return kept.select_idxs(np.array([uid in first for uid in uids], dtype=bool))
