@@ -58,6 +58,7 @@ from verl.trainer.ppo.sessions import (
     multi_trajectory_advantage,
     pad_segment_rows,
     single_mini_batch,
+    without_padding,
 )
 from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, compute_response_mask: verl's home)
     ResourcePoolManager,
@@ -464,8 +465,8 @@ class RayPPOTrainer(VerlTrainerSurface):
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         """Data, reward extras, timing, throughput and memory metrics of a finished step (verl's names)."""
-        metrics = compute_data_metrics(batch, use_critic=self.use_critic)
-        metrics.update(compute_reward_extra_metrics(batch))
+        metrics = compute_data_metrics(without_padding(batch), use_critic=self.use_critic)
+        metrics.update(compute_reward_extra_metrics(without_padding(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
         metrics.update(memory_metrics())

@@ -46,6 +46,7 @@ __all__ = [
     "score_final_rows",
     "session_keys",
     "single_mini_batch",
+    "without_padding",
 ]
 
 SESSION_ID = "session_id"
@@ -90,6 +91,14 @@ def final_rows(batch: DataProto) -> DataProto:
     """``batch`` with one row per trajectory (:func:`metric_rows`); ``batch`` itself when that is every row."""
     keep = metric_rows(batch)
     return batch if bool(keep.all()) else batch.select_idxs(keep)
+
+
+def without_padding(batch: DataProto) -> DataProto:
+    """``batch`` without the rows :func:`pad_with_masked_rows` added (``batch`` itself when it has none)."""
+    if PADDING not in batch.non_tensor_batch:
+        return batch
+    real = ~batch.non_tensor_batch[PADDING].astype(bool)
+    return batch if bool(real.all()) else batch.select_idxs(real)
 
 
 def session_keys(batch: DataProto) -> list[str]:
