@@ -132,6 +132,22 @@ def test_a_rewritten_history_splits_the_trajectory_into_one_row_per_segment(kit)
     assert list(out.non_tensor_batch["segment_count"]) == [1]
 
 
+def test_a_failure_applies_to_every_segment(kit) -> None:
+    """``score``: every segment's row is kept with ``failure_score``; ``drop``: the trajectory is one mask-0 row."""
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["first"]})
+    config = _config(kit, agent=f"{AGENTS}:splits_then_raises", on_failure="score", failure_score=-1.0)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 2 and list(out.non_tensor_batch["agent_reward"]) == [-1.0, -1.0]
+    assert all(sum(_rows(out, i)[2]) == len("first") + 1 for i in range(2))
+    assert out.non_tensor_batch["agent_metrics"][1]["openai/failure_reason"] == "raised"
+    config = _config(kit, agent=f"{AGENTS}:splits_then_raises", on_failure="drop")
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 1 and out.non_tensor_batch["agent_reward"][0] == 0.0 and sum(_rows(out, 0)[2]) == 0
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert (metrics["openai/trained_segments"], metrics["openai/splits"], metrics["openai/dropped"]) == (0, 1, 1)
+
+
 def _mode_batch(tok: Any, kit: Any, modes: list[str]) -> DataProto:
     return kit.prompt_batch(tok, [f"Q{i} {m}" for i, m in enumerate(modes)], [{"mode": m} for m in modes])
 
