@@ -132,6 +132,42 @@ def test_a_rewritten_history_splits_the_trajectory_into_one_row_per_segment(kit)
     assert list(out.non_tensor_batch["segment_count"]) == [1]
 
 
+class _Judging:
+    """A judge of one batch that records what it is given (``RolloutJudging``)."""
+
+    def __init__(self, n: int) -> None:
+        self.submitted: dict[int, list[int]] = {}
+        self.n = n
+
+    def submit(self, index: int, prompt_ids: list[int], response_ids: list[int]) -> None:
+        self.submitted[index] = list(prompt_ids)
+
+    def collect(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {"judge_row": np.array([f"row {i}" for i in range(self.n)], dtype=object)}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_judge_sees_the_final_segment_and_its_columns_reach_every_row(kit) -> None:
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["first", "second", "third"]})
+    judgings: list[_Judging] = []
+
+    class Judge:
+        def open_batch(self, tokenizer: Any, ground_truths: list[Any]) -> _Judging:
+            judgings.append(_Judging(len(ground_truths)))
+            return judgings[-1]
+
+    config = _config(kit, agent=f"{AGENTS}:rewrites_history")
+    runner = AgentLoopRunner(config, tok, engine, judge=Judge())
+    out = runner.generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert list(out.non_tensor_batch["judge_row"]) == ["row 0", "row 0"]
+    assert judgings[0].submitted == {0: _rows(out, 1)[0]}  # the final row's prompt: the summary request
+
+
 def test_a_failure_applies_to_every_segment(kit) -> None:
     """``score``: every segment's row is kept with ``failure_score``; ``drop``: the trajectory is one mask-0 row."""
     tok = kit.chat_tokenizer()
