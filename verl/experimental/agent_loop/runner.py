@@ -296,7 +296,7 @@ def _close_all(servers: list[RequestServer]) -> None:
 def session_columns(results: list[list[AgentLoopOutput]]) -> dict[str, np.ndarray]:
     """The columns naming each output row's trajectory (:mod:`verl.trainer.ppo.sessions`): ``session_id`` (the
     prompt row it came from), ``segment_index`` (its place among that row's outputs) and ``segment_count``."""
-    from verl.trainer.ppo.sessions import SEGMENT_COUNT, SEGMENT_INDEX, SESSION_ID
+    from verl.protocol.segment_columns import SEGMENT_COUNT, SEGMENT_INDEX, SESSION_ID
 
     return {
         SESSION_ID: np.array([i for i, outs in enumerate(results) for _ in outs], dtype=object),

@@ -93,7 +93,8 @@ def make_agent_loop_manager(config: Any, tokenizer: Any, group: Any, tools: Sequ
 
 def generate_rollouts(group: Any, agent_loops: Any, gen_batch: DataProto) -> DataProto:
     """Generate ``gen_batch``: through the agent loops (``agent_loops``, an ``AgentLoopManager``, when
-    ``rollout.multi_turn.enable`` or ``rollout.mode=async``) over ``group``'s engines, else plainly by ``group`` (:func:`generate_on_group`)."""
+    ``rollout.multi_turn.enable`` or ``rollout.mode=async``) over ``group``'s engines, else plainly by ``group``
+    (:func:`generate_on_group`)."""
     if agent_loops is not None:
         return agent_loops.generate_sequences(gen_batch)
     return generate_on_group(group, gen_batch)

@@ -435,10 +435,8 @@ class RayPPOTrainer(VerlTrainerSurface):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            if sessions.has_segment_rows(batch):  # a trajectory gave several rows: GRPO from its final one
-                batch = sessions.multi_trajectory_advantage(batch, self.algorithm)
-            else:
-                batch = compute_advantage(batch, self.algorithm.adv_estimator, self.algorithm)
+            # a trajectory that gave several rows: GRPO from its final one (upstream's v1 multi-trajectory rule)
+            batch = sessions.multi_trajectory_advantage(batch, self.algorithm)
 
         if self.use_critic:
             with marked_timer("update_critic", timing):

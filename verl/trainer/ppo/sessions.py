@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.protocol.segment_columns import PADDING, SEGMENT_COUNT, SEGMENT_INDEX, SESSION_ID
 
 __all__ = [
     "PADDING",
@@ -48,11 +49,6 @@ __all__ = [
     "single_mini_batch",
     "without_padding",
 ]
-
-SESSION_ID = "session_id"
-SEGMENT_INDEX = "segment_index"
-SEGMENT_COUNT = "segment_count"
-PADDING = "is_padding"
 
 
 def _has_sessions(batch: DataProto) -> bool:
@@ -211,10 +207,15 @@ def single_mini_batch(batch: DataProto, config: Any) -> bool:
 
 
 def multi_trajectory_advantage(batch: DataProto, algorithm: Any) -> DataProto:
-    """``advantages``/``returns`` of a batch with segment rows:
+    """``advantages``/``returns`` of a batch: with segment rows (a trajectory gave several)
     :func:`verl.trainer.ppo.v1.utils.compute_advantage_for_multi_trajectories` over :func:`session_keys`, with the
-    ``algorithm`` section's estimator, ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo``."""
+    ``algorithm`` section's estimator, ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo``; without them the plain
+    :func:`verl.trainer.ppo.batch_transforms.compute_advantage`."""
+    from verl.trainer.ppo.batch_transforms import compute_advantage
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    if not has_segment_rows(batch):
+        return compute_advantage(batch, algorithm.adv_estimator, algorithm)
 
     return compute_advantage_for_multi_trajectories(
         batch,
