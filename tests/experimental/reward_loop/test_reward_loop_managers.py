@@ -134,3 +134,24 @@ def test_reward_loop_servers_are_refused_with_a_reason():
         from verl.experimental.reward_loop import RewardLoopManager  # noqa: F401
     with pytest.raises(ModuleNotFoundError, match="reward-model inference servers"):
         import verl.experimental.reward_loop.reward_model  # noqa: F401
+
+
+def test_rate_limited_manager_is_a_trainer_reward_function():
+    """RayPPOTrainer(reward_fn=manager) / PPOTrainer(reward_fn=manager): scored through score_rollouts, also from a
+    worker thread (reward_model.launch_reward_fn_async)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verl.trainer.ppo.batch_rollout import score_rollouts
+
+    async def api(data_source, solution_str, ground_truth, extra_info=None):
+        await asyncio.sleep(0.01)
+        return {"score": float(solution_str == ground_truth), "latency": 0.01}
+
+    manager = RateLimitedRewardManager({"reward": {"max_concurrent": 2, "max_rpm": 6000}}, _Tok(), api)
+    data = _data([[1, 2, 0], [3, 0, 0]], [2, 1], ["1 2", "4"])
+    _, scores, extra = score_rollouts(data, manager)
+    torch.testing.assert_close(scores, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert extra["latency"] == [0.01, 0.01]
+    with ThreadPoolExecutor(1) as pool:
+        _, threaded, _ = pool.submit(score_rollouts, data, manager).result()
+    torch.testing.assert_close(threaded, scores)
