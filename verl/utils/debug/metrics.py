@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import torch
-
-from verl.protocol import DataProto
 
 __all__ = ["calculate_debug_metrics"]
 
@@ -23,7 +22,7 @@ logger = logging.getLogger(__name__)
 _PREFIX = "training/rollout_"
 
 
-def _response_mask(data: DataProto, shape: torch.Size) -> torch.Tensor:
+def _response_mask(data: Any, shape: torch.Size) -> torch.Tensor:
     """``response_mask``, else the response part of ``attention_mask``, else every token (a warning)."""
     batch = data.batch
     if "response_mask" in batch.keys():
@@ -34,15 +33,16 @@ def _response_mask(data: DataProto, shape: torch.Size) -> torch.Tensor:
     return torch.ones(shape, dtype=torch.bool)
 
 
-def calculate_debug_metrics(data: DataProto) -> dict[str, float]:
+def calculate_debug_metrics(data: Any) -> dict[str, float]:
     """Gap between the rollout's and the actor's per-token probabilities over the valid response tokens.
 
-    Reads ``rollout_log_probs [bs, R]``, ``old_log_probs [bs, R]`` and the mask (``response_mask [bs, R]``, else
-    ``attention_mask [bs, P+R]``'s last ``R`` columns, else all tokens). With ``p = exp(log_prob)`` and ``d = |p_actor
-    - p_rollout|`` over the masked tokens, returns ``training/rollout_probs_diff_{max,mean,std}`` (``std`` unbiased)
-    of ``d``, ``training/rollout_actor_probs_pearson_corr`` (Pearson correlation of ``p_actor`` and ``p_rollout``;
-    NaN for fewer than two tokens or a constant side) and ``training/rollout_probs_diff_valid`` (1, or 0 with the
-    others NaN when no token is valid).
+    ``data`` is a :class:`~verl.protocol.DataProto` (only its ``batch`` is read: this helper sits below the
+    protocol). Reads ``rollout_log_probs [bs, R]``, ``old_log_probs [bs, R]`` and the mask (``response_mask
+    [bs, R]``, else ``attention_mask [bs, P+R]``'s last ``R`` columns, else all tokens). With ``p = exp(log_prob)``
+    and ``d = |p_actor - p_rollout|`` over the masked tokens, returns ``training/rollout_probs_diff_{max,mean,std}``
+    (``std`` unbiased) of ``d``, ``training/rollout_actor_probs_pearson_corr`` (Pearson correlation of ``p_actor``
+    and ``p_rollout``; NaN for fewer than two tokens or a constant side) and ``training/rollout_probs_diff_valid``
+    (1, or 0 with the others NaN when no token is valid).
     """
     rollout = data.batch["rollout_log_probs"].float()
     actor = data.batch["old_log_probs"].float()
