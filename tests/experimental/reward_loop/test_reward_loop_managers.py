@@ -155,3 +155,46 @@ def test_rate_limited_manager_is_a_trainer_reward_function():
     with ThreadPoolExecutor(1) as pool:
         _, threaded, _ = pool.submit(score_rollouts, data, manager).result()
     torch.testing.assert_close(threaded, scores)
+
+
+def test_rate_limited_from_the_trainer_config(byte_tokenizer, tmp_path):
+    """reward_model.reward_manager=rate_limited: load_reward_manager builds the reward-loop manager with the limits of
+    reward_model.reward_kwargs; keys it does not take and the process-pool safety keys are refused."""
+    import os
+
+    from verl.trainer.ppo.reward import compute_reward, load_reward_manager
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "verl", "trainer", "config", "ppo_trainer.yaml")
+    fn = tmp_path / "judge.py"
+    fn.write_text(
+        "async def judge(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(solution_str.strip() == ground_truth)\n"
+    )
+
+    def config(**overrides):
+        cfg = OmegaConf.load(path)
+        base = {"reward_model.reward_manager": "rate_limited", "custom_reward_function.path": str(fn)}
+        cfg.merge_with(OmegaConf.from_dotlist([f"{k}={v}" for k, v in {**base, **overrides}.items()]))
+        cfg.custom_reward_function.name = "judge"
+        return cfg
+
+    manager = load_reward_manager(config(**{"reward_model.reward_kwargs.max_rpm": 600}), byte_tokenizer, 0)
+    assert isinstance(manager, RateLimitedRewardManager) and RateLimitedRewardManager._max_rpm == 600
+    eos = byte_tokenizer.eos_token_id
+    data = DataProto.from_dict(
+        tensors={
+            "responses": torch.tensor([list(b"12") + [eos], list(b"7") + [eos, eos]]),
+            "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
+        },
+        non_tensors={
+            "data_source": np.array(["t", "t"], dtype=object),
+            "reward_model": np.array([{"ground_truth": "12"}, {"ground_truth": "8"}], dtype=object),
+        },
+    )
+    scores, extra = compute_reward(data, manager)
+    assert scores.sum(-1).tolist() == [1.0, 0.0] and extra["acc"] == [1.0, 0.0]
+    manager.close()
+    with pytest.raises(ValueError, match=r"\['max_rps'\] are not settings"):
+        load_reward_manager(config(**{"reward_model.reward_kwargs.max_rps": 1}), byte_tokenizer, 0)
+    with pytest.raises(ValueError, match="reward_model.on_error='zero' does not apply"):
+        load_reward_manager(config(**{"reward_model.on_error": "zero"}), byte_tokenizer, 0)

@@ -143,6 +143,12 @@ class RewardManagerBase(ABC):
                 self._own_loop = asyncio.new_event_loop()
             return self._own_loop
 
+    def close(self) -> None:
+        """Close the event loop this manager kept for its synchronous calls (a later call makes a new one)."""
+        if self._own_loop is not None and not self._own_loop.is_closed():
+            self._own_loop.close()
+        self._own_loop = None
+
     @abstractmethod
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """Score the last row of ``data``: ``{"reward_score": float, "reward_extra_info": dict}``."""

@@ -27,6 +27,7 @@ from verl.experimental.reward_loop.reward_manager.base import (
 )
 from verl.experimental.reward_loop.reward_manager.registry import register
 from verl.protocol import DataProto
+from verl.workers.reward_manager.registry import register as register_legacy
 
 __all__ = ["AsyncTokenBucket", "RateLimitSettings", "RateLimitedRewardManager"]
 
@@ -115,6 +116,7 @@ class RateLimitSettings:
                 raise ValueError(f"reward.{key} must be > 0 (leave max_rpm / max_tpm unset for no limit), got {value}")
 
 
+@register_legacy("rate_limited")  # reward_model.reward_manager=rate_limited (verl.trainer.ppo.reward)
 @register("rate_limited")
 class RateLimitedRewardManager(RewardManagerBase):
     """The reward function behind three process-wide limits (see the module docstring).
