@@ -123,7 +123,8 @@ EXCLUDED: dict[str, str] = {
     f"{_CORR_INTEGRATION}::test_metrics_only_mode": _ROLLOUT_N,
     f"{_CORR_INTEGRATION}::test_exact_icepop_matches_filtered_weighted_ppo_loss": _ROLLOUT_N,
     "tests/experimental/reward_loop/test_rate_limited_reward_manager_on_cpu.py": (
-        "needs the Qwen2.5 tokenizer under ~/models; upstream's asynchronous reward loop is not provided here"
+        "needs the Qwen2.5 tokenizer under ~/models (with the bundled smollm2-135m-instruct tokenizer in its place "
+        "all 13 cases pass, in 73 s: the TPM case waits 39 s)"
     ),
     "tests/experimental/reward_loop/test_math_verify.py": "needs Qwen2.5-1.5B under ~/models and a GPU rollout",
     "tests/experimental/agent_loop/test_call_tool_on_cpu.py": (
@@ -136,6 +137,10 @@ EXCLUDED: dict[str, str] = {
     ),
     "tests/tools/test_function_tool_on_cpu.py::test_rollout_yaml_exposes_function_tool_path": (
         "reads upstream's verl/trainer/config/rollout/rollout.yaml file; the config here is one packaged YAML"
+    ),
+    "tests/tools/test_function_tool_on_cpu.py::test_tool_list_wrap_survives_hydra_instantiate": (
+        "deliberate: ToolListWrap shields tool lists from hydra.utils.instantiate of agent loops; the loops here "
+        "are built by the agent-loop runner with a {name: tool} dict, not through hydra"
     ),
 }
 # files the tests import (package markers and helpers)
@@ -185,6 +190,8 @@ def run_file(out: Path, rel: str, timeout_s: int, exclusions: bool = True) -> di
         TRANSFORMERS_OFFLINE="1",
     )
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", rel, "--timeout=60"]
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "scripts")  # the @pytest.mark.asyncio runner below
+    cmd += ["-p", "pytest_asyncio_shim"]  # scripts/pytest_asyncio_shim.py (without pytest-asyncio installed)
     if exclusions:
         cmd += [arg for key in excluded_in(rel) for arg in ("--deselect", key)]
     try:
