@@ -170,30 +170,41 @@ def omega_conf_to_dataclass(config: Any, dataclass_type: type[T] | None = None) 
 
     ``config`` may be a ``DictConfig``, a dict, another dataclass or None (all defaults). Without
     ``dataclass_type``, the config's ``_target_`` key names the class (upstream verl's convention, e.g.
-    ``{"_target_": "verl.workers.config.FSDPActorConfig", ...}``); a ``_target_`` in a nested section picks that
-    section's class (which must be the field's type or a subclass). ``_target_`` is an instruction, not a key: it is
-    not kept.
+    ``{"_target_": "verl.workers.config.FSDPActorConfig", ...}``) and a nested section's ``_target_`` picks that
+    section's class (the field's type or a subclass of it); with ``dataclass_type`` given, that type and the field
+    types decide, as upstream's. ``_target_`` is an instruction, not a key: it is not kept.
     Interpolations are resolved; nested sections become their dataclasses; keys missing from ``config`` take the
     dataclass defaults (the one place they live); keys that are not fields are kept as extras of a
     :class:`BaseConfig` (and dropped for a plain dataclass). This converts, it does not check types: the config
     is validated at the door (:func:`verl.trainer.config.validation.validate_config`).
     """
-    if dataclass_type is None and dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return config  # already typed, no type asked for
-    if dataclass_type is not None and isinstance(config, dataclass_type):
+    if dataclass_type is None:
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return config  # already typed, no type asked for
+        data = _as_plain(config)
+        if _TARGET not in data:
+            raise TypeError("omega_conf_to_dataclass: give dataclass_type, or a config with a _target_ naming one")
+        return _convert(data, _target_class(data[_TARGET], None), by_target=True)
+    if isinstance(config, dataclass_type):
         return config  # already typed: the caller's object (copy.deepcopy it for a private, writable copy)
-    data = _as_plain(config)
+    return _convert(_as_plain(config), dataclass_type, by_target=False)
+
+
+def _convert(data: dict[str, Any], dataclass_type: type[T], by_target: bool) -> T:
+    """:func:`omega_conf_to_dataclass` of a plain dict; ``by_target``: nested ``_target_`` keys pick classes."""
     target = data.pop(_TARGET, None)
-    if target is not None:
+    if by_target and target is not None:
         dataclass_type = _target_class(target, dataclass_type)
-    elif dataclass_type is None:
-        raise TypeError("omega_conf_to_dataclass: give dataclass_type, or a config with a _target_ key naming one")
     kwargs: dict[str, Any] = {}
     nested = _nested_types(dataclass_type)
     names = set(_field_names(dataclass_type))
     for name in _field_names(dataclass_type):
         if name in nested:
-            kwargs[name] = omega_conf_to_dataclass(data.get(name), nested[name])
+            value = data.get(name)
+            if isinstance(value, nested[name]):
+                kwargs[name] = value
+            else:
+                kwargs[name] = _convert(_as_plain(value), nested[name], by_target)
         elif name in data:
             kwargs[name] = data[name]
     instance = dataclass_type(**kwargs)

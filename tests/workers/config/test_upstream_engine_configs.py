@@ -50,7 +50,12 @@ def test_target_names_the_class_and_nested_sections() -> None:
     assert type(cfg) is ActorConfig and type(cfg.optim) is FSDPOptimizerConfig and cfg.optim.lr == 0.1
     assert "_target_" not in cfg and "_target_" not in cfg.optim  # an instruction, not a key
     with pytest.raises(TypeError, match="is not a OptimConfig"):
-        omega_conf_to_dataclass({"optim": {"_target_": "verl.workers.config.CriticConfig"}}, ActorConfig)
+        omega_conf_to_dataclass(
+            {"_target_": "verl.workers.config.ActorConfig", "optim": {"_target_": "verl.workers.config.CriticConfig"}}
+        )
+    # a type given by the caller decides (upstream's too): _target_ is then only dropped
+    typed = omega_conf_to_dataclass({"optim": {"_target_": "verl.workers.config.FSDPOptimizerConfig"}}, ActorConfig)
+    assert type(typed.optim) is OptimConfig and "_target_" not in typed.optim
     with pytest.raises(TypeError, match="give dataclass_type"):
         omega_conf_to_dataclass({"lr": 0.1})
     with pytest.raises(NotImplementedError, match="Megatron"):
