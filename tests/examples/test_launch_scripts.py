@@ -30,7 +30,8 @@ def offline_data(tmp_path_factory) -> str:
 
 def _command(script: str, args: list[str], data: str) -> dict:
     """``subprocess.run`` keyword arguments running ``script`` with ``args`` on ``data``."""
-    env = dict(os.environ, PYTHON=sys.executable, DATA=data, PYTHONPATH=ROOT)
+    # one torch thread: two of these run side by side on CI's 2 cores, and two threads each would oversubscribe them
+    env = dict(os.environ, PYTHON=sys.executable, DATA=data, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     return dict(args=["bash", script, *args], env=env, cwd=ROOT, timeout=600)
 
 
