@@ -39,6 +39,7 @@ from verl.trainer.ppo.batch_rollout import (
     prompt_meta,
     score_rollouts,
 )
+from verl.trainer.ppo.sessions import final_rows
 
 __all__ = [
     "AccuracyEvaluator",
@@ -115,7 +116,8 @@ def generate_for_eval(
     with the training calls' seeds (``rollout.seed``): adding an evaluator leaves the training samples as they were.
 
     Returns the prompts' non-tensor columns repeated ``n`` times (interleaved, with a ``uid`` per prompt) joined
-    with the rollout output (``responses [bs*n, response_len]``, ``response_mask``, full ``input_ids`` ...).
+    with the rollout output (``responses [bs*n, response_len]``, ``response_mask``, full ``input_ids`` ...); a
+    trajectory's final row only where an agent loop gave it several (:func:`verl.trainer.ppo.sessions.final_rows`).
     """
     meta = prompt_meta(trainer.tokenizer, int(getattr(trainer, "global_steps", 0)))
     # greedy evaluation follows rollout.val_kwargs; sampled evaluation the training sampling settings
@@ -125,7 +127,10 @@ def generate_for_eval(
         meta["temperature"] = float(temperature)
     prompts = DataProto(batch.batch, {k: v for k, v in batch.non_tensor_batch.items() if k != "uid"}, batch.meta_info)
     agent_loops = getattr(trainer, "agent_loop_manager", None)  # rollout.multi_turn.enable: the agent loops
-    return generate_groups(prompts, n, lambda gen: generate_rollouts(trainer.actor_rollout_wg, agent_loops, gen), meta)
+    rollouts = generate_groups(
+        prompts, n, lambda gen: generate_rollouts(trainer.actor_rollout_wg, agent_loops, gen), meta
+    )
+    return final_rows(rollouts)  # one row per trajectory (an agent's split history gave several)
 
 
 def _sources(data: DataProto) -> list[str]:

@@ -52,6 +52,8 @@ class OpenAIAgentConfig(BaseConfig):
     failure_score: float = 0.0  # the reward of a failed trajectory with on_failure=score
     model_name: str = "policy"  # the model id /v1/models lists (requests may name any model)
     request_sampling: bool = True  # honour a request's temperature/top_p (false: the rollout's sampling)
+    # all: every segment of a trajectory whose agent rewrote its history is a training row; last: the last one only
+    train_segments: Literal["all", "last"] = "all"
 
 
 @dataclass

@@ -347,6 +347,7 @@ def iter_generations(
     from verl.data.rl_dataset import RLHFDataset, collate_fn
     from verl.protocol import DataProto
     from verl.trainer.ppo.batch_rollout import decode_responses, generate_groups, prompt_meta
+    from verl.trainer.ppo.sessions import final_rows
 
     data_section = {
         "prompt_key": prompt_key,
@@ -361,7 +362,8 @@ def iter_generations(
     meta = prompt_meta(tokenizer)
     for batch_dict in loader:
         batch = DataProto.from_single_dict(batch_dict)
-        texts = decode_responses(tokenizer, generate_groups(batch, n, generate_sequences, meta))
+        rollouts = final_rows(generate_groups(batch, n, generate_sequences, meta))  # one row per trajectory
+        texts = decode_responses(tokenizer, rollouts)
         yield batch, [texts[j * n : (j + 1) * n] for j in range(len(batch))]
 
 

@@ -144,9 +144,10 @@ class AgentLoopBase:
         self.tools = dict(tools or {})
         self.interactions = dict(interactions or {})
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run one sample. ``kwargs``: ``prompt_ids`` (the row's prompt token ids) and the row's columns
-        (``raw_prompt``, ``extra_info``, ``index``, ...)."""
+        (``raw_prompt``, ``extra_info``, ``index``, ...). A list of outputs (upstream v0.9's multi-output loops)
+        gives the trajectory several training rows, the last its final output (``verl.trainer.ppo.sessions``)."""
         raise NotImplementedError
 
 

@@ -5,7 +5,9 @@ Logged under ``agent/``: ``num_turns/{mean,max,min}``, ``assistant_turns/mean``,
 call, malformed calls counted as calls), ``parse_errors/mean``, ``tool_latency_s/mean`` (time in tools per sample),
 ``latency_s/{mean,max}`` (whole trajectory), ``truncated_ratio``, ``tool_response_cut_ratio``
 (cut tool replies per call), ``sanity_mismatch_ratio``, ``reward/mean`` (the loop's own reward), and for
-``openai_agent`` rows ``openai/<name>/mean`` (requests, splits, failed, dropped, ...: ``docs/any_agent.md``).
+``openai_agent`` rows ``openai/<name>/mean`` (requests, splits, trained_segments, failed, dropped, ...:
+``docs/any_agent.md``), all per trajectory (a trajectory that gave several rows counts once, by its final row), and
+``segment_rows`` (the batch's rows beyond one per trajectory).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ def compute_agent_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]:
     """The ``agent/*`` metrics of a rollout batch (empty when it has no ``agent_metrics`` column)."""
     if "agent_metrics" not in non_tensor_batch:
         return {}
+    all_rows = len(non_tensor_batch["agent_metrics"])
+    keep, real = _trajectory_rows(non_tensor_batch)  # per-trajectory metrics: from each one's final row
+    non_tensor_batch = {k: np.asarray(v)[keep] for k, v in non_tensor_batch.items() if len(v) == all_rows}
     rows = [dict(m) for m in non_tensor_batch["agent_metrics"]]
     n = max(len(rows), 1)
 
@@ -58,7 +63,23 @@ def compute_agent_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]:
         out[f"agent/tool_calls/{tool}"] = count / n
     if "agent_reward" in non_tensor_batch:
         out["agent/reward/mean"] = float(np.mean([float(x) for x in non_tensor_batch["agent_reward"]]))
+    # rows beyond one per trajectory: the earlier segments of trajectories whose agent rewrote its history
+    out["agent/segment_rows"] = float(real - len(rows))
     return out
+
+
+def _trajectory_rows(non_tensor_batch: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """``([rows] bool, real rows)``: each trajectory's final row (``verl.trainer.ppo.sessions``'s columns; every
+    row without them), padding rows left out; and the number of rows that are not padding."""
+    n = len(non_tensor_batch["agent_metrics"])
+    keep = np.ones(n, dtype=bool)
+    if "segment_index" in non_tensor_batch and "segment_count" in non_tensor_batch:
+        index = np.asarray(non_tensor_batch["segment_index"], dtype=np.int64)
+        keep &= index == np.asarray(non_tensor_batch["segment_count"], dtype=np.int64) - 1
+    real = np.ones(n, dtype=bool)
+    if "is_padding" in non_tensor_batch:
+        real = ~np.asarray(non_tensor_batch["is_padding"], dtype=bool)
+    return keep & real, int(real.sum())
 
 
 def _numeric(value: Any) -> bool:

@@ -16,6 +16,12 @@ when the engine computes them, and the non-tensor columns ``agent_reward`` (floa
 scores, added to the final reward by the trainer) and ``agent_metrics`` (dict per sample, see
 :mod:`verl.experimental.agent_loop.metrics`); with a judge (``reward_model.judge.overlap_rollout``) also the
 judge columns of :mod:`verl.experimental.agent_loop.judge_overlap`, each row judged as soon as its loop ended.
+
+A loop may return a list of outputs for one row (``openai_agent`` with ``agent.openai.train_segments=all``: one per
+segment of a trajectory whose agent rewrote its history); each becomes its own output row, in order, the last the
+trajectory's final output, so the output may hold more rows than the prompts. The columns ``session_id`` (the
+prompt row), ``segment_index`` and ``segment_count`` name them (:mod:`verl.trainer.ppo.sessions`); the judge
+scores the final output and its columns are copied to the trajectory's other rows.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ __all__ = [
     "TrajectoryJudge",
     "build_agent_output",
     "place_groups",
+    "session_columns",
 ]
 
 OpenServers = Callable[[dict[str, Any]], list[RequestServer]]
@@ -155,7 +162,7 @@ class AgentLoopRunner:
         except BaseException:
             _close_all(servers)
             raise
-        results: list[AgentLoopOutput | None] = [None] * n
+        results: list[list[AgentLoopOutput] | None] = [None] * n
         errors: list[BaseException] = []
         judging = None
         try:
@@ -178,10 +185,13 @@ class AgentLoopRunner:
             raise errors[0]
         prompt_len = max(settings.prompt_length, input_ids.shape[1])
         pad = meta["pad_token_id"] if meta["pad_token_id"] is not None else 0
+        flat = [o for outs in results for o in outs]
+        session = np.array([i for i, outs in enumerate(results) for _ in outs], dtype=np.int64)
         try:
-            output = build_agent_output(results, prompt_len, settings.response_length, int(pad), meta)
-            if judging is not None:  # the requests still outstanding after the last loop ended
-                output.non_tensor_batch.update(judging.collect())
+            output = build_agent_output(flat, prompt_len, settings.response_length, int(pad), meta)
+            output.non_tensor_batch.update(session_columns(results))
+            if judging is not None:  # the requests still outstanding after the last loop ended (one per row)
+                output.non_tensor_batch.update({k: v[session] for k, v in judging.collect().items()})
         finally:
             if judging is not None:
                 judging.close()
@@ -214,7 +224,7 @@ class AgentLoopRunner:
         meta: dict[str, Any],
         settings: AgentLoopSettings,
         placed: list[RequestServer],
-        results: list[AgentLoopOutput | None],
+        results: list[list[AgentLoopOutput] | None],
         errors: list[BaseException],
         judging: RolloutJudging | None = None,
     ) -> None:
@@ -225,9 +235,17 @@ class AgentLoopRunner:
                 loop_cls = get_agent_loop_class(str(name))
                 loop = loop_cls(settings, placed[i], self.tokenizer, self.tools, self.interactions)
                 kwargs = {k: v for k, v in rows[i].items() if k != "agent_name"}
-                out = results[i] = await loop.run(meta, **kwargs)
+                result = await loop.run(meta, **kwargs)
+                outs = list(result) if isinstance(result, (list, tuple)) else [result]
+                if not outs or not all(isinstance(o, AgentLoopOutput) for o in outs):
+                    raise TypeError(
+                        f"agent loop {name!r} returned {result!r} for row {i}: expected an AgentLoopOutput or a "
+                        "non-empty list of them (the last one the trajectory's final output)"
+                    )
+                results[i] = outs
+                out = outs[-1]
                 out.metrics["latency_s"] = time.perf_counter() - start
-                if judging is not None:  # judged now, while the other rows still generate
+                if judging is not None:  # judged now, while the other rows still generate (the final output)
                     judging.submit(i, out.prompt_ids, out.response_ids)
             finally:
                 placed[i].close_trajectory()
@@ -273,6 +291,18 @@ def _close_all(servers: list[RequestServer]) -> None:
             error = error or e
     if error is not None:
         raise error
+
+
+def session_columns(results: list[list[AgentLoopOutput]]) -> dict[str, np.ndarray]:
+    """The columns naming each output row's trajectory (:mod:`verl.trainer.ppo.sessions`): ``session_id`` (the
+    prompt row it came from), ``segment_index`` (its place among that row's outputs) and ``segment_count``."""
+    from verl.trainer.ppo.sessions import SEGMENT_COUNT, SEGMENT_INDEX, SESSION_ID
+
+    return {
+        SESSION_ID: np.array([i for i, outs in enumerate(results) for _ in outs], dtype=object),
+        SEGMENT_INDEX: np.array([k for outs in results for k in range(len(outs))], dtype=object),
+        SEGMENT_COUNT: np.array([len(outs) for outs in results for _ in outs], dtype=object),
+    }
 
 
 def build_agent_output(

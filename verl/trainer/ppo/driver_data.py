@@ -22,6 +22,7 @@ from verl.data.config import DataConfig
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_transforms import filter_uniform_groups
 from verl.trainer.ppo.resume_check import LEDGER_KEY, DataLedger
+from verl.trainer.ppo.sessions import has_segment_rows
 
 __all__ = ["DriverData", "balance_batch", "collect_varied_groups"]
 
@@ -221,4 +222,9 @@ def collect_varied_groups(
             f"dynamic sampling kept no group with varied rewards after {num_gen} generation batches; "
             "every group scored the same (increase algorithm.filter_groups.max_num_gen_batches or rollout.n)"
         )
-    return kept[: keep_groups * n]
+    if not has_segment_rows(kept):
+        return kept[: keep_groups * n]
+    # trajectories that gave several rows (verl.trainer.ppo.sessions): the first keep_groups groups, whole
+    uids = kept.non_tensor_batch["uid"]
+    first = set(list(dict.fromkeys(uids.tolist()))[:keep_groups])
+    return kept.select_idxs(np.array([uid in first for uid in uids], dtype=bool))

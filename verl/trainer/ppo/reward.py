@@ -313,8 +313,16 @@ def check_reward_sources(config: Any, datasets: dict[str, Any]) -> None:
 def compute_reward(data: Any, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list[Any]]]:
     """Apply a reward manager to a batch: ``(reward_tensor [bs, response_len], reward_extra_infos_dict)``.
 
+    A batch where a trajectory gave several rows (``verl.trainer.ppo.sessions``) is scored on each trajectory's
+    final row, the score shared with its other rows (:func:`~verl.trainer.ppo.sessions.score_final_rows`).
     Errors of the reward function propagate (they are never swallowed into a silent zero reward).
     """
+    from verl.trainer.ppo.sessions import score_final_rows
+
+    return score_final_rows(data, lambda rows: _apply_reward_fn(rows, reward_fn))
+
+
+def _apply_reward_fn(data: Any, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list[Any]]]:
     result = reward_fn(data, return_dict=True)
     if isinstance(result, torch.Tensor):
         return result, {}

@@ -15,6 +15,7 @@ from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import decode_generations
 from verl.trainer.ppo.metric_utils import flatten_validation_metrics, process_validation_metrics
+from verl.trainer.ppo.sessions import final_rows
 
 
 def select_generations_to_log(
@@ -53,7 +54,7 @@ def run_validation(trainer: Any) -> dict[str, float]:
             batch = batch[: max_samples - seen]
         seen += len(batch)
         meta = {"validate": True, "do_sample": bool(val_kwargs.do_sample)}
-        batch = trainer.generate_groups(batch, n, **meta)
+        batch = final_rows(trainer.generate_groups(batch, n, **meta))  # one row per trajectory is scored
         batch, scores, extra = trainer.score(batch, trainer.val_reward_fn)
         infos["reward"].extend(scores.sum(-1).tolist())
         for key, values in extra.items():

@@ -36,6 +36,28 @@ def rewrites_history(task: dict[str, Any], base_url: str, api_key: str) -> dict[
     return {"reward": 0.5}
 
 
+async def rewrites_after_a_turn(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """Like smolagents: an answer, then the history re-sent rewritten (the answer as user text: a split), a second
+    answer. Its reward varies with the first answer (the trainer's GRPO groups then have advantages)."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        messages = list(task["messages"])
+        first = await client.chat.completions.create(model="policy", messages=messages, max_tokens=4)
+        text = first.choices[0].message.content or ""
+        rewritten = [*messages, {"role": "user", "content": f"Observation: {text!r}"}]
+        await client.chat.completions.create(model="policy", messages=rewritten, max_tokens=4)
+    return len(text) / 10 + sum(map(ord, text)) % 7 / 100
+
+
+async def splits_then_raises(task: dict[str, Any], base_url: str, api_key: str) -> float:
+    """An answer, a request that starts over (a split), an answer, then a bug."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        messages = list(task["messages"])
+        await client.chat.completions.create(model="policy", messages=messages)
+        restart = [{"role": "user", "content": "again: " + messages[-1]["content"]}]
+        await client.chat.completions.create(model="policy", messages=restart)
+    raise RuntimeError("agent bug after a split")
+
+
 async def misbehaves(task: dict[str, Any], base_url: str, api_key: str) -> Any:
     """What the row's ``extra_info.mode`` says: ok, raise, hang, malformed, over_budget, silent, not_a_number."""
     mode = task["extra_info"]["mode"]

@@ -91,22 +91,97 @@ def test_three_turns_with_the_openai_sdk_record_exactly_the_sampled_ids(kit) -> 
     assert metrics["assistant_turns"] == 3
 
 
-def test_a_rewritten_history_splits_the_trajectory_and_the_last_segment_is_trained(kit) -> None:
+def test_a_rewritten_history_splits_the_trajectory_into_one_row_per_segment(kit) -> None:
+    """``train_segments: all`` (the default): each segment is its own row (its own context; the sampled ids mask 1,
+    the rest mask 0), the trajectory's reward on each, the session columns naming them; ``last``: the last only."""
     tok = kit.chat_tokenizer()
     engine = kit.ScriptedEngine(tok, {"Q1": ["first", "second", "third"]})
     config = _config(kit, agent=f"{AGENTS}:rewrites_history")
     out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 2
+    eos = [tok.eos_token_id]
+    # row 0, the first segment: the task, two answers around the agent's "more" (mask 0)
     prompt, ids, mask = _rows(out, 0)
-    # the third request starts over from a summary: its own prompt, and the model's answer to it
+    task = [{"role": "user", "content": "Q1 task"}]
+    assert prompt == tok.encode(tok.apply_chat_template(task, add_generation_prompt=True, tokenize=False),
+                                add_special_tokens=False)  # fmt: skip
+    first, second = (tok.encode(t, add_special_tokens=False) + eos for t in ("first", "second"))
+    more = encode_appended(tok, [{"role": "user", "content": "more"}])
+    assert ids == first + more + second and mask == [1] * len(first) + [0] * len(more) + [1] * len(second)
+    # row 1, the third request started over from a summary: its own prompt, and the model's answer to it
+    prompt, ids, mask = _rows(out, 1)
     summary = [{"role": "user", "content": "Q1 task (summary)"}]
     text = tok.apply_chat_template(summary, add_generation_prompt=True, tokenize=False)
     assert prompt == tok.encode(text, add_special_tokens=False)
-    assert ids == tok.encode("first", add_special_tokens=False) + [tok.eos_token_id] and mask == [1] * len(ids)
-    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert ids == tok.encode("first", add_special_tokens=False) + eos and mask == [1] * len(ids)
+    assert list(out.non_tensor_batch["session_id"]) == [0, 0]
+    assert list(out.non_tensor_batch["segment_index"]) == [0, 1]
+    assert list(out.non_tensor_batch["segment_count"]) == [2, 2]
+    assert list(out.non_tensor_batch["agent_reward"]) == [0.5, 0.5]  # the trajectory's reward on every row
+    metrics = out.non_tensor_batch["agent_metrics"][1]
     assert (metrics["openai/segments"], metrics["openai/splits"], metrics["openai/requests"]) == (2, 1, 3)
+    assert (metrics["openai/trained_segments"], metrics["openai/discarded_tokens"]) == (2, 0)
+
+    config = _config(kit, agent=f"{AGENTS}:rewrites_history", train_segments="last")
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 1 and _rows(out, 0)[0] == tok.encode(text, add_special_tokens=False)
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert (metrics["openai/trained_segments"], metrics["openai/splits"]) == (1, 1)
     # the first segment (two answers) is counted, not trained
     assert metrics["openai/discarded_tokens"] == len("first") + len("second") + 2
-    assert out.non_tensor_batch["agent_reward"][0] == 0.5
+    assert list(out.non_tensor_batch["segment_count"]) == [1]
+
+
+class _Judging:
+    """A judge of one batch that records what it is given (``RolloutJudging``)."""
+
+    def __init__(self, n: int) -> None:
+        self.submitted: dict[int, list[int]] = {}
+        self.n = n
+
+    def submit(self, index: int, prompt_ids: list[int], response_ids: list[int]) -> None:
+        self.submitted[index] = list(prompt_ids)
+
+    def collect(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {"judge_row": np.array([f"row {i}" for i in range(self.n)], dtype=object)}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_judge_sees_the_final_segment_and_its_columns_reach_every_row(kit) -> None:
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["first", "second", "third"]})
+    judgings: list[_Judging] = []
+
+    class Judge:
+        def open_batch(self, tokenizer: Any, ground_truths: list[Any]) -> _Judging:
+            judgings.append(_Judging(len(ground_truths)))
+            return judgings[-1]
+
+    config = _config(kit, agent=f"{AGENTS}:rewrites_history")
+    runner = AgentLoopRunner(config, tok, engine, judge=Judge())
+    out = runner.generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert list(out.non_tensor_batch["judge_row"]) == ["row 0", "row 0"]
+    assert judgings[0].submitted == {0: _rows(out, 1)[0]}  # the final row's prompt: the summary request
+
+
+def test_a_failure_applies_to_every_segment(kit) -> None:
+    """``score``: every segment's row is kept with ``failure_score``; ``drop``: the trajectory is one mask-0 row."""
+    tok = kit.chat_tokenizer()
+    engine = kit.ScriptedEngine(tok, {"Q1": ["first"]})
+    config = _config(kit, agent=f"{AGENTS}:splits_then_raises", on_failure="score", failure_score=-1.0)
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 2 and list(out.non_tensor_batch["agent_reward"]) == [-1.0, -1.0]
+    assert all(sum(_rows(out, i)[2]) == len("first") + 1 for i in range(2))
+    assert out.non_tensor_batch["agent_metrics"][1]["openai/failure_reason"] == "raised"
+    config = _config(kit, agent=f"{AGENTS}:splits_then_raises", on_failure="drop")
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(kit.prompt_batch(tok, ["Q1 task"]))
+    assert len(out) == 1 and out.non_tensor_batch["agent_reward"][0] == 0.0 and sum(_rows(out, 0)[2]) == 0
+    metrics = out.non_tensor_batch["agent_metrics"][0]
+    assert (metrics["openai/trained_segments"], metrics["openai/splits"], metrics["openai/dropped"]) == (0, 1, 1)
 
 
 def _mode_batch(tok: Any, kit: Any, modes: list[str]) -> DataProto:
@@ -169,7 +244,7 @@ def test_streaming_tool_calls_n_stop_completions_and_models(kit) -> None:
     metrics = out.non_tensor_batch["agent_metrics"][0]
     assert metrics["openai/failed"] == 0, metrics
     assert (metrics["openai/segments"], metrics["openai/unused_choices"], metrics["openai/requests"]) == (2, 1, 3)
-    _, ids, mask = _rows(out, 0)
+    _, ids, mask = _rows(out, len(out) - 1)  # the final segment (the other one, Q9's, is row 0)
     eos = tok.eos_token_id
     call = tok.encode(CALC, add_special_tokens=False) + [eos]
     tool = encode_appended(tok, [{"role": "tool", "content": "408"}])

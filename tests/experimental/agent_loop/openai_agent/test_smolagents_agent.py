@@ -43,20 +43,20 @@ def test_a_smolagents_tool_calling_agent_trains_on_its_sampled_ids(kit) -> None:
     # sends its tool_choice="required" and re-writes the history as text, so the second request starts a segment
     assert (metrics["openai/requests"], metrics["openai/tool_calls"], metrics["openai/tool_choice_unmet"]) == (2, 2, 0)
     assert (metrics["openai/segments"], metrics["openai/splits"]) == (2, 1)
-    assert out.non_tensor_batch["agent_reward"][0] == 1.0  # the agent's own score of its final answer
-    # the trained row is the last segment: the prompt smolagents sent (its system prompt, the tool schemas, the
-    # calculator's observation), then exactly the ids the engine sampled for the final answer, all mask 1
+    # each segment is a training row (train_segments=all), the agent's own score of its final answer on both
+    assert len(out) == 2 and list(out.non_tensor_batch["agent_reward"]) == [1.0, 1.0]
+    # the last row is the last segment: the prompt smolagents sent (its system prompt, the tool schemas, the
+    # calculator's observation), then exactly the ids the engine sampled for the final answer, all mask 1; the
+    # first row is the calculator call, sampled in the first segment
     width = out.batch["responses"].shape[1]
-    attn = out.batch["attention_mask"][0]
-    prompt = tok.decode(out.batch["prompts"][0][attn[:-width].bool()].tolist())
+    for row, expected in ((0, sent[0]), (1, sent[-1])):
+        attn = out.batch["attention_mask"][row]
+        n = int(attn[-width:].sum())
+        assert out.batch["responses"][row, :n].tolist() == expected
+        assert out.batch["response_mask"][row, :n].tolist() == [1] * n
+    prompt = tok.decode(out.batch["prompts"][1][attn[:-width].bool()].tolist())
     assert "final_answer" in prompt and "408" in prompt and "Q1: what is 12*34?" in prompt
-    n = int(attn[-width:].sum())
-    assert (
-        out.batch["responses"][0, :n].tolist()
-        == sent[-1]
-        == tok.encode(FINAL, add_special_tokens=False) + [tok.eos_token_id]
-    )
-    assert out.batch["response_mask"][0, :n].tolist() == [1] * n
+    assert sent[-1] == tok.encode(FINAL, add_special_tokens=False) + [tok.eos_token_id]
 
 
 def test_the_lookup_example_scores_a_call_and_its_answer(kit, monkeypatch) -> None:

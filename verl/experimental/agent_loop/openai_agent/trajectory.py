@@ -15,9 +15,10 @@ works alike on text: the new prompt must start with the last prompt plus the ret
 and appended (mask 0).
 
 Anything else (the agent dropped or edited a turn, changed the tools, switched API) starts a new segment: a *split*.
-When the agent is done, the last request's first choice is committed and the last segment is the trajectory's
-sample (the conversation the reward is about); earlier segments are counted (``splits``, ``discarded_tokens``), not
-trained on, so the batch keeps one row per prompt.
+When the agent is done, the last request's first choice is committed; the last segment is the trajectory's final
+sample (the conversation the reward is about). The loop (``loop.py``) makes every segment a training row
+(``agent.openai.train_segments=all``) or the last one only (``last``: the earlier ones are counted, ``splits``,
+``discarded_tokens``).
 """
 
 from __future__ import annotations
