@@ -28,6 +28,7 @@ from typing import Any
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.agents import PromptTemplates
 from smolagents.memory import ActionStep
+from smolagents.models import REMOVE_PARAMETER
 
 _spec = importlib.util.spec_from_file_location(
     "lookup_agent", os.path.join(os.path.dirname(os.path.abspath(__file__)), "lookup_agent.py")
@@ -40,13 +41,15 @@ question = _lookup_agent.question
 MAX_STEPS = 2  # the lookup, then final_answer
 MAX_TOKENS = 48  # per request
 # smolagents renders this with Jinja: ``tools`` is the agent's name -> Tool map (``final_answer`` included)
-SYSTEM_PROMPT = """You solve tasks with tools. Reply with one tool call and nothing else:
+SYSTEM_PROMPT = """You do not know any locker codes: only the lookup tool knows them. Reply with one tool call only:
 <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>
 Tools:
 {%- for tool in tools.values() %}
 - {{ tool.name }}({{ tool.inputs.keys() | join(", ") }}): {{ tool.description }}
 {%- endfor %}
-Example. Task: What is the locker code of Bob?
+Example:
+New task:
+What is the locker code of Bob?
 <tool_call>{"name": "lookup", "arguments": {"name": "Bob"}}</tool_call>
 Observation: Bob's locker code is 123.
 <tool_call>{"name": "final_answer", "arguments": {"answer": "123"}}</tool_call>"""
@@ -75,13 +78,17 @@ def make_agent(base_url: str, api_key: str, model: str = "policy", **model_kwarg
     """A quiet ``ToolCallingAgent`` with ``lookup`` and the short prompts, talking to the OpenAI server at
     ``base_url`` (``model_kwargs`` go to ``OpenAIServerModel``, e.g. ``temperature=0``). smolagents asks for
     ``tool_choice="required"``, which a server that does not constrain decoding refuses (``verl serve``) or reads as
-    ``auto`` (the training endpoint); the agent asks for ``auto``, the same everywhere."""
+    ``auto`` (the training endpoint); the agent drops the field (smolagents' ``REMOVE_PARAMETER``), so the server's
+    default, ``auto``, applies everywhere."""
     llm = OpenAIServerModel(
-        model_id=model, api_base=base_url, api_key=api_key, max_tokens=MAX_TOKENS, tool_choice="auto", **model_kwargs
+        model_id=model,
+        api_base=base_url,
+        api_key=api_key,
+        max_tokens=MAX_TOKENS,
+        tool_choice=REMOVE_PARAMETER,
+        **model_kwargs,
     )
-    return ToolCallingAgent(
-        tools=[lookup], model=llm, prompt_templates=PROMPTS, max_steps=MAX_STEPS, verbosity_level=0
-    )
+    return ToolCallingAgent(tools=[lookup], model=llm, prompt_templates=PROMPTS, max_steps=MAX_STEPS, verbosity_level=0)
 
 
 def lookup_calls(agent: ToolCallingAgent) -> int:
@@ -122,4 +129,5 @@ if __name__ == "__main__":
     kwargs = {} if args.temperature is None else {"temperature": args.temperature}
     agent = make_agent(args.base_url, args.api_key, args.model, **kwargs)
     answer = agent.run(question(args.name))
-    print(answer, "| lookup calls:", lookup_calls(agent), "| reward:", score(answer, lookup_calls(agent), CODES[args.name]))
+    calls = lookup_calls(agent)
+    print(answer, "| lookup calls:", calls, "| reward:", score(answer, calls, CODES[args.name.strip().capitalize()]))
