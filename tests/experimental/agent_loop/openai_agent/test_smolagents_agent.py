@@ -1,6 +1,6 @@
 """A real agent framework, unchanged: smolagents' ``ToolCallingAgent`` (examples/any_agent/smolagents_agent.py)
 runs one trajectory end to end through the rollout's endpoint, and the trained ids are the ones the engine
-sampled."""
+sampled; the smolagents lookup example (examples/any_agent/smolagents_lookup.py) scores its trajectories."""
 
 from __future__ import annotations
 
