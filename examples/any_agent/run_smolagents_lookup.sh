@@ -24,7 +24,7 @@ $PY -m verl.trainer.main_ppo \
     data.train_batch_size="${BATCH:-4}" data.val_max_samples="${VAL:-12}" \
     actor_rollout_ref.model.path="${MODEL:-smollm2-135m-instruct}" \
     actor_rollout_ref.rollout.name=hf actor_rollout_ref.rollout.n="${GROUP:-4}" \
-    actor_rollout_ref.actor.ppo_mini_batch_size="${BATCH:-4}" \
+    actor_rollout_ref.actor.ppo_mini_batch_size="${BATCH:-4}" actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
     actor_rollout_ref.rollout.multi_turn.enable=true \
     actor_rollout_ref.rollout.agent.default_agent_loop=openai_agent \
     actor_rollout_ref.rollout.agent.openai.agent="$HERE/smolagents_lookup.py:run" \
