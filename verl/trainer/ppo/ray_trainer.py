@@ -22,7 +22,7 @@ from verl.algorithms import core_algos
 from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
 from verl.trainer.config.log_prob_passes import runs_old_log_prob_pass
-from verl.trainer.ppo import rollout_correction
+from verl.trainer.ppo import rollout_correction, sessions
 from verl.trainer.ppo.batch_rollout import (
     attach_scores,
     generate_groups,
@@ -52,14 +52,6 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.rollout_skip import RolloutSkip
-from verl.trainer.ppo.sessions import (
-    baselines_per_row,
-    has_segment_rows,
-    multi_trajectory_advantage,
-    pad_segment_rows,
-    single_mini_batch,
-    without_padding,
-)
 from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, compute_response_mask: verl's home)
     ResourcePoolManager,
     Role,
@@ -301,7 +293,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         if self.algorithm.adv_estimator == core_algos.AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing):
                 baseline, baseline_scores, _ = self.score(self.generate_groups(batch, do_sample=False))
-                rollouts.batch["reward_baselines"] = baselines_per_row(rollouts, baseline, baseline_scores)
+                rollouts.batch["reward_baselines"] = sessions.baselines_per_row(rollouts, baseline, baseline_scores)
         if self.rollout_skip is not None:
             self.rollout_skip.dump(self.global_steps, rollouts)
         return stamp_policy_version(rollouts, self.current_policy_version())  # the weights that generated them
@@ -374,7 +366,7 @@ class RayPPOTrainer(VerlTrainerSurface):
             batch = self._rollout_and_score(batch, timing, metrics)
         batch.meta_info["global_steps"] = self.global_steps
         critic_ranks = [self.critic_wg.world_size] if self.use_critic else []  # segment rows: pad to split evenly
-        batch = pad_segment_rows(batch, self.actor_rollout_wg.world_size, *critic_ranks)
+        batch = sessions.pad_segment_rows(batch, self.actor_rollout_wg.world_size, *critic_ranks)
         if self.config.trainer.balance_batch:
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
@@ -400,13 +392,9 @@ class RayPPOTrainer(VerlTrainerSurface):
         metrics.update(self.check_consumed_versions(batch))  # StalenessError: not the weights that train on it
         correction = self.algorithm.get("rollout_correction")
         bypass = rollout_correction.bypass_mode(correction)
-        batch.meta_info["on_policy"] = (
-            not bypass
-            and not runs_old_log_prob_pass(
-                self.config, after_critic_warmup=int(self.config.trainer.critic_warmup) <= self.global_steps
-            )
-            and single_mini_batch(batch, self.config)
-        )
+        after_warmup = int(self.config.trainer.critic_warmup) <= self.global_steps
+        on_policy = not runs_old_log_prob_pass(self.config, after_critic_warmup=after_warmup)
+        batch.meta_info["on_policy"] = not bypass and on_policy and sessions.single_mini_batch(batch, self.config)
         if bypass:
             batch = rollout_correction.use_rollout_as_old(batch, correction)
         elif not batch.meta_info["on_policy"]:
@@ -447,8 +435,8 @@ class RayPPOTrainer(VerlTrainerSurface):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            if has_segment_rows(batch):  # a trajectory gave several rows: GRPO from its final one (sessions.py)
-                batch = multi_trajectory_advantage(batch, self.algorithm)
+            if sessions.has_segment_rows(batch):  # a trajectory gave several rows: GRPO from its final one
+                batch = sessions.multi_trajectory_advantage(batch, self.algorithm)
             else:
                 batch = compute_advantage(batch, self.algorithm.adv_estimator, self.algorithm)
 
@@ -465,8 +453,8 @@ class RayPPOTrainer(VerlTrainerSurface):
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         """Data, reward extras, timing, throughput and memory metrics of a finished step (verl's names)."""
-        metrics = compute_data_metrics(without_padding(batch), use_critic=self.use_critic)
-        metrics.update(compute_reward_extra_metrics(without_padding(batch)))
+        metrics = compute_data_metrics(sessions.without_padding(batch), use_critic=self.use_critic)
+        metrics.update(compute_reward_extra_metrics(sessions.without_padding(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
         metrics.update(memory_metrics())
