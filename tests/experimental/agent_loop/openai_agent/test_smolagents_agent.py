@@ -1,6 +1,6 @@
 """A real agent framework, unchanged: smolagents' ``ToolCallingAgent`` (examples/any_agent/smolagents_agent.py)
 runs one trajectory end to end through the rollout's endpoint, and the trained ids are the ones the engine
-sampled."""
+sampled; the smolagents lookup example (examples/any_agent/smolagents_lookup.py) scores its trajectories."""
 
 from __future__ import annotations
 
@@ -101,3 +101,50 @@ def test_tool_choice_required_is_parsed_as_auto_and_counted_when_unmet(kit) -> N
     assert metrics["openai/failure_reason"] is None, metrics
     assert (metrics["openai/tool_calls"], metrics["openai/tool_choice_unmet"]) == (1, 1)
     assert out.non_tensor_batch["agent_reward"][0] == 1.0  # the call came back as message.tool_calls
+
+
+def test_the_smolagents_lookup_example_scores_its_final_answer(kit, monkeypatch) -> None:
+    """examples/any_agent/smolagents_lookup.py through the endpoint, three trajectories in one batch: Q1 looks the
+    code up and ends with final_answer (1.0, two segments, two rows); Q2 answers in text with the worked example's
+    code, which smolagents cannot parse, twice, then its final-answer request (0, three requests); Q3 looks up but
+    ends with the wrong code (0.1, the tool use alone)."""
+    spec = f"{os.path.abspath(os.path.join(os.path.dirname(EXAMPLE), 'smolagents_lookup.py'))}:run"
+    from verl.experimental.agent_loop.openai_agent.agents import load_agent
+    from verl.experimental.agent_loop.openai_agent.loop import _AGENTS
+
+    agent_globals = _AGENTS.setdefault(spec, load_agent(spec)).__globals__
+    monkeypatch.setitem(agent_globals, "MAX_TOKENS", 128)  # the test's byte tokenizer: one token per character
+    code = agent_globals["CODES"]["Alice"]
+    call = '<tool_call>{"name": "lookup", "arguments": {"name": "Alice"}}</tool_call>'
+
+    def final(answer: str) -> str:
+        return f'<tool_call>{{"name": "final_answer", "arguments": {{"answer": "{answer}"}}}}</tool_call>'
+
+    tok = kit.chat_tokenizer()
+    scripts = {"Q1": [call, final(str(code))], "Q2": ["It is 123."] * 3, "Q3": [call, final("123")]}
+    engine = kit.ScriptedEngine(tok, scripts)
+    config = kit.rollout_config(agent_default_agent_loop="openai_agent", prompt_length=2048, response_length=1024,
+                                agent_openai={"agent": spec})  # fmt: skip
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    questions = [f"Q{i}: What is the locker code of Alice?" for i in (1, 2, 3)]
+    out = AgentLoopRunner(config, tok, engine).generate_sequences(
+        kit.prompt_batch(tok, questions, [{"answer": str(code)}] * 3)
+    )
+    rewards = list(out.non_tensor_batch["agent_reward"])
+    requests = [m["openai/requests"] for m in out.non_tensor_batch["agent_metrics"]]
+    # one row per segment. Q1, Q3: the request after the tool call re-sends the history rewritten (a split). Q2: its
+    # text reply and smolagents' parse error (a user message) extend the first segment; the final-answer request,
+    # with its own system prompt, starts the second
+    assert rewards == [1.0, 1.0, 0.0, 0.0, 0.1, 0.1] and requests == [2, 2, 3, 3, 2, 2]
+    width = out.batch["responses"].shape[1]
+    n = int(out.batch["attention_mask"][2, -width:].sum())
+    # Q2's first row: both replies trained (mask 1), the error text between them not (mask 0)
+    assert sum(out.batch["response_mask"][2, :n].tolist()) == 2 * (len("It is 123.") + 1) < n
+    # the trained rows hold what the engine sampled: the call, the right final answer (Q1's rows)
+    for row, text in ((0, call), (1, final(str(code)))):
+        n = int(out.batch["attention_mask"][row, -width:].sum())
+        sampled = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+        assert out.batch["responses"][row, :n].tolist() == sampled
+    # Q1's second request shows the model smolagents' rewrite of its call and the tool's observation
+    second = tok.decode(out.batch["prompts"][1][out.batch["attention_mask"][1, :-width].bool()].tolist())
+    assert "Calling tools:" in second and f"Observation:\nAlice's locker code is {code}." in second
