@@ -368,6 +368,10 @@ def test_reward_model_packed_scoring_equals_padded(tiny_rm_dir: str, tiny_model_
     sharding keys are refused in one line."""
     extra = (f"reward_model.model.path={tiny_rm_dir}", "reward_model.enable=true", "reward_model.dtype=float32")
     data = _scored_batch()
+    # row 0 ends in a valid token that is the pad id (an EOS that doubles as pad): both paths read the token before
+    last0 = int(data.batch["response_mask"][0].sum()) - 1
+    data.batch["responses"][0, last0] = PAD
+    data.batch["input_ids"][0, PROMPT_LEN + last0] = PAD
     scores = {}
     for packed in (False, True):
         cfg = _config(tiny_model_dir, *extra, f"reward_model.model.use_remove_padding={packed}",

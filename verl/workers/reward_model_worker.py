@@ -69,6 +69,22 @@ class RewardModelWorker(Worker):
             )
         return head
 
+    def _last_scored_tokens(self, packed: Any) -> torch.Tensor:
+        """``[bs]`` packed index of the token each sequence is scored at: its last token that is not the classifier's
+        ``pad_token_id``, as transformers' sequence classifiers pick it on padded rows (so a response ending in an
+        EOS that doubles as the pad token is read where the padded path reads it); its last token if all are pad."""
+        starts, ends = packed.cu_seqlens[:-1].long(), packed.cu_seqlens[1:].long()
+        pad_id = getattr(self.module.config, "pad_token_id", None)  # transformers' config
+        if pad_id is None:
+            return ends - 1
+        total = packed.input_ids.shape[1]
+        sequence = torch.repeat_interleave(torch.arange(len(starts), device=starts.device), ends - starts)
+        index = torch.arange(total, device=starts.device)
+        scored = torch.where(packed.input_ids[0] != pad_id, index, torch.full_like(index, -1))
+        last = torch.full((len(starts),), -1, dtype=torch.long, device=starts.device)
+        last = last.scatter_reduce(0, sequence, scored, reduce="amax")
+        return torch.where(last >= starts, last, ends - 1)
+
     def _score_packed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``model.use_remove_padding``: the valid tokens of ``[bs, seqlen]`` rows packed into one row (positions
         restart per sequence, so attention stays within each), the head read at each sequence's last token:
@@ -77,7 +93,7 @@ class RewardModelWorker(Worker):
         # use_cache=False: a KV cache turns off transformers' detection of the packed sequences (verl/utils/padding.py)
         out = self.module.base_model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
         hidden = out[0]
-        last = (packed.cu_seqlens[1:] - 1).long()
+        last = self._last_scored_tokens(packed)
         return self._score_head()(hidden[0, last])[:, 0].float()
 
     def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
