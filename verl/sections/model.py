@@ -28,6 +28,7 @@ class ModelConfig(BaseConfig):
     use_remove_padding: Optional[bool] = None  # null: on with flash-attention (varlen) kernels, else off
     lora_rank: int = 0
     lora_alpha: int = 16
+    lora_adapter_path: Optional[str] = None  # start LoRA from a saved PEFT adapter (its rank/alpha/targets) (lora.py)
     target_modules: Union[str, list[str]] = "all-linear"
     exclude_modules: Optional[Union[str, list[str]]] = None  # LoRA: modules left without adapters (PEFT's key)
     use_shm: bool = False  # load from a copy in /dev/shm (verl/models/shm.py)
