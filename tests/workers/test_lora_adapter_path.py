@@ -80,6 +80,8 @@ def test_training_starts_from_the_saved_adapter(tiny_model_dir: str, tmp_path) -
     ],
 )
 def test_bad_adapter_path_is_one_line_naming_key_and_file(tiny_model_dir, tmp_path, remove, extra, fragment):
+    from verl.models.lora import build_lora
+    from verl.trainer.ppo.runner import check_lora_adapter_path
     from verl.utils.errors import ConfigError
 
     path = tmp_path / "adapter"
@@ -87,7 +89,12 @@ def test_bad_adapter_path_is_one_line_naming_key_and_file(tiny_model_dir, tmp_pa
         _saved_adapter(tiny_model_dir, str(path))
     if remove is not None:
         os.remove(path / remove)
-    with pytest.raises((ConfigError, ValueError)) as info:
-        _config(tiny_model_dir, f"actor_rollout_ref.model.lora_adapter_path={path}", *([extra] if extra else []))
-    line = next(x for x in str(info.value).splitlines() if "lora_adapter_path" in x)
-    assert fragment in line and str(path) in line
+    # the config loads (as a data or model path, the files are looked at when the run starts)
+    cfg = _config(tiny_model_dir, f"actor_rollout_ref.model.lora_adapter_path={path}", *([extra] if extra else []))
+    with pytest.raises(ConfigError) as info:  # the driver, before any worker starts
+        check_lora_adapter_path(cfg.actor_rollout_ref.model)
+    lines = [ln for ln in str(info.value).splitlines() if "lora_adapter_path" in ln]
+    assert len(lines) == 1 and fragment in lines[0] and str(path) in lines[0]
+    if remove is not None:  # a worker given the same path says the same
+        with pytest.raises(ValueError, match=fragment):
+            build_lora(_base_model(tiny_model_dir), cfg.actor_rollout_ref.model)

@@ -114,7 +114,7 @@ def build_lora(module: torch.nn.Module, model_cfg: Any) -> torch.nn.Module:
 
     from verl.utils.fs import copy_to_local
 
-    local = copy_to_local(path, use_shm=bool(model_cfg.use_shm))
+    local = copy_to_local(os.path.expanduser(str(path)), use_shm=bool(model_cfg.use_shm))
     problem = adapter_path_problem(local, int(model_cfg.lora_rank))
     if problem:
         raise ValueError(problem)

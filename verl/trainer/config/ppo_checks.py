@@ -16,12 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.models.lora import adapter_path_problem
 from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_rollout_correction
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 from verl.trainer.config.validation import independent_problems, run_check
-from verl.utils.fs import is_non_local
 
 
 def critic_enabled(cfg: DictConfig) -> bool:
@@ -202,8 +200,7 @@ def _divisors(n: int, limit: int = 12) -> list[str]:
 
 def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> None:
     """Values outside their meaningful range, caught before any model loads: learning rates, optimizer constants,
-    sampling temperatures and top-p, clip ratios, a bad ``model.lora_adapter_path``, and ``trust_remote_code``
-    without the unsafe-operations switch."""
+    sampling temperatures and top-p, clip ratios, and ``trust_remote_code`` without the unsafe-operations switch."""
     arr = cfg.actor_rollout_ref
     if int(cfg.trainer.max_degenerate_reward_steps) < 0:
         errors.append(
@@ -247,9 +244,6 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         value = arr.actor.get(key)
         if value is not None and float(value) < 0:
             errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
-    adapter = arr.model.lora_adapter_path
-    if adapter is not None and not is_non_local(str(adapter)):  # a remote one is checked after its copy (lora.py)
-        errors.extend(p for p in [adapter_path_problem(str(adapter), int(arr.model.lora_rank))] if p)
     if not cfg.trainer.allow_unsafe_operations:
         remote = [
             f"{prefix}.trust_remote_code"
