@@ -76,7 +76,12 @@ TEST_FILES = (
 )
 _CORR_INTEGRATION = "tests/trainer/ppo/test_rollout_corr_integration.py::TestRolloutISIntegration"
 _ROLLOUT_N = (
-    "builds ActorConfig(rollout_n=): upstream's unused copy of rollout.n, not a field of the actor section here"
+    "deliberate: builds ActorConfig(ppo_micro_batch_size=2) on upstream's default ppo_micro_batch_size_per_gpu=None; "
+    "the default here is 32 (the packaged YAML's), so upstream's own 'set both' rule refuses it"
+)
+_ACTOR_YAML = (
+    "composes upstream's verl/trainer/config/actor/*.yaml from the working directory; the config here is one "
+    "packaged YAML (verl/trainer/config/ppo_trainer.yaml)"
 )
 # test cases not counted: node-id prefix -> why (one line each)
 EXCLUDED: dict[str, str] = {
@@ -118,12 +123,12 @@ EXCLUDED: dict[str, str] = {
     "tests/test_base_config_on_cpu.py::test_getitem_nonexistent_attribute": (
         "deliberate: a missing key of the BaseConfig Mapping is a KeyError (an AttributeError upstream)"
     ),
-    "tests/trainer/ppo/test_dynamic_policy_losses_on_cpu.py": _ROLLOUT_N,
     f"{_CORR_INTEGRATION}::test_policy_loss_with_rollout_is": _ROLLOUT_N,
     f"{_CORR_INTEGRATION}::test_metrics_only_mode": _ROLLOUT_N,
     f"{_CORR_INTEGRATION}::test_exact_icepop_matches_filtered_weighted_ppo_loss": _ROLLOUT_N,
     "tests/experimental/reward_loop/test_rate_limited_reward_manager_on_cpu.py": (
-        "needs the Qwen2.5 tokenizer under ~/models; upstream's asynchronous reward loop is not provided here"
+        "needs the Qwen2.5 tokenizer under ~/models (with the bundled smollm2-135m-instruct tokenizer in its place "
+        "all 13 cases pass, in 73 s: the TPM case waits 39 s)"
     ),
     "tests/experimental/reward_loop/test_math_verify.py": "needs Qwen2.5-1.5B under ~/models and a GPU rollout",
     "tests/experimental/agent_loop/test_call_tool_on_cpu.py": (
@@ -134,8 +139,17 @@ EXCLUDED: dict[str, str] = {
     "tests/tools/test_mixed_tools_on_cpu.py::test_native_and_function_tools_coexist": (
         "deliberate: a FunctionTool is a BaseTool here (one tool interface)"
     ),
+    "tests/workers/config/test_actor_config_on_cpu.py::TestActorConfig::test_actor_config_from_yaml": _ACTOR_YAML,
+    "tests/workers/config/test_actor_config_on_cpu.py::TestActorConfig::test_fsdp_actor_config_from_yaml": _ACTOR_YAML,
+    "tests/workers/config/test_actor_config_on_cpu.py::TestActorConfig::test_megatron_actor_config_from_yaml": (
+        _ACTOR_YAML
+    ),
     "tests/tools/test_function_tool_on_cpu.py::test_rollout_yaml_exposes_function_tool_path": (
         "reads upstream's verl/trainer/config/rollout/rollout.yaml file; the config here is one packaged YAML"
+    ),
+    "tests/tools/test_function_tool_on_cpu.py::test_tool_list_wrap_survives_hydra_instantiate": (
+        "deliberate: ToolListWrap shields tool lists from hydra.utils.instantiate of agent loops; the loops here "
+        "are built by the agent-loop runner with a {name: tool} dict, not through hydra"
     ),
 }
 # files the tests import (package markers and helpers)
@@ -185,6 +199,8 @@ def run_file(out: Path, rel: str, timeout_s: int, exclusions: bool = True) -> di
         TRANSFORMERS_OFFLINE="1",
     )
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", rel, "--timeout=60"]
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "scripts")  # the @pytest.mark.asyncio runner below
+    cmd += ["-p", "pytest_asyncio_shim"]  # scripts/pytest_asyncio_shim.py (without pytest-asyncio installed)
     if exclusions:
         cmd += [arg for key in excluded_in(rel) for arg in ("--deselect", key)]
     try:

@@ -19,6 +19,12 @@ __all__ = ["ABSENT_MODULES", "AbsentModuleFinder", "absent_reason", "install"]
 _MEGATRON = "Megatron-LM is not supported here (the training backend is FSDP2: actor_rollout_ref.actor.strategy=fsdp2)"
 _FSDP_WORKERS = "use verl.workers.fsdp_workers"
 
+_REWARD_INSTEAD = (
+    "rewards are computed by the reward managers of verl.workers.reward_manager "
+    "(reward_model.reward_manager=naive|batch|dapo|prime|judge, docs/data_and_rewards.md); the per-sample "
+    "asynchronous managers are verl.experimental.reward_loop.reward_manager"
+)
+
 # upstream module path -> (what it is, what to use instead)
 ABSENT_MODULES: dict[str, tuple[str, str]] = {
     "verl.workers.megatron_workers": ("the Megatron-LM workers", f"{_MEGATRON}; {_FSDP_WORKERS}"),
@@ -46,10 +52,20 @@ ABSENT_MODULES: dict[str, tuple[str, str]] = {
         "the TensorRT-LLM rollout",
         "TensorRT-LLM is not supported; set actor_rollout_ref.rollout.name=vllm (or hf)",
     ),
-    "verl.experimental.reward_loop": (
-        "upstream's asynchronous reward loop (RewardLoopManager, reward-model servers)",
-        "rewards are computed by the reward managers of verl.workers.reward_manager "
-        "(reward_model.reward_manager=naive|batch|dapo|prime|judge, docs/data_and_rewards.md)",
+    "verl.experimental.reward_loop.reward_loop": (
+        "upstream's Ray reward-loop workers (RewardLoopManager, RewardLoopWorker)",
+        _REWARD_INSTEAD,
+    ),
+    "verl.experimental.reward_loop.reward_model": ("upstream's reward-model inference servers", _REWARD_INSTEAD),
+    "verl.experimental.reward_loop.router": ("upstream's reward-model routers", _REWARD_INSTEAD),
+    "verl.experimental.reward_loop.reward_manager.remote": (
+        "upstream's remote reward manager (reward calls in Ray actors)",
+        "use verl.experimental.reward_loop.reward_manager.naive, or reward_model.num_workers (reward worker "
+        "processes) with reward_model.reward_manager=naive",
+    ),
+    "verl.experimental.reward_loop.reward_manager.gdpo": (
+        "upstream's GDPO reward manager",
+        "use verl.experimental.reward_loop.reward_manager.naive with a reward function that returns the GDPO terms",
     ),
 }
 

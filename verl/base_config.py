@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import typing
 from collections.abc import Iterator, Mapping
 from functools import cache
@@ -24,6 +25,7 @@ __all__ = ["BaseConfig", "dict_field", "get_config_value", "list_field", "omega_
 
 T = TypeVar("T")
 _EXTRA = "_extra"
+_TARGET = "_target_"
 
 
 class BaseConfig(Mapping):
@@ -31,7 +33,23 @@ class BaseConfig(Mapping):
 
     Subclasses are ordinary ``@dataclass`` classes; this mixin defines no fields, so ``dataclasses.fields`` and
     the validator see exactly the section's keys.
+
+    ``_mutable_fields`` (a class attribute, upstream verl's name): None, the default here, leaves every field
+    assignable after construction; a set freezes the section's other fields once ``__init__`` has set them
+    (assigning one raises :class:`dataclasses.FrozenInstanceError`, an ``AttributeError``), as upstream's
+    ``ActorConfig`` does for all but its batch sizes.
     """
+
+    _mutable_fields: frozenset[str] | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        mutable = type(self)._mutable_fields
+        if mutable is not None and name not in mutable and name in self.__dict__ and name in _field_names(type(self)):
+            raise dataclasses.FrozenInstanceError(
+                f"{type(self).__name__}.{name} is fixed once the section is built; only "
+                f"{', '.join(sorted(mutable))} may change (build a new section with dataclasses.replace)"
+            )
+        object.__setattr__(self, name, value)
 
     # ---------------------------------------------------------------------------------------- extras (+key)
     @property
@@ -132,24 +150,61 @@ def _as_plain(config: Any) -> dict[str, Any]:
     raise TypeError(f"a config section must be a mapping, a DictConfig or a dataclass, got {type(config).__name__}")
 
 
-def omega_conf_to_dataclass(config: Any, dataclass_type: type[T]) -> T:
+def _target_class(target: Any, expected: type | None) -> type:
+    """The class a ``_target_`` key names (``"verl.workers.config.ActorConfig"``), checked to be a dataclass and,
+    when ``expected`` is given, ``expected`` or a subclass of it."""
+    module_name, _, attr = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"_target_={target!r}: cannot import it ({exc})") from exc
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"_target_={target!r} is not a config dataclass")
+    if expected is not None and not issubclass(cls, expected):
+        raise TypeError(f"_target_={target!r} is not a {expected.__name__} (the type of this section)")
+    return cls
+
+
+def omega_conf_to_dataclass(config: Any, dataclass_type: type[T] | None = None) -> T:
     """``config`` as a ``dataclass_type`` instance (``config`` itself when it already is one).
 
-    ``config`` may be a ``DictConfig``, a dict, another dataclass or None (all defaults).
+    ``config`` may be a ``DictConfig``, a dict, another dataclass or None (all defaults). Without
+    ``dataclass_type``, the config's ``_target_`` key names the class (upstream verl's convention, e.g.
+    ``{"_target_": "verl.workers.config.FSDPActorConfig", ...}``) and a nested section's ``_target_`` picks that
+    section's class (the field's type or a subclass of it); with ``dataclass_type`` given, that type and the field
+    types decide, as upstream's. ``_target_`` is an instruction, not a key: it is not kept.
     Interpolations are resolved; nested sections become their dataclasses; keys missing from ``config`` take the
     dataclass defaults (the one place they live); keys that are not fields are kept as extras of a
     :class:`BaseConfig` (and dropped for a plain dataclass). This converts, it does not check types: the config
     is validated at the door (:func:`verl.trainer.config.validation.validate_config`).
     """
+    if dataclass_type is None:
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return config  # already typed, no type asked for
+        data = _as_plain(config)
+        if _TARGET not in data:
+            raise TypeError("omega_conf_to_dataclass: give dataclass_type, or a config with a _target_ naming one")
+        return _convert(data, _target_class(data[_TARGET], None), by_target=True)
     if isinstance(config, dataclass_type):
         return config  # already typed: the caller's object (copy.deepcopy it for a private, writable copy)
-    data = _as_plain(config)
+    return _convert(_as_plain(config), dataclass_type, by_target=False)
+
+
+def _convert(data: dict[str, Any], dataclass_type: type[T], by_target: bool) -> T:
+    """:func:`omega_conf_to_dataclass` of a plain dict; ``by_target``: nested ``_target_`` keys pick classes."""
+    target = data.pop(_TARGET, None)
+    if by_target and target is not None:
+        dataclass_type = _target_class(target, dataclass_type)
     kwargs: dict[str, Any] = {}
     nested = _nested_types(dataclass_type)
     names = set(_field_names(dataclass_type))
     for name in _field_names(dataclass_type):
         if name in nested:
-            kwargs[name] = omega_conf_to_dataclass(data.get(name), nested[name])
+            value = data.get(name)
+            if isinstance(value, nested[name]):
+                kwargs[name] = value
+            else:
+                kwargs[name] = _convert(_as_plain(value), nested[name], by_target)
         elif name in data:
             kwargs[name] = data[name]
     instance = dataclass_type(**kwargs)

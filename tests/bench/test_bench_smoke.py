@@ -21,12 +21,16 @@ SMOKE_DIR = ROOT / "bench" / "results" / "smoke"
 # lanes side by side, started the first time a test asks for one; each test then checks its own script's run. The
 # lanes are fixed: the two largest processes (the demo's 135M model and the vLLM engine) never overlap, and the
 # scripts sharing the config-S model directory in the temp dir run one after another.
+# train_compile and logprob_memory (short) close the first lane, which is the shorter one without them.
 LANES: tuple[tuple[str, ...], ...] = (
     ("demo_time.py", "agent_turns_vllm.py", "decode_vs_generate.py", "endpoint_overhead.py", "judge_overlap.py",
-     "decode_speed.py", "limits.py"),
-    ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py", "train_compile.py"),
+     "decode_speed.py", "limits.py", "train_compile.py", "logprob_memory.py"),
+    ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py"),
 )  # fmt: skip
+# a test whose name is not ``test_<script>_smoke``: the script it checks
+SCRIPT_OF_TEST = {"test_logprob_memory_head_rows_smoke": "logprob_memory.py"}
 ARGS = {
+    "logprob_memory.py": ("--head",),  # the --head rows (hidden + W inputs)
     "limits.py": ("--threads", "1", "--repeats", "1"),
     "scaling_ranks.py": ("--ranks", "1", "2"),
     # one torch thread, as the other scripts' defaults (a second one would take the other lane's core)
@@ -102,7 +106,10 @@ def smokes(request: pytest.FixtureRequest) -> Iterator[_Smokes]:
     ``bench/<name>.py --smoke``), started together; a script whose extra is missing is left out."""
     known = {script for lane in LANES for script in lane}
     mine = [item for item in request.session.items if getattr(item, "module", None) is request.module]
-    selected = {f"{item.originalname.removeprefix('test_').removesuffix('_smoke')}.py" for item in mine}
+    selected = {
+        SCRIPT_OF_TEST.get(item.originalname, f"{item.originalname.removeprefix('test_').removesuffix('_smoke')}.py")
+        for item in mine
+    }
     scripts = {s for s in selected & known if s not in NEEDS or importlib.util.find_spec(NEEDS[s]) is not None}
     runs = _Smokes(scripts)
     yield runs
@@ -240,9 +247,9 @@ def test_endpoint_overhead_smoke(smokes) -> None:
     assert len(result["table"]) == 3 and all(row["wall s / batch"] > 0 for row in result["table"])
 
 
-def test_logprob_memory_head_rows_smoke() -> None:
+def test_logprob_memory_head_rows_smoke(smokes) -> None:
     """The --head rows (hidden + W inputs): the fused head holds less than the naive head and agrees with it."""
-    out = _check(_run("logprob_memory.py", "--head"))
+    out = _check(smokes.result("logprob_memory.py"))
     table = [line.split() for line in out.splitlines() if line.split()[1:2] and line.split()[1].isdigit()]
     rows = {cells[0]: float(cells[5]) for cells in table}
     assert set(rows) == {"head-naive", "head-chunked", "fused"}

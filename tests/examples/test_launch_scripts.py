@@ -30,22 +30,41 @@ def offline_data(tmp_path_factory) -> str:
 
 def _command(script: str, args: list[str], data: str) -> dict:
     """``subprocess.run`` keyword arguments running ``script`` with ``args`` on ``data``."""
-    env = dict(os.environ, PYTHON=sys.executable, DATA=data, PYTHONPATH=ROOT)
+    # one torch thread: two of these run side by side on CI's 2 cores, and two threads each would oversubscribe them
+    env = dict(os.environ, PYTHON=sys.executable, DATA=data, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     return dict(args=["bash", script, *args], env=env, cwd=ROOT, timeout=600)
 
 
-def _run(script: str, args: list[str], data: str) -> subprocess.CompletedProcess:
-    return subprocess.run(capture_output=True, text=True, **_command(script, args, data))
+OFFLINE_KINDS = ["sft", "dpo", "kto", "gkd"]
+
+
+def _offline_args(kind: str, model_dir: str, out: str) -> list[str]:
+    """The overrides that make ``run_arithmetic_<kind>.sh`` train one step of the tiny model into ``out``."""
+    args = [
+        f"model.path={model_dir}",
+        "trainer.total_epochs=1",
+        f"trainer.default_local_dir={out}",
+        "trainer.logger=[file]",
+    ]
+    if kind == "gkd":  # the tiny model is its own teacher (same tokenizer); short on-policy samples
+        args += [f"teacher.path={model_dir}", "gkd.max_new_tokens=4"]
+    return args
 
 
 @pytest.fixture(scope="module")
-def cfg_job_runs(request: pytest.FixtureRequest, run_ahead, offline_data: str):
-    """Each selected script with ``--cfg job`` (a fresh interpreter each: the slow part here), started ahead, two
-    at a time."""
-    commands = {
-        script: _command(script, ["--cfg", "job"], offline_data) for script in run_ahead.selected(request, "script")
-    }
+def script_runs(request: pytest.FixtureRequest, run_ahead, offline_data: str, tiny_model_dir: str, tmp_path_factory):
+    """Every child process this module's selected tests check, started ahead, two at a time (a fresh interpreter
+    each: the slow part here): the one-step trainings first (the longest), keyed by kind, then each script with
+    ``--cfg job``, keyed by script; ``outs`` maps a kind to its output directory."""
+    commands, outs = {}, {}
+    for kind in run_ahead.selected(request, "kind"):
+        script = os.path.join(ROOT, "examples", f"{kind}_trainer", f"run_arithmetic_{kind}.sh")
+        outs[kind] = str(tmp_path_factory.mktemp(f"offline_{kind}") / "out")
+        commands[kind] = _command(script, _offline_args(kind, tiny_model_dir, outs[kind]), offline_data)
+    for script in run_ahead.selected(request, "script"):
+        commands[script] = _command(script, ["--cfg", "job"], offline_data)
     runs = run_ahead.start(commands)
+    runs.outs = outs
     yield runs
     runs.close()
 
@@ -57,23 +76,14 @@ def test_there_is_a_script_per_algorithm() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[os.path.basename(s) for s in SCRIPTS])
-def test_script_config_is_valid(script: str, cfg_job_runs) -> None:
-    result = cfg_job_runs.result(script)
+def test_script_config_is_valid(script: str, script_runs) -> None:
+    result = script_runs.result(script)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "trainer:" in result.stdout
 
 
-@pytest.mark.parametrize("kind", ["sft", "dpo", "kto", "gkd"])
-def test_offline_script_trains_one_step(kind: str, offline_data: str, tiny_model_dir: str, tmp_path) -> None:
-    script = os.path.join(ROOT, "examples", f"{kind}_trainer", f"run_arithmetic_{kind}.sh")
-    args = [
-        f"model.path={tiny_model_dir}",
-        "trainer.total_epochs=1",
-        f"trainer.default_local_dir={tmp_path}/out",
-        "trainer.logger=[file]",
-    ]
-    if kind == "gkd":  # the tiny model is its own teacher (same tokenizer); short on-policy samples
-        args += [f"teacher.path={tiny_model_dir}", "gkd.max_new_tokens=4"]
-    result = _run(script, args, offline_data)
+@pytest.mark.parametrize("kind", OFFLINE_KINDS)
+def test_offline_script_trains_one_step(kind: str, script_runs) -> None:
+    result = script_runs.result(kind)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert os.path.exists(os.path.join(tmp_path, "out", "hf_model", "config.json"))
+    assert os.path.exists(os.path.join(script_runs.outs[kind], "hf_model", "config.json"))

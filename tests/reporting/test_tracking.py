@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from verl.reporting import ProgressBar, Tracking, dump_rollout_jsonl, to_scalar
+from verl.reporting import DapoFilteredRewardTableLogger, ProgressBar, Tracking, dump_rollout_jsonl, to_scalar
+from verl.reporting.tables import FILTERED_REWARD_KEY
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -105,7 +106,7 @@ def _fake_wandb(calls: list) -> types.ModuleType:
     mod = types.ModuleType("wandb")
     mod.init = lambda **kw: calls.append(("init", kw)) or object()
     mod.log = lambda data, step: calls.append(("log", dict(data), step))
-    mod.finish = lambda: calls.append(("finish",))
+    mod.finish = lambda exit_code=None: calls.append(("finish", exit_code))
     return mod
 
 
@@ -121,7 +122,7 @@ def test_wandb_backend_offline_by_default(tmp_path, monkeypatch) -> None:
     assert init["config"] == {"lr": 0.1} and init["group"] == "ns"
     assert init["dir"] == os.path.join(str(tmp_path), "ns")
     assert calls[1] == ("log", {"critic/score/mean": 0.5}, 7)
-    assert calls[2] == ("finish",)
+    assert calls[2] == ("finish", 0)
 
 
 def test_wandb_mode_env_respected(tmp_path, monkeypatch) -> None:
@@ -274,3 +275,61 @@ def test_keep_through_step_drops_rows_a_resumed_run_redoes(tmp_path):
     with Tracking("p", "e", ["file"], log_dir=log_dir, keep_through_step=-1) as fresh:
         fresh.log({"x": 0.5}, step=1)
     assert [json.loads(line)["step"] for line in open(os.path.join(log_dir, "metrics.jsonl"))] == [1]
+
+
+def test_finish_passes_exit_code_to_wandb_once(tmp_path, monkeypatch) -> None:
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "wandb", _fake_wandb(calls))
+    tracker = Tracking("proj", "exp", ["wandb", "file"], log_dir=str(tmp_path))
+    tracker.finish(exit_code=1)
+    tracker.finish(exit_code=0)
+    tracker.log({"x": 1.0}, step=1)  # after finish: nothing is written
+    assert [c for c in calls if c[0] != "init"] == [("finish", 1)]
+    assert not os.path.exists(tracker.metrics_path) or "x" not in open(tracker.metrics_path).read()
+
+
+def test_dapo_filtered_reward_table_rows(monkeypatch) -> None:
+    logged: list = []
+
+    class _Table:
+        def __init__(self, columns, data=None, log_mode=None):
+            self.columns, self.rows, self.log_mode = columns, [list(r) for r in data or []], log_mode
+
+        def add_data(self, *row):
+            self.rows.append(list(row))
+
+    for version, incremental in (("0.21.0", True), ("0.19.0", False)):
+        mod = types.ModuleType("wandb")
+        mod.__version__, mod.run, mod.Table = version, object(), _Table
+        mod.log = lambda data, step: logged.append((step, [list(r) for r in data[FILTERED_REWARD_KEY].rows]))
+        monkeypatch.setitem(sys.modules, "wandb", mod)
+        table_logger = DapoFilteredRewardTableLogger()
+        table_logger.log(["console", "wandb"], {1.0: 2, 0.0: 3, 0.5: 1}, step=3)
+        table_logger.log(["console", "wandb"], {0: 4}, step=4)
+        table_logger.log(["console"], {0: 9}, step=5)  # no wandb in trainer.logger: nothing
+        assert logged == [(3, [[3, "0:3, 0.5:1, 1:2"]]), (4, [[3, "0:3, 0.5:1, 1:2"], [4, "0:4"]])]
+        assert (table_logger._table is not None) is incremental
+        logged.clear()
+
+
+def test_validation_generations_logger_wandb_and_trackio(monkeypatch) -> None:
+    from verl.reporting import ValidationGenerationsLogger
+
+    tables, traces = [], []
+    wandb = types.ModuleType("wandb")
+    wandb.run = object()
+    wandb.Table = lambda columns, data: (columns, data)
+    wandb.log = lambda data, step: tables.append((step, data["val/generations"]))
+    trackio = types.ModuleType("trackio")
+    trackio.Trace = lambda messages, metadata: (messages, metadata)
+    trackio.log = lambda data, step: traces.append((step, data["val/generations"]))
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    monkeypatch.setitem(sys.modules, "trackio", trackio)
+    gen_logger = ValidationGenerationsLogger()
+    gen_logger.log(["wandb", "trackio"], [["q1", "a1", 1.0]], step=1)
+    gen_logger.log(["wandb"], [["q2", "a2", 0.0], ["q3", "a3", 0.5]], step=2)
+    columns, data = tables[-1][1]
+    assert columns == ["step", "input_1", "output_1", "score_1", "input_2", "output_2", "score_2"]
+    assert data == [[1, "q1", "a1", 1.0, None, None, None], [2, "q2", "a2", 0.0, "q3", "a3", 0.5]]
+    (step, [(messages, metadata)]) = traces[0]
+    assert step == 1 and messages[1] == {"role": "assistant", "content": "a1"} and metadata["score"] == 1.0

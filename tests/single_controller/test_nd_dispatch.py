@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from verl.protocol import DataProto, DataProtoConfig, DataProtoFuture
 from verl.single_controller.base import Worker
@@ -33,6 +34,11 @@ class MeshWorker(Worker):
     def tag_async(self, data: DataProto) -> DataProto:
         return self.tag(data)
 
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def tag_td(self, data: TensorDict) -> TensorDict:
+        lengths = torch.tensor([len(row) for row in data["ids"].unbind(0)])
+        return TensorDict({"x": data["x"] * 10 + self.rank, "len": lengths}, batch_size=[len(data)])
+
 
 def _rows(n: int) -> DataProto:
     return DataProto.from_dict(tensors={"x": torch.arange(n)})
@@ -51,6 +57,15 @@ def test_peers_share_a_chunk_and_only_collected_ranks_return(group) -> None:
     assert out.batch["x"].tolist() == [0, 10, 22, 32]
     assert group._dispatch_info["actor"] == [0, 0, 1, 1]
     assert group._collect_info["actor"] == [True, False, True, False]
+
+
+def test_tensordict_rows_are_split_per_dp_rank(group) -> None:
+    ids = torch.nested.as_nested_tensor([torch.arange(n) for n in (1, 2, 3, 4)], layout=torch.jagged)
+    out = group.tag_td(TensorDict({"x": torch.arange(4), "ids": ids}, batch_size=[4]))
+    assert isinstance(out, TensorDict)
+    assert out["x"].tolist() == [0, 10, 22, 32] and out["len"].tolist() == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="TensorDicts are not padded"):
+        group.tag_td(TensorDict({"x": torch.arange(3)}, batch_size=[3]))
 
 
 def test_padding_and_non_blocking(group) -> None:

@@ -69,3 +69,20 @@ def test_pad_unpad_and_iterator() -> None:
     assert [b["x"].tolist() for b in batches] == [[0, 1], [2, 3], [0, 1], [2, 3]]
     with pytest.raises(ValueError, match="4 % 3 != 0"):
         tu.make_iterator(TensorDict({"x": torch.arange(4)}, batch_size=[4]), 3, epochs=1)
+
+
+def test_contiguous_copies_and_keeps_row_and_batch_level_values():
+    from tensordict.tensorclass import NonTensorData, NonTensorStack
+
+    from verl.utils import tensordict_utils as tu
+
+    base = torch.arange(12).reshape(3, 4)
+    td = tu.get_tensordict({"x": base.t(), "tags": ["a", "b", "c", "d"]}, {"step": 7})
+    assert not td["x"].is_contiguous()
+    out = tu.contiguous(td)
+    assert out is not td and out["x"].is_contiguous()
+    torch.testing.assert_close(out["x"], base.t())
+    assert isinstance(out.get("tags"), NonTensorStack) and out.get("tags").tolist() == ["a", "b", "c", "d"]
+    assert isinstance(out.get("step"), NonTensorData) and out.get("step").data == 7
+    out["x"] += 1  # writing into the copy leaves the input alone
+    torch.testing.assert_close(td["x"], base.t())

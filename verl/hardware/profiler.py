@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.sections.profiler import ProfilerConfig  # upstream's verl.utils.profiler.ProfilerConfig (role profiler)
 from verl.utils.fs import atomic_write_text, makedirs
 
 __all__ = [
+    "ProfilerConfig",
     "StepProfiler",
     "dump_step_debug",
     "marked_timer",

@@ -38,14 +38,14 @@ def apply_lora(
     module: torch.nn.Module,
     lora_rank: int,
     lora_alpha: int = 16,
-    target_modules: str | list[str] = "all-linear",
+    target_modules: str | list[str] | None = "all-linear",
     exclude_modules: str | list[str] | None = None,
 ) -> torch.nn.Module:
     """``module`` wrapped by PEFT with LoRA adapters of rank ``lora_rank`` on ``target_modules`` (``all-linear``
-    or a list of module names); only the adapters are trainable. On a vision-language model the vision encoder
-    gets no adapters (its modules are excluded): LoRA adapts the language model only. ``exclude_modules``
-    (``model.exclude_modules``: a regex over full module names, or a list of names) leaves more modules out; when
-    given it replaces the vision-encoder default."""
+    or a list of module names; None: PEFT's default modules for the model's architecture); only the adapters are
+    trainable. On a vision-language model the vision encoder gets no adapters (its modules are excluded): LoRA
+    adapts the language model only. ``exclude_modules`` (``model.exclude_modules``: a regex over full module names,
+    or a list of names) leaves more modules out; when given it replaces the vision-encoder default."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     from verl.models.vlm import is_vision_language_model
@@ -56,7 +56,9 @@ def apply_lora(
         task_type=TaskType.CAUSAL_LM,
         r=int(lora_rank),
         lora_alpha=int(lora_alpha),
-        target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+        target_modules=target_modules
+        if target_modules is None or isinstance(target_modules, str)
+        else list(target_modules),
         # PEFT matches a string exclude_modules as a regex over the full module name
         exclude_modules=_exclude(exclude_modules, is_vision_language_model(module)),
         bias="none",

@@ -5,6 +5,8 @@ The room of everything that watches a run, behind this one interface:
 - :mod:`~verl.reporting.backends`: the backends (``trainer.logger``), one class each;
 - :mod:`~verl.reporting.values`: metric values as plain numbers (:func:`to_scalar`);
 - :mod:`~verl.reporting.progress`: the tqdm :class:`ProgressBar` fed with the same metrics dict;
+- :mod:`~verl.reporting.tables`: verl's W&B / MLflow / trackio table loggers (``DapoFilteredRewardTableLogger``,
+  ``ValidationGenerationsLogger``);
 - :mod:`~verl.reporting.rollout_dump`: :func:`dump_rollout_jsonl`, the ``trainer.rollout_data_dir`` /
   ``trainer.validation_data_dir`` sample dumps;
 - :mod:`~verl.reporting.plotting`: the panels of a run's ``metrics.jsonl`` (``metrics.png``, the report's
@@ -39,12 +41,15 @@ from verl.reporting.backends import (
 )
 from verl.reporting.progress import ProgressBar
 from verl.reporting.rollout_dump import dump_rollout_jsonl
+from verl.reporting.tables import DapoFilteredRewardTableLogger, ValidationGenerationsLogger
 from verl.reporting.values import config_to_dict, to_scalar, to_scalars
 from verl.utils.fs import namespaced_path
 from verl.utils.logging_utils import console_write
 
 __all__ = [
     "SUPPORTED_BACKENDS",
+    "DapoFilteredRewardTableLogger",
+    "ValidationGenerationsLogger",
     "ProgressBar",
     "Tracking",
     "console_write",
@@ -133,6 +138,8 @@ class Tracking:
         """Log ``data`` (metric name -> scalar) at ``step`` to all backends, or only to ``backend`` if given."""
         if not isinstance(step, numbers.Integral):
             raise ValueError(f"Tracking.log: step must be an int, got {type(step).__name__}: {step!r}")
+        if self._finished:
+            return
         scalars = to_scalars(data)
         names = self.logger.keys() if backend is None else ([backend] if isinstance(backend, str) else backend)
         for name in names:
@@ -151,20 +158,25 @@ class Tracking:
             if missing:
                 raise ValueError(f"Tracking.log_generations: row {i} lacks {sorted(missing)}")
             clean.append({"input": str(row["input"]), "output": str(row["output"]), "score": float(row["score"])})
-        if not clean:
+        if not clean or self._finished:
             return
         for backend in self.logger.values():
             backend.log_generations(clean, int(step))
 
-    def finish(self) -> None:
-        """Flush and close every backend (safe to call twice)."""
-        for backend in self.logger.values():
+    def finish(self, exit_code: int = 0) -> None:
+        """Flush and close every backend, once (a second call does nothing; so do ``log`` calls after it).
+        ``exit_code`` goes to W&B (``wandb.finish(exit_code=...)``: non-zero marks the run failed)."""
+        if getattr(self, "_finished", False):
+            return
+        self._finished = True
+        for name, backend in self.logger.items():
             try:
-                backend.finish()
+                if name == "wandb":
+                    backend.finish(exit_code=exit_code)
+                else:
+                    backend.finish()
             except Exception as e:  # one failing backend must not keep the others open
                 logger.warning("closing logger backend %s failed: %s", type(backend).__name__, e)
-        self.logger = {}
-        self._finished = True
 
     def __enter__(self) -> Tracking:
         return self

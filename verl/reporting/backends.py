@@ -251,8 +251,8 @@ class WandbBackend:
             table.add_data(step, row["input"], row["output"], float(row["score"]))
         self.wandb.log({"val/generations": table}, step=step)
 
-    def finish(self) -> None:
-        self.wandb.finish()
+    def finish(self, exit_code: int = 0) -> None:
+        self.wandb.finish(exit_code=exit_code)
 
 
 _MLFLOW_BAD_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")

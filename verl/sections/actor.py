@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional, get_args
 
 from verl.base_config import BaseConfig, list_field
 from verl.sections.engine import FSDPConfig, RefFSDPConfig
 from verl.sections.literals import CheckpointContent, ComputeDType, LossAggMode
 from verl.sections.optimizer import OptimConfig
 from verl.sections.profiler import ProfilerConfig
+
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 
 
 @dataclass
@@ -35,11 +38,23 @@ class CheckpointContentsConfig(BaseConfig):
 
 @dataclass
 class ActorConfig(BaseConfig):
-    """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer)."""
+    """``actor_rollout_ref.actor``: PPO updates of the policy (batch sizes, clipping, losses, optimizer).
+
+    Upstream verl v0.9's rules (``verl/workers/config/actor.py``) hold at construction: without
+    ``use_dynamic_bsz`` exactly one of ``ppo_micro_batch_size`` (deprecated global size) and
+    ``ppo_micro_batch_size_per_gpu`` is set, and ``loss_agg_mode`` is a known mode (``ValueError`` otherwise).
+    Only the batch sizes (which the worker turns into per-rank counts) may be assigned after construction; the
+    other fields are fixed (``FrozenInstanceError``). :meth:`validate` checks the sizes against a run's GPUs and
+    batch. This one class is also upstream's ``FSDPActorConfig`` (the FSDP2 engine is the only one here).
+    """
+
+    _mutable_fields = frozenset(
+        {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "ppo_max_token_len_per_gpu"}
+    )
 
     strategy: str = "fsdp"  # fsdp | fsdp2 (both FSDP2); megatron is rejected by the cross-field checks
     ppo_mini_batch_size: int = 256
-    ppo_micro_batch_size_per_gpu: int = 32
+    ppo_micro_batch_size_per_gpu: Optional[int] = 32  # None only with use_dynamic_bsz (or the deprecated global size)
     ppo_micro_batch_size: Optional[int] = None  # deprecated global size: per_gpu = this // (ranks // ulysses size)
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
@@ -72,6 +87,82 @@ class ActorConfig(BaseConfig):
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)
+    rollout_n: int = 1  # YAML: ${actor_rollout_ref.rollout.n} (upstream's second name of rollout.n; set from it)
+
+    def __post_init__(self) -> None:
+        check_micro_batch_sizes(
+            "actor", self.ppo_micro_batch_size, self.ppo_micro_batch_size_per_gpu, self.use_dynamic_bsz
+        )
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"Invalid loss_agg_mode: {self.loss_agg_mode!r}; expected one of {list(LOSS_AGG_MODES)}")
+
+    def validate(self, n_gpus: int, train_batch_size: int, model_config: Optional[Mapping[str, Any]] = None) -> None:
+        """Check the batch sizes against a run of ``n_gpus`` GPUs and ``train_batch_size`` prompts per step
+        (upstream v0.9's ``ActorConfig.validate`` / ``FSDPActorConfig.validate``): without ``use_dynamic_bsz`` the
+        mini-batch fits the step, and a deprecated global micro-batch divides the mini-batch and, times the Ulysses
+        size, covers every GPU; Ulysses sequence parallelism asks ``model_config.use_remove_padding``. The trainer
+        here runs its own, fuller checks when the config is loaded (``verl/trainer/config/ppo_checks.py``); this
+        method is for code that builds the section itself.
+
+        Raises:
+            ValueError: naming the size that does not fit.
+        """
+        sp = int(self.ulysses_sequence_parallel_size)
+        if not self.use_dynamic_bsz:
+            if train_batch_size < self.ppo_mini_batch_size:
+                raise ValueError(
+                    f"train_batch_size ({train_batch_size}) must be >= actor.ppo_mini_batch_size "
+                    f"({self.ppo_mini_batch_size})"
+                )
+            micro = self.ppo_micro_batch_size
+            if micro is not None:
+                if self.ppo_mini_batch_size % micro != 0:
+                    raise ValueError(
+                        f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be divisible by "
+                        f"ppo_micro_batch_size ({micro})"
+                    )
+                if micro * sp < n_gpus:
+                    raise ValueError(
+                        f"ppo_micro_batch_size ({micro}) * ulysses_sequence_parallel_size ({sp}) must be >= "
+                        f"n_gpus ({n_gpus})"
+                    )
+        if sp > 1 and model_config and not model_config.get("use_remove_padding"):
+            raise ValueError(
+                "When using sequence parallelism for actor/ref policy, you must enable `use_remove_padding` "
+                f"(actor.ulysses_sequence_parallel_size={sp})"
+            )
+
+
+def check_micro_batch_sizes(who: str, global_size: Optional[int], per_gpu: Optional[int], dynamic: bool) -> None:
+    """Upstream's rule for a section's micro-batch sizes: without dynamic batching exactly one of the deprecated
+    global size (``{who}.ppo_micro_batch_size``) and ``{who}.ppo_micro_batch_size_per_gpu`` is set.
+
+    Raises:
+        ValueError: both are set ("You have set both ...") or neither ("Please set at least one of ...").
+    """
+    if dynamic:
+        return
+    old, new = f"{who}.ppo_micro_batch_size", f"{who}.ppo_micro_batch_size_per_gpu"
+    if global_size is not None and per_gpu is not None:
+        raise ValueError(
+            f"[{who}] You have set both '{old}' AND '{new}'; remove '{old}' (deprecated): only '{new}' is kept"
+        )
+    if global_size is None and per_gpu is None:
+        raise ValueError(f"[{who}] Please set at least one of '{old}' or '{new}' (or {who}.use_dynamic_bsz=true)")
+
+
+#: upstream verl v0.9's name of the FSDP actor section; here the one actor section (FSDP2 is the only engine)
+FSDPActorConfig = ActorConfig
+
+
+class McoreActorConfig(ActorConfig):
+    """Upstream's Megatron-Core actor section: refused, there is no Megatron engine here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "McoreActorConfig: the Megatron-Core engine is not available here (FSDP2 only); use ActorConfig / "
+            "FSDPActorConfig (actor_rollout_ref.actor.strategy=fsdp2)"
+        )
 
 
 @dataclass

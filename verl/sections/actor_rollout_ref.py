@@ -20,3 +20,8 @@ class ActorRolloutRefConfig(BaseConfig):
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+    def __post_init__(self) -> None:
+        # actor.rollout_n is upstream's second name of rollout.n (upstream's workers fill it in from the rollout
+        # section); within one actor_rollout_ref the two are one setting (the config checks refuse a different value)
+        object.__setattr__(self.actor, "rollout_n", int(self.rollout.n))

@@ -4,9 +4,11 @@ reward model (``reward_model.model``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional
 
 from verl.base_config import BaseConfig, dict_field
+
+FUSED_KERNEL_BACKENDS = ("torch", "triton")
 
 
 @dataclass
@@ -14,7 +16,15 @@ class FusedKernelOptionsConfig(BaseConfig):
     """``model.fused_kernel_options``: upstream's fused LM-head/log-prob kernel backend (``torch`` | ``triton``);
     here both select the same chunked LM head in plain torch (verl/utils/kernel/linear_cross_entropy.py)."""
 
-    impl_backend: Literal["torch", "triton"] = "torch"
+    # torch | triton (a str, not a Literal, so OmegaConf.structured takes the model section, as upstream's)
+    impl_backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.impl_backend not in FUSED_KERNEL_BACKENDS:
+            raise ValueError(
+                f"model.fused_kernel_options.impl_backend={self.impl_backend!r}: expected one of "
+                f"{list(FUSED_KERNEL_BACKENDS)}"
+            )
 
 
 @dataclass
@@ -29,8 +39,9 @@ class ModelConfig(BaseConfig):
     lora_rank: int = 0
     lora_alpha: int = 16
     lora_adapter_path: Optional[str] = None  # start LoRA from a saved PEFT adapter (its rank/alpha/targets) (lora.py)
-    target_modules: Union[str, list[str]] = "all-linear"
-    exclude_modules: Optional[Union[str, list[str]]] = None  # LoRA: modules left without adapters (PEFT's key)
+    # str or list[str] (checked in __post_init__; typed Any so OmegaConf.structured takes either, as upstream's)
+    target_modules: Optional[Any] = "all-linear"
+    exclude_modules: Optional[Any] = None  # LoRA: modules left without adapters (PEFT's key); str or list[str]
     use_shm: bool = False  # load from a copy in /dev/shm (verl/models/shm.py)
     enable_activation_offload: bool = False  # actor training forwards save activations in pinned host memory
     override_config: dict[str, Any] = dict_field()
@@ -38,6 +49,26 @@ class ModelConfig(BaseConfig):
     # log-probs and entropy through the LM head in chunks, never [batch, seq, vocab] logits (fused_head.py)
     use_fused_kernels: bool = False
     fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
+
+    def __post_init__(self) -> None:
+        for key in ("target_modules", "exclude_modules"):
+            _check_module_names(key, getattr(self, key))
+
+
+def _check_module_names(key: str, value: Any) -> None:
+    """``model.target_modules`` / ``exclude_modules``: None, a string (``all-linear``, a regex) or a list of
+    strings (module names); anything else is a ``TypeError`` naming the key (upstream v0.9's rule)."""
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, (list, tuple)) or isinstance(value, bool):
+        raise TypeError(f"model.{key} must be a string or a list of strings, got {type(value).__name__}: {value!r}")
+    bad = [x for x in value if not isinstance(x, str)]
+    if bad:
+        raise TypeError(f"model.{key} must list strings (module names), got {type(bad[0]).__name__}: {bad[0]!r}")
+
+
+#: upstream verl v0.9's name of the policy model section (``verl.workers.config.HFModelConfig``)
+HFModelConfig = ModelConfig
 
 
 @dataclass

@@ -22,7 +22,7 @@ from verl.sections.optimizer import OptimConfig
 
 def _typed(optim_config: OptimConfig | Mapping[str, Any]) -> OptimConfig:
     """The section as :class:`OptimConfig` (a partial dict or ``DictConfig`` is completed from its defaults;
-    keys it does not have, such as upstream's ``optimizer`` or ``num_cycles``, stay readable as extras)."""
+    keys it does not have, such as upstream's ``optimizer``, stay readable as extras)."""
     return omega_conf_to_dataclass(optim_config, OptimConfig)
 
 
@@ -148,13 +148,11 @@ def build_lr_scheduler(
     if style == "cosine":
         if total <= 0:
             raise ValueError(f"optim.lr_scheduler_type=cosine needs total_training_steps > 0, got {total}")
-        # num_cycles is upstream's key, not one of OptimConfig's: absent, the schedule's own half cosine
-        cycles = cfg.get("num_cycles")
         return get_cosine_schedule_with_warmup(
             optimizer,
             num_warmup_steps=warmup,
             num_training_steps=total,
-            min_lr_ratio=cfg.min_lr_ratio,
-            **({} if cycles is None else {"num_cycles": float(cycles)}),
+            min_lr_ratio=0.0 if cfg.min_lr_ratio is None else cfg.min_lr_ratio,  # None: no floor (upstream's FSDP)
+            num_cycles=float(cfg.num_cycles),
         )
     raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

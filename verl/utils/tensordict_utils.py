@@ -31,6 +31,7 @@ __all__ = [
     "assign_non_tensor_stack",
     "concat_nested_tensors",
     "concat_tensordict",
+    "contiguous",
     "get",
     "get_keys",
     "get_non_tensor_data",
@@ -218,6 +219,26 @@ def split_tensordict(tensordict: TensorDict) -> tuple[dict[str, torch.Tensor], d
         else:
             raise TypeError(f"entry {key!r} is a {type(value).__name__}; expected a tensor or non-tensor data")
     return tensors, non_tensors, meta
+
+
+def contiguous(data: TensorDict) -> TensorDict:
+    """A new TensorDict with every tensor made contiguous (``Tensor.contiguous()``; nested tensors too), per-row
+    non-tensors kept per row and batch-level values kept batch-level (``TensorDict.contiguous`` would turn the latter
+    into per-row stacks). A worker calls it on a TensorDict it received before writing into it in place."""
+    _require_tensordict(data, "data")
+    tensors: dict[str, Any] = {}
+    batch_level: dict[str, Any] = {}
+    for key in data.keys():
+        value = data.get(key)
+        if isinstance(value, NonTensorData):
+            batch_level[key] = value.data
+        elif isinstance(value, NonTensorStack):
+            tensors[key] = value
+        elif isinstance(value, torch.Tensor):
+            tensors[key] = value.contiguous()
+        else:
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}; expected a tensor or non-tensor data")
+    return get_tensordict(tensors, batch_level)
 
 
 # ---- row operations -------------------------------------------------------------------------------------------------

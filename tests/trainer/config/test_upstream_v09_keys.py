@@ -230,7 +230,9 @@ def test_deprecated_global_micro_batch_sizes_become_per_rank_sizes() -> None:
         "critic.forward_micro_batch_size=16",
     )
     arr = cfg.actor_rollout_ref
-    assert arr.actor.ppo_micro_batch_size_per_gpu == 4 and arr.actor.ppo_micro_batch_size == 16
+    # the global size is consumed: the typed sections (upstream's rule) refuse both sizes set
+    assert arr.actor.ppo_micro_batch_size_per_gpu == 4 and arr.actor.ppo_micro_batch_size is None
+    assert cfg.critic.ppo_micro_batch_size is None and cfg.critic.forward_micro_batch_size is None
     assert arr.rollout.log_prob_micro_batch_size_per_gpu == 8 and arr.ref.log_prob_micro_batch_size_per_gpu == 2
     assert cfg.critic.ppo_micro_batch_size_per_gpu == 8 and cfg.critic.forward_micro_batch_size_per_gpu == 2
 

@@ -251,15 +251,24 @@ def collect_dp_compute_metric(worker_group: Any, outputs: list[Any], padding_siz
 
 
 def _split_protos(worker_group: Any, n: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict, int]:
-    """Every DataProto argument in ``n`` chunks (padded first when enabled), the rest repeated ``n`` times, and the
-    number of padded rows."""
-    protos = [v for v in list(args) + list(kwargs.values()) if isinstance(v, DataProto)]
+    """Every DataProto / TensorDict argument in ``n`` chunks (a DataProto padded first when enabled), the rest
+    repeated ``n`` times, and the number of padded rows."""
+    from tensordict import TensorDict
+
+    from verl.utils.tensordict_utils import index_select_tensor_dict
+
+    protos = [v for v in list(args) + list(kwargs.values()) if isinstance(v, DataProto | TensorDict)]
     lengths = {len(p) for p in protos}
     if len(lengths) > 1:
         raise ValueError(f"all DataProto arguments must have the same number of rows to be chunked; got {lengths}")
     padding_size = 0
     if protos:
         rows = lengths.pop()
+        if rows % n and any(isinstance(p, TensorDict) for p in protos):
+            raise ValueError(
+                f"cannot split a TensorDict of {rows} rows evenly over {n} data-parallel ranks (TensorDicts are not "
+                f"padded); make the batch size a multiple of {n}"
+            )
         if rows % n:
             if not _padding_enabled(worker_group, protos):
                 raise ValueError(
@@ -273,6 +282,9 @@ def _split_protos(worker_group: Any, n: int, args: tuple[Any, ...], kwargs: dict
             if padding_size:
                 value, _ = pad_dataproto_to_divisor(value, n)
             return list(value.chunk(n))
+        if isinstance(value, TensorDict):  # row blocks; nested (jagged) tensors re-packed per block
+            k = len(value) // n
+            return [index_select_tensor_dict(value, list(range(i * k, (i + 1) * k))) for i in range(n)]
         return [value] * n
 
     return tuple(split(a) for a in args), {k: split(v) for k, v in kwargs.items()}, padding_size
@@ -312,8 +324,15 @@ def dispatch_nd_compute_dataproto(
 def collect_nd_compute_dataproto(
     collect_mask: list[bool], worker_group: Any, output: list[Any], padding_size: int = 0
 ) -> DataProto:
-    """``DataProto.concat`` of the collected ranks' outputs, minus ``padding_size`` padded rows."""
+    """``DataProto.concat`` of the collected ranks' outputs, minus ``padding_size`` padded rows; TensorDict outputs
+    (from TensorDict inputs) are concatenated with ``tensordict_utils.concat_tensordict``."""
+    from tensordict import TensorDict
+
     kept = collect_nd_compute(collect_mask, worker_group, output)
+    if kept and all(isinstance(out, TensorDict) for out in kept):
+        from verl.utils.tensordict_utils import concat_tensordict
+
+        return concat_tensordict(kept)
     for out in kept:
         if not isinstance(out, DataProto):
             raise TypeError(f"an N-D DataProto method must return a DataProto on collected ranks, got {type(out)}")

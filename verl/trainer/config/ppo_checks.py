@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_rollout_correction
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
+from verl.trainer.config.section_rules import check_section_rules
 from verl.trainer.config.validation import independent_problems, run_check
 
 
@@ -566,6 +567,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     use_critic = critic_enabled(cfg)
     run_check(check_namespace, cfg, errors)
     run_check(check_positive_sizes, cfg, use_critic, errors)
+    run_check(check_section_rules, cfg, use_critic, errors)
     run_check(check_implemented, cfg, errors, warns)
     run_check(check_multi_turn, cfg, errors, warns)
     run_check(check_placement, cfg, errors)

@@ -107,6 +107,7 @@ def _per_rank_micro_sizes(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any
                 f"it is divided over ({new} = {old} // {dp}); or set {new_key}"
             )
         node[new] = value // dp
+        node[old] = None  # its value now lives in the per-rank key (the typed sections refuse both set)
         user_keys.add(new_key)
         changed[new_key] = value // dp
     return changed

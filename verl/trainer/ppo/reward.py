@@ -167,6 +167,33 @@ def resolve_compute_score(config: Any, rm_cfg: RewardModelConfig, is_batch: bool
     return compute_score
 
 
+def _reward_loop_manager(manager_cls: type, rm_cfg: RewardModelConfig, tokenizer: Any, compute_score: Any) -> Any:
+    """A reward-loop manager (``verl.experimental.reward_loop``, e.g. ``rate_limited``) as the trainer's reward
+    function: built with ``config={"reward": reward_model.reward_kwargs}`` (its limits: ``max_concurrent``,
+    ``max_rpm``, ``max_tpm``, ``estimated_tokens_per_request``, ``timeout``). Its own timeout replaces the reward
+    worker processes, so a ``reward_model`` safety key set away from its default is refused."""
+    defaults = RewardModelConfig()
+    for key in _SAFETY_KWARGS:
+        if getattr(rm_cfg, key) != getattr(defaults, key):
+            raise ValueError(
+                f"reward_model.{key}={getattr(rm_cfg, key)!r} does not apply to reward manager "
+                f"{manager_cls.__name__}, which calls the reward function in the trainer process with its own limits; "
+                "set reward_model.reward_kwargs.timeout (seconds per call) instead"
+            )
+    from dataclasses import fields
+
+    from verl.experimental.reward_loop.reward_manager.limited import RateLimitSettings
+
+    limits = dict(_plain(rm_cfg.reward_kwargs or {}))
+    unknown = sorted(set(limits) - {f.name for f in fields(RateLimitSettings)})
+    if unknown:
+        raise ValueError(
+            f"reward_model.reward_kwargs: {unknown} are not settings of reward manager {manager_cls.__name__}; it "
+            f"takes {[f.name for f in fields(RateLimitSettings)]}"
+        )
+    return manager_cls(config={"reward": limits}, tokenizer=tokenizer, compute_score=compute_score)
+
+
 def _importlib_reward_manager(config: Any) -> type | None:
     """The class of ``reward.reward_manager.module`` when ``reward.reward_manager.source=importlib`` (upstream
     v0.9): ``module.path`` a Python file, ``module.name`` the class in it; None for registered managers."""
@@ -195,6 +222,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     (for dapo) ``overlong_buffer`` with ``data.max_response_length`` come from the config; ``reward_kwargs`` go to
     the manager's constructor.
     """
+    import verl.experimental.reward_loop.reward_manager  # noqa: F401  (registers ``rate_limited``)
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
     from verl.workers.reward_manager import get_reward_manager_cls
     from verl.workers.reward_manager.batch import BatchRewardManager
     from verl.workers.reward_manager.dapo import DAPORewardManager
@@ -204,6 +233,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     data_cfg = _section(config, "data", DataConfig)
     name = rm_cfg.reward_manager or "naive"
     manager_cls = _importlib_reward_manager(config) or get_reward_manager_cls(str(name))
+    if issubclass(manager_cls, RewardManagerBase):
+        return _reward_loop_manager(manager_cls, rm_cfg, tokenizer, resolve_compute_score(config, rm_cfg, False))
     is_batch = issubclass(manager_cls, BatchRewardManager)
 
     compute_score = resolve_compute_score(config, rm_cfg, is_batch)

@@ -52,18 +52,17 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
 
     No ``address`` (or ``"local"``) and no ``$RAY_ADDRESS``: :func:`init_ray` starts a local Ray listening on
     127.0.0.1 only; an ``address`` or ``$RAY_ADDRESS`` joins that cluster, and then the arguments that only a new
-    instance takes are left out. The workers' default environment (quiet tokenizers, the driver's device choice)
-    is merged under ``ray_init.runtime_env``.
+    instance takes are left out. The workers' default environment (quiet tokenizers, the driver's device choice,
+    :func:`verl.trainer.constants_ppo.get_ppo_ray_runtime_env`) is merged under ``ray_init.runtime_env``.
     """
     from omegaconf import OmegaConf
 
     from verl.single_controller.ray.cluster import requested_cluster
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     section = config.ray_kwargs.ray_init or {}
     kwargs = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(section), resolve=True).items() if v is not None}
-    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
-    if os.environ.get("VERL_DEVICE"):
-        env_vars["VERL_DEVICE"] = os.environ["VERL_DEVICE"]
+    env_vars = get_ppo_ray_runtime_env(config)["env_vars"]
     runtime_env = dict(kwargs.pop("runtime_env", None) or {})
     # Ray wants strings; YAML turns OMP_NUM_THREADS=2 into an int
     runtime_env["env_vars"] = {**env_vars, **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}}

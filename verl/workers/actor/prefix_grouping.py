@@ -273,11 +273,11 @@ def sliding_window_of(module: torch.nn.Module) -> tuple[int | None, bool]:
     """``(window, per_layer)``: the sliding attention window of a transformers model (None without one), and whether
     only some layers slide (``config.layer_types`` naming ``sliding_attention``, e.g. Qwen2 with
     ``use_sliding_window``, Gemma) rather than all of them (Mistral)."""
-    config = getattr(module, "config", None)
-    window = getattr(config, "sliding_window", None)
-    if not window or getattr(config, "use_sliding_window", True) is False:
+    hf_config = getattr(module, "config", None)  # transformers' config object, not ours
+    window = getattr(hf_config, "sliding_window", None)
+    if not window or getattr(hf_config, "use_sliding_window", True) is False:
         return None, False
-    layer_types = getattr(config, "layer_types", None)
+    layer_types = getattr(hf_config, "layer_types", None)
     if layer_types is not None:
         return (int(window), True) if "sliding_attention" in layer_types else (None, False)
     return int(window), False

@@ -1,5 +1,6 @@
 """Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``, ``judge``,
-``prime``."""
+``prime``; ``rate_limited`` (verl.experimental.reward_loop's) registers itself here when its module is imported, as
+``verl.trainer.ppo.reward.load_reward_manager`` does."""
 
 from verl.workers.reward_manager.abstract import (
     AbstractRewardManager,

@@ -18,6 +18,33 @@ from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
 
 
+class OverlongBufferError(ValueError, AssertionError):
+    """A DAPO overlong-buffer setting that cannot work. A ``ValueError`` (a bad config value) and, as upstream verl
+    raises ``AssertionError`` for these checks, an ``AssertionError`` too, so code written for either catches it."""
+
+
+def check_overlong_buffer(max_resp_len: int | None, overlong: OverlongBufferConfig) -> None:
+    """Refuse an enabled overlong buffer without ``max_resp_len`` or with ``len`` outside ``1..max_resp_len``
+    (raises :class:`OverlongBufferError`); a disabled buffer needs nothing."""
+    if not overlong.enable:
+        return
+    if max_resp_len is None:
+        raise OverlongBufferError(
+            "dapo reward manager: max_resp_len must be provided when overlong_buffer.enable is true "
+            "(the rollout's response length, data.max_response_length)"
+        )
+    if overlong.len > max_resp_len:
+        raise OverlongBufferError(
+            f"dapo reward manager: max_resp_len must be larger than overlong_buffer.len (max_resp_len="
+            f"{max_resp_len}, overlong_buffer.len={overlong.len})"
+        )
+    if overlong.len <= 0:
+        raise OverlongBufferError(
+            f"dapo reward manager: overlong_buffer.len must be positive when the penalty is enabled, got "
+            f"{overlong.len}; set overlong_buffer.enable=false to turn the penalty off"
+        )
+
+
 def overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
     """DAPO's soft overlong penalty (<= 0) for a response of ``response_length`` tokens."""
     expected_len = max_resp_len - buffer_len
@@ -51,14 +78,7 @@ class DAPORewardManager(NaiveRewardManager):
         self.overlong_penalty_factor = overlong.penalty_factor
         self.overlong_log = overlong.log
         self.max_resp_len = max_resp_len
-        if self.overlong_enable:
-            if max_resp_len is None:
-                raise ValueError("dapo reward manager: overlong_buffer.enable needs max_resp_len")
-            if not 0 < self.overlong_len <= max_resp_len:
-                raise ValueError(
-                    f"dapo reward manager: overlong_buffer.len={self.overlong_len} must be in 1..max_resp_len "
-                    f"({max_resp_len})"
-                )
+        check_overlong_buffer(max_resp_len, overlong)
 
     @classmethod
     def _extra_arg_names(cls) -> str:

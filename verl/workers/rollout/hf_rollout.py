@@ -119,10 +119,13 @@ class HFRollout(BaseRollout):
             yield
 
     def request_server(self, meta_info: dict[str, Any]) -> BatchingRequestServer:
-        """The base's batching server with this decode loop's per-step hook: each token reaches its request as it is
-        sampled (an ``on_token`` callback sees it then: the ``openai_agent`` endpoint streams it), and a request that
-        ends (its budget, its callback, a cancel) stops its row while the others go on."""
-        return BatchingRequestServer(self.generate_sequences, meta_info, step_hook=True)
+        """The base's batching server with this decode loop's per-step hook for batches with a streamed request:
+        each token reaches its request as it is sampled (an ``on_token`` callback sees it then: the ``openai_agent``
+        endpoint streams it), and a request that ends (its budget, its callback, a cancel) stops its row while the
+        others go on. Batches of plain turns run without it (no host sync per decode step)."""
+        return BatchingRequestServer(
+            self.generate_sequences, meta_info, step_hook=True, step_hook_for_callbacks_only=True
+        )
 
     def _device(self) -> torch.device:
         for param in self.module.parameters():

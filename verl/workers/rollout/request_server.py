@@ -341,6 +341,9 @@ class BatchingRequestServer(RequestServer):
             as it is sampled, and a request that ends (or is cancelled) stops its row and, when it asked for no
             log-probs (``logprobs=False``), is answered at once. Without it the tokens are handed over after the
             call.
+        step_hook_for_callbacks_only: with ``step_hook``, pass the hook only to batches where some request has an
+            ``on_token`` callback (a stream): the hook reads every step's tokens on the host, a device sync per
+            step that plain agent-loop turns need not pay (their tokens, cut at the same token, come after the call).
         max_batch_size, on_start, on_batch: see :class:`RequestServer`.
     """
 
@@ -353,6 +356,7 @@ class BatchingRequestServer(RequestServer):
         batch_wait_s: float = 0.02,
         *,
         step_hook: bool = False,
+        step_hook_for_callbacks_only: bool = False,
         max_batch_size: int | None = None,
         on_start: Callable[[TokenRequest], Any] | None = None,
         on_batch: Callable[[int], Any] | None = None,
@@ -361,6 +365,7 @@ class BatchingRequestServer(RequestServer):
         self.meta_info = dict(meta_info)
         self.batch_wait_s = float(batch_wait_s)
         self.step_hook = bool(step_hook)
+        self.step_hook_for_callbacks_only = bool(step_hook_for_callbacks_only)
         eos = meta_info.get("eos_token_id")
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
         self.pad_token_id = int(meta_info.get("pad_token_id") if meta_info.get("pad_token_id") is not None else 0)
@@ -476,7 +481,8 @@ class BatchingRequestServer(RequestServer):
         self._serving = batch
         self._batch(len(batch))
         start = time.perf_counter()
-        if self.step_hook:
+        hook = self.step_hook and (not self.step_hook_for_callbacks_only or any(r.on_token is not None for r in batch))
+        if hook:
             out = self.generate_batch(prompts, on_step=self._hook(batch))
         else:
             out = self.generate_batch(prompts)
@@ -488,7 +494,7 @@ class BatchingRequestServer(RequestServer):
         for i, request in enumerate(batch):
             if request.future.done():  # answered when it ended (step hook)
                 continue
-            if not self.step_hook:  # the tokens reach the request now (its on_token may still cut them)
+            if not hook:  # the tokens reach the request now (its on_token may still cut them)
                 n = min(int(mask[i].sum()), request.max_tokens)
                 ids = [int(t) for t in responses[i, :n].tolist()]
                 for j, token in enumerate(ids):

@@ -179,7 +179,8 @@ def test_tool_calls_stream_as_tool_calls_deltas_and_the_sdk_assembles_the_plain_
     async def main() -> None:
         async with Trajectory(tok, StepEngine(tok, {"Q1": reply})) as t:
             plain = await t.client.chat.completions.create(model="policy", **request)
-        async with Trajectory(tok, StepEngine(tok, {"Q1": reply})) as t:
+        # 10 ms a step: a stream reader on a loaded machine keeps up, so the content arrives in several chunks
+        async with Trajectory(tok, StepEngine(tok, {"Q1": reply}, step_s=0.01)) as t:
             final, chunks = await _stream_message(t.client, **request)
             streamed_ids = t.recorder.current.pending[0].ids
         content = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]

@@ -1,0 +1,1 @@
+"""Debugging helpers (verl's ``verl.utils.debug``): :mod:`.metrics`, the rollout-vs-actor probability gap."""
