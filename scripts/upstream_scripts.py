@@ -271,6 +271,24 @@ def upstream_config_lacks(git_dir: str, reason: str) -> bool:
     return False
 
 
+def hydra_refuses_override(reason: str) -> bool:
+    """Whether ``reason`` is a malformed override (``override ' ': expected key=value``) that Hydra's own override
+    parser refuses too, e.g. the lone space a ``\\  # comment`` line continuation leaves in a shell script."""
+    match = re.match(r"override '(.*)': expected key=value", reason)
+    if not match:
+        return False
+    text = match.group(1)
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:  # without Hydra: a blank override is the one case known to be refused by it
+        return not text.strip()
+    try:
+        OverridesParser.create().parse_overrides([text])
+    except Exception:  # noqa: BLE001 - Hydra's OverrideParseException and its lexer errors
+        return True
+    return False
+
+
 def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
     """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call."""
     calls: list[Call] = []
@@ -296,6 +314,8 @@ def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
                     call.reason += " (upstream's own tree has no such module either: the script is stale upstream)"
                 elif upstream_config_lacks(git_dir, call.reason):
                     call.reason += " (upstream's own config refuses it too: the script is stale upstream)"
+                elif hydra_refuses_override(call.reason):
+                    call.reason += " (Hydra's override parser refuses it too: the script is stale upstream)"
                 calls.append(call)
     return calls, no_call
 

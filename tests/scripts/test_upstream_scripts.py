@@ -95,3 +95,10 @@ def test_blocking_key_of_error_lines() -> None:
     assert harness.blocking_key("module verl.trainer.sft_trainer: ModuleNotFoundError: x") == (
         "module verl.trainer.sft_trainer"
     )
+
+
+def test_a_blank_override_is_stale_upstream_as_hydra_refuses_it_too() -> None:
+    # `key=v \  # comment` in a shell script passes a lone space: Hydra's parser refuses it as our parser does
+    assert harness.hydra_refuses_override("override ' ': expected key=value (e.g. data.train_batch_size=32)")
+    assert not harness.hydra_refuses_override("override 'a.b=1': expected key=value")
+    assert not harness.hydra_refuses_override("a.b: unknown key")

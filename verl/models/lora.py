@@ -7,12 +7,27 @@ A LoRA layer computes ``W x + (alpha / r) * B A x`` with the frozen base weight 
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any
 
 import torch
 
-__all__ = ["ADAPTER_NAME", "adapter_to_model_keys", "apply_lora", "merged_state_dict"]
+__all__ = [
+    "ADAPTER_NAME",
+    "ADAPTER_PATH_KEY",
+    "adapter_path_problem",
+    "adapter_to_model_keys",
+    "apply_lora",
+    "build_lora",
+    "lora_enabled",
+    "merged_state_dict",
+]
+
+ADAPTER_PATH_KEY = "actor_rollout_ref.model.lora_adapter_path"
+_ADAPTER_CONFIG = "adapter_config.json"
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 ADAPTER_NAME = "default"
 _PEFT_PREFIX = "base_model.model."
@@ -49,6 +64,65 @@ def apply_lora(
         bias="none",
     )
     return get_peft_model(module, config)
+
+
+def lora_enabled(model_cfg: Any) -> bool:
+    """Whether the policy trains through LoRA adapters: fresh ones (``lora_rank > 0``) or saved ones
+    (``lora_adapter_path``)."""
+    return int(model_cfg.lora_rank) > 0 or model_cfg.lora_adapter_path is not None
+
+
+def adapter_path_problem(path: str, lora_rank: int, key: str = ADAPTER_PATH_KEY) -> str | None:
+    """One line naming ``key`` and what is wrong with the saved PEFT adapter at ``path`` (a directory holding
+    ``adapter_config.json`` of a LoRA adapter and ``adapter_model.safetensors`` or ``adapter_model.bin``), or None.
+    A ``lora_rank > 0`` given beside it must equal the adapter's rank ``r`` (the adapter's own rank, alpha and
+    target modules are what is trained)."""
+    if not os.path.isdir(path):
+        return f"{key}={path}: no such directory (a saved PEFT adapter: {_ADAPTER_CONFIG} + {_ADAPTER_WEIGHTS[0]})"
+    config_file = os.path.join(path, _ADAPTER_CONFIG)
+    if not os.path.isfile(config_file):
+        return f"{key}={path}: missing {_ADAPTER_CONFIG} (save the adapter with PeftModel.save_pretrained)"
+    if not any(os.path.isfile(os.path.join(path, name)) for name in _ADAPTER_WEIGHTS):
+        return f"{key}={path}: missing {' or '.join(_ADAPTER_WEIGHTS)} (the adapter's weights)"
+    try:
+        with open(config_file) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as exc:
+        return f"{key}={path}: {_ADAPTER_CONFIG} is not readable JSON ({exc})"
+    if str(saved.get("peft_type", "")).upper() != "LORA":
+        return f"{key}={path}: {_ADAPTER_CONFIG} has peft_type={saved.get('peft_type')!r}; only LORA adapters load"
+    if lora_rank > 0 and int(saved.get("r", 0)) != lora_rank:
+        return (
+            f"{key}={path}: the adapter has rank r={saved.get('r')} but actor_rollout_ref.model.lora_rank="
+            f"{lora_rank}; drop lora_rank (the adapter's rank is used) or set it to {saved.get('r')}"
+        )
+    return None
+
+
+def build_lora(module: torch.nn.Module, model_cfg: Any) -> torch.nn.Module:
+    """``module`` with the policy's LoRA adapters (``model_cfg`` is ``actor_rollout_ref.model``): the saved
+    adapter of ``lora_adapter_path`` loaded trainable (its own rank, alpha and target modules, as PEFT saved them),
+    else fresh adapters of ``lora_rank`` / ``lora_alpha`` / ``target_modules`` (:func:`apply_lora`)."""
+    path = model_cfg.lora_adapter_path
+    if path is None:
+        return apply_lora(
+            module,
+            int(model_cfg.lora_rank),
+            int(model_cfg.lora_alpha),
+            model_cfg.target_modules,
+            exclude_modules=model_cfg.exclude_modules,
+        )
+    from peft import PeftModel, TaskType
+
+    from verl.utils.fs import copy_to_local
+
+    local = copy_to_local(os.path.expanduser(str(path)), use_shm=bool(model_cfg.use_shm))
+    problem = adapter_path_problem(local, int(model_cfg.lora_rank))
+    if problem:
+        raise ValueError(problem)
+    peft_model = PeftModel.from_pretrained(module, local, adapter_name=ADAPTER_NAME, is_trainable=True)
+    peft_model.peft_config[ADAPTER_NAME].task_type = TaskType.CAUSAL_LM
+    return peft_model
 
 
 def _exclude(exclude_modules: str | list[str] | None, vision_language: bool) -> str | list[str] | None:

@@ -38,6 +38,7 @@ class ModelConfig(BaseConfig):
     use_remove_padding: Optional[bool] = None  # null: on with flash-attention (varlen) kernels, else off
     lora_rank: int = 0
     lora_alpha: int = 16
+    lora_adapter_path: Optional[str] = None  # start LoRA from a saved PEFT adapter (its rank/alpha/targets) (lora.py)
     # str or list[str] (checked in __post_init__; typed Any so OmegaConf.structured takes either, as upstream's)
     target_modules: Optional[Any] = "all-linear"
     exclude_modules: Optional[Any] = None  # LoRA: modules left without adapters (PEFT's key); str or list[str]

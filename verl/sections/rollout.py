@@ -89,6 +89,17 @@ class CheckpointEngineConfig(BaseConfig):
 
 
 @dataclass
+class TraceConfig(BaseConfig):
+    """``rollout.trace`` (January 2026's rollout tracing to weave / mlflow): only ``backend: null`` (no tracing)
+    here, checked in ``verl/trainer/config/multi_turn_checks.py``; ``trainer.rollout_data_dir`` dumps each step's
+    generations instead."""
+
+    backend: Optional[Literal["weave", "mlflow"]] = None
+    token2text: bool = False
+    max_samples_per_step_per_worker: Optional[int] = None
+
+
+@dataclass
 class RolloutConfig(BaseConfig):
     """``actor_rollout_ref.rollout``: the generation engine and its sampling parameters."""
 
@@ -134,6 +145,7 @@ class RolloutConfig(BaseConfig):
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # upstream v0.9 (docs/profiling.md)
 
 

@@ -136,9 +136,10 @@ def _prompt_file(table: Any, prompt_key: str, workdir: str) -> str:
     return path
 
 
-def run_generation(cfg: DictConfig) -> str:
+def run_generation(cfg: DictConfig, batch_size: int | None = None) -> str:
     """Generate ``rollout.n`` responses per prompt of ``data.train_files`` and write them, with the input columns,
-    to ``data.output_path``; returns that path. The ``responses`` column holds per row a list of ``n`` strings."""
+    to ``data.output_path``; returns that path. The ``responses`` column holds per row a list of ``n`` strings.
+    ``batch_size``: prompts per generation call (None: ``rollout.max_num_seqs // n``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -169,7 +170,7 @@ def run_generation(cfg: DictConfig) -> str:
             generate,
             prompt_key=str(data.prompt_key),
             n=n,
-            batch_size=max(1, int(rollout.max_num_seqs) // n),
+            batch_size=int(batch_size) if batch_size else max(1, int(rollout.max_num_seqs) // n),
             max_prompt_length=int(rollout.prompt_length),
             truncation="error",
         ):

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from verl.hardware import flops_counter
 from verl.hardware.precision import resolve_dtype
+from verl.models.lora import lora_enabled
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
@@ -58,7 +59,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
 
     ``config`` is the ``actor_rollout_ref`` section; ``role`` one of :data:`ROLES`. With LoRA
-    (``model.lora_rank > 0``) the reference policy is the actor with its adapters disabled: no second model.
+    (``model.lora_rank > 0`` or ``model.lora_adapter_path``) the reference policy is the actor with its adapters
+    disabled: no second model.
 
     The Python API (``verl.api``) passes the user's own objects so they are trained in place instead of being
     reloaded from ``model.path``: ``actor_module`` (any causal LM module), ``tokenizer``, ``ref_module`` (default:
@@ -93,7 +95,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
-        self._is_lora = int(self.config.model.lora_rank) > 0
+        self._is_lora = lora_enabled(self.config.model)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name, timeout_s=float(self.config.nccl_timeout))
         self.compute_device = get_torch_device(self.device_name)
@@ -165,15 +167,9 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
 
             freeze_vision_tower(module)
         if self._is_lora:
-            from verl.models.lora import apply_lora
+            from verl.models.lora import build_lora
 
-            module = apply_lora(
-                module,
-                int(model_cfg.lora_rank),
-                int(model_cfg.lora_alpha),
-                model_cfg.target_modules,
-                exclude_modules=model_cfg.exclude_modules,
-            )
+            module = build_lora(module, model_cfg)
         if model_cfg.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if hasattr(module, "enable_input_require_grads"):

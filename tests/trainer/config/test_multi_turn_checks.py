@@ -81,3 +81,20 @@ def test_openai_agent_keys_are_checked_at_start() -> None:
     assert (
         f"{AGENT}.openai.reward=judge needs the judge as the reward: set reward_model.reward_manager=judge" in problems
     )
+
+
+TRACE = "actor_rollout_ref.rollout.trace"
+
+
+def test_trace_defaults_load_and_a_backend_is_refused_in_one_line() -> None:
+    cfg = load_config([f"{TRACE}.backend=null", f"{TRACE}.token2text=False"])  # January's script, as written
+    assert cfg.actor_rollout_ref.rollout.trace.backend is None
+    for override, needle in (
+        (f"{TRACE}.backend=mlflow", f"{TRACE}.backend=mlflow: rollout tracing is not implemented here"),
+        (f"{TRACE}.token2text=True", f"{TRACE}.token2text=True: only applies with a trace backend"),
+        (f"{TRACE}.max_samples_per_step_per_worker=5", f"{TRACE}.max_samples_per_step_per_worker=5: only applies"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            load_config([override])
+        lines = [ln for ln in str(info.value).splitlines() if TRACE in ln]
+        assert len(lines) == 1 and needle in lines[0] and "trainer.rollout_data_dir" in lines[0]

@@ -8,10 +8,24 @@ from omegaconf import DictConfig
 
 from verl.sections.rollout import agent_loops_on
 
-__all__ = ["check_multi_turn"]
+__all__ = ["check_multi_turn", "trace_problems"]
 
 MT = "actor_rollout_ref.rollout.multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"
+
+
+def trace_problems(trace: DictConfig) -> list[str]:
+    """One line per ``rollout.trace`` key we cannot honour: a trace backend (weave / mlflow spans of every
+    agent-loop call) is not implemented here, and its sub-keys do nothing without one."""
+    key = "actor_rollout_ref.rollout.trace"
+    instead = "use trainer.rollout_data_dir=DIR (each step's prompts, responses and scores as JSONL)"
+    if trace.backend is not None:
+        return [f"{key}.backend={trace.backend}: rollout tracing is not implemented here; {instead}"]
+    return [
+        f"{key}.{name}={trace[name]}: only applies with a trace backend, which is not implemented here; {instead}"
+        for name, default in (("token2text", False), ("max_samples_per_step_per_worker", None))
+        if trace[name] != default
+    ]
 
 
 def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
@@ -22,6 +36,7 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
 
     rollout = cfg.actor_rollout_ref.rollout
     mt, agent = rollout.multi_turn, rollout.agent
+    errors.extend(trace_problems(rollout.trace))
     settings = AgentLoopSettings.from_rollout_config(rollout, validate=False)
     errors.extend(settings.problems())
     if settings.format not in ToolParser.available():

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from verl.models.lora import lora_enabled
 from verl.protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ class _RolloutProcess:
         # rollout.multi_turn.enable: the agent loops run here, over this worker's engine (with the judge of
         # reward_model.judge.overlap_rollout scoring each trajectory as it ends)
         self.agent_loops = make_agent_loop_manager(config, self.worker.tokenizer, self.worker)
-        self.lora = int(config.actor_rollout_ref.model.lora_rank) > 0
+        self.lora = lora_enabled(config.actor_rollout_ref.model)
         if self.lora and self.worker.rollout_name == "hf":
             self._add_lora()
         self.port = port
@@ -253,12 +254,9 @@ class _RolloutProcess:
     def _add_lora(self) -> None:
         """The rollout model gets the actor's LoRA adapters (same rank, alpha, targets), so a push of only the
         adapter tensors lands in parameters of the same names (the engine generates with the module in place)."""
-        from verl.models.lora import apply_lora
+        from verl.models.lora import build_lora
 
-        model_cfg = self.config.actor_rollout_ref.model
-        module = apply_lora(
-            self.worker.actor_module, int(model_cfg.lora_rank), int(model_cfg.lora_alpha), model_cfg.target_modules
-        )
+        module = build_lora(self.worker.actor_module, self.config.actor_rollout_ref.model)
         module.requires_grad_(False)
         module.eval()
         self.worker.actor_module = module

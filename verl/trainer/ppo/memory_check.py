@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verl.models.lora import lora_enabled
 from verl.utils.errors import ConfigError
 
 __all__ = ["MemoryBudgetError", "PhaseEstimate", "available_memory_bytes", "check_ppo_memory", "estimate_ppo_memory"]
@@ -170,7 +171,7 @@ def estimate_ppo_memory(config: Any, fingerprints: dict[str, dict[str, Any]]) ->
     params = int(actor_fp.get("num_parameters") or 0)
     fixed = params * 16.0
     parts = [f"actor {params / 1e6:.0f}M params x 16 B (weights, gradients, Adam)"]
-    if need_reference_policy(config) and int(arr.model.lora_rank or 0) == 0:
+    if need_reference_policy(config) and not lora_enabled(arr.model):
         fixed += params * 4.0
         parts.append(f"reference {params / 1e6:.0f}M x 4 B")
     if critic_enabled(config) and "critic" in fingerprints:

@@ -168,10 +168,25 @@ def async_trainer_cls(config: DictConfig) -> type | None:
     return None
 
 
+def check_lora_adapter_path(model_cfg: Any) -> None:
+    """``actor_rollout_ref.model.lora_adapter_path`` (a local one; a remote one is checked after its copy in the
+    worker): a one-line ``ConfigError`` naming the key and the missing file, or the rank that disagrees."""
+    from verl.models.lora import adapter_path_problem
+    from verl.utils.errors import ConfigError
+    from verl.utils.fs import is_non_local
+
+    path = model_cfg.lora_adapter_path
+    if path is None or is_non_local(str(path)):
+        return
+    problem = adapter_path_problem(os.path.expanduser(str(path)), int(model_cfg.lora_rank))
+    if problem:
+        raise ConfigError(problem)
+
+
 def prepare_run(config: DictConfig) -> dict[str, Any]:
-    """Before anything loads: the checkpoint directory policy, the model paths (hub ids fetched once) and the
-    check that the checkpoint this run would resume or save over is one of this run (model, algorithm, data
-    order, mode); returns the run identity. Raises one-line errors (``ConfigError`` family)."""
+    """Before anything loads: the checkpoint directory policy, the model paths (hub ids fetched once), a saved
+    LoRA adapter's files, and the check that the checkpoint this run would resume or save over is one of this run
+    (model, algorithm, data order, mode); returns the run identity. Raises one-line errors (``ConfigError`` family)."""
     from verl.trainer.ppo.run_identity import ppo_run_identity
 
     trainer_cfg = config.trainer
@@ -186,6 +201,7 @@ def prepare_run(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.run_paths import resolve_config_paths
 
     resolve_config_paths(config)  # hub ids: from the HF cache or downloaded once, before anything reads them
+    check_lora_adapter_path(config.actor_rollout_ref.model)  # a bad saved adapter: one line, before workers start
     # a checkpoint of another model (algorithm, roles, LoRA rank) where this run would resume or save is refused
     # now, from config.json and the completion markers, before any weights load (CheckpointMismatchError: exit 2)
     identity = ppo_run_identity(config)
