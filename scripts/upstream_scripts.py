@@ -216,9 +216,26 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
             found = override_found(a, cfg, aliases)
         except Exception:  # noqa: BLE001 - an override our parser refuses is not found
             found = False
-        if not found:
+        if not found and not converted_micro_size(a, cfg):
             kept.append(a)
     return kept
+
+
+def converted_micro_size(override: str, cfg: Any) -> bool:
+    """Whether ``override`` is a deprecated global micro-batch size (``actor.ppo_micro_batch_size=N``, ...) that the
+    config kept as upstream's workers use it: ``N // (ranks // ulysses size)`` in the per-rank key, the global one
+    cleared (verl/trainer/config/upstream_keys.py, ``_GLOBAL_MICRO_SIZES``)."""
+    from verl.trainer.config.script_check import value_at
+    from verl.trainer.config.upstream_keys import _GLOBAL_MICRO_SIZES
+
+    key, _, value = override.lstrip("+").partition("=")
+    for section, old, new, sp_section in _GLOBAL_MICRO_SIZES:
+        if key != f"{section}.{old}" or not value.strip().isdigit():
+            continue
+        ranks = int(value_at(cfg, "trainer.nnodes")) * int(value_at(cfg, "trainer.n_gpus_per_node"))
+        dp = max(ranks // int(value_at(cfg, f"{sp_section}.ulysses_sequence_parallel_size") or 1), 1)
+        return value_at(cfg, f"{section}.{new}") == int(value) // dp
+    return False
 
 
 def blocking_key(reason: str) -> str:
