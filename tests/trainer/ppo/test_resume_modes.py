@@ -19,7 +19,7 @@ import pytest
 
 from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
-from verl.trainer.ppo.kill_resume import final_state, start_killed, tiny_run_overrides
+from verl.trainer.ppo.kill_resume import final_state, run_killed, tiny_run_overrides
 from verl.trainer.ppo.runner import run_ppo
 
 REWARD_SOURCE = """
@@ -49,17 +49,13 @@ def _staleness(out: Path) -> dict[int, float]:
 
 def _kill_and_resume(model: str, task: dict[str, str], tmp_path: Path, mode: str, step: int, point: str, full=True):
     full_out, cut_out = tmp_path / "full", tmp_path / "cut"
+    if full:
+        run_ppo(load_config(_overrides(model, task, full_out, mode)))
     # forked: this process's imports are done, so the child starts in a second (a fresh interpreter: tens of seconds
     # on a loaded machine); an asynchronous trainer earlier in this process leaves weight-transfer threads behind,
-    # which a fork does not survive: those modes start a fresh interpreter. The child starts first (a fork before
-    # this process starts any thread of its own) and runs on the second core while the uninterrupted run goes on here
+    # which a fork does not survive: those modes start a fresh interpreter
     fork = not mode.startswith(("fully_async", "one_step_off"))
-    killed = start_killed(_overrides(model, task, cut_out, mode), step=step, point=point, fork=fork)
-    try:
-        if full:
-            run_ppo(load_config(_overrides(model, task, full_out, mode)))
-    finally:
-        code = killed.wait(timeout_s=600)
+    code = run_killed(_overrides(model, task, cut_out, mode), step=step, point=point, timeout_s=600, fork=fork)
     assert code == -9, f"the child was not killed (exit code {code})"
     # the kill left the checkpoint of the step before behind (killed mid-save: and a temporary directory), or, killed
     # after the step, that step's

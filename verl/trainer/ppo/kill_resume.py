@@ -31,16 +31,7 @@ from typing import Any
 
 import torch
 
-__all__ = [
-    "KILL_POINTS",
-    "RESUME_MODES",
-    "KilledRun",
-    "final_state",
-    "run_killed",
-    "start_killed",
-    "tiny_run_overrides",
-    "weights_digest",
-]
+__all__ = ["KILL_POINTS", "RESUME_MODES", "final_state", "run_killed", "tiny_run_overrides", "weights_digest"]
 
 KILL_POINTS = ("rollout", "update", "save", "after")
 # The trainer modes whose resume is tested (tests/trainer/ppo/test_resume_modes.py, bench/chaos_resume.py), as config
@@ -91,49 +82,19 @@ def run_killed(
     would be); ``fork=True`` forks this process, which has its imports done already (seconds instead of tens of
     seconds on a loaded machine: the tests use it; the caller must hold no threads or process groups a fork breaks).
     """
-    return start_killed(overrides, step, point, fork).wait(timeout_s)
-
-
-class KilledRun:
-    """A child PPO run started by :func:`start_killed`; :meth:`wait` returns its exit code as :func:`run_killed`."""
-
-    def __init__(self, proc: subprocess.Popen | None = None, pid: int | None = None) -> None:
-        self._proc, self._pid = proc, pid
-
-    def wait(self, timeout_s: float = 600.0) -> int:
-        """Wait for the child (SIGKILL it and raise ``subprocess.TimeoutExpired`` after ``timeout_s`` seconds)."""
-        if self._proc is not None:
-            try:
-                return self._proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-                raise
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while True:
-            done, status = os.waitpid(self._pid, os.WNOHANG)
-            if done:
-                return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            if time.monotonic() > deadline:
-                os.kill(self._pid, signal.SIGKILL)
-                os.waitpid(self._pid, 0)
-                raise subprocess.TimeoutExpired(f"forked PPO run (pid {self._pid})", timeout_s)
-            time.sleep(0.05)
-
-
-def start_killed(overrides: list[str], step: int | None, point: str = "after", fork: bool = False) -> KilledRun:
-    """:func:`run_killed` without the wait: the child is started and runs while the caller goes on (a test runs
-    the uninterrupted reference beside it); the returned :class:`KilledRun`'s ``wait`` gives its exit code. With
-    ``fork=True`` the caller must fork before it starts threads of its own."""
     if point not in KILL_POINTS:
         raise ValueError(f"kill point {point!r}: one of {KILL_POINTS}")
-    if not fork:
-        cmd = [sys.executable, "-m", "verl.trainer.ppo.kill_resume", "--overrides", json.dumps(overrides)]
-        if step is not None:
-            cmd += ["--step", str(step), "--point", point]
-        return KilledRun(proc=subprocess.Popen(cmd))
+    if fork:
+        return _run_forked(overrides, step, point, timeout_s)
+    cmd = [sys.executable, "-m", "verl.trainer.ppo.kill_resume", "--overrides", json.dumps(overrides)]
+    if step is not None:
+        cmd += ["--step", str(step), "--point", point]
+    return subprocess.run(cmd, timeout=timeout_s, check=False).returncode
+
+
+def _run_forked(overrides: list[str], step: int | None, point: str, timeout_s: float) -> int:
+    import time
+
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's code
         code = 1
@@ -153,7 +114,16 @@ def start_killed(overrides: list[str], step: int | None, point: str = "after", f
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    return KilledRun(pid=pid)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(f"forked PPO run (pid {pid})", timeout_s)
+        time.sleep(0.05)
 
 
 def tiny_run_overrides(
