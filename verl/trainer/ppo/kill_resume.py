@@ -21,6 +21,7 @@ ledger (:mod:`verl.trainer.ppo.resume_check`).
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -95,8 +96,12 @@ def run_killed(
 def _run_forked(overrides: list[str], step: int | None, point: str, timeout_s: float) -> int:
     import time
 
+    # Objects the parent no longer reaches but has not collected (a test's gloo process group) must die here, where
+    # their threads exist: a child that collected one would wait forever on a thread it does not have.
+    gc.collect()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's code
+        gc.freeze()  # nor does the child's collector ever look at what it inherited
         code = 1
         try:
             from verl.trainer.config import load_config
