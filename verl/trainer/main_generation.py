@@ -75,7 +75,7 @@ class GenRolloutConfig:
     top_p: float = 0.7
     prompt_length: int = 1536
     response_length: int = 512
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bf16 where native (CUDA, AVX512-BF16, AMX), else fp32; upstream: bfloat16
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
     enforce_eager: bool = True
