@@ -61,3 +61,33 @@ def init_distributed_if_needed(device_name: str, timeout_s: float = 1800.0) -> b
         # env:// semantics; a loopback MASTER_ADDR keeps the rendezvous store and gloo/NCCL sockets on loopback
         init_process_group_from_env(distributed_backend(device_name), timeout_s=timeout_s)
     return True
+
+
+# peaks recorded before a reset of CUDA's peak counters (see reset_peak_memory_stats below), per device index
+_LIFETIME_PEAKS: dict[int, dict[str, int]] = {}
+
+
+def _cuda_index(device: torch.device | int | None) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    index = device if isinstance(device, int) else torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
+def reset_peak_memory_stats(device: torch.device | int | None = None) -> None:
+    """Reset CUDA's peak-memory counters of ``device`` (to measure one step's peak) while keeping the process's
+    lifetime peaks for :func:`lifetime_max_memory`, so ``perf/max_memory_allocated_gb`` still means the lifetime
+    peak after a component measured its own."""
+    index = _cuda_index(device)
+    kept = _LIFETIME_PEAKS.setdefault(index, {"allocated": 0, "reserved": 0})
+    kept["allocated"] = max(kept["allocated"], torch.cuda.max_memory_allocated(index))
+    kept["reserved"] = max(kept["reserved"], torch.cuda.max_memory_reserved(index))
+    torch.cuda.reset_peak_memory_stats(index)
+
+
+def lifetime_max_memory(kind: str = "allocated", device: torch.device | int | None = None) -> int:
+    """The process's peak CUDA memory of ``device`` in bytes (``kind``: allocated | reserved), across the resets of
+    :func:`reset_peak_memory_stats`."""
+    index = _cuda_index(device)
+    current = torch.cuda.max_memory_allocated(index) if kind == "allocated" else torch.cuda.max_memory_reserved(index)
+    return max(current, _LIFETIME_PEAKS.get(index, {}).get(kind, 0))

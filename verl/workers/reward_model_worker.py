@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -18,6 +19,14 @@ from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
     private_section,
     set_torch_threads,
+)
+from verl.workers.reward_model_budget import (
+    ScoringBudget,
+    attention_bytes_per_token,
+    device_memory_bytes,
+    estimated_bytes_per_token,
+    measured_peak,
+    module_bytes,
 )
 
 
@@ -42,8 +51,9 @@ class RewardModelWorker(Worker):
         from verl.models.loader import load_sequence_classifier, load_tokenizer, resolve_model_path
 
         share = self.config.gpu_memory_utilization
-        if share is not None and self.compute_device.type == "cuda":
-            # set only for a reward model on a pool of its own (verl/trainer/config/reward_rollout.py)
+        own_pool = bool(self.config.enable_resource_pool)
+        if share is not None and own_pool and self.compute_device.type == "cuda":
+            # a process of its own: the share is also its CUDA cap (colocated, the cap would bind the actor too)
             torch.cuda.set_per_process_memory_fraction(float(share), self.compute_device)
         path = resolve_model_path(self.config.model.path)
         self.tokenizer = load_tokenizer(path)
@@ -53,10 +63,30 @@ class RewardModelWorker(Worker):
         self.module.requires_grad_(False)
         if self.config.model.use_remove_padding:
             self._score_head()  # fails here, at start, for a classifier whose head is not reachable
-        # model.fsdp_config.param_offload: the weights wait in CPU memory and visit the device while scoring
-        self.offload = bool(self.config.model.fsdp_config.param_offload) and self.compute_device.type != "cpu"
+        # the weights' footprint and the activations of each micro-batch within the share (reward_model_budget.py)
+        self.budget = None if share is None else self._budget(float(share))
+        # model.fsdp_config.param_offload: the weights wait in CPU memory and visit the device while scoring; so they
+        # do with a share when colocated, as upstream's colocated reward server sleeps while the actor trains
+        offload = bool(self.config.model.fsdp_config.param_offload) or (share is not None and not own_pool)
+        self.offload = offload and self.compute_device.type != "cpu"
         if not self.offload:
             self.module.to(self.compute_device)
+
+    def _budget(self, share: float) -> ScoringBudget:
+        """The scoring budget of ``share`` of this rank's device (its RAM on CPU); fails when the weights exceed it."""
+        model_config = self.module.config
+        dtype = resolve_dtype(str(self.config.dtype), self.compute_device)
+        budget = ScoringBudget(
+            share,
+            total=device_memory_bytes(self.compute_device),
+            weights=module_bytes(self.module),
+            base_estimate=estimated_bytes_per_token(model_config, dtype),
+            width_term=functools.partial(attention_bytes_per_token, model_config),
+            max_rows=int(self.config.micro_batch_size_per_gpu),
+            measured=self.compute_device.type == "cuda",
+        )
+        budget.check_weights(self.compute_device)
+        return budget
 
     def _score_head(self) -> torch.nn.Module:
         """The classifier's head (``score`` in transformers' ``*ForSequenceClassification``, ``classifier`` in some
@@ -96,26 +126,41 @@ class RewardModelWorker(Worker):
         last = self._last_scored_tokens(packed)
         return self._score_head()(hidden[0, last])[:, 0].float()
 
-    def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Classifier output at the last valid token of each row: ``[batch]``."""
-        micro = int(self.config.micro_batch_size_per_gpu)
+    def _score_micro(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Classifier output at the last valid token of each row of one micro-batch ``[n, seqlen]``: ``[n]``."""
         dtype = resolve_dtype(str(self.config.dtype), self.compute_device)
-        scores = []
-        for start in range(0, input_ids.shape[0], micro):
-            ids = input_ids[start : start + micro]
-            mask = attention_mask[start : start + micro]
+        with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
+            if self.config.model.use_remove_padding:
+                return self._score_packed(ids, mask)
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            with torch.autocast(self.compute_device.type, dtype=dtype, enabled=dtype != torch.float32):
-                if self.config.model.use_remove_padding:
-                    scores.append(self._score_packed(ids, mask))
-                    continue
-                logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
-            last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
-            scores.append(
-                logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
-                if logits.dim() == 3
-                else logits[:, 0].float()
-            )
+            logits = self.module(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+        if logits.dim() == 2:
+            return logits[:, 0].float()
+        last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
+        return logits[torch.arange(ids.shape[0], device=ids.device), last, 0].float()
+
+    def _score_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Classifier output at the last valid token of each row: ``[batch]``. Micro-batches of
+        ``micro_batch_size_per_gpu`` rows, or, with ``gpu_memory_utilization``, as many rows as the share's
+        activation bytes hold (:class:`ScoringBudget`; a row costs its valid tokens when packed, else the width)."""
+        micro = int(self.config.micro_batch_size_per_gpu)
+        batch, width = input_ids.shape
+        if self.budget is not None:
+            packed = self.config.model.use_remove_padding
+            row_tokens = attention_mask.sum(-1).tolist() if packed else [width] * batch
+        scores, start = [], 0
+        while start < batch:
+            if self.budget is None:
+                rows = micro
+                scores.append(self._score_micro(input_ids[start : start + rows], attention_mask[start : start + rows]))
+            else:
+                rows = self.budget.next_rows(row_tokens[start:], width)
+                ids, mask = input_ids[start : start + rows], attention_mask[start : start + rows]
+                out, peak = measured_peak(self.compute_device, lambda: self._score_micro(ids, mask))  # noqa: B023
+                if peak is not None:
+                    self.budget.observe(sum(row_tokens[start : start + rows]), width, peak)
+                scores.append(out)
+            start += rows
         return torch.cat(scores)
 
     def _retokenize(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:

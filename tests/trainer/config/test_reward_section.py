@@ -116,7 +116,6 @@ def test_reward_model_rollout_maps_onto_the_rm_workers() -> None:
     ("extra", "needle"),
     [
         ([f"{RM_ROLLOUT}.name=mystery"], "mystery is not an engine here"),
-        ([f"{RM_ROLLOUT}.gpu_memory_utilization=0.8"], "with the reward model colocated: a GPU memory share"),
         ([f"{RM_ROLLOUT}.gpu_memory_utilization=2"], "in (0, 1]"),
         ([f"{RM_ROLLOUT}.enforce_eager=true"], "rollout.enforce_eager: upstream's reward-model server setting"),
         ([f"{RM_ROLLOUT}.expert_parallel_size=2"], "must divide a replica's 1 ranks"),
@@ -140,13 +139,10 @@ def test_january_reward_loop_keys_are_the_reward_sections() -> None:
     assert (cfg.reward_model.max_length, cfg.reward_model.gpu_memory_utilization) == (3072, 0.8)
     assert cfg.reward.reward_model.rollout.name == "vllm" and cfg.reward.reward_model.enable_resource_pool
     assert cfg.trainer.resource_pool_mapping.rm == "reward_pool"
-    with pytest.raises(ConfigError) as err:
-        load_config(rollout)  # colocated: the share is refused, naming the legacy key and the legacy pool switch
-    (line,) = err.value.problems
-    assert (
-        line.startswith("reward_model.rollout.gpu_memory_utilization=0.8")
-        and "reward_model.enable_resource_pool" in line
-    )
+    # colocated: the share bounds the reward model's own footprint in the actor's process (reward_model_budget.py)
+    cfg = load_config(rollout)
+    assert cfg.reward_model.gpu_memory_utilization == 0.8 and not cfg.reward_model.enable_resource_pool
+    assert load_config([f"{RM_ROLLOUT}.gpu_memory_utilization=0.5"]).reward_model.gpu_memory_utilization == 0.5
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigWarning)
         cfg = load_config(["reward_model.use_reward_loop=false", *rollout])

@@ -13,8 +13,11 @@ upstream                                             here
                                                      reads (upstream's engine length), unless set there
 ``tensor_model_parallel_size`` x                     checked: divides the reward model's ranks (upstream's
 ``data_parallel_size``, ``expert_parallel_size``     replicas); every rank holds the whole model here
-``gpu_memory_utilization``                           ``reward_model.gpu_memory_utilization``: the CUDA memory cap of
-                                                     the reward model's own process (needs ``enable_resource_pool``)
+``gpu_memory_utilization``                           ``reward_model.gpu_memory_utilization``: the reward model's
+                                                     weights + a scoring micro-batch's activations stay within this
+                                                     share of the device; on a pool of its own also its process's
+                                                     CUDA cap, colocated its weights leave the device between calls
+                                                     (as upstream's colocated server sleeps)
 anything else                                        refused, one line per key
 ===================================================  =============================================================
 """
@@ -98,12 +101,8 @@ def resolve_reward_rollout(
     if share is not None:
         if not 0 < float(share) <= 1:
             errors.append(f"{source}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
-        elif not own_pool:
-            errors.append(
-                f"{source}.gpu_memory_utilization={share} with the reward model colocated: a GPU memory share of its "
-                f"own is not available here (it shares the actor's process); set {source.rsplit('.', 1)[0]}"
-                ".enable_resource_pool=true (its own pool, capped at this share) or drop the key"
-            )
         else:
+            # own pool: also the process's CUDA cap; colocated: the rm's weights + activations bound, weights offloaded
+            # between calls (verl/workers/reward_model_budget.py)
             _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{source}.gpu_memory_utilization", user,
                  errors, changed)  # fmt: skip

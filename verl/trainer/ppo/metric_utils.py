@@ -25,6 +25,7 @@ import torch
 from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 from verl.reporting.metric import reduce_metrics  # noqa: F401 - verl exposes it here too
+from verl.utils.device import lifetime_max_memory
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +190,9 @@ def memory_metrics() -> dict[str, float]:
     metrics: dict[str, float] = {}
     rss = _current_rss_bytes()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 1024**3
-        metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 1024**3
+        # across the resets of a component measuring its own peak (verl.utils.device.reset_peak_memory_stats)
+        metrics["perf/max_memory_allocated_gb"] = lifetime_max_memory("allocated") / 1024**3
+        metrics["perf/max_memory_reserved_gb"] = lifetime_max_memory("reserved") / 1024**3
     else:
         metrics["perf/max_memory_allocated_gb"] = _peak_rss_bytes() / 1024**3
     metrics["perf/cpu_memory_used_gb"] = rss / 1024**3
