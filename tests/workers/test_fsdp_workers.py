@@ -385,6 +385,48 @@ def test_reward_model_packed_scoring_equals_padded(tiny_rm_dir: str, tiny_model_
         _config(tiny_model_dir, *extra, "reward_model.model.fsdp_config.fsdp_size=2")
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_reward_model_share_bounds_micro_batches_with_the_same_scores(
+    tiny_rm_dir: str, tiny_model_dir: str, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``reward_model.gpu_memory_utilization`` colocated (upstream's ``reward_model.rollout.gpu_memory_utilization``):
+    a share of a (fake) device total that holds the weights and one row's activations scores one row per
+    micro-batch, with the scores of the unbounded path; weights over the share fail at init in one line."""
+    import verl.workers.reward_model_worker as rm_worker
+    from verl.workers.reward_model_budget import attention_bytes_per_token, estimated_bytes_per_token, module_bytes
+
+    extra = (f"reward_model.model.path={tiny_rm_dir}", "reward_model.enable=true", "reward_model.dtype=float32",
+             f"reward_model.model.use_remove_padding={packed}")  # fmt: skip
+    data = _scored_batch()
+    width = data.batch["input_ids"].shape[1]
+    plain = create_worker_group("local", RewardModelWorker, {"config": _config(tiny_model_dir, *extra).reward_model})
+    plain.init_model()
+    expected = plain.compute_rm_score(data).batch["rm_scores"]
+    module = plain.workers[0].module
+    weights = module_bytes(module)
+    row = width * (
+        estimated_bytes_per_token(module.config, torch.float32) + attention_bytes_per_token(module.config, width)
+    )
+    # share 0.5 of a total holding the weights and 1.5 rows: one (padded) row per micro-batch
+    monkeypatch.setattr(rm_worker, "device_memory_bytes", lambda device: 2 * (weights + row + row // 2))
+    cfg = _config(tiny_model_dir, *extra, "+reward_model.rollout.gpu_memory_utilization=0.5")
+    assert cfg.reward_model.gpu_memory_utilization == 0.5 and not cfg.reward_model.enable_resource_pool
+    bounded = create_worker_group("local", RewardModelWorker, {"config": cfg.reward_model})
+    bounded.init_model()
+    worker = bounded.workers[0]
+    sizes: list[int] = []
+    score_micro = worker._score_micro
+    monkeypatch.setattr(worker, "_score_micro", lambda ids, mask: sizes.append(len(ids)) or score_micro(ids, mask))
+    scores = bounded.compute_rm_score(data).batch["rm_scores"]
+    assert sum(sizes) == BATCH and (sizes == [1] * BATCH if not packed else 1 < len(sizes) < BATCH), sizes
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(scores, expected, atol=1e-6, rtol=1e-6)
+    monkeypatch.setattr(rm_worker, "device_memory_bytes", lambda device: 2 * weights)
+    too_small = create_worker_group("local", RewardModelWorker, {"config": cfg.reward_model})
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.5: the reward model's weights take"):
+        too_small.init_model()
+
+
 def test_use_torch_compile_compiles_the_actor_layers_after_sharding(tiny_model_dir) -> None:
     group = _actor_group(tiny_model_dir, "actor", "actor_rollout_ref.actor.use_torch_compile=true")
     module = group.workers[0].actor_module

@@ -86,7 +86,8 @@ class RewardModelConfig(BaseConfig):
     micro_batch_size_per_gpu: int = 16
     dtype: ComputeDType = "auto"
     max_length: Optional[int] = None
-    # share of each GPU the reward model's own process may use (CUDA; upstream's reward rollout gpu_memory_utilization)
+    # share of its device the reward model's weights + a scoring micro-batch's activations may take (upstream's reward
+    # rollout gpu_memory_utilization; verl/workers/reward_model_budget.py); own pool: also its process's CUDA cap
     gpu_memory_utilization: Optional[float] = None
     reward_manager: str = "naive"  # naive | batch | dapo | any name registered with reward_manager.register
     reward_kwargs: dict[str, Any] = dict_field()  # extra keyword arguments of the reward manager's constructor
