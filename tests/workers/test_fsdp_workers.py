@@ -421,6 +421,18 @@ def test_reward_model_share_bounds_micro_batches_with_the_same_scores(
     assert sum(sizes) == BATCH and (sizes == [1] * BATCH if not packed else 1 < len(sizes) < BATCH), sizes
     assert expected.abs().sum() > 0
     torch.testing.assert_close(scores, expected, atol=1e-6, rtol=1e-6)
+    if not packed:
+        # CUDA's path, peaks faked: a one-row probe, then rows sized by the measured bytes per token (here a third of
+        # the estimate: three rows fit where one did)
+        def fake_peak(device: torch.device, run) -> tuple[torch.Tensor, int]:
+            out = run()
+            return out, sizes[-1] * row // 3  # the rows just scored, at a third of the estimated bytes
+
+        worker.budget.probe = True
+        monkeypatch.setattr(rm_worker, "measured_peak", fake_peak)
+        sizes.clear()
+        torch.testing.assert_close(bounded.compute_rm_score(data).batch["rm_scores"], expected, atol=1e-6, rtol=1e-6)
+        assert sizes == [1, 3], sizes
     monkeypatch.setattr(rm_worker, "device_memory_bytes", lambda device: 2 * weights)
     too_small = create_worker_group("local", RewardModelWorker, {"config": cfg.reward_model})
     with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.5: the reward model's weights take"):

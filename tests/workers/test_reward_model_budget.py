@@ -60,3 +60,21 @@ def test_estimates_from_the_model_config() -> None:
     assert module_bytes(linear) == (3 * 2 + 2) * 2 + 5 * 4
     out, peak = measured_peak(torch.device("cpu"), lambda: torch.ones(2))
     assert torch.equal(out, torch.ones(2)) and peak is None  # the CPU allocator reports no peak
+
+
+def test_a_peak_reset_keeps_the_lifetime_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``perf/max_memory_allocated_gb`` stays the process's lifetime peak across the budget's peak resets (CUDA's
+    counters faked, so this runs on CPU)."""
+    import verl.utils.device as device
+
+    peaks = {"allocated": 700, "reserved": 900}
+    monkeypatch.setattr(device, "_LIFETIME_PEAKS", {})
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda index=None: peaks["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda index=None: peaks["reserved"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda index=None: peaks.update(allocated=0, reserved=0))
+    device.reset_peak_memory_stats(torch.device("cuda", 0))
+    assert peaks == {"allocated": 0, "reserved": 0}
+    peaks["allocated"] = 50
+    assert device.lifetime_max_memory("allocated", 0) == 700 and device.lifetime_max_memory("reserved", 0) == 900
+    peaks["allocated"] = 800
+    assert device.lifetime_max_memory("allocated", torch.device("cuda", 0)) == 800
