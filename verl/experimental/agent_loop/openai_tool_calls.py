@@ -156,10 +156,7 @@ def assistant_message(body: ChatCompletionRequest, text: str, finish_reason: str
 
 
 def _tool_call_deltas(calls: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {"index": i, "id": _call_id(c), "type": "function", "function": _function(c)}
-        for i, c in enumerate(calls)
-    ]
+    return [{"index": i, "id": _call_id(c), "type": "function", "function": _function(c)} for i, c in enumerate(calls)]
 
 
 class ToolCallStream:

@@ -17,8 +17,13 @@ override, as upstream verl's ``ToolAgentLoop``)::
         response += chat_template(user reply)                  # response_mask 0
         -> GENERATING (TERMINATED when the interaction stops)
 
-A call the model gave an id (``FunctionCall.tool_call_id``, e.g. Kimi K2's ``functions.f:0``) is answered by a tool
-message carrying that ``tool_call_id``, so the template renders the reply under the model's own id.
+The episode keeps the conversation twice: ``messages``, in OpenAI chat form as upstream's loop keeps it (an
+assistant turn is its content without the call markup plus ``tool_calls``, see
+:meth:`ToolAgentLoop._build_assistant_message`), which interactions read; and ``transcript``, each assistant turn as
+the model wrote it, which the tokenization sanity check renders (the same tokens as generated, whatever the template
+makes of ``tool_calls``). A call the model gave an id (``FunctionCall.tool_call_id``, e.g. Kimi K2's
+``functions.f:0``) keeps it as its ``tool_calls`` entry's ``id`` and is answered by a tool message carrying that
+``tool_call_id``, so the template renders the reply under the model's own id.
 
 It stops at ``max_assistant_turns``, ``max_user_turns``, when the response reaches ``response_length`` tokens
 (a tool or user reply that does not fit is cut, and the trajectory is marked truncated), at an assistant turn that
@@ -35,6 +40,7 @@ reward, in call order) and ``turn_scores`` (each interaction turn's score), as u
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import Counter
@@ -72,11 +78,13 @@ class _Episode:
         interaction_id: Any = None,
     ) -> None:
         self.prompt_ids = prompt_ids
-        self.messages = messages
+        self.messages = messages  # OpenAI chat form (what interactions read)
+        self.transcript = [dict(m) for m in messages]  # assistant turns as generated (the sanity check's)
         self.tools_kwargs = dict(tools_kwargs or {})
         self.interaction = interaction
         self.interaction_id = interaction_id
         self.turn = ParsedTurn(content="")  # the last assistant turn, parsed
+        self.tool_calls: list[FunctionCall] = []  # its well-formed calls
         self.tool_rewards: list[float] = []
         self.turn_scores: list[float] = []
         self.response_ids: list[int] = []
@@ -140,6 +148,7 @@ class ToolAgentLoop(AgentLoopBase):
         """Append tool/user ``messages`` (mask 0); False when they did not fit (cut, episode truncated)."""
         ids = encode_appended(self.tokenizer, messages)
         ep.messages.extend(messages)
+        ep.transcript.extend(dict(m) for m in messages)
         budget = self._budget(ep)
         if len(ids) >= budget:
             ep.append(ids[:budget], 0)
@@ -243,11 +252,11 @@ class ToolAgentLoop(AgentLoopBase):
             if interaction is not None:
                 await interaction.finalize_interaction(interaction_id)
         mismatch = None
-        if not ep.truncated and ep.messages and ep.messages[-1]["role"] == "assistant":
+        if not ep.truncated and ep.transcript and ep.transcript[-1]["role"] == "assistant":
             mismatch = sanity_check(
                 self.tokenizer,
                 ep.prompt_ids + ep.response_ids,
-                ep.messages,
+                ep.transcript,
                 schemas,
                 self.settings.tokenization_sanity_check_mode,
             )
@@ -302,7 +311,9 @@ class ToolAgentLoop(AgentLoopBase):
         ep.assistant_turns += 1
         text_ids = out.token_ids[:-1] if out.stop_reason == "eos" else out.token_ids
         ep.turn = await self.parser.parse_turn(text_ids, self._schemas())
-        ep.messages.append({"role": "assistant", "content": self.parser.decode(text_ids)})
+        ep.tool_calls = list(ep.turn.calls)
+        ep.transcript.append({"role": "assistant", "content": self.parser.decode(text_ids)})
+        ep.messages.append(self._build_assistant_message(ep.turn.content, ep))
         if out.stop_reason != "eos":
             ep.truncated = True
             return AgentState.TERMINATED
@@ -332,6 +343,36 @@ class ToolAgentLoop(AgentLoopBase):
         if not self._append_reply(ep, [{"role": "user", "content": reply}]):
             return AgentState.TERMINATED
         return AgentState.GENERATING
+
+    @property
+    def max_parallel_calls(self) -> int:
+        """``multi_turn.max_parallel_calls``: the calls of one turn that run (the others are answered by an error)."""
+        return self.settings.max_parallel_calls
+
+    def _build_assistant_message(self, content: str, ep: Any) -> dict[str, Any]:
+        """The assistant turn in OpenAI chat form: ``content`` (the turn without its call markup) and, when
+        ``ep.tool_calls`` holds calls, ``tool_calls``: ``{"type": "function", "function": {"name", "arguments"}}``
+        per call (arguments as a dict, as chat templates take them; kept as the string when not a JSON object),
+        with ``"id"`` the model's own call id where it gave one. Every call is listed, also those beyond
+        ``max_parallel_calls`` (each is answered by a tool message, an error for those not run)."""
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        calls = list(ep.tool_calls or [])
+        if not calls:
+            return message
+        entries = []
+        for call in calls:
+            try:
+                arguments = json.loads(call.arguments)
+            except (TypeError, json.JSONDecodeError):
+                arguments = call.arguments
+            if not isinstance(arguments, dict):
+                arguments = call.arguments
+            entry: dict[str, Any] = {"type": "function", "function": {"name": call.name, "arguments": arguments}}
+            if call.tool_call_id is not None:
+                entry["id"] = call.tool_call_id
+            entries.append(entry)
+        message["tool_calls"] = entries
+        return message
 
     def _schemas(self) -> list[dict[str, Any]]:
         """The tools' OpenAI schemas (the chat template's ``tools``; the parser's, to name calls by id)."""
