@@ -95,11 +95,16 @@ class _Server:
     """Answers each request with the next scripted reply and EOS; records the prompts."""
 
     def __init__(self, tokenizer: Any, replies: list[str]) -> None:
-        self.tokenizer, self.replies, self.prompts = tokenizer, list(replies), []
+        self.tokenizer, self.replies, self.prompts, self.stops = tokenizer, list(replies), [], []
 
     async def generate(self, prompt_ids: list[int], max_tokens: int, **kwargs: Any) -> TokenOutput:
         self.prompts.append(list(prompt_ids))
+        stops = list(kwargs.get("stop_token_ids", ()))
+        self.stops.append(stops)
         ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        for k, token in enumerate(ids[:-1]):
+            if token in stops:  # the engine ends the answer at a stop id, which it keeps
+                return TokenOutput(token_ids=ids[: k + 1], log_probs=None, stop_reason="stop")
         return TokenOutput(token_ids=ids, log_probs=None, stop_reason="eos")
 
 
@@ -201,3 +206,46 @@ def test_build_assistant_message_and_the_state_handlers_a_subclass_overrides(kit
     out = asyncio.run(one_shot.run({}, raw_prompt=[{"role": "user", "content": "Q1"}]))
     assert len(server.prompts) == 1 and out.metrics["assistant_turns"] == 1
     assert out.extra_fields["tool_rewards"] == [0.25]
+
+
+class _StopAtBang(ToolParser):
+    """A format whose calls are ``call NAME!``; the model would write on after ``!``, so ``!`` is a stop token."""
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        return [self.tokenizer.convert_tokens_to_ids("!")]
+
+    def parse_text(self, text: str, tools: Any = None) -> ParsedTurn:
+        if text.startswith("call ") and text.endswith("!"):
+            return ParsedTurn(content="", calls=[FunctionCall(text[5:-1], "{}")])
+        return ParsedTurn(content=text)
+
+
+def test_a_parsers_stop_tokens_end_the_turn_and_stay_in_its_text(kit) -> None:
+    loop, server = _loop(kit, ["call echo! and then rambling", "done"])
+    loop.parser = _StopAtBang(loop.tokenizer)
+    out = asyncio.run(loop.run({}, raw_prompt=[{"role": "user", "content": "Q1"}]))
+    bang = loop.tokenizer.convert_tokens_to_ids("!")
+    assert server.stops == [[bang], [bang]]
+    tok = loop.tokenizer
+    first_turn = tok.encode("call echo!", add_special_tokens=False)
+    assert out.response_ids[: len(first_turn)] == first_turn
+    assert out.response_mask[: len(first_turn)] == [1] * len(first_turn)
+    assert out.metrics["tool_calls"] == {"echo": 1} and out.metrics["truncated"] is False
+    # Kimi K2's <|im_end|> is a stop token only where the tokenizer has it as one token
+    assert KimiToolParser(tok).stop_token_ids == []
+    assert KimiToolParser(_Vocab("<|im_end|>")).stop_token_ids == [7]
+    assert KimiToolParser(_Vocab("<unk>")).stop_token_ids == []  # an unknown token read as the unk id
+
+
+class _Vocab:
+    """A tokenizer whose every token is id 7, which reads back as ``token``."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return 7
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.token

@@ -304,17 +304,22 @@ class ToolAgentLoop(AgentLoopBase):
         if budget <= 0:
             ep.truncated = True
             return AgentState.TERMINATED
+        stops = [int(t) for t in self.parser.stop_token_ids]
         start = time.perf_counter()
-        out = await self.server.generate(ep.prompt_ids + ep.response_ids, budget)
+        if stops:
+            out = await self.server.generate(ep.prompt_ids + ep.response_ids, budget, stop_token_ids=stops)
+        else:
+            out = await self.server.generate(ep.prompt_ids + ep.response_ids, budget)
         ep.generate_s += time.perf_counter() - start
         ep.append(out.token_ids, 1, out.log_probs)
         ep.assistant_turns += 1
+        # EOS is not part of the turn's text; a parser's stop token is (it may close a call)
         text_ids = out.token_ids[:-1] if out.stop_reason == "eos" else out.token_ids
         ep.turn = await self.parser.parse_turn(text_ids, self._schemas())
         ep.tool_calls = list(ep.turn.calls)
         ep.transcript.append({"role": "assistant", "content": self.parser.decode(text_ids)})
         ep.messages.append(self._build_assistant_message(ep.turn.content, ep))
-        if out.stop_reason != "eos":
+        if out.stop_reason not in ("eos", "stop"):
             ep.truncated = True
             return AgentState.TERMINATED
         if s.max_assistant_turns is not None and ep.assistant_turns >= s.max_assistant_turns:

@@ -103,6 +103,13 @@ class ToolParser:
         """The parser of format ``name``; unknown names raise ``ValueError`` listing the known ones."""
         return cls.formats.get(name)(tokenizer)
 
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Token ids that end a turn besides EOS (upstream's hook for formats whose models write on past a call,
+        e.g. Gemma 4 after its closing call marker): the loop asks the engine to stop there and parses the turn with
+        the stop token kept. None by default (the turn ends at the model's EOS)."""
+        return []
+
     def decode(self, response_ids: list[int]) -> str:
         """The turn's text with special tokens kept (tool-call markers may be special tokens)."""
         return self.tokenizer.decode(response_ids, skip_special_tokens=False)
@@ -216,6 +223,18 @@ class KimiToolParser(ToolParser):
         r"<\|tool_call_begin\|>\s*(.*?)\s*<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.DOTALL
     )
     _kimi_id = re.compile(r"^(?:functions\.)?(.+?)(?::\d+)?$")
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """``<|im_end|>``, Kimi K2's end of turn, when the tokenizer has it as one token."""
+        convert = getattr(self.tokenizer, "convert_tokens_to_ids", None)
+        token_id = convert("<|im_end|>") if convert is not None else None
+        if not isinstance(token_id, int) or token_id < 0:
+            return []
+        back = getattr(self.tokenizer, "convert_ids_to_tokens", None)
+        if back is not None and back(token_id) != "<|im_end|>":  # an unknown token mapped to the unk id
+            return []
+        return [token_id]
 
     @classmethod
     def name_of(cls, tool_call_id: str, tools: list[Any] | None = None) -> str:
