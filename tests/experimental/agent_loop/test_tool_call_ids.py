@@ -249,3 +249,31 @@ class _Vocab:
 
     def convert_ids_to_tokens(self, token_id: int) -> str:
         return self.token
+
+
+def test_the_openai_endpoint_answers_with_the_model_call_ids(tok) -> None:
+    from verl.experimental.agent_loop.openai_schemas import ChatCompletionRequest
+    from verl.experimental.agent_loop.openai_tool_calls import ToolCallStream, assistant_message
+
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    body = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    parser = ToolParser.get_tool_parser("kimi", tok)
+    text = "Sure." + _section(_kimi_call("call-get_weather-0", '{"city": "Oslo"}'))
+    message, finish = assistant_message(body, text, "stop", parser)
+    assert finish == "tool_calls" and message["content"] == "Sure."
+    assert message["tool_calls"] == [
+        {
+            "id": "call-get_weather-0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        }
+    ]
+    stream = ToolCallStream(parser)
+    assert stream.feed("Sure.") == "Sure." and stream.feed(_section(_kimi_call("functions.f:0", "{}"))) == ""
+    deltas, finish = stream.finish("stop")
+    assert finish == "tool_calls" and deltas[-1]["tool_calls"][0]["id"] == "functions.f:0"
+    hermes = ToolParser.get_tool_parser("hermes", tok)
+    plain, _ = assistant_message(
+        body, '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', "stop", hermes
+    )
+    assert plain["tool_calls"][0]["id"].startswith("call_")  # no id from the model: a new one
