@@ -135,6 +135,15 @@ EXCLUDED: dict[str, str] = {
         "drives upstream's private ToolAgentLoop._call_tool(call, tools_kwargs, agent_data); the loop here has its "
         "own episode state and reports tool errors as tool messages (docs/agent_loop.md)"
     ),
+    "tests/experimental/agent_loop/test_tool_call_id_on_cpu.py::TestToolCallIdOnCpu::"
+    "test_processing_tools_state_adds_tool_call_id_to_tool_message": (
+        "drives upstream's private token merge (ct_merge_non_assistant_msg, AgentData.prompt_ids); the tool message's "
+        "tool_call_id is tested in tests/experimental/agent_loop/test_tool_call_ids.py"
+    ),
+    "tests/experimental/agent_loop/test_agent_loop_extra_fields_schema_on_cpu.py": (
+        "imports upstream's AgentLoopWorker internals (AgentLoopWorker, DictConfigWrap, _InternalAgentLoopOutput); "
+        "extra_fields, as_dict and the stable columns: tests/experimental/agent_loop/test_extra_fields.py"
+    ),
     "tests/workers/reward_manager/test_naive_on_cpu.py": "imports upstream's private naive._score_timeout",
     "tests/tools/test_mixed_tools_on_cpu.py::test_native_and_function_tools_coexist": (
         "deliberate: a FunctionTool is a BaseTool here (one tool interface)"

@@ -34,7 +34,7 @@ class MultiTurnConfig(BaseConfig):
     tool_config_path: Optional[str] = None  # tools: - class_name, config, tool_schema
     function_tool_path: Optional[str] = None  # python file of @function_tool functions (verl.tools.function_tool)
     interaction_config_path: Optional[str] = None  # interaction: - name, class_name, config
-    format: str = "hermes"  # tool-call format of the model's output: hermes | gpt-oss
+    format: str = "hermes"  # tool-call format of the model's output: hermes | gpt-oss | kimi
     tokenization_sanity_check_mode: Literal["strict", "ignore_strippable", "disable"] = "strict"
 
 

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tool-call-parser",
         default=d.tool_call_parser,
-        choices=["hermes", "gpt-oss"],
+        choices=["hermes", "gpt-oss", "kimi"],
         help="how the model writes tool calls (chat requests with tools)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")

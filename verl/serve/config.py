@@ -21,8 +21,8 @@ class ServeConfig:
         served_model_name: the ``model`` name clients use; default the model directory's base name.
         allowed_local_media_path: a directory whose image files ``image_url`` parts may name (None: none).
         allow_remote_images: fetch ``http(s)`` image URLs (off: refused).
-        tool_call_parser: how the model writes tool calls (``hermes`` | ``gpt-oss``), for chat requests with
-            ``tools`` (:mod:`verl.experimental.agent_loop.openai_tool_calls`).
+        tool_call_parser: how the model writes tool calls (``hermes`` | ``gpt-oss`` | ``kimi``), for chat requests
+            with ``tools`` (:mod:`verl.experimental.agent_loop.openai_tool_calls`).
     """
 
     model: str

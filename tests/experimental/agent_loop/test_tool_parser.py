@@ -15,7 +15,7 @@ def test_hermes_calls_content_and_malformed_calls(tok) -> None:
         "<tool_call>{oops}</tool_call><tool_call>[1, 2]</tool_call>"
         '<tool_call>{"arguments": {}}</tool_call><tool_call>{"name": "f", "arguments": 3}</tool_call>'
     )
-    turn = parser.extract_tool_calls(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+    turn = parser.parse_ids(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
     assert turn.calls == [
         FunctionCall("calculator", '{"expression": "1+2"}'),
         FunctionCall("search", '{"query_list": ["x"]}'),
@@ -52,5 +52,7 @@ def test_gpt_oss_calls_and_analysis_channel(tok) -> None:
 
 
 def test_unknown_format_lists_the_known_ones(tok) -> None:
-    with pytest.raises(ValueError, match=r"multi_turn.format='xml' is unknown; known formats: \['gpt-oss', 'hermes'\]"):
+    with pytest.raises(
+        ValueError, match=r"multi_turn.format='xml' is unknown; known formats: \['gpt-oss', 'hermes', 'kimi'\]"
+    ):
         ToolParser.get_tool_parser("xml", tok)

@@ -53,7 +53,7 @@ def test_bad_multi_turn_values_are_errors_naming_the_key(tmp_path) -> None:
     problems = "\n".join(info.value.problems)
     assert f"{MT}.max_parallel_calls=0 must be >= 1" in problems
     assert f"{MT}.max_assistant_turns=0 must be null (no limit) or an integer >= 1" in problems
-    assert f"{MT}.format='xml' is unknown; known formats: ['gpt-oss', 'hermes']" in problems
+    assert f"{MT}.format='xml' is unknown; known formats: ['gpt-oss', 'hermes', 'kimi']" in problems
     assert f"{MT}.interaction_config_path='{tmp_path / 'missing.yaml'}': no such file" in problems
     assert f"{AGENT}.default_agent_loop='mine' is not a registered agent loop" in problems
     assert "rollout.name" not in problems  # agent loops run on vLLM too

@@ -21,6 +21,7 @@ sys.modules[f"{__name__}.request_batcher"] = request_batcher
 # Imported on first use (PEP 562): a plain run checks its agent settings without importing the tool stack.
 _EXPORTS = {
     "AgentLoopBase": "agent_loop",
+    "AgentLoopMetrics": "agent_loop",
     "AgentLoopOutput": "agent_loop",
     "AgentLoopSettings": "agent_loop",
     "available_agent_loops": "agent_loop",

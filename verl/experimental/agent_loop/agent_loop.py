@@ -13,6 +13,7 @@ add loops with ``@register("my_agent")`` in a module they import, or list them i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,7 +25,9 @@ from verl.utils.registry import Registry, same_qualname
 from verl.workers.rollout.request_server import RequestServer
 
 __all__ = [
+    "STABLE_EXTRA_FIELDS",
     "AgentLoopBase",
+    "AgentLoopMetrics",
     "AgentLoopOutput",
     "AgentLoopSettings",
     "available_agent_loops",
@@ -105,10 +108,46 @@ class AgentLoopSettings:
 
 
 @dataclass
+class AgentLoopMetrics:
+    """Upstream verl's typed timing metrics of one trajectory (``verl/experimental/agent_loop/agent_loop.py``):
+    seconds in generation, in tool calls and in scoring, and the engine's preemption count (-1: unknown). An
+    :class:`AgentLoopOutput` given these stores them in its metrics dict under the keys the ``agent/*`` step
+    metrics read: ``generate_s``, ``tool_s``, ``compute_score_s``, ``num_preempted``."""
+
+    generate_sequences: float = 0.0
+    tool_calls: float = 0.0
+    compute_score: float = 0.0
+    num_preempted: int = -1
+
+    def as_metrics(self) -> dict[str, Any]:
+        """The metrics dict of an :class:`AgentLoopOutput` (the keys of the class docstring)."""
+        return {
+            "generate_s": float(self.generate_sequences),
+            "tool_s": float(self.tool_calls),
+            "compute_score_s": float(self.compute_score),
+            "num_preempted": int(self.num_preempted),
+        }
+
+
+STABLE_EXTRA_FIELDS = ("turn_scores", "tool_rewards", "min_global_steps", "max_global_steps", "extras")
+"""The ``extra_fields`` columns every agent-loop batch has (None where a loop set none), as upstream's worker keeps
+them, so batches from different loops concatenate: ``turn_scores`` (interaction scores per user turn) and
+``tool_rewards`` (step reward per tool call) are the built-in loops' lists; ``min_global_steps`` /
+``max_global_steps`` (the policy versions a trajectory was generated with) and ``extras`` are a loop's own."""
+
+_PROMOTED_FIELDS = ("teacher_ids", "teacher_logprobs")
+
+
+@dataclass
 class AgentLoopOutput:
     """One trajectory. ``response_ids``/``response_mask``/``response_logprobs`` are aligned lists
     (mask 1: tokens the model generated, trained on; 0: tool and user tokens); ``reward_score`` is the reward
-    earned inside the loop (tool rewards and interaction scores) that the trainer adds to the final reward."""
+    earned inside the loop (tool rewards and interaction scores) that the trainer adds to the final reward.
+
+    ``metrics``: a dict (or upstream's :class:`AgentLoopMetrics`, stored as its dict). ``extra_fields``: anything
+    else the loop records for the sample; each key becomes a non-tensor column of the rollout batch (every row has
+    every key of the batch's outputs and :data:`STABLE_EXTRA_FIELDS`, None where unset), and the whole dict is the
+    row's ``tool_extra_fields``, which reward managers merge into the reward function's ``extra_info``."""
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -117,6 +156,26 @@ class AgentLoopOutput:
     reward_score: float = 0.0
     num_turns: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.metrics, AgentLoopMetrics):
+            self.metrics = self.metrics.as_metrics()
+        if not isinstance(self.metrics, dict):
+            raise TypeError(f"AgentLoopOutput.metrics must be a dict or AgentLoopMetrics, got {type(self.metrics)}")
+        if not isinstance(self.extra_fields, dict):
+            raise TypeError(f"AgentLoopOutput.extra_fields must be a dict, got {type(self.extra_fields)}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The output's fields as a dict (lists and dicts copied), ``extra_fields`` included; as upstream's
+        ``as_dict``, the distillation fields ``teacher_ids`` / ``teacher_logprobs`` of ``extra_fields`` move to the
+        top level. The output itself is not changed."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = {k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in fields.items()}
+        for key in _PROMOTED_FIELDS:
+            if key in fields["extra_fields"]:
+                fields[key] = fields["extra_fields"].pop(key)
+        return fields
 
 
 class AgentLoopBase:

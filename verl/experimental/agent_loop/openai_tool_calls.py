@@ -8,7 +8,8 @@ A request with ``tools`` (and ``tool_choice`` ``"auto"``, the default, or ``"non
 is rendered through the model's chat template with the tool schemas (as the agent loop renders its prompts,
 :func:`verl.experimental.agent_loop.chat.encode_prompt`), and the answer is parsed with the agent loop's tool
 parser (:mod:`verl.experimental.agent_loop.tool_parser`, the server's ``--tool-call-parser``, default ``hermes``).
-When it holds calls, the choice's message carries them and ``finish_reason`` is ``"tool_calls"``::
+When it holds calls, the choice's message carries them (each under the id the model gave it where its format has
+ids, as Kimi K2's, else a new ``call_...`` id) and ``finish_reason`` is ``"tool_calls"``::
 
     {"role": "assistant", "content": null,
      "tool_calls": [{"id": "call_...", "type": "function",
@@ -136,24 +137,26 @@ def _function(call: Any) -> dict[str, str]:
     return {"name": call.name, "arguments": call.arguments}
 
 
+def _call_id(call: Any) -> str:
+    """The id the model gave the call (Kimi K2's ``functions.f:0``), else a new ``call_...`` id."""
+    return call.tool_call_id or f"call_{uuid.uuid4().hex[:24]}"
+
+
 def assistant_message(body: ChatCompletionRequest, text: str, finish_reason: str, parser: ToolParser) -> tuple:
     """``(message, finish_reason)`` of one choice: with ``tool_calls`` and ``"tool_calls"`` when tools are active
     and ``text`` holds well-formed calls, else the plain assistant message."""
     if not tool_calls_active(body):
         return {"role": "assistant", "content": text}, finish_reason
-    turn = parser.parse_text(text)
+    turn = parser.parse_text(text, body.tools)
     if not turn.calls:
         return {"role": "assistant", "content": text}, finish_reason
-    calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": _function(c)} for c in turn.calls]
+    calls = [{"id": _call_id(c), "type": "function", "function": _function(c)} for c in turn.calls]
     content = turn.content.strip() or None
     return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
 
 
 def _tool_call_deltas(calls: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {"index": i, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": _function(c)}
-        for i, c in enumerate(calls)
-    ]
+    return [{"index": i, "id": _call_id(c), "type": "function", "function": _function(c)} for i, c in enumerate(calls)]
 
 
 class ToolCallStream:

@@ -14,8 +14,11 @@ Output, like a single-turn engine's (``verl.workers.rollout.base``): ``prompts [
 ``input_ids``/``attention_mask``/``position_ids [bs, prompt_len + response_length]``, ``rollout_log_probs``
 when the engine computes them, and the non-tensor columns ``agent_reward`` (float: tool rewards and interaction
 scores, added to the final reward by the trainer) and ``agent_metrics`` (dict per sample, see
-:mod:`verl.experimental.agent_loop.metrics`); with a judge (``reward_model.judge.overlap_rollout``) also the
-judge columns of :mod:`verl.experimental.agent_loop.judge_overlap`, each row judged as soon as its loop ended.
+:mod:`verl.experimental.agent_loop.metrics`), one column per key of the outputs' ``extra_fields`` and of
+``STABLE_EXTRA_FIELDS`` (None where a row's loop set none) and ``tool_extra_fields`` (each row's whole
+``extra_fields`` dict, which reward managers merge into ``extra_info``); with a judge
+(``reward_model.judge.overlap_rollout``) also the judge columns of :mod:`verl.experimental.agent_loop.judge_overlap`,
+each row judged as soon as its loop ended.
 
 A loop may return a list of outputs for one row (``openai_agent`` with ``agent.openai.train_segments=all``: one per
 segment of a trajectory whose agent rewrote its history); each becomes its own output row, in order, the last the
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 
 from verl.experimental.agent_loop.agent_loop import (
+    STABLE_EXTRA_FIELDS,
     AgentLoopOutput,
     AgentLoopSettings,
     get_agent_loop_class,
@@ -55,6 +59,7 @@ __all__ = [
     "RolloutJudging",
     "TrajectoryJudge",
     "build_agent_output",
+    "extra_field_columns",
     "place_groups",
     "session_columns",
 ]
@@ -191,7 +196,11 @@ class AgentLoopRunner:
             output = build_agent_output(flat, prompt_len, settings.response_length, int(pad), meta)
             output.non_tensor_batch.update(session_columns(results))
             if judging is not None:  # the requests still outstanding after the last loop ended (one per row)
-                output.non_tensor_batch.update({k: v[session] for k, v in judging.collect().items()})
+                judged = judging.collect()
+                taken = sorted(set(judged) & {k for o in flat for k in o.extra_fields})
+                if taken:
+                    raise ValueError(f"agent loop extra_fields {taken} are the judge's batch columns; rename them")
+                output.non_tensor_batch.update({k: v[session] for k, v in judged.items()})
         finally:
             if judging is not None:
                 judging.close()
@@ -349,5 +358,37 @@ def build_agent_output(
     non_tensors = {
         "agent_reward": np.array([float(o.reward_score) for o in outputs], dtype=object),
         "agent_metrics": np.array([{**o.metrics, "num_turns": o.num_turns} for o in outputs], dtype=object),
+        **extra_field_columns(outputs),
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+_RESERVED_COLUMNS = (*AGENT_INPUT_KEYS, "agent_reward", "agent_metrics", "tool_extra_fields")
+"""Batch columns an ``extra_fields`` key may not take: the runner's own, and the prompt columns the loops read
+(which the trainer restores from the prompts after the rollout)."""
+
+
+def extra_field_columns(outputs: list[AgentLoopOutput]) -> dict[str, np.ndarray]:
+    """The non-tensor columns of the outputs' ``extra_fields`` (``[n]`` object arrays): one per key any output set
+    and per :data:`STABLE_EXTRA_FIELDS` key, None in the rows that did not set it (so every batch of a run has the
+    same columns whatever loops produced it), and ``tool_extra_fields``, each row's whole dict. A key that is one of
+    the batch's own columns raises ValueError naming it."""
+    from verl.protocol.segment_columns import SEGMENT_COUNT, SEGMENT_INDEX, SESSION_ID
+
+    reserved = {*_RESERVED_COLUMNS, SESSION_ID, SEGMENT_INDEX, SEGMENT_COUNT}
+    keys = list(STABLE_EXTRA_FIELDS)
+    for i, o in enumerate(outputs):
+        for key in o.extra_fields:
+            if not isinstance(key, str) or key in reserved:
+                raise ValueError(
+                    f"agent loop output {i}: extra_fields key {key!r} is reserved (the batch's own columns: "
+                    f"{sorted(reserved)}) or not a string; rename it"
+                )
+            if key not in keys:
+                keys.append(key)
+    columns = {key: np.empty(len(outputs), dtype=object) for key in [*keys, "tool_extra_fields"]}
+    for j, o in enumerate(outputs):  # element by element: a list value stays one object of its row
+        for key in keys:
+            columns[key][j] = o.extra_fields.get(key)
+        columns["tool_extra_fields"][j] = dict(o.extra_fields)
+    return columns

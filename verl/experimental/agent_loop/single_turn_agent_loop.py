@@ -25,4 +25,5 @@ class SingleTurnAgentLoop(AgentLoopBase):
             response_logprobs=out.log_probs,
             num_turns=2,
             metrics={"generate_s": time.perf_counter() - start, "truncated": out.stop_reason == "length"},
+            extra_fields={"turn_scores": [], "tool_rewards": []},
         )

@@ -1,18 +1,29 @@
 """``tool_agent``: a multi-turn episode with tool calls and (optionally) an interaction playing the user.
 
-Per sample::
+Per sample, a state machine (:class:`AgentState`, each state a ``_handle_<state>_state`` method a subclass may
+override, as upstream verl's ``ToolAgentLoop``)::
 
     prompt = chat_template(raw_prompt, tools)                 # with the assistant generation prompt
-    loop:
+    GENERATING:
         turn = generate(prompt + response, budget)            # response_mask 1
         calls = parse(turn)                                   # rollout.multi_turn.format
-        if calls (or malformed calls):
-            run up to max_parallel_calls tools concurrently    # results cut to max_tool_response_length chars
-            response += chat_template(tool messages)           # response_mask 0
-        elif an interaction is set:
-            stop, reply, score = interaction.generate_response(messages)
-            response += chat_template(user reply)              # response_mask 0
-        else: stop
+        -> PROCESSING_TOOLS if calls (or malformed calls), INTERACTING if an interaction is set, else TERMINATED
+    PROCESSING_TOOLS:
+        run up to max_parallel_calls tools concurrently        # results cut to max_tool_response_length chars
+        response += chat_template(tool messages)               # response_mask 0
+        -> GENERATING
+    INTERACTING:
+        stop, reply, score = interaction.generate_response(messages)
+        response += chat_template(user reply)                  # response_mask 0
+        -> GENERATING (TERMINATED when the interaction stops)
+
+The episode keeps the conversation twice: ``messages``, in OpenAI chat form as upstream's loop keeps it (an
+assistant turn is its content without the call markup plus ``tool_calls``, see
+:meth:`ToolAgentLoop._build_assistant_message`), which interactions read; and ``transcript``, each assistant turn as
+the model wrote it, which the tokenization sanity check renders (the same tokens as generated, whatever the template
+makes of ``tool_calls``). A call the model gave an id (``FunctionCall.tool_call_id``, e.g. Kimi K2's
+``functions.f:0``) keeps it as its ``tool_calls`` entry's ``id`` and is answered by a tool message carrying that
+``tool_call_id``, so the template renders the reply under the model's own id.
 
 It stops at ``max_assistant_turns``, ``max_user_turns``, when the response reaches ``response_length`` tokens
 (a tool or user reply that does not fit is cut, and the trajectory is marked truncated), at an assistant turn that
@@ -22,33 +33,60 @@ ends without EOS, or when the interaction ends the episode. Malformed or unknown
 Tools and interactions are chosen per sample by ``extra_info``: ``tools_kwargs`` (``{tool name: {create_kwargs,
 execute_kwargs, calc_reward_kwargs, release_kwargs}}``) and ``interaction_kwargs`` (``{"name": ..., ...}``).
 The sample's reward from the loop is the sum of the tools' step rewards, each created instance's ``calc_reward``
-and the interaction's turn scores.
+and the interaction's turn scores. The output's ``extra_fields`` hold ``tool_rewards`` (each run call's step
+reward, in call order) and ``turn_scores`` (each interaction turn's score), as upstream's loop records them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import Counter
+from enum import Enum
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.experimental.agent_loop.chat import encode_appended, encode_prompt, sanity_check, truncate_text
-from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+from verl.experimental.agent_loop.tool_parser import FunctionCall, ParsedTurn, ToolParser
 from verl.tools.base_tool import instance_id_of, normalize_tool_result
 
-__all__ = ["ToolAgentLoop"]
+__all__ = ["AgentState", "ToolAgentLoop"]
 
 logger = logging.getLogger(__name__)
+
+
+class AgentState(Enum):
+    """The states of a :class:`ToolAgentLoop` episode (upstream verl's names; ``INTERACTING`` is the user turn)."""
+
+    GENERATING = "generating"
+    PROCESSING_TOOLS = "processing_tools"
+    INTERACTING = "interacting"
+    TERMINATED = "terminated"
 
 
 class _Episode:
     """The mutable state of one trajectory."""
 
-    def __init__(self, prompt_ids: list[int], messages: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        messages: list[dict[str, Any]],
+        tools_kwargs: dict[str, Any] | None = None,
+        interaction: Any = None,
+        interaction_id: Any = None,
+    ) -> None:
         self.prompt_ids = prompt_ids
-        self.messages = messages
+        self.messages = messages  # OpenAI chat form (what interactions read)
+        self.transcript = [dict(m) for m in messages]  # assistant turns as generated (the sanity check's)
+        self.tools_kwargs = dict(tools_kwargs or {})
+        self.interaction = interaction
+        self.interaction_id = interaction_id
+        self.turn = ParsedTurn(content="")  # the last assistant turn, parsed
+        self.tool_calls: list[FunctionCall] = []  # its well-formed calls
+        self.tool_rewards: list[float] = []
+        self.turn_scores: list[float] = []
         self.response_ids: list[int] = []
         self.response_mask: list[int] = []
         self.log_probs: list[float] = []
@@ -56,7 +94,7 @@ class _Episode:
         self.reward = 0.0
         self.assistant_turns = 0
         self.user_turns = 0
-        self.tool_calls: Counter[str] = Counter()
+        self.tool_call_counts: Counter[str] = Counter()
         self.tool_errors = 0
         self.parse_errors = 0
         self.tool_responses_cut = 0
@@ -110,6 +148,7 @@ class ToolAgentLoop(AgentLoopBase):
         """Append tool/user ``messages`` (mask 0); False when they did not fit (cut, episode truncated)."""
         ids = encode_appended(self.tokenizer, messages)
         ep.messages.extend(messages)
+        ep.transcript.extend(dict(m) for m in messages)
         budget = self._budget(ep)
         if len(ids) >= budget:
             ep.append(ids[:budget], 0)
@@ -124,13 +163,16 @@ class ToolAgentLoop(AgentLoopBase):
             ep.instances[name] = instance_id_of(name, await self.tools[name].create(**create_kwargs))
         return ep.instances[name]
 
-    async def _call_tool(self, ep: _Episode, call: FunctionCall, tools_kwargs: dict[str, Any]) -> str:
-        """Run one call; returns the text of its tool message (an ``Error: ...`` text when it failed)."""
-        ep.tool_calls[call.name] += 1
+    async def _call_tool(
+        self, ep: _Episode, call: FunctionCall, tools_kwargs: dict[str, Any]
+    ) -> tuple[str, float | None]:
+        """Run one call; returns the text of its tool message (an ``Error: ...`` text when it failed) and the
+        tool's step reward (None when the tool did not run)."""
+        ep.tool_call_counts[call.name] += 1
         tool = self.tools.get(call.name)
         if tool is None:
             ep.tool_errors += 1
-            return f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}"
+            return f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}", None
         try:
             instance_id = await self._tool_instance(ep, call.name, tools_kwargs)
             execute_kwargs = (tools_kwargs.get(call.name) or {}).get("execute_kwargs") or {}
@@ -139,7 +181,7 @@ class ToolAgentLoop(AgentLoopBase):
         except Exception as e:  # noqa: BLE001  (a failing tool is the model's problem to read, not a crash)
             ep.tool_errors += 1
             logger.debug("tool %s failed", call.name, exc_info=True)
-            return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}"
+            return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", None
         ep.reward += reward
         if metrics.get("ok") is False:
             ep.tool_errors += 1
@@ -147,23 +189,28 @@ class ToolAgentLoop(AgentLoopBase):
         s = self.settings
         text, cut = truncate_text(text, s.max_tool_response_length, s.tool_response_truncate_side)
         ep.tool_responses_cut += int(cut)
-        return text
+        return text, reward
 
     async def _run_tools(
         self, ep: _Episode, calls: list[FunctionCall], errors: list[str], tools_kwargs: dict[str, Any]
     ) -> list[dict[str, Any]]:
         """Tool messages for this turn: the calls' results (up to ``max_parallel_calls`` run concurrently) and
-        one error message per malformed call or per call over the limit."""
+        one error message per malformed call or per call over the limit. A message answering a call the model gave
+        an id carries it as ``tool_call_id``."""
         limit = self.settings.max_parallel_calls
         run, skipped = calls[:limit], calls[limit:]
         start = time.perf_counter()
-        texts = await asyncio.gather(*(self._call_tool(ep, call, tools_kwargs) for call in run))
+        results = await asyncio.gather(*(self._call_tool(ep, call, tools_kwargs) for call in run))
         ep.tool_s += time.perf_counter() - start
         ep.parse_errors += len(errors)
         ep.tool_errors += len(skipped)
-        texts = list(texts) + [f"Error: {e}" for e in errors]
-        texts += [f"Error: call of {c.name!r} not run: at most {limit} tool calls per turn" for c in skipped]
-        return [{"role": "tool", "content": t} for t in texts]
+        ep.tool_rewards += [reward for _, reward in results if reward is not None]
+        messages = [_tool_message(text, call) for call, (text, _) in zip(run, results, strict=True)]
+        messages += [_tool_message(f"Error: {e}") for e in errors]
+        messages += [
+            _tool_message(f"Error: call of {c.name!r} not run: at most {limit} tool calls per turn", c) for c in skipped
+        ]
+        return messages
 
     # ------------------------------------------------------------------------------------------------------ run
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -173,7 +220,7 @@ class ToolAgentLoop(AgentLoopBase):
         extra_info = kwargs.get("extra_info") or {}
         tools_kwargs = extra_info.get("tools_kwargs") or {}
         interaction_kwargs = extra_info.get("interaction_kwargs")
-        schemas = [t.tool_schema.model_dump(exclude_none=True) for t in self.tools.values()]
+        schemas = self._schemas()
         messages = [dict(m) for m in raw_prompt]
         prompt_ids = encode_prompt(self.tokenizer, messages, schemas)
         if len(prompt_ids) > self.settings.prompt_length:
@@ -181,7 +228,6 @@ class ToolAgentLoop(AgentLoopBase):
                 f"sample {kwargs.get('index')}: the prompt with its tool schemas is {len(prompt_ids)} tokens, longer "
                 f"than rollout.prompt_length={self.settings.prompt_length}; raise data.max_prompt_length"
             )
-        ep = _Episode(prompt_ids, messages)
         interaction, interaction_id = None, None
         if interaction_kwargs:
             name = interaction_kwargs.get("name")
@@ -194,8 +240,9 @@ class ToolAgentLoop(AgentLoopBase):
             interaction_id = await interaction.start_interaction(
                 **{k: v for k, v in interaction_kwargs.items() if k != "name"}
             )
+        ep = _Episode(prompt_ids, messages, tools_kwargs, interaction, interaction_id)
         try:
-            await self._loop(ep, tools_kwargs, interaction, interaction_id)
+            await self._run_states(ep)
         finally:
             for name, instance_id in ep.instances.items():
                 kw = tools_kwargs.get(name) or {}
@@ -205,11 +252,11 @@ class ToolAgentLoop(AgentLoopBase):
             if interaction is not None:
                 await interaction.finalize_interaction(interaction_id)
         mismatch = None
-        if not ep.truncated and ep.messages and ep.messages[-1]["role"] == "assistant":
+        if not ep.truncated and ep.transcript and ep.transcript[-1]["role"] == "assistant":
             mismatch = sanity_check(
                 self.tokenizer,
                 ep.prompt_ids + ep.response_ids,
-                ep.messages,
+                ep.transcript,
                 schemas,
                 self.settings.tokenization_sanity_check_mode,
             )
@@ -225,7 +272,7 @@ class ToolAgentLoop(AgentLoopBase):
             metrics={
                 "assistant_turns": ep.assistant_turns,
                 "user_turns": ep.user_turns,
-                "tool_calls": dict(ep.tool_calls),
+                "tool_calls": dict(ep.tool_call_counts),
                 "tool_errors": ep.tool_errors,
                 "parse_errors": ep.parse_errors,
                 "tool_responses_cut": ep.tool_responses_cut,
@@ -234,39 +281,112 @@ class ToolAgentLoop(AgentLoopBase):
                 "truncated": ep.truncated,
                 "sanity_mismatch": mismatch is not None,
             },
+            extra_fields={"turn_scores": list(ep.turn_scores), "tool_rewards": list(ep.tool_rewards)},
         )
 
-    async def _loop(self, ep: _Episode, tools_kwargs: dict[str, Any], interaction: Any, interaction_id: Any) -> None:
+    async def _run_states(self, ep: _Episode) -> None:
+        """Run the episode's states from ``GENERATING`` until ``TERMINATED``."""
+        handlers = {
+            AgentState.GENERATING: self._handle_generating_state,
+            AgentState.PROCESSING_TOOLS: self._handle_processing_tools_state,
+            AgentState.INTERACTING: self._handle_interacting_state,
+        }
+        state = AgentState.GENERATING
+        while state is not AgentState.TERMINATED:
+            if state not in handlers:
+                raise ValueError(f"tool_agent: no handler for state {state!r}")
+            state = await handlers[state](ep)
+
+    async def _handle_generating_state(self, ep: _Episode) -> AgentState:
+        """One assistant turn: generate, parse its tool calls; the next state (see the module docstring)."""
         s = self.settings
-        while True:
-            budget = self._budget(ep)
-            if budget <= 0:
-                ep.truncated = True
-                return
-            start = time.perf_counter()
+        budget = self._budget(ep)
+        if budget <= 0:
+            ep.truncated = True
+            return AgentState.TERMINATED
+        stops = [int(t) for t in self.parser.stop_token_ids]
+        start = time.perf_counter()
+        if stops:
+            out = await self.server.generate(ep.prompt_ids + ep.response_ids, budget, stop_token_ids=stops)
+        else:
             out = await self.server.generate(ep.prompt_ids + ep.response_ids, budget)
-            ep.generate_s += time.perf_counter() - start
-            ep.append(out.token_ids, 1, out.log_probs)
-            ep.assistant_turns += 1
-            text_ids = out.token_ids[:-1] if out.stop_reason == "eos" else out.token_ids
-            turn = self.parser.extract_tool_calls(text_ids)
-            ep.messages.append({"role": "assistant", "content": self.parser.decode(text_ids)})
-            if out.stop_reason != "eos":
-                ep.truncated = True
-                return
-            if s.max_assistant_turns is not None and ep.assistant_turns >= s.max_assistant_turns:
-                return
-            if turn.calls or turn.errors:
-                tool_messages = await self._run_tools(ep, turn.calls, turn.errors, tools_kwargs)
-                if not self._append_reply(ep, tool_messages):
-                    return
-                continue
-            if interaction is None or (s.max_user_turns is not None and ep.user_turns >= s.max_user_turns):
-                return
-            should_stop, reply, score, _ = await interaction.generate_response(interaction_id, ep.messages)
-            ep.user_turns += 1
-            ep.reward += float(score)
-            if should_stop:
-                return
-            if not self._append_reply(ep, [{"role": "user", "content": reply}]):
-                return
+        ep.generate_s += time.perf_counter() - start
+        ep.append(out.token_ids, 1, out.log_probs)
+        ep.assistant_turns += 1
+        # EOS is not part of the turn's text; a parser's stop token is (it may close a call)
+        text_ids = out.token_ids[:-1] if out.stop_reason == "eos" else out.token_ids
+        ep.turn = await self.parser.parse_turn(text_ids, self._schemas())
+        ep.tool_calls = list(ep.turn.calls)
+        ep.transcript.append({"role": "assistant", "content": self.parser.decode(text_ids)})
+        ep.messages.append(self._build_assistant_message(ep.turn.content, ep))
+        if out.stop_reason not in ("eos", "stop"):
+            ep.truncated = True
+            return AgentState.TERMINATED
+        if s.max_assistant_turns is not None and ep.assistant_turns >= s.max_assistant_turns:
+            return AgentState.TERMINATED
+        if ep.turn.calls or ep.turn.errors:
+            return AgentState.PROCESSING_TOOLS
+        if ep.interaction is None or (s.max_user_turns is not None and ep.user_turns >= s.max_user_turns):
+            return AgentState.TERMINATED
+        return AgentState.INTERACTING
+
+    async def _handle_processing_tools_state(self, ep: _Episode) -> AgentState:
+        """Run the last turn's calls and append their tool messages (mask 0)."""
+        tool_messages = await self._run_tools(ep, ep.turn.calls, ep.turn.errors, ep.tools_kwargs)
+        if not self._append_reply(ep, tool_messages):
+            return AgentState.TERMINATED
+        return AgentState.GENERATING
+
+    async def _handle_interacting_state(self, ep: _Episode) -> AgentState:
+        """The interaction's reply to the conversation so far, appended as a user turn (mask 0)."""
+        should_stop, reply, score, _ = await ep.interaction.generate_response(ep.interaction_id, ep.messages)
+        ep.user_turns += 1
+        ep.reward += float(score)
+        ep.turn_scores.append(float(score))
+        if should_stop:
+            return AgentState.TERMINATED
+        if not self._append_reply(ep, [{"role": "user", "content": reply}]):
+            return AgentState.TERMINATED
+        return AgentState.GENERATING
+
+    @property
+    def max_parallel_calls(self) -> int:
+        """``multi_turn.max_parallel_calls``: the calls of one turn that run (the others are answered by an error)."""
+        return self.settings.max_parallel_calls
+
+    def _build_assistant_message(self, content: str, ep: Any) -> dict[str, Any]:
+        """The assistant turn in OpenAI chat form: ``content`` (the turn without its call markup) and, when
+        ``ep.tool_calls`` holds calls, ``tool_calls``: ``{"type": "function", "function": {"name", "arguments"}}``
+        per call (arguments as a dict, as chat templates take them; kept as the string when not a JSON object),
+        with ``"id"`` the model's own call id where it gave one. Every call is listed, also those beyond
+        ``max_parallel_calls`` (each is answered by a tool message, an error for those not run)."""
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        calls = list(ep.tool_calls or [])
+        if not calls:
+            return message
+        entries = []
+        for call in calls:
+            try:
+                arguments = json.loads(call.arguments)
+            except (TypeError, json.JSONDecodeError):
+                arguments = call.arguments
+            if not isinstance(arguments, dict):
+                arguments = call.arguments
+            entry: dict[str, Any] = {"type": "function", "function": {"name": call.name, "arguments": arguments}}
+            if call.tool_call_id is not None:
+                entry["id"] = call.tool_call_id
+            entries.append(entry)
+        message["tool_calls"] = entries
+        return message
+
+    def _schemas(self) -> list[dict[str, Any]]:
+        """The tools' OpenAI schemas (the chat template's ``tools``; the parser's, to name calls by id)."""
+        return [t.tool_schema.model_dump(exclude_none=True) for t in self.tools.values()]
+
+
+def _tool_message(text: str, call: FunctionCall | None = None) -> dict[str, Any]:
+    """A ``tool`` message; it answers ``call`` by the id the model gave it (``tool_call_id``), when it gave one."""
+    message: dict[str, Any] = {"role": "tool", "content": text}
+    if call is not None and call.tool_call_id is not None:
+        message["tool_call_id"] = call.tool_call_id
+    return message
