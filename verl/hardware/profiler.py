@@ -26,6 +26,7 @@ __all__ = [
     "StepProfiler",
     "dump_step_debug",
     "marked_timer",
+    "mark_worker_range",
     "simple_timer",
     "run_worker_finish_hook",
     "start_worker_trace",
@@ -134,22 +135,34 @@ class StepProfiler:
             self.traces.append(path)
 
 
-# The torch.profiler a worker process opened for its role (upstream v0.9's per-role profiler): (profiler, spec, rank).
+# The trace a worker process opened for its role (upstream v0.9's per-role profiler): (handle, spec, rank); the
+# handle is the torch.profiler object (tool torch) or None (nsys, torch_memory: their state lives in CUDA).
 _WORKER_TRACE: tuple[Any, dict[str, Any], int] | None = None
 
 
 def start_worker_trace(rank: int, spec: Mapping[str, Any]) -> bool:
-    """Open a ``torch.profiler`` trace in this worker process for one traced step (or stage) of a role.
+    """Open this worker process's trace of one traced step (or stage, or run of steps) of a role.
 
-    ``spec`` (built by :mod:`verl.trainer.ppo.role_profiler`): ``role``, ``step``, ``stage`` (None: the whole step),
-    ``ranks`` (None: all), ``contents`` (cpu, cuda, memory, shapes, stack; empty: cpu and cuda when present),
-    ``save_path``, ``relocate_results``. Returns whether a trace was opened: not when ``rank`` is not traced, nor
-    when a profiler is already running in this process (colocated roles, or the local backend where every rank
-    and the driver share one process: that trace already holds this work).
+    ``spec`` (built by :mod:`verl.trainer.ppo.role_profiler`): ``tool`` (``torch``, ``nsys``, ``torch_memory``),
+    ``role``, ``step``, ``through`` (the last step of a continuous run; None: ``step`` alone), ``stage`` (None: the
+    whole step), ``ranks`` (None: all), ``contents`` (torch: cpu, cuda, memory, shapes, stack; empty: cpu and cuda
+    when present), ``memory`` (torch_memory's options), ``save_path``, ``relocate_results``. ``nsys`` opens a
+    capture range with an NVTX range, ``torch_memory`` starts recording the allocator
+    (:mod:`verl.hardware.cuda_profile`). Returns whether a trace was opened: not when ``rank`` is not traced, nor
+    when one is already open in this process (colocated roles, or the local backend where every rank and the driver
+    share one process: that trace already holds this work).
     """
     global _WORKER_TRACE
     ranks = spec["ranks"]
-    if (ranks is not None and rank not in ranks) or _WORKER_TRACE is not None or torch.autograd._profiler_enabled():
+    if (ranks is not None and rank not in ranks) or _WORKER_TRACE is not None:
+        return False
+    if spec["tool"] in ("nsys", "torch_memory"):
+        from verl.hardware import cuda_profile
+
+        (cuda_profile.nsys_start if spec["tool"] == "nsys" else cuda_profile.memory_start)(spec)
+        _WORKER_TRACE = (None, dict(spec), int(rank))
+        return True
+    if torch.autograd._profiler_enabled():
         return False
     from torch.profiler import ProfilerActivity, profile
 
@@ -170,24 +183,37 @@ def start_worker_trace(rank: int, spec: Mapping[str, Any]) -> bool:
     return True
 
 
-def worker_trace_path(spec: Mapping[str, Any], rank: int) -> str:
-    """Where a role's trace goes: ``<save_path>/<role>/step<N>[_<stage>]_rank<R>.json``, or with
-    ``relocate_results`` every trace flat in ``<save_path>`` as ``<role>_step<N>[_<stage>]_rank<R>.json``."""
-    stage = f"_{spec['stage']}" if spec.get("stage") else ""
-    name = f"step{int(spec['step'])}{stage}_rank{int(rank)}.json"
+def worker_trace_path(spec: Mapping[str, Any], rank: int, ext: str = "json") -> str:
+    """Where a role's trace goes: ``<save_path>/<role>/step<N>[-<M>][_<stage>]_rank<R>.<ext>`` (``-<M>``: the last
+    step of a continuous run), or with ``relocate_results`` every trace flat in ``<save_path>`` as
+    ``<role>_step<N>...``."""
+    stage = f"_{spec['stage']}" if spec["stage"] else ""
+    through = f"-{int(spec['through'])}" if spec["through"] not in (None, spec["step"]) else ""
+    name = f"step{int(spec['step'])}{through}{stage}_rank{int(rank)}.{ext}"
     if spec["relocate_results"]:
         return os.path.join(spec["save_path"], f"{spec['role']}_{name}")
     return os.path.join(spec["save_path"], str(spec["role"]), name)
 
 
 def stop_worker_trace(rank: int) -> str | None:
-    """Close the trace :func:`start_worker_trace` opened for ``rank`` in this process and write it as a Chrome trace
-    (written under a temporary name, then renamed). Returns the trace's path (None when this rank opened none)."""
+    """Close the trace :func:`start_worker_trace` opened for ``rank`` in this process and write it: a Chrome trace
+    (torch), a memory snapshot pickle (torch_memory), both under a temporary name then renamed; nsys closes the
+    capture range (Ray's Nsight writes the report; with ``relocate_results`` this process's finished reports are
+    moved into ``save_path``). Returns the written path (None when this rank opened none, and for nsys)."""
     global _WORKER_TRACE
     if _WORKER_TRACE is None or _WORKER_TRACE[2] != int(rank):
         return None
     prof, spec, _ = _WORKER_TRACE
     _WORKER_TRACE = None
+    if spec["tool"] in ("nsys", "torch_memory"):
+        from verl.hardware import cuda_profile
+
+        if spec["tool"] == "torch_memory":
+            return cuda_profile.memory_stop(worker_trace_path(spec, rank, "pickle"))
+        cuda_profile.nsys_stop()
+        if spec["relocate_results"]:
+            cuda_profile.relocate_nsys_reports(spec, os.getpid())
+        return None
     prof.__exit__(None, None, None)
     path = worker_trace_path(spec, rank)
     makedirs(os.path.dirname(path))
@@ -195,6 +221,17 @@ def stop_worker_trace(rank: int) -> str | None:
     prof.export_chrome_trace(tmp)
     os.replace(tmp, path)
     return path
+
+
+def mark_worker_range(name: str | None) -> None:
+    """Open (``name``) or close (None) an NVTX range in this worker process while an ``nsys`` capture range is open
+    (each call of a non-discrete nsys step gets one); nothing otherwise."""
+    if _WORKER_TRACE is None or _WORKER_TRACE[1]["tool"] != "nsys":
+        return
+    if name is None:
+        torch.cuda.nvtx.range_pop()
+    else:
+        torch.cuda.nvtx.range_push(name)
 
 
 def run_worker_finish_hook(rank: int, spec: Mapping[str, Any]) -> int | None:
@@ -211,9 +248,15 @@ def run_worker_finish_hook(rank: int, spec: Mapping[str, Any]) -> int | None:
         return None
 
     env = dict(os.environ)
+    if spec["tool"] == "nsys":
+        from verl.hardware.cuda_profile import RAY_NSIGHT_LOG_DIR, relocate_nsys_reports
+
+        env["VERL_PROFILE_RAY_NSIGHT_DIR"] = RAY_NSIGHT_LOG_DIR
+        if spec["relocate_results"]:  # the last range's report, written when its capture range closed
+            relocate_nsys_reports(spec, os.getpid())
     env.update(
         VERL_PROFILE_SAVE_PATH=str(spec["save_path"]),
-        VERL_PROFILE_TOOL="torch",
+        VERL_PROFILE_TOOL=str(spec["tool"]),
         VERL_PROFILE_RANK=str(rank),
         VERL_PROFILE_PID=str(os.getpid()),
         VERL_PROFILE_ROLE=str(spec["role"]),

@@ -2,23 +2,47 @@
 
 ``global_profiler`` picks the tool, the steps and where traces go; each role's ``profiler`` says whether that role's
 workers are traced and on which ranks (upstream's ``verl/utils/profiler/config.py``: ``ProfilerConfig``,
-``TorchProfilerToolConfig``). What each key does here is in docs/profiling.md; the tools other than ``torch``, and
-the torch options we do not have, are refused by :mod:`verl.trainer.config.profiler_checks`.
+``TorchProfilerToolConfig``, ``NsightToolConfig``, ``TorchMemoryToolConfig``). What each key does here is in
+docs/profiling.md; the tools we do not have (Ascend ones) and the torch options we do not have are refused by
+:mod:`verl.trainer.config.profiler_checks`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from verl.base_config import BaseConfig, list_field
+from verl.base_config import BaseConfig, dict_field, list_field
 
 
 @dataclass
 class NsysToolConfig(BaseConfig):
-    """``tool_config.nsys`` (Nsight Systems, refused here): kept as written."""
+    """``<role>.profiler.tool_config.nsys`` (tool ``nsys``): ``discrete`` true gives each call on the role's workers
+    its own capture range (``torch.cuda.profiler.start``/``stop``), false one range per traced step; null follows
+    ``global_profiler.global_tool_config.nsys.discrete`` (upstream interpolates the same)."""
+
+    discrete: Optional[bool] = None
+
+
+def _controller_nsight_options() -> dict[str, Any]:
+    return {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
+
+
+def _worker_nsight_options() -> dict[str, Any]:
+    return {**_controller_nsight_options(), "capture-range": "cudaProfilerApi", "capture-range-end": None, "kill": "none"}
+
+
+@dataclass
+class GlobalNsysToolConfig(BaseConfig):
+    """``global_profiler.global_tool_config.nsys`` (upstream v0.9's ``NsightToolConfig`` plus the two option groups):
+    ``discrete`` (the roles' default), ``worker_nsight_options`` (given to Ray as the workers'
+    ``runtime_env={"nsight": ...}``, i.e. ``nsys profile --<key>=<value>`` around each worker process; null values
+    left out, ``capture-range-end`` null: ``repeat-shutdown:<6 x len(steps)>``) and ``controller_nsight_options``
+    (the ``nsys profile`` options for the driver, which the user launches under Nsight: docs/profiling.md)."""
 
     discrete: bool = False
+    controller_nsight_options: dict[str, Any] = field(default_factory=_controller_nsight_options)
+    worker_nsight_options: dict[str, Any] = field(default_factory=_worker_nsight_options)
 
 
 @dataclass
@@ -33,10 +57,25 @@ class NPUToolConfig(BaseConfig):
 
 @dataclass
 class TorchMemoryToolConfig(BaseConfig):
-    """``tool_config.torch_memory`` (CUDA memory snapshots, refused here): kept as written."""
+    """``<role>.profiler.tool_config.torch_memory`` (tool ``torch_memory``: CUDA memory snapshots); null values
+    follow ``global_profiler.global_tool_config.torch_memory`` (upstream interpolates the same)."""
+
+    trace_alloc_max_entries: Optional[int] = None
+    stack_depth: Optional[int] = None
+
+
+@dataclass
+class GlobalTorchMemoryToolConfig(BaseConfig):
+    """``global_profiler.global_tool_config.torch_memory``: what ``torch.cuda.memory._record_memory_history``
+    records on the traced steps: at most ``trace_alloc_max_entries`` allocation events, ``context`` (alloc, state,
+    all), ``stacks`` (python, all), ``stack_depth`` and ``kw_args`` (more keyword arguments, e.g. ``device``) where
+    the installed torch takes them."""
 
     trace_alloc_max_entries: int = 100000
     stack_depth: int = 32
+    context: str = "all"
+    stacks: str = "all"
+    kw_args: dict[str, Any] = dict_field()
 
 
 @dataclass
@@ -75,8 +114,8 @@ class TorchToolConfig(BaseConfig):
 
 @dataclass
 class ProfilerToolConfig(BaseConfig):
-    """``<role>.profiler.tool_config``: per-tool settings; only ``torch``'s are read (the other tools are refused,
-    their settings kept as written)."""
+    """``<role>.profiler.tool_config``: per-tool settings (``torch``, ``nsys``, ``torch_memory`` are read; the
+    Ascend tools are refused, their settings kept as written)."""
 
     torch: TorchToolConfig = field(default_factory=TorchToolConfig)
     nsys: NsysToolConfig = field(default_factory=NsysToolConfig)
@@ -105,21 +144,23 @@ class ProfilerConfig(BaseConfig):
 
 @dataclass
 class GlobalToolConfig(BaseConfig):
-    """``global_profiler.global_tool_config``: settings of the tools refused here, kept as written."""
+    """``global_profiler.global_tool_config``: Nsight Systems' and the memory snapshots' settings (a role's own
+    non-null ``tool_config`` value wins); ``precision_debugger`` (refused tool) kept as written."""
 
-    nsys: NsysToolConfig = field(default_factory=NsysToolConfig)
-    torch_memory: TorchMemoryToolConfig = field(default_factory=TorchMemoryToolConfig)
+    nsys: GlobalNsysToolConfig = field(default_factory=GlobalNsysToolConfig)
+    torch_memory: GlobalTorchMemoryToolConfig = field(default_factory=GlobalTorchMemoryToolConfig)
     precision_debugger: PrecisionDebuggerToolConfig = field(default_factory=PrecisionDebuggerToolConfig)
 
 
 @dataclass
 class GlobalProfilerConfig(BaseConfig):
-    """``global_profiler`` (upstream v0.9): the tool (null: off; ``torch`` here), the global steps to trace, where
-    traces go, and a command run once after the last traced step (``finish_hook_cmd``)."""
+    """``global_profiler`` (upstream v0.9): the tool (null: off; ``torch``, ``nsys``, ``torch_memory``), the global
+    steps to trace, whether a run of consecutive steps shares one trace (``profile_continuous_steps``), where traces
+    go, and a command run once after the last traced step (``finish_hook_cmd``)."""
 
     tool: Optional[str] = None
     steps: Optional[list[int]] = None
-    profile_continuous_steps: bool = False
+    profile_continuous_steps: bool = False  # true: steps [1,2,5] -> one trace of 1-2, one of 5
     save_path: str = "outputs/profile"
     relocate_results: bool = False  # false: <save_path>/<role>/...; true: every trace flat in <save_path>
     finish_hook_cmd: Optional[str] = None

@@ -63,8 +63,9 @@ def _build_group(
 
     if not isinstance(cia, RayClassWithInitArgs):
         cia = RayClassWithInitArgs(cia.cls, *cia.args, **cia.kwargs)
-    if ray_options:
-        cia.update_options(ray_options)
+    if ray_options:  # runtime_env keys (env_vars, nsight, ...) merged over the roles' own
+        env = {**dict(cia.options.get("runtime_env") or {}), **dict(ray_options.get("runtime_env") or {})}
+        cia.update_options({**ray_options, **({"runtime_env": env} if env else {})})
     pool = _ray_pool(process_on_nodes, use_gpu, name_prefix, cpus_per_worker, placement_timeout_s)
     group = RayWorkerGroup(pool, cia, name_prefix=name_prefix or None, auto_padding=auto_padding)
     group._owns_pool = True

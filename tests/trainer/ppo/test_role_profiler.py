@@ -120,7 +120,7 @@ def test_whole_step_trace_and_no_role_enabled_traces_nothing() -> None:
 
 
 def test_worker_trace_ranks_layout_and_one_trace_per_process(tmp_path: Path) -> None:
-    spec = {"role": "critic", "step": 4, "stage": None, "ranks": [1], "contents": [], "save_path": str(tmp_path),
+    spec = {"tool": "torch", "role": "critic", "step": 4, "through": None, "stage": None, "ranks": [1], "contents": [], "save_path": str(tmp_path),
             "relocate_results": False}  # fmt: skip
     assert not start_worker_trace(0, spec), "rank 0 is not traced"
     assert start_worker_trace(1, spec)
@@ -137,9 +137,9 @@ def test_worker_trace_ranks_layout_and_one_trace_per_process(tmp_path: Path) -> 
     ("overrides", "line"),
     [
         (["global_profiler.tool=npu", "global_profiler.profile_continuous_steps=true"], "global_profiler.tool=npu: "),
-        (["global_profiler.tool=nsys"], "Nsight Systems capture"),
-        (["critic.profiler.tool=torch_memory"], "critic.profiler.tool=torch_memory: CUDA memory snapshots"),
-        (["global_profiler.profile_continuous_steps=true"], "profile_continuous_steps=true"),
+        (["global_profiler.tool=nsys", "trainer.device=cpu"], "global_profiler.tool=nsys with trainer.device=cpu"),
+        (["critic.profiler.tool=torch_memory", "trainer.device=cpu"], "critic.profiler.tool=torch_memory with"),
+        (["global_profiler.global_tool_config.torch_memory.context=none"], "torch_memory.context=none: use one of"),
         (["actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=2"], "schedule (sub-sampling"),
         (["actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_start=5"], "token window"),
         (["critic.profiler.tool_config.torch.contents=[gpu]"], "['gpu'] are not torch.profiler contents"),

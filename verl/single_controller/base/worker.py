@@ -243,6 +243,14 @@ class Worker:
         return stop_worker_trace(self._rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def mark_profile_range(self, name: str | None) -> None:
+        """Open (``name``) or close (None) an NVTX range on this rank inside an open ``nsys`` capture range
+        (:func:`verl.hardware.profiler.mark_worker_range`)."""
+        from verl.hardware.profiler import mark_worker_range
+
+        mark_worker_range(name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def profile_finish_hook(self, spec: dict[str, Any]) -> int | None:
         """Run the profiler's finish hook on this rank if it is a hook rank
         (:func:`verl.hardware.profiler.run_worker_finish_hook`); its exit status, or None."""

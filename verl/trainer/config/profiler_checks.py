@@ -1,9 +1,11 @@
 """Config-time checks of upstream v0.9's profiler keys (``global_profiler``, ``<role>.profiler``).
 
-Only ``torch.profiler`` traces are taken here (:mod:`verl.trainer.ppo.role_profiler`). The other tools of upstream's
-``verl/hardware/profiler/`` (Nsight Systems, the Ascend profiler and its precision debugger, CUDA memory snapshots) and
-the torch options that tune vLLM's engine-side profiler or sub-sample the update loop are refused with one line each.
-When the tool itself is refused, that is the only line (its options would not be read anyway).
+The tools taken here (:mod:`verl.trainer.ppo.role_profiler`): ``torch`` (``torch.profiler`` traces), ``nsys`` (NVTX
+ranges and ``cudaProfilerStart``/``Stop`` capture ranges for Nsight Systems) and ``torch_memory`` (CUDA memory
+snapshots). The Ascend tools of upstream's ``verl/utils/profiler/`` (NPU profiler, msprobe precision debugger), the
+CUDA tools with ``trainer.device=cpu``, and the torch options that tune vLLM's engine-side profiler or sub-sample the
+update loop are refused with one line each. When the tool itself is refused, that is the only line (its options
+would not be read anyway).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic")
-TOOLS = ("torch",)
+TOOLS = ("torch", "nsys", "torch_memory")
+CUDA_TOOLS = {
+    "nsys": "Nsight Systems captures CUDA work (cudaProfilerStart/Stop ranges)",
+    "torch_memory": "CUDA memory snapshots record the CUDA caching allocator",
+}
 _REFUSED_TOOLS = {
     "npu": "the Ascend NPU profiler is not available here (NPU is not a device here)",
-    "nsys": "Nsight Systems capture (nsys launched around the Ray workers) is not implemented here",
-    "torch_memory": "CUDA memory snapshots (torch.cuda.memory._record_memory_history) are not implemented here",
     "precision_debugger": "the Ascend msprobe precision debugger is not available here",
 }
 
@@ -37,11 +41,16 @@ def check_profiler(cfg: DictConfig, errors: list[str]) -> None:
             why = _REFUSED_TOOLS.get(str(tool), f"{tool!r} is not a profiler here")
             errors.append(f"{key}={tool}: {why}; use {key}=torch (torch.profiler traces, docs/profiling.md)")
             return
-    if bool(glob.profile_continuous_steps):
-        errors.append(
-            "global_profiler.profile_continuous_steps=true (one trace over consecutive steps) is not implemented "
-            "here; leave it false: each traced step gets its own trace per rank"
-        )
+        if tool is not None and str(tool) in CUDA_TOOLS and str(cfg.trainer.device) == "cpu":
+            errors.append(
+                f"{key}={tool} with trainer.device=cpu: {CUDA_TOOLS[str(tool)]}, which is not available here on "
+                f"CPU; use {key}=torch (torch.profiler traces CPU work, docs/profiling.md)"
+            )
+            return
+    mem = glob.global_tool_config.torch_memory
+    for k, allowed in (("context", ("alloc", "state", "all")), ("stacks", ("python", "all"))):
+        if str(mem[k]) not in allowed:
+            errors.append(f"global_profiler.global_tool_config.torch_memory.{k}={mem[k]}: use one of {allowed}")
     for role in ROLES:
         torch_cfg = _node(cfg, role).profiler.tool_config.torch
         sched = torch_cfg.schedule

@@ -25,6 +25,20 @@ logger = logging.getLogger(__name__)
 LOAD_ORDER = ("critic", "rm", "teacher", "judge", "actor_rollout")
 
 
+def worker_nsight_runtime_env(config: DictConfig) -> dict[str, Any] | None:
+    """Ray actor options launching every worker under Nsight Systems when ``global_profiler.tool=nsys`` has steps:
+    ``{"runtime_env": {"nsight": <global_tool_config.nsys.worker_nsight_options>}}`` with null options left out and
+    ``capture-range-end`` null set to ``repeat-shutdown:<6 x len(steps)>`` (upstream v0.9's
+    ``verl/single_controller/ray/base.py``); None otherwise (the local backend ignores Ray options)."""
+    glob = config.global_profiler
+    if glob.tool != "nsys" or not glob.steps:
+        return None
+    options = dict(OmegaConf.to_container(glob.global_tool_config.nsys.worker_nsight_options))
+    if "capture-range-end" in options and options["capture-range-end"] is None:
+        options["capture-range-end"] = f"repeat-shutdown:{6 * len(glob.steps)}"
+    return {"runtime_env": {"nsight": {k: v for k, v in options.items() if v is not None}}}
+
+
 class DriverWorkers:
     """The worker groups of one run.
 
@@ -105,6 +119,7 @@ class DriverWorkers:
                 # roles on resource pools (verl's mapping); unmapped roles share global_pool, one process per rank
                 **pool_settings(trainer_cfg, self.resource_pool_manager),
                 placement_timeout_s=float(self.config.ray_kwargs.placement_timeout_s),
+                ray_options=worker_nsight_runtime_env(self.config),
             )
         for name in LOAD_ORDER:
             if name in self.groups:
