@@ -173,6 +173,9 @@ def test_documented_command_runs(cmd: DocCommand, tmp_path) -> None:
     words = _words(cmd, tmp)
     assert words, f"{where}: nothing to run"
     program = words[0]
+    if program == "nsys":  # `nsys profile <options> python3 ...` (docs/profiling.md): the wrapped command is checked
+        words = words[next(i for i, w in enumerate(words) if w in PYTHONS) :]
+        program = words[0]
     if program in EXTERNAL:
         pytest.skip(f"{program}: {EXTERNAL[program]}")
     if program in (".", "source"):  # entering the environment `make` set up

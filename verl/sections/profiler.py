@@ -29,7 +29,12 @@ def _controller_nsight_options() -> dict[str, Any]:
 
 
 def _worker_nsight_options() -> dict[str, Any]:
-    return {**_controller_nsight_options(), "capture-range": "cudaProfilerApi", "capture-range-end": None, "kill": "none"}
+    return {
+        **_controller_nsight_options(),
+        "capture-range": "cudaProfilerApi",
+        "capture-range-end": None,
+        "kill": "none",
+    }
 
 
 @dataclass

@@ -120,8 +120,8 @@ def test_whole_step_trace_and_no_role_enabled_traces_nothing() -> None:
 
 
 def test_worker_trace_ranks_layout_and_one_trace_per_process(tmp_path: Path) -> None:
-    spec = {"tool": "torch", "role": "critic", "step": 4, "through": None, "stage": None, "ranks": [1], "contents": [], "save_path": str(tmp_path),
-            "relocate_results": False}  # fmt: skip
+    spec = {"tool": "torch", "role": "critic", "step": 4, "through": None, "stage": None, "ranks": [1],
+            "contents": [], "save_path": str(tmp_path), "relocate_results": False}  # fmt: skip
     assert not start_worker_trace(0, spec), "rank 0 is not traced"
     assert start_worker_trace(1, spec)
     assert not start_worker_trace(1, dict(spec, role="actor_rollout")), "one trace per process"

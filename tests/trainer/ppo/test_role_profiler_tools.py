@@ -119,7 +119,9 @@ def test_nsys_relocates_this_process_reports(tmp_path: Path) -> None:
     (src / "worker_process_1.1.nsys-rep").write_text("other process")
     spec = {"role": "critic", "save_path": str(tmp_path / "out")}
     moved = cuda_profile.relocate_nsys_reports(spec, os.getpid(), str(src))
-    assert [os.path.basename(p) for p in moved] == [f"critic_{os.uname().nodename}_worker_process_{os.getpid()}.1.nsys-rep"]
+    assert [os.path.basename(p) for p in moved] == [
+        f"critic_{os.uname().nodename}_worker_process_{os.getpid()}.1.nsys-rep"
+    ]
     assert os.listdir(src) == ["worker_process_1.1.nsys-rep"]
 
 
@@ -160,8 +162,8 @@ def test_cuda_tools_refused_without_cuda(monkeypatch: pytest.MonkeyPatch) -> Non
                                               ([1, 3], ["step1_rank0.json", "step3_rank0.json"])])  # fmt: skip
 def test_continuous_steps_share_one_torch_trace(steps: list[int], files: list[str], tmp_path: Path) -> None:
     prof, wg = _run(
-        ["global_profiler.tool=torch", f"global_profiler.steps={steps}", "global_profiler.profile_continuous_steps=true",
-         "actor_rollout_ref.actor.profiler.enable=true"],
+        ["global_profiler.tool=torch", f"global_profiler.steps={steps}",
+         "global_profiler.profile_continuous_steps=true", "actor_rollout_ref.actor.profiler.enable=true"],
         [1, 2, 3], tmp_path,
     )  # fmt: skip
     assert sorted(os.listdir(tmp_path / "actor_rollout")) == files

@@ -153,7 +153,9 @@ class RoleProfiler:
                     "use global_profiler.tool=torch (docs/profiling.md)"
                 )
             if any(p.spec["tool"] == "nsys" for p in plans):
-                logger.info("global_profiler.tool=nsys: to capture the driver too, run it as: %s", controller_command(cfg))
+                logger.info(
+                    "global_profiler.tool=nsys: to capture the driver too, run it as: %s", controller_command(cfg)
+                )
         return cls(steps if plans else [], plans, bool(cfg.global_profiler.profile_continuous_steps))
 
     @property
