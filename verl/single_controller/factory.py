@@ -43,6 +43,13 @@ def even_split(world_size: int, nnodes: int) -> list[int]:
     return [world_size // nnodes] * nnodes
 
 
+def add_ray_options(cia: Any, ray_options: Mapping[str, Any]) -> Any:
+    """Add Ray actor options to a ``RayClassWithInitArgs``: ``runtime_env`` keys (``env_vars``, ``nsight``, ...) are
+    merged over the ones its roles set, the other options replace theirs. Returns ``cia``."""
+    env = {**dict(cia.options.get("runtime_env") or {}), **dict(ray_options.get("runtime_env") or {})}
+    return cia.update_options({**ray_options, **({"runtime_env": env} if env else {})})
+
+
 def _build_group(
     backend: str,
     cia: ClassWithInitArgs,
@@ -63,9 +70,8 @@ def _build_group(
 
     if not isinstance(cia, RayClassWithInitArgs):
         cia = RayClassWithInitArgs(cia.cls, *cia.args, **cia.kwargs)
-    if ray_options:  # runtime_env keys (env_vars, nsight, ...) merged over the roles' own
-        env = {**dict(cia.options.get("runtime_env") or {}), **dict(ray_options.get("runtime_env") or {})}
-        cia.update_options({**ray_options, **({"runtime_env": env} if env else {})})
+    if ray_options:
+        add_ray_options(cia, ray_options)
     pool = _ray_pool(process_on_nodes, use_gpu, name_prefix, cpus_per_worker, placement_timeout_s)
     group = RayWorkerGroup(pool, cia, name_prefix=name_prefix or None, auto_padding=auto_padding)
     group._owns_pool = True

@@ -112,6 +112,16 @@ def test_nsys_ray_options_and_driver_command() -> None:
     assert controller_command(cfg).startswith("nsys profile --trace=cuda,nvtx,cublas,ucx --cuda-memory-usage=true")
 
 
+def test_nsight_runtime_env_is_merged_over_the_roles_env_vars() -> None:
+    pytest.importorskip("ray")
+    from verl.single_controller.factory import add_ray_options
+    from verl.single_controller.ray import RayClassWithInitArgs
+
+    cia = RayClassWithInitArgs(_OneRankGroup).update_options({"runtime_env": {"env_vars": {"A": "1"}}, "num_cpus": 1})
+    add_ray_options(cia, {"runtime_env": {"nsight": {"trace": "cuda"}}})
+    assert cia.options == {"runtime_env": {"env_vars": {"A": "1"}, "nsight": {"trace": "cuda"}}, "num_cpus": 1}
+
+
 def test_nsys_relocates_this_process_reports(tmp_path: Path) -> None:
     src = tmp_path / "nsight"
     src.mkdir()

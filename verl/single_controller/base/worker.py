@@ -229,8 +229,9 @@ class Worker:
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def start_profile(self, spec: dict[str, Any]) -> bool:
-        """Open this rank's ``torch.profiler`` trace of a traced step (upstream v0.9's per-role profiler; ``spec``
-        as in :func:`verl.hardware.profiler.start_worker_trace`). Returns whether this rank traces."""
+        """Open this rank's trace of a traced step: ``torch.profiler``, an nsys capture range or CUDA memory history
+        (upstream v0.9's per-role profiler; ``spec`` as in :func:`verl.hardware.profiler.start_worker_trace`).
+        Returns whether this rank traces."""
         from verl.hardware.profiler import start_worker_trace
 
         return start_worker_trace(self._rank, spec)
