@@ -144,12 +144,12 @@ class RoleProfiler:
         steps = list(cfg.global_profiler.steps or [])
         plans = [p for g in GROUP_ROLES if (p := _plan(cfg, g)) is not None]
         if any(p.spec["tool"] in ("nsys", "torch_memory") for p in plans) and steps:
-            import torch
+            from verl.utils.device import get_device_name
 
-            if not torch.cuda.is_available():
+            if get_device_name(str(cfg.trainer.device)) != "cuda":  # auto (or VERL_DEVICE) resolved to CPU
                 tool = next(p.spec["tool"] for p in plans if p.spec["tool"] != "torch")
                 raise ValueError(
-                    f"global_profiler.tool={tool} needs CUDA (it captures CUDA work) and this machine has none; "
+                    f"global_profiler.tool={tool} needs CUDA (it captures CUDA work) and this run is on CPU; "
                     "use global_profiler.tool=torch (docs/profiling.md)"
                 )
             if any(p.spec["tool"] == "nsys" for p in plans):
