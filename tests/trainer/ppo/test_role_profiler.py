@@ -49,6 +49,27 @@ def test_actor_profiler_traces_the_chosen_step_and_runs_the_hook_once(
     assert (save / "hook.txt").read_text().split("\n") == ["actor_rollout 0 torch", ""]
 
 
+def test_continuous_steps_one_trace_over_a_real_run(
+    tiny_model_dir: str,
+    task_files: dict[str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """profile_continuous_steps with steps [1,2] of a 2-step run: one actor_rollout trace holding both steps."""
+    save = tmp_path / "prof"
+    overrides = [
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[1,2]",
+        "global_profiler.profile_continuous_steps=true",
+        f"global_profiler.save_path={save}",
+        "actor_rollout_ref.actor.profiler.enable=true",
+    ]
+    run_ppo(tiny_config(tiny_model_dir, task_files, tmp_path / "run", overrides))
+    assert os.listdir(save / "actor_rollout") == ["step1-2_rank0.json"]
+    events = json.loads((save / "actor_rollout" / "step1-2_rank0.json").read_text())["traceEvents"]
+    updates = sum(e.get("name") == "Optimizer.step#AdamW.step" for e in events)
+    assert updates == 4, "both steps' actor and critic updates (gae: one optimizer step each per training step)"
+
+
 class _FakeGroup:
     """A worker group of two ranks in one 'process' as seen by RoleProfiler: records what it is asked."""
 
