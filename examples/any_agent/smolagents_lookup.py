@@ -17,6 +17,9 @@ Trained unchanged with ``actor_rollout_ref.rollout.agent.openai.agent=examples/a
 (``run_smolagents_lookup.sh``, ``docs/any_agent.md``). Against any OpenAI server::
 
     python examples/any_agent/smolagents_lookup.py --base-url http://127.0.0.1:8000/v1 Alice
+    # every held-out question, twice each, sampled at T=0.7: mean reward, lookup calls, share rewarded
+    python examples/any_agent/smolagents_lookup.py --base-url http://127.0.0.1:8000/v1 --held-out --samples 2 \\
+        --temperature 0.7
 """
 
 from __future__ import annotations
@@ -129,18 +132,56 @@ def run(task: dict[str, Any], base_url: str, api_key: str) -> float:
     return score(answer, lookup_calls(agent), int(task["extra_info"]["answer"]))
 
 
+def held_out_probe(base_url: str, api_key: str, model: str, samples: int, **model_kwargs: Any) -> dict[str, float]:
+    """Run the agent ``samples`` times on each held-out question of ``make_lookup_data.py`` (36), 16 at a time, against
+    the server at ``base_url``: the mean reward, well-formed lookup calls per trajectory, and the share of
+    trajectories with a reward above 0 (what GRPO needs some of in a group before it can learn)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data_spec = importlib.util.spec_from_file_location(
+        "make_lookup_data", os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_lookup_data.py")
+    )
+    data = importlib.util.module_from_spec(data_spec)
+    data_spec.loader.exec_module(data)
+    tasks = [row for row in data.rows("test") for _ in range(samples)]
+
+    def one(row: dict[str, Any]) -> tuple[float, int]:
+        agent = make_agent(base_url, api_key, model, **model_kwargs)
+        answer = agent.run(row["prompt"][-1]["content"], reset=False)
+        calls = lookup_calls(agent)
+        return score(answer, calls, int(row["extra_info"]["answer"])), calls
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, tasks))
+    n = len(results)
+    return {
+        "trajectories": n,
+        "reward": sum(r for r, _ in results) / n,
+        "lookup_calls": sum(c for _, c in results) / n,
+        "rewarded": sum(r > 0 for r, _ in results) / n,
+    }
+
+
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name")
+    parser.add_argument("name", nargs="?", help="ask about one person (or --held-out)")
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--api-key", default="none")
     parser.add_argument("--model", default="policy")
     parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--held-out", action="store_true", help="run every held-out question --samples times")
+    parser.add_argument("--samples", type=int, default=1)
     args = parser.parse_args()
     kwargs = {} if args.temperature is None else {"temperature": args.temperature}
-    agent = make_agent(args.base_url, args.api_key, args.model, **kwargs)
-    answer = agent.run(question(args.name), reset=False)
-    calls = lookup_calls(agent)
-    print(answer, "| lookup calls:", calls, "| reward:", score(answer, calls, CODES[args.name.strip().capitalize()]))
+    if args.held_out:
+        print(held_out_probe(args.base_url, args.api_key, args.model, args.samples, **kwargs))
+    elif args.name:
+        agent = make_agent(args.base_url, args.api_key, args.model, **kwargs)
+        answer = agent.run(question(args.name), reset=False)
+        calls = lookup_calls(agent)
+        code = CODES[args.name.strip().capitalize()]
+        print(answer, "| lookup calls:", calls, "| reward:", score(answer, calls, code))
+    else:
+        parser.error("give a NAME or --held-out")
