@@ -104,10 +104,11 @@ def test_tool_choice_required_is_parsed_as_auto_and_counted_when_unmet(kit) -> N
 
 
 def test_the_smolagents_lookup_example_scores_its_final_answer(kit, monkeypatch) -> None:
-    """examples/any_agent/smolagents_lookup.py through the endpoint, three trajectories in one batch: Q1 looks the
-    code up and ends with final_answer (1.0, two segments, two rows); Q2 answers in text with the worked example's
-    code, which smolagents cannot parse, twice, then its final-answer request (0, three requests); Q3 looks up but
-    ends with the wrong code (0.1, the tool use alone)."""
+    """examples/any_agent/smolagents_lookup.py through the endpoint, three trajectories in one batch; its worked example
+    sits in the agent's memory as two assistant turns, so the scripted replies start at turn 2. One tool step
+    (``max_steps=1``), then smolagents' final-answer request: Q1 looks the code up and answers it (1.0); Q2 answers in
+    text with the worked example's code, which smolagents cannot parse, then again in its final-answer request (0);
+    Q3 looks up but answers the wrong code (0.1, the tool use alone)."""
     spec = f"{os.path.abspath(os.path.join(os.path.dirname(EXAMPLE), 'smolagents_lookup.py'))}:run"
     from verl.experimental.agent_loop.openai_agent.agents import load_agent
     from verl.experimental.agent_loop.openai_agent.loop import _AGENTS
@@ -116,35 +117,42 @@ def test_the_smolagents_lookup_example_scores_its_final_answer(kit, monkeypatch)
     monkeypatch.setitem(agent_globals, "MAX_TOKENS", 128)  # the test's byte tokenizer: one token per character
     code = agent_globals["CODES"]["Alice"]
     call = '<tool_call>{"name": "lookup", "arguments": {"name": "Alice"}}</tool_call>'
-
-    def final(answer: str) -> str:
-        return f'<tool_call>{{"name": "final_answer", "arguments": {{"answer": "{answer}"}}}}</tool_call>'
-
     tok = kit.chat_tokenizer()
-    scripts = {"Q1": [call, final(str(code))], "Q2": ["It is 123."] * 3, "Q3": [call, final("123")]}
+    scripts = {"Q1": ["", "", call, f"It is {code}."], "Q2": ["", "", "It is 123.", "It is 123."]}
+    scripts["Q3"] = ["", "", call, "It is 123."]
     engine = kit.ScriptedEngine(tok, scripts)
-    config = kit.rollout_config(agent_default_agent_loop="openai_agent", prompt_length=2048, response_length=1024,
+    config = kit.rollout_config(agent_default_agent_loop="openai_agent", prompt_length=2048, response_length=256,
                                 agent_openai={"agent": spec})  # fmt: skip
     config = omega_conf_to_dataclass(config, RolloutConfig)
     questions = [f"Q{i}: What is the locker code of Alice?" for i in (1, 2, 3)]
     out = AgentLoopRunner(config, tok, engine).generate_sequences(
         kit.prompt_batch(tok, questions, [{"answer": str(code)}] * 3)
     )
-    rewards = list(out.non_tensor_batch["agent_reward"])
-    requests = [m["openai/requests"] for m in out.non_tensor_batch["agent_metrics"]]
-    # one row per segment. Q1, Q3: the request after the tool call re-sends the history rewritten (a split). Q2: its
-    # text reply and smolagents' parse error (a user message) extend the first segment; the final-answer request,
-    # with its own system prompt, starts the second
-    assert rewards == [1.0, 1.0, 0.0, 0.0, 0.1, 0.1] and requests == [2, 2, 3, 3, 2, 2]
+    metrics = list(out.non_tensor_batch["agent_metrics"])[::2]  # a trajectory's rows share its metrics
+    assert all(m["openai/failure_reason"] is None for m in metrics), metrics
+    # two requests each, and the final-answer request (its own system prompt) starts a second segment: two rows per
+    # trajectory, each holding one reply
+    assert [m["openai/requests"] for m in metrics] == [2, 2, 2] and [m["openai/splits"] for m in metrics] == [1, 1, 1]
+    assert list(out.non_tensor_batch["agent_reward"]) == [1.0, 1.0, 0.0, 0.0, 0.1, 0.1]
     width = out.batch["responses"].shape[1]
-    n = int(out.batch["attention_mask"][2, -width:].sum())
-    # Q2's first row: both replies trained (mask 1), the error text between them not (mask 0)
-    assert sum(out.batch["response_mask"][2, :n].tolist()) == 2 * (len("It is 123.") + 1) < n
-    # the trained rows hold what the engine sampled: the call, the right final answer (Q1's rows)
-    for row, text in ((0, call), (1, final(str(code)))):
+    for row, text in ((0, call), (1, f"It is {code}."), (2, "It is 123."), (3, "It is 123.")):
         n = int(out.batch["attention_mask"][row, -width:].sum())
         sampled = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
         assert out.batch["responses"][row, :n].tolist() == sampled
-    # Q1's second request shows the model smolagents' rewrite of its call and the tool's observation
+        assert out.batch["response_mask"][row, :n].tolist() == [1] * n
+    # the first request: the short system prompt, then the worked example as separate turns of the agent's memory
+    # (smolagents' TaskStep and ActionSteps), then the row's task
+    first = tok.decode(out.batch["prompts"][0][out.batch["attention_mask"][0, :-width].bool()].tolist())
+    turns = [
+        "<|system|>You find locker codes with the lookup tool.",
+        "<|user|>New task:\nWhat is the locker code of Bob?\n",
+        '<|assistant|><tool_call>{"name": "lookup", "arguments": {"name": "Bob"}}</tool_call>\nCalling tools:',
+        "<|user|>Observation:\nBob's locker code is 123.\n",
+        "<|assistant|>Bob's locker code is 123.<eos>",
+        "<|user|>New task:\nQ1: What is the locker code of Alice?\n",
+    ]
+    places = [first.find(turn) for turn in turns]
+    assert -1 not in places and places == sorted(places), (places, first)
+    # Q1's final-answer request shows the model smolagents' rewrite of its call and the tool's observation
     second = tok.decode(out.batch["prompts"][1][out.batch["attention_mask"][1, :-width].bool()].tolist())
     assert "Calling tools:" in second and f"Observation:\nAlice's locker code is {code}." in second
