@@ -6,10 +6,14 @@ sequences of ``--response-length`` tokens after ``--prompt-length``-token prompt
 device's precision. Reported per mode: the median over ``--repeats`` calls of the time per generated token (prefill
 included, the first call of each mode is a warm-up and not counted: compilation and graph capture), the tokens of
 the eager and other modes compared, and on CUDA the bandwidth limit: the bytes a step must read (weights in the
-compute dtype + the KV cache filled so far, on average) over the device's memory bandwidth.
+compute dtype + the KV cache filled so far, on average) over the device's memory bandwidth. ``--weights`` runs each
+mode on the model's own modules (``module``) and on the forward's stacked copy in the compute dtype (``decode``,
+verl/workers/rollout/decode/decode_weights.py), side by side in one run.
 
     python bench/decode_speed.py --smoke                      # tiny shape, CI
     python bench/decode_speed.py --shapes 0.5B 1.5B           # on a CUDA machine: the issue-12 shapes, 128 rows
+    python bench/decode_speed.py --shapes S --modes eager --weights module decode --rows 16 --prompt-length 32 \
+        --response-length 64 --threads 1                      # the weight copy against the modules, on CPU
     ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 python bench/decode_speed.py --shapes tiny S --modes eager compile
 """
 
@@ -26,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from bench._common import default_device, markdown_table, save_result  # noqa: E402
+from verl.workers.rollout.decode import DECODE_MODES  # noqa: E402
 
 # Qwen2.5 shapes (hidden, layers, heads, kv heads, ffn) with the SmolLM2 vocabulary: 0.5B -> 402M parameters
 SHAPES = {
@@ -33,6 +38,8 @@ SHAPES = {
                  intermediate_size=128, vocab_size=512),
     "S": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               intermediate_size=1024, vocab_size=49152),
+    "135M": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                 intermediate_size=1536, vocab_size=49152),  # SmolLM2-135M's shape (the bundled model)
     "0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                  intermediate_size=4864, vocab_size=49152),
     "1.5B": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> dict:
         do_sample=True, temperature=1.0, top_p=1.0, top_k=-1, response_length=args.response_length,
         min_new_tokens=args.response_length, calculate_log_probs=False,
     )  # fmt: skip
-    modes = [m for m in args.modes if m != "cuda_graph" or device == "cuda"]
+    modes = [m for m in args.modes if "cuda_graph" not in m or device == "cuda"]
     rows_out = []
     for shape in args.shapes:
         model = build_model(shape, device)
@@ -86,8 +93,8 @@ def run(args: argparse.Namespace) -> dict:
         mask = torch.ones_like(ids)
         pos = torch.arange(args.prompt_length, device=device).expand_as(ids)
         reference = None
-        for mode in modes:
-            decoder = DecodeLoop(model, mode=mode)
+        for mode, weights in [(m, w) for m in modes for w in args.weights]:
+            decoder = DecodeLoop(model, mode=mode, decode_weights=weights == "decode")
             times, first_call = [], float("nan")
             for i in range(args.repeats + 1):
                 torch.manual_seed(1)
@@ -108,17 +115,22 @@ def run(args: argparse.Namespace) -> dict:
             same = bool(torch.equal(tokens, reference))
             ms = statistics.median(times) / args.response_length * 1e3
             limit = bandwidth_limit_ms(model, args.rows, args.prompt_length, args.response_length, dtype)
-            rows_out.append(dict(shape=shape, mode=mode, rows=args.rows, ms_per_step=ms, bandwidth_limit_ms=limit,
+            rows_out.append(dict(shape=shape, mode=mode, weights=weights, rows=args.rows, ms_per_step=ms,
+                                 bandwidth_limit_ms=limit,
                                  first_call_s=first_call, same_tokens_as_first_mode=same, dtype=str(dtype),
                                  device=device))  # fmt: skip
-            print(f"{shape} {mode}: {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}", flush=True)
+            print(f"{shape} {mode} {weights}: {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}", flush=True)
     return {"results": rows_out, "args": vars(args)}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=["0.5B", "1.5B"], choices=sorted(SHAPES))
-    parser.add_argument("--modes", nargs="+", default=["eager", "compile", "cuda_graph"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compile", "cuda_graph"], choices=DECODE_MODES)
+    parser.add_argument(
+        "--weights", nargs="+", default=["module", "decode"], choices=["module", "decode"],
+        help="decode on the model's modules and/or on the forward's stacked weight copy",
+    )  # fmt: skip
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=256)
@@ -133,12 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     payload = run(args)
-    header = ["shape", "mode", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s", "same tokens"]
-    table = [
-        [r["shape"], r["mode"], r["rows"], r["dtype"], r["ms_per_step"], r["bandwidth_limit_ms"], r["first_call_s"],
-         r["same_tokens_as_first_mode"]]
-        for r in payload["results"]
-    ]  # fmt: skip
+    header = ["shape", "mode", "weights", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s"]
+    header.append("same tokens")
+    keys = ["shape", "mode", "weights", "rows", "dtype", "ms_per_step", "bandwidth_limit_ms", "first_call_s"]
+    table = [[r[k] for k in keys] + [r["same_tokens_as_first_mode"]] for r in payload["results"]]
     print(markdown_table(header, table))
     print("saved", save_result("decode_speed", payload, smoke=args.smoke, per_machine=True))
 

@@ -67,10 +67,26 @@ class AgentConfig(BaseConfig):
 
 
 @dataclass
+class HFEngineKwargsConfig(BaseConfig):
+    """``rollout.engine_kwargs.hf``: the ``hf`` engine's decode loop (verl/workers/rollout/decode/, docs/rollout.md).
+
+    ``decode_mode``: ``eager`` | ``compile`` | ``cuda_graph`` | ``compile_cuda_graph`` (the CUDA-graph modes need a
+    CUDA device and ``enforce_eager=false``); null: ``enforce_eager`` decides (eager, or CUDA graphs on CUDA).
+    ``decode_weights``: decode with the static-cache forward's stacked weight copy in the compute dtype; null: in the
+    CUDA-graph modes, where the model's layers allow it.
+    """
+
+    decode_mode: Optional[Literal["eager", "compile", "cuda_graph", "compile_cuda_graph"]] = None
+    decode_weights: Optional[bool] = None
+
+
+@dataclass
 class EngineKwargsConfig(BaseConfig):
-    """``rollout.engine_kwargs``: extra arguments of each engine's constructor (``vllm``: ``vllm.LLM`` kwargs)."""
+    """``rollout.engine_kwargs``: extra arguments of each engine (``vllm``: ``vllm.LLM`` kwargs; ``hf``: its decode
+    loop)."""
 
     vllm: dict[str, Any] = dict_field()
+    hf: HFEngineKwargsConfig = field(default_factory=HFEngineKwargsConfig)
 
 
 @dataclass

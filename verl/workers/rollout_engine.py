@@ -41,6 +41,9 @@ class RolloutEngineMixin:
         )
         if not usable:
             logger.info("rollout.name=auto: using hf because %s", why_not)
+        hf = self.config.rollout.engine_kwargs.hf
+        if usable and (hf.decode_mode is not None or hf.decode_weights is not None):
+            logger.warning("rollout.name=auto picked vllm: rollout.engine_kwargs.hf (the hf decode loop) is not used")
         return "vllm" if usable else "hf"
 
     def _build_rollout(self) -> None:

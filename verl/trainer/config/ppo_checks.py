@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_rollout_correction
+from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 from verl.trainer.config.section_rules import check_section_rules
@@ -557,7 +558,8 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     """All cross-field checks of a (type-checked) PPO config; returns ``(errors, warnings)``.
 
     Each check is a function of its own: the namespace, positive sizes, what is implemented, multi-turn settings,
-    placement, value ranges, logger names, rollout correction, asynchronous training, distillation and the judge;
+    placement, value ranges, the hf decode loop, logger names, rollout correction, asynchronous training,
+    distillation and the judge;
     then batch division over the ranks, token budgets and the algorithm's settings (their arithmetic divides by the
     sizes above: after a problem there, only what they find about other keys is added). Every problem is reported
     at once. Warnings: :func:`wasted_work_warnings`.
@@ -572,6 +574,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(check_multi_turn, cfg, errors, warns)
     run_check(check_placement, cfg, errors)
     run_check(check_value_ranges, cfg, use_critic, errors)
+    run_check(check_hf_decode, cfg, errors)
     run_check(check_logger, cfg, errors)
     run_check(check_rollout_correction, cfg, errors)
     run_check(check_algorithm_keys, cfg, errors)

@@ -271,11 +271,15 @@ class HFRollout(BaseRollout):
 
     def decode_loop(self, device: torch.device) -> DecodeLoop:
         """The decode loop of this engine, kept across calls (its compiled step or CUDA graphs and their buffers are
-        reused). ``rollout.enforce_eager`` picks the mode: true -> eager; false (default) -> CUDA graphs on CUDA,
-        :data:`~verl.workers.rollout.decode.CPU_AUTO_MODE` on CPU (forwards without a static cache run eager)."""
-        mode = resolve_decode_mode(bool(self.config.enforce_eager), device)
+        reused). ``rollout.engine_kwargs.hf.decode_mode`` picks the mode, or when null ``rollout.enforce_eager``:
+        true -> eager; false (default) -> CUDA graphs on CUDA, :data:`~verl.workers.rollout.decode.CPU_AUTO_MODE` on
+        CPU (forwards without a static cache run eager); ``engine_kwargs.hf.decode_weights`` the weight copy."""
+        hf = self.config.engine_kwargs.hf
+        mode = resolve_decode_mode(bool(self.config.enforce_eager), device, hf.decode_mode)
         decoder = self._decoder
         stale = decoder is None or decoder.module is not self.module or decoder.requested_mode != mode
         if stale or decoder.static_cache != self.use_static_cache:
-            decoder = self._decoder = DecodeLoop(self.module, mode=mode, static_cache=self.use_static_cache)
+            decoder = self._decoder = DecodeLoop(
+                self.module, mode=mode, static_cache=self.use_static_cache, decode_weights=hf.decode_weights
+            )
         return decoder

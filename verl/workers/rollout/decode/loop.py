@@ -16,7 +16,14 @@ three ways (``mode``):
 - ``compile``: ``torch.compile`` (inductor) of the step;
 - ``cuda_graph``: the step captured once per batch-size bucket as a ``torch.cuda.CUDAGraph`` and replayed (one
   launch per token instead of hundreds of kernel launches: a small model's decode step is bound by launch
-  overhead, not by reading its weights).
+  overhead, not by reading its weights);
+- ``compile_cuda_graph``: the inductor-compiled step (elementwise chains such as norms, rotary embedding and the
+  sampler's arithmetic fused into few kernels) captured and replayed as a CUDA graph: fewer kernels per replay
+  than ``cuda_graph``, at the price of a compilation (about a minute) on the first call.
+
+The static-cache forward can decode with its own copy of the weights (:mod:`.decode_weights`: the compute dtype,
+q/k/v and gate/up stacked; ``decode_weights``): on by default in the graph modes, where it removes every per-step
+weight cast and three matmuls per layer.
 
 The other forwards run eager. Prefill is always eager. In the compiled and graph modes the batch is padded up to a
 bucket (1, 2, 4, 8, then multiples of 8: vLLM's CUDA-graph capture sizes), so a handful of graphs serve every batch
@@ -47,7 +54,8 @@ from verl.workers.rollout.sampling import choose_tokens, token_log_probs
 
 logger = logging.getLogger(__name__)
 
-DECODE_MODES = ("eager", "compile", "cuda_graph")
+DECODE_MODES = ("eager", "compile", "cuda_graph", "compile_cuda_graph")
+GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
 # Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
 # docs/benchmarks.md ("Compiled decode on CPU"), inductor's step does not beat the eager one on CPU.
 CPU_AUTO_MODE = "eager"
@@ -82,9 +90,19 @@ def decode_forward_for(module: torch.nn.Module, static_cache: bool = True) -> De
     return FullForward(module)
 
 
-def resolve_decode_mode(enforce_eager: bool, device: torch.device) -> str:
-    """The decode mode for ``rollout.enforce_eager`` on ``device``: ``eager`` when enforced, else CUDA graphs on
-    CUDA and :data:`CPU_AUTO_MODE` elsewhere."""
+def resolve_decode_mode(enforce_eager: bool, device: torch.device, requested: str | None = None) -> str:
+    """The decode mode for ``rollout.enforce_eager`` on ``device``: ``requested``
+    (``rollout.engine_kwargs.hf.decode_mode``) when given, else ``eager`` when enforced, CUDA graphs on CUDA and
+    :data:`CPU_AUTO_MODE` elsewhere. A requested mode that contradicts ``enforce_eager`` or the device is refused."""
+    key = "rollout.engine_kwargs.hf.decode_mode"
+    if requested is not None:
+        if requested not in DECODE_MODES:
+            raise ValueError(f"{key}={requested!r} is not one of {DECODE_MODES}")
+        if enforce_eager and requested != "eager":
+            raise ValueError(f"{key}={requested} contradicts rollout.enforce_eager=true: set one of them only")
+        if requested in GRAPH_MODES and device.type != "cuda":
+            raise ValueError(f"{key}={requested} needs a CUDA device, the rollout runs on {device.type}: use eager")
+        return requested
     if enforce_eager:
         return "eager"
     return "cuda_graph" if device.type == "cuda" else CPU_AUTO_MODE
@@ -143,10 +161,17 @@ class DecodeLoop:
         check_every: read the number of running rows back to the host every this many steps (early exit and
             compaction); ``None``: every step on CPU, every 8 steps elsewhere (each read is a device sync).
         static_cache: use the static-cache forward where the architecture has one (False: the model's own forward).
+        decode_weights: decode with the static-cache forward's own copy of the weights (:mod:`.decode_weights`);
+            ``None``: in the graph modes (where the model allows it), not in ``eager`` / ``compile``.
     """
 
     def __init__(
-        self, module: torch.nn.Module, mode: str = "eager", check_every: int | None = None, static_cache: bool = True
+        self,
+        module: torch.nn.Module,
+        mode: str = "eager",
+        check_every: int | None = None,
+        static_cache: bool = True,
+        decode_weights: bool | None = None,
     ) -> None:
         if mode not in DECODE_MODES:
             raise ValueError(f"decode mode {mode!r} is not one of {DECODE_MODES}")
@@ -156,6 +181,7 @@ class DecodeLoop:
         self.requested_mode = mode  # ``mode`` itself falls back to eager if a CUDA graph cannot be captured
         self.mode = mode if self.forward.graphable else "eager"
         self.check_every = check_every
+        self.decode_weights = self._resolve_decode_weights(decode_weights)
         # eager mode attends over the filled part of the cache only (less to read); False reads the whole cache
         # under the mask, kernel for kernel what the compiled and graph modes run (bit-identical results on CUDA)
         self.attend_filled_only = True
@@ -168,8 +194,25 @@ class DecodeLoop:
         self._param_key: tuple[int, ...] = ()
         self._cache_dtype = torch.float32  # of this call's cache (part of a cached state's key)
 
+    def _resolve_decode_weights(self, requested: bool | None) -> bool:
+        """Whether the forward decodes with its own weight copy: ``requested``, or by mode when None; a forward or
+        model that cannot is refused when asked explicitly and falls back to its modules when not."""
+        unsupported = getattr(self.forward, "stacked_weights_unsupported", None)
+        reason = unsupported() if unsupported is not None else f"{type(self.forward).__name__} has no weight copy"
+        if requested is None:
+            return reason is None and self.mode in GRAPH_MODES
+        if requested and reason is not None:
+            raise ValueError(f"decode_weights=True: {reason}")
+        return requested
+
     def release(self) -> None:
-        """Free the cached decode buffers and CUDA graphs (they are rebuilt on the next call)."""
+        """Free the cached decode buffers, CUDA graphs and the forward's weight copy (rebuilt on the next call)."""
+        self._free_buffers()
+        drop = getattr(self.forward, "drop_decode_weights", None)
+        if drop is not None:
+            drop()
+
+    def _free_buffers(self) -> None:
         self._states.clear()
         self._graphs.clear()
         self._graph_pool = None
@@ -214,9 +257,7 @@ class DecodeLoop:
             filled_only = self.attend_filled_only or not self.forward.graphable
             self._step(st, c, host_cur + 1 if filled_only else None)
         elif self.mode == "compile":
-            if self._compiled is None:
-                self._compiled = torch.compile(self._step, **self.compile_options)
-            self._compiled(st, c, None)
+            self._compiled_step()(st, c, None)
         else:
             try:
                 self._replay_graph(st, c)
@@ -226,6 +267,16 @@ class DecodeLoop:
                 self.mode = "eager"
                 self._graphs.clear()
                 self._step(st, c, None)
+
+    def _compiled_step(self) -> Callable[..., None]:
+        """``torch.compile`` of :meth:`_step` (compiled once per loop, with :attr:`compile_options`)."""
+        if self._compiled is None:
+            self._compiled = torch.compile(self._step, **self.compile_options)
+        return self._compiled
+
+    def _graph_step(self) -> Callable[..., None]:
+        """The step a CUDA graph captures: the compiled one in ``compile_cuda_graph`` mode, else the eager one."""
+        return self._compiled_step() if self.mode == "compile_cuda_graph" else self._step
 
     @staticmethod
     def graph_key(st: DecodeState, c: _StepConsts) -> tuple[Any, ...]:
@@ -256,13 +307,14 @@ class DecodeLoop:
         # when this call's autocast region ends while the graph still reads it; the casts are replayed instead.
         dtype = torch.get_autocast_dtype("cuda")
         enabled = torch.is_autocast_enabled("cuda")
+        step = self._graph_step()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         try:
             with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
-                # warm-up (lazy library initialisation); it writes the same cache slot and outputs the real step
-                # writes again, and the advanced counters are restored below
-                self._step(st, c, None)
+                # warm-up (lazy library initialisation, and the compilation in compile_cuda_graph mode); it writes the
+                # same cache slot and outputs the real step writes again, and the advanced counters are restored below
+                step(st, c, None)
             torch.cuda.current_stream().wait_stream(side)
             restore()
             if self._graph_pool is None:
@@ -270,16 +322,15 @@ class DecodeLoop:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool):
                 with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
-                    self._step(st, c, None)
+                    step(st, c, None)
         finally:
             torch.cuda.current_stream().wait_stream(side)
             restore()  # capture runs no kernel, the warm-up did: the step to replay starts from the saved state
         return graph
 
-    @staticmethod
-    def _check_graph_device(device: torch.device) -> None:
+    def _check_graph_device(self, device: torch.device) -> None:
         if device.type != "cuda":
-            raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, the model is on {device}")
+            raise ValueError(f"decode mode {self.mode!r} needs a CUDA device, the model is on {device}")
 
     def _state(self, rows: int, capacity: int, length: int, dtype: torch.dtype, device: Any) -> DecodeState:
         """The decode buffers of a bucket: cached across calls in the compiled and graph modes (the graphs are
@@ -297,7 +348,7 @@ class DecodeLoop:
         state = self._states.get(key)
         if state is None:
             if any(k[1:] != key[1:] for k in self._states):
-                self.release()  # another capacity, length or dtype: the old buckets will not be used again soon
+                self._free_buffers()  # another capacity, length or dtype: the old buckets will not be used again soon
             state = self._states[key] = alloc()
         return state
 
@@ -414,7 +465,7 @@ class DecodeLoop:
         bs, prompt_len = input_ids.shape
         device = input_ids.device
         length = settings.response_length
-        if self.mode == "cuda_graph":
+        if self.mode in GRAPH_MODES:
             self._check_graph_device(device)
             weights = self.forward.weights_key()
             if weights != self._param_key:  # parameters re-allocated: captured graphs read stale storage
@@ -426,6 +477,8 @@ class DecodeLoop:
         # round the capacity so prompts of similar lengths share buffers (and graphs)
         capacity = prompt_len + length if exact else 64 * math.ceil((prompt_len + length) / 64)
         self._cache_dtype = self.forward.cache_dtype(input_ids)
+        if self.decode_weights and self.forward.load_decode_weights(self._cache_dtype, device):
+            self._graphs.clear()  # a new copy (another dtype): graphs captured earlier read the old one's storage
         st = self._state(rows, capacity, length, self._cache_dtype, device)
         logits = self.forward.prefill(st.cache, input_ids, attention_mask, position_ids, **model_inputs)
         self._start(st, logits, attention_mask, position_ids, eos_ids, banned_ids, consts)

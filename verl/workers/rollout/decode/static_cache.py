@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_weights_unsupported, rms_norm
 from verl.workers.rollout.decode.state import DecodeState
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
@@ -113,6 +114,26 @@ class StaticCacheForward:
         self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.vocab = int(lm.lm_head.weight.shape[0])
+        # the decode step's own weights (decode_weights.py), when the loop asks for them
+        self.decode_weights: DecodeWeights | None = None
+
+    def stacked_weights_unsupported(self) -> str | None:
+        """Why this model cannot decode with a :class:`DecodeWeights` copy, or None."""
+        return decode_weights_unsupported(self.lm)
+
+    def load_decode_weights(self, dtype: torch.dtype, device: Any) -> bool:
+        """Decode from here on with a copy of the weights in ``dtype``: refreshed from the model in place, or
+        built (True: new storage)."""
+        if self.decode_weights is not None and self.decode_weights.matches(dtype, device):
+            self.decode_weights.refresh()
+            return False
+        self.decode_weights = None  # free the old copy before allocating the new one
+        self.decode_weights = DecodeWeights(self.lm, dtype, device)
+        return True
+
+    def drop_decode_weights(self) -> None:
+        """Decode with the model's own modules again (and free the copy)."""
+        self.decode_weights = None
 
     def weights_key(self) -> tuple[int, ...]:
         """Storage of every parameter (captured graphs read these addresses)."""
@@ -188,17 +209,23 @@ class StaticCacheForward:
         last = self.backbone.norm(hidden[:, -1:, :])
         return self.lm.lm_head(last)[:, -1, :]
 
-    def decode(self, st: DecodeState, live: int | None) -> torch.Tensor:
-        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` (eager
-        only) limits attention to the first ``live`` slots, else the whole cache is read under the mask."""
-        bs = st.last_tokens.shape[0]
+    def _decode_inputs(self, st: DecodeState, live: int | None) -> tuple[torch.Tensor, ...]:
+        """The attention bias ``[B, 1, 1, live]``, the embedded tokens ``[B, 1, hidden]``, rotary cos/sin
+        ``[B, 1, 1, head_dim]`` and the cache slot ``[1]`` of one decode step."""
         allowed = st.key_ok & (st.slots <= st.cur)
         bias = torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
         bias = bias[:, None, None, :live]
         hidden = self.backbone.embed_tokens(st.last_tokens.unsqueeze(-1))
         cos, sin = self.backbone.rotary_emb(hidden, st.position)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        slot = st.cur.view(1)
+        return bias, hidden, cos.unsqueeze(1), sin.unsqueeze(1), st.cur.view(1)
+
+    def decode(self, st: DecodeState, live: int | None) -> torch.Tensor:
+        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` (eager
+        only) limits attention to the first ``live`` slots, else the whole cache is read under the mask."""
+        if self.decode_weights is not None:
+            return self._decode_stacked(self.decode_weights, st, live)
+        bs = st.last_tokens.shape[0]
+        bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
         for layer, (k_cache, v_cache) in zip(self.backbone.layers, st.cache):
             attn = layer.self_attn
             scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
@@ -214,3 +241,25 @@ class StaticCacheForward:
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, 1, self.num_heads * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self.lm.lm_head(self.backbone.norm(hidden))[:, -1, :]
+
+    def _decode_stacked(self, w: DecodeWeights, st: DecodeState, live: int | None) -> torch.Tensor:
+        """:meth:`decode` on the stacked copy ``w``: per layer one q/k/v matmul, rotary embedding of q and k at once,
+        one gate/up matmul, no weight cast (decode_weights.py)."""
+        bs = st.last_tokens.shape[0]
+        heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        qk_width = (heads + kv_heads) * dim
+        bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
+        for lw, layer, (k_cache, v_cache) in zip(w.layers, self.backbone.layers, st.cache):
+            scale = float(getattr(layer.self_attn, "scaling", dim**-0.5))
+            qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, (heads + 2 kv) * dim]
+            v = qkv[..., qk_width:].view(bs, 1, kv_heads, dim).transpose(1, 2)
+            qk = qkv[..., :qk_width].view(bs, 1, heads + kv_heads, dim).transpose(1, 2)
+            qk = _apply_rope(qk, cos, sin).to(v.dtype)
+            k_cache.index_copy_(2, slot, qk[:, heads:].to(k_cache.dtype))
+            v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
+            out = _decode_attention(qk[:, :heads], k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
+            hidden = hidden + F.linear(out.transpose(1, 2).reshape(bs, 1, heads * dim), lw.o, lw.o_bias)
+            gate_up = F.linear(rms_norm(hidden, lw.post_norm), lw.gate_up, lw.gate_up_bias)
+            ffn = gate_up.shape[-1] // 2
+            hidden = hidden + F.linear(F.silu(gate_up[..., :ffn]) * gate_up[..., ffn:], lw.down, lw.down_bias)
+        return F.linear(rms_norm(hidden, self.backbone.norm), w.lm_head, w.lm_head_bias)[:, -1, :]
