@@ -12,6 +12,7 @@ verl/workers/rollout/decode/decode_weights.py), side by side in one run.
 
     python bench/decode_speed.py --smoke                      # tiny shape, CI
     python bench/decode_speed.py --shapes 0.5B 1.5B           # on a CUDA machine: the issue-12 shapes, 128 rows
+    python bench/decode_speed.py --shapes 0.5B 1.5B --count-ops  # aten calls of one step, modules vs weight copy
     python bench/decode_speed.py --shapes S --modes eager --weights module decode --rows 16 --prompt-length 32 \
         --response-length 64 --threads 1                      # the weight copy against the modules, on CPU
     ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 python bench/decode_speed.py --shapes tiny S --modes eager compile
@@ -73,6 +74,55 @@ def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response:
     return (weights + kv) / bandwidth * 1e3
 
 
+# aten calls that only make a view (no kernel on a GPU)
+VIEW_OPS = {
+    "view", "t", "_unsafe_view", "transpose", "slice", "expand", "alias", "unsqueeze", "squeeze", "select", "split",
+    "split_with_sizes", "_reshape_alias", "as_strided", "detach", "permute", "lift_fresh",
+}  # fmt: skip
+
+
+def count_step_ops(model: torch.nn.Module, decode_weights: bool, rows: int, device: str, dtype: torch.dtype) -> dict:
+    """The aten calls of one eager decode step under autocast *without* its weight cache (what a CUDA graph replays:
+    a graph cannot keep autocast's cached casts), split into view-only calls and calls that launch a kernel."""
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from verl.workers.rollout.base import SamplingSettings
+    from verl.workers.rollout.decode import DecodeLoop
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: collections.Counter = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    loop = DecodeLoop(model, mode="eager", decode_weights=decode_weights)
+    loop.attend_filled_only = False  # the whole cache under the mask, as the graph modes read it
+    counter, original = Count(), loop._step
+    seen: list[int] = []
+
+    def step(st, c, live):
+        if not seen:  # the first decode step only
+            seen.append(1)
+            with counter:
+                return original(st, c, live)
+        return original(st, c, live)
+
+    loop._step = step
+    ids = torch.randint(0, model.config.vocab_size, (rows, 8), device=device)
+    settings = SamplingSettings(do_sample=True, temperature=1.0, top_p=1.0, top_k=-1, response_length=2,
+                                min_new_tokens=2, calculate_log_probs=False)  # fmt: skip
+    with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=False):
+        loop.generate(ids, torch.ones_like(ids), torch.arange(8, device=device).expand_as(ids), settings, [], 0)
+    kernels = {k: v for k, v in counter.calls.items() if k not in VIEW_OPS}
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]
+    return dict(aten_calls=sum(counter.calls.values()), kernel_calls=sum(kernels.values()), top=top)
+
+
 def run(args: argparse.Namespace) -> dict:
     from verl.hardware.precision import resolve_dtype
     from verl.workers.rollout.base import SamplingSettings
@@ -92,6 +142,13 @@ def run(args: argparse.Namespace) -> dict:
         ids = torch.randint(0, model.config.vocab_size, (args.rows, args.prompt_length), generator=gen).to(device)
         mask = torch.ones_like(ids)
         pos = torch.arange(args.prompt_length, device=device).expand_as(ids)
+        if args.count_ops:
+            for weights in args.weights:
+                ops = count_step_ops(model, weights == "decode", min(args.rows, 8), device, dtype)
+                print(f"{shape} {weights}: {ops['kernel_calls']} kernel-launching aten calls per step "
+                      f"({ops['aten_calls']} with views); most: {ops['top']}", flush=True)  # fmt: skip
+                rows_out.append(dict(shape=shape, weights=weights, step_ops=ops, device=device, dtype=str(dtype)))
+            continue
         reference = None
         for mode, weights in [(m, w) for m in modes for w in args.weights]:
             decoder = DecodeLoop(model, mode=mode, decode_weights=weights == "decode")
@@ -137,6 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default=None)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--count-ops", action="store_true", help="count the aten calls of one step per --weights (no timing)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny shape, 4 rows, 8 tokens, eager only")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -145,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     payload = run(args)
+    if args.count_ops:
+        print("saved", save_result("decode_step_ops", payload, smoke=args.smoke, per_machine=True))
+        return
     header = ["shape", "mode", "weights", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s"]
     header.append("same tokens")
     keys = ["shape", "mode", "weights", "rows", "dtype", "ms_per_step", "bandwidth_limit_ms", "first_call_s"]

@@ -133,15 +133,17 @@ def test_inductor_compiled_step_matches_eager(model) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("decode_weights", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_graph_step_matches_eager_on_cuda(dtype) -> None:
+def test_cuda_graph_step_matches_eager_on_cuda(dtype, decode_weights) -> None:
     """The replayed graph runs the eager step's kernels: the same tokens (in bf16 too, against an eager loop that
-    reads the whole cache as the graph does, so no reduction differs in length)."""
+    reads the whole cache as the graph does, so no reduction differs in length), on the model's modules and on the
+    stacked weight copy."""
     model = make_tiny_causal_lm(seed=0).eval().to("cuda")
-    graphed = DecodeLoop(model, mode="cuda_graph")
+    graphed = DecodeLoop(model, mode="cuda_graph", decode_weights=decode_weights)
     for greedy in (True, False):
         settings = _settings(greedy)
-        reference = DecodeLoop(model, mode="eager")
+        reference = DecodeLoop(model, mode="eager", decode_weights=decode_weights)
         reference.attend_filled_only = dtype == torch.float32
         with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
             eager = _generate(reference, settings, device="cuda")
@@ -171,7 +173,7 @@ class _EagerGraph:
 
     def replay(self) -> None:
         with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
-            self.loop._step(self.st, self.c, None)
+            self.loop._graph_step()(self.st, self.c, None)
 
 
 class _CpuGraphLoop(DecodeLoop):
@@ -234,3 +236,32 @@ def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_conf
     assert eager.decode_loop(torch.device("cpu")).mode == "eager"
     # on CUDA, enforce_eager=false means CUDA graphs (the mode is resolved without touching a GPU)
     assert rollout.decode_loop(torch.device("cuda")).mode == "cuda_graph"
+
+
+def test_engine_kwargs_hf_pick_the_mode_and_the_weight_copy(model, rollout_config, make_prompts, byte_prompts) -> None:
+    """``rollout.engine_kwargs.hf``: decode_mode overrides enforce_eager's choice, decode_weights the copy; a graph
+    mode on CPU, or against enforce_eager=true, is refused naming the key; the PPO config refuses them on vLLM."""
+    from verl.trainer.config import load_config
+    from verl.utils.errors import ConfigError
+
+    def rollout(**hf):
+        return HFRollout(model, rollout_config(do_sample=False, engine_kwargs={"vllm": {}, "hf": hf}))
+
+    compiled = rollout(decode_mode="compile", decode_weights=True)
+    loop = compiled.decode_loop(torch.device("cpu"))
+    assert loop.mode == "compile" and loop.decode_weights
+    assert rollout(decode_mode="compile_cuda_graph").decode_loop(torch.device("cuda")).mode == "compile_cuda_graph"
+    assert rollout(decode_weights=False).decode_loop(torch.device("cuda")).decode_weights is False
+    assert rollout().decode_loop(torch.device("cuda")).decode_weights  # the graph default
+    copied = rollout(decode_weights=True)
+    out = copied.generate_sequences(make_prompts(byte_prompts))
+    plain = HFRollout(model, rollout_config(do_sample=False)).generate_sequences(make_prompts(byte_prompts))
+    assert torch.equal(out.batch["responses"], plain.batch["responses"])
+    with pytest.raises(ValueError, match="decode_mode=cuda_graph needs a CUDA device"):
+        rollout(decode_mode="cuda_graph").decode_loop(torch.device("cpu"))
+    key = "actor_rollout_ref.rollout.engine_kwargs.hf"
+    with pytest.raises(ConfigError, match="contradicts actor_rollout_ref.rollout.enforce_eager=true"):
+        load_config([f"{key}.decode_mode=cuda_graph", "actor_rollout_ref.rollout.enforce_eager=true"])
+    with pytest.raises(ConfigError, match="configures the hf engine's decode loop; rollout.name=vllm"):
+        load_config([f"{key}.decode_weights=true", "actor_rollout_ref.rollout.name=vllm"])
+    assert load_config([f"{key}.decode_mode=compile_cuda_graph"]).actor_rollout_ref.rollout.engine_kwargs.hf.decode_mode

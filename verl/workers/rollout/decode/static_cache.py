@@ -93,6 +93,19 @@ def _decode_attention(
     return torch.matmul(probs, v).reshape(bs, heads, 1, dim)
 
 
+def _decode_attention_fused(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """:func:`_decode_attention` as one fused kernel (``F.scaled_dot_product_attention``, memory-efficient backend on
+    CUDA): the query heads sharing a key/value head are the rows of one query block, so no GQA expansion of the cache
+    is needed, and scores stay in fp32 inside the kernel. Shapes as :func:`_decode_attention`."""
+    bs, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    qg = q.reshape(bs, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias.to(q.dtype), scale=scale)
+    return out.reshape(bs, heads, 1, dim)
+
+
 class StaticCacheForward:
     """Prefill and one-token decode of a Llama/Qwen2 causal LM on a static cache (see the module docstring).
 
@@ -244,11 +257,13 @@ class StaticCacheForward:
 
     def _decode_stacked(self, w: DecodeWeights, st: DecodeState, live: int | None) -> torch.Tensor:
         """:meth:`decode` on the stacked copy ``w``: per layer one q/k/v matmul, rotary embedding of q and k at once,
-        one gate/up matmul, no weight cast (decode_weights.py)."""
+        one gate/up matmul, no weight cast (decode_weights.py), fused RMS norm and attention kernels on CUDA."""
         bs = st.last_tokens.shape[0]
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         qk_width = (heads + kv_heads) * dim
         bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
+        # one fused attention kernel on CUDA; on CPU the two matmuls are faster than SDPA for one query row
+        attention = _decode_attention_fused if hidden.is_cuda else _decode_attention
         for lw, layer, (k_cache, v_cache) in zip(w.layers, self.backbone.layers, st.cache):
             scale = float(getattr(layer.self_attn, "scaling", dim**-0.5))
             qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, (heads + 2 kv) * dim]
@@ -257,7 +272,7 @@ class StaticCacheForward:
             qk = _apply_rope(qk, cos, sin).to(v.dtype)
             k_cache.index_copy_(2, slot, qk[:, heads:].to(k_cache.dtype))
             v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
-            out = _decode_attention(qk[:, :heads], k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
+            out = attention(qk[:, :heads], k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
             hidden = hidden + F.linear(out.transpose(1, 2).reshape(bs, 1, heads * dim), lw.o, lw.o_bias)
             gate_up = F.linear(rms_norm(hidden, lw.post_norm), lw.gate_up, lw.gate_up_bias)
             ffn = gate_up.shape[-1] // 2
