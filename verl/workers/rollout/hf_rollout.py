@@ -102,6 +102,22 @@ class HFRollout(BaseRollout):
         self._gather_params_factory = gather_params
         self._num_calls = 0
         self._decoder: DecodeLoop | None = None
+        self._ready_holds = 0  # open stay_ready() blocks: the decode buffers are kept while one is open
+
+    @contextlib.contextmanager
+    def stay_ready(self) -> Iterator[None]:
+        """The decode loop keeps its buffers for the block (KV caches, CUDA graphs, the weight copy). With
+        ``rollout.free_cache_engine`` on a CUDA device they are freed when the outermost block ends (as vLLM sleeps),
+        so the update that follows has that memory; the next rollout allocates and captures them again."""
+        self._ready_holds += 1
+        try:
+            yield
+        finally:
+            self._ready_holds -= 1
+            if not self._ready_holds and self.config.free_cache_engine and self._decoder is not None:
+                if self._device().type == "cuda":
+                    self._decoder.release()
+                    torch.cuda.empty_cache()
 
     @contextlib.contextmanager
     def gather_params(self) -> Iterator[None]:

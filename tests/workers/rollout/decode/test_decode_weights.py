@@ -175,3 +175,25 @@ def test_fused_attention_equals_the_two_matmuls(slots) -> None:
     k2 = k.clone()
     k2[~ok[:, None, :, None].expand_as(k)] = 100.0
     torch.testing.assert_close(_decode_attention_fused(q, k2, v, bias, 0.25), fused)
+
+
+@pytest.mark.parametrize("free", [True, False])
+def test_free_cache_engine_frees_the_decode_buffers_after_the_outermost_hold(free, rollout_config, monkeypatch):
+    """``rollout.free_cache_engine`` on a CUDA device (faked here): the hf engine's weight copy (and KV caches,
+    graphs) are freed when the outermost generation hold ends, not inside it; false keeps them for the next rollout."""
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    model = make_tiny_causal_lm(seed=0).eval()
+    config = rollout_config(
+        do_sample=False, free_cache_engine=free, engine_kwargs={"vllm": {}, "hf": {"decode_weights": True}}
+    )
+    rollout = HFRollout(model, config)
+    loop = rollout.decode_loop(torch.device("cpu"))
+    _generate(loop, _settings(True))
+    monkeypatch.setattr(rollout, "_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    with rollout.stay_ready():
+        with rollout.stay_ready():
+            pass
+        assert loop.forward.decode_weights is not None  # an outer hold is still open
+    assert (loop.forward.decode_weights is None) == free
