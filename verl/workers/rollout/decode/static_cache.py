@@ -98,11 +98,12 @@ def _decode_attention_fused(
 ) -> torch.Tensor:
     """:func:`_decode_attention` as one fused kernel (``F.scaled_dot_product_attention``, memory-efficient backend on
     CUDA): the query heads sharing a key/value head are the rows of one query block, so no GQA expansion of the cache
-    is needed, and scores stay in fp32 inside the kernel. Shapes as :func:`_decode_attention`."""
+    is needed, and scores stay in fp32 inside the kernel. Shapes as :func:`_decode_attention`; ``bias`` in ``q``'s
+    dtype (cast once per step by the caller, not once per layer)."""
     bs, heads, _, dim = q.shape
     kv_heads = k.shape[1]
     qg = q.reshape(bs, kv_heads, heads // kv_heads, dim)
-    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias.to(q.dtype), scale=scale)
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias, scale=scale)
     return out.reshape(bs, heads, 1, dim)
 
 
@@ -262,8 +263,11 @@ class StaticCacheForward:
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         qk_width = (heads + kv_heads) * dim
         bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
-        # one fused attention kernel on CUDA; on CPU the two matmuls are faster than SDPA for one query row
+        # one fused attention kernel on CUDA (its mask in the compute dtype, cast once for every layer); on CPU the
+        # two matmuls are faster than SDPA for one query row
         attention = _decode_attention_fused if hidden.is_cuda else _decode_attention
+        if hidden.is_cuda:
+            bias = bias.to(w.dtype)
         for lw, layer, (k_cache, v_cache) in zip(w.layers, self.backbone.layers, st.cache):
             scale = float(getattr(layer.self_attn, "scaling", dim**-0.5))
             qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, (heads + 2 kv) * dim]
