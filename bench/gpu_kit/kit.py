@@ -40,6 +40,7 @@ RESULTS = ROOT / "bench" / "results"
 TOKENIZER = ".gpu_kit/tokenizer"  # written by prepare.sh: the bundled SmolLM2 tokenizer (+ its config.json)
 STATE_DIR = "/tmp/gpu_kit_state"  # per stage copies of its results; kept while the machine stays warm
 SMOKE_SLOWER = 10  # the dry run's limits: this many times the GPU's (CPU cores are slower, and may be shared)
+MIN_COMMAND_S = 5  # a command with less time than this left (of its stage or the deadline) is not started
 INSTALL_S = 10  # installing the wheels into /tmp/site (counted in each part's budget)
 # seconds per part, install included; part3 runs only in what a session has left after part1 and part2
 BUDGETS = {"part1": 480, "part2": 300, "part3": 150}
@@ -98,10 +99,12 @@ STAGES: tuple[Stage, ...] = (
           (PYTEST + " ".join(CUDA_TESTS),),
           (PYTEST + " ".join(CUDA_TESTS),),
           "every CUDA-only test (the list above); on CPU they skip themselves"),
-    Stage("decode", "part1", 100, 80,
-          ("{py} bench/decode_speed.py --shapes 0.5B 1.5B --modes eager cuda_graph {weights_ab} --repeats 1",),
+    Stage("decode", "part1", 100, 85,
+          ("{py} bench/decode_speed.py --shapes 0.5B --modes eager cuda_graph {weights_ab} --repeats 1",
+           "{py} bench/decode_speed.py --shapes 1.5B --modes eager cuda_graph {weights_ab} --repeats 1"),
           ("{py} bench/decode_speed.py --smoke",),
-          "128 rows, 64+256 tokens; --repeats 1: one warm-up call (capture) and one timed call of 256 steps each"),
+          "128 rows, 64+256 tokens; --repeats 1: one warm-up call (capture) and one timed call of 256 steps each; "
+          "one process per shape (the bench saves at its end)"),
     Stage("grpo", "part1", 100, 75,
           (GRPO + "--sides verl --shapes 0.5B 1.5B --warmup 1 --steps 2",),
           (GRPO + "--smoke --sides verl",),
@@ -259,7 +262,7 @@ class Runner:
         for index, template in enumerate(commands):
             cmd = template.format(dir=sdir, **fields)
             limit = min(stage_limit - (time.time() - start), self.deadline - time.time())
-            if limit < 5:
+            if limit < MIN_COMMAND_S:
                 statuses.append(f"command {index}: skipped, no time left")
                 self.say(f"{stage.name}: command {index} skipped: {limit:.0f} s left of the stage or the deadline")
                 break
@@ -294,9 +297,10 @@ class Runner:
                     lines += ["", f"## {name}: {key}", "", value["table"]]
                 elif isinstance(value, dict) and isinstance(value.get("results"), list) and "decode_speed" in key:
                     lines += ["", f"## {name}: {key}", ""]
-                    lines += [f"- {r.get('shape')} {r.get('mode')} {r.get('weights', '')}: {r.get('ms_per_step'):.2f} "
-                              f"ms/step, first call {r.get('first_call_s'):.1f} s, same tokens "
-                              f"{r.get('same_tokens_as_first_mode')}" for r in value["results"]]  # fmt: skip
+                    lines += [f"- {r.get('shape')} {r.get('mode')} {r.get('weights', '')}: {r.get('ms_per_step')} "
+                              f"ms/step (bandwidth limit {r.get('bandwidth_limit_ms')}), first call "
+                              f"{r.get('first_call_s')} s, same tokens {r.get('same_tokens_as_first_mode')}"
+                              for r in value["results"]]  # fmt: skip
         text = "\n".join(lines) + "\n"
         (self.out / "summary.md").write_text(text)
         return text

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from collections import defaultdict
 from pathlib import Path
 
@@ -208,18 +209,30 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no CUDA: CPU operators only)"
     texts = [f"# Profile of {args.shape} on {device}, torch {torch.__version__}", ""]
     numbers: dict = {"shape": args.shape, "device": device}
-    if "decode" not in args.skip:
-        t, n = profile_decode(args.shape, args.rows, args.prompt_length, args.short, args.long)
-        texts, numbers = texts + t, {**numbers, **n}
-    if "update" not in args.skip:
-        t, n = profile_update(args.shape, args.tokenizer, args.batch, args.group, args.prompt_length,
-                              args.response_length)  # fmt: skip
-        texts, numbers = texts + t, {**numbers, **n}
+    parts = {
+        "decode": lambda: profile_decode(args.shape, args.rows, args.prompt_length, args.short, args.long),
+        "update": lambda: profile_update(
+            args.shape, args.tokenizer, args.batch, args.group, args.prompt_length, args.response_length
+        ),
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profile.txt").write_text("\n".join(texts) + "\n")
-    (out / "profile.json").write_text(json.dumps(numbers, indent=1) + "\n")
+    failed = []
+    for name, part in parts.items():
+        if name in args.skip:
+            continue
+        try:
+            t, n = part()
+        except Exception:  # one part's failure must not lose the other's tables
+            failed.append(name)
+            t, n = [f"### {name}: FAILED", traceback.format_exc()], {}
+            print(t[1], file=sys.stderr, flush=True)
+        texts, numbers = texts + t, {**numbers, **n}
+        (out / "profile.txt").write_text("\n".join(texts) + "\n")
+        (out / "profile.json").write_text(json.dumps(numbers, indent=1) + "\n")
     print(f"written: {out / 'profile.txt'}")
+    if failed:
+        sys.exit(f"profile parts that failed: {failed}")
 
 
 if __name__ == "__main__":

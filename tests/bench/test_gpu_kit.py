@@ -124,3 +124,24 @@ def test_table_shows_failures_and_pairs_ratios_only_on_one_gpu() -> None:
     crashed = {"args": {"shape": "1.5B", "side": "verl"}, "oom": False, "failed": "failed (exit 1): KeyError: 'x'"}
     assert "failed (exit 1): KeyError: 'x'" in g.summarize([crashed])
     assert "out of memory" in g.summarize([{"args": {"shape": "7B", "side": "verl"}, "oom": True}])
+
+
+def test_runner_skips_what_cannot_finish_times_out_what_overruns_and_bundles_what_finished(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(kit, "MIN_COMMAND_S", 1)
+    runner = kit.Runner(tmp_path / "out", deadline=0.0, smoke=False, python=sys.executable, state=tmp_path / "state")
+    runner.cuda = True  # as on the GPU machine
+    late = kit.Stage("late", "part1", 30, 20, ("true",), None, "")
+    runner.run_stage(late, {})
+    assert runner.bundle["stages"]["late"]["status"].startswith("skipped: needs about 20 s, 0 s left")
+    runner.deadline = kit.time.time() + 60
+    write = "import json, sys, time; json.dump(dict(table='| a |'), open(sys.argv[1], 'w')); time.sleep(30)"
+    writes = f'{sys.executable} -c "{write}" {{dir}}/r.json'  # {dir}: the stage's folder, bundled
+    slow = kit.Stage("slow", "part1", 3, 1, (writes, "true"), None, "")
+    runner.run_stage(slow, {})
+    entry = json.loads((tmp_path / "out" / "bundle.json").read_text())["stages"]["slow"]
+    assert entry["commands"][0]["status"].startswith("timed out after")
+    assert entry["files"] == {"r.json": {"table": "| a |"}}  # what the command wrote before its limit
+    assert "command 1: skipped" in entry["status"]
+    assert "| a |" in runner.summary() and "skipped: needs about" in (tmp_path / "out" / "kit.log").read_text()
