@@ -14,6 +14,18 @@ into ``summary.md``: three files, so a timeout or crash still returns what finis
     python bench/gpu_kit/kit.py run --smoke all --out DIR      # the CPU dry run: tiny shapes, CUDA stages skipped
     python bench/gpu_kit/kit.py unpack DIR/bundle.json         # the bundle's result files into bench/results/gpu/
 
+The CPU dry run proves the wheel list complete: a fresh venv with only what the GPU image has (its packages are
+listed in bench/gpu_kit/image_packages.txt; pip may pull pydantic in through typer: uninstall it), the kit's wheels
+for that venv's Python, then every stage on tiny shapes (CUDA-only stages say "skipped: no CUDA"):
+
+    python3 -m venv /tmp/kitvenv && /tmp/kitvenv/bin/pip install torch transformers==5.17.0 accelerate peft pyarrow \
+        pandas numpy safetensors huggingface_hub tensorboard prometheus-client matplotlib cloudpickle fsspec pyyaml \
+        requests tqdm jinja2 pytest pytest-timeout xxhash aiohttp httpx sympy psutil
+    /tmp/kitvenv/bin/pip uninstall -y pydantic pydantic-core annotated-types typing-inspection
+    bash bench/gpu_kit/prepare.sh --python-version 3.11 --wheels .gpu_kit/wheels-cp311
+    OUT=/tmp/kit_dry bash bench/gpu_kit/run.sh --smoke --python /tmp/kitvenv/bin/python \
+        --wheels .gpu_kit/wheels-cp311 --site /tmp/kitsite          # about 75 s on 2 cores
+
 Estimates are seconds on an H100/H200 from the last GPU run's figures (issue 33: our GRPO step 1.83 s at 0.5B and
 3.12 s at 1.5B, TRL 7.31 s (0.5B, checkpointing off) and 10.33 s (1.5B, on); decode 4.98 ms a step with CUDA
 graphs and 17.65 ms eager at 0.5B; ``torch.compile``'s first call about a minute per shape) plus process start-up,
