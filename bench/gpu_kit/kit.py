@@ -309,9 +309,10 @@ class Runner:
                     lines += ["", f"## {name}: {key}", "", value["table"]]
                 elif isinstance(value, dict) and isinstance(value.get("results"), list) and "decode_speed" in key:
                     lines += ["", f"## {name}: {key}", ""]
-                    lines += [f"- {r.get('shape')} {r.get('mode')} {r.get('weights', '')}: {r.get('ms_per_step')} "
-                              f"ms/step (bandwidth limit {r.get('bandwidth_limit_ms')}), first call "
-                              f"{r.get('first_call_s')} s, same tokens {r.get('same_tokens_as_first_mode')}"
+                    num = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+                    lines += [f"- {r.get('shape')} {r.get('mode')} {r.get('weights', '')}: {num(r.get('ms_per_step'))} "
+                              f"ms/step (bandwidth limit {num(r.get('bandwidth_limit_ms'))}), first call "
+                              f"{num(r.get('first_call_s'))} s, same tokens {r.get('same_tokens_as_first_mode')}"
                               for r in value["results"]]  # fmt: skip
         text = "\n".join(lines) + "\n"
         (self.out / "summary.md").write_text(text)
