@@ -18,7 +18,7 @@ seconds, decode ms per step (generation / response length), ``perf/mfu/actor`` a
     python bench/gpu_grpo_vs_trl.py --sides verl --verl-override actor_rollout_ref.model.use_fused_kernels=true \
         --tag fused                                       # our side with extra config overrides, saved apart
     python bench/gpu_grpo_vs_trl.py --shapes 7B --sides verl --memory-cap-gb 79 --batch 4 --group 8 \
-        --verl-override actor_rollout_ref.actor.fsdp_config.param_offload=true ...   # does 7B fit one 80 GB card?
+        --verl-override actor_rollout_ref.actor.fsdp_config.offload_policy=true ...  # does 7B fit one 80 GB card?
     python bench/gpu_grpo_vs_trl.py --merge a.json b.json # one table from earlier runs' result files
 
 ``--tokenizer DIR`` takes a saved tokenizer folder (``config.json`` + tokenizer files) instead of the bundled

@@ -65,8 +65,8 @@ def test_stage_commands_fill_every_placeholder_and_use_the_kit_tokenizer() -> No
             if "gpu_grpo_vs_trl.py" in text and "--merge" not in text:
                 assert f"--tokenizer {kit.TOKENIZER}" in text  # the GPU image cannot read the bundled GGUF
     mem7b = next(s for s in kit.STAGES if s.name == "mem7b").commands[0]
-    for key in ("fsdp_config.param_offload=true", "fsdp_config.optimizer_offload=true",
-                "enable_gradient_checkpointing=true", "--shapes 7B", "--memory-cap-gb"):  # fmt: skip
+    for key in ("fsdp_config.offload_policy=true", "enable_gradient_checkpointing=true", "--shapes 7B",
+                "--memory-cap-gb"):  # fmt: skip
         assert key in mem7b
 
 

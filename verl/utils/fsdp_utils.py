@@ -48,6 +48,21 @@ def fsdp_mesh(device_type: str, fsdp_size: int = -1):
     return init_device_mesh(device_type, (world // size, size), mesh_dim_names=("ddp", "fsdp"))
 
 
+def single_rank_mesh(device: torch.device):
+    """A one-rank device mesh on ``device``'s type for FSDP2 in a process that runs alone (no launcher, no Ray
+    group): the default process group is created in-process over a ``HashStore`` (no socket) when none exists
+    (nccl on CUDA, gloo otherwise); an existing group must be of one rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if dist.is_initialized():
+        if dist.get_world_size() != 1:
+            raise RuntimeError(f"a one-rank mesh needs a one-rank process group, this one has {dist.get_world_size()}")
+    else:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return init_device_mesh(device.type, (1,))
+
+
 def gather_dtype(model_dtype: str) -> torch.dtype | None:
     """``fsdp_config.model_dtype`` (upstream v0.9) -> the dtype FSDP2 gathers parameters in: None for fp32 (as
     stored), bf16 for ``bf16``/``bfloat16`` (the sharded master copy stays fp32)."""

@@ -68,17 +68,26 @@ def is_already_placed(module: torch.nn.Module) -> bool:
 
 
 def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | RefFSDPConfig) -> torch.nn.Module:
-    """FSDP2 over all ranks, or hybrid sharding over groups of ``fsdp_config.fsdp_size`` ranks; one rank: as is."""
-    if worker.world_size <= 1 or is_already_placed(module):
+    """FSDP2 over all ranks, or hybrid sharding over groups of ``fsdp_config.fsdp_size`` ranks; one rank: as is,
+    except with ``fsdp_config.offload_policy`` on CUDA: FSDP2 over a one-rank group with its ``CPUOffloadPolicy``
+    (parameters, gradients and the optimizer step in CPU memory, each layer's weights on the GPU only while it
+    computes), so a model whose weights, gradients and Adam state exceed the card trains on one GPU."""
+    if is_already_placed(module):
         return module
-    mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.fsdp_size))
+    cpu_offload = bool(fsdp_config.offload_policy) and worker.compute_device.type == "cuda"
+    if worker.world_size <= 1:
+        if not cpu_offload:
+            return module
+        mesh = fsdp_utils.single_rank_mesh(worker.compute_device)
+    else:
+        mesh = fsdp_utils.fsdp_mesh(worker.compute_device.type, int(fsdp_config.fsdp_size))
     return fsdp_utils.apply_fsdp2(
         module,
         reshard_after_forward=bool(fsdp_config.reshard_after_forward),
         param_dtype=fsdp_utils.gather_dtype(str(fsdp_config.model_dtype)),
         mesh=mesh,
         forward_prefetch=bool(fsdp_config.forward_prefetch),
-        cpu_offload=bool(fsdp_config.offload_policy) and worker.compute_device.type == "cuda",
+        cpu_offload=cpu_offload,
     )
 
 

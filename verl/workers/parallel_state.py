@@ -89,6 +89,11 @@ class OffloadPolicy:
         cfg = omega_conf_to_dataclass(fsdp_config, FSDPConfig)  # a partial mapping: FSDPConfig's defaults (off)
         self.params = cfg.param_offload
         self.optim = cfg.optimizer_offload and optimizer is not None
+        if (self.params or self.optim) and cfg.offload_policy and self.device.type == "cuda":
+            # FSDP2's CPUOffloadPolicy already keeps parameters, gradients and optimizer state in CPU memory (the
+            # optimizer steps there): moving them again would put the state on the GPU for the step (upstream's rule)
+            logger.info("%s.offload_policy: FSDP offloads; param_offload/optimizer_offload are not needed", who)
+            self.params = self.optim = False
         if (self.params or self.optim) and self.device.type == "cpu":
             logger.info("%s.param_offload/optimizer_offload: the model already lives in CPU memory; nothing to do", who)
             self.params = self.optim = False
