@@ -263,6 +263,10 @@ class StaticCacheForward:
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         qk_width = (heads + kv_heads) * dim
         bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
+        # rotate_half(x) * sin == swap_halves(x) * (sin with its first half negated): the sign moves from every
+        # layer's q/k (a kernel per layer) to the step's sin (once); negation is exact, so the values are the same
+        half = dim // 2
+        sin_rot = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         # one fused attention kernel on CUDA (its mask in the compute dtype, cast once for every layer); on CPU the
         # two matmuls are faster than SDPA for one query row
         attention = _decode_attention_fused if hidden.is_cuda else _decode_attention
@@ -273,7 +277,7 @@ class StaticCacheForward:
             qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, (heads + 2 kv) * dim]
             v = qkv[..., qk_width:].view(bs, 1, kv_heads, dim).transpose(1, 2)
             qk = qkv[..., :qk_width].view(bs, 1, heads + kv_heads, dim).transpose(1, 2)
-            qk = _apply_rope(qk, cos, sin).to(v.dtype)
+            qk = (qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin_rot).to(v.dtype)
             k_cache.index_copy_(2, slot, qk[:, heads:].to(k_cache.dtype))
             v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
             out = attention(qk[:, :heads], k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
