@@ -55,7 +55,7 @@ SMOKE_SLOWER = 10  # the dry run's limits: this many times the GPU's (CPU cores 
 MIN_COMMAND_S = 5  # a command with less time than this left (of its stage or the deadline) is not started
 INSTALL_S = 10  # installing the wheels into /tmp/site (counted in each part's budget)
 # seconds per part, install included; part3 runs only in what a session has left after part1 and part2
-BUDGETS = {"part1": 480, "part2": 300, "part3": 150}
+BUDGETS = {"part1": 480, "part2": 300, "part3": 270}
 
 # Every test that runs only on CUDA, found with
 #   grep -rln "skipif(not torch.cuda.is_available()" tests/     (the skip marks; tests/bench/test_gpu_kit.py keeps
@@ -85,6 +85,7 @@ OFFLOAD_7B = (
     "--verl-override actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
 )
 FUSED = "--verl-override actor_rollout_ref.model.use_fused_kernels=true --tag fused"
+COMPILED = "--verl-override actor_rollout_ref.actor.use_torch_compile=true --tag compile"
 # the merged ours-vs-TRL table: ours from this machine's grpo stage (kept in STATE_DIR), TRL from this stage
 MERGE = (
     "{py} bench/gpu_grpo_vs_trl.py --merge $(ls {state}/grpo/*gpu_grpo_vs_trl_*.json "
@@ -152,6 +153,12 @@ STAGES: tuple[Stage, ...] = (
           ("{py} bench/gpu_kit/profile_step.py --smoke --tokenizer {tok} --out {dir}",),
           "torch.profiler: top 30 CUDA kernels of one decode step (eager, cuda_graph) and one actor update "
           "micro-batch (and the old-log-prob pass) at 0.5B"),
+    Stage("grpo_compile", "part3", 120, 90,
+          (GRPO + "--sides verl --shapes 0.5B 1.5B --warmup 1 --steps 2 " + COMPILED,),
+          (GRPO + "--smoke --sides verl " + COMPILED,),
+          "ours with actor.use_torch_compile=true (each decoder layer compiled: norms, rotary embedding, SiLU and "
+          "the casts fused, the update's elementwise traffic), against the grpo stage's rows; the warm-up step "
+          "compiles"),
     Stage("grpo_fused", "part3", 90, 60,
           (GRPO + "--sides verl --shapes 1.5B 0.5B --warmup 1 --steps 2 " + FUSED,),
           (GRPO + "--smoke --sides verl " + FUSED,),
