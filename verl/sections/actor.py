@@ -59,7 +59,7 @@ class ActorConfig(BaseConfig):
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
-    use_torch_compile: bool = False  # torch.compile each decoder layer after FSDP sharding
+    use_torch_compile: Optional[bool] = None  # compile each decoder layer after sharding; null: on CUDA only
     entropy_from_logits_with_chunking: bool = False  # entropy in blocks of 2048 tokens (upstream's chunk size)
     entropy_checkpointing: bool = False  # satisfied by design: the entropy backward recomputes softmax per block
     freeze_vision_tower: bool = False  # a vision-language model's vision encoder gets no updates
@@ -175,7 +175,7 @@ class RefConfig(BaseConfig):
     log_prob_max_token_len_per_gpu: int = 16384
     ulysses_sequence_parallel_size: int = 1  # YAML: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}
     strategy: str = "fsdp"  # YAML: ${actor_rollout_ref.actor.strategy}; fsdp | fsdp2 (both FSDP2)
-    use_torch_compile: bool = False  # YAML: ${actor_rollout_ref.actor.use_torch_compile}
+    use_torch_compile: Optional[bool] = None  # YAML: ${actor_rollout_ref.actor.use_torch_compile}
     entropy_from_logits_with_chunking: bool = False  # the reference computes no entropy (as upstream's)
     entropy_checkpointing: bool = False  # the reference computes no entropy (as upstream's)
     fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)

@@ -63,6 +63,23 @@ def init_distributed_if_needed(device_name: str, timeout_s: float = 1800.0) -> b
     return True
 
 
+
+def module_compute_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module``'s forward computes on: where its first parameter is, except for FSDP2-sharded
+    parameters (DTensors), whose device mesh names it. Under FSDP2's ``CPUOffloadPolicy``
+    (``fsdp_config.offload_policy``) the shards live in CPU memory while every forward gathers them onto the mesh's
+    GPU, so inputs, autocast and ``dtype: auto`` must follow the mesh, not the shards. CPU for a parameterless module.
+    """
+    for param in module.parameters():
+        mesh = getattr(param, "device_mesh", None)  # a DTensor's; plain tensors have none
+        mesh_type = getattr(mesh, "device_type", None)
+        if mesh_type is None or mesh_type == param.device.type:
+            return param.device
+        if mesh_type == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device(mesh_type)
+    return torch.device("cpu")
+
 # peaks recorded before a reset of CUDA's peak counters (see reset_peak_memory_stats below), per device index
 _LIFETIME_PEAKS: dict[int, dict[str, int]] = {}
 

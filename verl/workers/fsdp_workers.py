@@ -228,7 +228,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             if self._is_actor and self.actor_sp > 1:
                 enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
-            if self._is_actor and bool(self.config.actor.use_torch_compile):
+            if self._is_actor and fsdp_utils.resolve_torch_compile(self.config.actor.use_torch_compile, self.compute_device):
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
                 # layer's all-gather hooks; the static-cache decode forward calls submodules directly and stays eager
                 fsdp_utils.compile_decoder_layers(self.actor_module)
@@ -282,7 +282,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         if ref_group is not None:
             enable_ulysses(ref_model)
         self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
-        if bool(self.config.ref.use_torch_compile):
+        if fsdp_utils.resolve_torch_compile(self.config.ref.use_torch_compile, self.compute_device):
             fsdp_utils.compile_decoder_layers(self.ref_module)
         self.ref_policy = DataParallelPPOActor(
             config=self.config.actor,

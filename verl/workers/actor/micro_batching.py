@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.hardware.precision import resolve_dtype
+from verl.utils.device import module_compute_device
 from verl.utils.seeding import keyed_seed
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.workers.actor.prefix_grouping import split_grouped_micro_batches
@@ -35,10 +36,9 @@ _TOKEN_MEAN_MODES = ("token-mean",)
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
-    """Device of the module's first parameter (CPU for a parameterless module)."""
-    for p in module.parameters():
-        return p.device
-    return torch.device("cpu")
+    """The device the module computes on (:func:`verl.utils.device.module_compute_device`: the first parameter's,
+    or an FSDP2 mesh's GPU when its shards are offloaded to CPU); CPU for a parameterless module."""
+    return module_compute_device(module)
 
 
 def autocast_context(device: torch.device, dtype_name: str) -> AbstractContextManager:

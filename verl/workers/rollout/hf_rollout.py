@@ -23,6 +23,7 @@ from verl.base_config import omega_conf_to_dataclass
 from verl.hardware.precision import resolve_dtype
 from verl.models.vlm import is_vision_language_model, placeholder_token_ids, vision_forward_kwargs
 from verl.protocol import DataProto
+from verl.utils.device import module_compute_device
 from verl.utils.seeding import generation_seed
 from verl.utils.torch_functional import pad_sequence_to_length
 from verl.workers.config import RolloutConfig
@@ -144,9 +145,7 @@ class HFRollout(BaseRollout):
         )
 
     def _device(self) -> torch.device:
-        for param in self.module.parameters():
-            return param.device
-        return torch.device("cpu")
+        return module_compute_device(self.module)
 
     @contextlib.contextmanager
     def _generation_mode(self) -> Iterator[None]:
