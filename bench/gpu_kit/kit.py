@@ -26,9 +26,10 @@ for that venv's Python, then every stage on tiny shapes (CUDA-only stages say "s
     OUT=/tmp/kit_dry bash bench/gpu_kit/run.sh --smoke --python /tmp/kitvenv/bin/python \
         --wheels .gpu_kit/wheels-cp311 --site /tmp/kitsite          # about 75 s on 2 cores
 
-Estimates are seconds on an H100/H200 from the last GPU run's figures (issue 33: our GRPO step 1.83 s at 0.5B and
-3.12 s at 1.5B, TRL 7.31 s (0.5B, checkpointing off) and 10.33 s (1.5B, on); decode 4.98 ms a step with CUDA
-graphs and 17.65 ms eager at 0.5B; ``torch.compile``'s first call about a minute per shape) plus process start-up,
+Estimates are seconds on an H100/H200 from the first H200 run of this kit (docs/benchmarks.md section 8: each
+stage's seconds are in its kit.log; our GRPO step 1.3 s at 0.5B and 2.0 s at 1.5B, TRL 8.3 s (0.5B, checkpointing
+off); decode 2.6 ms a step with CUDA graphs and 10-19 ms eager at 0.5B; ``torch.compile``'s first call about a
+minute per shape) plus process start-up,
 model building and warm-up; the limit of each stage is its kill bound, and each part's limits together fit its
 budget (part1: 8 minutes, part2: 5, install included), so two calls fit one session's 15 minutes.
 """
@@ -63,11 +64,13 @@ BUDGETS = {"part1": 480, "part2": 300, "part3": 270}
 # (tests/test_protocol.py::test_to_device_returns_self). The two whole files are run: their CPU tests are seconds.
 CUDA_TEST_FILES = (
     "tests/utils/test_device_cuda.py",
+    "tests/utils/test_fsdp_single_rank.py",
     "tests/workers/rollout/decode/test_decode_modes.py",
     "tests/hardware/test_precision.py",
 )
 CUDA_TESTS = (
     "tests/utils/test_device_cuda.py",
+    "tests/utils/test_fsdp_single_rank.py",
     "tests/workers/rollout/decode/test_decode_modes.py",
     "tests/hardware/test_precision.py::test_cuda_auto_follows_bf16_support",
     "tests/test_protocol.py::test_to_device_returns_self",
@@ -85,7 +88,11 @@ OFFLOAD_7B = (
     "--verl-override actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
 )
 FUSED = "--verl-override actor_rollout_ref.model.use_fused_kernels=true --tag fused"
-COMPILED = "--verl-override actor_rollout_ref.actor.use_torch_compile=true --tag compile"
+# the update uncompiled: since the first H200 run actor.use_torch_compile is on by default on CUDA, so the grpo
+# stage's rows are the compiled ones and this is the other side of that A/B
+EAGER_UPDATE = "--verl-override actor_rollout_ref.actor.use_torch_compile=false --tag eager-update"
+# the memory target's configuration: upstream's default gradient checkpointing (TRL's default too)
+CHECKPOINTED = "--verl-override actor_rollout_ref.model.enable_gradient_checkpointing=true --tag ckpt"
 # the merged ours-vs-TRL table: ours from this machine's grpo stage (kept in STATE_DIR), TRL from this stage
 MERGE = (
     "{py} bench/gpu_grpo_vs_trl.py --merge $(ls {state}/grpo/*gpu_grpo_vs_trl_*.json "
@@ -111,36 +118,32 @@ STAGES: tuple[Stage, ...] = (
           ("{py} bench/gpu_kit/env_check.py --out {dir}",),
           ("{py} bench/gpu_kit/env_check.py --out {dir}",),
           "nvidia-smi, versions, where each carried package was imported from, verl's config, the bench modules"),
-    Stage("cuda_tests", "part1", 90, 60,
+    Stage("cuda_tests", "part1", 100, 75,
           (PYTEST + DESELECT + " ".join(CUDA_TESTS),),
           (PYTEST + DESELECT + " ".join(CUDA_TESTS),),
-          "every CUDA-only test (the list above; compile_cuda_graph's compiles a tiny model, ~20 s); on CPU they "
-          "skip themselves"),
-    Stage("decode", "part1", 100, 85,
-          ("{py} bench/decode_speed.py --shapes 0.5B --modes eager cuda_graph {weights_ab} --repeats 1",
-           "{py} bench/decode_speed.py --shapes 1.5B --modes eager cuda_graph {weights_ab} --repeats 1"),
-          ("{py} bench/decode_speed.py --smoke",),
-          "128 rows, 64+256 tokens; --repeats 1: one warm-up call (capture) and one timed call of 256 steps each; "
-          "one process per shape (the bench saves at its end)"),
-    Stage("grpo", "part1", 100, 75,
+          "every CUDA-only test (the list above; compile_cuda_graph's compiles a tiny model, ~20 s, and the "
+          "offload_policy update runs in a child process); on CPU they skip themselves"),
+    Stage("grpo", "part1", 100, 80,
           (GRPO + "--sides verl --shapes 0.5B 1.5B --warmup 1 --steps 2",),
           (GRPO + "--smoke --sides verl",),
-          "ours, default config, 16x8 x 256 tokens; 1 warm-up + 2 timed steps (the median of 2: a third "
-          "would cost 5 s for a figure that is an average over 256 decode steps and one update already)"),
-    Stage("decode_compile", "part1", 150, 140,
-          ("{py} bench/decode_speed.py --shapes 0.5B --modes eager {compile_mode} {weights_decode} --repeats 1",
-           "{py} bench/decode_speed.py --shapes 1.5B --modes eager {compile_mode} {weights_decode} --repeats 1"),
+          "ours, default config (the update compiled on CUDA), 16x8 x 256 tokens; 1 warm-up step (it compiles) + "
+          "2 timed steps"),
+    Stage("grpo_eager", "part1", 60, 45,
+          (GRPO + "--sides verl --shapes 0.5B --warmup 1 --steps 2 " + EAGER_UPDATE,),
+          (GRPO + "--smoke --sides verl " + EAGER_UPDATE,),
+          "the other side of the use_torch_compile A/B at 0.5B (1.5B's uncompiled update does not fit 139 GB "
+          "with one 128-sequence micro-batch)"),
+    Stage("decode", "part1", 80, 60,
+          ("{py} bench/decode_speed.py --shapes 1.5B --modes eager cuda_graph {weights_decode} --repeats 1",),
+          ("{py} bench/decode_speed.py --smoke",),
+          "1.5B, 128 rows, 64+256 tokens, the default graph mode (stacked weight copy) against eager; 0.5B was "
+          "measured on the first H200 run (modules 4.91, copy 2.62 ms/step)"),
+    Stage("decode_compile", "part1", 90, 75,
+          ("{py} bench/decode_speed.py --shapes 0.5B --modes cuda_graph {compile_mode} {weights_decode} "
+           "--repeats 1",),
           None,
-          "compiled + graphed decode step (about a minute of compilation per shape); eager first as the tokens' "
-          "reference; one process per shape so the 0.5B figure survives a timeout at 1.5B"),
-    Stage("trl", "part2", 100, 80,
-          (GRPO + "--sides trl-ckpt-off --shapes 0.5B --warmup 1 --steps 1 --tag trl-off",
-           GRPO + "--sides trl-ckpt-on --shapes 1.5B --warmup 1 --steps 1 --tag trl-on",
-           MERGE),
-          (GRPO + "--smoke --sides trl-ckpt-off --tag trl-off", MERGE),
-          "TRL at 0.5B (checkpointing off) and 1.5B (on; off ran out of memory at 139 GB), 1 warm-up + 1 timed "
-          "step (TRL's step is generation-bound and steady); merged with ours from the grpo stage on the same GPU "
-          "(UUID checked) into one table with ratios"),
+          "compile_cuda_graph (the compiled forward, the sampler uncompiled) against cuda_graph at 0.5B; about "
+          "a minute of compilation"),
     Stage("mem7b", "part2", 120, 100,
           (GRPO + "--sides verl --shapes 7B --batch 4 --group 8 --warmup 0 --steps 1 --memory-cap-gb 79 "
            "--tag 7b-offload " + OFFLOAD_7B + "8",),
@@ -148,26 +151,27 @@ STAGES: tuple[Stage, ...] = (
           "a Qwen2.5-7B-shaped step under a 79 GiB cap (an H100 80GB's memory) with FSDP2's CPU offload "
           "(fsdp_config.offload_policy, one GPU) and gradient checkpointing; 4 prompts x 8 responses, "
           "micro-batch 8, one step: did it run, its peak"),
-    Stage("profile", "part2", 70, 50,
-          ("{py} bench/gpu_kit/profile_step.py --shape 0.5B --tokenizer {tok} --out {dir}",),
-          ("{py} bench/gpu_kit/profile_step.py --smoke --tokenizer {tok} --out {dir}",),
-          "torch.profiler: top 30 CUDA kernels of one decode step (eager, cuda_graph) and one actor update "
-          "micro-batch (and the old-log-prob pass) at 0.5B"),
-    Stage("grpo_compile", "part3", 120, 90,
-          (GRPO + "--sides verl --shapes 0.5B 1.5B --warmup 1 --steps 2 " + COMPILED,),
-          (GRPO + "--smoke --sides verl " + COMPILED,),
-          "ours with actor.use_torch_compile=true (each decoder layer compiled: norms, rotary embedding, SiLU and "
-          "the casts fused, the update's elementwise traffic), against the grpo stage's rows; the warm-up step "
-          "compiles"),
+    Stage("trl", "part2", 150, 130,
+          (GRPO + "--sides trl-ckpt-off --shapes 0.5B --warmup 1 --steps 1 --tag trl-off",
+           GRPO + "--sides trl-ckpt-on --shapes 1.5B --warmup 1 --steps 1 --tag trl-on",
+           MERGE),
+          (GRPO + "--smoke --sides trl-ckpt-off --tag trl-off", MERGE),
+          "TRL at 0.5B (checkpointing off, 56 s on the first H200 run) and 1.5B (on; off ran out of memory at "
+          "139 GB; 43 s was not enough), 1 warm-up + 1 timed step; merged with ours from the grpo stage on the "
+          "same GPU (UUID checked) into one table with ratios"),
+    Stage("grpo_ckpt", "part3", 90, 70,
+          (GRPO + "--sides verl --shapes 1.5B 0.5B --warmup 1 --steps 2 " + CHECKPOINTED,),
+          (GRPO + "--smoke --sides verl " + CHECKPOINTED,),
+          "ours with gradient checkpointing (upstream's and TRL's default): the 1.5B peak against the 50 GB target"),
     Stage("grpo_fused", "part3", 90, 60,
           (GRPO + "--sides verl --shapes 1.5B 0.5B --warmup 1 --steps 2 " + FUSED,),
           (GRPO + "--smoke --sides verl " + FUSED,),
           "ours with use_fused_kernels=true (1.5B first: the MFU target's shape), against the grpo stage's rows"),
-    Stage("lmhead", "part3", 50, 30,
-          ("{py} bench/logprob_memory.py --device cuda --head --tokens 16384 --vocab 151936 --hidden 896",
-           "{py} bench/logprob_memory.py --device cuda --head --tokens 16384 --vocab 151936 --hidden 1536"),
-          None,
-          "the LM head alone: memory and time, plain vs chunked vs fused, Qwen2.5-0.5B's and 1.5B's head"),
+    Stage("profile", "part3", 70, 50,
+          ("{py} bench/gpu_kit/profile_step.py --shape 0.5B --tokenizer {tok} --out {dir}",),
+          ("{py} bench/gpu_kit/profile_step.py --smoke --tokenizer {tok} --out {dir}",),
+          "torch.profiler: top 30 CUDA kernels of one decode step (eager, cuda_graph) and one actor update "
+          "micro-batch (and the old-log-prob pass) at 0.5B"),
 )  # fmt: skip
 PARTS = tuple(dict.fromkeys(s.part for s in STAGES))
 

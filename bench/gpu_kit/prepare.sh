@@ -124,10 +124,10 @@ fi
 cat <<'EOF'
 == the device calls (README: /work/.library/device/README.md). Check `status` first: budget_left_s >= 840 for both.
 1. run  command: "bash bench/gpu_kit/run.sh part1"  carry: [".gpu_kit"]  timeout_s: 540
-   (env, cuda_tests, decode, grpo, decode_compile: about 8 minutes)
+   (env, cuda_tests, grpo, grpo_eager, decode, decode_compile: about 8 minutes)
 2. at once, while the machine is warm (it is handed back 30 s after a call), with B = budget_left_s - 45:
    run  command: "bash bench/gpu_kit/run.sh part2 part3 --budget-s B"  carry: [".gpu_kit"]  timeout_s: B + 30
-   (trl, mem7b, profile; then grpo_fused, lmhead as far as B reaches), then give_back.
+   (mem7b, trl; then grpo_ckpt, grpo_fused, profile as far as B reaches), then give_back.
 What comes back under files_at: kit.log (everything), bundle.json (every result file), summary.md (the tables);
 `python bench/gpu_kit/kit.py unpack <files_at>/bundle.json` writes the result files into bench/results/gpu/.
 EOF

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run the GPU kit's stages ON THE GPU MACHINE (through the device tool's `run`, carry [".gpu_kit"]):
 #
-#   bash bench/gpu_kit/run.sh part1                      # env, cuda_tests, decode, grpo, decode_compile (~8 min)
-#   bash bench/gpu_kit/run.sh part2 part3 --budget-s 280 # trl, mem7b, profile, then grpo_fused, lmhead if time is left
+#   bash bench/gpu_kit/run.sh part1                      # env, cuda_tests, grpo, grpo_eager, decode, decode_compile (~8 min)
+#   bash bench/gpu_kit/run.sh part2 part3 --budget-s 280 # mem7b, trl, then grpo_ckpt, grpo_fused, profile if time is left
 #   bash bench/gpu_kit/run.sh decode grpo                # any list of stages / parts
 #   bash bench/gpu_kit/run.sh --plan [part1 ...]         # the stages, their limits and estimates (no install)
 #   bash bench/gpu_kit/run.sh --smoke                    # the CPU dry run (see --python/--wheels/--site below)
