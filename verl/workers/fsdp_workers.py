@@ -228,7 +228,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             if self._is_actor and self.actor_sp > 1:
                 enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
-            if self._is_actor and fsdp_utils.resolve_torch_compile(self.config.actor.use_torch_compile, self.compute_device):
+            compile_layers = fsdp_utils.resolve_torch_compile(self.config.actor.use_torch_compile, self.compute_device)
+            if self._is_actor and compile_layers:
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
                 # layer's all-gather hooks; the static-cache decode forward calls submodules directly and stays eager
                 fsdp_utils.compile_decoder_layers(self.actor_module)
