@@ -63,7 +63,6 @@ def init_distributed_if_needed(device_name: str, timeout_s: float = 1800.0) -> b
     return True
 
 
-
 def module_compute_device(module: torch.nn.Module) -> torch.device:
     """The device ``module``'s forward computes on: where its first parameter is, except for FSDP2-sharded
     parameters (DTensors), whose device mesh names it. Under FSDP2's ``CPUOffloadPolicy``
@@ -79,6 +78,7 @@ def module_compute_device(module: torch.nn.Module) -> torch.device:
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device(mesh_type)
     return torch.device("cpu")
+
 
 # peaks recorded before a reset of CUDA's peak counters (see reset_peak_memory_stats below), per device index
 _LIFETIME_PEAKS: dict[int, dict[str, int]] = {}
