@@ -119,3 +119,13 @@ def test_dropped_rows_notice_names_the_case(tmp_path, caplog) -> None:
     with caplog.at_level(logging.WARNING):
         assert drop_rows_after(str(path), 1) == 2
     assert "removed 2 rows of steps after 1 (the run resumes from step 1's checkpoint" in caplog.text
+
+
+def test_a_closed_bar_names_the_run_not_the_last_phase_a_tick_showed() -> None:
+    bar = ProgressBar(total=2, desc="SFTTrainer", disable=False, heartbeat_s=3600)
+    assert bar.live
+    bar._show_phase(("training step", 3.0))  # what the heartbeat shows during a long phase
+    assert bar.bar.desc == "SFTTrainer · training step 3 s"
+    bar.update(step=2)
+    bar.close()  # the bar stays on screen as the run's last line
+    assert bar.bar.desc == "SFTTrainer"

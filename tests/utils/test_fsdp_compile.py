@@ -33,3 +33,30 @@ def test_remove_padding_auto_follows_the_attention_kernels() -> None:
     assert resolve_remove_padding(None, model) is False
     model.config._attn_implementation = "flash_attention_2"
     assert resolve_remove_padding(None, model) is True
+
+
+def _failing_backend(gm, example_inputs):
+    raise TypeError("list indices must be integers or slices, not NoneType")  # what inductor raised on an H200
+
+
+def test_auto_compile_runs_the_layers_eagerly_when_compiling_fails(caplog) -> None:
+    import pytest
+    from torch._dynamo.exc import TorchDynamoException
+
+    model = make_tiny_causal_lm(seed=0)
+    ids = torch.randint(0, 250, (2, 6))
+    expected = model(input_ids=ids).logits
+    torch._dynamo.reset()
+    assert compile_decoder_layers(model, eager_on_failure=True, backend=_failing_backend) == len(model.model.layers)
+    with caplog.at_level("WARNING", logger="verl.utils.fsdp_utils"):
+        torch.testing.assert_close(model(input_ids=ids).logits, expected)
+        torch.testing.assert_close(model(input_ids=ids).logits, expected)
+    warnings = [r for r in caplog.records if "run eagerly" in r.getMessage()]
+    assert len(warnings) == 1 and "list indices" in warnings[0].getMessage()  # one line, for all layers
+    # an explicit use_torch_compile=true stops on the error
+    strict = make_tiny_causal_lm(seed=0)
+    torch._dynamo.reset()
+    compile_decoder_layers(strict, backend=_failing_backend)
+    with pytest.raises(TorchDynamoException):
+        strict(input_ids=ids)
+    torch._dynamo.reset()

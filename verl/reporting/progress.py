@@ -171,6 +171,8 @@ class ProgressBar:
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
+        if self.live:  # a phase a last tick showed is over: the bar that stays on screen names the run only
+            self._show_phase(None)
         if self._previous_showwarning is not None and warnings.showwarning is _show_warning_above_bar:
             warnings.showwarning = self._previous_showwarning
         self._previous_showwarning = None

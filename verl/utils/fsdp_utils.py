@@ -6,6 +6,7 @@ no-ops on a module that is not sharded (one process), which keeps the worker cod
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 
 def _layer_class_names(model: nn.Module) -> set[str]:
@@ -235,15 +238,51 @@ def resolve_torch_compile(setting: bool | None, device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def compile_decoder_layers(model: nn.Module, **compile_kwargs: Any) -> int:
+class _CompiledOrEager:
+    """A compiled module's call that runs the eager call instead once compiling has failed (in any module sharing
+    ``state``): auto-compilation must never stop a run that works eagerly. Only compile errors are caught
+    (``TorchDynamoException``, which inductor's errors derive from); dynamo traces on fake tensors, so a failed
+    compilation has run nothing. A failure while compiling the backward (done lazily, inside autograd) is not
+    caught here."""
+
+    def __init__(self, compiled: Any, eager: Any, state: dict[str, bool]) -> None:
+        self.compiled, self.eager, self.state = compiled, eager, state
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.state["failed"]:
+            from torch._dynamo.exc import TorchDynamoException
+
+            try:
+                return self.compiled(*args, **kwargs)
+            except TorchDynamoException as err:
+                self.state["failed"] = True
+                # the backend's own error (dynamo wraps it; its first line only names the backend)
+                cause = getattr(err, "inner_exception", None) or err.__cause__ or err
+                lines = str(cause).strip().splitlines()
+                logger.warning(
+                    "use_torch_compile (auto): compiling the decoder layers failed (%s: %s); they run eagerly "
+                    "(set use_torch_compile=false to skip compiling, true to stop on the error)",
+                    type(cause).__name__,
+                    lines[0][:300] if lines else "",
+                )
+        return self.eager(*args, **kwargs)
+
+
+def compile_decoder_layers(model: nn.Module, eager_on_failure: bool = False, **compile_kwargs: Any) -> int:
     """``torch.compile`` each decoder layer of ``model`` in place (``nn.Module.compile``): the blocks of the first
     ``nn.ModuleList`` named ``layers`` or ``h``, else the whole module. Compiling per layer (rather than the
     whole model) keeps FSDP2's per-layer all-gather hooks outside the compiled graphs and compiles one graph that
-    every layer of the same shape reuses. Returns the number of modules compiled."""
+    every layer of the same shape reuses. ``eager_on_failure`` (``use_torch_compile: null``): if compiling fails,
+    log one warning and run every layer eagerly from then on, instead of raising. Returns the number of modules
+    compiled."""
+    modules = [model]
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and name.split(".")[-1] in ("layers", "h") and len(module) > 0:
-            for layer in module:
-                layer.compile(**compile_kwargs)
-            return len(module)
-    model.compile(**compile_kwargs)
-    return 1
+            modules = list(module)
+            break
+    state = {"failed": False}
+    for module in modules:
+        module.compile(**compile_kwargs)
+        if eager_on_failure:
+            module._compiled_call_impl = _CompiledOrEager(module._compiled_call_impl, module._call_impl, state)
+    return len(modules)

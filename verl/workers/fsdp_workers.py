@@ -228,11 +228,11 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             if self._is_actor and self.actor_sp > 1:
                 enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
-            compile_layers = fsdp_utils.resolve_torch_compile(self.config.actor.use_torch_compile, self.compute_device)
-            if self._is_actor and compile_layers:
+            setting = self.config.actor.use_torch_compile
+            if self._is_actor and fsdp_utils.resolve_torch_compile(setting, self.compute_device):
                 # after sharding, as the FSDP2 / torchtitan recipes do: each layer's compiled graph sits inside the
                 # layer's all-gather hooks; the static-cache decode forward calls submodules directly and stays eager
-                fsdp_utils.compile_decoder_layers(self.actor_module)
+                fsdp_utils.compile_decoder_layers(self.actor_module, eager_on_failure=setting is None)
         if self._is_actor:
             self.actor_optimizer, self.actor_lr_scheduler = ModelHolder.build_optimizer(
                 self.actor_module, self.config.actor.optim
@@ -284,7 +284,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             enable_ulysses(ref_model)
         self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)
         if fsdp_utils.resolve_torch_compile(self.config.ref.use_torch_compile, self.compute_device):
-            fsdp_utils.compile_decoder_layers(self.ref_module)
+            eager_on_failure = self.config.ref.use_torch_compile is None
+            fsdp_utils.compile_decoder_layers(self.ref_module, eager_on_failure=eager_on_failure)
         self.ref_policy = DataParallelPPOActor(
             config=self.config.actor,
             actor_module=self.ref_module,
