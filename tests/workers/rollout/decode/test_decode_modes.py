@@ -168,15 +168,16 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype, decode_weights) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_compile_cuda_graph_step_matches_eager_on_cuda() -> None:
-    """The inductor-compiled step captured as a CUDA graph (compile_cuda_graph) decodes the eager loop's greedy tokens
-    (fp32: no near-tie for a reordered sum to flip), with log-probs within rounding, and replays without capturing
-    again on a second call."""
+    """The step with the inductor-compiled forward captured as a CUDA graph (compile_cuda_graph) decodes the eager
+    loop's greedy tokens (fp32: no near-tie for a reordered sum to flip), with log-probs within rounding, and replays
+    without capturing again on a second call."""
     torch._dynamo.reset()
     model = make_tiny_causal_lm(seed=0).eval().to("cuda")
     loop = DecodeLoop(model, mode="compile_cuda_graph")
     eager = _generate(DecodeLoop(model, mode="eager", decode_weights=True), _settings(True), device="cuda")
     out = _generate(loop, _settings(True), device="cuda")
-    assert loop.mode == "compile_cuda_graph"  # no fallback to eager (a failed capture would have switched)
+    # no fallback (a failed compilation would have switched to cuda_graph, a failed capture to eager)
+    assert loop.mode == "compile_cuda_graph" and loop._compiled._torchdynamo_orig_callable == loop.forward.decode
     assert torch.equal(out[0], eager[0])
     valid = _valid(eager[0])
     torch.testing.assert_close(out[1][valid], eager[1][valid], atol=1e-4, rtol=1e-4)
