@@ -264,7 +264,7 @@ def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_conf
     first = rollout.decode_loop(torch.device("cpu"))
     assert first.mode == CPU_AUTO_MODE and rollout.decode_loop(torch.device("cpu")) is first
     rollout.generate_sequences(make_prompts(byte_prompts))
-    assert rollout._decoder is first  # reused across calls (compiled step / graphs and buffers kept)
+    assert rollout._decoder is first  # reused across calls (compiled forward / graphs and buffers kept)
     eager = HFRollout(model, rollout_config(do_sample=False, enforce_eager=True))
     assert eager.decode_loop(torch.device("cpu")).mode == "eager"
     # on CUDA, enforce_eager=false means CUDA graphs (the mode is resolved without touching a GPU)
@@ -391,6 +391,7 @@ def test_a_failed_compilation_falls_back_with_one_warning(model, mode, capture_f
     assert loop._compiled is None
     # graphs: only the uncompiled step's, captured after the fallback (a failed capture stores none)
     assert len(loop._graphs) == getattr(loop, "captures", 0) and (falls_back_to == "cuda_graph") == bool(loop._graphs)
+    assert bool(loop._states) == (falls_back_to == "cuda_graph")  # eager keeps no bucket buffers
     caplog.clear()
     again = _generate(loop, settings)
     assert torch.equal(again[0], eager[0]) and len(calls) == 1 and not caplog.records and loop._compiled is None

@@ -164,7 +164,7 @@ class _StepConsts:
 class DecodeLoop:
     """Sample responses after left-padded prompts with one model forward (see the module docstring).
 
-    Keep one instance per module to reuse its compiled step or captured graphs and their buffers across calls
+    Keep one instance per module to reuse its compiled forward or captured graphs and their buffers across calls
     (they hold the KV caches of the buckets in use: ``release()`` frees them). Graphs are captured again when the
     module's parameters move to other storage.
 
@@ -294,7 +294,9 @@ class DecodeLoop:
 
     def _fall_back(self, mode: str, what: str, err: BaseException) -> None:
         """Switch to ``mode`` from here on with one warning line (``what`` failed: the error's first line), dropping
-        the compiled forward and every captured graph (a failed capture stored none; the others ran the old mode)."""
+        the compiled forward and every captured graph (a failed capture stored none; the others ran the old mode),
+        and for ``eager`` the cached bucket buffers (eager allocates its own per call; the running call keeps its
+        state)."""
         inner = getattr(err, "inner_exception", None)  # dynamo's wrapper: the backend's own error
         cause = inner if isinstance(inner, BaseException) else err
         lines = str(cause).strip().splitlines()
@@ -304,8 +306,11 @@ class DecodeLoop:
         )  # fmt: skip
         self.mode = mode
         self._compiled = None
-        self._graphs.clear()
-        self._graph_pool = None
+        if mode == "eager":
+            self._free_buffers()
+        else:
+            self._graphs.clear()
+            self._graph_pool = None
 
     def _compiled_forward(self) -> Callable[..., torch.Tensor]:
         """``torch.compile`` of the forward's ``decode`` (compiled once per loop, with :attr:`compile_options`;
