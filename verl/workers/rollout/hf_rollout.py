@@ -285,7 +285,7 @@ class HFRollout(BaseRollout):
         return position_ids, prefill, placeholder_token_ids(self.module)
 
     def decode_loop(self, device: torch.device) -> DecodeLoop:
-        """The decode loop of this engine, kept across calls (its compiled step or CUDA graphs and their buffers are
+        """The decode loop of this engine, kept across calls (its compiled forward or CUDA graphs and their buffers are
         reused). ``rollout.engine_kwargs.hf.decode_mode`` picks the mode, or when null ``rollout.enforce_eager``:
         true -> eager; false (default) -> CUDA graphs on CUDA, :data:`~verl.workers.rollout.decode.CPU_AUTO_MODE` on
         CPU (forwards without a static cache run eager); ``engine_kwargs.hf.decode_weights`` the weight copy."""

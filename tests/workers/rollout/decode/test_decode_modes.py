@@ -105,11 +105,13 @@ def test_compaction_keeps_every_row_equal_to_the_reference_loop(model, monkeypat
 def test_traced_step_has_no_graph_break_and_matches_eager(model, greedy) -> None:
     """fullgraph=True: the step traces into one graph (no host sync, no data-dependent Python), the property CUDA
     graph capture needs; bucket padding (6 rows -> 8) and compaction do not change the tokens."""
+    torch._dynamo.reset()  # other tests compiled the same forward: start under the recompile limit
     settings = _settings(greedy)
     eager = _generate(DecodeLoop(model, mode="eager"), settings)
     traced = DecodeLoop(model, mode="compile", check_every=2)
     traced.compile_options = {"backend": "eager", "fullgraph": True}
     out = _generate(traced, settings)
+    assert traced.mode == "compile"  # a graph break would have failed the compilation, and the loop fallen back
     assert torch.equal(out[0], eager[0])
     valid = _valid(eager[0])
     torch.testing.assert_close(out[1][valid], eager[1][valid], atol=1e-5, rtol=1e-5)
@@ -166,15 +168,16 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype, decode_weights) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_compile_cuda_graph_step_matches_eager_on_cuda() -> None:
-    """The inductor-compiled step captured as a CUDA graph (compile_cuda_graph) decodes the eager loop's greedy tokens
-    (fp32: no near-tie for a reordered sum to flip), with log-probs within rounding, and replays without capturing
-    again on a second call."""
+    """The step with the inductor-compiled forward captured as a CUDA graph (compile_cuda_graph) decodes the eager
+    loop's greedy tokens (fp32: no near-tie for a reordered sum to flip), with log-probs within rounding, and replays
+    without capturing again on a second call."""
     torch._dynamo.reset()
     model = make_tiny_causal_lm(seed=0).eval().to("cuda")
     loop = DecodeLoop(model, mode="compile_cuda_graph")
     eager = _generate(DecodeLoop(model, mode="eager", decode_weights=True), _settings(True), device="cuda")
     out = _generate(loop, _settings(True), device="cuda")
-    assert loop.mode == "compile_cuda_graph"  # no fallback to eager (a failed capture would have switched)
+    # no fallback (a failed compilation would have switched to cuda_graph, a failed capture to eager)
+    assert loop.mode == "compile_cuda_graph" and loop._compiled._torchdynamo_orig_callable == loop.forward.decode
     assert torch.equal(out[0], eager[0])
     valid = _valid(eager[0])
     torch.testing.assert_close(out[1][valid], eager[1][valid], atol=1e-4, rtol=1e-4)
@@ -191,18 +194,30 @@ class _EagerGraph:
 
     def replay(self) -> None:
         with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
-            self.loop._graph_step()(self.st, self.c, None)
+            self.loop._step(self.st, self.c, None)
 
 
 class _CpuGraphLoop(DecodeLoop):
-    """The cuda_graph mode's bookkeeping (buffers, graph keys, weight keys) on CPU, with eager 'graphs'."""
+    """The graph modes' bookkeeping (buffers, graph keys, weight keys, fallbacks) on CPU, with eager 'graphs'. A
+    capture runs the warm-up step first and restores the step's counters, as the real one does (the compiled forward
+    compiles there); ``capture_error`` makes every capture fail after its warm-up, as an op CUDA graphs cannot
+    capture does."""
 
     captures = 0
+    capture_error: RuntimeError | None = None
 
     def _check_graph_device(self, device) -> None:
         pass
 
     def _capture(self, st, c):
+        saved = [t.clone() for t in st.scalars()]
+        try:
+            self._step(st, c, None)
+            if self.capture_error is not None:
+                raise self.capture_error
+        finally:
+            for t, s in zip(st.scalars(), saved):
+                t.copy_(s)
         self.captures += 1
         return _EagerGraph(self, st, c)
 
@@ -249,7 +264,7 @@ def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_conf
     first = rollout.decode_loop(torch.device("cpu"))
     assert first.mode == CPU_AUTO_MODE and rollout.decode_loop(torch.device("cpu")) is first
     rollout.generate_sequences(make_prompts(byte_prompts))
-    assert rollout._decoder is first  # reused across calls (compiled step / graphs and buffers kept)
+    assert rollout._decoder is first  # reused across calls (compiled forward / graphs and buffers kept)
     eager = HFRollout(model, rollout_config(do_sample=False, enforce_eager=True))
     assert eager.decode_loop(torch.device("cpu")).mode == "eager"
     # on CUDA, enforce_eager=false means CUDA graphs (the mode is resolved without touching a GPU)
@@ -283,3 +298,116 @@ def test_engine_kwargs_hf_pick_the_mode_and_the_weight_copy(model, rollout_confi
     with pytest.raises(ConfigError, match="configures the hf engine's decode loop; rollout.name=vllm"):
         load_config([f"{key}.decode_weights=true", "actor_rollout_ref.rollout.name=vllm"])
     assert load_config([f"{key}.decode_mode=compile_cuda_graph"]).actor_rollout_ref.rollout.engine_kwargs.hf.decode_mode
+
+
+# What torch 2.11's inductor raised compiling the whole step (sampler included) on CUDA: its split-scan codegen for
+# the vocabulary-wide cumsum failed with this TypeError, which dynamo hands on wrapped (InductorError)
+SPLIT_SCAN_ERROR = "list indices must be integers or slices, not NoneType"
+
+
+def _loop(model: torch.nn.Module, mode: str, backend) -> DecodeLoop:
+    """A loop in ``mode`` whose forward compiles with ``backend``; the graph modes emulated on CPU."""
+    loop = (_CpuGraphLoop if mode in ("cuda_graph", "compile_cuda_graph") else DecodeLoop)(model, mode=mode)
+    loop.compile_options = {"backend": backend, "fullgraph": True}
+    return loop
+
+
+@pytest.mark.parametrize("mode", ["compile", "compile_cuda_graph"])
+def test_compiled_modes_compile_the_forward_and_run_the_sampler_eagerly(model, mode, monkeypatch) -> None:
+    """The compiled callable wraps the forward's ``decode``; the graph dynamo hands the backend is the forward (logits
+    out, no cumsum / sort / searchsorted of the sampler in it), and every sampler call runs outside compilation."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiling = []
+    choose = DecodeLoop._choose
+
+    def spy(logits, st, c):
+        compiling.append(torch.compiler.is_compiling())
+        return choose(logits, st, c)
+
+    monkeypatch.setattr(DecodeLoop, "_choose", staticmethod(spy))
+    settings = _settings(False)
+    eager = _generate(DecodeLoop(model, decode_weights=mode != "compile"), settings)
+    loop = _loop(model, mode, record)
+    out = _generate(loop, settings)
+    assert loop.mode == mode and loop._compiled._torchdynamo_orig_callable == loop.forward.decode
+    assert torch.equal(out[0], eager[0])
+    assert graphs and compiling and not any(compiling)
+    ops = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method")}
+    assert not {op for op in ops if any(s in op for s in ("cumsum", "sort", "searchsorted", "topk"))}, ops
+    (logits,) = [n for n in graphs[0].graph.nodes if n.op == "output"][0].args[0]
+    assert logits.meta["example_value"].shape[-1] == model.config.vocab_size
+
+
+def _failing_backend(error: type[Exception], calls: list[int]):
+    def backend(gm, example_inputs):
+        calls.append(1)
+        if error is TypeError:
+            raise TypeError(SPLIT_SCAN_ERROR)  # dynamo wraps it (BackendCompilerFailed)
+        raise torch._inductor.exc.InductorError(TypeError(SPLIT_SCAN_ERROR), None)
+
+    return backend
+
+
+@pytest.mark.parametrize("error", [TypeError, torch._inductor.exc.InductorError])
+@pytest.mark.parametrize(
+    ("mode", "capture_fails", "falls_back_to"),
+    [("compile", False, "eager"), ("compile_cuda_graph", False, "cuda_graph"), ("compile_cuda_graph", True, "eager")],
+)
+def test_a_failed_compilation_falls_back_with_one_warning(model, mode, capture_fails, falls_back_to, error, caplog):
+    """The failing backend raises what inductor raised on CUDA: compile -> eager, compile_cuda_graph -> cuda_graph
+    (the uncompiled step captured), and -> eager when that capture fails too; one warning line per fallback naming
+    the new mode and the error's first line; no compiled forward or graph of the failed mode is kept; the tokens and
+    log-probs are the eager loop's, on this call and the next (which compiles nothing again)."""
+    torch._dynamo.reset()
+    calls: list[int] = []
+    loop = _loop(model, mode, _failing_backend(error, calls))
+    if capture_fails:
+        loop.capture_error = RuntimeError("operation not permitted when stream is capturing\nmore detail")
+    settings = _settings(False)
+    eager = _generate(DecodeLoop(model, decode_weights=loop.decode_weights), settings)
+    with caplog.at_level("WARNING", logger="verl.workers.rollout.decode.loop"):
+        out = _generate(loop, settings)
+    assert loop.mode == falls_back_to and loop.requested_mode == mode and len(calls) == 1
+    assert torch.equal(out[0], eager[0])
+    valid = _valid(eager[0])
+    torch.testing.assert_close(out[1][valid], eager[1][valid], atol=1e-5, rtol=1e-5)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 + capture_fails, lines
+    assert lines[0] == (
+        f"decode mode {mode}: compiling the decode forward failed (TypeError: {SPLIT_SCAN_ERROR}); "
+        f"falling back to decode mode {'cuda_graph' if mode == 'compile_cuda_graph' else 'eager'}"
+    )
+    if capture_fails:
+        assert lines[1] == (
+            "decode mode cuda_graph: capturing the decode step as a CUDA graph failed (RuntimeError: operation not "
+            "permitted when stream is capturing); falling back to decode mode eager"
+        )
+    assert loop._compiled is None
+    # graphs: only the uncompiled step's, captured after the fallback (a failed capture stores none)
+    assert len(loop._graphs) == getattr(loop, "captures", 0) and (falls_back_to == "cuda_graph") == bool(loop._graphs)
+    assert bool(loop._states) == (falls_back_to == "cuda_graph")  # eager keeps no bucket buffers
+    caplog.clear()
+    again = _generate(loop, settings)
+    assert torch.equal(again[0], eager[0]) and len(calls) == 1 and not caplog.records and loop._compiled is None
+
+
+def test_an_error_of_the_compiled_forward_itself_is_not_swallowed(model) -> None:
+    """Only compilation errors fall back: an error the compiled forward raises when it runs reaches the caller."""
+    torch._dynamo.reset()
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            raise ValueError("the forward itself failed")
+
+        return run
+
+    loop = _loop(model, "compile", backend)
+    with pytest.raises(ValueError, match="the forward itself failed"):
+        _generate(loop, _settings(True))
+    assert loop.mode == "compile"

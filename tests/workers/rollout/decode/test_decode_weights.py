@@ -133,16 +133,17 @@ def test_graph_modes_take_the_copy_by_default_and_keep_their_graphs_across_updat
     assert loop.forward.decode_weights is None
 
 
-def test_compile_cuda_graph_captures_the_compiled_step() -> None:
-    """compile_cuda_graph (emulated on CPU, traced with the eager backend): the graph runs the compiled step, and the
-    tokens are the eager loop's; on CPU the mode is refused."""
-    torch._dynamo.reset()  # other tests' loops compiled the same step function: start under the recompile limit
+def test_compile_cuda_graph_captures_the_compiled_forward() -> None:
+    """compile_cuda_graph (emulated on CPU, traced with the eager backend): the graph runs the step with the compiled
+    forward of the weight copy, and the tokens are the eager loop's; on CPU the mode is refused."""
+    torch._dynamo.reset()  # other tests' loops compiled the same forward: start under the recompile limit
     model = make_tiny_causal_lm(seed=0).eval()
     loop = _CpuGraphLoop(model, mode="compile_cuda_graph")
     loop.compile_options = {"backend": "eager", "fullgraph": True}
-    assert loop._graph_step() is loop._compiled and loop.decode_weights
+    assert loop.decode_weights
     for greedy in (True, False):
         assert torch.equal(_generate(loop, _settings(greedy))[0], _generate(DecodeLoop(model), _settings(greedy))[0])
+    assert loop.mode == "compile_cuda_graph" and loop._compiled._torchdynamo_orig_callable == loop.forward.decode
     with pytest.raises(ValueError, match="'compile_cuda_graph' needs a CUDA device"):
         _generate(DecodeLoop(model, mode="compile_cuda_graph"), _settings(True))
 

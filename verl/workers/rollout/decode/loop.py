@@ -10,16 +10,23 @@ every model forward (:func:`decode_forward_for` picks it).
 One decode step (forward of the last tokens, sampling, bookkeeping) reads and writes the tensors of a
 :class:`DecodeState` only: the cache slot and the response index are device tensors, every step's uniforms are
 drawn before the loop, and the step never reads a value back to the host. With the static-cache forward it runs
-three ways (``mode``):
+four ways (``mode``):
 
 - ``eager``: plain PyTorch, attending only over the filled part of the cache;
-- ``compile``: ``torch.compile`` (inductor) of the step;
+- ``compile``: the model's decode forward compiled by ``torch.compile`` (inductor), the sampler run eagerly after it;
 - ``cuda_graph``: the step captured once per batch-size bucket as a ``torch.cuda.CUDAGraph`` and replayed (one
   launch per token instead of hundreds of kernel launches: a small model's decode step is bound by launch
   overhead, not by reading its weights);
-- ``compile_cuda_graph``: the inductor-compiled step (elementwise chains such as norms, rotary embedding and the
-  sampler's arithmetic fused into few kernels) captured and replayed as a CUDA graph: fewer kernels per replay
-  than ``cuda_graph``, at the price of a compilation (about a minute) on the first call.
+- ``compile_cuda_graph``: the step with the inductor-compiled forward (elementwise chains such as norms, rotary
+  embedding and casts fused into few kernels) captured and replayed as a CUDA graph: fewer kernels per replay than
+  ``cuda_graph``, at the price of a compilation (about a minute) on the first call.
+
+The sampler (:meth:`DecodeLoop._choose`) is never compiled: torch 2.11's inductor cannot compile its cumsum over
+the vocabulary (the inverse-CDF draw) on CUDA (its split-scan code generation fails, measured on 128 rows of a
+49,152-token vocabulary), and inside a CUDA graph the sampler costs no launches anyway. A mode that cannot run falls
+back, with one warning line: a compilation that fails in ``compile_cuda_graph`` mode falls back to ``cuda_graph``
+(the uncompiled step captured), one in ``compile`` mode to ``eager``, and a graph that cannot be captured to
+``eager``.
 
 The static-cache forward can decode with its own copy of the weights (:mod:`.decode_weights`: the compute dtype,
 q/k/v and gate/up stacked; ``decode_weights``): on by default in the graph modes, where it removes every per-step
@@ -56,6 +63,13 @@ logger = logging.getLogger(__name__)
 
 DECODE_MODES = ("eager", "compile", "cuda_graph", "compile_cuda_graph")
 GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
+COMPILED_MODES = ("compile", "compile_cuda_graph")
+# What a failed ``torch.compile`` raises (at the first call of the compiled function, or at a recompilation): dynamo
+# wraps every backend error, e.g. the TypeError of inductor's split-scan codegen, in BackendCompilerFailed (inductor's
+# own wrapper InductorError is a subclass), and refuses untraceable code with Unsupported: all TorchDynamoException
+COMPILE_ERRORS: tuple[type[Exception], ...] = (torch._dynamo.exc.TorchDynamoException,)
+# the mode a mode falls back to when its compilation fails (a failed CUDA-graph capture falls back to eager)
+COMPILE_FALLBACK = {"compile": "eager", "compile_cuda_graph": "cuda_graph"}
 # Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
 # docs/benchmarks.md ("Compiled decode on CPU"), inductor's step does not beat the eager one on CPU.
 CPU_AUTO_MODE = "eager"
@@ -150,14 +164,16 @@ class _StepConsts:
 class DecodeLoop:
     """Sample responses after left-padded prompts with one model forward (see the module docstring).
 
-    Keep one instance per module to reuse its compiled step or captured graphs and their buffers across calls
+    Keep one instance per module to reuse its compiled forward or captured graphs and their buffers across calls
     (they hold the KV caches of the buckets in use: ``release()`` frees them). Graphs are captured again when the
     module's parameters move to other storage.
 
     Args:
         module: the model: a transformers causal LM (possibly PEFT/FSDP-wrapped) or a logits module.
-        mode: ``eager``, ``compile`` (``torch.compile`` of the decode step) or ``cuda_graph`` (CUDA only); a forward
-            that is not graphable (see :func:`decode_forward_for`) always runs eager.
+        mode: ``eager``, ``compile`` (``torch.compile`` of the model's decode forward, the sampler eager),
+            ``cuda_graph`` or ``compile_cuda_graph`` (CUDA only); a forward that is not graphable (see
+            :func:`decode_forward_for`) always runs eager. A mode that fails falls back (module docstring): the
+            mode in use is :attr:`mode`, the one asked for :attr:`requested_mode`.
         check_every: read the number of running rows back to the host every this many steps (early exit and
             compaction); ``None``: every step on CPU, every 8 steps elsewhere (each read is a device sync).
         static_cache: use the static-cache forward where the architecture has one (False: the model's own forward).
@@ -178,16 +194,16 @@ class DecodeLoop:
         self.module = module
         self.static_cache = static_cache
         self.forward: DecodeForward = decode_forward_for(module, static_cache)
-        self.requested_mode = mode  # ``mode`` itself falls back to eager if a CUDA graph cannot be captured
+        self.requested_mode = mode  # ``mode`` itself falls back when compiling or capturing fails
         self.mode = mode if self.forward.graphable else "eager"
         self.check_every = check_every
         self.decode_weights = self._resolve_decode_weights(decode_weights)
         # eager mode attends over the filled part of the cache only (less to read); False reads the whole cache
         # under the mask, kernel for kernel what the compiled and graph modes run (bit-identical results on CUDA)
         self.attend_filled_only = True
-        # torch.compile options of the ``compile`` mode (tests trace with backend="eager", fullgraph=True)
+        # torch.compile options of the compiled forward (tests trace with backend="eager", fullgraph=True)
         self.compile_options: dict[str, Any] = {}
-        self._compiled: Callable[..., None] | None = None
+        self._compiled: Callable[..., torch.Tensor] | None = None
         self._states: dict[tuple[Any, ...], DecodeState] = {}
         self._graphs: dict[tuple[Any, ...], Any] = {}
         self._graph_pool: Any = None
@@ -246,8 +262,11 @@ class DecodeLoop:
         st.step.add_(1)
 
     def _step(self, st: DecodeState, c: _StepConsts, live: int | None) -> None:
-        """One decode step in place: forward ``st.last_tokens``, sample the next ones, advance position and slot."""
-        logits = self.forward.decode(st, live)
+        """One decode step in place: forward ``st.last_tokens`` (compiled in the compiled modes), sample the next
+        ones (never compiled), advance position and slot. Before the sampler it writes nothing but the KV cache at
+        slot ``st.cur``, so a step whose forward fails can be run again."""
+        decode = self._compiled_forward() if self.mode in COMPILED_MODES else self.forward.decode
+        logits = decode(st, live)
         self._choose(logits, st, c)
         st.position.add_(1)
         st.cur.add_(1)
@@ -256,27 +275,49 @@ class DecodeLoop:
         if self.mode == "eager":
             filled_only = self.attend_filled_only or not self.forward.graphable
             self._step(st, c, host_cur + 1 if filled_only else None)
-        elif self.mode == "compile":
-            self._compiled_step()(st, c, None)
         else:
             try:
-                self._replay_graph(st, c)
-            except RuntimeError as err:
-                # a module variant with an op CUDA graphs cannot capture: decode eagerly from here on, visibly
-                logger.warning("CUDA graph capture of the decode step failed (%s); decoding eagerly instead", err)
-                self.mode = "eager"
-                self._graphs.clear()
-                self._step(st, c, None)
+                if self.mode == "compile":
+                    self._step(st, c, None)
+                else:
+                    self._replay_graph(st, c)
+            except Exception as err:
+                if self.mode in COMPILED_MODES and isinstance(err, COMPILE_ERRORS):
+                    self._fall_back(COMPILE_FALLBACK[self.mode], "compiling the decode forward", err)
+                elif self.mode in GRAPH_MODES and isinstance(err, RuntimeError):
+                    # e.g. a module variant with an op CUDA graphs cannot capture
+                    self._fall_back("eager", "capturing the decode step as a CUDA graph", err)
+                else:
+                    raise
+                # nothing but the KV cache slot of this step was written (see _step, and _capture's restore)
+                self._run_step(st, c, host_cur)
 
-    def _compiled_step(self) -> Callable[..., None]:
-        """``torch.compile`` of :meth:`_step` (compiled once per loop, with :attr:`compile_options`)."""
+    def _fall_back(self, mode: str, what: str, err: BaseException) -> None:
+        """Switch to ``mode`` from here on with one warning line (``what`` failed: the error's first line), dropping
+        the compiled forward and every captured graph (a failed capture stored none; the others ran the old mode),
+        and for ``eager`` the cached bucket buffers (eager allocates its own per call; the running call keeps its
+        state)."""
+        inner = getattr(err, "inner_exception", None)  # dynamo's wrapper: the backend's own error
+        cause = inner if isinstance(inner, BaseException) else err
+        lines = str(cause).strip().splitlines()
+        logger.warning(
+            "decode mode %s: %s failed (%s: %s); falling back to decode mode %s",
+            self.mode, what, type(cause).__name__, lines[0] if lines else "", mode,
+        )  # fmt: skip
+        self.mode = mode
+        self._compiled = None
+        if mode == "eager":
+            self._free_buffers()
+        else:
+            self._graphs.clear()
+            self._graph_pool = None
+
+    def _compiled_forward(self) -> Callable[..., torch.Tensor]:
+        """``torch.compile`` of the forward's ``decode`` (compiled once per loop, with :attr:`compile_options`;
+        inductor compiles lazily, at the first call)."""
         if self._compiled is None:
-            self._compiled = torch.compile(self._step, **self.compile_options)
+            self._compiled = torch.compile(self.forward.decode, **self.compile_options)
         return self._compiled
-
-    def _graph_step(self) -> Callable[..., None]:
-        """The step a CUDA graph captures: the compiled one in ``compile_cuda_graph`` mode, else the eager one."""
-        return self._compiled_step() if self.mode == "compile_cuda_graph" else self._step
 
     @staticmethod
     def graph_key(st: DecodeState, c: _StepConsts) -> tuple[Any, ...]:
@@ -307,7 +348,7 @@ class DecodeLoop:
         # when this call's autocast region ends while the graph still reads it; the casts are replayed instead.
         dtype = torch.get_autocast_dtype("cuda")
         enabled = torch.is_autocast_enabled("cuda")
-        step = self._graph_step()
+        step = self._step  # with the compiled forward in compile_cuda_graph mode
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         try:
