@@ -27,6 +27,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import fsdp_utils
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
+from verl.workers import memory_hints
 from verl.workers.config import ActorRolloutRefConfig, FSDPConfig, RefConfig, RefFSDPConfig, RolloutConfig
 from verl.workers.critic_worker import CriticWorker
 from verl.workers.fsdp_setup import (
@@ -309,7 +310,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         # the group pools its chunks, generates them together and each rank keeps its own rows
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
         # held already (hold_generation): the parameters stay gathered and the engine awake between the calls
-        with nullcontext() if self._generation_held is not None else self._generation_hold(), torch.no_grad():
+        hints = memory_hints.explain_out_of_memory("generation", lambda: memory_hints.generation_hints(self.config))
+        with hints, nullcontext() if self._generation_held is not None else self._generation_hold(), torch.no_grad():
             output = rollout.generate_sequences(prompts)
         return own_rows(output, rows).to("cpu")
 
@@ -383,7 +385,10 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         with_sq = bool(self.config.actor.calculate_sum_pi_squared)
-        with loaded(self.actor_offload):
+        hints = memory_hints.explain_out_of_memory(
+            "the actor's log-prob pass", lambda: memory_hints.log_prob_hints(self.config, reference=False)
+        )
+        with hints, loaded(self.actor_offload):
             outputs = actor.compute_log_prob(data, calculate_entropy=True, calculate_sum_pi_squared=with_sq)
         log_probs, entropys = outputs[0], outputs[1]
         tensors = {"old_log_probs": log_probs}
@@ -402,7 +407,10 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self._log_prob_meta(data, self.config.ref, self.ref_sp)
         on_actor = self._is_lora and self.ref_module is None
         context = self.actor_module.disable_adapter() if on_actor else nullcontext()
-        with loaded(self.actor_offload if on_actor else self.ref_offload), context:
+        hints = memory_hints.explain_out_of_memory(
+            "the reference's log-prob pass", lambda: memory_hints.log_prob_hints(self.config, reference=True)
+        )
+        with hints, loaded(self.actor_offload if on_actor else self.ref_offload), context:
             log_probs, _ = ref_policy.compute_log_prob(data, calculate_entropy=False)
         return own_rows(DataProto.from_dict(tensors={"ref_log_prob": log_probs}), rows).to("cpu")
 
@@ -412,7 +420,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         actor = self._require(self.actor, "update_actor", ("actor", "actor_rollout", "actor_rollout_ref"))
         data, _ = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
-        with loaded(self.actor_offload, with_optimizer=True):
+        hints = memory_hints.explain_out_of_memory("the actor update", lambda: memory_hints.update_hints(self.config))
+        with hints, loaded(self.actor_offload, with_optimizer=True):
             start = time.perf_counter()
             metrics = actor.update_policy(data)
             metrics.update(self._actor_mfu(data, time.perf_counter() - start, actor.sp_group))
