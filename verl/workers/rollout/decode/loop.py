@@ -22,11 +22,11 @@ four ways (``mode``):
   ``cuda_graph``, at the price of a compilation (about a minute) on the first call.
 
 The sampler (:meth:`DecodeLoop._choose`) is never compiled: torch 2.11's inductor cannot compile its cumsum over
-the vocabulary (the inverse-CDF draw) on CUDA (its split-scan code generation fails, measured on 128 rows of a
-49,152-token vocabulary), and inside a CUDA graph the sampler costs no launches anyway. A mode that cannot run falls
-back, with one warning line: a compilation that fails in ``compile_cuda_graph`` mode falls back to ``cuda_graph``
-(the uncompiled step captured), one in ``compile`` mode to ``eager``, and a graph that cannot be captured to
-``eager``.
+the vocabulary (the inverse-CDF draw) on CUDA (its split-scan code generation fails: seen on an H200 with 128 rows of
+Qwen2.5's 151,936-token vocabulary), and inside a CUDA graph its kernels cost no host-side launches anyway. A mode
+that cannot run falls back, with one warning line: a compilation that fails in ``compile_cuda_graph`` mode falls
+back to ``cuda_graph`` (the uncompiled step captured), one in ``compile`` mode to ``eager``, and a graph that cannot
+be captured to ``eager``.
 
 The static-cache forward can decode with its own copy of the weights (:mod:`.decode_weights`: the compute dtype,
 q/k/v and gate/up stacked; ``decode_weights``): on by default in the graph modes, where it removes every per-step
