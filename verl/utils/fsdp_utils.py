@@ -250,20 +250,16 @@ class _CompiledOrEager:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.state["failed"]:
-            from torch._dynamo.exc import TorchDynamoException
+            from verl.utils.compile_errors import COMPILE_ERRORS, compile_failure_summary
 
             try:
                 return self.compiled(*args, **kwargs)
-            except TorchDynamoException as err:
+            except COMPILE_ERRORS as err:
                 self.state["failed"] = True
-                # the backend's own error (dynamo wraps it; its first line only names the backend)
-                cause = getattr(err, "inner_exception", None) or err.__cause__ or err
-                lines = str(cause).strip().splitlines()
                 logger.warning(
-                    "use_torch_compile (auto): compiling the decoder layers failed (%s: %s); they run eagerly "
+                    "use_torch_compile (auto): compiling the decoder layers failed (%s); they run eagerly "
                     "(set use_torch_compile=false to skip compiling, true to stop on the error)",
-                    type(cause).__name__,
-                    lines[0][:300] if lines else "",
+                    compile_failure_summary(err),
                 )
         return self.eager(*args, **kwargs)
 

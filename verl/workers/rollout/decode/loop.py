@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 import torch
 
+from verl.utils.compile_errors import COMPILE_ERRORS, compile_failure_summary
 from verl.workers.rollout.base import StepHook
 from verl.workers.rollout.decode.model_forward import FullForward, ModelCacheForward, supports_model_cache
 from verl.workers.rollout.decode.state import DecodeState, alloc_state
@@ -64,10 +65,6 @@ logger = logging.getLogger(__name__)
 DECODE_MODES = ("eager", "compile", "cuda_graph", "compile_cuda_graph")
 GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
 COMPILED_MODES = ("compile", "compile_cuda_graph")
-# What a failed ``torch.compile`` raises (at the first call of the compiled function, or at a recompilation): dynamo
-# wraps every backend error, e.g. the TypeError of inductor's split-scan codegen, in BackendCompilerFailed (inductor's
-# own wrapper InductorError is a subclass), and refuses untraceable code with Unsupported: all TorchDynamoException
-COMPILE_ERRORS: tuple[type[Exception], ...] = (torch._dynamo.exc.TorchDynamoException,)
 # the mode a mode falls back to when its compilation fails (a failed CUDA-graph capture falls back to eager)
 COMPILE_FALLBACK = {"compile": "eager", "compile_cuda_graph": "cuda_graph"}
 # Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
@@ -297,12 +294,9 @@ class DecodeLoop:
         the compiled forward and every captured graph (a failed capture stored none; the others ran the old mode),
         and for ``eager`` the cached bucket buffers (eager allocates its own per call; the running call keeps its
         state)."""
-        inner = getattr(err, "inner_exception", None)  # dynamo's wrapper: the backend's own error
-        cause = inner if isinstance(inner, BaseException) else err
-        lines = str(cause).strip().splitlines()
         logger.warning(
-            "decode mode %s: %s failed (%s: %s); falling back to decode mode %s",
-            self.mode, what, type(cause).__name__, lines[0] if lines else "", mode,
+            "decode mode %s: %s failed (%s); falling back to decode mode %s",
+            self.mode, what, compile_failure_summary(err), mode,
         )  # fmt: skip
         self.mode = mode
         self._compiled = None
