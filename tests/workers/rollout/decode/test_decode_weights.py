@@ -95,6 +95,47 @@ def test_a_step_on_the_copy_casts_no_weight_and_runs_fewer_matmuls() -> None:
     assert sum(stacked.values()) < sum(plain.values())
 
 
+def test_a_step_on_the_copy_writes_each_layers_keys_and_values_with_one_kernel() -> None:
+    """The copy's step rotates q, k and v in one addcmul per layer and writes keys and values with one
+    ``index_copy_`` (the modules write them separately): fewer kernels is what a CUDA graph step costs."""
+    plain, _ = _step_ops(False)
+    stacked, _ = _step_ops(True)
+    layers = TinyModelSpec(arch="qwen2").num_hidden_layers
+
+    def count(calls, name):
+        return sum(n for (op, _, _), n in calls.items() if op == name)
+
+    writes = count(stacked, "index_copy_")  # one per layer and step
+    assert writes > 0 and writes % layers == 0
+    assert count(plain, "index_copy_") == 2 * writes and count(stacked, "addcmul") == writes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_over_every_head_rotates_q_and_k_and_passes_v_through_exactly(dtype) -> None:
+    """``apply_rope_heads`` with ``rotary_tables``: the q and k heads get the model's rotary embedding (to one
+    rounding: the kernel may fuse a product into the sum), the v heads come back bit for bit."""
+    from verl.workers.rollout.decode.static_cache import _apply_rope, apply_rope_heads, rotary_tables
+
+    gen = torch.Generator().manual_seed(0)
+    bs, rotated, passed, dim = 5, 6, 2, 16
+    x = (torch.randn(bs, rotated + passed, 1, dim, generator=gen) * 4).to(dtype)
+    angles = torch.rand(bs, 1, 1, dim // 2, generator=gen) * 300
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    cos_all, sin_all = rotary_tables(cos, sin, rotated, passed)
+    assert cos_all.shape == sin_all.shape == (bs, rotated + passed, 1, dim)
+    out = apply_rope_heads(x, cos_all, sin_all, dtype)
+    assert out.dtype == dtype and out.shape == x.shape
+    assert torch.equal(out[:, rotated:], x[:, rotated:])
+    expected = _apply_rope(x[:, :rotated], cos, sin).to(dtype)
+    ulp = {torch.float32: 2**-23, torch.bfloat16: 2**-7}[dtype]
+    torch.testing.assert_close(out[:, :rotated], expected, atol=1e-6, rtol=ulp)
+    # a real rotation, not a pass-through: q and k move, their norms (per half-pair) stay
+    assert not torch.equal(out[:, :rotated], x[:, :rotated])
+    torch.testing.assert_close(
+        out[:, :rotated].float().norm(dim=-1), x[:, :rotated].float().norm(dim=-1), rtol=2e-2, atol=1e-3
+    )
+
+
 def test_each_call_reads_the_models_current_weights() -> None:
     """An in-place update (an optimizer step) and a weight sync through ``.data`` both reach the copy at the next
     call: with a zero LM head every logit ties and greedy takes the first allowed id (90 while the end ids 0..89 are

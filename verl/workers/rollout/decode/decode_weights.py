@@ -8,12 +8,13 @@ Why a copy: a decode step of a small model is bound by the number of kernels it 
   capture is freed when the call's autocast region ends while the graph still reads it), so every replayed step
   casts every weight again: 7 cast kernels per layer, and 6 bytes moved per parameter per token. With the copy in
   the compute dtype, the step casts nothing.
-- One matmul for q/k/v and one for gate/up: 2 matmuls where there were 5, and rotary embedding applied to q and k
-  together.
+- One matmul for q/k/v and one for gate/up: 2 matmuls where there were 5; the rotary embedding of q, k and v at
+  once in 3 kernels where 5 ran, and one cache write for keys and values
+  (:func:`~verl.workers.rollout.decode.static_cache.apply_rope_heads`).
 
 Each decoded token is the model's up to floating-point rounding: the copy holds the same values autocast would cast
-to, and a stacked matmul computes every output column with the same dot product as the separate ones (the library
-may block the sum differently). The copy follows the model: :meth:`DecodeWeights.refresh` copies every weight again
+to, a stacked matmul computes every output column with the same dot product as the separate ones (the library
+may block the sum differently), and the rotary embedding's sum may be fused with its product. The copy follows the model: :meth:`DecodeWeights.refresh` copies every weight again
 at the start of each ``generate`` call, whatever changed it (an optimizer step, a weight sync through ``.data``).
 """
 

@@ -5,8 +5,8 @@ bookkeeping. This forward calls the model's own submodules (embeddings, norms, p
 LM head) in the same order with the same weights, so the logits are the model's logits, but keeps the per-token work
 to the minimum:
 
-- one preallocated KV cache per layer ``[batch, kv_heads, capacity, head_dim]`` (no concatenation, no
-  reallocation);
+- one preallocated KV cache per layer, keys and values in one tensor ``[2, batch, kv_heads, capacity, head_dim]``
+  (no concatenation, no reallocation; the decode step on the weight copy writes both with one kernel);
 - the attention bias of one decode step built from a key mask ``[batch, capacity]`` (prompt padding) and the
   current cache slot (the causal part is implicit while decoding one token at a time);
 - grouped-query attention as one matmul per key/value head; prefill uses
@@ -27,7 +27,7 @@ from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_wei
 from verl.workers.rollout.decode.state import DecodeState
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
-StaticKV = list[tuple[torch.Tensor, torch.Tensor]]
+StaticKV = list[torch.Tensor]  # per layer [2, rows, kv_heads, capacity, head_dim]: keys, then values
 
 
 def causal_lm(module: torch.nn.Module) -> Any:
@@ -74,6 +74,38 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     ``x [bs, heads, L, head_dim]``, ``cos``/``sin`` ``[bs, 1, L, head_dim]``.
     """
     return x * cos + _rotate_half(x) * sin
+
+
+def rotary_tables(
+    cos: torch.Tensor, sin: torch.Tensor, rotated_heads: int, passed_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-head cos and sin tables of :func:`apply_rope_heads`, built once per decode step.
+
+    ``cos``/``sin`` ``[bs, 1, L, head_dim]`` (one row per position) -> ``[bs, rotated_heads + passed_heads, L,
+    head_dim]`` each: the first ``rotated_heads`` heads get ``cos`` and ``sin`` with its first half negated
+    (``rotate_half(x) * sin == swap_halves(x) * sin'``: the sign moves from every layer's tensor to the step's
+    table, exactly), the last ``passed_heads`` get cos 1 and sin 0 (the heads pass through unchanged).
+    """
+    bs, _, length, dim = cos.shape
+    half = dim // 2
+    sin_rot = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    rotated, passed = (bs, rotated_heads, length, dim), (bs, passed_heads, length, dim)
+    cos_all = torch.cat((cos.expand(rotated), torch.ones_like(cos).expand(passed)), dim=1)
+    sin_all = torch.cat((sin_rot.expand(rotated), torch.zeros_like(sin_rot).expand(passed)), dim=1)
+    return cos_all, sin_all
+
+
+def apply_rope_heads(x: torch.Tensor, cos_all: torch.Tensor, sin_all: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`_apply_rope` over every head of ``x [bs, heads, L, head_dim]`` with the tables of
+    :func:`rotary_tables`, written in ``dtype``: ``addcmul(x * cos, swap_halves(x), sin')``, three kernels (the
+    products and their sum in the wider of the input dtypes, one rounding to ``dtype``). The values are
+    ``_apply_rope(x).to(dtype)``'s up to one rounding (the kernel may fuse the second product into the sum, an FMA:
+    one bf16 unit in the last place on a few elements). A passed-through head comes back exactly as it went in
+    (``v * 1 + swap_halves(v) * 0 == v`` for finite ``v``)."""
+    half = x.shape[-1] // 2
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    torch.addcmul(x * cos_all, torch.cat((x[..., half:], x[..., :half]), dim=-1), sin_all, out=out)
+    return out
 
 
 def _decode_attention(
@@ -161,21 +193,18 @@ class StaticCacheForward:
         return self.backbone.embed_tokens(input_ids[:1, :1]).dtype
 
     def alloc_cache(self, rows: int, capacity: int, dtype: torch.dtype, device: Any) -> StaticKV:
-        """Per layer, k and v ``[rows, kv_heads, capacity, head_dim]``."""
+        """Per layer, keys and values in one tensor ``[2, rows, kv_heads, capacity, head_dim]`` (``kv[0]`` and
+        ``kv[1]`` are each contiguous, as the attention kernels read them)."""
         # zeros, not empty: the compiled and graph steps read the whole cache (masked), and masked garbage could be NaN
-        shape = (rows, self.num_kv_heads, capacity, self.head_dim)
-        return [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(len(self.backbone.layers))
-        ]
+        shape = (2, rows, self.num_kv_heads, capacity, self.head_dim)
+        return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(len(self.backbone.layers))]
 
     @staticmethod
     def copy_rows(src: StaticKV, dst: StaticKV, keep: torch.Tensor) -> StaticKV:
         """Rows ``keep`` of ``src`` into the first rows of ``dst`` (a smaller bucket); returns ``dst``."""
         n = keep.numel()
-        for (k, v), (nk, nv) in zip(src, dst):
-            nk[:n].copy_(k.index_select(0, keep))
-            nv[:n].copy_(v.index_select(0, keep))
+        for kv, new_kv in zip(src, dst):
+            new_kv[:, :n].copy_(kv.index_select(1, keep))
         return dst
 
     def prefill(
@@ -204,7 +233,8 @@ class StaticCacheForward:
         cos, sin = self.backbone.rotary_emb(hidden, position_ids)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         gqa = self.num_kv_heads != self.num_heads
-        for layer, (k_cache, v_cache) in zip(self.backbone.layers, cache):
+        for layer, kv in zip(self.backbone.layers, cache):
+            k_cache, v_cache = kv[0], kv[1]
             attn = layer.self_attn
             scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
             x = layer.input_layernorm(hidden)
@@ -240,7 +270,8 @@ class StaticCacheForward:
             return self._decode_stacked(self.decode_weights, st, live)
         bs = st.last_tokens.shape[0]
         bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
-        for layer, (k_cache, v_cache) in zip(self.backbone.layers, st.cache):
+        for layer, kv in zip(self.backbone.layers, st.cache):
+            k_cache, v_cache = kv[0], kv[1]
             attn = layer.self_attn
             scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
             x = layer.input_layernorm(hidden)
@@ -257,30 +288,33 @@ class StaticCacheForward:
         return self.lm.lm_head(self.backbone.norm(hidden))[:, -1, :]
 
     def _decode_stacked(self, w: DecodeWeights, st: DecodeState, live: int | None) -> torch.Tensor:
-        """:meth:`decode` on the stacked copy ``w``: per layer one q/k/v matmul, rotary embedding of q and k at once,
-        one gate/up matmul, no weight cast (decode_weights.py), fused RMS norm and attention kernels on CUDA."""
+        """:meth:`decode` on the stacked copy ``w``: per layer one q/k/v matmul, one rotary embedding over q, k and v
+        together (v with cos 1 and sin 0), one write of the layer's keys and values into the cache, one gate/up
+        matmul, no weight cast (decode_weights.py), fused RMS norm and attention kernels on CUDA.
+
+        The rotary embedding (:func:`apply_rope_heads`) takes three kernels where ``_apply_rope`` and a cast take
+        five, and extending it to v (which it passes through exactly) puts the layer's new key and value side by
+        side, so one ``index_copy_`` writes both: a CUDA graph of a small model's step is bound by its kernel
+        count (docs/benchmarks.md, the H200 profile).
+        """
         bs = st.last_tokens.shape[0]
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
-        qk_width = (heads + kv_heads) * dim
+        width = heads + 2 * kv_heads  # q, k and v heads of the stacked projection
         bias, hidden, cos, sin, slot = self._decode_inputs(st, live)
-        # rotate_half(x) * sin == swap_halves(x) * (sin with its first half negated): the sign moves from every
-        # layer's q/k (a kernel per layer) to the step's sin (once); negation is exact, so the values are the same
-        half = dim // 2
-        sin_rot = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        # q and k heads rotate, v heads pass through: one table pair per step for every layer
+        cos_all, sin_all = rotary_tables(cos, sin, heads + kv_heads, kv_heads)
         # one fused attention kernel on CUDA (its mask in the compute dtype, cast once for every layer); on CPU the
         # two matmuls are faster than SDPA for one query row
         attention = _decode_attention_fused if hidden.is_cuda else _decode_attention
         if hidden.is_cuda:
             bias = bias.to(w.dtype)
-        for lw, layer, (k_cache, v_cache) in zip(w.layers, self.backbone.layers, st.cache):
+        for lw, layer, kv in zip(w.layers, self.backbone.layers, st.cache):
             scale = float(getattr(layer.self_attn, "scaling", dim**-0.5))
-            qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, (heads + 2 kv) * dim]
-            v = qkv[..., qk_width:].view(bs, 1, kv_heads, dim).transpose(1, 2)
-            qk = qkv[..., :qk_width].view(bs, 1, heads + kv_heads, dim).transpose(1, 2)
-            qk = (qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin_rot).to(v.dtype)
-            k_cache.index_copy_(2, slot, qk[:, heads:].to(k_cache.dtype))
-            v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
-            out = attention(qk[:, :heads], k_cache[:, :, :live], v_cache[:, :, :live], bias, scale)
+            qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, width * dim]
+            rotated = apply_rope_heads(qkv.view(bs, 1, width, dim).transpose(1, 2), cos_all, sin_all, kv.dtype)
+            # keys and values [bs, 2 * kv_heads, 1, dim] -> [2, bs, kv_heads, 1, dim]: the cache's layout, one write
+            kv.index_copy_(3, slot, rotated[:, heads:].view(bs, 2, kv_heads, 1, dim).transpose(0, 1))
+            out = attention(rotated[:, :heads], kv[0, :, :, :live], kv[1, :, :, :live], bias, scale)
             hidden = hidden + F.linear(out.transpose(1, 2).reshape(bs, 1, heads * dim), lw.o, lw.o_bias)
             gate_up = F.linear(rms_norm(hidden, lw.post_norm), lw.gate_up, lw.gate_up_bias)
             ffn = gate_up.shape[-1] // 2
