@@ -1,7 +1,10 @@
 """Peak memory of chunked vs naive token log-probs (forward + backward), the actor's memory hot spot.
 
-naive:   log_softmax(logits.float()).gather(labels)  -> a float32 [tokens, vocab] copy kept for backward
-chunked: verl.utils.torch_functional.logprobs_from_logits -> one float32 [chunk, vocab] block at a time
+naive:    log_softmax(logits.float()).gather(labels)  -> a float32 [tokens, vocab] copy kept for backward
+chunked:  verl.utils.torch_functional.logprobs_from_logits -> one float32 [chunk, vocab] block at a time
+compiled: the same with the compiled chunk kernels (verl.utils.logprob_kernels, what actor.use_torch_compile
+          runs): each chunk's forward and backward fused by inductor, no float32 copy of the chunk (timed after
+          one warm-up step on the same inputs, which compiles)
 
 With ``--head`` the inputs are the final hidden states ``[tokens, H]`` and the LM head weight ``[V, H]`` instead
 of the logits, both float32 as in the actor (fp32 master weights; ``--dtype`` bf16 then runs the step under bf16
@@ -9,6 +12,7 @@ autocast, as ``actor.dtype=bfloat16`` does), and the rows include the head's mat
 and weight (the float32 weight gradient, the same in every row, is part of each peak):
 head-naive:   logits = hidden @ W^T, then the naive log-softmax (the logits, their fp32 copy and gradient exist)
 head-chunked: logits = hidden @ W^T, then the chunked log-probs (what use_fused_kernels=false runs)
+head-compiled: the same with the compiled chunk kernels (use_torch_compile, on CUDA by default)
 fused:        verl.utils.kernel.linear_cross_entropy.linear_logprobs_entropy (use_fused_kernels=true): log-probs
               and entropy per token chunk, never a [tokens, vocab] tensor
 
@@ -37,10 +41,12 @@ import torch
 
 from verl.utils import torch_functional as verl_F
 from verl.utils.kernel.linear_cross_entropy import linear_logprobs_entropy
+from verl.utils.logprob_kernels import compiled_chunk_kernels
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-LOGIT_VARIANTS = ("naive", "chunked")
-HEAD_VARIANTS = ("head-naive", "head-chunked", "fused")
+LOGIT_VARIANTS = ("naive", "chunked", "compiled")
+HEAD_VARIANTS = ("head-naive", "head-chunked", "head-compiled", "fused")
+COMPILED_VARIANTS = ("compiled", "head-compiled")
 
 
 @dataclass
@@ -81,11 +87,17 @@ def _head_inputs(tokens: int, vocab: int, hidden: int, dtype: torch.dtype, devic
     return h, w, labels
 
 
+def _logits_forward(variant: str, logits: torch.Tensor, labels: torch.Tensor, chunk: int | None) -> torch.Tensor:
+    if variant in ("naive", "head-naive"):
+        return _naive(logits, labels)
+    kernels = compiled_chunk_kernels() if variant in COMPILED_VARIANTS else None
+    return verl_F.logprobs_from_logits(logits, labels, chunk, kernels=kernels)
+
+
 def _head_forward(variant: str, h: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, chunk: int | None):
     if variant == "fused":
         return linear_logprobs_entropy(h, w, labels, chunk_size=chunk)[0]
-    logits = h @ w.T
-    return _naive(logits, labels) if variant == "head-naive" else verl_F.logprobs_from_logits(logits, labels, chunk)
+    return _logits_forward(variant, h @ w.T, labels, chunk)
 
 
 def _autocast(dtype: str, device: str):
@@ -97,8 +109,7 @@ def _step(variant: str, inputs: tuple[torch.Tensor, ...], chunk_size: int | None
         with _autocast(dtype, inputs[0].device.type):
             out = _head_forward(variant, *inputs, chunk_size)
     else:
-        logits, labels = inputs
-        out = _naive(logits, labels) if variant == "naive" else verl_F.logprobs_from_logits(logits, labels, chunk_size)
+        out = _logits_forward(variant, *inputs, chunk_size)
     out.sum().backward()
     return out.detach()
 
@@ -141,6 +152,9 @@ def run_cpu_case(variant: str, tokens: int, vocab: int, dtype: str, chunk_size: 
     """One measurement in this process (meant to be a fresh subprocess, so ru_maxrss is this case's peak)."""
     torch.set_num_threads(1)
     inputs = _make_inputs(variant, tokens, vocab, hidden, dtype, "cpu")
+    if variant in COMPILED_VARIANTS:  # compile on these very shapes, outside the measurement
+        _step(variant, inputs, chunk_size, dtype)
+        _clear_grads(inputs)
     # Peak growth above the inputs: the current RSS when the peak mark can be reset, else the peak so far.
     current = _proc_status_mib("VmRSS")
     before = current if _reset_peak_rss() and current is not None else _peak_rss_mib()
@@ -157,7 +171,7 @@ def _agreement(variants: tuple[str, ...], tokens: int, vocab: int, hidden: int, 
         if variants[0] in HEAD_VARIANTS:
             outs = [_head_forward(v, *inputs, chunk) for v in (variants[0], variants[-1])]
         else:
-            outs = [_naive(*inputs), verl_F.logprobs_from_logits(*inputs, chunk)]
+            outs = [_naive(*inputs), _logits_forward(variants[-1], *inputs, chunk)]
     return (outs[0] - outs[1]).abs().max().item()
 
 

@@ -166,11 +166,17 @@ STAGES: tuple[Stage, ...] = (
           (GRPO + "--sides verl --shapes 1.5B 0.5B --warmup 1 --steps 2 " + CHECKPOINTED,),
           (GRPO + "--smoke --sides verl " + CHECKPOINTED,),
           "ours with gradient checkpointing (upstream's and TRL's default): the 1.5B peak against the 50 GB target"),
-    Stage("grpo_fused", "part3", 90, 60,
-          (GRPO + "--sides verl --shapes 1.5B 0.5B --warmup 1 --steps 2 " + FUSED,),
+    Stage("grpo_fused", "part3", 60, 45,
+          (GRPO + "--sides verl --shapes 1.5B --warmup 1 --steps 2 " + FUSED,),
           (GRPO + "--smoke --sides verl " + FUSED,),
-          "ours with use_fused_kernels=true (1.5B first: the MFU target's shape), against the grpo stage's rows"),
-    Stage("profile", "part3", 70, 50,
+          "ours with use_fused_kernels=true at 1.5B (the MFU target's shape), against the grpo stage's row"),
+    Stage("logprob_head", "part3", 50, 35,
+          ("{py} bench/logprob_memory.py --device cuda --head --tokens 16384 --vocab 151936 --hidden 896",),
+          ("{py} bench/logprob_memory.py --smoke --head",),
+          "the LM head and log-probs alone, forward + backward: naive, chunked (eager kernels), chunked with the "
+          "compiled kernels (use_torch_compile's), fused (use_fused_kernels); first H200 run: 0.050 / 0.078 / - "
+          "/ 0.107 s"),
+    Stage("profile", "part3", 60, 50,
           ("{py} bench/gpu_kit/profile_step.py --shape 0.5B --tokenizer {tok} --out {dir}",),
           ("{py} bench/gpu_kit/profile_step.py --smoke --tokenizer {tok} --out {dir}",),
           "torch.profiler: top 30 CUDA kernels of one decode step (eager, cuda_graph) and one actor update "

@@ -443,8 +443,10 @@ def test_use_torch_compile_compiles_the_actor_layers_after_sharding(tiny_model_d
     group = _actor_group(tiny_model_dir, "actor", "actor_rollout_ref.actor.use_torch_compile=true")
     module = group.workers[0].actor_module
     assert all(layer._compiled_call_impl is not None for layer in module.model.layers)
-    plain = _actor_group(tiny_model_dir, "actor").workers[0].actor_module
-    assert all(layer._compiled_call_impl is None for layer in plain.model.layers)
+    assert group.workers[0].actor.log_prob_kernels.compiled  # and the log-prob/entropy chunk kernels
+    plain = _actor_group(tiny_model_dir, "actor").workers[0]
+    assert all(layer._compiled_call_impl is None for layer in plain.actor_module.model.layers)
+    assert plain.actor.log_prob_kernels is None  # null on CPU: eager
 
 
 def test_generation_held_across_calls_and_served_by_request(tiny_model_dir: str) -> None:

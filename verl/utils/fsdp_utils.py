@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+if TYPE_CHECKING:
+    from verl.utils.logprob_kernels import ChunkKernels
 
 logger = logging.getLogger(__name__)
 
@@ -229,13 +232,25 @@ def resolve_remove_padding(setting: bool | None, model: nn.Module) -> bool:
 
 def resolve_torch_compile(setting: bool | None, device: torch.device) -> bool:
     """``actor.use_torch_compile`` / ``ref.use_torch_compile``: an explicit true/false as given; null (auto) compiles
-    the decoder layers on CUDA only. Measured (docs/benchmarks.md section 8, one H200, Qwen2.5-0.5B shape, 128 x
-    (64+256) tokens): the update 0.482 -> 0.354 s, MFU 21.5% -> 29.5%, peak 85 -> 61 GB (inductor fuses the fp32
-    norms, rotary embedding, casts and SwiGLU, and saves fewer activations). On CPU it does not pay for its
+    the decoder layers (and the log-prob/entropy chunk kernels, :func:`log_prob_kernels_for`) on CUDA only.
+    Measured (docs/benchmarks.md section 8, one H200, Qwen2.5-0.5B shape, 128 x (64+256) tokens): the update
+    0.482 -> 0.354 s, MFU 21.5% -> 29.5%, peak 85 -> 61 GB (inductor fuses the fp32 norms, rotary embedding, casts
+    and SwiGLU, and saves fewer activations). On CPU it does not pay for its
     compilation (section 9: 4% and 0%), so auto leaves it off there."""
     if setting is not None:
         return bool(setting)
     return device.type == "cuda"
+
+
+def log_prob_kernels_for(setting: bool | None, device: torch.device) -> ChunkKernels | None:
+    """The per-chunk kernels of the actor's log-probs and entropy (:mod:`verl.utils.logprob_kernels`) for
+    ``use_torch_compile`` = ``setting``: the compiled set where :func:`resolve_torch_compile` says compile (under
+    null a failed compilation falls back to eager with one warning, as the layers do), else None (eager)."""
+    if not resolve_torch_compile(setting, device):
+        return None
+    from verl.utils.logprob_kernels import compiled_chunk_kernels
+
+    return compiled_chunk_kernels(eager_on_failure=setting is None)
 
 
 class _CompiledOrEager:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.utils.distributed_stats import distributed_masked_mean, distributed_mean_max_min_std  # noqa: F401
+from verl.utils.logprob_kernels import EAGER_KERNELS, ChunkKernels
 from verl.utils.optim import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup  # noqa: F401
 
 # Elements of one float32 [chunk, vocab] working block (~128 MiB) when the caller gives no chunk size.
@@ -63,79 +64,66 @@ class _ChunkedLogProbs(torch.autograd.Function):
     """log p(label) = logits[label] - logsumexp(logits) on ``[B, T, V]`` logits, chunked over tokens.
 
     Backward: d log p(y) / d logits_j = 1[j == y] - softmax(logits)_j, rebuilt per chunk from the saved logsumexp.
+    The per-chunk work is ``kernels``' (:mod:`verl.utils.logprob_kernels`: eager, or compiled into fused kernels).
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(
+        ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int, kernels: ChunkKernels
+    ) -> torch.Tensor:  # type: ignore[override]
         cdtype = _compute_dtype(logits.dtype)
         out = torch.empty(labels.shape, dtype=cdtype, device=logits.device)
         lse = torch.empty(labels.shape, dtype=cdtype, device=logits.device)
         for rows, toks in _chunks(labels.shape[0], labels.shape[1], chunk_size):
-            block = logits[rows, toks].to(cdtype)
-            block_lse = torch.logsumexp(block, dim=-1)
-            lse[rows, toks] = block_lse
-            out[rows, toks] = block.gather(-1, labels[rows, toks].unsqueeze(-1)).squeeze(-1) - block_lse
-            del block
+            kernels.logprob_forward(logits[rows, toks], labels[rows, toks], out[rows, toks], lse[rows, toks])
         ctx.save_for_backward(logits, labels, lse)
-        ctx.chunk_size = chunk_size
+        ctx.chunk_size, ctx.kernels = chunk_size, kernels
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # type: ignore[override]
         logits, labels, lse = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         for rows, toks in _chunks(labels.shape[0], labels.shape[1], ctx.chunk_size):
-            g = grad_out[rows, toks].to(lse.dtype).unsqueeze(-1)
-            block = logits[rows, toks].to(lse.dtype, copy=True)
-            # -g * softmax, computed in place on the chunk's fp32 copy so one block is alive at a time.
-            block.sub_(lse[rows, toks].unsqueeze(-1)).exp_().mul_(-g)
-            block.scatter_add_(-1, labels[rows, toks].unsqueeze(-1), g)
-            grad_logits[rows, toks].copy_(block)  # casts without a temporary
-            del block
-        return grad_logits, None, None
+            ctx.kernels.logprob_backward(
+                logits[rows, toks], labels[rows, toks], lse[rows, toks], grad_out[rows, toks], grad_logits[rows, toks]
+            )
+        return grad_logits, None, None, None
 
 
 class _ChunkedEntropy(torch.autograd.Function):
     """H = logsumexp(x) - sum_j p_j x_j with p = softmax(x) on ``[B, T, V]`` logits, chunked over tokens.
 
-    Backward: dH/dx_j = p_j * (E_p[x] - x_j); the per-token logsumexp and E_p[x] are saved.
+    Backward: dH/dx_j = p_j * (E_p[x] - x_j); the per-token logsumexp and E_p[x] are saved. The per-chunk work is
+    ``kernels``' (:mod:`verl.utils.logprob_kernels`).
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, chunk_size: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, logits: torch.Tensor, chunk_size: int, kernels: ChunkKernels) -> torch.Tensor:  # type: ignore[override]
         cdtype = _compute_dtype(logits.dtype)
         lse = torch.empty(logits.shape[:-1], dtype=cdtype, device=logits.device)
         mean_x = torch.empty(logits.shape[:-1], dtype=cdtype, device=logits.device)
         for rows, toks in _chunks(logits.shape[0], logits.shape[1], chunk_size):
-            block = logits[rows, toks].to(cdtype)
-            block_lse = torch.logsumexp(block, dim=-1)
-            probs = torch.sub(block, block_lse.unsqueeze(-1)).exp_()
-            lse[rows, toks] = block_lse
-            mean_x[rows, toks] = probs.mul_(block).sum(dim=-1)
-            del block, probs
+            kernels.entropy_forward(logits[rows, toks], lse[rows, toks], mean_x[rows, toks])
         ctx.save_for_backward(logits, lse, mean_x)
-        ctx.chunk_size = chunk_size
+        ctx.chunk_size, ctx.kernels = chunk_size, kernels
         return lse - mean_x
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None]:  # type: ignore[override]
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
         logits, lse, mean_x = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None
+            return None, None, None
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         for rows, toks in _chunks(logits.shape[0], logits.shape[1], ctx.chunk_size):
-            block = logits[rows, toks].to(lse.dtype, copy=True)
-            probs = torch.sub(block, lse[rows, toks].unsqueeze(-1)).exp_()
-            # p * (E[x] - x) * g, reusing the block buffer for (E[x] - x).
-            block.neg_().add_(mean_x[rows, toks].unsqueeze(-1)).mul_(probs)
-            block.mul_(grad_out[rows, toks].to(lse.dtype).unsqueeze(-1))
-            grad_logits[rows, toks].copy_(block)  # casts without a temporary
-            del block, probs
-        return grad_logits, None
+            ctx.kernels.entropy_backward(
+                logits[rows, toks], lse[rows, toks], mean_x[rows, toks], grad_out[rows, toks], grad_logits[rows, toks]
+            )
+        return grad_logits, None, None
 
 
 def logprobs_from_logits(
@@ -143,6 +131,7 @@ def logprobs_from_logits(
     labels: torch.Tensor,
     chunk_size: int | None = None,
     inplace_backward: bool = True,
+    kernels: ChunkKernels | None = None,
 ) -> torch.Tensor:
     """Log-probability of each label under the softmax of its logits, ``log softmax(logits)[label]``.
 
@@ -154,6 +143,8 @@ def logprobs_from_logits(
             at a 50k vocab). Peak extra memory is one ``[chunk_size, vocab]`` block in float32.
         inplace_backward: accepted for verl compatibility (its flash-attn path); the chunked backward here
             always writes the logits gradient into one preallocated buffer.
+        kernels: the per-chunk kernels (:mod:`verl.utils.logprob_kernels`): None for eager PyTorch, or
+            :func:`~verl.utils.logprob_kernels.compiled_chunk_kernels` (``actor.use_torch_compile``) for fused ones.
 
     Returns:
         ``[...]`` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
@@ -166,23 +157,28 @@ def logprobs_from_logits(
     vocab = logits.shape[-1]
     logits3 = _as_3d(logits)
     labels3 = labels.long().reshape(logits3.shape[:-1])
-    out = _ChunkedLogProbs.apply(logits3, labels3, _resolve_chunk_size(chunk_size, vocab))
+    chunk = _resolve_chunk_size(chunk_size, vocab)
+    out = _ChunkedLogProbs.apply(logits3, labels3, chunk, kernels or EAGER_KERNELS)
     return out.reshape(labels.shape)
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+def entropy_from_logits(
+    logits: torch.Tensor, chunk_size: int | None = None, kernels: ChunkKernels | None = None
+) -> torch.Tensor:
     """Entropy of the softmax distribution, ``H = logsumexp(x) - sum_j softmax(x)_j * x_j``.
 
     Args:
         logits: ``[..., vocab]`` in any float dtype; computed per token chunk in float32.
         chunk_size: tokens per float32 working block (``None``: automatic, as in :func:`logprobs_from_logits`).
+        kernels: the per-chunk kernels, as in :func:`logprobs_from_logits`.
 
     Returns:
         ``[...]`` entropies (nats) in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
     """
     if logits.dim() == 1:
-        return entropy_from_logits(logits.unsqueeze(0), chunk_size).squeeze(0)
-    out = _ChunkedEntropy.apply(_as_3d(logits), _resolve_chunk_size(chunk_size, logits.shape[-1]))
+        return entropy_from_logits(logits.unsqueeze(0), chunk_size, kernels).squeeze(0)
+    chunk = _resolve_chunk_size(chunk_size, logits.shape[-1])
+    out = _ChunkedEntropy.apply(_as_3d(logits), chunk, kernels or EAGER_KERNELS)
     return out.reshape(logits.shape[:-1])
 
 

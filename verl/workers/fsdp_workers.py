@@ -247,6 +247,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 sp_group=self._sp_group(self.actor_sp),
                 offload_activations=bool(model_cfg.enable_activation_offload),
                 use_fused_kernels=bool(model_cfg.use_fused_kernels),
+                log_prob_kernels=fsdp_utils.log_prob_kernels_for(setting, self.compute_device),
             )
         if self._is_rollout:
             self._build_rollout()
@@ -267,6 +268,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         ref_group = self._sp_group(self.ref_sp)
+        ref_kernels = fsdp_utils.log_prob_kernels_for(self.config.ref.use_torch_compile, self.compute_device)
         if self._is_lora and self.actor_module is not None:
             if ref_group is not None:
                 enable_ulysses(self.actor_module)
@@ -276,6 +278,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 use_remove_padding=use_remove_padding,
                 sp_group=ref_group,
                 use_fused_kernels=bool(self.config.model.use_fused_kernels),
+                log_prob_kernels=ref_kernels,
             )
             return
         ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
@@ -293,6 +296,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             use_remove_padding=use_remove_padding,
             sp_group=ref_group,
             use_fused_kernels=bool(self.config.model.use_fused_kernels),
+            log_prob_kernels=ref_kernels,
         )
         self.ref_offload = OffloadPolicy(
             self.ref_module, None, self.config.ref.fsdp_config, self.compute_device, "actor_rollout_ref.ref"

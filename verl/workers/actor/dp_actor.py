@@ -19,6 +19,7 @@ from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.loader import forward_logits
 from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
+from verl.utils.logprob_kernels import ChunkKernels
 from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.prefix_grouper_checks import refusal as prefix_grouper_refusal
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
@@ -66,16 +67,20 @@ ENTROPY_CHUNK_TOKENS = 2048
 
 
 def _entropy_of(
-    logits: torch.Tensor, calculate: bool, requires_grad: bool, chunk_size: int | None = None
+    logits: torch.Tensor,
+    calculate: bool,
+    requires_grad: bool,
+    chunk_size: int | None = None,
+    kernels: ChunkKernels | None = None,
 ) -> torch.Tensor | None:
     """Per-token entropy of ``[..., V]`` logits (None unless ``calculate``); ``chunk_size`` tokens per fp32 block
-    (None: automatic, ~32M logits per block)."""
+    (None: automatic, ~32M logits per block), ``kernels`` the per-chunk kernels (None: eager)."""
     if not calculate:
         return None
     if requires_grad:
-        return entropy_from_logits(logits, chunk_size)
+        return entropy_from_logits(logits, chunk_size, kernels)
     with torch.no_grad():
-        return entropy_from_logits(logits.detach(), chunk_size)
+        return entropy_from_logits(logits.detach(), chunk_size, kernels)
 
 
 def sum_pi_squared_of(logits: torch.Tensor) -> torch.Tensor:
@@ -124,6 +129,7 @@ def sequence_parallel_response_forward(
     calculate_sum_pi_squared: bool = False,
     entropy_chunk_size: int | None = None,
     fused: bool = False,
+    kernels: ChunkKernels | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
 
@@ -153,8 +159,8 @@ def sequence_parallel_response_forward(
             logits = forward_logits(module, local_ids, local_mask, local_positions)
             if temperature != 1.0:
                 logits = logits / temperature
-            log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels))
-            entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
+            log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels), kernels=kernels)
+            entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
             sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
@@ -181,6 +187,7 @@ def response_logits_forward(
     calculate_sum_pi_squared: bool = False,
     entropy_chunk_size: int | None = None,
     fused: bool = False,
+    kernels: ChunkKernels | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
@@ -204,6 +211,8 @@ def response_logits_forward(
         calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` per response token (no gradient) as a third item.
         fused: through the LM head in token chunks, never materialising the logits
             (``model.use_fused_kernels``, :mod:`verl.workers.actor.fused_head`); the same values.
+        kernels: the per-chunk kernels of the log-probs and entropy (:mod:`verl.utils.logprob_kernels`; None:
+            eager PyTorch).
 
     Returns:
         ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32, plus ``sum_pi_squared
@@ -217,7 +226,7 @@ def response_logits_forward(
     response_len = responses.shape[-1]
 
     def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size)
+        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
 
     if use_remove_padding:
         packed = pack_padded_batch(input_ids, attention_mask)
@@ -248,7 +257,7 @@ def response_logits_forward(
             logits = logits.index_select(0, keep_idx)
         if temperature != 1.0:
             logits = logits / temperature
-        log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx))
+        log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx), kernels=kernels)
         log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
         entropy = entropy_of(logits)
         if entropy is not None:
@@ -274,7 +283,7 @@ def response_logits_forward(
     logits = logits[:, -response_len - 1 : -1, :]
     if temperature != 1.0:
         logits = logits / temperature
-    log_probs = logprobs_from_logits(logits, responses)
+    log_probs = logprobs_from_logits(logits, responses, kernels=kernels)
     if calculate_sum_pi_squared:
         return log_probs, entropy_of(logits), sum_pi_squared_of(logits)
     return log_probs, entropy_of(logits)
@@ -298,6 +307,8 @@ class DataParallelPPOActor(BasePPOActor):
             config key ``use_remove_padding`` is read when this is None. Needs a transformers model.
         use_fused_kernels: log-probs and entropy through the LM head in token chunks, no ``[bs, seq, vocab]``
             logits (``actor_rollout_ref.model.use_fused_kernels``); needs a transformers causal LM.
+        log_prob_kernels: the per-chunk kernels of the log-probs and entropy (None: eager; the worker passes the
+            compiled set where ``use_torch_compile`` resolves on, :mod:`verl.utils.logprob_kernels`).
     """
 
     def __init__(
@@ -310,6 +321,7 @@ class DataParallelPPOActor(BasePPOActor):
         sp_group: Any = None,
         offload_activations: bool = False,
         use_fused_kernels: bool = False,
+        log_prob_kernels: ChunkKernels | None = None,
     ) -> None:
         super().__init__(omega_conf_to_dataclass(config, ActorConfig))
         # actor_rollout_ref.model.enable_activation_offload: training forwards keep their activations on the host
@@ -326,6 +338,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
         enable_input_grads_for_checkpointing(actor_module)
         self.use_fused_kernels = bool(use_fused_kernels)
+        self.log_prob_kernels = log_prob_kernels
         if self.use_fused_kernels:
             output_head(actor_module)  # refuses, naming the key, a model without a separable LM head
         # actor.use_prefix_grouper: one forward of each prompt group's shared prompt (actor/prefix_grouping.py)
@@ -375,6 +388,7 @@ class DataParallelPPOActor(BasePPOActor):
                     entropy_requires_grad,
                     calculate_sum_pi_squared=calculate_sum_pi_squared,
                     entropy_chunk_size=self.entropy_chunk_size,
+                    kernels=self.log_prob_kernels,
                 )
         with autocast_context(device, self.config.dtype):
             if self.sp_group is not None:
@@ -392,6 +406,7 @@ class DataParallelPPOActor(BasePPOActor):
                     calculate_sum_pi_squared=calculate_sum_pi_squared,
                     entropy_chunk_size=self.entropy_chunk_size,
                     fused=self.use_fused_kernels,
+                    kernels=self.log_prob_kernels,
                 )
             return response_logits_forward(
                 self.actor_module,
@@ -404,6 +419,7 @@ class DataParallelPPOActor(BasePPOActor):
                 calculate_sum_pi_squared=calculate_sum_pi_squared,
                 entropy_chunk_size=self.entropy_chunk_size,
                 fused=self.use_fused_kernels,
+                kernels=self.log_prob_kernels,
             )
 
     def compute_log_prob(

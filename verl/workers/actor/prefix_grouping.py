@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.models.loader import forward_logits
+from verl.utils.logprob_kernels import ChunkKernels
 from verl.utils.prefix_grouper_checks import KEY, MASKED_ATTENTION
 from verl.utils.seqlen_balancing import _sync_max, get_seqlen_balanced_partitions
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
@@ -307,6 +308,7 @@ def grouped_response_forward(
     entropy_requires_grad: bool,
     calculate_sum_pi_squared: bool = False,
     entropy_chunk_size: int | None = None,
+    kernels: ChunkKernels | None = None,
 ) -> tuple[torch.Tensor | None, ...]:
     """:func:`~verl.workers.actor.dp_actor.response_logits_forward` with each prompt group's prompt run once.
 
@@ -340,14 +342,14 @@ def grouped_response_forward(
         out = torch.zeros(bs * response_len, dtype=torch.float32, device=values.device)
         return out.index_put((layout.flat,), values.float()).view(bs, response_len)
 
-    log_probs = place(logprobs_from_logits(logits, layout.labels))
+    log_probs = place(logprobs_from_logits(logits, layout.labels, kernels=kernels))
     entropy = None
     if calculate_entropy:
         if entropy_requires_grad:
-            entropy = place(entropy_from_logits(logits, entropy_chunk_size))
+            entropy = place(entropy_from_logits(logits, entropy_chunk_size, kernels))
         else:
             with torch.no_grad():
-                entropy = place(entropy_from_logits(logits.detach(), entropy_chunk_size))
+                entropy = place(entropy_from_logits(logits.detach(), entropy_chunk_size, kernels))
     if calculate_sum_pi_squared:
         with torch.no_grad():
             sq = place(torch.softmax(logits.detach().float(), dim=-1).square().sum(dim=-1))

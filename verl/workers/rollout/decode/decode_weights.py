@@ -13,9 +13,10 @@ Why a copy: a decode step of a small model is bound by the number of kernels it 
   (:func:`~verl.workers.rollout.decode.static_cache.apply_rope_heads`).
 
 Each decoded token is the model's up to floating-point rounding: the copy holds the same values autocast would cast
-to, a stacked matmul computes every output column with the same dot product as the separate ones (the library
-may block the sum differently), and the rotary embedding's sum may be fused with its product. The copy follows the model: :meth:`DecodeWeights.refresh` copies every weight again
-at the start of each ``generate`` call, whatever changed it (an optimizer step, a weight sync through ``.data``).
+to, a stacked matmul computes every output column with the same dot product as the separate ones (the library may
+block the sum differently), and the rotary embedding's sum may be fused with its product. The copy follows the
+model: :meth:`DecodeWeights.refresh` copies every weight again at the start of each ``generate`` call, whatever
+changed it (an optimizer step, a weight sync through ``.data``).
 """
 
 from __future__ import annotations
