@@ -248,12 +248,13 @@ def test_endpoint_overhead_smoke(smokes) -> None:
 
 
 def test_logprob_memory_head_rows_smoke(smokes) -> None:
-    """The --head rows (hidden + W inputs): the fused head holds less than the naive head and agrees with it."""
+    """The --head rows (hidden + W inputs): the fused head and the compiled chunk kernels hold less than the naive
+    head, and the fused head agrees with it."""
     out = _check(smokes.result("logprob_memory.py"))
     table = [line.split() for line in out.splitlines() if line.split()[1:2] and line.split()[1].isdigit()]
     rows = {cells[0]: float(cells[5]) for cells in table}
-    assert set(rows) == {"head-naive", "head-chunked", "fused"}
-    assert rows["fused"] < rows["head-naive"]
+    assert set(rows) == {"head-naive", "head-chunked", "head-compiled", "fused"}
+    assert rows["fused"] < rows["head-naive"] and rows["head-compiled"] < rows["head-naive"]
     diff = float(out.rsplit("=", 1)[1])
     assert diff < 1e-4
 

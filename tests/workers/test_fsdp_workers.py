@@ -140,8 +140,9 @@ def test_actor_rollout_ref_shapes_keys_and_update(tiny_model_dir: str) -> None:
     worker = group.workers[0]
     before = _params(worker.actor_module)
     metrics = group.update_actor(data.union(lp.select(batch_keys=["old_log_probs"]))).meta_info["metrics"]
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/lr", "perf/mfu/actor"):
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/lr", "perf/mfu/actor"):
         assert key in metrics, key
+    assert "actor/entropy" not in metrics  # the old-log-prob pass reported it (entropys): the update skips it
     mfu = metrics["perf/mfu/actor"]
     assert 0 < (mfu[0] if isinstance(mfu, list) else mfu) < 1  # model FLOPs / (seconds x measured peak)
     # ratio 1 (old = current): pg_loss is minus the token-mean advantage

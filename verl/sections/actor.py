@@ -76,6 +76,9 @@ class ActorConfig(BaseConfig):
     tau_neg: float = 1.05  # SAPO gate temperature for tokens with A <= 0
     calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0
+    # the update also computes the entropy (actor/entropy); it always does with entropy_coeff != 0, and on a step
+    # without an old-log-prob pass (on-policy: its forward is the only one that can report it)
+    calculate_entropy: bool = False
     use_kl_loss: bool = False
     use_prefix_grouper: bool = False  # one forward of a prompt group's shared prompt (workers/actor/prefix_grouping.py)
     kl_loss_coef: float = 0.001

@@ -198,7 +198,8 @@ def test_ppo_update_raises_logprob_of_positive_advantage_tokens(model) -> None:
 
 def test_kl_loss_and_entropy_metrics(model) -> None:
     data = make_data(bs=4)
-    actor = DataParallelPPOActor(actor_config(use_kl_loss=True, kl_loss_coef=0.5), copy.deepcopy(model))
+    config = actor_config(use_kl_loss=True, kl_loss_coef=0.5, calculate_entropy=True)
+    actor = DataParallelPPOActor(config, copy.deepcopy(model))
     data = with_old_log_probs(actor, data)
     data.batch["ref_log_prob"] = data.batch["old_log_probs"] - 0.3
     actor.actor_optimizer = torch.optim.SGD(actor.actor_module.parameters(), lr=0.0)
@@ -313,13 +314,42 @@ def test_reentrant_checkpointing_with_frozen_embeddings_still_trains_layers(mode
     assert (layer_param.detach() - before).abs().max() > 1e-6
 
 
+def test_the_update_computes_the_entropy_where_the_loss_or_the_metric_needs_it(model, monkeypatch) -> None:
+    """``actor.calculate_entropy`` (upstream's key, default false): with an old-log-prob pass (which reports
+    actor/entropy) the update runs no entropy at all; it does with the key, with ``entropy_coeff != 0`` (the loss
+    needs it) and on an on-policy step without old log-probs (its forward is the step's only one)."""
+    import verl.workers.actor.dp_actor as dp_actor
+
+    calls, original = [], dp_actor.entropy_from_logits
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dp_actor, "entropy_from_logits", counting)
+    with_old = perturbed_data(model)
+    on_policy = make_data(bs=4)
+    on_policy.meta_info["on_policy"] = True
+    cases = [
+        (with_old, {}, False),
+        (with_old, {"calculate_entropy": True}, True),
+        (with_old, {"entropy_coeff": 0.01}, True),
+        (on_policy, {}, True),
+    ]
+    for data, overrides, expected in cases:
+        calls.clear()
+        metrics, _ = sgd_update(model, data, **overrides)
+        assert ("actor/entropy" in metrics) is expected and bool(calls) is expected, overrides
+        assert "actor/pg_loss" in metrics
+
+
 @pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 def test_every_update_metric_is_the_same_however_the_batch_is_split(model, loss_agg_mode: str) -> None:
     """Metrics are mini-batch values, not micro-batch artefacts: the same batch split three ways (one micro-batch,
     one row each, token-packed) reports the same entropy, losses, clip fractions and KL."""
     data = perturbed_data(model)
     data.batch["ref_log_prob"] = data.batch["old_log_probs"] - 0.05
-    common = {"loss_agg_mode": loss_agg_mode, "use_kl_loss": True}
+    common = {"loss_agg_mode": loss_agg_mode, "use_kl_loss": True, "calculate_entropy": True}
     splits = [
         sgd_update(model, data, ppo_micro_batch_size_per_gpu=4, **common)[0],
         sgd_update(model, data, ppo_micro_batch_size_per_gpu=1, **common)[0],

@@ -48,7 +48,11 @@ def _update(module, data, fused: bool, rmpad: bool = False, **overrides):
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1.0)
     actor = DataParallelPPOActor(
-        actor_config(**overrides), module, opt, use_remove_padding=rmpad, use_fused_kernels=fused
+        actor_config(calculate_entropy=True, **overrides),
+        module,
+        opt,
+        use_remove_padding=rmpad,
+        use_fused_kernels=fused,
     )
     metrics = actor.update_policy(data)
     return metrics, {n: p.detach() - before[n] for n, p in module.named_parameters()}

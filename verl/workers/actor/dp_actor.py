@@ -475,6 +475,7 @@ class DataParallelPPOActor(BasePPOActor):
         multi_modal_rows: list[Any] | None = None,
         rollout_correction: dict[str, Any] | None = None,
         gap: LogProbGapSums | None = None,
+        calculate_entropy: bool = True,
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor | None]]:
         """The policy loss of one micro-batch (aggregated with ``loss_agg_mode``) and its metrics. With
         ``rollout_correction`` (bypass mode asking for a correction) the loss is upstream's ``bypass_mode``. With
@@ -487,7 +488,7 @@ class DataParallelPPOActor(BasePPOActor):
             log_prob, entropy = self._forward_micro_batch(
                 micro,
                 temperature,
-                calculate_entropy=True,
+                calculate_entropy=calculate_entropy,
                 entropy_requires_grad=entropy_coeff != 0,
                 multi_modal_rows=multi_modal_rows,
             )
@@ -512,9 +513,11 @@ class DataParallelPPOActor(BasePPOActor):
         )
         policy_loss = pg_loss
         scale = cfg.loss_scale_factor
-        entropy_loss = agg_loss(
-            loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, loss_scale_factor=scale
-        )
+        entropy_loss = None
+        if entropy is not None:
+            entropy_loss = agg_loss(
+                loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, loss_scale_factor=scale
+            )
         if entropy_coeff != 0:
             # Entropy bonus: maximising entropy means subtracting it from the loss.
             policy_loss = policy_loss - entropy_coeff * entropy_loss
@@ -526,7 +529,8 @@ class DataParallelPPOActor(BasePPOActor):
             )
             policy_loss = policy_loss + cfg.kl_loss_coef * kl_loss
         metrics: dict[str, float] = {"actor/pg_loss": float(pg_loss.detach().item())}
-        metrics["actor/entropy"] = float(entropy_loss.detach().item())
+        if entropy_loss is not None:
+            metrics["actor/entropy"] = float(entropy_loss.detach().item())
         if kl_loss is not None:
             metrics["actor/kl_loss"] = float(kl_loss.detach().item())
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
@@ -534,7 +538,8 @@ class DataParallelPPOActor(BasePPOActor):
             # upstream keeps a loss's own prefixes (the bypass loss's rollout_corr/*); bare names go under actor/
             key = name if name.startswith(("actor/", "rollout_corr/")) else f"actor/{name}"
             metrics[key] = float(value.detach().float().mean().item()) if torch.is_tensor(value) else float(value)
-        parts = {"pg_loss": pg_loss.detach(), "kl_loss": kl_loss, "entropy": entropy_loss.detach()}
+        parts = {"pg_loss": pg_loss.detach(), "kl_loss": kl_loss}
+        parts["entropy"] = entropy_loss.detach() if entropy_loss is not None else None
         return policy_loss, metrics, parts
 
     def update_policy(self, data: DataProto) -> dict[str, list[float]]:
@@ -586,6 +591,9 @@ class DataParallelPPOActor(BasePPOActor):
             keys.append("rollout_log_probs")
             self._gap_from = self._weights_version()
         loss_agg_mode = cfg.loss_agg_mode
+        # actor.calculate_entropy (upstream's key): the entropy is needed for the loss (entropy_coeff) and, on a step
+        # without an old-log-prob pass, for actor/entropy (no other forward of this step can report it)
+        calculate_entropy = cfg.calculate_entropy or cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch.keys()
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
         metrics = run_mini_batch_updates(
@@ -603,6 +611,7 @@ class DataParallelPPOActor(BasePPOActor):
                 multi_modal_rows=mm_rows,
                 rollout_correction=data.meta_info.get("rollout_correction"),
                 gap=gap,
+                calculate_entropy=calculate_entropy,
             ),
             group_prompts=self.use_prefix_grouper,
         )
