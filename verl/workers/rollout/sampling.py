@@ -68,7 +68,9 @@ def choose_tokens(
     """
     if greedy:
         return scores.argmax(dim=-1)
-    return sample_from_logits(filter_top_k_top_p(scores / temperature, top_k, top_p), uniforms)
+    if temperature != 1.0:  # x / 1 == x: no pass over [batch, vocab] for nothing (a kernel of every decode step)
+        scores = scores / temperature
+    return sample_from_logits(filter_top_k_top_p(scores, top_k, top_p), uniforms)
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
