@@ -52,7 +52,7 @@ def _sequence_parallel_cases(rank: int) -> dict[str, float]:
     from verl.models.loader import load_value_model
     from verl.models.tiny import make_tiny_causal_lm
     from verl.utils.ulysses import enable_ulysses_attention
-    from verl.workers.actor.dp_actor import response_logits_forward, sequence_parallel_response_forward
+    from verl.workers.actor.response_forward import response_logits_forward, sequence_parallel_response_forward
     from verl.workers.critic.dp_critic import response_values_forward, sequence_parallel_values_forward
 
     group = dist.group.WORLD

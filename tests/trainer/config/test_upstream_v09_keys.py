@@ -156,7 +156,8 @@ def test_ref_compile_follows_the_actor_by_default() -> None:
 def test_entropy_chunking_selects_upstream_block_size() -> None:
     import torch
 
-    from verl.workers.actor.dp_actor import ENTROPY_CHUNK_TOKENS, DataParallelPPOActor, _entropy_of
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+    from verl.workers.actor.response_forward import ENTROPY_CHUNK_TOKENS, _entropy_of
 
     cfg = _cfg(f"{ARR}.actor.entropy_from_logits_with_chunking=true")
     actor = DataParallelPPOActor(cfg.actor_rollout_ref.actor, torch.nn.Linear(2, 2))

@@ -60,7 +60,7 @@ def _ulysses_case(rank: int) -> dict[str, float]:
     from tests.workers.actor.test_dp_actor import make_data
     from verl.models.tiny import make_tiny_causal_lm
     from verl.utils.ulysses import enable_ulysses_attention
-    from verl.workers.actor.dp_actor import response_logits_forward, sequence_parallel_response_forward
+    from verl.workers.actor.response_forward import response_logits_forward, sequence_parallel_response_forward
 
     micro = make_data(bs=4, seed=7).batch
     valid = micro["response_mask"].bool()

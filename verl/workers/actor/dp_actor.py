@@ -17,14 +17,11 @@ from tensordict import TensorDict
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
-from verl.models.loader import forward_logits
-from verl.models.vlm import pack_vision_inputs, vision_forward_kwargs
+from verl.models.vlm import vision_forward_kwargs
 from verl.utils.logprob_kernels import ChunkKernels
-from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
 from verl.utils.prefix_grouper_checks import refusal as prefix_grouper_refusal
-from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
-from verl.workers.actor.fused_head import fused_logprobs_forward, output_head
+from verl.workers.actor.fused_head import output_head
 from verl.workers.actor.micro_batching import (
     autocast_context,
     enable_input_grads_for_checkpointing,
@@ -36,6 +33,11 @@ from verl.workers.actor.micro_batching import (
     run_mini_batch_updates,
 )
 from verl.workers.actor.prefix_grouping import grouped_response_forward
+from verl.workers.actor.response_forward import (
+    ENTROPY_CHUNK_TOKENS,
+    response_logits_forward,
+    sequence_parallel_response_forward,
+)
 from verl.workers.config import ActorConfig
 
 if TYPE_CHECKING:
@@ -60,233 +62,6 @@ def activation_offload(enabled: bool, device_type: str) -> contextlib.AbstractCo
     if enabled and device_type != "cpu":
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
     return contextlib.nullcontext()
-
-
-# tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
-ENTROPY_CHUNK_TOKENS = 2048
-
-
-def _entropy_of(
-    logits: torch.Tensor,
-    calculate: bool,
-    requires_grad: bool,
-    chunk_size: int | None = None,
-    kernels: ChunkKernels | None = None,
-) -> torch.Tensor | None:
-    """Per-token entropy of ``[..., V]`` logits (None unless ``calculate``); ``chunk_size`` tokens per fp32 block
-    (None: automatic, ~32M logits per block), ``kernels`` the per-chunk kernels (None: eager)."""
-    if not calculate:
-        return None
-    if requires_grad:
-        return entropy_from_logits(logits, chunk_size, kernels)
-    with torch.no_grad():
-        return entropy_from_logits(logits.detach(), chunk_size, kernels)
-
-
-def sum_pi_squared_of(logits: torch.Tensor) -> torch.Tensor:
-    """``sum_v softmax(logits)_v^2`` over the vocabulary (last dim), without gradient, float32: the squared norm term
-    of the optimal token baseline (``algorithm.adv_estimator=optimal_token_baseline``)."""
-    with torch.no_grad():
-        return torch.softmax(logits.detach().float(), dim=-1).square().sum(dim=-1)
-
-
-def ulysses_size(group: Any) -> int:
-    """The number of ranks of a sequence-parallel group."""
-    import torch.distributed as dist
-
-    return dist.get_world_size(group)
-
-
-def sequence_parallel_inputs(micro: TensorDict, use_remove_padding: bool, sp_group: Any) -> tuple[Any, ...]:
-    """``(input_ids, attention_mask | None, position_ids, packed | None, length)`` of a micro-batch as one
-    sequence-parallel forward sees them: the padded rows, or with ``use_remove_padding`` the valid tokens packed
-    into one row (no mask); the mask is already right-padded to a multiple of the group size, ``length`` is the
-    unpadded sequence length."""
-    from verl.utils import ulysses
-
-    input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
-    packed = None
-    if use_remove_padding:
-        packed = pack_padded_batch(input_ids, attention_mask)
-        ids, positions, mask = packed.input_ids, packed.position_ids, None
-    else:
-        ids, mask = input_ids, attention_mask
-        positions = micro["position_ids"] if "position_ids" in micro.keys() else (mask.cumsum(-1) - 1).clamp(min=0)
-    if mask is not None:
-        mask = ulysses.pad_to_multiple(mask, ulysses_size(sp_group), 0)
-    return ids, mask, positions, packed, ids.shape[1]
-
-
-def sequence_parallel_response_forward(
-    module: torch.nn.Module,
-    micro: TensorDict,
-    temperature: float,
-    calculate_entropy: bool,
-    entropy_requires_grad: bool,
-    use_remove_padding: bool,
-    sp_group: Any,
-    grad_scale: float,
-    calculate_sum_pi_squared: bool = False,
-    entropy_chunk_size: int | None = None,
-    fused: bool = False,
-    kernels: ChunkKernels | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """:func:`response_logits_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses).
-
-    Every rank of the group holds the same micro-batch. The (padded or packed) sequences are right-padded to a
-    multiple of the group size, each rank runs the model on its contiguous slice of positions (attention exchanges
-    heads for positions, see :mod:`verl.utils.ulysses`), scores its positions' next tokens, and the per-position
-    log-probs / entropies are all-gathered back to whole sequences. ``grad_scale`` multiplies the gradient that
-    reaches each rank's slice (the group size, so that gradients averaged over all ranks by FSDP equal the
-    average over the ``world / sp`` data-parallel groups).
-    """
-    from verl.utils import ulysses
-
-    bs, seqlen = micro["input_ids"].shape
-    response_len = micro["responses"].shape[-1]
-    ids, mask, positions, packed, length = sequence_parallel_inputs(micro, use_remove_padding, sp_group)
-    labels = ulysses.pad_to_multiple(next_token_labels(ids), ulysses_size(sp_group), 0)
-    ids, positions = (ulysses.pad_to_multiple(t, ulysses_size(sp_group), 0) for t in (ids, positions))
-    with ulysses.ulysses_context(sp_group, mask, positions):
-        local_mask = ulysses.local_slice(mask) if mask is not None else None
-        local_ids, local_positions = ulysses.local_slice(ids), ulysses.local_slice(positions)
-        if fused:
-            log_probs, entropy, sq = fused_logprobs_forward(
-                module, local_ids, local_mask, local_positions, ulysses.local_slice(labels), temperature,
-                calculate_entropy, entropy_requires_grad, calculate_sum_pi_squared=calculate_sum_pi_squared,
-            )  # fmt: skip
-        else:
-            logits = forward_logits(module, local_ids, local_mask, local_positions)
-            if temperature != 1.0:
-                logits = logits / temperature
-            log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels), kernels=kernels)
-            entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
-            sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
-        log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
-        if entropy is not None:
-            entropy = ulysses.gather_sequence(entropy, 1, grad_scale)[:, :length]
-        if sq is not None:
-            sq = ulysses.gather_sequence(sq, 1, 1.0)[:, :length]
-    if use_remove_padding:
-        log_probs = unpack_to_padded(log_probs[0], packed.indices, bs, seqlen)
-        entropy = unpack_to_padded(entropy[0], packed.indices, bs, seqlen) if entropy is not None else None
-        sq = unpack_to_padded(sq[0], packed.indices, bs, seqlen) if sq is not None else None
-    window = slice(seqlen - response_len - 1, seqlen - 1)
-    out = (log_probs[:, window], (entropy[:, window] if entropy is not None else None))
-    return out + (sq[:, window],) if sq is not None else out
-
-
-def response_logits_forward(
-    module: torch.nn.Module,
-    micro: TensorDict,
-    temperature: float,
-    calculate_entropy: bool,
-    entropy_requires_grad: bool,
-    use_remove_padding: bool,
-    extra_inputs: dict[str, Any] | None = None,
-    calculate_sum_pi_squared: bool = False,
-    entropy_chunk_size: int | None = None,
-    fused: bool = False,
-    kernels: ChunkKernels | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """Log-probs and entropies of the response tokens of one micro-batch.
-
-    The logits at position ``t`` predict token ``t + 1``, so the response tokens (the last ``response_len``
-    columns of ``input_ids``) are scored by the logits at columns ``[-response_len - 1, -1)``. Logits are divided by
-    ``temperature`` first (the sampling distribution of the rollout). With ``use_remove_padding`` the valid tokens
-    are packed into one row (see :mod:`verl.utils.padding`) and only the scoring positions are evaluated.
-
-    Args:
-        module: causal LM called through ``forward_logits``.
-        micro: TensorDict with ``input_ids``, ``attention_mask``, ``position_ids`` ``[bs, seqlen]`` and
-            ``responses`` ``[bs, response_len]``.
-        temperature: positive logit divisor.
-        calculate_entropy: also return the entropy of the tempered distribution.
-        entropy_requires_grad: keep the entropy in the graph (entropy bonus); otherwise it is computed detached.
-        use_remove_padding: pack the valid tokens and run without padding.
-        extra_inputs: further model inputs of the padded rows (a VLM's images and 3-D positions, see
-            :func:`~verl.models.vlm.vision_forward_kwargs`); packed with the tokens under
-            ``use_remove_padding`` (:func:`~verl.models.vlm.pack_vision_inputs`).
-
-        calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` per response token (no gradient) as a third item.
-        fused: through the LM head in token chunks, never materialising the logits
-            (``model.use_fused_kernels``, :mod:`verl.workers.actor.fused_head`); the same values.
-        kernels: the per-chunk kernels of the log-probs and entropy (:mod:`verl.utils.logprob_kernels`; None:
-            eager PyTorch).
-
-    Returns:
-        ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32, plus ``sum_pi_squared
-        [bs, response_len]`` with ``calculate_sum_pi_squared``; values at padded response positions are meaningless
-        and must be masked by the caller.
-    """
-    input_ids = micro["input_ids"]
-    attention_mask = micro["attention_mask"]
-    responses = micro["responses"]
-    bs, seqlen = input_ids.shape
-    response_len = responses.shape[-1]
-
-    def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
-
-    if use_remove_padding:
-        packed = pack_padded_batch(input_ids, attention_mask)
-        if extra_inputs:  # a VLM's images pass as they are; its token types and M-RoPE positions are packed too
-            extra_inputs = pack_vision_inputs(extra_inputs, packed.indices, packed.position_ids)
-        labels = next_token_labels(packed.input_ids)[0]
-        # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
-        cols = packed.indices % seqlen
-        keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
-        keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
-        positions = packed.indices.index_select(0, keep_idx)
-        if fused:
-            log_probs, entropy, sq = fused_logprobs_forward(
-                module, packed.input_ids, None, packed.position_ids, labels.index_select(0, keep_idx)[None],
-                temperature, calculate_entropy, entropy_requires_grad, keep_idx, extra_inputs,
-                calculate_sum_pi_squared,
-            )  # fmt: skip
-            out = tuple(
-                unpack_to_padded(t[0], positions, bs, seqlen)[:, -response_len - 1 : -1] if t is not None else None
-                for t in (log_probs, entropy, sq)
-            )
-            return out if calculate_sum_pi_squared else out[:2]
-        # the LM head runs on the scoring positions only when the model supports it (transformers: logits_to_keep)
-        logits = forward_logits(
-            module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx, extra_inputs=extra_inputs
-        )[0]
-        if logits.shape[0] != keep_idx.numel():
-            logits = logits.index_select(0, keep_idx)
-        if temperature != 1.0:
-            logits = logits / temperature
-        log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx), kernels=kernels)
-        log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
-        entropy = entropy_of(logits)
-        if entropy is not None:
-            entropy = unpack_to_padded(entropy, positions, bs, seqlen)[:, -response_len - 1 : -1]
-        if calculate_sum_pi_squared:
-            sq = unpack_to_padded(sum_pi_squared_of(logits), positions, bs, seqlen)[:, -response_len - 1 : -1]
-            return log_probs, entropy, sq
-        return log_probs, entropy
-
-    position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
-    if fused:  # the kept positions score the responses, the last one nothing (its label is a placeholder)
-        labels = torch.cat([responses, responses[:, :1]], dim=1)
-        out = fused_logprobs_forward(
-            module, input_ids, attention_mask, position_ids, labels, temperature, calculate_entropy,
-            entropy_requires_grad, response_len + 1, extra_inputs, calculate_sum_pi_squared,
-        )  # fmt: skip
-        out = tuple(t[:, :-1] if t is not None else None for t in out)
-        return out if calculate_sum_pi_squared else out[:2]
-    # the LM head (vocab-sized) runs on the last response_len + 1 positions only when the model supports it
-    logits = forward_logits(
-        module, input_ids, attention_mask, position_ids, logits_to_keep=response_len + 1, extra_inputs=extra_inputs
-    )
-    logits = logits[:, -response_len - 1 : -1, :]
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = logprobs_from_logits(logits, responses, kernels=kernels)
-    if calculate_sum_pi_squared:
-        return log_probs, entropy_of(logits), sum_pi_squared_of(logits)
-    return log_probs, entropy_of(logits)
 
 
 class DataParallelPPOActor(BasePPOActor):

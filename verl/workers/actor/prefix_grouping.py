@@ -310,7 +310,7 @@ def grouped_response_forward(
     entropy_chunk_size: int | None = None,
     kernels: ChunkKernels | None = None,
 ) -> tuple[torch.Tensor | None, ...]:
-    """:func:`~verl.workers.actor.dp_actor.response_logits_forward` with each prompt group's prompt run once.
+    """:func:`~verl.workers.actor.response_forward.response_logits_forward` with each prompt group's prompt run once.
 
     Returns ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32 (plus ``sum_pi_squared``
     with ``calculate_sum_pi_squared``), in the rows' order; a response position whose ``attention_mask`` is 0 holds 0.

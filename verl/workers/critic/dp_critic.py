@@ -55,9 +55,9 @@ def sequence_parallel_values_forward(
     module: torch.nn.Module, micro: TensorDict, use_remove_padding: bool, sp_group: Any, grad_scale: float
 ) -> torch.Tensor:
     """:func:`response_values_forward` with each sequence split over the ranks of ``sp_group`` (Ulysses); see
-    :func:`verl.workers.actor.dp_actor.sequence_parallel_response_forward` for the scheme and ``grad_scale``."""
+    :func:`verl.workers.actor.response_forward.sequence_parallel_response_forward` for the scheme and ``grad_scale``."""
     from verl.utils import ulysses
-    from verl.workers.actor.dp_actor import sequence_parallel_inputs, ulysses_size
+    from verl.workers.actor.response_forward import sequence_parallel_inputs, ulysses_size
 
     bs, seqlen = micro["input_ids"].shape
     response_len = micro["responses"].shape[-1]
