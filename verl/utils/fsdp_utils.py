@@ -253,32 +253,6 @@ def log_prob_kernels_for(setting: bool | None, device: torch.device) -> ChunkKer
     return compiled_chunk_kernels(eager_on_failure=setting is None)
 
 
-class _CompiledOrEager:
-    """A compiled module's call that runs the eager call instead once compiling has failed (in any module sharing
-    ``state``): auto-compilation must never stop a run that works eagerly. Only compile errors are caught
-    (``TorchDynamoException``, which inductor's errors derive from); dynamo traces on fake tensors, so a failed
-    compilation has run nothing. A failure while compiling the backward (done lazily, inside autograd) is not
-    caught here."""
-
-    def __init__(self, compiled: Any, eager: Any, state: dict[str, bool]) -> None:
-        self.compiled, self.eager, self.state = compiled, eager, state
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.state["failed"]:
-            from verl.utils.compile_errors import COMPILE_ERRORS, compile_failure_summary
-
-            try:
-                return self.compiled(*args, **kwargs)
-            except COMPILE_ERRORS as err:
-                self.state["failed"] = True
-                logger.warning(
-                    "use_torch_compile (auto): compiling the decoder layers failed (%s); they run eagerly "
-                    "(set use_torch_compile=false to skip compiling, true to stop on the error)",
-                    compile_failure_summary(err),
-                )
-        return self.eager(*args, **kwargs)
-
-
 def compile_decoder_layers(model: nn.Module, eager_on_failure: bool = False, **compile_kwargs: Any) -> int:
     """``torch.compile`` each decoder layer of ``model`` in place (``nn.Module.compile``): the blocks of the first
     ``nn.ModuleList`` named ``layers`` or ``h``, else the whole module. Compiling per layer (rather than the
@@ -291,9 +265,12 @@ def compile_decoder_layers(model: nn.Module, eager_on_failure: bool = False, **c
         if isinstance(module, nn.ModuleList) and name.split(".")[-1] in ("layers", "h") and len(module) > 0:
             modules = list(module)
             break
+    from verl.utils.compile_errors import CompiledOrEager
+
     state = {"failed": False}
     for module in modules:
         module.compile(**compile_kwargs)
         if eager_on_failure:
-            module._compiled_call_impl = _CompiledOrEager(module._compiled_call_impl, module._call_impl, state)
+            compiled, eager = module._compiled_call_impl, module._call_impl
+            module._compiled_call_impl = CompiledOrEager(compiled, eager, state, "decoder layers", logger)
     return len(modules)

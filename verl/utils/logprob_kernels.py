@@ -88,35 +88,7 @@ class ChunkKernels:
 EAGER_KERNELS = ChunkKernels(logprob_forward, logprob_backward, entropy_forward, entropy_backward, compiled=False)
 
 
-class _CompiledOrEager:
-    """A compiled kernel that runs its eager form once compiling any kernel of its set has failed (``state``), when
-    ``eager_on_failure`` (``use_torch_compile: null``); else the compile error propagates. A failed compilation
-    has run nothing (dynamo traces on fake tensors), so the eager call writes the same buffers from scratch."""
-
-    def __init__(self, eager: Callable[..., None], eager_on_failure: bool, state: dict[str, bool], **kw: Any) -> None:
-        self.eager = eager
-        self.compiled = torch.compile(eager, **kw)
-        self.eager_on_failure = eager_on_failure
-        self.state = state
-
-    def __call__(self, *args: Any) -> None:
-        if not self.state["failed"]:
-            from verl.utils.compile_errors import COMPILE_ERRORS, compile_failure_summary
-
-            try:
-                return self.compiled(*args)
-            except COMPILE_ERRORS as err:
-                if not self.eager_on_failure:
-                    raise
-                self.state["failed"] = True
-                logger.warning(
-                    "use_torch_compile (auto): compiling the log-prob/entropy kernels failed (%s); they run eagerly "
-                    "(set use_torch_compile=false to skip compiling, true to stop on the error)",
-                    compile_failure_summary(err),
-                )
-        return self.eager(*args)
-
-
+WHAT = "log-prob/entropy kernels"  # the fallback's warning: "compiling the <WHAT> failed"
 _COMPILED: dict[tuple[Any, ...], ChunkKernels] = {}
 
 
@@ -126,9 +98,13 @@ def compiled_chunk_kernels(eager_on_failure: bool = False, **compile_kwargs: Any
     then once more with dynamic shapes when the chunk shape changes (a last, shorter chunk)."""
     key = (eager_on_failure, *sorted(compile_kwargs.items()))
     if key not in _COMPILED:
+        from verl.utils.compile_errors import CompiledOrEager  # torch._dynamo: only where something compiles
+
         state = {"failed": False}
         fns = (logprob_forward, logprob_backward, entropy_forward, entropy_backward)
-        _COMPILED[key] = ChunkKernels(
-            *(_CompiledOrEager(fn, eager_on_failure, state, **compile_kwargs) for fn in fns), compiled=True
-        )
+        kernels = [
+            CompiledOrEager(torch.compile(fn, **compile_kwargs), fn, state, WHAT, logger, eager_on_failure)
+            for fn in fns
+        ]
+        _COMPILED[key] = ChunkKernels(*kernels, compiled=True)
     return _COMPILED[key]
