@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from bench._common import default_device, markdown_table, save_result  # noqa: E402
 from verl.workers.rollout.decode import DECODE_MODES  # noqa: E402
+from verl.workers.rollout.decode.loop import ATTENTION_WINDOWS  # noqa: E402
 
 # Qwen2.5 shapes (hidden, layers, heads, kv heads, ffn) with the SmolLM2 vocabulary: 0.5B -> 402M parameters
 SHAPES = {
@@ -101,7 +102,7 @@ def count_step_ops(model: torch.nn.Module, decode_weights: bool, rows: int, devi
             return func(*args, **(kwargs or {}))
 
     loop = DecodeLoop(model, mode="eager", decode_weights=decode_weights)
-    loop.attend_filled_only = False  # the whole cache under the mask, as the graph modes read it
+    loop.attend_filled_only = False  # the cuda_graph mode's attention windows under the mask, as it reads them
     counter, original = Count(), loop._step
     seen: list[int] = []
 
@@ -150,8 +151,13 @@ def run(args: argparse.Namespace) -> dict:
                 rows_out.append(dict(shape=shape, weights=weights, step_ops=ops, device=device, dtype=str(dtype)))
             continue
         reference = None
-        for mode, weights in [(m, w) for m in modes for w in args.weights]:
+        # the attention-window A/B applies to the cuda_graph mode only (the other modes read no windows)
+        runs = [(m, w, n) for m in modes for w in args.weights
+                for n in (args.attention_windows if m == "cuda_graph" else [None])]  # fmt: skip
+        for mode, weights, windows in runs:
             decoder = DecodeLoop(model, mode=mode, decode_weights=weights == "decode")
+            if windows is not None:
+                decoder.attention_windows = windows
             times, first_call = [], float("nan")
             for i in range(args.repeats + 1):
                 torch.manual_seed(1)
@@ -178,13 +184,16 @@ def run(args: argparse.Namespace) -> dict:
             parted_at = float(first.float().median())
             ms = statistics.median(times) / args.response_length * 1e3
             limit = bandwidth_limit_ms(model, args.rows, args.prompt_length, args.response_length, dtype)
-            rows_out.append(dict(shape=shape, mode=mode, weights=weights, rows=args.rows, ms_per_step=ms,
+            rows_out.append(dict(shape=shape, mode=mode, weights=weights, attention_windows=windows,
+                                 rows=args.rows, ms_per_step=ms,
                                  bandwidth_limit_ms=limit,
                                  first_call_s=first_call, same_tokens_as_first_mode=same,
                                  median_step_rows_part_from_first_mode=parted_at, dtype=str(dtype),
                                  device=device))  # fmt: skip
             print(
-                f"{shape} {mode} {weights}: {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}"
+                f"{shape} {mode} {weights}"
+                + ("" if windows is None else f" windows={windows}")
+                + f": {ms:.2f} ms/step (limit {limit:.3f} ms), same tokens: {same}"
                 + ("" if same else f" (rows part from the first mode's at step {parted_at:.0f}, median)"),
                 flush=True,
             )
@@ -198,6 +207,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--weights", nargs="+", default=["module", "decode"], choices=["module", "decode"],
         help="decode on the model's modules and/or on the forward's stacked weight copy",
+    )  # fmt: skip
+    parser.add_argument(
+        "--attention-windows", nargs="+", type=int, default=[ATTENTION_WINDOWS],
+        help="the cuda_graph mode's attention windows per cache (1: attend over the whole cache); one row each",
     )  # fmt: skip
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--prompt-length", type=int, default=64)
@@ -219,9 +232,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.count_ops:
         print("saved", save_result("decode_step_ops", payload, smoke=args.smoke, per_machine=True))
         return
-    header = ["shape", "mode", "weights", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s"]
+    header = ["shape", "mode", "weights", "windows", "rows", "dtype", "ms/step", "bandwidth limit ms", "first call s"]
     header.append("same tokens")
-    keys = ["shape", "mode", "weights", "rows", "dtype", "ms_per_step", "bandwidth_limit_ms", "first_call_s"]
+    keys = ["shape", "mode", "weights", "attention_windows", "rows", "dtype", "ms_per_step", "bandwidth_limit_ms",
+            "first_call_s"]  # fmt: skip
     table = [[r[k] for k in keys] + [r["same_tokens_as_first_mode"]] for r in payload["results"]]
     print(markdown_table(header, table))
     print("saved", save_result("decode_speed", payload, smoke=args.smoke, per_machine=True))

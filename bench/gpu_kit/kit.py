@@ -148,11 +148,12 @@ STAGES: tuple[Stage, ...] = (
           "measured on the first H200 run (modules 4.91, copy 2.62 ms/step)"),
     Stage("decode_compile", "part1", 90, 75,
           ("{py} bench/decode_speed.py --shapes 0.5B --modes cuda_graph {compile_mode} {weights_decode} "
-           "--repeats 1",),
+           "{windows_ab} --repeats 1",),
           None,
           "compile_cuda_graph (the compiled forward, the sampler uncompiled) against cuda_graph at 0.5B; about "
           "a minute of compilation. cuda_graph's row is the 2.5 ms target's: 2.62 ms/step on the first run, "
-          "before the rotary embedding and the cache write lost 3 kernels a layer"),
+          "before the rotary embedding and the cache write lost 3 kernels a layer and attention read only its "
+          "window (the windows=1 row: the whole cache, as on the first run)"),
     Stage("mem7b", "part2", 150, 130,
           (GRPO + "--sides verl --shapes 7B --batch 4 --group 8 --warmup 0 --steps 1 --memory-cap-gb 79 "
            "--tag 7b-offload " + NO_COMPILE + OFFLOAD_7B + "8",),
@@ -180,17 +181,23 @@ STAGES: tuple[Stage, ...] = (
           (GRPO + "--smoke --sides verl " + CHECKPOINTED_FUSED,),
           "the memory target's configuration at 1.5B: checkpointing and use_fused_kernels (no [tokens, vocab] "
           "logits): its peak against 50 GB, and the fused head's speed against grpo_ckpt"),
-    Stage("logprob_head", "part3", 50, 35,
+    Stage("logprob_head", "part3", 40, 35,
           ("{py} bench/logprob_memory.py --device cuda --head --tokens 16384 --vocab 151936 --hidden 896",),
           ("{py} bench/logprob_memory.py --smoke --head",),
           "the LM head and log-probs alone, forward + backward: naive, chunked (eager kernels), chunked with the "
           "compiled kernels (use_torch_compile's), fused (use_fused_kernels); first H200 run: 0.050 / 0.078 / - "
           "/ 0.107 s"),
-    Stage("profile", "part3", 60, 50,
+    Stage("profile", "part3", 50, 45,
           ("{py} bench/gpu_kit/profile_step.py --shape 0.5B --tokenizer {tok} --out {dir}",),
           ("{py} bench/gpu_kit/profile_step.py --smoke --tokenizer {tok} --out {dir}",),
           "torch.profiler: top 30 CUDA kernels of one decode step (eager, cuda_graph) and one actor update "
           "micro-batch (and the old-log-prob pass) at 0.5B"),
+    Stage("decode_long", "part3", 30, 20,
+          ("{py} bench/decode_speed.py --shapes 0.5B --modes cuda_graph {weights_decode} --response-length 1024 "
+           "{windows_ab} --repeats 1",),
+          None,
+          "a 1,024-token response at 0.5B in cuda_graph mode: attention windows (8 per cache) against the whole "
+          "cache (1), where attention reads more bytes a step than the weights"),
 )  # fmt: skip
 PARTS = tuple(dict.fromkeys(s.part for s in STAGES))
 
@@ -217,10 +224,12 @@ def decode_options() -> dict[str, str]:
     loop = ROOT / "verl" / "workers" / "rollout" / "decode" / "loop.py"
     has_weights = '"--weights"' in bench
     has_compile_graph = loop.exists() and "compile_cuda_graph" in loop.read_text()
+    has_windows = '"--attention-windows"' in bench
     return {
         "weights_ab": "--weights module decode" if has_weights else "",
         "weights_decode": "--weights decode" if has_weights else "",
         "compile_mode": "compile_cuda_graph" if has_compile_graph else "compile",
+        "windows_ab": "--attention-windows 8 1" if has_windows else "",
     }
 
 

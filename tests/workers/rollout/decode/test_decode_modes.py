@@ -9,7 +9,7 @@ import torch
 
 from verl.models.tiny import make_tiny_causal_lm
 from verl.workers.rollout.base import SamplingSettings
-from verl.workers.rollout.decode import DecodeLoop, bucket_size, resolve_decode_mode
+from verl.workers.rollout.decode import DecodeLoop, attention_window, bucket_size, resolve_decode_mode
 from verl.workers.rollout.hf_rollout import HFRollout
 
 PAD = 256
@@ -167,6 +167,26 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype, decode_weights) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_windowed_cuda_graphs_match_eager_on_cuda() -> None:
+    """A 130-token response (a 192-slot cache: attention windows of 64, 128 and 192 slots) decoded by the graphs in
+    bf16 gives the tokens of an eager loop reading the same windows, one graph per window, and with the filled-only
+    eager loop in fp32."""
+    model = make_tiny_causal_lm(seed=0).eval().to("cuda")
+    settings = _settings(False, response_length=130, min_new_tokens=130)
+    graphed = DecodeLoop(model, mode="cuda_graph")
+    reference = DecodeLoop(model, mode="eager", decode_weights=True)
+    reference.attend_filled_only = False
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        eager = _generate(reference, settings, eos=[], device="cuda")
+        out = _generate(graphed, settings, eos=[], device="cuda")
+    assert torch.equal(out[0], eager[0]) and len(graphed._graphs) == 3
+    torch.testing.assert_close(out[1], eager[1], atol=1e-3, rtol=1e-3)
+    fp32 = _generate(DecodeLoop(model, mode="cuda_graph"), settings, eos=[], device="cuda")
+    filled_only = DecodeLoop(model, mode="eager", decode_weights=True)
+    assert torch.equal(fp32[0], _generate(filled_only, settings, eos=[], device="cuda")[0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_compile_cuda_graph_step_matches_eager_on_cuda() -> None:
     """The step with the inductor-compiled forward captured as a CUDA graph (compile_cuda_graph) decodes the eager
     loop's greedy tokens (fp32: no near-tie for a reordered sum to flip), with log-probs within rounding, and replays
@@ -188,13 +208,13 @@ def test_compile_cuda_graph_step_matches_eager_on_cuda() -> None:
 class _EagerGraph:
     """Stands in for a captured CUDA graph on CPU: ``replay`` runs the step eagerly under the capture's autocast."""
 
-    def __init__(self, loop: DecodeLoop, st, c) -> None:
-        self.loop, self.st, self.c = loop, st, c
+    def __init__(self, loop: DecodeLoop, st, c, window) -> None:
+        self.loop, self.st, self.c, self.window = loop, st, c, window
         self.autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
 
     def replay(self) -> None:
         with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
-            self.loop._step(self.st, self.c, None)
+            self.loop._step(self.st, self.c, self.window)
 
 
 class _CpuGraphLoop(DecodeLoop):
@@ -209,17 +229,17 @@ class _CpuGraphLoop(DecodeLoop):
     def _check_graph_device(self, device) -> None:
         pass
 
-    def _capture(self, st, c):
+    def _capture(self, st, c, window):
         saved = [t.clone() for t in st.scalars()]
         try:
-            self._step(st, c, None)
+            self._step(st, c, window)
             if self.capture_error is not None:
                 raise self.capture_error
         finally:
             for t, s in zip(st.scalars(), saved):
                 t.copy_(s)
         self.captures += 1
-        return _EagerGraph(self, st, c)
+        return _EagerGraph(self, st, c, window)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -255,6 +275,46 @@ def test_graphs_are_kept_across_in_place_weight_updates_and_recaptured_on_a_new_
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
     _generate(loop, _settings(True))
     assert loop.captures == before + 1
+
+
+def test_attention_windows_cover_the_filled_slots_in_blocks_of_the_capacity() -> None:
+    # a 64-token prompt and 256 new tokens (capacity 320): windows of 64 slots, the last one the whole cache
+    assert [attention_window(f, 320) for f in (1, 64, 65, 128, 129, 300, 320)] == [64, 64, 128, 128, 192, 320, 320]
+    # a long response: 8 windows of 576 slots (a multiple of 64) cover 4,608
+    assert [attention_window(f, 4608) for f in (513, 576, 577, 4100)] == [576, 576, 1152, 4608]
+    assert attention_window(5, 320, windows=1) == 320  # one window: the whole cache
+    assert attention_window(17, 17) == 17  # an eager loop's exact capacity caps the window
+    with pytest.raises(ValueError, match="0 < filled <= capacity"):
+        attention_window(321, 320)
+
+
+def test_graph_steps_attend_over_windows_and_decode_the_eager_tokens(model, monkeypatch) -> None:
+    """A 130-token response in the cuda_graph mode (emulated on CPU) steps through the windows 64, 128 and 192 of its
+    192-slot cache: one graph per bucket and window, each step's window covering its filled slots, and the tokens and
+    log-probs of the eager loop that attends over the filled slots only; with one window per cache it reads the whole
+    cache, as before."""
+    reads: list[tuple[int, int]] = []
+    original = DecodeLoop._step
+
+    def spy(self, st, c, live):
+        reads.append((int(st.cur), live))
+        return original(self, st, c, live)
+
+    settings = _settings(False, response_length=130, min_new_tokens=130)
+    eager = _generate(DecodeLoop(model, mode="eager"), settings, eos=[])
+    monkeypatch.setattr(DecodeLoop, "_step", spy)
+    loop = _CpuGraphLoop(model, mode="cuda_graph")
+    out = _generate(loop, settings, eos=[])
+    # every step reads its filled slots (slot cur included) and at most the rest of its 64-slot block
+    assert reads and all(cur < live <= cur + 64 and live % 64 == 0 for cur, live in reads)
+    assert sorted({live for _, live in reads}) == [64, 128, 192] and loop.captures == len(loop._graphs) == 3
+    assert torch.equal(out[0], eager[0])
+    torch.testing.assert_close(out[1], eager[1], atol=1e-5, rtol=1e-5)
+    reads.clear()
+    whole = _CpuGraphLoop(model, mode="cuda_graph")
+    whole.attention_windows = 1
+    assert torch.equal(_generate(whole, settings, eos=[])[0], eager[0])
+    assert {live for _, live in reads} == {192} and whole.captures == 1
 
 
 def test_rollout_keeps_one_decoder_and_follows_enforce_eager(model, rollout_config, make_prompts, byte_prompts) -> None:

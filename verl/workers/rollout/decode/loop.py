@@ -14,9 +14,9 @@ four ways (``mode``):
 
 - ``eager``: plain PyTorch, attending only over the filled part of the cache;
 - ``compile``: the model's decode forward compiled by ``torch.compile`` (inductor), the sampler run eagerly after it;
-- ``cuda_graph``: the step captured once per batch-size bucket as a ``torch.cuda.CUDAGraph`` and replayed (one
-  launch per token instead of hundreds of kernel launches: a small model's decode step is bound by launch
-  overhead, not by reading its weights);
+- ``cuda_graph``: the step captured once per batch-size bucket and attention window as a ``torch.cuda.CUDAGraph``
+  and replayed (one launch per token instead of hundreds of kernel launches: a small model's decode step is bound by
+  launch overhead, not by reading its weights);
 - ``compile_cuda_graph``: the step with the inductor-compiled forward (elementwise chains such as norms, rotary
   embedding and casts fused into few kernels) captured and replayed as a CUDA graph: fewer kernels per replay than
   ``cuda_graph``, at the price of a compilation (about a minute) on the first call.
@@ -31,6 +31,11 @@ be captured to ``eager``.
 The static-cache forward can decode with its own copy of the weights (:mod:`.decode_weights`: the compute dtype,
 q/k/v and gate/up stacked; ``decode_weights``): on by default in the graph modes, where it removes every per-step
 weight cast and three matmuls per layer.
+
+Attention in the ``cuda_graph`` mode reads the cache up to the end of the current *window*
+(:func:`attention_window`: the filled slots rounded up to an eighth of the capacity, in multiples of 64), not the
+whole capacity: one graph per window, so a step early in a long response reads a fraction of the cache a step at its
+end reads (the compiled modes read the whole cache: a new window length would recompile the forward).
 
 The other forwards run eager. Prefill is always eager. In the compiled and graph modes the batch is padded up to a
 bucket (1, 2, 4, 8, then multiples of 8: vLLM's CUDA-graph capture sizes), so a handful of graphs serve every batch
@@ -70,6 +75,9 @@ COMPILE_FALLBACK = {"compile": "eager", "compile_cuda_graph": "cuda_graph"}
 # Decode mode on CPU when the config leaves the choice to the engine (enforce_eager=false): measured in
 # docs/benchmarks.md ("Compiled decode on CPU"), inductor's step does not beat the eager one on CPU.
 CPU_AUTO_MODE = "eager"
+# At most this many attention windows (graphs per batch bucket) cover a cache capacity in the cuda_graph mode: more
+# windows read less of the cache on average (capacity / (2 * windows) past the filled slots) but capture more graphs.
+ATTENTION_WINDOWS = 8
 
 
 class DecodeForward(Protocol):
@@ -126,6 +134,17 @@ def bucket_size(rows: int) -> int:
     if rows <= 8:
         return 1 << (rows - 1).bit_length()
     return -(-rows // 8) * 8
+
+
+def attention_window(filled: int, capacity: int, windows: int = ATTENTION_WINDOWS) -> int:
+    """The cache slots ``[0, window)`` a graph-mode step attends over while ``filled`` slots are in use: ``filled``
+    rounded up to a block of ``capacity / windows`` slots (a multiple of 64, so a window's mask rows stay aligned
+    for the fused attention kernels), at most ``capacity``. ``windows=1``: the whole cache."""
+    if not 0 < filled <= capacity or windows < 1:
+        raise ValueError(f"attention_window needs 0 < filled <= capacity and windows >= 1, got {filled}, {capacity}, "
+                         f"{windows}")  # fmt: skip
+    block = 64 * math.ceil(capacity / (64 * windows))
+    return min(capacity, block * math.ceil(filled / block))
 
 
 @dataclass(frozen=True)
@@ -195,9 +214,11 @@ class DecodeLoop:
         self.mode = mode if self.forward.graphable else "eager"
         self.check_every = check_every
         self.decode_weights = self._resolve_decode_weights(decode_weights)
-        # eager mode attends over the filled part of the cache only (less to read); False reads the whole cache
-        # under the mask, kernel for kernel what the compiled and graph modes run (bit-identical results on CUDA)
+        # eager mode attends over the filled part of the cache only (less to read); False reads the cuda_graph mode's
+        # attention windows under the mask, kernel for kernel what that mode runs (bit-identical results on CUDA)
         self.attend_filled_only = True
+        # how many attention windows cover the cache in the cuda_graph mode (attention_window; 1: the whole cache)
+        self.attention_windows = ATTENTION_WINDOWS
         # torch.compile options of the compiled forward (tests trace with backend="eager", fullgraph=True)
         self.compile_options: dict[str, Any] = {}
         self._compiled: Callable[..., torch.Tensor] | None = None
@@ -268,16 +289,22 @@ class DecodeLoop:
         st.position.add_(1)
         st.cur.add_(1)
 
+    def _window(self, st: DecodeState, host_cur: int) -> int:
+        """The attention window of the step that writes cache slot ``host_cur`` (see :func:`attention_window`)."""
+        return attention_window(host_cur + 1, st.key_ok.shape[1], self.attention_windows)
+
     def _run_step(self, st: DecodeState, c: _StepConsts, host_cur: int) -> None:
         if self.mode == "eager":
             filled_only = self.attend_filled_only or not self.forward.graphable
-            self._step(st, c, host_cur + 1 if filled_only else None)
+            self._step(st, c, host_cur + 1 if filled_only else self._window(st, host_cur))
         else:
             try:
                 if self.mode == "compile":
                     self._step(st, c, None)
                 else:
-                    self._replay_graph(st, c)
+                    # windows in cuda_graph mode; the compiled forward reads the whole cache (one compilation)
+                    window = self._window(st, host_cur) if self.mode == "cuda_graph" else None
+                    self._replay_graph(st, c, window)
             except Exception as err:
                 if self.mode in COMPILED_MODES and isinstance(err, COMPILE_ERRORS):
                     self._fall_back(COMPILE_FALLBACK[self.mode], "compiling the decode forward", err)
@@ -314,24 +341,26 @@ class DecodeLoop:
         return self._compiled
 
     @staticmethod
-    def graph_key(st: DecodeState, c: _StepConsts) -> tuple[Any, ...]:
-        """What a captured step is bound to: the state's buffers (their storage), the sampling constants, and the
-        autocast dtype on the state's device (None outside autocast). In-place weight updates keep the key (the
-        graph reads the parameters' storage, see :meth:`generate`)."""
+    def graph_key(st: DecodeState, c: _StepConsts, window: int | None) -> tuple[Any, ...]:
+        """What a captured step is bound to: the state's buffers (their storage), the sampling constants, the
+        attention window (None: the whole cache), and the autocast dtype on the state's device (None outside
+        autocast). In-place weight updates keep the key (the graph reads the parameters' storage, see
+        :meth:`generate`)."""
         device_type = st.tokens.device.type
         autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-        return (id(st), c, autocast)
+        return (id(st), c, window, autocast)
 
-    def _replay_graph(self, st: DecodeState, c: _StepConsts) -> None:
-        """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers."""
-        key = self.graph_key(st, c)
+    def _replay_graph(self, st: DecodeState, c: _StepConsts, window: int | None) -> None:
+        """Replay (capturing first if needed) the CUDA graph of one step on ``st``'s buffers, attending over the
+        first ``window`` cache slots."""
+        key = self.graph_key(st, c, window)
         graph = self._graphs.get(key)
         if graph is None:
-            graph = self._capture(st, c)
+            graph = self._capture(st, c, window)
             self._graphs[key] = graph
         graph.replay()
 
-    def _capture(self, st: DecodeState, c: _StepConsts) -> Any:
+    def _capture(self, st: DecodeState, c: _StepConsts, window: int | None) -> Any:
         saved = [t.clone() for t in st.scalars()]
 
         def restore() -> None:
@@ -349,7 +378,7 @@ class DecodeLoop:
             with torch.cuda.stream(side), torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
                 # warm-up (lazy library initialisation, and the compilation in compile_cuda_graph mode); it writes the
                 # same cache slot and outputs the real step writes again, and the advanced counters are restored below
-                step(st, c, None)
+                step(st, c, window)
             torch.cuda.current_stream().wait_stream(side)
             restore()
             if self._graph_pool is None:
@@ -357,7 +386,7 @@ class DecodeLoop:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool):
                 with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
-                    step(st, c, None)
+                    step(st, c, window)
         finally:
             torch.cuda.current_stream().wait_stream(side)
             restore()  # capture runs no kernel, the warm-up did: the step to replay starts from the saved state

@@ -256,16 +256,19 @@ class StaticCacheForward:
     def _decode_inputs(self, st: DecodeState, live: int | None) -> tuple[torch.Tensor, ...]:
         """The attention bias ``[B, 1, 1, live]``, the embedded tokens ``[B, 1, hidden]``, rotary cos/sin
         ``[B, 1, 1, head_dim]`` and the cache slot ``[1]`` of one decode step."""
-        allowed = st.key_ok & (st.slots <= st.cur)
+        # the mask of the slots read only: a window's bias is built fresh, so its rows stay aligned for fused kernels
+        key_ok, slots = (st.key_ok, st.slots) if live is None else (st.key_ok[:, :live], st.slots[:live])
+        allowed = key_ok & (slots <= st.cur)
         bias = torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
-        bias = bias[:, None, None, :live]
+        bias = bias[:, None, None, :]
         hidden = self.backbone.embed_tokens(st.last_tokens.unsqueeze(-1))
         cos, sin = self.backbone.rotary_emb(hidden, st.position)
         return bias, hidden, cos.unsqueeze(1), sin.unsqueeze(1), st.cur.view(1)
 
     def decode(self, st: DecodeState, live: int | None) -> torch.Tensor:
-        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` (eager
-        only) limits attention to the first ``live`` slots, else the whole cache is read under the mask."""
+        """One token per row (``st.last_tokens`` at slot ``st.cur``) -> logits ``[B, vocab]``; ``live`` limits
+        attention to the first ``live`` slots (the eager loop's filled part, or the ``cuda_graph`` mode's attention
+        window: a fixed length per captured graph), else the whole cache is read under the mask."""
         if self.decode_weights is not None:
             return self._decode_stacked(self.decode_weights, st, live)
         bs = st.last_tokens.shape[0]
