@@ -243,6 +243,45 @@ def save_result(name: str, payload: dict[str, Any], smoke: bool = False, per_mac
     return path
 
 
+def proc_status_mib(field: str) -> float | None:
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MiB; None where there is none."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS; False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS in MiB (VmHWM, else ``ru_maxrss``). torch's CPU allocations bypass tracemalloc."""
+    hwm = proc_status_mib("VmHWM")
+    if hwm is not None:
+        return hwm
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def peak_rss_baseline_mib() -> float:
+    """The mark to measure peak-RSS growth from: the current RSS with the peak mark reset to it, else (no reset
+    permitted) the peak so far."""
+    current = proc_status_mib("VmRSS")
+    return current if reset_peak_rss() and current is not None else peak_rss_mib()
+
+
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     """A GitHub markdown table; floats are printed with 3 significant decimals."""
 

@@ -31,17 +31,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl.utils import torch_functional as verl_F
-from verl.utils.kernel.linear_cross_entropy import linear_logprobs_entropy
-from verl.utils.logprob_kernels import compiled_chunk_kernels
+import torch  # noqa: E402
+
+from bench._common import peak_rss_baseline_mib, peak_rss_mib  # noqa: E402
+from verl.utils import torch_functional as verl_F  # noqa: E402
+from verl.utils.kernel.linear_cross_entropy import linear_logprobs_entropy  # noqa: E402
+from verl.utils.logprob_kernels import compiled_chunk_kernels  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LOGIT_VARIANTS = ("naive", "chunked", "compiled")
@@ -120,34 +123,6 @@ def _make_inputs(variant: str, tokens: int, vocab: int, hidden: int, dtype: str,
     return _inputs(tokens, vocab, DTYPES[dtype], device)
 
 
-def _proc_status_mib(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 1024.0  # kB
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS; False where not permitted."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_mib() -> float:
-    hwm = _proc_status_mib("VmHWM")
-    if hwm is not None:
-        return hwm
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
-
-
 def run_cpu_case(variant: str, tokens: int, vocab: int, dtype: str, chunk_size: int | None, hidden: int) -> Result:
     """One measurement in this process (meant to be a fresh subprocess, so ru_maxrss is this case's peak)."""
     torch.set_num_threads(1)
@@ -156,12 +131,11 @@ def run_cpu_case(variant: str, tokens: int, vocab: int, dtype: str, chunk_size: 
         _step(variant, inputs, chunk_size, dtype)
         _clear_grads(inputs)
     # Peak growth above the inputs: the current RSS when the peak mark can be reset, else the peak so far.
-    current = _proc_status_mib("VmRSS")
-    before = current if _reset_peak_rss() and current is not None else _peak_rss_mib()
+    before = peak_rss_baseline_mib()
     start = time.perf_counter()
     _step(variant, inputs, chunk_size, dtype)
     seconds = time.perf_counter() - start
-    return Result(variant, tokens, vocab, dtype, chunk_size, _peak_rss_mib() - before, seconds)
+    return Result(variant, tokens, vocab, dtype, chunk_size, peak_rss_mib() - before, seconds)
 
 
 def _agreement(variants: tuple[str, ...], tokens: int, vocab: int, hidden: int, dtype: str, chunk, device) -> float:

@@ -24,7 +24,7 @@ SMOKE_DIR = ROOT / "bench" / "results" / "smoke"
 # train_compile and logprob_memory (short) close the first lane, which is the shorter one without them.
 LANES: tuple[tuple[str, ...], ...] = (
     ("demo_time.py", "agent_turns_vllm.py", "decode_vs_generate.py", "endpoint_overhead.py", "judge_overlap.py",
-     "decode_speed.py", "limits.py", "train_compile.py", "logprob_memory.py"),
+     "decode_speed.py", "limits.py", "train_compile.py", "logprob_memory.py", "prefill_memory.py"),
     ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py"),
 )  # fmt: skip
 # a test whose name is not ``test_<script>_smoke``: the script it checks
@@ -266,3 +266,13 @@ def test_endpoint_stream_runs_one_short_round() -> None:
     result = json.loads((SMOKE_DIR / "endpoint_stream.json").read_text())
     (first, total, chunks), *_ = result["runs"]["stream"]
     assert first < total and chunks > 1
+
+
+def test_prefill_memory_smoke(smokes) -> None:
+    """Row chunks of 128 prompt tokens (4 chunks of 2 rows) against one forward: the same last-position logits."""
+    out = _check(smokes.result("prefill_memory.py"))
+    assert "prefill_tokens=128" in out and "prefill_tokens=0" in out
+    path = max(SMOKE_DIR.glob("prefill_memory_*.json"), key=lambda p: p.stat().st_mtime)
+    results = json.loads(path.read_text())["results"]
+    assert [r["prefill_tokens"] for r in results] == [128, 0] and all(r["seconds"] > 0 for r in results)
+    assert results[1]["max_abs_diff_from_first"] < 0.05  # bf16 rounding at most (a chunk is a smaller matmul)

@@ -108,6 +108,31 @@ def test_every_forward_samples_the_same_tokens_under_same_seed(model) -> None:
         torch.testing.assert_close(out["static"][1], out[name][1], atol=1e-4, rtol=1e-4)
 
 
+def test_prefill_runs_in_row_chunks_of_its_token_budget_with_the_same_results(model, monkeypatch) -> None:
+    """A batch of more prompt tokens than ``prefill_tokens`` is prefilled in row chunks (here 2 rows of 7 tokens
+    each: rows 0-1, 2-3), each written into its own cache rows: the same tokens and log-probs as one prefill."""
+    ids, mask, pos = _left_padded_prompts(model.config.vocab_size)
+    settings = _settings(do_sample=True, min_new_tokens=3)
+    whole = DecodeLoop(model)
+    torch.manual_seed(5)
+    expected = whole.generate(ids, mask, pos, settings, eos_ids=[258], pad_id=256)
+    chunked = DecodeLoop(model)
+    chunked.forward.prefill_tokens = 15  # 15 // 7 = 2 rows a chunk
+    calls: list[tuple[int, int]] = []
+    original = StaticCacheForward._prefill_rows
+
+    def spy(self, cache, first, input_ids, *args):
+        calls.append((first, input_ids.shape[0]))
+        return original(self, cache, first, input_ids, *args)
+
+    monkeypatch.setattr(StaticCacheForward, "_prefill_rows", spy)
+    torch.manual_seed(5)
+    out = chunked.generate(ids, mask, pos, settings, eos_ids=[258], pad_id=256)
+    assert calls == [(0, 2), (2, 2)]
+    assert torch.equal(out[0], expected[0])
+    torch.testing.assert_close(out[1], expected[1], atol=1e-5, rtol=1e-5)
+
+
 def test_an_architecture_without_static_cache_decodes_with_its_own_cache() -> None:
     """GPT-2 (learned positions, no rotary): the model's own forward and KV cache; greedy tokens equal generate's,
     and compaction of finished rows (many end ids) keeps every row equal to the cache-free loop."""

@@ -27,6 +27,10 @@ from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_wei
 from verl.workers.rollout.decode.state import DecodeState
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+# Prompt tokens per prefill forward: a batch of more rows x prompt length runs in row chunks, so the prefill's
+# activations (the MLP's [rows, L, 2 * ffn]) and its attention mask ([rows, 1, L, L]) stay bounded for long prompts
+# (256 rows of 8k tokens would need a 34 GB bf16 mask in one forward); 32k tokens keep a GPU's matmuls saturated.
+PREFILL_TOKENS = 32768
 StaticKV = list[torch.Tensor]  # per layer [2, rows, kv_heads, capacity, head_dim]: keys, then values
 
 
@@ -160,6 +164,7 @@ class StaticCacheForward:
         self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.vocab = int(lm.lm_head.weight.shape[0])
+        self.prefill_tokens = PREFILL_TOKENS
         # the decode step's own weights (decode_weights.py), when the loop asks for them
         self.decode_weights: DecodeWeights | None = None
 
@@ -216,18 +221,42 @@ class StaticCacheForward:
         **model_inputs: Any,
     ) -> torch.Tensor:
         """Run the prompts ``[bs, L]`` (left padding) at cache slots ``[0, L)`` of the first ``bs`` rows; returns
-        last-position logits ``[bs, vocab]``."""
+        last-position logits ``[bs, vocab]``. Runs in chunks of ``prefill_tokens // L`` rows (at least one) when the
+        batch holds more tokens (see :data:`PREFILL_TOKENS`)."""
         if model_inputs:
             raise ValueError(f"the static-cache forward takes token inputs only, got {sorted(model_inputs)}")
         bs, length = input_ids.shape
+        rows = max(1, self.prefill_tokens // length)
+        if bs <= rows:
+            return self._prefill_rows(cache, 0, input_ids, attention_mask, position_ids)
+        chunks = [
+            self._prefill_rows(cache, r, input_ids[r : r + rows], attention_mask[r : r + rows],
+                               position_ids[r : r + rows])
+            for r in range(0, bs, rows)
+        ]  # fmt: skip
+        return torch.cat(chunks)
+
+    def _prefill_rows(
+        self,
+        cache: StaticKV,
+        first: int,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`prefill` of the prompts ``[n, L]`` into cache rows ``[first, first + n)``."""
+        bs, length = input_ids.shape
+        rows = slice(first, first + bs)
         device = input_ids.device
         # causal and padding mask; a padded query may see itself, so no row is fully masked (a fully masked row
         # would give NaN that then leaks through the cache even at zero attention weight)
         prompt_ok = attention_mask.bool()
         allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril().unsqueeze(0) & prompt_ok[:, None]
         allowed |= torch.eye(length, dtype=torch.bool, device=device).unsqueeze(0)
-        bias = torch.zeros(bs, 1, length, length, device=device)
-        bias.masked_fill_(~allowed.unsqueeze(1), torch.finfo(torch.float32).min)
+        # built in the compute dtype (the cache's: the projections' output dtype) once, not cast in every layer
+        dtype = cache[0].dtype
+        bias = torch.zeros(bs, 1, length, length, dtype=dtype, device=device)
+        bias.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
 
         hidden = self.backbone.embed_tokens(input_ids)
         cos, sin = self.backbone.rotary_emb(hidden, position_ids)
@@ -242,12 +271,11 @@ class StaticCacheForward:
             k = attn.k_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
             v = attn.v_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
             q = _apply_rope(q, cos, sin).to(v.dtype)
-            k_cache[:bs, :, :length] = _apply_rope(k, cos, sin)
-            v_cache[:bs, :, :length] = v
+            k_cache[rows, :, :length] = _apply_rope(k, cos, sin)
+            v_cache[rows, :, :length] = v
             out = F.scaled_dot_product_attention(
-                q, k_cache[:bs, :, :length], v_cache[:bs, :, :length], attn_mask=bias.to(q.dtype), scale=scale,
-                enable_gqa=gqa,
-            )  # fmt: skip
+                q, k_cache[rows, :, :length], v_cache[rows, :, :length], attn_mask=bias, scale=scale, enable_gqa=gqa
+            )
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(bs, length, self.num_heads * self.head_dim))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         last = self.backbone.norm(hidden[:, -1:, :])
