@@ -34,7 +34,8 @@ from bench._common import default_device, markdown_table, save_result  # noqa: E
 from verl.workers.rollout.decode import DECODE_MODES  # noqa: E402
 from verl.workers.rollout.decode.loop import ATTENTION_WINDOWS  # noqa: E402
 
-# Qwen2.5 shapes (hidden, layers, heads, kv heads, ffn) with the SmolLM2 vocabulary: 0.5B -> 402M parameters
+# Qwen2.5 (and one Qwen3) shapes (hidden, layers, heads, kv heads, ffn) with the SmolLM2 vocabulary: 0.5B -> 402M
+# parameters
 SHAPES = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=128, vocab_size=512),
@@ -46,17 +47,22 @@ SHAPES = {
                  intermediate_size=4864, vocab_size=49152),
     "1.5B": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                  intermediate_size=8960, vocab_size=49152),
+    # Qwen3-0.6B's shape (per-head q/k norms, head_dim 128)
+    "qwen3-0.6B": dict(arch="qwen3", hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=49152),
 }  # fmt: skip
 # HBM bandwidth of known GPUs, bytes/s (vendors' data sheets)
 GPU_BANDWIDTH = {"H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 0.864e12}
 
 
 def build_model(shape: str, device: str) -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
-    config = Qwen2Config(**SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=4096)
+    spec = dict(SHAPES[shape])
+    config_class = Qwen3Config if spec.pop("arch", "qwen2") == "qwen3" else Qwen2Config
+    config = config_class(**spec, tie_word_embeddings=True, max_position_embeddings=4096)
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(device).eval()
+    return AutoModelForCausalLM.from_config(config).to(device).eval()
 
 
 def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response: int, dtype: torch.dtype) -> float:
@@ -70,7 +76,7 @@ def bandwidth_limit_ms(model: torch.nn.Module, rows: int, prompt: int, response:
     cfg = model.config
     size = torch.tensor([], dtype=dtype).element_size()
     weights = sum(p.numel() for p in model.parameters()) * size
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * rows * (prompt + response / 2) * size
     return (weights + kv) / bandwidth * 1e3
 

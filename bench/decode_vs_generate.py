@@ -2,7 +2,7 @@
 
 Since the ``hf`` engine has one decode loop (verl/workers/rollout/decode/), architectures without a static-cache
 forward decode through the loop on the model's own forward and KV cache (``ModelCacheForward``) where they used to
-go through ``model.generate``. This measures that path against ``generate`` itself, and, for Llama/Qwen2, the
+go through ``model.generate``. This measures that path against ``generate`` itself, and, for Qwen2 and Qwen3, the
 static-cache forward too. Per architecture (random weights, ``--rows`` prompts of ``--prompt-length`` tokens, exactly
 ``--response-length`` sampled tokens: ``min_new_tokens`` = max, temperature 1, no top-k/top-p), each side runs in
 turn for ``--rounds`` rounds (the order flipped each round) after one warm-up call each; the figures are the median
@@ -10,7 +10,7 @@ per-token CPU time of each side and the median over rounds of the round's ratio 
 of the two sides are compared once.
 
     python bench/decode_vs_generate.py --smoke
-    python bench/decode_vs_generate.py                           # qwen2 (both forwards), gpt2, mistral-like
+    python bench/decode_vs_generate.py                   # qwen2 and qwen3 (both forwards), gpt2, mistral-like
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import markdown_table, save_result  # noqa: E402
 
-ARCHS = ("qwen2", "gpt2", "mistral")
+ARCHS = ("qwen2", "gpt2", "mistral", "qwen3")
+STATIC_CACHE_ARCHS = ("qwen2", "qwen3")  # the architectures the static-cache forward takes
 
 
 def build_model(arch: str, size: str) -> torch.nn.Module:
@@ -39,6 +40,8 @@ def build_model(arch: str, size: str) -> torch.nn.Module:
         MistralForCausalLM,
         Qwen2Config,
         Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
     )
 
     hidden, layers, vocab, ffn = (256, 4, 49152, 1024) if size == "S" else (64, 2, 512, 128)
@@ -49,6 +52,8 @@ def build_model(arch: str, size: str) -> torch.nn.Module:
                   intermediate_size=ffn, vocab_size=vocab, max_position_embeddings=1024)  # fmt: skip
     if arch == "mistral":  # a sliding window: no static-cache forward
         return MistralForCausalLM(MistralConfig(**common, sliding_window=64))
+    if arch == "qwen3":  # per-head q/k norms; head_dim split from the hidden size as in the others
+        return Qwen3ForCausalLM(Qwen3Config(**common, head_dim=hidden // 4, tie_word_embeddings=True))
     return Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True))
 
 
@@ -75,7 +80,7 @@ def measure(arch: str, args: argparse.Namespace) -> list[dict]:
         eos_token_id=vocab - 1, pad_token_id=0,
     )  # fmt: skip
     loops = {"loop (model cache)": DecodeLoop(model, static_cache=False)}
-    if arch == "qwen2":
+    if arch in STATIC_CACHE_ARCHS:
         loops["loop (static cache)"] = DecodeLoop(model)
 
     def call(name: str) -> None:

@@ -74,16 +74,17 @@ def make_model_dir(shape: str, root: str, tokenizer_path: str | None = None) -> 
     SmolLM2 tokenizer, or the saved tokenizer folder ``tokenizer_path``. The large shapes are initialised on the
     GPU in bf16 and saved in bf16 (half the bytes to write and read; the trainer loads fp32 master weights anyway)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
     from verl.models.loader import load_tokenizer, resolve_model_path
 
     spec, tied = shape_spec(shape)
-    path = os.path.join(root, f"qwen2.5-{shape}-random")
+    qwen3 = spec.pop("arch", "qwen2") == "qwen3"  # a Qwen3 shape (per-head q/k norms), else Qwen2.5
+    path = os.path.join(root, f"{'qwen3' if qwen3 else 'qwen2.5'}-{shape}-random")
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     tokenizer = load_tokenizer(tokenizer_path or resolve_model_path(BUNDLED_SMOLLM2))
-    config = Qwen2Config(
+    config = (Qwen3Config if qwen3 else Qwen2Config)(
         **dict(spec, vocab_size=len(tokenizer)), tie_word_embeddings=tied, max_position_embeddings=4096,
         rope_theta=1e6, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -91,9 +92,9 @@ def make_model_dir(shape: str, root: str, tokenizer_path: str | None = None) -> 
     torch.manual_seed(0)
     if shape in LARGE_SHAPES and torch.cuda.is_available():
         with torch.device("cuda"):
-            model = Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     else:
-        model = Qwen2ForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     tmp = f"{path}.partial-{os.getpid()}"
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

@@ -187,7 +187,9 @@ def test_decode_vs_generate_smoke(smokes) -> None:
     assert "x generate" in out
     path = max(SMOKE_DIR.glob("decode_vs_generate_*.json"), key=lambda p: p.stat().st_mtime)
     results = json.loads(path.read_text())["results"]
-    assert {r["arch"] for r in results} == {"qwen2", "gpt2", "mistral"}
+    assert {r["arch"] for r in results} == {"qwen2", "gpt2", "mistral", "qwen3"}
+    static = {r["arch"] for r in results if r["side"] == "loop (static cache)"}
+    assert static == {"qwen2", "qwen3"}
     # every side of every architecture decodes greedily to transformers generate's tokens
     assert all(r["ms_per_token"] > 0 and r["greedy_tokens_equal_generate"] for r in results)
 

@@ -73,7 +73,7 @@ def make_byte_tokenizer(save_dir: str | None = None, with_pad: bool = True) -> P
 class TinyModelSpec:
     """Shape of a tiny random causal LM. The defaults are small enough for unit tests on one CPU thread."""
 
-    arch: str = "llama"  # llama | qwen2
+    arch: str = "llama"  # llama | qwen2 | qwen3 (Qwen3: per-head q/k RMS norms, no q/k/v biases)
     hidden_size: int = 64
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
@@ -87,7 +87,7 @@ class TinyModelSpec:
 def make_tiny_causal_lm(
     spec: TinyModelSpec | None = None, save_dir: str | None = None, seed: int = 0, tokenizer=None
 ) -> torch.nn.Module:
-    """Build a random Llama- or Qwen2-style causal LM from ``spec`` (fp32, eval mode off).
+    """Build a random Llama-, Qwen2- or Qwen3-style causal LM from ``spec`` (fp32, eval mode off).
 
     If ``save_dir`` is given, the model (safetensors) and a byte tokenizer are written there, so the directory can
     be used anywhere a model path is accepted.
@@ -111,8 +111,13 @@ def make_tiny_causal_lm(
         config = LlamaConfig(**common)
     elif spec.arch == "qwen2":
         config = Qwen2Config(**common)
+    elif spec.arch == "qwen3":
+        from transformers import Qwen3Config
+
+        # Qwen3Config's head_dim defaults to 128 (the real models'); a tiny model splits its hidden size instead
+        config = Qwen3Config(**common, head_dim=spec.hidden_size // spec.num_attention_heads)
     else:
-        raise ValueError(f"unknown tiny model arch {spec.arch!r}; expected 'llama' or 'qwen2'")
+        raise ValueError(f"unknown tiny model arch {spec.arch!r}; expected 'llama', 'qwen2' or 'qwen3'")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if save_dir is not None:
@@ -120,6 +125,16 @@ def make_tiny_causal_lm(
         model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)
     return model
+
+
+def randomize_norm_weights(model: torch.nn.Module, seed: int = 0, low: float = 0.5, high: float = 1.5) -> None:
+    """Draw every RMS norm weight of ``model`` from ``U[low, high)`` (in place, seeded): transformers initialises
+    them to ones, under which a test cannot tell one norm's weight from another's (e.g. Qwen3's q and k norms)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith("norm") and isinstance(getattr(module, "weight", None), torch.Tensor):
+                module.weight.copy_(torch.empty(module.weight.shape).uniform_(low, high, generator=gen))
 
 
 def make_tiny_model_dir(save_dir: str, spec: TinyModelSpec | None = None, seed: int = 0) -> str:

@@ -2,7 +2,7 @@
 floor's request server in front (:mod:`verl.workers.rollout.request_server`), the one request-serving core that
 the agent loop uses too. Neither has a decode or step loop of its own here:
 
-- ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for Llama/Qwen2,
+- ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for Llama/Qwen2/Qwen3,
   transformers' forward otherwise) behind a
   :class:`~verl.workers.rollout.request_server.BatchingRequestServer` with its per-step hook: tokens stream, rows
   that end stop being decoded; one temperature/top-p per engine call.

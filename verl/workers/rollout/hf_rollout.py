@@ -6,7 +6,7 @@ in ``rollout.dtype``, micro-batched by ``rollout.max_num_seqs`` rows; the module
 gradient-checkpointing state are restored afterwards.
 
 Every module decodes through the one loop of :mod:`verl.workers.rollout.decode` (one sampler, one end-of-row and
-hook logic): Llama/Qwen2 on a static-cache forward, other transformers models with their own forward and KV cache,
+hook logic): Llama/Qwen2/Qwen3 on a static-cache forward, other transformers models with their own forward and KV cache,
 any ``forward(input_ids, attention_mask=None, position_ids=None) -> logits`` module with a full forward per token.
 """
 
@@ -86,7 +86,7 @@ class HFRollout(BaseRollout):
             :meth:`gather_params`.
     """
 
-    # Llama/Qwen2 modules decode on the static-cache forward (same logits, less Python per token); False makes
+    # Llama/Qwen2/Qwen3 modules decode on the static-cache forward (same logits, less Python per token); False makes
     # them use the model's own forward and KV cache, as every other architecture does (benchmarks compare the two).
     use_static_cache: bool = True
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm, randomize_norm_weights
 from verl.workers.rollout.base import SamplingSettings
 from verl.workers.rollout.decode import (
     DecodeLoop,
@@ -37,10 +38,14 @@ def _settings(**kw) -> SamplingSettings:
     return SamplingSettings(**base)
 
 
-@pytest.fixture(params=["llama", "qwen2"])
+@pytest.fixture(params=["llama", "qwen2", "qwen3"])
 def model(request, tiny_model_dir, tiny_qwen2_dir):
     from transformers import AutoModelForCausalLM
 
+    if request.param == "qwen3":  # per-head q/k norms: their weights drawn, so q's and k's differ
+        qwen3 = make_tiny_causal_lm(TinyModelSpec(arch="qwen3"), seed=0).eval()
+        randomize_norm_weights(qwen3)
+        return qwen3
     path = tiny_model_dir if request.param == "llama" else tiny_qwen2_dir
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 

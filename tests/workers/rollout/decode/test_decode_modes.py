@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.models.tiny import make_tiny_causal_lm
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm, randomize_norm_weights
 from verl.workers.rollout.base import SamplingSettings
 from verl.workers.rollout.decode import DecodeLoop, attention_window, bucket_size, resolve_decode_mode
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -167,11 +167,14 @@ def test_cuda_graph_step_matches_eager_on_cuda(dtype, decode_weights) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-def test_windowed_cuda_graphs_match_eager_on_cuda() -> None:
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_windowed_cuda_graphs_match_eager_on_cuda(arch) -> None:
     """A 130-token response (a 192-slot cache: attention windows of 64, 128 and 192 slots) decoded by the graphs in
     bf16 gives the tokens of an eager loop reading the same windows, one graph per window, and with the filled-only
-    eager loop in fp32."""
-    model = make_tiny_causal_lm(seed=0).eval().to("cuda")
+    eager loop in fp32; Llama, and Qwen3 with its per-head q/k norms (drawn weights) on the weight copy."""
+    model = make_tiny_causal_lm(TinyModelSpec(arch=arch), seed=0).eval()
+    randomize_norm_weights(model)
+    model = model.to("cuda")
     settings = _settings(False, response_length=130, min_new_tokens=130)
     graphed = DecodeLoop(model, mode="cuda_graph")
     reference = DecodeLoop(model, mode="eager", decode_weights=True)

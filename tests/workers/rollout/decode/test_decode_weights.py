@@ -11,17 +11,18 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.workers.rollout.decode.test_decode_modes import _CpuGraphLoop, _generate, _settings, _valid
-from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
+from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm, randomize_norm_weights
 from verl.workers.rollout.decode import DecodeLoop
 from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_weights_unsupported
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_stacked_copy_decodes_the_modules_tokens(arch, dtype) -> None:
-    """Greedy and sampled, fp32 and bf16 autocast over fp32 weights, Llama (no biases) and Qwen2 (q/k/v biases):
-    the same tokens as the modules, log-probs within rounding."""
+    """Greedy and sampled, fp32 and bf16 autocast over fp32 weights, Llama (no biases), Qwen2 (q/k/v biases) and
+    Qwen3 (per-head q/k norms, drawn weights): the same tokens as the modules, log-probs within rounding."""
     model = make_tiny_causal_lm(TinyModelSpec(arch=arch), seed=0).eval()
+    randomize_norm_weights(model)
     for greedy in (True, False):
         with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
             modules = _generate(DecodeLoop(model, decode_weights=False), _settings(greedy))
@@ -29,6 +30,30 @@ def test_stacked_copy_decodes_the_modules_tokens(arch, dtype) -> None:
         assert torch.equal(stacked[0], modules[0])
         valid = _valid(modules[0])
         torch.testing.assert_close(stacked[1][valid], modules[1][valid], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qwen3_head_norms_of_the_stacked_projection_are_the_modules_and_pass_v_through(dtype) -> None:
+    """norm_qk_heads on the q/k/v heads of one stacked projection: the q heads get q_norm's output, the k heads
+    k_norm's (their weights differ), in the modules' dtype (fp32 under autocast, as theirs), and v comes back
+    exactly."""
+    from verl.workers.rollout.decode.static_cache import norm_qk_heads
+
+    model = make_tiny_causal_lm(TinyModelSpec(arch="qwen3"), seed=0).eval()
+    randomize_norm_weights(model)
+    attn = model.model.layers[0].self_attn
+    heads, kv_heads, dim = 4, 2, attn.head_dim
+    qkv = torch.randn(3, 1, heads + 2 * kv_heads, dim).to(dtype)
+    with torch.no_grad():
+        out = norm_qk_heads(qkv, attn.q_norm, attn.k_norm, heads, kv_heads)
+        q, k = attn.q_norm(qkv[:, :, :heads]), attn.k_norm(qkv[:, :, heads : heads + kv_heads])
+    assert out.dtype == q.dtype == torch.float32
+    torch.testing.assert_close(out[:, :, :heads], q, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(out[:, :, heads : heads + kv_heads], k, atol=1e-6, rtol=1e-6)
+    assert torch.equal(out[:, :, heads + kv_heads :], qkv[:, :, heads + kv_heads :].float())
+    assert not torch.allclose(attn.q_norm.weight, attn.k_norm.weight)
+    attn.k_norm.variance_epsilon = 1e-3
+    assert "q_norm and k_norm differ in eps" in decode_weights_unsupported(model)
 
 
 def test_copy_is_in_the_compute_dtype_and_stacks_projections() -> None:

@@ -1,6 +1,6 @@
-"""The static-cache forward's own copy of a Llama/Qwen2 model's weights for decoding: in the compute dtype, with the
-q/k/v projections stacked into one matrix and the gate/up projections into another (vLLM keeps its weights the same
-way: ``QKVParallelLinear``, ``MergedColumnParallelLinear``).
+"""The static-cache forward's own copy of a Llama/Qwen2/Qwen3 model's weights for decoding: in the compute dtype,
+with the q/k/v projections stacked into one matrix and the gate/up projections into another (vLLM keeps its weights
+the same way: ``QKVParallelLinear``, ``MergedColumnParallelLinear``).
 
 Why a copy: a decode step of a small model is bound by the number of kernels it launches, not by the bytes it reads.
 
@@ -31,9 +31,10 @@ SILU_ACTIVATIONS = ("silu", "swish")
 
 
 def decode_weights_unsupported(lm: Any) -> str | None:
-    """Why ``lm`` (a Llama/Qwen2 ``*ForCausalLM`` that the static-cache forward takes) cannot decode with a
+    """Why ``lm`` (a Llama/Qwen2/Qwen3 ``*ForCausalLM`` that the static-cache forward takes) cannot decode with a
     :class:`DecodeWeights` copy, or None when it can: every projection a plain ``torch.nn.Linear`` (no LoRA or
-    quantized layer), RMS norms, a SiLU-gated MLP, and q/k/v (and gate/up) either all with biases or all without."""
+    quantized layer), RMS norms (Qwen3's q/k norms with one eps), a SiLU-gated MLP, and q/k/v (and gate/up) either
+    all with biases or all without."""
     act = getattr(lm.config, "hidden_act", None)
     if act not in SILU_ACTIVATIONS:
         return f"hidden_act={act!r} (the stacked MLP computes silu(gate) * up)"
@@ -53,6 +54,10 @@ def decode_weights_unsupported(lm: Any) -> str | None:
             if len({projections[n].bias is None for n in group}) > 1:
                 return f"layer {i}: {'/'.join(group)} differ in having a bias"
         norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        if getattr(attn, "q_norm", None) is not None:
+            norms += [attn.q_norm, attn.k_norm]
+            if attn.q_norm.variance_epsilon != attn.k_norm.variance_epsilon:
+                return f"layer {i}: q_norm and k_norm differ in eps (the copy normalises q and k heads together)"
     for norm in norms:
         if not hasattr(norm, "variance_epsilon") or not isinstance(getattr(norm, "weight", None), torch.Tensor):
             return f"{type(norm).__name__} is not an RMS norm with a weight and variance_epsilon"
@@ -60,7 +65,7 @@ def decode_weights_unsupported(lm: Any) -> str | None:
 
 
 def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    """A transformers Llama/Qwen2 RMS norm of ``x [..., hidden]`` (Zhang & Sennrich 2019): ``w * (x / rms(x))``,
+    """A transformers Llama/Qwen2/Qwen3 RMS norm of ``x [..., hidden]`` (Zhang & Sennrich 2019): ``w * (x / rms(x))``,
     normalised in fp32 and cast back to ``x``'s dtype before the weight, as the module does; one fused kernel where
     PyTorch has one (``F.rms_norm``, CUDA) for an fp32 ``x``."""
     shape = (x.shape[-1],)
@@ -83,6 +88,8 @@ class LayerWeights:
     down_bias: torch.Tensor | None
     input_norm: Any
     post_norm: Any
+    q_norm: Any = None  # Qwen3's per-head norms of the queries and keys (the model's modules), else None
+    k_norm: Any = None
 
 
 def _sources(lm: Any) -> list[tuple[str, list[torch.Tensor | None]]]:
@@ -140,6 +147,8 @@ class DecodeWeights:
                 down_bias=t[f"{i}.down_bias"],
                 input_norm=layer.input_layernorm,
                 post_norm=layer.post_attention_layernorm,
+                q_norm=getattr(layer.self_attn, "q_norm", None),
+                k_norm=getattr(layer.self_attn, "k_norm", None),
             )
             for i, layer in enumerate(lm.model.layers)
         ]

@@ -1,4 +1,4 @@
-"""The forward of a Llama-family causal LM (Llama, Qwen2) on a static KV cache: the decode loop's fast path.
+"""The forward of a Llama-family causal LM (Llama, Qwen2, Qwen3) on a static KV cache: the decode loop's fast path.
 
 ``transformers`` spends most of a small model's decode step in Python: cache objects, mask building, output
 bookkeeping. This forward calls the model's own submodules (embeddings, norms, projections, MLPs, rotary embedding,
@@ -10,7 +10,9 @@ to the minimum:
 - the attention bias of one decode step built from a key mask ``[batch, capacity]`` (prompt padding) and the
   current cache slot (the causal part is implicit while decoding one token at a time);
 - grouped-query attention as one matmul per key/value head; prefill uses
-  ``torch.nn.functional.scaled_dot_product_attention``.
+  ``torch.nn.functional.scaled_dot_product_attention``;
+- Qwen3's per-head RMS norms of the queries and keys (``q_norm``, ``k_norm``, before the rotary embedding) where
+  the model has them.
 
 The decode step reads and writes fixed-shape tensors only (the slot is a device tensor), so the loop can compile it
 or capture it as a CUDA graph (:mod:`verl.workers.rollout.decode.loop`).
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_weights_unsupported, rms_norm
 from verl.workers.rollout.decode.state import DecodeState
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # Prompt tokens per prefill forward: a batch of more rows x prompt length runs in row chunks, so the prefill's
 # activations (the MLP's [rows, L, 2 * ffn]) and its attention mask ([rows, 1, L, L]) stay bounded for long prompts
 # (256 rows of 8k tokens would need a 34 GB bf16 mask in one forward); 32k tokens keep a GPU's matmuls saturated.
@@ -45,7 +47,7 @@ def causal_lm(module: torch.nn.Module) -> Any:
 
 
 def supports_static_cache(module: torch.nn.Module) -> bool:
-    """True for an unsharded Llama/Qwen2 causal LM with full attention in every layer and rotary positions."""
+    """True for an unsharded Llama/Qwen2/Qwen3 causal LM with full attention in every layer and rotary positions."""
     lm = causal_lm(module)
     hf_config = getattr(lm, "config", None)
     if hf_config is None or getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
@@ -112,6 +114,30 @@ def apply_rope_heads(x: torch.Tensor, cos_all: torch.Tensor, sin_all: torch.Tens
     return out
 
 
+def _project_qk(attn: Any, x: torch.Tensor, q_shape: tuple[int, ...], kv_heads: int) -> tuple[torch.Tensor, ...]:
+    """The attention's queries ``[bs, heads, L, d]`` and keys ``[bs, kv_heads, L, d]`` of ``x [bs, L, hidden]``
+    before the rotary embedding: the projections, then Qwen3's per-head RMS norms (``q_norm``, ``k_norm``) where the
+    attention has them, in the model's order (``q_shape``: ``(bs, L, heads, d)``)."""
+    bs, length, _, dim = q_shape
+    q = attn.q_proj(x).view(q_shape)
+    k = attn.k_proj(x).view(bs, length, kv_heads, dim)
+    if getattr(attn, "q_norm", None) is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    return q.transpose(1, 2), k.transpose(1, 2)
+
+
+def norm_qk_heads(qkv: torch.Tensor, q_norm: Any, k_norm: Any, heads: int, kv_heads: int) -> torch.Tensor:
+    """Qwen3's per-head RMS norms over the q and k heads of the stacked projection ``qkv [bs, L, width, d]`` (q,
+    k, then v heads), the v heads passed through: ``w * (x / rms(x))`` normalised in fp32 and cast back to ``qkv``'s
+    dtype before the weight, as the modules do (so under autocast the result is fp32, as theirs). One fused norm
+    over the q and k heads together (their eps is the same, see ``decode_weights_unsupported``)."""
+    dim = qkv.shape[-1]
+    qk = qkv[:, :, : heads + kv_heads]
+    weight = torch.cat((q_norm.weight.expand(heads, dim), k_norm.weight.expand(kv_heads, dim)))
+    normed = weight * F.rms_norm(qk.float(), (dim,), None, q_norm.variance_epsilon).to(qkv.dtype)
+    return torch.cat((normed, qkv[:, :, heads + kv_heads :].to(normed.dtype)), dim=2)
+
+
 def _decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
 ) -> torch.Tensor:
@@ -144,7 +170,7 @@ def _decode_attention_fused(
 
 
 class StaticCacheForward:
-    """Prefill and one-token decode of a Llama/Qwen2 causal LM on a static cache (see the module docstring).
+    """Prefill and one-token decode of a Llama/Qwen2/Qwen3 causal LM on a static cache (see the module docstring).
 
     Args:
         module: the causal LM (possibly PEFT-wrapped); must pass :func:`supports_static_cache`.
@@ -267,8 +293,7 @@ class StaticCacheForward:
             attn = layer.self_attn
             scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
             x = layer.input_layernorm(hidden)
-            q = attn.q_proj(x).view(bs, length, self.num_heads, self.head_dim).transpose(1, 2)
-            k = attn.k_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q, k = _project_qk(attn, x, (bs, length, self.num_heads, self.head_dim), self.num_kv_heads)
             v = attn.v_proj(x).view(bs, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
             q = _apply_rope(q, cos, sin).to(v.dtype)
             k_cache[rows, :, :length] = _apply_rope(k, cos, sin)
@@ -306,8 +331,7 @@ class StaticCacheForward:
             attn = layer.self_attn
             scale = float(getattr(attn, "scaling", self.head_dim**-0.5))
             x = layer.input_layernorm(hidden)
-            q = attn.q_proj(x).view(bs, 1, self.num_heads, self.head_dim).transpose(1, 2)
-            k = attn.k_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            q, k = _project_qk(attn, x, (bs, 1, self.num_heads, self.head_dim), self.num_kv_heads)
             v = attn.v_proj(x).view(bs, 1, self.num_kv_heads, self.head_dim).transpose(1, 2)
             q = _apply_rope(q, cos, sin).to(v.dtype)
             # a tensor slot, not a Python int: the same captured graph serves every position
@@ -342,7 +366,10 @@ class StaticCacheForward:
         for lw, layer, kv in zip(w.layers, self.backbone.layers, st.cache):
             scale = float(getattr(layer.self_attn, "scaling", dim**-0.5))
             qkv = F.linear(rms_norm(hidden, lw.input_norm), lw.qkv, lw.qkv_bias)  # [bs, 1, width * dim]
-            rotated = apply_rope_heads(qkv.view(bs, 1, width, dim).transpose(1, 2), cos_all, sin_all, kv.dtype)
+            qkv = qkv.view(bs, 1, width, dim)
+            if lw.q_norm is not None:
+                qkv = norm_qk_heads(qkv, lw.q_norm, lw.k_norm, heads, kv_heads)
+            rotated = apply_rope_heads(qkv.transpose(1, 2), cos_all, sin_all, kv.dtype)
             # keys and values [bs, 2 * kv_heads, 1, dim] -> [2, bs, kv_heads, 1, dim]: the cache's layout, one write
             kv.index_copy_(3, slot, rotated[:, heads:].view(bs, 2, kv_heads, 1, dim).transpose(0, 1))
             out = attention(rotated[:, :heads], kv[0, :, :, :live], kv[1, :, :, :live], bias, scale)
