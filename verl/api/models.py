@@ -7,8 +7,8 @@ They are plain ``torch.nn.Module`` objects that the workers of :mod:`verl.worker
   with ``.logits``), used for log-probabilities and the PPO update;
 * ``generate(input_ids, **kwargs)``, for the user's own code. The ``hf`` rollout engine decodes with its one loop
   (:mod:`verl.workers.rollout.decode`): a wrapped transformers model (``hf_model``) through its own forward and
-  KV cache (Llama/Qwen2/Qwen3 on a static cache), other modules token by token through ``forward``, with the same
-  temperature / top-p / top-k semantics.
+  KV cache (Llama/Qwen2/Qwen3/Mistral on a static cache), other modules token by token through ``forward``, with
+  the same temperature / top-p / top-k semantics.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def make_byte_tokenizer(save_dir: str | None = None, with_pad: bool = True) -> P
 class TinyModelSpec:
     """Shape of a tiny random causal LM. The defaults are small enough for unit tests on one CPU thread."""
 
-    arch: str = "llama"  # llama | qwen2 | qwen3 (Qwen3: per-head q/k RMS norms, no q/k/v biases)
+    arch: str = "llama"  # llama | qwen2 | qwen3 (per-head q/k RMS norms) | mistral (no sliding window)
     hidden_size: int = 64
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
@@ -87,7 +87,7 @@ class TinyModelSpec:
 def make_tiny_causal_lm(
     spec: TinyModelSpec | None = None, save_dir: str | None = None, seed: int = 0, tokenizer=None
 ) -> torch.nn.Module:
-    """Build a random Llama-, Qwen2- or Qwen3-style causal LM from ``spec`` (fp32, eval mode off).
+    """Build a random Llama-, Qwen2-, Qwen3- or Mistral-style causal LM from ``spec`` (fp32, eval mode off).
 
     If ``save_dir`` is given, the model (safetensors) and a byte tokenizer are written there, so the directory can
     be used anywhere a model path is accepted.
@@ -116,8 +116,13 @@ def make_tiny_causal_lm(
 
         # Qwen3Config's head_dim defaults to 128 (the real models'); a tiny model splits its hidden size instead
         config = Qwen3Config(**common, head_dim=spec.hidden_size // spec.num_attention_heads)
+    elif spec.arch == "mistral":
+        from transformers import MistralConfig
+
+        head_dim = spec.hidden_size // spec.num_attention_heads  # MistralConfig's default is 128
+        config = MistralConfig(**common, head_dim=head_dim, sliding_window=None)
     else:
-        raise ValueError(f"unknown tiny model arch {spec.arch!r}; expected 'llama', 'qwen2' or 'qwen3'")
+        raise ValueError(f"unknown tiny model arch {spec.arch!r}; expected 'llama', 'qwen2', 'qwen3' or 'mistral'")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if save_dir is not None:

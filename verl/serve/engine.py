@@ -2,8 +2,8 @@
 floor's request server in front (:mod:`verl.workers.rollout.request_server`), the one request-serving core that
 the agent loop uses too. Neither has a decode or step loop of its own here:
 
-- ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for Llama/Qwen2/Qwen3,
-  transformers' forward otherwise) behind a
+- ``hf``: :class:`verl.workers.rollout.hf_rollout.HFRollout` (the static-cache fast decode loop for
+  Llama/Qwen2/Qwen3/Mistral, transformers' forward otherwise) behind a
   :class:`~verl.workers.rollout.request_server.BatchingRequestServer` with its per-step hook: tokens stream, rows
   that end stop being decoded; one temperature/top-p per engine call.
 - ``vllm``: the ``vllm.LLM`` engine that :class:`verl.workers.rollout.vllm_rollout.vLLMRollout` starts, behind its

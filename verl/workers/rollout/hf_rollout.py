@@ -6,8 +6,9 @@ in ``rollout.dtype``, micro-batched by ``rollout.max_num_seqs`` rows; the module
 gradient-checkpointing state are restored afterwards.
 
 Every module decodes through the one loop of :mod:`verl.workers.rollout.decode` (one sampler, one end-of-row and
-hook logic): Llama/Qwen2/Qwen3 on a static-cache forward, other transformers models with their own forward and KV cache,
-any ``forward(input_ids, attention_mask=None, position_ids=None) -> logits`` module with a full forward per token.
+hook logic): Llama/Qwen2/Qwen3/Mistral on a static-cache forward, other transformers models with their own forward
+and KV cache, any ``forward(input_ids, attention_mask=None, position_ids=None) -> logits`` module with a full forward
+per token.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class HFRollout(BaseRollout):
             :meth:`gather_params`.
     """
 
-    # Llama/Qwen2/Qwen3 modules decode on the static-cache forward (same logits, less Python per token); False makes
-    # them use the model's own forward and KV cache, as every other architecture does (benchmarks compare the two).
+    # Llama/Qwen2/Qwen3/Mistral modules decode on the static-cache forward (same logits, less Python per token); False
+    # makes them use the model's own forward and KV cache, as every other architecture does (benchmarks compare them).
     use_static_cache: bool = True
 
     def __init__(

@@ -38,14 +38,14 @@ def _settings(**kw) -> SamplingSettings:
     return SamplingSettings(**base)
 
 
-@pytest.fixture(params=["llama", "qwen2", "qwen3"])
+@pytest.fixture(params=["llama", "qwen2", "qwen3", "mistral"])
 def model(request, tiny_model_dir, tiny_qwen2_dir):
     from transformers import AutoModelForCausalLM
 
-    if request.param == "qwen3":  # per-head q/k norms: their weights drawn, so q's and k's differ
-        qwen3 = make_tiny_causal_lm(TinyModelSpec(arch="qwen3"), seed=0).eval()
-        randomize_norm_weights(qwen3)
-        return qwen3
+    if request.param in ("qwen3", "mistral"):  # Qwen3's per-head q/k norms get drawn weights: q's and k's differ
+        built = make_tiny_causal_lm(TinyModelSpec(arch=request.param), seed=0).eval()
+        randomize_norm_weights(built)
+        return built
     path = tiny_model_dir if request.param == "llama" else tiny_qwen2_dir
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
@@ -53,6 +53,11 @@ def model(request, tiny_model_dir, tiny_qwen2_dir):
 def test_supported_architectures(model) -> None:
     assert supports_static_cache(model)
     assert not supports_static_cache(torch.nn.Linear(2, 2))
+    if model.config.model_type == "mistral":  # with a sliding window: the model's own forward masks it
+        from transformers import MistralConfig, MistralForCausalLM
+
+        windowed = MistralConfig(**{**model.config.to_dict(), "sliding_window": 64})
+        assert not supports_static_cache(MistralForCausalLM(windowed))
 
 
 class LogitsOnly(torch.nn.Module):

@@ -16,7 +16,7 @@ from verl.workers.rollout.decode import DecodeLoop
 from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_weights_unsupported
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_stacked_copy_decodes_the_modules_tokens(arch, dtype) -> None:
     """Greedy and sampled, fp32 and bf16 autocast over fp32 weights, Llama (no biases), Qwen2 (q/k/v biases) and

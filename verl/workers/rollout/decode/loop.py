@@ -1,8 +1,8 @@
 """The ``hf`` engine's one decode loop: sampling, end of rows, per-step hooks and batch compaction, written once for
 every model forward (:func:`decode_forward_for` picks it).
 
-- :class:`~verl.workers.rollout.decode.static_cache.StaticCacheForward` (Llama, Qwen2, Qwen3): the model's submodules on
-  a preallocated KV cache; its step has fixed shapes, so it can also run compiled or as a CUDA graph.
+- :class:`~verl.workers.rollout.decode.static_cache.StaticCacheForward` (Llama, Qwen2, Qwen3, Mistral): the model's
+  submodules on a preallocated KV cache; its step has fixed shapes, so it can also run compiled or as a CUDA graph.
 - :class:`~verl.workers.rollout.decode.model_forward.ModelCacheForward` (any other transformers causal LM,
   FSDP-sharded modules, extra prefill inputs such as images): the model's own ``forward`` with its KV cache.
 - :class:`~verl.workers.rollout.decode.model_forward.FullForward` (a bare logits module): a full forward per token.

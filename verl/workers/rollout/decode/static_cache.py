@@ -1,4 +1,5 @@
-"""The forward of a Llama-family causal LM (Llama, Qwen2, Qwen3) on a static KV cache: the decode loop's fast path.
+"""The forward of a Llama-family causal LM (Llama, Qwen2, Qwen3, Mistral without a sliding window) on a static KV
+cache: the decode loop's fast path.
 
 ``transformers`` spends most of a small model's decode step in Python: cache objects, mask building, output
 bookkeeping. This forward calls the model's own submodules (embeddings, norms, projections, MLPs, rotary embedding,
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 from verl.workers.rollout.decode.decode_weights import DecodeWeights, decode_weights_unsupported, rms_norm
 from verl.workers.rollout.decode.state import DecodeState
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # Prompt tokens per prefill forward: a batch of more rows x prompt length runs in row chunks, so the prefill's
 # activations (the MLP's [rows, L, 2 * ffn]) and its attention mask ([rows, 1, L, L]) stay bounded for long prompts
 # (256 rows of 8k tokens would need a 34 GB bf16 mask in one forward); 32k tokens keep a GPU's matmuls saturated.
@@ -47,7 +48,8 @@ def causal_lm(module: torch.nn.Module) -> Any:
 
 
 def supports_static_cache(module: torch.nn.Module) -> bool:
-    """True for an unsharded Llama/Qwen2/Qwen3 causal LM with full attention in every layer and rotary positions."""
+    """True for an unsharded Llama/Qwen2/Qwen3/Mistral causal LM with full attention in every layer (Mistral: no
+    sliding window) and rotary positions."""
     lm = causal_lm(module)
     hf_config = getattr(lm, "config", None)
     if hf_config is None or getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
@@ -63,6 +65,8 @@ def supports_static_cache(module: torch.nn.Module) -> bool:
         return False  # sliding-window layers need a windowed mask: the model's own forward handles them
     if getattr(hf_config, "use_sliding_window", False):
         return False
+    if hf_config.model_type == "mistral" and getattr(hf_config, "sliding_window", None) is not None:
+        return False  # Mistral's window applies whenever set (it has no use_sliding_window switch)
     from torch.distributed.tensor import DTensor
 
     # sharded parameters (FSDP2) only exist as full tensors inside the sharding wrapper's own forward
