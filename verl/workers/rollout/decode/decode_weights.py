@@ -1,4 +1,4 @@
-"""The static-cache forward's own copy of a Llama/Qwen2/Qwen3 model's weights for decoding: in the compute dtype,
+"""The static-cache forward's own copy of a Llama-family model's weights for decoding: in the compute dtype,
 with the q/k/v projections stacked into one matrix and the gate/up projections into another (vLLM keeps its weights
 the same way: ``QKVParallelLinear``, ``MergedColumnParallelLinear``).
 
@@ -31,7 +31,7 @@ SILU_ACTIVATIONS = ("silu", "swish")
 
 
 def decode_weights_unsupported(lm: Any) -> str | None:
-    """Why ``lm`` (a Llama/Qwen2/Qwen3 ``*ForCausalLM`` that the static-cache forward takes) cannot decode with a
+    """Why ``lm`` (a Llama-family ``*ForCausalLM`` that the static-cache forward takes) cannot decode with a
     :class:`DecodeWeights` copy, or None when it can: every projection a plain ``torch.nn.Linear`` (no LoRA or
     quantized layer), RMS norms (Qwen3's q/k norms with one eps), a SiLU-gated MLP, and q/k/v (and gate/up) either
     all with biases or all without."""
@@ -65,7 +65,7 @@ def decode_weights_unsupported(lm: Any) -> str | None:
 
 
 def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    """A transformers Llama/Qwen2/Qwen3 RMS norm of ``x [..., hidden]`` (Zhang & Sennrich 2019): ``w * (x / rms(x))``,
+    """A transformers Llama-family RMS norm of ``x [..., hidden]`` (Zhang & Sennrich 2019): ``w * (x / rms(x))``,
     normalised in fp32 and cast back to ``x``'s dtype before the weight, as the module does; one fused kernel where
     PyTorch has one (``F.rms_norm``, CUDA) for an fp32 ``x``."""
     shape = (x.shape[-1],)
