@@ -17,7 +17,15 @@ import sys
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["limits.py", "scaling.py", "grpo_vs_trl.py", "rollout_overhead.py", "logprob_memory.py", "demo_time.py"]
+SCRIPTS = [
+    "limits.py",
+    "scaling.py",
+    "grpo_vs_trl.py",
+    "rollout_overhead.py",
+    "logprob_memory.py",
+    "packing.py",
+    "demo_time.py",
+]
 # the GPU-speed scripts (docs/benchmarks.md sections 8-9): their full shapes are GPU work, so a full run on a
 # machine without CUDA leaves them out; the smoke run always includes them
 GPU_SCRIPTS = ["gpu_grpo_vs_trl.py", "decode_speed.py", "train_compile.py"]

@@ -181,7 +181,7 @@ STAGES: tuple[Stage, ...] = (
           (GRPO + "--smoke --sides verl " + CHECKPOINTED_FUSED,),
           "the memory target's configuration at 1.5B: checkpointing and use_fused_kernels (no [tokens, vocab] "
           "logits): its peak against 50 GB, and the fused head's speed against grpo_ckpt"),
-    Stage("logprob_head", "part3", 40, 35,
+    Stage("logprob_head", "part3", 15, 10,
           ("{py} bench/logprob_memory.py --device cuda --head --tokens 16384 --vocab 151936 --hidden 896",),
           ("{py} bench/logprob_memory.py --smoke --head",),
           "the LM head and log-probs alone, forward + backward: naive, chunked (eager kernels), chunked with the "
@@ -198,6 +198,12 @@ STAGES: tuple[Stage, ...] = (
           None,
           "a 1,024-token response at 0.5B in cuda_graph mode: attention windows (8 per cache) against the whole "
           "cache (1), where attention reads more bytes a step than the weights"),
+    Stage("packing", "part3", 25, 20,
+          ("{py} bench/packing.py --device cuda --shape 0.5B --rows 16 --micro-batch 8 --prompt-length 128 "
+           "--response-length 512 --repeats 2",),
+          ("{py} bench/packing.py --smoke",),
+          "the actor side of a GRPO step (uncompiled) with padded micro-batches against packed rows "
+          "(use_remove_padding's default since the grpo stage's previous figures), responses of 64-512 tokens"),
 )  # fmt: skip
 PARTS = tuple(dict.fromkeys(s.part for s in STAGES))
 

@@ -24,7 +24,7 @@ SMOKE_DIR = ROOT / "bench" / "results" / "smoke"
 # train_compile and logprob_memory (short) close the first lane, which is the shorter one without them.
 LANES: tuple[tuple[str, ...], ...] = (
     ("demo_time.py", "agent_turns_vllm.py", "decode_vs_generate.py", "endpoint_overhead.py", "judge_overlap.py",
-     "decode_speed.py", "limits.py", "train_compile.py", "logprob_memory.py", "prefill_memory.py"),
+     "decode_speed.py", "limits.py", "train_compile.py", "logprob_memory.py", "prefill_memory.py", "packing.py"),
     ("gpu_grpo_vs_trl.py", "grpo_vs_trl.py", "learning.py", "scaling_ranks.py", "scaling.py"),
 )  # fmt: skip
 # a test whose name is not ``test_<script>_smoke``: the script it checks
@@ -278,3 +278,14 @@ def test_prefill_memory_smoke(smokes) -> None:
     results = json.loads(path.read_text())["results"]
     assert [r["prefill_tokens"] for r in results] == [128, 0] and all(r["seconds"] > 0 for r in results)
     assert results[1]["max_abs_diff_from_first"] < 0.05  # bf16 rounding at most (a chunk is a smaller matmul)
+
+
+def test_packing_smoke(smokes) -> None:
+    """Padded and packed actor steps and the three micro-batch layouts ran; the layouts' log-probs agree."""
+    out = _check(smokes.result("packing.py"))
+    assert "packed / padded:" in out
+    path = max(SMOKE_DIR.glob("packing_tiny_*.json"), key=lambda p: p.stat().st_mtime)
+    result = json.loads(path.read_text())
+    assert result["tokens"]["valid"] < result["tokens"]["rows"] < result["tokens"]["padded"]
+    assert set(result["layout_seconds"]) == {"padded", "one row", "rows"}
+    assert max(result["layout_max_abs_diff"].values()) < 0.05  # bf16 rounding at most

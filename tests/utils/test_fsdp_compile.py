@@ -1,5 +1,5 @@
-"""``actor.use_torch_compile`` compiles each decoder layer in place; ``use_remove_padding: null`` decides by the
-attention implementation."""
+"""``actor.use_torch_compile`` compiles each decoder layer in place; ``use_remove_padding: null`` packs where the
+packed forward equals the padded one."""
 
 from __future__ import annotations
 
@@ -26,13 +26,39 @@ def test_compile_falls_back_to_the_whole_module() -> None:
     assert module._compiled_call_impl is not None
 
 
-def test_remove_padding_auto_follows_the_attention_kernels() -> None:
+def test_remove_padding_auto_packs_where_the_packed_forward_equals_the_padded_one() -> None:
     model = make_tiny_causal_lm()
     assert resolve_remove_padding(True, model) is True and resolve_remove_padding(False, model) is False
+    for attn in ("eager", "sdpa", "flash_attention_2"):  # rows for sdpa/eager, one row for flash-attention
+        model.config._attn_implementation = attn
+        assert resolve_remove_padding(None, model) is True
+        assert resolve_remove_padding(None, model, prefix_grouper=True) is False  # it needs the padded rows
+        assert resolve_remove_padding(True, model, prefix_grouper=True) is True  # the explicit setting is refused
     model.config._attn_implementation = "sdpa"
+    model.config.vision_config = {"hidden_size": 8}  # a VLM's images pack into one row only: padded under sdpa
     assert resolve_remove_padding(None, model) is False
     model.config._attn_implementation = "flash_attention_2"
     assert resolve_remove_padding(None, model) is True
+
+
+def test_remove_padding_auto_leaves_other_modules_padded() -> None:
+    from types import SimpleNamespace
+
+    class RemoteCodeLM(torch.nn.Module):  # a model whose own masks may ignore restarting position ids
+        config = SimpleNamespace(_attn_implementation="sdpa")
+
+    assert resolve_remove_padding(None, RemoteCodeLM()) is False
+    assert resolve_remove_padding(None, torch.nn.Linear(2, 2)) is False
+
+
+def test_remove_padding_auto_sees_through_peft() -> None:
+    import pytest
+
+    peft = pytest.importorskip("peft")
+    model = make_tiny_causal_lm()
+    model.config._attn_implementation = "sdpa"
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    assert resolve_remove_padding(None, wrapped) is True
 
 
 def _failing_backend(gm, example_inputs):

@@ -527,6 +527,61 @@ def forward_logits(
     return logits
 
 
+@contextlib.contextmanager
+def head_forward_replaced(head: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """``head.forward`` is ``forward`` inside the block (an instance attribute over the class method), so that
+    the model's own forward, its hooks (FSDP2, PEFT) and everything before the head run unchanged."""
+    had_own = "forward" in head.__dict__
+    previous = head.__dict__.get("forward")
+    head.forward = forward
+    try:
+        yield
+    finally:
+        if had_own:
+            head.forward = previous
+        else:
+            del head.forward
+
+
+def forward_logits_at(
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    flat_positions: torch.Tensor,
+    extra_inputs: Mapping[str, Any] | None = None,
+    head_forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The logits ``[1, K, vocab]`` of ``input_ids [rows, width]`` at ``flat_positions [K]`` (``row * width +
+    col``), with the LM head run on those K positions only.
+
+    Packed rows keep different columns in each row, which transformers' ``logits_to_keep`` (one set of columns for
+    every row) cannot express; so for the call the head's forward (``get_output_embeddings()``) is replaced by one
+    that selects the K final hidden states first. ``head_forward`` (default: the head's own forward) maps those
+    ``[1, K, H]`` states to the output (the fused log-prob head passes its own). A model whose forward never calls
+    its output embeddings returns all logits, and the K positions are selected from them.
+    """
+    get_head = getattr(module, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if head is None:
+        logits = _call_model(module, input_ids, attention_mask, position_ids, None, extra_inputs)
+        return logits.flatten(0, 1).index_select(0, flat_positions)[None]
+    apply = head_forward if head_forward is not None else head.forward
+    called: list[bool] = []
+
+    def on_positions(hidden: torch.Tensor) -> torch.Tensor:
+        called.append(True)
+        return apply(hidden.flatten(0, 1).index_select(0, flat_positions)[None])
+
+    with head_forward_replaced(head, on_positions):
+        out = _call_model(module, input_ids, attention_mask, position_ids, None, extra_inputs)
+    if called:
+        return out
+    if head_forward is not None:
+        raise RuntimeError(f"{type(module).__name__}'s forward never called its output embeddings")
+    return out.flatten(0, 1).index_select(0, flat_positions)[None]
+
+
 def forward_values(
     module: torch.nn.Module,
     input_ids: torch.Tensor,

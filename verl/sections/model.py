@@ -35,7 +35,7 @@ class ModelConfig(BaseConfig):
     tokenizer_path: Optional[str] = None
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
-    use_remove_padding: Optional[bool] = None  # null: on with flash-attention (varlen) kernels, else off
+    use_remove_padding: Optional[bool] = None  # null: packed where it equals padded (fsdp_utils.resolve_remove_padding)
     lora_rank: int = 0
     lora_alpha: int = 16
     lora_adapter_path: Optional[str] = None  # start LoRA from a saved PEFT adapter (its rank/alpha/targets) (lora.py)

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from verl.utils.padding import varlen_attention
+
 if TYPE_CHECKING:
     from verl.utils.logprob_kernels import ChunkKernels
 
@@ -217,17 +219,30 @@ def iter_full_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     yield from state.items()
 
 
-def resolve_remove_padding(setting: bool | None, model: nn.Module) -> bool:
-    """``model.use_remove_padding``: an explicit true/false as given; null (auto) packs the valid tokens only when
-    the model's attention has variable-length kernels (``flash_attention_2``/``_3``). With ``sdpa`` or ``eager``
-    attention a packed row of ``n`` tokens is attended as one ``n x n`` block-masked square, more work than the
-    padded rows, so auto leaves padding on there. Vision-language models follow the same rule: their images and
-    M-RoPE positions are packed with the tokens (:func:`verl.models.vlm.pack_vision_inputs`)."""
+def resolve_remove_padding(setting: bool | None, model: nn.Module, prefix_grouper: bool = False) -> bool:
+    """``model.use_remove_padding``: an explicit true/false as given. Null (auto) packs the valid tokens of each
+    micro-batch (:mod:`verl.utils.padding`) wherever the packed forward is known to equal the padded one:
+
+    - flash-attention (``flash_attention_2``/``_3``): one row, attended by the variable-length kernels;
+    - a text model of transformers' own classes with ``sdpa``/``eager`` attention: rows as wide as the longest
+      sequence, whose block-diagonal masks transformers builds from the restarting position ids. No more
+      attention work than the padded rows, and the rest of the model runs on the valid tokens (plus the rows'
+      tails): docs/benchmarks.md section 20 measures the update on CPU.
+
+    It stays off for a vision-language model without flash-attention (its images pack into one row only, whose
+    square mask is more work than the padded rows), for a model from remote code or another library (its own
+    masks may ignore the position ids) and under ``actor.use_prefix_grouper`` (which needs the padded rows)."""
     if setting is not None:
         return bool(setting)
-    config = getattr(model, "config", None)
-    attn = str(getattr(config, "_attn_implementation", None) or "")
-    return attn.startswith("flash_attention")
+    if prefix_grouper:
+        return False
+    if varlen_attention(model):
+        return True
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # PEFT
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "vision_config", None) is not None:
+        return False
+    return type(base).__module__.startswith("transformers.models.")
 
 
 def resolve_torch_compile(setting: bool | None, device: torch.device) -> bool:

@@ -217,6 +217,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self.processor = processor_for_model(self.model_path, self.tokenizer) if given is None else None
         remove_padding_setting = model_cfg.use_remove_padding
         use_remove_padding = bool(remove_padding_setting)
+        prefix_grouper = bool(self.config.actor.use_prefix_grouper)
         ref_source = self._given_ref_module
         if given is not None and self._is_ref and ref_source is None and not self._is_lora:
             import copy
@@ -225,7 +226,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
 
         if self._is_actor or self._is_rollout:
             policy = self._load_policy(self.model_path, trainable=self._is_actor, module=given)
-            use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, policy)
+            use_remove_padding = fsdp_utils.resolve_remove_padding(remove_padding_setting, policy, prefix_grouper)
             if self._is_actor and self.actor_sp > 1:
                 enable_ulysses(policy)
             self.actor_module = self._maybe_shard(policy, self.config.actor.fsdp_config)
@@ -283,7 +284,9 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             return
         ref_model = self._load_policy(self.model_path, trainable=False, module=ref_source)
         if self.actor_module is None:  # a reference-only worker decides auto from its own model
-            use_remove_padding = fsdp_utils.resolve_remove_padding(self.config.model.use_remove_padding, ref_model)
+            use_remove_padding = fsdp_utils.resolve_remove_padding(
+                self.config.model.use_remove_padding, ref_model, bool(self.config.actor.use_prefix_grouper)
+            )
         if ref_group is not None:
             enable_ulysses(ref_model)
         self.ref_module = self._maybe_shard(ref_model, self.config.ref.fsdp_config)

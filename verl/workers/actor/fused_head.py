@@ -13,12 +13,11 @@ log-prob ``[bs, kept, 1]``, and the entropy (and ``sum pi^2``) come back beside 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from verl.models.loader import forward_logits
+from verl.models.loader import forward_logits, forward_logits_at, head_forward_replaced
 from verl.utils.kernel.linear_cross_entropy import linear_logprobs_entropy
 
 FUSED_KEY = "actor_rollout_ref.model.use_fused_kernels"
@@ -56,21 +55,6 @@ def output_head(module: torch.nn.Module, key: str = FUSED_KEY) -> torch.nn.Modul
     return head
 
 
-@contextmanager
-def _head_replaced(head: torch.nn.Module, forward: Any):
-    """``head.forward`` is ``forward`` inside the block (an instance attribute over the class method)."""
-    had_own = "forward" in head.__dict__
-    previous = head.__dict__.get("forward")
-    head.forward = forward
-    try:
-        yield
-    finally:
-        if had_own:
-            head.forward = previous
-        else:
-            del head.forward
-
-
 def _select_kept(hidden: torch.Tensor, seqlen: int, logits_to_keep: int | torch.Tensor | None) -> torch.Tensor:
     """The kept positions of ``hidden [bs, n, H]``: as given when the model already applied ``logits_to_keep``,
     else selected here (a model whose forward has no ``logits_to_keep``)."""
@@ -96,6 +80,7 @@ def fused_logprobs_forward(
     extra_inputs: Mapping[str, Any] | None = None,
     calculate_sum_pi_squared: bool = False,
     key: str = FUSED_KEY,
+    flat_positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Log-probs of ``labels`` (and entropies) at the kept positions of one forward of ``module``.
 
@@ -109,9 +94,12 @@ def fused_logprobs_forward(
         extra_inputs: further model inputs (a VLM's images).
         calculate_sum_pi_squared: also return ``sum_v pi(v)^2`` (no gradient).
         key: the config key named in refusals and errors (the SFT trainer passes its own).
+        flat_positions: instead of ``logits_to_keep``, the K kept positions as flat indices ``row * seq + col``
+            (packed rows keep different columns in each row, :func:`~verl.models.loader.forward_logits_at`);
+            ``labels`` is then ``[1, K]``.
 
     Returns:
-        ``(log_probs, entropy | None, sum_pi_squared | None)``, each ``[bs, kept]`` float32.
+        ``(log_probs, entropy | None, sum_pi_squared | None)``, each ``[bs, kept]`` (``[1, K]``) float32.
     """
     head = output_head(module, key)
     seqlen = input_ids.shape[1]
@@ -131,8 +119,13 @@ def fused_logprobs_forward(
         side["sum_pi_squared"] = sq
         return logp.unsqueeze(-1)
 
-    with _head_replaced(head, fused_head):
-        out = forward_logits(module, input_ids, attention_mask, position_ids, logits_to_keep, extra_inputs)
+    if flat_positions is not None:
+        out = forward_logits_at(
+            module, input_ids, attention_mask, position_ids, flat_positions, extra_inputs, head_forward=fused_head
+        )
+    else:
+        with head_forward_replaced(head, fused_head):
+            out = forward_logits(module, input_ids, attention_mask, position_ids, logits_to_keep, extra_inputs)
     if "entropy" not in side:
         raise RuntimeError(f"{key}: {type(module).__name__}'s forward never called its LM head")
     return out[..., 0], side["entropy"], side["sum_pi_squared"]

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl.models.loader import forward_logits
+from verl.models.loader import forward_logits, forward_logits_at
 from verl.models.vlm import pack_vision_inputs
 from verl.utils.logprob_kernels import ChunkKernels
-from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
+from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded, varlen_attention
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.fused_head import fused_logprobs_forward
 
@@ -148,13 +148,14 @@ def response_logits_forward(
     entropy_chunk_size: int | None = None,
     fused: bool = False,
     kernels: ChunkKernels | None = None,
+    pack_rows: bool | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Log-probs and entropies of the response tokens of one micro-batch.
 
     The logits at position ``t`` predict token ``t + 1``, so the response tokens (the last ``response_len``
     columns of ``input_ids``) are scored by the logits at columns ``[-response_len - 1, -1)``. Logits are divided by
     ``temperature`` first (the sampling distribution of the rollout). With ``use_remove_padding`` the valid tokens
-    are packed into one row (see :mod:`verl.utils.padding`) and only the scoring positions are evaluated.
+    are packed (see :mod:`verl.utils.padding`) and the LM head runs on the scoring positions only.
 
     Args:
         module: causal LM called through ``forward_logits``.
@@ -173,6 +174,9 @@ def response_logits_forward(
             (``model.use_fused_kernels``, :mod:`verl.workers.actor.fused_head`); the same values.
         kernels: the per-chunk kernels of the log-probs and entropy (:mod:`verl.utils.logprob_kernels`; None:
             eager PyTorch).
+        pack_rows: with ``use_remove_padding``, pack into rows as wide as the longest sequence (true) or into one
+            row (false). None: one row for flash-attention's varlen kernels and for a VLM's images, rows otherwise
+            (``sdpa``/``eager`` attend a row's whole block-masked square).
 
     Returns:
         ``(log_probs [bs, response_len], entropy [bs, response_len] | None)`` in float32, plus ``sum_pi_squared
@@ -189,42 +193,41 @@ def response_logits_forward(
         return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
 
     if use_remove_padding:
-        packed = pack_padded_batch(input_ids, attention_mask)
+        if pack_rows is None:
+            pack_rows = not extra_inputs and not varlen_attention(module)
+        packed = pack_padded_batch(input_ids, attention_mask, into_rows=pack_rows)
         if extra_inputs:  # a VLM's images pass as they are; its token types and M-RoPE positions are packed too
+            if pack_rows:
+                raise ValueError("use_remove_padding packs a vision-language batch into one row only (pack_rows)")
             extra_inputs = pack_vision_inputs(extra_inputs, packed.indices, packed.position_ids)
-        labels = next_token_labels(packed.input_ids)[0]
         # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
         cols = packed.indices % seqlen
-        keep = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
-        keep_idx = keep.nonzero(as_tuple=False).squeeze(-1)
-        positions = packed.indices.index_select(0, keep_idx)
+        keep = ((cols >= seqlen - response_len - 1) & (cols < seqlen - 1)).nonzero(as_tuple=False).squeeze(-1)
+        kept_slots = packed.slots.index_select(0, keep)
+        labels = next_token_labels(packed.input_ids).flatten().index_select(0, kept_slots)[None]
+        positions = packed.indices.index_select(0, keep)
+
+        def to_padded(values: torch.Tensor | None) -> torch.Tensor | None:
+            if values is None:
+                return None
+            return unpack_to_padded(values[0], positions, bs, seqlen)[:, -response_len - 1 : -1]
+
         if fused:
-            log_probs, entropy, sq = fused_logprobs_forward(
-                module, packed.input_ids, None, packed.position_ids, labels.index_select(0, keep_idx)[None],
-                temperature, calculate_entropy, entropy_requires_grad, keep_idx, extra_inputs,
-                calculate_sum_pi_squared,
+            out = fused_logprobs_forward(
+                module, packed.input_ids, None, packed.position_ids, labels, temperature, calculate_entropy,
+                entropy_requires_grad, extra_inputs=extra_inputs, calculate_sum_pi_squared=calculate_sum_pi_squared,
+                flat_positions=kept_slots,
             )  # fmt: skip
-            out = tuple(
-                unpack_to_padded(t[0], positions, bs, seqlen)[:, -response_len - 1 : -1] if t is not None else None
-                for t in (log_probs, entropy, sq)
-            )
+            out = tuple(to_padded(t) for t in out)
             return out if calculate_sum_pi_squared else out[:2]
-        # the LM head runs on the scoring positions only when the model supports it (transformers: logits_to_keep)
-        logits = forward_logits(
-            module, packed.input_ids, None, packed.position_ids, logits_to_keep=keep_idx, extra_inputs=extra_inputs
-        )[0]
-        if logits.shape[0] != keep_idx.numel():
-            logits = logits.index_select(0, keep_idx)
+        # the LM head (vocab-sized) runs on the scoring positions only
+        logits = forward_logits_at(module, packed.input_ids, None, packed.position_ids, kept_slots, extra_inputs)
         if temperature != 1.0:
             logits = logits / temperature
-        log_probs = logprobs_from_logits(logits, labels.index_select(0, keep_idx), kernels=kernels)
-        log_probs = unpack_to_padded(log_probs, positions, bs, seqlen)[:, -response_len - 1 : -1]
-        entropy = entropy_of(logits)
-        if entropy is not None:
-            entropy = unpack_to_padded(entropy, positions, bs, seqlen)[:, -response_len - 1 : -1]
+        log_probs = to_padded(logprobs_from_logits(logits, labels, kernels=kernels))
+        entropy = to_padded(entropy_of(logits))
         if calculate_sum_pi_squared:
-            sq = unpack_to_padded(sum_pi_squared_of(logits), positions, bs, seqlen)[:, -response_len - 1 : -1]
-            return log_probs, entropy, sq
+            return log_probs, entropy, to_padded(sum_pi_squared_of(logits))
         return log_probs, entropy
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None

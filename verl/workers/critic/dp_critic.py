@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from verl.algorithms.core_algos import compute_value_loss
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.loader import forward_values
-from verl.utils.padding import pack_padded_batch, unpack_to_padded
+from verl.utils.padding import pack_padded_batch, unpack_to_padded, varlen_attention
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.micro_batching import (
     autocast_context,
@@ -41,9 +41,9 @@ def response_values_forward(module: torch.nn.Module, micro: TensorDict, use_remo
     attention_mask = micro["attention_mask"]
     bs, seqlen = input_ids.shape
     response_len = micro["responses"].shape[-1]
-    if use_remove_padding:
-        packed = pack_padded_batch(input_ids, attention_mask)
-        values = forward_values(module, packed.input_ids, None, packed.position_ids)[0]  # [total_tokens]
+    if use_remove_padding:  # rows as wide as the longest sequence, or one row for flash-attention's varlen kernels
+        packed = pack_padded_batch(input_ids, attention_mask, into_rows=not varlen_attention(module))
+        values = packed.tokens(forward_values(module, packed.input_ids, None, packed.position_ids))  # [tokens]
         values = unpack_to_padded(values.float(), packed.indices, bs, seqlen)
     else:
         position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
