@@ -15,10 +15,13 @@ eager on CPU, sdpa on a GPU) and a batch of ``--rows`` sequences whose prompts h
 - one micro-batch's forward and backward through each layout (padded, one row, rows): why one row is not the
   default under sdpa/eager attention (its attention is one block-masked square of all the tokens).
 
-The log-probs of the three layouts are compared as well (largest difference).
+The log-probs of the three layouts are compared as well (largest difference). ``--sft`` adds the SFT trainer's
+loss (``verl.trainer.offline.SFTTrainer``, ``model.use_remove_padding``) over one step's micro-batches of random
+rows of the same lengths: the LM head at every position (the trainer before it scored the loss tokens only), the
+padded rows and the packed ones, forward and backward.
 
     python bench/packing.py --smoke
-    python bench/packing.py --shape S --rows 16 --micro-batch 8 --prompt-length 128 --response-length 512
+    python bench/packing.py --shape S --rows 16 --micro-batch 8 --prompt-length 128 --response-length 512 --sft
 """
 
 from __future__ import annotations
@@ -140,6 +143,71 @@ def time_layouts(model, data, args, device: str, dtype: torch.dtype) -> tuple[di
     return times, diffs
 
 
+def sft_rows(rows: int, prompt: int, response: int, seed: int = 0) -> list[dict[str, str]]:
+    """SFT rows of random letters (one byte-tokenizer token each): prompts of ``prompt/2..prompt`` characters,
+    responses of ``response/8..response``."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def text(lo: int, hi: int) -> str:
+        n = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+        return "".join(chr(97 + int(c)) for c in torch.randint(0, 26, (n,), generator=gen))
+
+    return [{"prompt": text(max(prompt // 2, 1), prompt), "response": text(max(response // 8, 1), response)}
+            for _ in range(rows)]  # fmt: skip
+
+
+def time_sft(model, args, device: str, dtype: torch.dtype) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Seconds of the SFT loss's forward and backward over the micro-batches of one step: the logits at every
+    position (the SFT trainer before the LM head ran at the loss tokens only), padded, packed; and each side's
+    loss."""
+    from verl.models.loader import forward_logits
+    from verl.models.tiny import make_byte_tokenizer
+    from verl.trainer.offline import SFTTrainer
+    from verl.trainer.offline.sft import sft_loss
+
+    tokenizer = make_byte_tokenizer()
+    config = {"model.dtype": str(dtype).replace("torch.", ""), "trainer.logger": ["file"], "trainer.device": device}
+    rows = sft_rows(args.rows, args.prompt_length, args.response_length)
+    length = args.prompt_length + args.response_length + 16  # the chat template's few tokens
+    trainers = {
+        side: SFTTrainer(
+            model=model,
+            tokenizer=tokenizer,
+            dataset=rows,
+            max_length=length,
+            config={**config, "model.use_remove_padding": side == "packed"},
+        )  # fmt: skip
+        for side in ("padded", "packed")
+    }
+    ds = trainers["padded"].train_dataset
+    micro = [trainers["padded"]._collate([ds[j] for j in range(i, min(i + args.micro_batch, len(ds)))], ds)
+             for i in range(0, len(ds), args.micro_batch)]  # fmt: skip
+
+    def all_logits(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+            logits = forward_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+        return sft_loss(logits, batch["input_ids"], batch["loss_mask"], reduction="sum")
+
+    sides = {"all logits": all_logits, **{s: (lambda b, t=t: t._compute_loss(b).loss_sum) for s, t in trainers.items()}}
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    losses: dict[str, float] = {}
+    for repeat in range(args.repeats + 1):
+        for side, loss_of in sides.items():
+            model.zero_grad(set_to_none=True)
+            _sync(device)
+            start = time.perf_counter()
+            total = 0.0
+            for batch in micro:
+                loss = loss_of({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+                loss.backward()
+                total += float(loss.detach())
+            _sync(device)
+            if repeat:
+                times[side].append(time.perf_counter() - start)
+            losses[side] = total
+    return times, losses
+
+
 def main(argv: list[str] | None = None) -> None:
     from verl.hardware.precision import resolve_dtype
     from verl.models.loader import resolve_attn_implementation
@@ -160,11 +228,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto", help="auto: bf16 where the device computes it fast, else fp32")
     parser.add_argument("--device", default=None)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--sft", action="store_true", help="also the SFT trainer's loss: all logits, padded, packed")
     parser.add_argument("--smoke", action="store_true", help="tiny shape, 4 rows of 16 + 32 tokens, one round")
     args = parser.parse_args(argv)
     if args.smoke:
         args.shape, args.rows, args.micro_batch, args.prompt_length, args.response_length = "tiny", 4, 2, 16, 32
-        args.repeats = 1
+        args.repeats, args.sft = 1, True
     device = args.device or default_device()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -190,10 +259,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"packed / padded: {ratio:.3f}")
     print(markdown_table(["micro-batch layout", "fwd+bwd seconds (best)", f"max |diff| log-probs vs {args.layouts[0]}"],
                          [[name, min(t), diffs[name]] for name, t in layouts.items()]))  # fmt: skip
+    sft = None
+    if args.sft:
+        sft_times, sft_losses = time_sft(model, args, device, dtype)
+        sft = {"seconds": sft_times, "loss_sum": sft_losses}
+        print(markdown_table(["SFT loss, one step's micro-batches", "fwd+bwd seconds (best)", "summed loss"],
+                             [[side, min(t), sft_losses[side]] for side, t in sft_times.items()]))  # fmt: skip
     payload = {
         "shape": args.shape, "attn": attn, "dtype": str(dtype), "device": device, "threads": torch.get_num_threads(),
         "tokens": tokens, "step_seconds": steps, "packed_over_padded": ratio,
-        "layout_seconds": layouts, "layout_max_abs_diff": diffs, "args": vars(args),
+        "layout_seconds": layouts, "layout_max_abs_diff": diffs, "sft": sft, "args": vars(args),
     }  # fmt: skip
     print("saved", save_result(f"packing_{args.shape}", payload, smoke=args.smoke, per_machine=True))
 

@@ -281,7 +281,7 @@ def test_prefill_memory_smoke(smokes) -> None:
 
 
 def test_packing_smoke(smokes) -> None:
-    """Padded and packed actor steps and the three micro-batch layouts ran; the layouts' log-probs agree."""
+    """Padded and packed actor steps, the three micro-batch layouts and the SFT sides ran; their values agree."""
     out = _check(smokes.result("packing.py"))
     assert "packed / padded:" in out
     path = max(SMOKE_DIR.glob("packing_tiny_*.json"), key=lambda p: p.stat().st_mtime)
@@ -289,3 +289,6 @@ def test_packing_smoke(smokes) -> None:
     assert result["tokens"]["valid"] < result["tokens"]["rows"] < result["tokens"]["padded"]
     assert set(result["layout_seconds"]) == {"padded", "one row", "rows"}
     assert max(result["layout_max_abs_diff"].values()) < 0.05  # bf16 rounding at most
+    losses = result["sft"]["loss_sum"]  # the SFT loss: all logits, padded, packed
+    assert set(losses) == {"all logits", "padded", "packed"}
+    assert max(losses.values()) - min(losses.values()) < 0.01 * abs(losses["padded"])

@@ -86,3 +86,12 @@ def test_auto_compile_runs_the_layers_eagerly_when_compiling_fails(caplog) -> No
     with pytest.raises(TorchDynamoException):
         strict(input_ids=ids)
     torch._dynamo.reset()
+
+
+def test_remove_padding_auto_sees_through_fsdp2_and_its_subclass() -> None:
+    """``fully_shard`` swaps the model's class for a subclass defined in torch.distributed."""
+    model = make_tiny_causal_lm()
+    model.__class__ = type("FSDPLlamaForCausalLM", (torch.distributed.fsdp.FSDPModule, type(model)), {})
+    model.__class__.__module__ = "torch.distributed.fsdp._fully_shard._fully_shard"
+    model.config._attn_implementation = "sdpa"
+    assert resolve_remove_padding(None, model) is True

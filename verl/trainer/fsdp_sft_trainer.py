@@ -17,7 +17,6 @@ must then equal torchrun's world size. See docs/offline_trainers.md.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +31,6 @@ from verl.trainer.config.fsdp_sft_schema import (
     to_sft_overrides,
 )
 from verl.trainer.config.validation import ConfigError
-
-logger = logging.getLogger(__name__)
 
 
 def check_launch(cfg: DictConfig) -> None:
@@ -94,8 +91,6 @@ def run_fsdp_sft(cfg: DictConfig) -> dict[str, float]:
     """Train from a full ``fsdp_sft_trainer`` config (the CLI's run function)."""
     check_launch(cfg)
     _check_rows(cfg)
-    if cfg.use_remove_padding:
-        logger.info("use_remove_padding=true: pad tokens are masked out of the loss either way")
     from verl.trainer.offline.sft import run_sft
 
     return run_sft(build_sft_config(cfg))

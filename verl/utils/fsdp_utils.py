@@ -242,7 +242,9 @@ def resolve_remove_padding(setting: bool | None, model: nn.Module, prefix_groupe
     config = getattr(base, "config", None)
     if config is None or getattr(config, "vision_config", None) is not None:
         return False
-    return type(base).__module__.startswith("transformers.models.")
+    # the model's own class: FSDP2's fully_shard swaps in a subclass defined in torch.distributed
+    own = next((c for c in type(base).__mro__ if not c.__module__.startswith("torch.")), type(base))
+    return own.__module__.startswith("transformers.models.")
 
 
 def resolve_torch_compile(setting: bool | None, device: torch.device) -> bool:

@@ -157,7 +157,8 @@ def test_entropy_chunking_selects_upstream_block_size() -> None:
     import torch
 
     from verl.workers.actor.dp_actor import DataParallelPPOActor
-    from verl.workers.actor.response_forward import ENTROPY_CHUNK_TOKENS, _entropy_of
+    from verl.workers.actor.response_forward import ENTROPY_CHUNK_TOKENS
+    from verl.workers.actor.token_scoring import entropy_or_none
 
     cfg = _cfg(f"{ARR}.actor.entropy_from_logits_with_chunking=true")
     actor = DataParallelPPOActor(cfg.actor_rollout_ref.actor, torch.nn.Linear(2, 2))
@@ -166,7 +167,7 @@ def test_entropy_chunking_selects_upstream_block_size() -> None:
     assert plain.entropy_chunk_size is None
     logits = torch.randn(2, 5, 7)
     expected = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
-    torch.testing.assert_close(_entropy_of(logits, True, False, 3), expected)
+    torch.testing.assert_close(entropy_or_none(logits, True, False, 3), expected)
 
 
 def test_fsdp_engine_keys_reach_fully_shard() -> None:

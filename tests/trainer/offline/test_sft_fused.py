@@ -1,5 +1,6 @@
 """``model.use_fused_kernels`` of the SFT trainer: the loss through the chunked LM head (fused_head.py) equals the
-plain logits path, loss and gradients, and a head it cannot handle is refused in one line naming the key."""
+plain logits path, loss and gradients, and a head it cannot handle is refused in one line naming the key;
+``model.use_remove_padding``: packed micro-batches give the padded loss and gradients."""
 
 from __future__ import annotations
 
@@ -41,8 +42,26 @@ def test_fused_sft_loss_and_gradients_equal_the_logits_path(model_fixture, extra
         torch.testing.assert_close(fused_grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_packed_sft_loss_and_gradients_equal_the_padded_ones(fused: bool, tiny_model_dir, fast) -> None:
+    """``model.use_remove_padding``: the micro-batch packed into rows (sdpa/eager) or one row, or padded."""
+    padded_loss, padded_grads = _loss_and_grads(tiny_model_dir, fast, fused, **{"model.use_remove_padding": False})
+    packed_loss, packed_grads = _loss_and_grads(tiny_model_dir, fast, fused, **{"model.use_remove_padding": True})
+    torch.testing.assert_close(packed_loss, padded_loss, rtol=1e-5, atol=1e-5)
+    assert packed_grads.keys() == padded_grads.keys() and padded_grads
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_sft_remove_padding_auto_packs_a_transformers_text_model(tiny_model_dir, fast) -> None:
+    assert SFTTrainer(model=tiny_model_dir, dataset=ROWS, max_length=64, config=fast).use_remove_padding is True
+    config = {**fast, "model.use_remove_padding": False}
+    assert SFTTrainer(model=tiny_model_dir, dataset=ROWS, max_length=64, config=config).use_remove_padding is False
+
+
 def test_fused_path_skips_the_full_logits(tiny_model_dir, fast) -> None:
-    """The head's matmul over the whole vocabulary never runs: nothing of ``[batch, seq, vocab]`` leaves the head."""
+    """The head's matmul over the whole vocabulary never runs: nothing of ``[batch, seq, vocab]`` leaves the head,
+    and it runs at the positions that predict a loss token only."""
     trainer = SFTTrainer(
         model=tiny_model_dir, dataset=ROWS, max_length=64, config={**fast, "model.use_fused_kernels": True}
     )
@@ -54,7 +73,7 @@ def test_fused_path_skips_the_full_logits(tiny_model_dir, fast) -> None:
         trainer._compute_loss(batch)
     finally:
         handle.remove()
-    assert seen == [tuple(batch["input_ids"].shape) + (1,)]  # one log-prob per position
+    assert seen == [(1, int(batch["loss_mask"][:, 1:].sum()), 1)]  # one log-prob per loss token
 
 
 @pytest.mark.parametrize(

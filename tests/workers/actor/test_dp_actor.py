@@ -318,15 +318,15 @@ def test_the_update_computes_the_entropy_where_the_loss_or_the_metric_needs_it(m
     """``actor.calculate_entropy`` (upstream's key, default false): with an old-log-prob pass (which reports
     actor/entropy) the update runs no entropy at all; it does with the key, with ``entropy_coeff != 0`` (the loss
     needs it) and on an on-policy step without old log-probs (its forward is the step's only one)."""
-    import verl.workers.actor.response_forward as response_forward
+    import verl.workers.actor.token_scoring as token_scoring
 
-    calls, original = [], response_forward.entropy_from_logits
+    calls, original = [], token_scoring.entropy_from_logits
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(response_forward, "entropy_from_logits", counting)
+    monkeypatch.setattr(token_scoring, "entropy_from_logits", counting)  # every entropy goes through there
     with_old = perturbed_data(model)
     on_policy = make_data(bs=4)
     on_policy.meta_info["on_policy"] = True

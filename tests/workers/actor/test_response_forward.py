@@ -59,7 +59,7 @@ def test_every_layout_gives_the_padded_values_and_gradients(arch: str, attn: str
 
 def test_rows_are_chosen_unless_the_attention_is_varlen(monkeypatch) -> None:
     """``pack_rows=None`` packs into rows (4 rows of the longest sequence's 13 tokens, not 6 rows) for sdpa."""
-    import verl.workers.actor.response_forward as rf
+    import verl.workers.actor.token_scoring as rf
 
     model = make_tiny_causal_lm()
     model.config._attn_implementation = "sdpa"

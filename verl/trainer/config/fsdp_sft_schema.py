@@ -268,6 +268,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "model.external_lib": model.external_lib,
         # Liger's loss kernel is a fused linear cross-entropy: the same chunked LM head (no [batch, seq, vocab] logits)
         "model.use_fused_kernels": bool(model.use_liger),
+        "model.use_remove_padding": bool(cfg.use_remove_padding),
         "optim.lr": optim.lr,
         "optim.betas": list(optim.betas),
         "optim.weight_decay": optim.weight_decay,

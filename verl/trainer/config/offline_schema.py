@@ -87,6 +87,9 @@ class OfflineModelConfig:
     enable_gradient_checkpointing: bool = False
     override_config: dict[str, Any] = field(default_factory=dict)
     dtype: ComputeDType = "auto"
+    # the valid tokens of each micro-batch packed, no padding computed (null: where the packed forward equals the
+    # padded one, verl.utils.fsdp_utils.resolve_remove_padding); same losses and gradients
+    use_remove_padding: Optional[bool] = None
 
 
 @dataclass

@@ -13,9 +13,10 @@ Upstream's v0.9 SFT loss is the token mean over the whole global batch (``verl/w
 ``-sum(log p * loss_mask) / batch_num_tokens * dp_size``), which is also this trainer's loss; micro-batching,
 sequence parallelism and padding-free packing therefore change memory and speed, never the gradient, and the keys
 that only choose them (``use_dynamic_bsz``, ``ulysses_sequence_parallel_size``, ``use_remove_padding``,
-``pad_mode``, ``use_torch_compile``) are accepted with what they mean here. ``model.use_fused_kernels`` (and
-``model.use_liger``, whose loss kernel is a fused linear cross-entropy) runs the loss through the chunked LM head
-(``verl/workers/actor/fused_head.py``: no ``[batch, seq, vocab]`` logits, same
+``pad_mode``, ``use_torch_compile``) are accepted with what they mean here (``use_remove_padding`` packs each
+micro-batch's valid tokens, :func:`verl.workers.actor.response_forward.next_token_logprobs_at`).
+``model.use_fused_kernels`` (and ``model.use_liger``, whose loss kernel is a fused linear cross-entropy) runs the
+loss through the chunked LM head (``verl/workers/actor/fused_head.py``: no ``[batch, seq, vocab]`` logits, same
 loss and gradient); both ``fused_kernel_options.impl_backend`` values select that plain-torch head.
 """
 
@@ -265,6 +266,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "model.external_lib": model.external_lib,
         # use_liger: Liger's loss kernel (fused linear cross-entropy) is the same chunked LM head
         "model.use_fused_kernels": bool(model.use_fused_kernels) or bool(model.use_liger),
+        "model.use_remove_padding": bool(model.use_remove_padding),
         "optim.lr": float(optim.lr),
         "optim.betas": list(optim.betas),
         "optim.weight_decay": float(optim.weight_decay),

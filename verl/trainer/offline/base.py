@@ -44,6 +44,7 @@ from verl.trainer.offline.reference import ReferencePolicyMixin
 from verl.trainer.offline.reporting import OfflineReportMixin
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
+from verl.utils.fsdp_utils import resolve_remove_padding
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
 from verl.utils.optim import build_lr_scheduler, build_optimizer
@@ -115,6 +116,8 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         # what this trainer's checkpoints are of, from config.json or the given module before LoRA wraps it
         self.run_identity: dict[str, Any] | None = self._make_identity(model)
         self.model = self._load_policy(model)
+        # model.use_remove_padding: each micro-batch's valid tokens packed (null: where that equals the padded forward)
+        self.use_remove_padding = resolve_remove_padding(self.config.model.use_remove_padding, self.model)
         self.train_dataset = self._make_dataset(dataset) if dataset is not None else None
         self.eval_dataset = self._make_dataset(eval_dataset) if eval_dataset is not None else None
 

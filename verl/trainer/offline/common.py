@@ -11,10 +11,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.models.loader import forward_logits
 from verl.trainer.config.loader import packaged_config_text
 from verl.trainer.config.validation import ConfigError, validate_config
-from verl.utils.torch_functional import logprobs_from_logits
+from verl.workers.actor.token_scoring import next_token_logprobs_at
 
 
 def build_offline_config(schema: type, *layers: Mapping[str, Any] | DictConfig | None) -> DictConfig:
@@ -88,24 +87,21 @@ def autocast(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
         yield
 
 
-def token_log_probs(
-    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], device: torch.device, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of each next token and the response mask aligned with them.
-
-    ``batch`` holds right-padded ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask`` of shape
-    ``[n, seq]``. Returns ``(log_probs, mask)`` of shape ``[n, seq - 1]``: ``log_probs[:, t] =
-    log p(input_ids[:, t + 1] | input_ids[:, :t + 1])`` (float32) and ``mask[:, t] = loss_mask[:, t + 1]``.
-    """
-    with autocast(device, dtype):
-        logits = forward_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
-    log_probs = logprobs_from_logits(logits[:, :-1, :], batch["input_ids"][:, 1:])
-    return log_probs, batch["loss_mask"][:, 1:].to(log_probs.dtype)
-
-
 def sequence_log_probs(
-    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    model: torch.nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    device: torch.device,
+    dtype: torch.dtype,
+    pack: bool = False,
 ) -> torch.Tensor:
-    """Sequence log-prob ``[n]``: the sum of the token log-probs over the response tokens (``loss_mask == 1``)."""
-    log_probs, mask = token_log_probs(model, batch, device, dtype)
-    return (log_probs * mask).sum(dim=-1)
+    """Sequence log-prob ``[n]``: the sum of ``log p(input_ids[:, t + 1] | input_ids[:, :t + 1])`` (float32) over
+    the response tokens ``t + 1`` (``loss_mask == 1``) of ``batch``'s right-padded ``input_ids``,
+    ``attention_mask``, ``position_ids`` and ``loss_mask`` ``[n, seq]``. The LM head runs at the positions that
+    predict a response token only; ``pack`` runs the valid tokens packed (``model.use_remove_padding``)."""
+    ids = batch["input_ids"]
+    scored = torch.zeros_like(batch["loss_mask"], dtype=torch.bool)
+    scored[:, :-1] = batch["loss_mask"][:, 1:].bool()  # position t predicts token t + 1
+    with autocast(device, dtype):
+        out = next_token_logprobs_at(model, ids, batch["attention_mask"], batch["position_ids"], scored, pack=pack)
+    rows = torch.div(out.positions, ids.shape[1], rounding_mode="floor")
+    return torch.zeros(ids.shape[0], device=ids.device).index_add(0, rows, out.log_probs[0].float())

@@ -120,7 +120,7 @@ class DPOTrainer(OfflineTrainer):
 
     def _pair_logps(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Chosen and rejected sequence log-probs ``[batch]`` from one forward over the ``[2 * batch]`` rows."""
-        logps = sequence_log_probs(model, batch, self.device, self.compute_dtype)
+        logps = sequence_log_probs(model, batch, self.device, self.compute_dtype, self.use_remove_padding)
         n = logps.shape[0] // 2
         return logps[:n], logps[n:]
 

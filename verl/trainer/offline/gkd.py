@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from verl.algorithms.distillation import generalized_jsd_loss, reverse_kl_pg_loss
 from verl.data.sft_dataset import pad_batch
-from verl.models.loader import forward_logits, resolve_model_path
+from verl.models.loader import resolve_model_path
 from verl.models.vlm import config_has_vision
 from verl.trainer.config.offline_schema import GKDConfig
 from verl.trainer.config.validation import ConfigError
@@ -36,6 +36,7 @@ from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.trainer.offline.sft import SFTTrainer
 from verl.utils.seeding import keyed_seed
 from verl.utils.torch_functional import logprobs_from_logits
+from verl.workers.actor.token_scoring import next_token_logits_at
 from verl.workers.teacher import TeacherModel
 
 
@@ -185,13 +186,18 @@ class GKDTrainer(SFTTrainer):
     # --------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
         g = self.config.gkd
+        ids = batch["input_ids"]
+        scored = torch.zeros_like(batch["loss_mask"], dtype=torch.bool)
+        scored[:, :-1] = batch["loss_mask"][:, 1:].bool()  # position t predicts token t + 1
+        # the student's LM head runs at the K positions that predict a response token only, [1, K, vocab]
         with autocast(self.device, self.compute_dtype):
-            student = forward_logits(self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"])
-        student = student[..., : self.teacher.vocab_size].float()
-        teacher = self.teacher.logits(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
-        # position t predicts token t + 1
-        s_logits, t_logits = student[:, :-1], teacher[:, :-1]
-        targets, mask = batch["input_ids"][:, 1:], batch["loss_mask"][:, 1:].float()
+            s_logits, targets, positions = next_token_logits_at(
+                self.model, ids, batch["attention_mask"], batch["position_ids"], scored, pack=self.use_remove_padding
+            )
+        s_logits = s_logits[..., : self.teacher.vocab_size].float()
+        teacher = self.teacher.logits(ids, batch["attention_mask"], batch["position_ids"])
+        t_logits = teacher.flatten(0, 1).index_select(0, positions.to(teacher.device))[None]
+        mask = torch.ones_like(targets, dtype=torch.float32)
         temperature = float(g.temperature)
         s_logp = logprobs_from_logits(s_logits / temperature, targets)
         t_logp = logprobs_from_logits(t_logits / temperature, targets)
@@ -203,7 +209,7 @@ class GKDTrainer(SFTTrainer):
         stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), tokens)}
         stats["distill/reverse_kl"] = (float(((s_logp.detach() - t_logp) * mask).sum().item()), tokens)
         stats["distill/on_policy"] = (float(self._on_policy_step), 1.0)
-        add_stat(stats, "response_length", mask.sum(-1))
+        add_stat(stats, "response_length", batch["loss_mask"][:, 1:].sum(-1))
         return LossOutput(loss_sum=loss_sum, stats=stats)
 
 

@@ -131,7 +131,7 @@ class KTOTrainer(OfflineTrainer):
     def _logps(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], kl_rows: bool) -> torch.Tensor:
         n = batch["label"].shape[0]
         part = _rows(batch, n, 2 * n) if kl_rows else _rows(batch, 0, n)
-        return sequence_log_probs(model, part, self.device, self.compute_dtype)
+        return sequence_log_probs(model, part, self.device, self.compute_dtype, self.use_remove_padding)
 
     def _reference_pair_logps(
         self, model: torch.nn.Module, batch: dict[str, torch.Tensor]

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 from omegaconf import DictConfig
 
 from verl.data.sft_dataset import SFTDataset
-from verl.models.loader import forward_logits
 from verl.models.vlm import processor_for_model, vision_forward_kwargs
 from verl.trainer.config.offline_schema import SFTConfig
 from verl.trainer.offline.base import OfflineTrainer
 from verl.trainer.offline.common import LossOutput, add_stat, autocast
 from verl.utils.torch_functional import logprobs_from_logits
-from verl.workers.actor.fused_head import fused_logprobs_forward, output_head
+from verl.workers.actor.fused_head import output_head
+from verl.workers.actor.token_scoring import next_token_logprobs_at
 
 SFT_FUSED_KEY = "model.use_fused_kernels"
 
@@ -53,35 +53,6 @@ def sft_loss_from_logprobs(log_probs: torch.Tensor, loss_mask: torch.Tensor, red
     if reduction == "sum":
         return total
     return total / mask.sum().clamp(min=1.0)
-
-
-def fused_next_token_logprobs(
-    model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
-    extra_inputs: Mapping[str, Any] | None = None,
-) -> torch.Tensor:
-    """``[batch, seq - 1]`` next-token log-probs of ``batch["input_ids"]`` through the chunked LM head.
-
-    The model runs its own forward with the head swapped for
-    :func:`~verl.workers.actor.fused_head.fused_logprobs_forward`'s (no ``[batch, seq, vocab]`` logits). Position
-    ``t`` scores ``input_ids[:, t + 1]``; the last position has no next token, so it scores a placeholder (its own
-    token) that is dropped here.
-    """
-    ids = batch["input_ids"]
-    labels = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)
-    log_probs, _, _ = fused_logprobs_forward(
-        model,
-        ids,
-        batch["attention_mask"],
-        batch["position_ids"],
-        labels,
-        temperature=1.0,
-        calculate_entropy=False,
-        entropy_requires_grad=False,
-        extra_inputs=extra_inputs,
-        key=SFT_FUSED_KEY,
-    )
-    return log_probs[:, :-1]
 
 
 class SFTTrainer(OfflineTrainer):
@@ -171,21 +142,24 @@ class SFTTrainer(OfflineTrainer):
         return float(batch["loss_mask"][:, 1:].sum().item())
 
     def _compute_loss(self, batch: dict[str, torch.Tensor]) -> LossOutput:
+        """The summed cross entropy of the loss tokens: the LM head runs at the positions that predict them only
+        (:func:`~verl.workers.actor.token_scoring.next_token_logprobs_at`), on packed rows with
+        ``model.use_remove_padding``, through the chunked head with ``model.use_fused_kernels``."""
         extra = None
         if "multi_modal_inputs" in batch:  # images of a vision-language batch, row by row
             extra = vision_forward_kwargs(
                 self.model, batch["input_ids"], batch["attention_mask"], batch["multi_modal_inputs"]
             )
+        targets = batch["loss_mask"].bool()
+        scored = torch.zeros_like(targets)
+        scored[:, :-1] = targets[:, 1:]  # position t predicts token t + 1
         with autocast(self.device, self.compute_dtype):
-            if self.use_fused_kernels:
-                log_probs = fused_next_token_logprobs(self.model, batch, extra)
-            else:
-                logits = forward_logits(
-                    self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], extra_inputs=extra
-                )
-        if not self.use_fused_kernels:
-            log_probs = logprobs_from_logits(logits[:, :-1, :], batch["input_ids"][:, 1:])
-        loss_sum = sft_loss_from_logprobs(log_probs, batch["loss_mask"], reduction="sum")
+            out = next_token_logprobs_at(
+                self.model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], scored,
+                pack=self.use_remove_padding, fused=self.use_fused_kernels, extra_inputs=extra,
+                fused_key=SFT_FUSED_KEY,
+            )  # fmt: skip
+        loss_sum = -out.log_probs.float().sum()
         lengths = batch["loss_mask"][:, 1:].sum(-1)
         stats: dict[str, tuple[float, float]] = {"loss": (float(loss_sum.detach().item()), float(lengths.sum().item()))}
         add_stat(stats, "response_length", lengths)

@@ -5,7 +5,8 @@ and scores the response positions; :func:`sequence_parallel_response_forward` sp
 group. Both compute the log-probs and entropies through the chunked functions of
 :mod:`verl.utils.torch_functional` (their per-chunk kernels eager or compiled, :mod:`verl.utils.logprob_kernels`) or
 through the chunked LM head (``use_fused_kernels``). The actor (:mod:`verl.workers.actor.dp_actor`) calls them per
-micro-batch, for the old-log-prob and reference passes and the update.
+micro-batch, for the old-log-prob and reference passes and the update. The packed path scores its response
+positions through :func:`verl.workers.actor.token_scoring.next_token_logprobs_at`.
 """
 
 from __future__ import annotations
@@ -15,39 +16,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl.models.loader import forward_logits, forward_logits_at
-from verl.models.vlm import pack_vision_inputs
+from verl.models.loader import forward_logits
 from verl.utils.logprob_kernels import ChunkKernels
-from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded, varlen_attention
-from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.padding import next_token_labels, pack_padded_batch, unpack_to_padded
+from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.actor.fused_head import fused_logprobs_forward
+from verl.workers.actor.token_scoring import entropy_or_none, next_token_logprobs_at, sum_pi_squared_of
 
 # tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
 ENTROPY_CHUNK_TOKENS = 2048
-
-
-def _entropy_of(
-    logits: torch.Tensor,
-    calculate: bool,
-    requires_grad: bool,
-    chunk_size: int | None = None,
-    kernels: ChunkKernels | None = None,
-) -> torch.Tensor | None:
-    """Per-token entropy of ``[..., V]`` logits (None unless ``calculate``); ``chunk_size`` tokens per fp32 block
-    (None: automatic, ~32M logits per block), ``kernels`` the per-chunk kernels (None: eager)."""
-    if not calculate:
-        return None
-    if requires_grad:
-        return entropy_from_logits(logits, chunk_size, kernels)
-    with torch.no_grad():
-        return entropy_from_logits(logits.detach(), chunk_size, kernels)
-
-
-def sum_pi_squared_of(logits: torch.Tensor) -> torch.Tensor:
-    """``sum_v softmax(logits)_v^2`` over the vocabulary (last dim), without gradient, float32: the squared norm term
-    of the optimal token baseline (``algorithm.adv_estimator=optimal_token_baseline``)."""
-    with torch.no_grad():
-        return torch.softmax(logits.detach().float(), dim=-1).square().sum(dim=-1)
 
 
 def ulysses_size(group: Any) -> int:
@@ -120,7 +97,7 @@ def sequence_parallel_response_forward(
             if temperature != 1.0:
                 logits = logits / temperature
             log_probs = logprobs_from_logits(logits, ulysses.local_slice(labels), kernels=kernels)
-            entropy = _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
+            entropy = entropy_or_none(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
             sq = sum_pi_squared_of(logits) if calculate_sum_pi_squared else None
         log_probs = ulysses.gather_sequence(log_probs, 1, grad_scale)[:, :length]
         if entropy is not None:
@@ -190,45 +167,23 @@ def response_logits_forward(
     response_len = responses.shape[-1]
 
     def entropy_of(logits: torch.Tensor) -> torch.Tensor | None:
-        return _entropy_of(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
+        return entropy_or_none(logits, calculate_entropy, entropy_requires_grad, entropy_chunk_size, kernels)
 
     if use_remove_padding:
-        if pack_rows is None:
-            pack_rows = not extra_inputs and not varlen_attention(module)
-        packed = pack_padded_batch(input_ids, attention_mask, into_rows=pack_rows)
-        if extra_inputs:  # a VLM's images pass as they are; its token types and M-RoPE positions are packed too
-            if pack_rows:
-                raise ValueError("use_remove_padding packs a vision-language batch into one row only (pack_rows)")
-            extra_inputs = pack_vision_inputs(extra_inputs, packed.indices, packed.position_ids)
-        # Only tokens whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1).
-        cols = packed.indices % seqlen
-        keep = ((cols >= seqlen - response_len - 1) & (cols < seqlen - 1)).nonzero(as_tuple=False).squeeze(-1)
-        kept_slots = packed.slots.index_select(0, keep)
-        labels = next_token_labels(packed.input_ids).flatten().index_select(0, kept_slots)[None]
-        positions = packed.indices.index_select(0, keep)
-
-        def to_padded(values: torch.Tensor | None) -> torch.Tensor | None:
-            if values is None:
-                return None
-            return unpack_to_padded(values[0], positions, bs, seqlen)[:, -response_len - 1 : -1]
-
-        if fused:
-            out = fused_logprobs_forward(
-                module, packed.input_ids, None, packed.position_ids, labels, temperature, calculate_entropy,
-                entropy_requires_grad, extra_inputs=extra_inputs, calculate_sum_pi_squared=calculate_sum_pi_squared,
-                flat_positions=kept_slots,
-            )  # fmt: skip
-            out = tuple(to_padded(t) for t in out)
-            return out if calculate_sum_pi_squared else out[:2]
-        # the LM head (vocab-sized) runs on the scoring positions only
-        logits = forward_logits_at(module, packed.input_ids, None, packed.position_ids, kept_slots, extra_inputs)
-        if temperature != 1.0:
-            logits = logits / temperature
-        log_probs = to_padded(logprobs_from_logits(logits, labels, kernels=kernels))
-        entropy = to_padded(entropy_of(logits))
-        if calculate_sum_pi_squared:
-            return log_probs, entropy, to_padded(sum_pi_squared_of(logits))
-        return log_probs, entropy
+        # the positions whose logits score a response token: padded columns [seqlen - response_len - 1, seqlen - 1)
+        cols = torch.arange(seqlen, device=input_ids.device)
+        window = (cols >= seqlen - response_len - 1) & (cols < seqlen - 1)
+        out = next_token_logprobs_at(
+            module, input_ids, attention_mask, None, attention_mask.bool() & window, temperature, pack=True,
+            pack_rows=pack_rows, calculate_entropy=calculate_entropy, entropy_requires_grad=entropy_requires_grad,
+            calculate_sum_pi_squared=calculate_sum_pi_squared, entropy_chunk_size=entropy_chunk_size, fused=fused,
+            kernels=kernels, extra_inputs=extra_inputs,
+        )  # fmt: skip
+        padded = tuple(
+            unpack_to_padded(t[0], out.positions, bs, seqlen)[:, -response_len - 1 : -1] if t is not None else None
+            for t in (out.log_probs, out.entropy, out.sum_pi_squared)
+        )
+        return padded if calculate_sum_pi_squared else padded[:2]
 
     position_ids = micro["position_ids"] if "position_ids" in micro.keys() else None
     if fused:  # the kept positions score the responses, the last one nothing (its label is a placeholder)
