@@ -68,6 +68,7 @@ CUDA_TEST_FILES = (
     "tests/workers/rollout/decode/test_decode_modes.py",
     "tests/hardware/test_precision.py",
     "tests/utils/test_logprob_kernels.py",
+    "tests/workers/actor/test_response_forward.py",
 )
 CUDA_TESTS = (
     "tests/utils/test_device_cuda.py",
@@ -76,6 +77,7 @@ CUDA_TESTS = (
     "tests/hardware/test_precision.py::test_cuda_auto_follows_bf16_support",
     "tests/test_protocol.py::test_to_device_returns_self",
     "tests/utils/test_logprob_kernels.py::test_compiled_kernels_give_the_eager_values_and_gradients_on_cuda",
+    "tests/workers/actor/test_response_forward.py::test_packed_rows_give_the_padded_values_on_cuda",
 )
 # --maxfail 3 rather than -x: one failing test should not hide the others on a GPU we may not see again soon
 PYTEST = "{py} -m pytest -q -p no:cacheprovider --timeout 300 --maxfail 3 -rfEs --junitxml {dir}/cuda_tests.xml "

@@ -313,3 +313,37 @@ def test_bundled_smollm2_converts_to_a_dir_that_reproduces_the_gguf_logits():
     assert tok("What is 2+3?", return_tensors="pt")["input_ids"].tolist() == ids.tolist()
     with torch.no_grad():
         assert torch.equal(saved(input_ids=ids).logits, reference(input_ids=ids).logits)
+
+
+def test_forward_logits_at_runs_the_head_at_the_positions_only() -> None:
+    """Packed rows keep different columns per row: the head gets the K selected hidden states, its forward is
+    restored after the call (also when the forward fails), and a module without output embeddings is sliced."""
+    from verl.models.loader import forward_logits, forward_logits_at
+
+    model = make_tiny_causal_lm()
+    ids = torch.randint(0, 250, (3, 6))
+    positions = torch.tensor([1, 6, 7, 17])  # row 0 col 1, row 1 cols 0-1, row 2 col 5
+    head = model.get_output_embeddings()
+    seen = []
+    hook = head.register_forward_hook(lambda m, i, o: seen.append(tuple(o.shape)))
+    with torch.no_grad():
+        at = forward_logits_at(model, ids, None, None, positions)
+        full = forward_logits(model, ids)
+    hook.remove()
+    assert seen == [(1, 4, model.config.vocab_size), (3, 6, model.config.vocab_size)]
+    torch.testing.assert_close(at, full.flatten(0, 1)[positions][None])
+    assert "forward" not in head.__dict__
+
+    def failing_head(hidden: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the head failed")
+
+    with pytest.raises(RuntimeError, match="the head failed"):
+        forward_logits_at(model, ids, None, None, positions, head_forward=failing_head)
+    assert "forward" not in head.__dict__
+
+    class Plain(torch.nn.Module):
+        def forward(self, input_ids):
+            return torch.nn.functional.one_hot(input_ids, 8).float()
+
+    out = forward_logits_at(Plain(), torch.tensor([[1, 2], [3, 4]]), None, None, torch.tensor([3, 0]))
+    assert out.argmax(-1).tolist() == [[4, 1]]

@@ -366,7 +366,7 @@ def test_reward_model_scores_at_last_valid_token(tiny_rm_dir: str, tiny_model_di
 
 
 def test_reward_model_packed_scoring_equals_padded(tiny_rm_dir: str, tiny_model_dir: str) -> None:
-    """``reward_model.model.use_remove_padding`` (verl's January key) packs the valid tokens into one row and reads
+    """``reward_model.model.use_remove_padding`` (verl's January key) packs the valid tokens into rows and reads
     the head at each sequence's last token: the padded path's scores; ``fsdp_config.param_offload`` is accepted, the
     sharding keys are refused in one line."""
     extra = (f"reward_model.model.path={tiny_rm_dir}", "reward_model.enable=true", "reward_model.dtype=float32")

@@ -110,5 +110,5 @@ class RewardModelModelConfig(BaseConfig):
 
     path: Optional[str] = None
     input_tokenizer: Optional[str] = None
-    use_remove_padding: bool = False  # score the valid tokens packed into one row (no padding computed)
+    use_remove_padding: bool = False  # score the valid tokens packed (no padding computed): verl/utils/padding.py
     fsdp_config: RewardModelFSDPConfig = field(default_factory=RewardModelFSDPConfig)

@@ -14,7 +14,7 @@ from verl.protocol.rollout_text import rollout_texts, valid_response_lengths
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
-from verl.utils.padding import pack_padded_batch
+from verl.utils.padding import pack_padded_batch, varlen_attention
 from verl.workers.config import RewardModelConfig
 from verl.workers.fsdp_setup import (
     private_section,
@@ -100,31 +100,33 @@ class RewardModelWorker(Worker):
         return head
 
     def _last_scored_tokens(self, packed: Any) -> torch.Tensor:
-        """``[bs]`` packed index of the token each sequence is scored at: its last token that is not the classifier's
+        """``[bs]`` index (in the packed token order) of the token each sequence is scored at: its last token that is
+        not the classifier's
         ``pad_token_id``, as transformers' sequence classifiers pick it on padded rows (so a response ending in an
         EOS that doubles as the pad token is read where the padded path reads it); its last token if all are pad."""
         starts, ends = packed.cu_seqlens[:-1].long(), packed.cu_seqlens[1:].long()
         pad_id = getattr(self.module.config, "pad_token_id", None)  # transformers' config
         if pad_id is None:
             return ends - 1
-        total = packed.input_ids.shape[1]
+        tokens = packed.tokens(packed.input_ids)  # [total] in sequence order, whatever the rows' layout
         sequence = torch.repeat_interleave(torch.arange(len(starts), device=starts.device), ends - starts)
-        index = torch.arange(total, device=starts.device)
-        scored = torch.where(packed.input_ids[0] != pad_id, index, torch.full_like(index, -1))
+        index = torch.arange(tokens.numel(), device=starts.device)
+        scored = torch.where(tokens != pad_id, index, torch.full_like(index, -1))
         last = torch.full((len(starts),), -1, dtype=torch.long, device=starts.device)
         last = last.scatter_reduce(0, sequence, scored, reduce="amax")
         return torch.where(last >= starts, last, ends - 1)
 
     def _score_packed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``model.use_remove_padding``: the valid tokens of ``[bs, seqlen]`` rows packed into one row (positions
-        restart per sequence, so attention stays within each), the head read at each sequence's last token:
+        """``model.use_remove_padding``: the valid tokens of ``[bs, seqlen]`` rows packed (positions restart per
+        sequence, so attention stays within each; rows as wide as the longest sequence, or one row for
+        flash-attention's varlen kernels: :mod:`verl.utils.padding`), the head read at each sequence's last token:
         ``[bs]``, the padded path's scores without computing the padding."""
-        packed = pack_padded_batch(ids, mask)
+        packed = pack_padded_batch(ids, mask, into_rows=not varlen_attention(self.module))
         # use_cache=False: a KV cache turns off transformers' detection of the packed sequences (verl/utils/padding.py)
         out = self.module.base_model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
-        hidden = out[0]
+        hidden = packed.tokens(out[0])  # [total, H] in sequence order
         last = self._last_scored_tokens(packed)
-        return self._score_head()(hidden[0, last])[:, 0].float()
+        return self._score_head()(hidden[last])[:, 0].float()
 
     def _score_micro(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Classifier output at the last valid token of each row of one micro-batch ``[n, seqlen]``: ``[n]``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from verl.models.loader import forward_logits
+from verl.models.loader import forward_logits, forward_logits_at
 from verl.protocol import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
@@ -84,6 +84,23 @@ class TeacherModel:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
             out = forward_logits(self.module, input_ids, attention_mask, position_ids)
+        return out[..., : self.vocab_size].float()
+
+    @torch.no_grad()
+    def logits_at(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        flat_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """Teacher logits ``[1, K, vocab]`` (float32, cut to the student's tokenizer size) at ``flat_positions
+        [K]`` (``row * seq + col`` of ``input_ids [batch, seq]``), the LM head run at those positions only
+        (:func:`~verl.models.loader.forward_logits_at`)."""
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            out = forward_logits_at(self.module, input_ids, attention_mask, position_ids, flat_positions)
         return out[..., : self.vocab_size].float()
 
     @torch.no_grad()

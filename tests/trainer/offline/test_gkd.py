@@ -161,3 +161,14 @@ def test_a_gkd_run_writes_its_plot_and_report(tiny_model_dir, byte_tokenizer, fa
     assert {"Distillation loss", "Reverse KL to the teacher"} <= drawn and set(PANELS["gkd"])
     assert report_main([str(tmp_path)]) == 0
     assert 'id="error"' not in (tmp_path / "report.html").read_text()
+
+
+def test_teacher_logits_at_positions_equal_its_full_logits(tiny_model_dir, byte_tokenizer):
+    """``TeacherModel.logits_at`` runs the LM head at the chosen positions only, with the full logits' values."""
+    teacher = TeacherModel(AutoModelForCausalLM.from_pretrained(tiny_model_dir), byte_tokenizer)
+    ids = torch.randint(0, 250, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    positions = torch.tensor([0, 4, 8, 11, 20])
+    full = teacher.logits(ids, mask)
+    torch.testing.assert_close(teacher.logits_at(ids, mask, None, positions), full.flatten(0, 1)[positions][None])

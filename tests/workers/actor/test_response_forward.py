@@ -87,3 +87,24 @@ def test_the_lm_head_runs_on_the_scoring_positions_only() -> None:
     hook.remove()
     scoring = int(micro["attention_mask"][:, PROMPT - 1 : -1].sum())  # tokens whose logits score a response token
     assert rows_seen == [(1, scoring)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_packed_rows_give_the_padded_values_on_cuda(compiled: bool) -> None:
+    """sdpa on CUDA (the GPU default) under bf16 autocast, with the decoder layers compiled as
+    ``actor.use_torch_compile`` does: packed rows of two differently shaped micro-batches give the padded log-probs."""
+    from verl.utils.fsdp_utils import compile_decoder_layers
+
+    model = make_tiny_causal_lm(TinyModelSpec(arch="qwen3")).cuda()
+    model.config._attn_implementation = "sdpa"
+    if compiled:
+        compile_decoder_layers(model)
+    for seed, rows in ((0, 6), (1, 4)):
+        micro = _micro(seed)[:rows].to("cuda")
+        valid = micro["attention_mask"][:, PROMPT:].bool()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            padded, _ = response_logits_forward(model, micro, 1.0, False, False, False)
+            packed, _ = response_logits_forward(model, micro, 1.0, False, False, True)
+        assert packed.device.type == "cuda"
+        torch.testing.assert_close(packed[valid], padded[valid], atol=0.05, rtol=0.02)

@@ -189,14 +189,13 @@ class GKDTrainer(SFTTrainer):
         ids = batch["input_ids"]
         scored = torch.zeros_like(batch["loss_mask"], dtype=torch.bool)
         scored[:, :-1] = batch["loss_mask"][:, 1:].bool()  # position t predicts token t + 1
-        # the student's LM head runs at the K positions that predict a response token only, [1, K, vocab]
+        # both LM heads run at the K positions that predict a response token only: [1, K, vocab]
         with autocast(self.device, self.compute_dtype):
             s_logits, targets, positions = next_token_logits_at(
                 self.model, ids, batch["attention_mask"], batch["position_ids"], scored, pack=self.use_remove_padding
             )
         s_logits = s_logits[..., : self.teacher.vocab_size].float()
-        teacher = self.teacher.logits(ids, batch["attention_mask"], batch["position_ids"])
-        t_logits = teacher.flatten(0, 1).index_select(0, positions.to(teacher.device))[None]
+        t_logits = self.teacher.logits_at(ids, batch["attention_mask"], batch["position_ids"], positions)
         mask = torch.ones_like(targets, dtype=torch.float32)
         temperature = float(g.temperature)
         s_logp = logprobs_from_logits(s_logits / temperature, targets)
