@@ -16,6 +16,34 @@ class ConfigError(ValueError):
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
+class UserCodeError(ConfigError):
+    """Code the config names (a reward function file, an agent) is missing or cannot be loaded.
+
+    A :class:`ConfigError`, so the entry points print it without a traceback and exit with code 2 before any model
+    loads. Its message is one line (the problem names the key). The subclasses below are also the builtin error a
+    caller of the loader may already catch."""
+
+    def __init__(self, message: str) -> None:
+        self.problems = [message]
+        Exception.__init__(self, message)
+
+
+class UserCodeNotFoundError(UserCodeError, FileNotFoundError):
+    """The file the config names does not exist."""
+
+
+class UserCodeImportError(UserCodeError, ImportError):
+    """The file or module the config names failed to import."""
+
+
+class UserCodeAttributeError(UserCodeError, AttributeError):
+    """The module has no function of the configured name."""
+
+
+class UserCodeTypeError(UserCodeError, TypeError):
+    """The configured name is not callable."""
+
+
 class RunHealthError(RuntimeError):
     """A run that ended, or must end, without training anything useful (no step trained, a reward that failed for
     every sample, steps in a row); ``str(err)`` is one line. The entry points print it and exit with code 1."""

@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config import ConfigError
 from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
@@ -89,8 +90,10 @@ def test_custom_function_errors_name_file_and_function(reward_file, tmp_path):
         get_custom_reward_fn(
             _config(**{"custom_reward_function.path": reward_file, "custom_reward_function.name": "NOT_CALLABLE"})
         )
-    with pytest.raises(FileNotFoundError, match=r"nowhere\.py does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.py does not exist") as missing:
         get_custom_reward_fn(_config(**{"custom_reward_function.path": str(tmp_path / "nowhere.py")}))
+    # a config error too: the entry points print its one line and exit 2 before any model loads
+    assert isinstance(missing.value, ConfigError) and "\n" not in str(missing.value)
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
     with pytest.raises(ImportError, match=r"importing .*broken\.py failed: SyntaxError"):

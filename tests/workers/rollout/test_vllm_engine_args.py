@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from verl.trainer.config import load_config
+from verl.trainer.config import ConfigError, load_config
 
 
 def _rollout(*overrides: str):
@@ -138,3 +138,26 @@ def test_stale_cpu_shared_memory_of_one_tp_group_is_removed(tmp_path) -> None:
     assert sorted(remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path))) == names[:2]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
     assert remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path / "missing")) == []
+
+
+def test_a_context_past_the_models_positions_is_refused_naming_the_keys(tmp_path, monkeypatch) -> None:
+    """vLLM refuses max_model_len > max_position_embeddings deep in its engine; the trainer says so at run start."""
+    from verl.models.tiny import make_tiny_model_dir
+    from verl.workers.rollout.vllm_rollout import check_context_length, context_length_problem
+
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    assert context_length_problem({"max_position_embeddings": 512}, 512, "c.json") is None
+    problem = context_length_problem({"max_position_embeddings": 512}, 520, "c.json")
+    assert "context of 520 tokens" in problem and "max_position_embeddings is 512 (c.json)" in problem
+    assert "data.max_prompt_length" in problem
+    vlm = {"text_config": {"max_position_embeddings": 256}, "vision_config": {}}
+    assert "is 256" in context_length_problem(vlm, 300, "c.json")
+    rope = {"max_position_embeddings": 512, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    assert context_length_problem(rope, 2048, "c.json") is None  # vLLM derives the longer limit itself
+    model = make_tiny_model_dir(str(tmp_path / "tiny"))  # max_position_embeddings 512
+    check_context_length(model, _rollout("data.max_prompt_length=256", "data.max_response_length=256"))
+    with pytest.raises(ConfigError, match=r"context of 520 tokens .* max_position_embeddings is 512"):
+        check_context_length(model, _rollout("data.max_prompt_length=512", "data.max_response_length=8"))
+    check_context_length(model, _rollout("data.max_prompt_length=512", "actor_rollout_ref.rollout.max_model_len=512"))
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    check_context_length(model, _rollout("data.max_prompt_length=512", "data.max_response_length=8"))

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from verl.sections.rollout import agent_loops_on
 
-__all__ = ["check_multi_turn", "trace_problems"]
+__all__ = ["check_agent_source", "check_multi_turn", "trace_problems"]
 
 MT = "actor_rollout_ref.rollout.multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"
@@ -80,3 +80,22 @@ def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> No
             f"{MT}.enable=true with tools, interactions or agent loop {settings.default_agent_loop!r}: the loops "
             f"read each prompt's chat messages; set data.return_raw_chat=true"
         )
+
+
+def check_agent_source(cfg: DictConfig) -> None:
+    """At run start, before any model loads: the agent ``rollout.agent.openai.agent`` names exists (a file, or a
+    module on ``sys.path``), so a typo fails in one line instead of at the first rollout.
+
+    Not part of the config checks: ``--cfg job`` shows a config whose files may live on another machine.
+    Raises :class:`~verl.utils.errors.UserCodeNotFoundError`."""
+    from verl.utils.errors import UserCodeNotFoundError
+
+    rollout = cfg.actor_rollout_ref.rollout
+    agent = rollout.get("agent")
+    if not agent_loops_on(rollout) or agent is None or agent.openai.agent is None:
+        return
+    from verl.experimental.agent_loop.openai_agent.agents import agent_source_problem
+
+    problem = agent_source_problem(str(agent.openai.agent))
+    if problem is not None:
+        raise UserCodeNotFoundError(problem)

@@ -20,6 +20,7 @@ import torch
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.trainer.config.schema import CustomRewardFunctionConfig, DataConfig, RewardModelConfig
+from verl.utils.errors import UserCodeAttributeError, UserCodeImportError, UserCodeNotFoundError, UserCodeTypeError
 from verl.utils.import_utils import load_module
 
 T = TypeVar("T")
@@ -51,18 +52,18 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
     """
     file_path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(file_path):
-        raise FileNotFoundError(f"custom_reward_function.path: reward function file {file_path} does not exist")
+        raise UserCodeNotFoundError(f"custom_reward_function.path: reward function file {file_path} does not exist")
     # registered in sys.modules so pickling (Ray) and dataclasses inside the file find the module by name
     try:
         module = load_module(file_path, module_name=f"custom_reward_module_{abs(hash(file_path))}")
     except (ImportError, RuntimeError) as e:
         cause = e.__cause__ or e
-        raise ImportError(
+        raise UserCodeImportError(
             f"custom_reward_function.path: importing {file_path} failed: {type(cause).__name__}: {cause}"
         ) from cause
     if not hasattr(module, name):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-        raise AttributeError(
+        raise UserCodeAttributeError(
             f"custom_reward_function.name: reward function {name!r} not found in {file_path}; callables there: "
             f"{available}"
         )
@@ -72,7 +73,7 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
 
     cloudpickle.register_pickle_by_value(module)
     if not callable(fn):
-        raise TypeError(f"custom_reward_function.name: {name!r} in {file_path} is not callable")
+        raise UserCodeTypeError(f"custom_reward_function.name: {name!r} in {file_path} is not callable")
     return fn
 
 

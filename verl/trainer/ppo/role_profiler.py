@@ -28,6 +28,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.utils.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 # worker group -> the roles (config sections) whose profiler drives it, in order of precedence
@@ -148,7 +150,7 @@ class RoleProfiler:
 
             if get_device_name(str(cfg.trainer.device)) != "cuda":  # auto (or VERL_DEVICE) resolved to CPU
                 tool = next(p.spec["tool"] for p in plans if p.spec["tool"] != "torch")
-                raise ValueError(
+                raise ConfigError(
                     f"global_profiler.tool={tool} needs CUDA (it captures CUDA work) and this run is on CPU; "
                     "use global_profiler.tool=torch (docs/profiling.md)"
                 )

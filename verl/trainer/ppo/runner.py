@@ -251,9 +251,17 @@ def build_ppo_trainer(
     processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer, trust_remote_code=trust)
     check_image_patch_size(config.data.image_patch_size, processor)
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer, processor)
-    # a data source nobody can score, or a reward service that is down, is found now, not at the first reward
+    # a data source nobody can score, a reward service that is down or an agent file that is not there is found now,
+    # not at the first reward or rollout
     check_reward_sources(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
     check_reward_endpoints(config)
+    from verl.trainer.config.multi_turn_checks import check_agent_source
+
+    check_agent_source(config)
+    if config.actor_rollout_ref.rollout.name == "vllm":  # vLLM refuses a context past the model's positions
+        from verl.workers.rollout.vllm_rollout import check_context_length
+
+        check_context_length(config.actor_rollout_ref.model.path, config.actor_rollout_ref.rollout)
     from verl.checkpoint.layout import checkpoint_root
     from verl.trainer.config.step_plan import step_plan, write_plan
 

@@ -36,6 +36,7 @@ from verl.hardware.precision import resolve_dtype_name
 from verl.models.loader import resolve_model_path
 from verl.protocol import DataProto
 from verl.sections.rollout import RolloutConfig
+from verl.utils.errors import ConfigError
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.seeding import replica_seed
 from verl.workers.rollout.base import (
@@ -75,6 +76,39 @@ def import_vllm() -> Any:
 def _read_hf_config(model_dir: str) -> dict[str, Any]:
     with open(os.path.join(model_dir, "config.json")) as fh:
         return json.load(fh)
+
+
+def context_length_problem(hf_config: dict[str, Any], max_model_len: int, config_path: str) -> str | None:
+    """Why vLLM would refuse a context of ``max_model_len`` tokens for this model, in one line naming the keys; None
+    when it fits.
+
+    The limit is the checkpoint's ``max_position_embeddings`` (a vision-language model's ``text_config``). A model
+    with ``rope_scaling`` is not judged here (vLLM derives a longer limit from it), nor is any model when
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set (vLLM's switch that allows the longer context)."""
+    text = hf_config.get("text_config") or hf_config
+    limit = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
+    if not limit or text.get("rope_scaling") or hf_config.get("rope_scaling"):
+        return None
+    if max_model_len <= int(limit) or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        return None
+    return (
+        f"actor_rollout_ref.rollout: vLLM is asked for a context of {max_model_len} tokens (rollout.max_model_len, "
+        f"or prompt_length + response_length: data.max_prompt_length + data.max_response_length) but the model's "
+        f"max_position_embeddings is {limit} ({config_path}), which vLLM refuses: lower data.max_prompt_length or "
+        f"data.max_response_length, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the model works past its trained length"
+    )
+
+
+def check_context_length(model_path: str, config: RolloutConfig | Mapping[str, Any]) -> None:
+    """Raise :class:`~verl.utils.errors.ConfigError` when vLLM would refuse the rollout's context (see
+    :func:`context_length_problem`). The trainer calls it at run start, before any model loads; the engine again
+    when it is built (generation and serving build it without the trainer)."""
+    config = omega_conf_to_dataclass(config, RolloutConfig)
+    model_dir = resolve_model_path(model_path)
+    max_model_len = int(config.max_model_len or config.prompt_length + config.response_length)
+    problem = context_length_problem(_read_hf_config(model_dir), max_model_len, os.path.join(model_dir, "config.json"))
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _cpu_kv_cache_bytes(hf_config: dict[str, Any], max_num_seqs: int, max_model_len: int, dtype_bytes: int) -> int:
@@ -258,6 +292,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         self._vllm = vllm
         prompt_length, response_length = config.prompt_length, config.response_length
         max_model_len = int(config.max_model_len or prompt_length + response_length)  # null: the two lengths
+        problem = context_length_problem(hf_config, max_model_len, os.path.join(self.model_path, "config.json"))
+        if problem is not None:  # before vLLM's own refusal, which names none of our keys
+            raise ConfigError(problem)
         max_num_seqs = config.max_num_seqs
         on_gpu = torch.cuda.is_available()
         # vLLM's own "auto" follows the checkpoint's dtype (bf16 for most models), which is ~100x slower than fp32

@@ -298,6 +298,36 @@ def test_config_problems_name_the_key() -> None:
         assert key in text
 
 
+def test_agent_source_is_checked_at_run_start_without_running_it(tmp_path, monkeypatch) -> None:
+    """A missing agent file or module fails before any model loads, in one line naming the key; finding one runs
+    none of its code."""
+    from omegaconf import OmegaConf
+
+    from verl.experimental.agent_loop.openai_agent.agents import agent_source_problem
+    from verl.trainer.config import ConfigError, load_config
+    from verl.trainer.config.multi_turn_checks import check_agent_source
+
+    monkeypatch.chdir(tmp_path)
+    loud = tmp_path / "loud_agent.py"
+    loud.write_text("raise SystemExit('ran')\n")  # found, never executed
+    assert agent_source_problem("loud_agent.py:run") is None
+    assert agent_source_problem("json:loads") is None
+    problem = agent_source_problem("my_pkg/my_agent.py:run")
+    assert "agent.openai.agent='my_pkg/my_agent.py:run': no such file" in problem and str(tmp_path) in problem
+    assert "no module 'json.nowhere'" in agent_source_problem("json.nowhere:run")
+    assert "cannot import 'no_such_pkg.agent'" in agent_source_problem("no_such_pkg.agent:run")
+    cfg = load_config(["actor_rollout_ref.rollout.multi_turn.enable=true",
+                       "actor_rollout_ref.rollout.agent.openai.agent=my_pkg/my_agent.py:run"])  # fmt: skip
+    with pytest.raises(ConfigError, match="no such file") as err:
+        check_agent_source(cfg)
+    assert "\n" not in str(err.value)
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.agent.openai.agent", "loud_agent.py:run")
+    check_agent_source(cfg)
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.agent.openai.agent", "my_pkg/my_agent.py:run")
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.multi_turn.enable", False)
+    check_agent_source(cfg)  # no agent loops: the key is not read
+
+
 def test_reward_sources_and_request_sampling(kit) -> None:
     """reward=reward_function: the loop adds nothing (the trainer's reward function scores the sample);
     request_sampling=false: a request's temperature is not an override."""

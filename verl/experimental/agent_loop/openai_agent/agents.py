@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["AgentFailure", "load_agent", "reward_of", "run_callable", "run_command"]
+__all__ = ["AgentFailure", "agent_source_problem", "load_agent", "reward_of", "run_callable", "run_command"]
 
 _OUTPUT_LIMIT = 1 << 20
 
@@ -37,6 +37,25 @@ class AgentFailure(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+def agent_source_problem(spec: str) -> str | None:
+    """Why the agent ``spec`` names cannot be found, without running any of its code: a ``file.py`` that does not
+    exist, or a module that no package on ``sys.path`` provides (only its parent packages are imported). None when
+    it is found; whether the function exists is known only once the module runs (:func:`load_agent`)."""
+    where = f"actor_rollout_ref.rollout.agent.openai.agent={spec!r}"
+    if ":" not in spec:
+        return f"{where}: expected package.module:function or path/to/file.py:function"
+    module_name = spec.rsplit(":", 1)[0]
+    if module_name.endswith(".py"):
+        if os.path.isfile(module_name):
+            return None
+        return f"{where}: no such file {os.path.abspath(module_name)!r} (a relative path is read from {os.getcwd()})"
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as e:  # a parent package is missing or fails to import
+        return f"{where}: cannot import {module_name!r}: {e}"
+    return None if found is not None else f"{where}: no module {module_name!r} on sys.path"
 
 
 def load_agent(spec: str) -> Callable[..., Any]:
