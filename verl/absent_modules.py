@@ -64,8 +64,8 @@ ABSENT_MODULES: dict[str, tuple[str, str]] = {
         "processes) with reward_model.reward_manager=naive",
     ),
     "verl.experimental.reward_loop.reward_manager.gdpo": (
-        "upstream's GDPO reward manager",
-        "use verl.experimental.reward_loop.reward_manager.naive with a reward function that returns the GDPO terms",
+        "upstream's GDPO reward-loop manager class",
+        "the trainer's reward.reward_manager.name=gdpo (verl.workers.reward_manager.gdpo) does its work",
     ),
 }
 

@@ -16,16 +16,18 @@ class ConfigError(ValueError):
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
-class UserCodeError(ConfigError):
-    """Code the config names (a reward function file, an agent) is missing or cannot be loaded.
-
-    A :class:`ConfigError`, so the entry points print it without a traceback and exit with code 2 before any model
-    loads. Its message is one line (the problem names the key). The subclasses below are also the builtin error a
-    caller of the loader may already catch."""
+class ConfigLineError(ConfigError):
+    """One config problem, its message one line naming the key (no ``invalid config`` header). A
+    :class:`ConfigError`, so the entry points print it without a traceback and exit with code 2."""
 
     def __init__(self, message: str) -> None:
         self.problems = [message]
         Exception.__init__(self, message)
+
+
+class UserCodeError(ConfigLineError):
+    """Code the config names (a reward function file, an agent) is missing or cannot be loaded; raised before any
+    model loads. The subclasses below are also the builtin error a caller of the loader may already catch."""
 
 
 class UserCodeNotFoundError(UserCodeError, FileNotFoundError):

@@ -152,6 +152,43 @@ def test_load_dapo_with_overlong(byte_tokenizer):
         load_reward_manager(_config(), byte_tokenizer, 0, typo_kwarg=1)
 
 
+GDPO_REWARD = textwrap.dedent(
+    """
+    def compute_score(data_source, solution_str, ground_truth, extra_info, step=0):
+        # as upstream's rlla.py: the chat format is chosen by the run's name, unknown names are an error
+        if "qwen" not in extra_info.get("experiment_name", ""):
+            raise NotImplementedError(f"Unknown model name: {extra_info.get('experiment_name')}")
+        accuracy = 3.0 if solution_str.strip() == ground_truth else -3.0
+        fmt = 1.0 if solution_str.strip().isdigit() else 0.0
+        return {"score": accuracy + fmt, "format_reward": fmt, "accuracy_reward": accuracy}
+    """
+)
+
+
+def test_gdpo_manager_gives_the_scorer_the_run_name_as_upstreams_gdpo_script_needs(byte_tokenizer, tmp_path):
+    """examples/gdpo_trainer (v0.9): reward.reward_manager.name=gdpo, a scorer that reads extra_info's
+    experiment_name and returns the components algorithm.gdpo_reward_keys names."""
+    from verl.trainer.config import load_config
+    from verl.workers.reward_manager import GDPORewardManager
+
+    path = tmp_path / "rlla_like.py"
+    path.write_text(GDPO_REWARD)
+    keys = ["reward.reward_manager.name=gdpo", f"reward.custom_reward_function.path={path}",
+            "trainer.experiment_name=qwen3_8b_vllm_fsdp"]  # fmt: skip
+    manager = load_reward_manager(load_config(keys), byte_tokenizer, 0)
+    assert isinstance(manager, GDPORewardManager) and manager.experiment_name == "qwen3_8b_vllm_fsdp"
+    reward, extra = compute_reward(_batch(byte_tokenizer, ["12", "x"], ["12", "12"]), manager)
+    assert reward.sum(-1).tolist() == [4.0, -3.0]
+    assert extra["accuracy_reward"] == [3.0, -3.0] and extra["format_reward"] == [1.0, 0.0]
+    # the naive manager does not add the name: the same scorer fails there, as it does upstream
+    naive = load_reward_manager(load_config([*keys[1:], "reward.reward_manager.name=naive"]), byte_tokenizer, 0)
+    with pytest.raises(Exception, match="Unknown model name"):
+        compute_reward(_batch(byte_tokenizer, ["12"], ["12"]), naive)
+    # an unknown manager is a config error: one line, exit 2 at run start
+    with pytest.raises(ConfigError, match=r"^Unknown reward manager: nope\. Set reward.reward_manager.name"):
+        load_reward_manager(load_config(["reward.reward_manager.name=nope"]), byte_tokenizer, 0)
+
+
 def test_reward_kwargs_reach_the_manager_as_in_verls_dapo_scripts(byte_tokenizer):
     """verl's DAPO scripts pass the overlong penalty as +reward_model.reward_kwargs.* (the loader's + keys)."""
     from verl.trainer.config import load_config

@@ -233,7 +233,7 @@ def test_registry_and_constructor_checks(byte_tokenizer):
     assert get_reward_manager_cls("naive") is NaiveRewardManager
     assert get_reward_manager_cls("batch") is BatchRewardManager
     assert get_reward_manager_cls("dapo") is DAPORewardManager
-    names = r"\['batch', 'dapo', 'judge', 'naive', 'prime'"
+    names = r"\['batch', 'dapo', 'gdpo', 'judge', 'naive', 'prime'"
     with pytest.raises(ValueError, match=r"^Unknown reward manager: nope\. .*" + names):
         get_reward_manager_cls("nope")
 

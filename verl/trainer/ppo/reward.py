@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import torch
 
 from verl.base_config import omega_conf_to_dataclass
-from verl.trainer.config.schema import CustomRewardFunctionConfig, DataConfig, RewardModelConfig
+from verl.trainer.config.schema import CustomRewardFunctionConfig, DataConfig, RewardModelConfig, TrainerConfig
 from verl.utils.errors import UserCodeAttributeError, UserCodeImportError, UserCodeNotFoundError, UserCodeTypeError
 from verl.utils.import_utils import load_module
 
@@ -214,13 +214,15 @@ def _importlib_reward_manager(config: Any) -> type | None:
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Any:
-    """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | registered).
+    """Build the reward manager named by ``reward_model.reward_manager`` (naive | batch | dapo | gdpo | judge | prime |
+    registered).
 
     The scoring function is, in order: the custom function (``custom_reward_function.path``), the remote scorer
     (``reward_model.remote.url``), or ``default_compute_score`` (with ``reward_model.sandbox_fusion.url`` bound for
     code data sources); setting both a custom function and a remote URL
     is an error. ``on_error``, ``timeout_s``, ``batch_timeout_s``, ``num_workers``, ``data.reward_fn_key`` and
-    (for dapo) ``overlong_buffer`` with ``data.max_response_length`` come from the config; ``reward_kwargs`` go to
+    (for dapo) ``overlong_buffer`` with ``data.max_response_length`` and (for gdpo) ``trainer.experiment_name`` come
+    from the config; ``reward_kwargs`` go to
     the manager's constructor.
     """
     import verl.experimental.reward_loop.reward_manager  # noqa: F401  (registers ``rate_limited``)
@@ -228,6 +230,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     from verl.workers.reward_manager import get_reward_manager_cls
     from verl.workers.reward_manager.batch import BatchRewardManager
     from verl.workers.reward_manager.dapo import DAPORewardManager
+    from verl.workers.reward_manager.gdpo import GDPORewardManager
     from verl.workers.reward_manager.judge import JudgeRewardManager
 
     rm_cfg = _section(config, "reward_model", RewardModelConfig)
@@ -250,6 +253,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     if issubclass(manager_cls, DAPORewardManager):
         kwargs["max_resp_len"] = data_cfg.max_response_length
         kwargs["overlong_buffer_cfg"] = rm_cfg.overlong_buffer.to_dict()
+    if issubclass(manager_cls, GDPORewardManager):  # upstream's GDPO scorer picks the chat format by the run's name
+        kwargs["experiment_name"] = _section(config, "trainer", TrainerConfig).experiment_name
     if issubclass(manager_cls, JudgeRewardManager):
         kwargs["judge_config"] = rm_cfg.judge.to_dict()
         if not rm_cfg.judge.rule_weight and rm_cfg.num_workers is None:

@@ -1,6 +1,6 @@
-"""Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``, ``judge``,
-``prime``; ``rate_limited`` (verl.experimental.reward_loop's) registers itself here when its module is imported, as
-``verl.trainer.ppo.reward.load_reward_manager`` does."""
+"""Reward managers: turn a rollout batch into token-level scores. Registered: ``naive``, ``batch``, ``dapo``,
+``gdpo``, ``judge``, ``prime``; ``rate_limited`` (verl.experimental.reward_loop's) registers itself here when its
+module is imported, as ``verl.trainer.ppo.reward.load_reward_manager`` does."""
 
 from verl.workers.reward_manager.abstract import (
     AbstractRewardManager,
@@ -9,6 +9,7 @@ from verl.workers.reward_manager.abstract import (
 )
 from verl.workers.reward_manager.batch import BatchRewardManager
 from verl.workers.reward_manager.dapo import DAPORewardManager
+from verl.workers.reward_manager.gdpo import GDPORewardManager
 from verl.workers.reward_manager.judge import JudgeRewardManager
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.prime import PrimeRewardManager
@@ -18,6 +19,7 @@ __all__ = [
     "AbstractRewardManager",
     "BatchRewardManager",
     "DAPORewardManager",
+    "GDPORewardManager",
     "JudgeRewardManager",
     "NaiveRewardManager",
     "PrimeRewardManager",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from verl.utils.errors import ConfigLineError
 from verl.utils.registry import Registry, same_qualname
 
 REWARD_MANAGER_REGISTRY: dict[str, type] = {}
@@ -17,9 +18,10 @@ REWARD_MANAGERS: Registry[type] = Registry(
         f"Reward manager {name} has already been registered: {existing} vs {cls} "
         f"({existing.__qualname__} holds the name; pick another name)"
     ),
-    unknown_error=lambda name, known: ValueError(
-        f"Unknown reward manager: {name}. Set reward_model.reward_manager to one of {known} or register a class "
-        f"with @register({name!r})"
+    # a ConfigError (a ValueError): the entry points print it without a traceback and exit 2 before models load
+    unknown_error=lambda name, known: ConfigLineError(
+        f"Unknown reward manager: {name}. Set reward.reward_manager.name (reward_model.reward_manager) to one of "
+        f"{known} or register a class with @register({name!r})"
     ),
 )
 
