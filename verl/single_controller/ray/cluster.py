@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import sys
 from typing import Any
 
 from verl.utils.distributed import is_loopback_host
+from verl.utils.errors import ConfigLineError
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +107,38 @@ def _release_loopback() -> None:
     _SET_BY_VERL = False
 
 
+PY_EXECUTABLE_KEY = "ray_kwargs.ray_init.runtime_env.py_executable"
+
+
+def py_executable_problem(py_executable: str | None, cwd: str | None = None) -> str | None:
+    """Why Ray could start no worker with ``runtime_env.py_executable`` on this machine, in one line naming the
+    config key; None when it can (or is unset).
+
+    Ray starts every worker through that command and retries a failing one for minutes before its error says
+    why. Upstream v0.9's launch scripts set it to ``uv -v run --frozen ...`` unless ``VERL_USE_UV=0``. Checked: the
+    program is on ``PATH``, and ``uv run --frozen`` finds a ``uv.lock`` in ``cwd`` (default: the working directory)
+    or a directory above it, as uv looks for one."""
+    if not py_executable:
+        return None
+    words = shlex.split(str(py_executable))
+    instead = f"run upstream's scripts with VERL_USE_UV=0, or set {PY_EXECUTABLE_KEY}=null (the driver's Python)"
+    if not words or shutil.which(words[0]) is None:
+        program = words[0] if words else ""
+        where = f"{PY_EXECUTABLE_KEY}={py_executable!r}"
+        return f"{where}: {program!r} is not on PATH, so no Ray worker could start; {instead}"
+    if os.path.basename(words[0]) == "uv" and "run" in words and "--frozen" in words:
+        start = os.path.abspath(cwd or os.getcwd())
+        here = start
+        while not os.path.isfile(os.path.join(here, "uv.lock")):
+            if os.path.dirname(here) == here:
+                return (
+                    f"{PY_EXECUTABLE_KEY}={py_executable!r}: `uv run --frozen` needs a uv.lock and there is none in "
+                    f"{start} or above (this project ships none); {instead}"
+                )
+            here = os.path.dirname(here)
+    return None
+
+
 def start_or_join_ray(**init_kwargs: Any) -> bool:
     """``ray.init(**init_kwargs)`` that starts a local Ray on loopback unless a cluster is named.
 
@@ -123,6 +158,10 @@ def start_or_join_ray(**init_kwargs: Any) -> bool:
         ray.init(**kwargs)
         logger.info("Ray: joined the cluster at %s", cluster)
         return False
+    # a joined cluster's workers start on other machines, whose PATH this one cannot see
+    problem = py_executable_problem(dict(kwargs.get("runtime_env") or {}).get("py_executable"))
+    if problem is not None:
+        raise ConfigLineError(problem)
     loopback = keep_ray_on_loopback()
     kwargs["address"] = LOCAL_ADDRESS
     ray.init(**kwargs)
@@ -141,6 +180,7 @@ __all__ = [
     "LOCAL_ADDRESS",
     "RAY_CLUSTER_ENV_VAR",
     "keep_ray_on_loopback",
+    "py_executable_problem",
     "requested_cluster",
     "start_or_join_ray",
 ]
