@@ -210,3 +210,39 @@ def test_an_offline_trainer_says_its_run_is_finished_and_refuses_another_batch_s
     err = capsys.readouterr().err
     assert "refusing to resume" in err and "data.train_batch_size 2 vs 4" in err and "Traceback" not in err
     assert _tree(out) == before
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"custom_reward_function.path": "missing_reward.py"}, "custom_reward_function.path: reward function file "),
+        ({"reward_model.reward_manager": "nope"}, "Unknown reward manager: nope. Set reward.reward_manager.name"),
+        ({"actor_rollout_ref.actor.freeze_vision_tower": "true"}, "freeze_vision_tower=true but "),
+        (
+            {
+                "actor_rollout_ref.rollout.multi_turn.enable": "true",
+                "data.return_raw_chat": "true",
+                "actor_rollout_ref.rollout.agent.default_agent_loop": "openai_agent",
+                "actor_rollout_ref.rollout.agent.openai.agent": "my_pkg/my_agent.py:run",
+            },
+            "actor_rollout_ref.rollout.agent.openai.agent='my_pkg/my_agent.py:run': no such file ",
+        ),
+    ],
+    ids=["reward-file", "reward-manager", "vision-tower-of-a-text-model", "agent-file"],
+)
+def test_what_the_config_names_but_cannot_be_found_stops_the_run_at_start_in_one_line(
+    tiny_model_dir: str,
+    task: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    over: dict[str, str],
+    said: str,
+) -> None:
+    """Exit 2 with one line naming the key (and no traceback), at run start before the workers build, for things
+    only the run can check: a file, a registered name, the model's kind."""
+    monkeypatch.chdir(tmp_path)
+    assert main_ppo.main(_args(tiny_model_dir, task, tmp_path / "out", **over)) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if said in line]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]

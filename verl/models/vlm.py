@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from verl.utils.errors import ConfigLineError
+
 __all__ = [
     "MULTI_MODAL_INPUT_KEYS",
     "freeze_vision_tower",
@@ -81,10 +83,11 @@ def vision_tower(module: torch.nn.Module) -> torch.nn.Module | None:
 
 def freeze_vision_tower(module: torch.nn.Module) -> int:
     """Stop gradients to the vision encoder (verl's ``actor.freeze_vision_tower``); returns the number of frozen
-    parameter tensors. Raises ValueError when the model has no vision tower."""
+    parameter tensors. Raises :class:`~verl.utils.errors.ConfigLineError` (a ValueError) when the model has no
+    vision tower."""
     visual = vision_tower(module)
     if visual is None:
-        raise ValueError(
+        raise ConfigLineError(
             f"actor.freeze_vision_tower=true but {type(unwrap_model(module)).__name__} has no vision tower "
             "(expected a vision-language model such as Qwen2-VL)"
         )

@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 from verl.base_config import get_config_value
+from verl.utils.errors import ConfigLineError
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,11 @@ def build_ppo_trainer(
     # a vision-language model's processor (verl's hf_processor), None for text models
     processor = processor_for_model(config.actor_rollout_ref.model.path, tokenizer, trust_remote_code=trust)
     check_image_patch_size(config.data.image_patch_size, processor)
+    if processor is None and config.actor_rollout_ref.actor.freeze_vision_tower:  # said before the model loads
+        raise ConfigLineError(
+            f"actor_rollout_ref.actor.freeze_vision_tower=true but {config.actor_rollout_ref.model.path} is a text "
+            "model (no image processor, so no vision tower to freeze); drop the key or use a vision-language model"
+        )
     train_dataset, val_dataset, sampler = build_datasets(config, tokenizer, processor)
     # a data source nobody can score, a reward service that is down or an agent file that is not there is found now,
     # not at the first reward or rollout
