@@ -1,0 +1,160 @@
+"""Train one step of every upstream launch script our config accepts, shrunk to a tiny model on this machine.
+
+``scripts/upstream_scripts.py --json calls.json`` says which of upstream verl's ``examples/**/*.sh`` our entry point
+accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call for real, for one step::
+
+    PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo --json /tmp/calls.json
+    PYTHONPATH=$PWD python scripts/upstream_scripts_step.py /tmp/calls.json [--rollout hf] [--only grpo_trainer]
+
+What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
+a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
+the data is the arithmetic task, the world is one rank (parallel sizes 1, ``fsdp_size`` and upstream's
+``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in micro-batches
+of 2 for one step without validation or checkpoints. Every other key (the algorithm, losses, offload, LoRA, dynamic batch sizes,
+rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf`` swaps vLLM for the ``hf``
+engine (faster to start on CPU). A call fails when it exits non-zero; its last error line is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# keys whose values assume several GPUs (and micro-batch sizes, set below): dropped
+_MULTI_RANK = re.compile(r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?)=")
+# a teacher's parallel layout (distillation.teacher_models.<name>.inference.*): one rank each
+_TEACHER_LAYOUT = re.compile(
+    r"^(\+?distillation\..*\.(?:tensor_model_parallel_size|data_parallel_size|expert_parallel_size|num_replicas))="
+)
+_MODEL_PATH = re.compile(
+    r"^\+?((?:critic|reward_model)\.model\.path|reward\.reward_model\.model_path|distillation\..*model_path)="
+)
+
+
+def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, rollout: str | None) -> list[str]:
+    """The call's arguments with the changes of the module docstring (later overrides win, so they come last)."""
+    kept, extra = [], []
+    teachers = 0
+    for arg in args:
+        if _MULTI_RANK.search(arg):
+            continue
+        layout = _TEACHER_LAYOUT.match(arg)
+        if layout:
+            kept.append(f"{layout.group(1)}=1")
+            continue
+        path = _MODEL_PATH.match(arg)
+        if path:
+            teachers += path.group(1).startswith("distillation.")
+            extra.append(f"{path.group(1)}={model_dir}")  # without the script's +: its own + adds the key
+        kept.append(arg)
+    extra += [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"data.train_files={data_dir}/train.parquet",
+        f"data.val_files={data_dir}/test.parquet",
+        "data.prompt_key=prompt",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=128",
+        "data.max_response_length=8",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={out_dir}",
+    ]
+    if any(a.startswith(("critic.", "algorithm.adv_estimator=gae")) for a in args):
+        extra += ["critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2"]
+    if teachers:  # each teacher one rank, on the Ray backend that separate pools need
+        extra += ["trainer.backend=ray", "distillation.nnodes=1", f"distillation.n_gpus_per_node={teachers}"]
+    if rollout:
+        extra.append(f"actor_rollout_ref.rollout.name={rollout}")
+    return [a for a in kept if not a.startswith(("actor_rollout_ref.model.path=", "data.train_files=",
+                                                   "data.val_files="))] + extra  # fmt: skip
+
+
+def _last_error(text: str) -> str:
+    """The line that says why a run stopped: a config problem (``  - ...`` under ``invalid config``), else the last
+    line naming an error."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("File ", "^"))]
+    problems = [ln for ln in lines if ln.startswith("- ")]
+    errors = [ln for ln in lines if re.search(r"(Error|error|refus)", ln)]
+    return (problems[:1] or errors[-1:] or lines[-1:] or ["(no output)"])[0][:400]
+
+
+def make_inputs(workdir: str) -> tuple[str, str]:
+    """The tiny model and the arithmetic task's parquet files under ``workdir``."""
+    from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
+    from verl.models.tiny import TinyModelSpec, make_tiny_causal_lm
+
+    model_dir, data_dir = os.path.join(workdir, "model"), os.path.join(workdir, "data")
+    spec = TinyModelSpec(arch="qwen2", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    make_tiny_causal_lm(spec, save_dir=model_dir, seed=0)
+    train, test = generate_arithmetic_splits(train_size=16, test_size=4, seed=0)
+    os.makedirs(data_dir)
+    write_parquet(train, os.path.join(data_dir, "train.parquet"))
+    write_parquet(test, os.path.join(data_dir, "test.parquet"))
+    return model_dir, data_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("calls_json", nargs="+", help="--json files of scripts/upstream_scripts.py")
+    parser.add_argument("--rollout", choices=["hf", "vllm"], help="replace the scripts' rollout engine")
+    parser.add_argument("--only", nargs="*", default=[], help="scripts whose path contains one of these")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
+    args = parser.parse_args(argv)
+    snapshots: dict = {}
+    for path in args.calls_json:
+        with open(path) as f:
+            snapshots.update(json.load(f))
+    failed = ran = 0
+    with tempfile.TemporaryDirectory(prefix="upstream_step_") as work:
+        model_dir, data_dir = make_inputs(work)
+        for label, snapshot in snapshots.items():
+            print(f"## {label} ({snapshot['head']})", flush=True)
+            for i, call in enumerate(snapshot["calls"]):
+                if call["status"] != "accepted" or call["module"] != "verl.trainer.main_ppo":
+                    continue
+                if args.only and not any(o in call["script"] for o in args.only):
+                    continue
+                out = os.path.join(work, f"run{len(label)}-{i}")
+                cmd = [sys.executable, "-m", call["module"],
+                       *one_step_args(call["args"], model_dir, data_dir, out, args.rollout)]  # fmt: skip
+                env = {**os.environ, "HOME": os.path.join(out, "home"), "PYTHONPATH": ROOT}
+                start = time.perf_counter()
+                try:
+                    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+                    rc, text = proc.returncode, proc.stdout + proc.stderr
+                except subprocess.TimeoutExpired:
+                    rc, text = "timeout", f"more than {args.timeout:.0f} s"
+                seconds = time.perf_counter() - start
+                if rc == 0:
+                    ran += 1
+                    print(f"- ran    {call['script']} ({seconds:.0f} s)", flush=True)
+                else:
+                    failed += 1
+                    print(f"- failed {call['script']} (exit {rc}): {_last_error(text)}", flush=True)
+    print(f"\n{ran} ran one step, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

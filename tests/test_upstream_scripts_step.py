@@ -1,0 +1,35 @@
+"""scripts/upstream_scripts_step.py changes only what one CPU rank needs; the rest of a script runs as written."""
+
+from __future__ import annotations
+
+from scripts.upstream_scripts_step import one_step_args
+
+
+def test_one_step_args_keep_the_scripts_keys_and_shrink_the_world() -> None:
+    script = [
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.model.path=Qwen/Qwen3-8B",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "actor_rollout_ref.actor.ppo_micro_batch_size=128",
+        "critic.model.path=Qwen/Qwen3-8B",
+        "reward.reward_model.model_path=Skywork/Skywork-Reward-Llama-3.1-8B",
+        "+distillation.teacher_models.gsm8k.model_path=Qwen/Qwen3-32B",
+        "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=4",
+        "ray_kwargs.ray_init.runtime_env.py_executable=uv -v run --frozen",
+        "data.train_files=~/data/gsm8k/train.parquet",
+    ]
+    out = one_step_args(script, "/m", "/d", "/o", rollout="hf")
+    assert "actor_rollout_ref.actor.use_dynamic_bsz=True" in out and "algorithm.adv_estimator=gae" in out
+    assert not any("ulysses" in a or "fsdp_size" in a or "py_executable" in a for a in out)
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size=128" not in out  # the global size would clash with ours
+    assert "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=1" in out
+    last = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in out}  # the later override wins
+    assert last["actor_rollout_ref.model.path"] == last["critic.model.path"] == "/m"
+    assert last["reward.reward_model.model_path"] == "/m"
+    assert last["distillation.teacher_models.gsm8k.model_path"] == "/m"  # a second +key would be refused
+    assert last["data.train_files"] == "/d/train.parquet" and last["trainer.n_gpus_per_node"] == "1"
+    assert last["critic.ppo_micro_batch_size_per_gpu"] == "2" and last["trainer.backend"] == "ray"
+    assert last["distillation.n_gpus_per_node"] == "1" and last["actor_rollout_ref.rollout.name"] == "hf"
+    assert "data.train_files=~/data/gsm8k/train.parquet" not in out
