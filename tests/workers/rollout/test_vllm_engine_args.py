@@ -154,6 +154,10 @@ def test_a_context_past_the_models_positions_is_refused_naming_the_keys(tmp_path
     assert "is 256" in context_length_problem(vlm, 300, "c.json")
     rope = {"max_position_embeddings": 512, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
     assert context_length_problem(rope, 2048, "c.json") is None  # vLLM derives the longer limit itself
+    v5 = {"max_position_embeddings": 512, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}}
+    assert context_length_problem(v5, 2048, "c.json") is None  # transformers 5 writes rope_parameters
+    plain_v5 = {"max_position_embeddings": 512, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}
+    assert "is 512" in context_length_problem(plain_v5, 520, "c.json")
     model = make_tiny_model_dir(str(tmp_path / "tiny"))  # max_position_embeddings 512
     check_context_length(model, _rollout("data.max_prompt_length=256", "data.max_response_length=256"))
     with pytest.raises(ConfigError, match=r"context of 520 tokens .* max_position_embeddings is 512"):

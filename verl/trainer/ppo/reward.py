@@ -222,8 +222,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     code data sources); setting both a custom function and a remote URL
     is an error. ``on_error``, ``timeout_s``, ``batch_timeout_s``, ``num_workers``, ``data.reward_fn_key`` and
     (for dapo) ``overlong_buffer`` with ``data.max_response_length`` and (for gdpo) ``trainer.experiment_name`` come
-    from the config; ``reward_kwargs`` go to
-    the manager's constructor.
+    from the config; ``reward_kwargs`` go to the manager's constructor.
     """
     import verl.experimental.reward_loop.reward_manager  # noqa: F401  (registers ``rate_limited``)
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase

@@ -78,6 +78,18 @@ def _read_hf_config(model_dir: str) -> dict[str, Any]:
         return json.load(fh)
 
 
+def _rope_scaled(hf_config: dict[str, Any]) -> bool:
+    """Whether the config scales its rotary positions (``rope_scaling``, or transformers 5's ``rope_parameters``
+    with a ``rope_type`` other than ``default`` or a ``factor``)."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = hf_config.get(key)
+        if isinstance(rope, dict) and (
+            rope.get("factor") or rope.get("rope_type", rope.get("type")) not in (None, "default")
+        ):
+            return True
+    return False
+
+
 def context_length_problem(hf_config: dict[str, Any], max_model_len: int, config_path: str) -> str | None:
     """Why vLLM would refuse a context of ``max_model_len`` tokens for this model, in one line naming the keys; None
     when it fits.
@@ -87,7 +99,7 @@ def context_length_problem(hf_config: dict[str, Any], max_model_len: int, config
     ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set (vLLM's switch that allows the longer context)."""
     text = hf_config.get("text_config") or hf_config
     limit = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
-    if not limit or text.get("rope_scaling") or hf_config.get("rope_scaling"):
+    if not limit or _rope_scaled(text) or _rope_scaled(hf_config):
         return None
     if max_model_len <= int(limit) or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
         return None
@@ -104,7 +116,7 @@ def check_context_length(model_path: str, config: RolloutConfig | Mapping[str, A
     :func:`context_length_problem`). The trainer calls it at run start, before any model loads; the engine again
     when it is built (generation and serving build it without the trainer)."""
     config = omega_conf_to_dataclass(config, RolloutConfig)
-    model_dir = resolve_model_path(model_path)
+    model_dir = resolve_model_path(model_path, require_weights=False)  # config.json only: no weights fetched yet
     max_model_len = int(config.max_model_len or config.prompt_length + config.response_length)
     problem = context_length_problem(_read_hf_config(model_dir), max_model_len, os.path.join(model_dir, "config.json"))
     if problem is not None:
