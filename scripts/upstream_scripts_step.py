@@ -8,10 +8,10 @@ accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call 
 
 What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
 a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
-the data is the arithmetic task, the world is one rank (parallel sizes 1, ``fsdp_size`` and upstream's
-``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in micro-batches
-of 2 for one step without validation or checkpoints. Every other key (the algorithm, losses, offload, LoRA, dynamic batch sizes,
-rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf`` swaps vLLM for the ``hf``
+the data is the arithmetic task, the world is one rank (parallel sizes 1, ``fsdp_size`` and upstream's ``uv run``
+``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in micro-batches of 2 for
+one step without validation or checkpoints. Every other key (the algorithm, losses, offload, LoRA, dynamic batch
+sizes, rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf`` swaps vLLM for the ``hf``
 engine (faster to start on CPU). A call fails when it exits non-zero; its last error line is printed.
 """
 
