@@ -8,11 +8,12 @@ accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call 
 
 What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
 a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
-the data is the arithmetic task, the world is one rank (parallel sizes 1, ``fsdp_size`` and upstream's ``uv run``
-``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in micro-batches of 2 for
-one step without validation or checkpoints. Every other key (the algorithm, losses, offload, LoRA, dynamic batch
-sizes, rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf`` swaps vLLM for the ``hf``
-engine (faster to start on CPU). A call fails when it exits non-zero; its last error line is printed.
+the data is the arithmetic task, the world is one rank (parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
+upstream's ``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in
+micro-batches of 2 for one step without validation or checkpoints. Every other key (the algorithm, losses, offload,
+LoRA, dynamic batch sizes, rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf``
+swaps vLLM for the ``hf`` engine (faster to start on CPU). A call fails when it exits non-zero; its last error line
+is printed.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# keys whose values assume several GPUs (and micro-batch sizes, set below): dropped
-_MULTI_RANK = re.compile(r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?)=")
+# keys sized for several GPUs or the script's own model and lengths (micro-batch sizes are set below): dropped
+_DROPPED = re.compile(
+    r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?|max_model_len)="
+)
 # a teacher's parallel layout (distillation.teacher_models.<name>.inference.*): one rank each
 _TEACHER_LAYOUT = re.compile(
     r"^(\+?distillation\..*\.(?:tensor_model_parallel_size|data_parallel_size|expert_parallel_size|num_replicas))="
@@ -46,7 +49,7 @@ def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, 
     kept, extra = [], []
     teachers = 0
     for arg in args:
-        if _MULTI_RANK.search(arg):
+        if _DROPPED.search(arg):
             continue
         layout = _TEACHER_LAYOUT.match(arg)
         if layout:

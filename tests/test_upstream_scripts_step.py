@@ -13,6 +13,7 @@ def test_one_step_args_keep_the_scripts_keys_and_shrink_the_world() -> None:
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
         "actor_rollout_ref.actor.use_dynamic_bsz=True",
         "actor_rollout_ref.actor.ppo_micro_batch_size=128",
+        "actor_rollout_ref.rollout.max_model_len=3072",
         "critic.model.path=Qwen/Qwen3-8B",
         "reward.reward_model.model_path=Skywork/Skywork-Reward-Llama-3.1-8B",
         "+distillation.teacher_models.gsm8k.model_path=Qwen/Qwen3-32B",
@@ -22,7 +23,7 @@ def test_one_step_args_keep_the_scripts_keys_and_shrink_the_world() -> None:
     ]
     out = one_step_args(script, "/m", "/d", "/o", rollout="hf")
     assert "actor_rollout_ref.actor.use_dynamic_bsz=True" in out and "algorithm.adv_estimator=gae" in out
-    assert not any("ulysses" in a or "fsdp_size" in a or "py_executable" in a for a in out)
+    assert not any(k in a for a in out for k in ("ulysses", "fsdp_size", "py_executable", "max_model_len"))
     assert "actor_rollout_ref.actor.ppo_micro_batch_size=128" not in out  # the global size would clash with ours
     assert "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=1" in out
     last = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in out}  # the later override wins
