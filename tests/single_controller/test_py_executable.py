@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 import pytest
 
@@ -25,7 +26,7 @@ def _fake_uv(bin_dir) -> None:
 
 def test_a_missing_program_or_lock_file_is_named(tmp_path, monkeypatch) -> None:
     assert py_executable_problem(None) is None and py_executable_problem("") is None
-    assert py_executable_problem("python3 -X faulthandler") is None  # on PATH, not uv
+    assert py_executable_problem(f"{sys.executable} -X faulthandler") is None  # a program that exists, not uv
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     problem = py_executable_problem(UPSTREAM)
     assert problem.startswith(f"ray_kwargs.ray_init.runtime_env.py_executable={UPSTREAM!r}: 'uv' is not on PATH")
