@@ -19,6 +19,15 @@ then run in-process through this project's ``<module>.main(argv + ["--cfg", "job
   "top blocking keys" table). A module that upstream's own tree lacks too is said so (the script is stale upstream).
 
 A script that makes no ``-m verl.*`` call (data preparation, a script that exits early) is listed as ``no-call``.
+
+A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a top-level folder, checked out by
+upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
+parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
+(``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
+two whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+DAPO trainer with the clip-cov / kl-cov losses) are run as ``verl.trainer.main_ppo --config-path
+recipe/<name>/config --config-name <its config>`` with the script's arguments; the others are ``refused`` with the
+reason.
 """
 
 from __future__ import annotations
@@ -54,6 +63,13 @@ REFUSAL_MARKERS = (
     "not available here",
     "is not supported here",
 )
+
+
+# recipe entry points (verl-recipe) whose trainer is main_ppo's own: module -> its Hydra config name
+RECIPE_MAINS = {
+    "recipe.dapo.main_dapo": "dapo_trainer",  # RayDAPOTrainer: algorithm.filter_groups + data.gen_batch_size
+    "recipe.entropy.main_entropy": "entropy_trainer",  # DAPO's trainer; clip_cov / kl_cov are policy_loss modes
+}
 
 
 @dataclass
@@ -93,16 +109,58 @@ def make_stubs(directory: str, log: str) -> None:
         os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
 
 
+def is_recipe_repo(git_dir: str) -> bool:
+    """Whether ``git_dir`` is verl-recipe (no ``examples/`` or ``verl/`` tree at ``HEAD``) rather than verl."""
+    names = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "--name-only", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return "examples" not in names and "verl" not in names
+
+
 def extract_examples(git_dir: str, dest: str) -> list[str]:
-    """``git archive HEAD examples`` of ``git_dir`` unpacked under ``dest``; returns the ``*.sh`` paths (relative)."""
-    archive = subprocess.run(
-        ["git", "--git-dir", git_dir, "archive", "--format=tar", "HEAD", "examples"], capture_output=True, check=True
-    ).stdout
+    """``git archive HEAD examples`` of ``git_dir`` unpacked under ``dest`` (for verl-recipe: the whole tree under
+    ``recipe/``); returns the ``*.sh`` paths (relative), without verl-recipe's ``install_verl.sh``."""
+    recipe = is_recipe_repo(git_dir)
+    cmd = ["git", "--git-dir", git_dir, "archive", "--format=tar"]
+    cmd += ["--prefix=recipe/", "HEAD"] if recipe else ["HEAD", "examples"]
+    archive = subprocess.run(cmd, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+    top = os.path.join(dest, "recipe" if recipe else "examples")
     found = []
-    for base, _dirs, files in os.walk(os.path.join(dest, "examples")):
+    for base, _dirs, files in os.walk(top):
         found.extend(os.path.relpath(os.path.join(base, f), dest) for f in files if f.endswith(".sh"))
-    return sorted(found)
+    return sorted(f for f in found if f != "recipe/install_verl.sh")
+
+
+def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list[str]] | str:
+    """A verl-recipe entry-point call as the ``verl.trainer.main_ppo`` call that trains the same algorithm
+    (:data:`RECIPE_MAINS`; the script's ``--config-path`` / ``--config-name`` win over the recipe's own config), or
+    the reason it is not run here."""
+    if module not in RECIPE_MAINS:
+        return (
+            f"{module} is the recipe's own program (a trainer subclass or script written against upstream verl's "
+            "internal classes), which is not run here; a recipe of this project subclasses its trainer "
+            "(docs/porting_from_verl.md)"
+        )
+    config_dir = os.path.join(tree, *module.split(".")[:-1], "config")
+    rest, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config-path", "-cp", "--config-name", "-cn") and i + 1 < len(args):
+            if arg in ("--config-path", "-cp"):
+                config_dir = args[i + 1] if os.path.isabs(args[i + 1]) else os.path.join(tree, args[i + 1])
+            rest += [arg, args[i + 1]] if arg in ("--config-name", "-cn") else []
+            i += 2
+            continue
+        if arg.startswith(("--config-path=", "-cp=")):
+            value = arg.split("=", 1)[1]
+            config_dir = value if os.path.isabs(value) else os.path.join(tree, value)
+        else:
+            rest.append(arg)
+        i += 1
+    if not any(a.startswith(("--config-name", "-cn")) for a in rest):
+        rest.insert(0, f"--config-name={RECIPE_MAINS[module]}")
+    return "verl.trainer.main_ppo", [f"--config-path={config_dir}", *rest]
 
 
 def record_calls(
@@ -138,9 +196,10 @@ def record_calls(
 
 
 def module_call(argv: list[str]) -> tuple[str, list[str]] | None:
-    """``(module, args)`` of a recorded argv holding ``-m verl.<module> ...`` (``uv run ... python3 -m``, torchrun)."""
+    """``(module, args)`` of a recorded argv holding ``-m verl.<module> ...`` or a recipe's ``-m recipe.<...>``
+    (``uv run ... python3 -m``, torchrun)."""
     for i, tok in enumerate(argv[:-1]):
-        if tok == "-m" and argv[i + 1].startswith("verl."):
+        if tok == "-m" and argv[i + 1].startswith(("verl.", "recipe.")):
             return argv[i + 1], argv[i + 2 :]
     return None
 
@@ -165,7 +224,8 @@ def run_call(call: Call, cwd: str) -> None:
 
     try:
         mod = importlib.import_module(call.module)
-        main = mod.main
+        # a package run as `python -m pkg` (verl.model_merger) has its main() in pkg.__main__
+        main = mod.main if hasattr(mod, "main") else importlib.import_module(f"{call.module}.__main__").main
     except Exception as e:  # noqa: BLE001 - a module we lack is a rejection with its reason
         call.status, call.reason = "rejected", f"module {call.module}: {type(e).__name__}: {e}"
         return
@@ -306,13 +366,20 @@ def hydra_refuses_override(reason: str) -> bool:
     return False
 
 
-def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
-    """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call."""
+def measure(
+    git_dir: str, timeout: float, tree: str | None = None, verl_git_dir: str | None = None
+) -> tuple[list[Call], list[str]]:
+    """All calls of all scripts of one snapshot, classified; and the scripts that made no ``-m verl.*`` call.
+    ``tree``: extract the scripts there and keep them (the recipe calls name config files in it), else a temporary
+    directory. ``verl_git_dir``: for verl-recipe, the verl snapshot its scripts are checked against for staleness
+    (a key upstream's own config refuses too); without it, verl-recipe calls are not checked for staleness."""
     calls: list[Call] = []
     no_call: list[str] = []
+    recipe = is_recipe_repo(git_dir)
+    upstream = verl_git_dir if recipe else git_dir
     with tempfile.TemporaryDirectory(prefix="upstream_scripts_") as tmp:
-        work = os.path.join(tmp, "tree")
-        os.makedirs(work)
+        work = tree or os.path.join(tmp, "tree")
+        os.makedirs(work, exist_ok=True)
         scripts = extract_examples(git_dir, work)
         stub_dir = os.path.join(tmp, "stubs")
         make_stubs(stub_dir, os.path.join(stub_dir, "calls.jsonl"))
@@ -325,11 +392,19 @@ def measure(git_dir: str, timeout: float) -> tuple[list[Call], list[str]]:
             if not found:
                 no_call.append(rel)
             for module, args in found:
+                if module.startswith("recipe."):
+                    translated = recipe_main_call(module, args, work)
+                    if isinstance(translated, str):
+                        calls.append(Call(rel, module, args, status="refused", reason=translated))
+                        continue
+                    module, args = translated
                 call = Call(rel, module, args)
                 run_call(call, work)
-                if call.reason.startswith("module ") and not upstream_has_module(git_dir, module):
+                if upstream is None:
+                    pass  # verl-recipe without a verl snapshot: nothing to check staleness against
+                elif call.reason.startswith("module ") and not upstream_has_module(upstream, module):
                     call.reason += " (upstream's own tree has no such module either: the script is stale upstream)"
-                elif upstream_config_lacks(git_dir, call.reason):
+                elif upstream_config_lacks(upstream, call.reason):
                     call.reason += " (upstream's own config refuses it too: the script is stale upstream)"
                 elif hydra_refuses_override(call.reason):
                     call.reason += " (Hydra's override parser refuses it too: the script is stale upstream)"
@@ -404,15 +479,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", default="none", choices=shows, help="list the scripts of one class (or all)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per script run with the stubs")
     parser.add_argument("--json", help="write every classified call to this file")
+    parser.add_argument(
+        "--verl",
+        help="for a verl-recipe git directory: the verl git directory its scripts are "
+        "checked against for staleness (keys upstream's own config refuses too)",
+    )
+    parser.add_argument(
+        "--tree",
+        help="extract the scripts here and keep them (scripts/upstream_scripts_step.py "
+        "reads the recipe config files of the --json calls from it)",
+    )
     args = parser.parse_args(argv)
     dump: dict[str, Any] = {}
     for git_dir in args.git_dirs:
-        calls, no_call = measure(git_dir, args.timeout)
+        tree = os.path.join(args.tree, os.path.basename(os.path.dirname(git_dir.rstrip("/")))) if args.tree else None
+        calls, no_call = measure(git_dir, args.timeout, tree, args.verl)
         head = subprocess.run(
             ["git", "--git-dir", git_dir, "log", "-1", "--format=%h %cs"], capture_output=True, text=True
         ).stdout.strip()
         sys.stdout.write(report(f"{git_dir} ({head})", calls, no_call, args.folder_depth, args.top, args.show) + "\n")
-        dump[git_dir] = {"head": head, "calls": [asdict(c) for c in calls], "no_call": no_call}
+        dump[git_dir] = {"head": head, "calls": [asdict(c) for c in calls], "no_call": no_call, "tree": tree}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dump, f, indent=1)

@@ -10,7 +10,11 @@ What is changed, and only that (:func:`one_step_args`): every model path (actor,
 a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
 the data is the arithmetic task, the world is one rank (parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
 upstream's ``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in
-micro-batches of 2 for one step without validation or checkpoints. Every other key (the algorithm, losses, offload,
+micro-batches of 2 for one step without validation or checkpoints. DAPO's keys are shrunk with it: the generation
+batch (``data.gen_batch_size``) to 2 prompts and the overlong buffer to 4 of the 8 tokens (``max_resp_len`` from the
+data's length); and where a script turns on dynamic sampling (``algorithm.filter_groups.enable=True``), the score is a
+hash of the response in [0, 1) (:data:`VARIED_SCORER`), since a random model's answers all score 0 and every group
+would be filtered out. Every other key (the algorithm, losses, offload,
 LoRA, dynamic batch sizes, rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf``
 swaps vLLM for the ``hf`` engine (faster to start on CPU). A call fails when it exits non-zero; its last error line
 is printed.
@@ -31,10 +35,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# keys sized for several GPUs or the script's own model and lengths (micro-batch sizes are set below): dropped
+# keys sized for several GPUs or the script's own model and lengths (micro-batch and DAPO sizes are set below): dropped
 _DROPPED = re.compile(
-    r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?|max_model_len)="
+    r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?|max_model_len"
+    r"|gen_batch_size|overlong_buffer(_cfg)?\.len|max_resp_len)="
 )
+# the reward of a dynamic-sampling step: groups of a random model's responses must score differently to be kept
+VARIED_SCORER = """import hashlib
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return int(hashlib.sha256(solution_str.encode()).hexdigest()[:8], 16) / 16**8
+"""
 # a teacher's parallel layout (distillation.teacher_models.<name>.inference.*): one rank each
 _TEACHER_LAYOUT = re.compile(
     r"^(\+?distillation\..*\.(?:tensor_model_parallel_size|data_parallel_size|expert_parallel_size|num_replicas))="
@@ -87,10 +99,32 @@ def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, 
         extra += ["critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2"]
     if teachers:  # each teacher one rank, on the Ray backend that separate pools need
         extra += ["trainer.backend=ray", "distillation.nnodes=1", f"distillation.n_gpus_per_node={teachers}"]
+    if any(a.lstrip("+").startswith("data.gen_batch_size=") for a in args):
+        extra.append("data.gen_batch_size=2")
+    if any(re.search(r"overlong_buffer(_cfg)?\.enable=[Tt]rue", a) for a in args):
+        extra.append("reward_model.overlong_buffer.len=4")
+    if any(re.match(r"^algorithm\.filter_groups\.enable=[Tt]rue$", a) for a in args):
+        extra += [f"reward.custom_reward_function.path={os.path.join(os.path.dirname(data_dir), 'varied_score.py')}",
+                  "reward.custom_reward_function.name=compute_score"]  # fmt: skip
     if rollout:
         extra.append(f"actor_rollout_ref.rollout.name={rollout}")
     return [a for a in kept if not a.startswith(("actor_rollout_ref.model.path=", "data.train_files=",
                                                    "data.val_files="))] + extra  # fmt: skip
+
+
+def script_relative_paths(args: list[str], tree: str, script: str) -> list[str]:
+    """``args`` with each relative ``*.path=FILE`` that exists next to the script (not under ``tree``, the directory
+    the scripts run from) made absolute: verl-recipe's ``char_count`` is run from its own folder
+    (``custom_reward_function.path=./reward_function.py``), the others from verl's root."""
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and key.endswith("path") and value and not os.path.isabs(value):
+            beside = os.path.join(tree, os.path.dirname(script), value)
+            if not os.path.exists(os.path.join(tree, value)) and os.path.exists(beside):
+                arg = f"{key}={os.path.normpath(beside)}"
+        out.append(arg)
+    return out
 
 
 def _last_error(text: str) -> str:
@@ -114,6 +148,8 @@ def make_inputs(workdir: str) -> tuple[str, str]:
     os.makedirs(data_dir)
     write_parquet(train, os.path.join(data_dir, "train.parquet"))
     write_parquet(test, os.path.join(data_dir, "test.parquet"))
+    with open(os.path.join(workdir, "varied_score.py"), "w") as f:
+        f.write(VARIED_SCORER)
     return model_dir, data_dir
 
 
@@ -139,12 +175,18 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only and not any(o in call["script"] for o in args.only):
                     continue
                 out = os.path.join(work, f"run{len(label)}-{i}")
+                tree = snapshot.get(
+                    "tree"
+                )  # verl-recipe: its calls run from the kept tree (scripts/upstream_scripts.py)
+                call_args = script_relative_paths(call["args"], tree, call["script"]) if tree else call["args"]
                 cmd = [sys.executable, "-m", call["module"],
-                       *one_step_args(call["args"], model_dir, data_dir, out, args.rollout)]  # fmt: skip
+                       *one_step_args(call_args, model_dir, data_dir, out, args.rollout)]  # fmt: skip
                 env = {**os.environ, "HOME": os.path.join(out, "home"), "PYTHONPATH": ROOT}
                 start = time.perf_counter()
                 try:
-                    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+                    proc = subprocess.run(
+                        cmd, cwd=tree or ROOT, env=env, capture_output=True, text=True, timeout=args.timeout
+                    )
                     rc, text = proc.returncode, proc.stdout + proc.stderr
                 except subprocess.TimeoutExpired:
                     rc, text = "timeout", f"more than {args.timeout:.0f} s"

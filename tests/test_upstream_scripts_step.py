@@ -34,3 +34,21 @@ def test_one_step_args_keep_the_scripts_keys_and_shrink_the_world() -> None:
     assert last["critic.ppo_micro_batch_size_per_gpu"] == "2" and last["trainer.backend"] == "ray"
     assert last["distillation.n_gpus_per_node"] == "1" and last["actor_rollout_ref.rollout.name"] == "hf"
     assert "data.train_files=~/data/gsm8k/train.parquet" not in out
+
+
+def test_one_step_args_shrink_dapos_sizes_and_vary_the_score_under_dynamic_sampling() -> None:
+    script = [
+        "data.gen_batch_size=1536",
+        "algorithm.filter_groups.enable=True",
+        "reward.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "reward.reward_kwargs.overlong_buffer_cfg.len=4096",
+        "reward.reward_kwargs.max_resp_len=20480",
+    ]
+    out = one_step_args(script, "/m", "/w/data", "/o", rollout=None)
+    assert not any(a.endswith(("=1536", "=4096", "=20480")) for a in out)
+    last = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in out}
+    assert last["data.gen_batch_size"] == "2" and last["reward_model.overlong_buffer.len"] == "4"
+    assert last["reward.custom_reward_function.path"] == "/w/varied_score.py"
+    assert "reward.custom_reward_function.path" not in {
+        a.split("=", 1)[0] for a in one_step_args(script[2:], "/m", "/w/data", "/o", rollout=None)
+    }

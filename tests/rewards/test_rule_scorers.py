@@ -108,3 +108,24 @@ def test_default_compute_score_routing():
     assert default_compute_score("arithmetic", "7", "7", extra_info={"index": 1}, sandbox_fusion_url=None) == 1.0
     with pytest.raises(NotImplementedError, match=r"data_source='my/data'.*known sources.*arithmetic"):
         default_compute_score("my/data", "x", "y")
+
+
+def test_upstreams_math_reward_module_name_and_boxed_helpers() -> None:
+    """verl-recipe's char_count scorer: `from verl.utils.reward_score import math_reward` (upstream v0.9's name of
+    the MATH scorer module), then its last_boxed_only_string / remove_boxed."""
+    import pytest
+
+    from verl.rewards import math as here
+    from verl.utils.reward_score import math_reward
+
+    assert math_reward is here
+    assert math_reward.last_boxed_only_string("so \\boxed{\\frac{1}{2}} done") == "\\boxed{\\frac{1}{2}}"
+    assert math_reward.last_boxed_only_string("a \\boxed{1} then \\fbox{2}") == "\\fbox{2}"
+    assert math_reward.last_boxed_only_string("\\boxed 5$") == "\\boxed 5"
+    assert math_reward.last_boxed_only_string("no box") is None
+    assert (
+        math_reward.remove_boxed("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+        and math_reward.remove_boxed("\\boxed 5") == "5"
+    )
+    with pytest.raises(ValueError, match="is not a"):
+        math_reward.remove_boxed("42")

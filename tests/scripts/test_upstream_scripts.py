@@ -102,3 +102,40 @@ def test_a_blank_override_is_stale_upstream_as_hydra_refuses_it_too() -> None:
     assert harness.hydra_refuses_override("override ' ': expected key=value (e.g. data.train_batch_size=32)")
     assert not harness.hydra_refuses_override("override 'a.b=1': expected key=value")
     assert not harness.hydra_refuses_override("a.b: unknown key")
+
+
+RECIPE_REPO = {
+    # verl-recipe's layout: a recipe per top-level folder, its Hydra config under config/, run from verl's root
+    "dapo/config/dapo_trainer.yaml": (
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "data:\n  gen_batch_size: ${data.train_batch_size}\nalgorithm:\n  filter_groups:\n"
+        "    _target_: verl.trainer.config.FilterGroupsConfig\n    enable: False\n    metric: null\n"
+    ),
+    "dapo/run_dapo.sh": """#!/usr/bin/env bash
+python3 -m recipe.dapo.main_dapo data.train_files=x.parquet data.train_batch_size=4 data.gen_batch_size=12 \\
+    algorithm.filter_groups.enable=True algorithm.filter_groups.metric=acc reward_model.reward_manager=dapo
+""",
+    "prime/run_prime.sh": "#!/usr/bin/env bash\npython3 -m recipe.prime.main_prime data.train_files=x.parquet\n",
+    "install_verl.sh": "#!/usr/bin/env bash\npip install verl\n",
+}
+
+
+def test_a_verl_recipe_tree_runs_its_dapo_main_as_main_ppo_and_refuses_own_trainers(tmp_path) -> None:
+    repo = _git_repo(tmp_path, RECIPE_REPO)
+    assert harness.is_recipe_repo(repo)
+    calls, no_call = harness.measure(repo, timeout=60, tree=str(tmp_path / "tree"))
+    by_script = {c.script: c for c in calls}
+    assert no_call == [] and set(by_script) == {"recipe/dapo/run_dapo.sh", "recipe/prime/run_prime.sh"}
+    dapo = by_script["recipe/dapo/run_dapo.sh"]
+    assert dapo.module == "verl.trainer.main_ppo" and dapo.status == "accepted" and dapo.faithful, dapo
+    assert dapo.args[:2] == [f"--config-path={tmp_path}/tree/recipe/dapo/config", "--config-name=dapo_trainer"]
+    prime = by_script["recipe/prime/run_prime.sh"]
+    assert prime.status == "refused" and "recipe's own program" in prime.reason
+
+
+def test_a_recipe_call_keeps_the_scripts_config_name_and_path(tmp_path) -> None:
+    module, args = harness.recipe_main_call(
+        "recipe.dapo.main_dapo", ["--config-path", "recipe/qat/config", "--config-name", "dapo_qat", "a.b=1"], "/t"
+    )
+    assert module == "verl.trainer.main_ppo"
+    assert args == ["--config-path=/t/recipe/qat/config", "--config-name", "dapo_qat", "a.b=1"]

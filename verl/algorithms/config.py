@@ -34,7 +34,7 @@ class FilterGroupsConfig(BaseConfig):
     """``algorithm.filter_groups``: DAPO dynamic sampling (drop groups whose metric is equal for all members)."""
 
     enable: bool = False
-    metric: str = "acc"
+    metric: Optional[str] = "acc"  # null (upstream v0.9's default) only while enable=false
     max_num_gen_batches: int = 0
 
 

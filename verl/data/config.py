@@ -34,7 +34,10 @@ class DataConfig(BaseConfig):
     max_prompt_length: int = 512
     max_response_length: int = 512
     train_batch_size: int = 1024
+    # DAPO dynamic sampling (algorithm.filter_groups): prompts drawn per generation round; None: train_batch_size
+    gen_batch_size: Optional[int] = None
     val_batch_size: Optional[int] = None
+    train_max_samples: int = -1  # cap on training rows (-1: all); with shuffle a seeded random subset, else the first
     val_max_samples: int = -1
     return_raw_chat: bool = False
     shuffle: bool = True

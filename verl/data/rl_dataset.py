@@ -96,7 +96,10 @@ class RLHFDataset(torch.utils.data.Dataset):
         data_files: one parquet path or a list (local paths, ``~``, or ``bundled://<name>``).
         tokenizer: a Hugging Face tokenizer. Without a pad token, the EOS token is used for padding.
         config: the ``data`` config section (keys: ``prompt_key``, ``max_prompt_length``, ``return_raw_chat``,
-            ``filter_overlong_prompts``, ``truncation``, ``apply_chat_template``, optional ``max_samples``).
+            ``filter_overlong_prompts``, ``truncation``, ``apply_chat_template``, optional ``max_samples``: the first
+            rows).
+        max_samples: keep this many rows (-1: all), ``data.train_max_samples``: a random subset drawn with
+            ``data.seed`` when ``data.shuffle``, else the first rows (upstream verl's rule).
         processor: the multi-modal processor of a vision-language model (``hf_processor``) or None. With one,
             rows with images (``data.image_key``) or videos (``data.video_key``) go through
             ``processor.apply_chat_template`` and ``processor`` (which expands each image's or video's placeholder
@@ -123,6 +126,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         tokenizer: Any,
         config: DataConfig | Mapping[str, Any] | None,
         processor: Any = None,
+        max_samples: int = -1,
     ) -> None:
         if isinstance(data_files, str):
             data_files = [data_files]
@@ -148,8 +152,8 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.return_multi_modal_inputs: bool = config.return_multi_modal_inputs
         self.min_pixels: int | None = config.min_pixels
         self.max_pixels: int | None = config.max_pixels
-        max_samples = config.get("max_samples")  # not a data key: main_eval's cap (absent: every row)
-        self.max_samples: int = -1 if max_samples is None else int(max_samples)
+        eval_cap = config.get("max_samples")  # not a data key: main_eval's cap (absent: every row)
+        self.max_samples: int = -1 if eval_cap is None else int(eval_cap)
         if self.max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be > 0, got {self.max_prompt_length}")
         if self.video_max_frames < 1:
@@ -172,6 +176,14 @@ class RLHFDataset(torch.utils.data.Dataset):
             origins.extend((path, i) for i in range(len(file_rows)))
         if 0 < self.max_samples < len(rows):
             rows, origins = rows[: self.max_samples], origins[: self.max_samples]
+        if 0 < int(max_samples) < len(rows):
+            # data.train_max_samples (upstream's rule): a subset drawn with data.seed when the data is shuffled,
+            # else the first rows; kept in file order (the sampler shuffles)
+            if config.shuffle:
+                keep = np.sort(np.random.default_rng(int(config.seed)).choice(len(rows), int(max_samples), False))
+            else:
+                keep = np.arange(int(max_samples))
+            rows, origins = [rows[i] for i in keep], [origins[i] for i in keep]
 
         # Rows certainly over the limit are found from their character count alone and never tokenised: a 20 MB
         # prompt would otherwise cost gigabytes of token lists before the length filter drops it.

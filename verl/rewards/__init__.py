@@ -171,3 +171,13 @@ __all__ = [
     "_default_compute_score",
     "default_compute_score",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # upstream v0.9 renamed its math.py to math_reward.py: `from verl.utils.reward_score import math_reward` (the
+    # import path verl/utils/_moved.py serves) is this package's math module
+    if name == "math_reward":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.math")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,6 +40,30 @@ def last_boxed_content(text: str) -> str | None:
     return None
 
 
+def last_boxed_only_string(text: str) -> str | None:
+    """The last ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed <token>``) of ``text`` with its command, e.g.
+    ``"\\boxed{42}"``; None if there is none (upstream verl's ``math_reward.last_boxed_only_string``)."""
+    content = last_boxed_content(text)
+    if content is None:
+        return None
+    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    cmd = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
+    if text.startswith(cmd + " ", start):
+        return f"{cmd} {content}"
+    return f"{cmd}{{{content}}}"
+
+
+def remove_boxed(boxed: str) -> str:
+    """``"\\boxed{42}"`` -> ``"42"`` (also ``\\fbox{...}`` and ``"\\boxed 42"``): the inverse of
+    :func:`last_boxed_only_string` (upstream's ``math_reward.remove_boxed``). Raises ValueError for anything else."""
+    for cmd in _BOX_COMMANDS:
+        if boxed.startswith(cmd + " "):
+            return boxed[len(cmd) + 1 :]
+        if boxed.startswith(cmd + "{") and boxed.endswith("}"):
+            return boxed[len(cmd) + 1 : -1]
+    raise ValueError(f"remove_boxed: {boxed[:80]!r} is not a \\boxed{{...}} expression")
+
+
 def _fix_fracs(s: str) -> str:
     """``\\frac12`` -> ``\\frac{1}{2}``, ``\\frac1{2}`` -> ``\\frac{1}{2}``."""
     parts = s.split("\\frac")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from verl.base_config import BaseConfig
+from verl.base_config import BaseConfig, dict_field
 
 # upstream v0.9's fsdp_config.model_dtype spellings: fp32 keeps fp32 parameters (ours always); bf16 makes FSDP2
 # gather the parameters in bf16 for compute (MixedPrecisionPolicy), the sharded master copy staying fp32
@@ -30,6 +30,7 @@ class FSDPConfig(BaseConfig):
     model_dtype: ModelDType = "fp32"
     use_orig_params: bool = False  # FSDP1 flag; FSDP2 always exposes the original parameters
     ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size} (one setting, two names)
+    qat: dict[str, Any] = dict_field()  # upstream v0.9's quantization-aware training: enable=true is refused
 
 
 @dataclass
@@ -45,3 +46,4 @@ class RefFSDPConfig(BaseConfig):
     model_dtype: ModelDType = "fp32"
     use_orig_params: bool = False
     ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size}
+    qat: dict[str, Any] = dict_field()

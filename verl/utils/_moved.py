@@ -35,6 +35,7 @@ MOVED: dict[str, str] = {
     "verl.utils.checkpoint": "verl.checkpoint",
     "verl.utils.dataset.arithmetic": "verl.data.arithmetic_task",
     "verl.utils.dataset": "verl.data",
+    "verl.utils.reward_score.math_reward": "verl.rewards.math",  # upstream v0.9's name of math.py
     "verl.utils.reward_score": "verl.rewards",
     "verl.utils.tracking": "verl.reporting",
     "verl.utils.metric": "verl.reporting.metric",

@@ -57,6 +57,21 @@ def test_data_part_refuses_a_batch_larger_than_the_data() -> None:
         data.create_dataloaders()
 
 
+def test_data_part_draws_generation_batches_of_gen_batch_size() -> None:
+    """data.gen_batch_size (DAPO's generation round) sizes the loader's batches and the step count; the training
+    batch (train_batch_size groups) is cut from them by dynamic sampling."""
+    from verl.trainer.config.validation import ConfigError
+
+    one_epoch = TrainerConfig(total_epochs=1, total_training_steps=None)
+    data = DriverData(DataConfig(train_batch_size=2, gen_batch_size=3, shuffle=False), one_epoch, _Rows(7))
+    data.create_dataloaders()
+    assert data.total_training_steps == 2  # 7 rows // 3 a round, one epoch
+    assert data.next_batch().batch["input_ids"][:, 0].tolist() == [0, 1, 2]
+    small = DriverData(DataConfig(train_batch_size=2, gen_batch_size=8), TrainerConfig(), _Rows(7))
+    with pytest.raises(ConfigError, match="data.gen_batch_size=8 is larger than the training set"):
+        small.create_dataloaders()
+
+
 def test_balance_batch_gives_each_rank_a_similar_token_count() -> None:
     lengths = [8, 1, 8, 1]
     mask = torch.stack([torch.cat([torch.ones(n), torch.zeros(8 - n)]) for n in lengths]).long()

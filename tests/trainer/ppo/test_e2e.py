@@ -137,6 +137,7 @@ ALGORITHMS = {
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.metric=acc",
         "algorithm.filter_groups.max_num_gen_batches=4",
+        "data.gen_batch_size=2",  # rounds of 2 prompts until train_batch_size=4 groups are kept (or 4 rounds)
         "trainer.total_epochs=4",
     ],
     "grpo_kl_in_reward": ["algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=true"],
@@ -159,7 +160,7 @@ def test_algorithm_runs_two_steps_with_finite_metrics(
         # no division by the group std: advantages are differences of scores in [0, 1]
         assert -1.0 <= last["critic/advantages/min"] <= last["critic/advantages/max"] <= 1.0
     if name == "dapo":
-        assert last["train/num_gen_batches"] >= 1
+        assert last["train/num_gen_batches"] >= 2  # rounds of data.gen_batch_size=2 prompts for 4 groups
         assert last["train/num_kept_groups"] >= 1
         # scores are in [0, 1]; only the overlong penalty (-1 for a full 2-token response here) makes them negative
         assert last["critic/score/min"] < 0

@@ -22,9 +22,13 @@ _NOT_PROVIDED = {
 
 def __getattr__(name: str) -> Any:
     if name in _NOT_PROVIDED:
+        from verl.utils.config import RECIPE_MAIN_HINT
+
+        # verl-recipe's DAPO entry point imports migrate_legacy_reward_impl first: say how that recipe runs here
+        hint = f"; {RECIPE_MAIN_HINT}" if name == "migrate_legacy_reward_impl" else ""
         raise ImportError(
             f"verl.experimental.reward_loop.{name}: {_NOT_PROVIDED[name]} are not provided here; the trainer scores "
             "each batch with reward_model.reward_manager (naive|batch|dapo|prime|judge), and the reward-loop "
-            "managers of verl.experimental.reward_loop.reward_manager score single samples asynchronously"
+            f"managers of verl.experimental.reward_loop.reward_manager score single samples asynchronously{hint}"
         )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

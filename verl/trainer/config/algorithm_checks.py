@@ -155,3 +155,31 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
                 f"algorithm.gdpo_reward_weights has {len(weights)} entries for {len(keys)} gdpo_reward_keys: give one "
                 "weight per key (or leave it out: all 1)"
             )
+
+
+def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
+    """DAPO's dynamic sampling (``algorithm.filter_groups``) and its generation batch (``data.gen_batch_size``):
+    a metric to filter on when enabled, and a generation batch different from the training batch only with it (the
+    loader yields ``gen_batch_size`` prompts; without filtering nothing would trim them to ``train_batch_size``)."""
+    fg = cfg.algorithm.filter_groups
+    if fg.enable and not fg.metric:
+        errors.append(
+            "algorithm.filter_groups.metric is null: dynamic sampling keeps the groups whose metric varies; name it "
+            "(acc, score, seq_reward, seq_final_reward or a key of the reward function's dict)"
+        )
+    gen = cfg.data.get("gen_batch_size")
+    if gen is None:
+        return
+    train = int(cfg.data.train_batch_size)
+    if int(gen) < 1:
+        errors.append(f"data.gen_batch_size={gen} must be >= 1 (or null: data.train_batch_size)")
+    elif int(gen) != train and not fg.enable:
+        mode = (cfg.get("async_training") or {}).get("mode")
+        why = (
+            f"async_training.mode={mode} requests whole batches of data.train_batch_size prompts here (upstream's "
+            "fully asynchronous trainer streams them one at a time with gen_batch_size=1)"
+            if mode
+            else "a generation batch other than the training batch is drawn only by dynamic sampling "
+            "(algorithm.filter_groups.enable=true), which keeps data.train_batch_size groups out of it"
+        )
+        errors.append(f"data.gen_batch_size={gen} with data.train_batch_size={train}: {why}; drop it")

@@ -180,6 +180,7 @@ def build_config(
     user_keys = {rename_aliased_key(k, aliases) for k in composed.user_keys}
     user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
     added = apply_overrides(cfg, parsed)
+    drop_upstream_targets(cfg)
     _resolve_and_validate(cfg, schema, user_keys, added)
     return BuiltConfig(cfg, composed.hydra, composed.demo_applied, user_keys)
 
@@ -211,6 +212,27 @@ def _resolve_and_validate(cfg: DictConfig, schema: type | None, user_keys: set[s
         adapt(cfg, user_keys)
     if schema is not None:
         validate_config(cfg, schema, extra_keys=added)
+
+
+def drop_upstream_targets(cfg: DictConfig, path: str = "") -> None:
+    """Remove, in place, every ``_target_`` key naming one of upstream verl's config classes
+    (``verl.trainer.config.FilterGroupsConfig``, ...), as recipe YAMLs written for verl v0.9 carry them: each section
+    here is typed by this project's schema, so the class is already decided. A ``_target_`` naming anything else
+    (a class of the user's) would not be instantiated: that is a :class:`ConfigError` naming the key."""
+    for key in list(cfg.keys()):
+        child = cfg._get_node(key)
+        where = f"{path}{key}"
+        if key == "_target_":
+            value = child._value() if child is not None else None
+            if isinstance(value, str) and value.startswith("verl."):
+                del cfg[key]
+                continue
+            raise ConfigError(
+                f"{where}={value}: sections here are typed by this project's schema and no class is instantiated "
+                "from the config; remove it (a class of your own goes through the documented extension keys)"
+            )
+        if isinstance(child, DictConfig):
+            drop_upstream_targets(child, f"{where}.")
 
 
 def peek_hydra_section(config_file: str | None) -> Any:

@@ -156,7 +156,14 @@ def _alias_overrides(overrides: list[str] | list[Override], aliases: dict[str, s
     parsed = [item if isinstance(item, Override) else parse_override(item) for item in overrides]
     if not aliases:
         return parsed
-    return [Override(ov.op, rename_aliased_key(ov.key, aliases), ov.value, ov.text) for ov in parsed]
+    renamed = []
+    for ov in parsed:
+        key = rename_aliased_key(ov.key, aliases)
+        # `+` added the key where the alias is a free-form mapping (+reward_model.reward_kwargs.overlong_buffer_cfg.
+        # enable=true); at the canonical key it may already exist: set it, or add it when it does not
+        op: OverrideOp = "force_add" if ov.op == "add" and key != ov.key else ov.op
+        renamed.append(Override(op, key, ov.value, ov.text))
+    return renamed
 
 
 def _alias_user_yaml(user: DictConfig, aliases: dict[str, str]) -> DictConfig:

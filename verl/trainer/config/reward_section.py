@@ -39,6 +39,7 @@ REWARD_KEY_PAIRS: tuple[tuple[str, str], ...] = (
     ("reward.sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
     ("reward.sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
     ("reward.sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
+    ("reward.reward_kwargs", "reward_model.reward_kwargs"),
 )
 
 REWARD_POOL = "reward_pool"

@@ -201,6 +201,12 @@ class PPOConfig(BaseConfig):
     key_aliases: ClassVar[dict[str, str]] = {
         "critic.model.fsdp_config": "critic.fsdp_config",
         "critic.fsdp": "critic.fsdp_config",  # upstream v0.9's name of the critic's engine section
+        # DAPO's overlong penalty as its reward manager's constructor argument (v0.9 recipes; verl's older keys)
+        "reward.reward_kwargs.overlong_buffer_cfg": "reward_model.overlong_buffer",
+        "reward_model.reward_kwargs.overlong_buffer_cfg": "reward_model.overlong_buffer",
+        # upstream v0.9's optimizer section names the clipping norm clip_grad; the worker's key is grad_clip
+        "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
+        "critic.optim.clip_grad": "critic.grad_clip",
         # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
         **{
             f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"

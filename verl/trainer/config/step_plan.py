@@ -127,6 +127,19 @@ def step_plan(cfg: DictConfig) -> list[PlanRow]:
             f"/ actor ulysses_sequence_parallel_size {actor_sp}",
         ),
     ]
+    if cfg.algorithm.filter_groups.enable:
+        gen = int(data.gen_batch_size) if data.get("gen_batch_size") is not None else prompts
+        max_gen = int(cfg.algorithm.filter_groups.max_num_gen_batches)
+        rounds = f"at most {max_gen} rounds" if max_gen > 0 else "no round limit"
+        rows.insert(
+            1,
+            PlanRow(
+                "prompts per generation round",
+                gen,
+                f"data.gen_batch_size; rounds until data.train_batch_size groups with varied "
+                f"{cfg.algorithm.filter_groups.metric} are kept, {rounds} (filter_groups.max_num_gen_batches)",
+            ),
+        )
     forward_seqs = prompts * n // dp
     if not runs_old_log_prob_pass(cfg):
         why = (

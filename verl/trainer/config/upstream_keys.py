@@ -139,6 +139,17 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
             f"actor_rollout_ref.ref.strategy={ref_strategy!r} is not implemented (the reference is FSDP2, like the "
             f"actor); use one of {', '.join(IMPLEMENTED_STRATEGIES)}"
         )
+    for path, section in (
+        ("actor_rollout_ref.actor", arr.actor),
+        ("actor_rollout_ref.ref", arr.ref),
+        ("critic", cfg.critic),
+    ):
+        qat = section.fsdp_config.get("qat") or {}
+        if qat.get("enable"):
+            errors.append(
+                f"{path}.fsdp_config.qat.enable=true: quantization-aware training (upstream's NVFP4 fake quantization) "
+                "is not implemented here; train without it (bf16 or fp32) and quantize the exported model"
+            )
     from verl.trainer.config.profiler_checks import check_profiler
 
     check_profiler(cfg, errors)

@@ -143,6 +143,7 @@ class RewardSectionConfig(BaseConfig):
     reward_manager: RewardManagerSectionConfig = field(default_factory=RewardManagerSectionConfig)
     reward_model: RewardModelSectionConfig = field(default_factory=RewardModelSectionConfig)
     sandbox_fusion: RewardSandboxFusionConfig = field(default_factory=RewardSandboxFusionConfig)
+    reward_kwargs: dict[str, Any] = dict_field()  # = reward_model.reward_kwargs (the manager's constructor args)
 
 
 # -------------------------------------------------------------------------------------------------------- skip

@@ -29,6 +29,16 @@ __all__ = ["DriverData", "balance_batch", "collect_varied_groups"]
 logger = logging.getLogger(__name__)
 
 
+def loader_batch_size(data_cfg: Any) -> tuple[int, str]:
+    """Prompts the training loader yields per batch and the key that sets it: ``data.gen_batch_size`` when set (the
+    generation round of DAPO's dynamic sampling, which keeps ``data.train_batch_size`` groups out of one or more
+    rounds), else ``data.train_batch_size``."""
+    gen = data_cfg.get("gen_batch_size") if hasattr(data_cfg, "get") else getattr(data_cfg, "gen_batch_size", None)
+    if gen is not None:
+        return int(gen), "data.gen_batch_size"
+    return int(data_cfg.train_batch_size), "data.train_batch_size"
+
+
 class DriverData:
     """The PPO driver's datasets, loaders, data position and ledger.
 
@@ -76,12 +86,12 @@ class DriverData:
         self.train_sampler = train_sampler if train_sampler is not None else self.train_sampler
         if self.train_dataset is None:
             raise ValueError("create_dataloaders needs a training set (train_dataset)")
-        batch_size = int(self.data_cfg.train_batch_size)
+        batch_size, batch_key = loader_batch_size(self.data_cfg)
         collate = self.collate_fn or default_collate
         if len(self.train_dataset) < batch_size:
             # a config problem only visible once the data is loaded: ConfigError makes main_ppo exit with code 2
             raise ConfigError(
-                f"data.train_batch_size={batch_size} is larger than the training set "
+                f"{batch_key}={batch_size} is larger than the training set "
                 f"({len(self.train_dataset)} rows after filtering): no full batch can be formed"
             )
         # data.dataloader_num_workers: worker processes that read and collate batches ahead of the trainer

@@ -259,10 +259,13 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
         if not rm_cfg.judge.rule_weight and rm_cfg.num_workers is None:
             # no rule reward is computed: no reward worker processes to start (the judge has its own limits)
             kwargs.update(num_workers=0, timeout_s=None, batch_timeout_s=None)
-    # reward_model.reward_kwargs (verl: +reward_model.reward_kwargs.overlong_buffer_cfg.enable=true,
-    # +reward_model.reward_kwargs.max_resp_len=...), then the caller's; a mapping is merged key by key
+    # reward_model.reward_kwargs (= reward.reward_kwargs; e.g. max_resp_len=...; overlong_buffer_cfg is aliased to
+    # reward_model.overlong_buffer by the config), then the caller's; a mapping is merged key by key, and a null
+    # (DAPO recipe YAMLs ship max_resp_len: null) leaves the value taken from the config (data.max_response_length)
     for extra in (_plain(rm_cfg.reward_kwargs or {}), reward_kwargs):
         for key, value in dict(extra).items():
+            if value is None and kwargs.get(key) is not None:
+                continue
             if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
                 value = {**kwargs[key], **value}
             kwargs[key] = value

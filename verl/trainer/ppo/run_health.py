@@ -163,13 +163,16 @@ def check_trained_steps(trainer: Any) -> None:
     if start >= total:
         why = f"the resumed checkpoint is already step {start} of trainer.total_training_steps={total}"
     else:
-        bs, epochs = int(trainer.config.data.train_batch_size), int(cfg.total_epochs)
+        from verl.trainer.ppo.driver_data import loader_batch_size
+
+        bs, bs_key = loader_batch_size(trainer.config.data)
+        epochs = int(cfg.total_epochs)
         per_epoch = len(trainer.train_dataloader) if trainer.train_dataloader is not None else rows // max(bs, 1)
         per_step = trainer.ledger_batches_per_step() or 1
         consumed = int(trainer.data.ledger.batches)
         # the arithmetic: how many batches the data holds, how many a step takes, how many the run already had
         why = (
-            f"the training data ran out before step {start + 1}: {rows} rows // data.train_batch_size={bs} = "
+            f"the training data ran out before step {start + 1}: {rows} rows // {bs_key}={bs} = "
             f"{per_epoch} batches an epoch x trainer.total_epochs={epochs} = {per_epoch * epochs} batches, "
             f"{per_step} a step = {per_epoch * epochs // per_step} steps in all; "
             f"{consumed} batches were consumed by step {start}, {max(per_epoch * epochs - consumed, 0)} are left "

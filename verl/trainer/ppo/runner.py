@@ -102,7 +102,8 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
     ``data.custom_cls.path`` / ``.name``, built as ``cls(data_files=..., tokenizer=..., processor=..., config=...)``.
 
     A custom class must subclass ``torch.utils.data.Dataset`` (TypeError naming it otherwise). ``is_train`` names the
-    config key (``data.train_files`` / ``data.val_files``) in the error raised for a file that cannot be used.
+    config key (``data.train_files`` / ``data.val_files``) in the error raised for a file that cannot be used, and
+    passes ``data.train_max_samples`` (when > 0) as the class's ``max_samples`` argument, as upstream does.
     """
     import torch.utils.data
 
@@ -124,8 +125,22 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
                 f"The custom dataset class '{custom.get('name')}' from '{custom.get('path')}' must inherit from "
                 "torch.utils.data.Dataset"
             )
+    kwargs: dict[str, Any] = {}
+    max_samples = int(data_config.get("train_max_samples", -1) or -1) if is_train else -1
+    if max_samples > 0:  # data.train_max_samples (upstream passes it to the dataset class as max_samples)
+        import inspect
+
+        params = inspect.signature(dataset_cls).parameters
+        if "max_samples" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise ConfigError(
+                f"data.train_max_samples={max_samples}: the dataset class {dataset_cls.__name__} takes no "
+                "max_samples argument; add one to it or drop the key"
+            )
+        kwargs["max_samples"] = max_samples
     try:
-        return dataset_cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)
+        return dataset_cls(
+            data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config, **kwargs
+        )
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError) as e:
