@@ -81,7 +81,7 @@ def test_console_backend_compact_line(capsys) -> None:
 
 
 def test_unknown_backend_lists_supported() -> None:
-    with pytest.raises(ValueError, match=r"'nope'.*console, file, tensorboard, wandb, mlflow"):
+    with pytest.raises(ValueError, match=r"'nope'.*console, file, tensorboard, wandb, mlflow, swanlab"):
         Tracking("p", "e", ["console", "nope"])
 
 
@@ -133,11 +133,97 @@ def test_wandb_mode_env_respected(tmp_path, monkeypatch) -> None:
     assert "mode" not in calls[0][1]
 
 
-@pytest.mark.parametrize("name", ["wandb", "mlflow"])
+@pytest.mark.parametrize("name", ["wandb", "mlflow", "swanlab"])
 def test_missing_optional_backend_clear_error(tmp_path, monkeypatch, name: str) -> None:
     monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
-    with pytest.raises(ImportError, match=f"'{name}' but the {name} package is not installed"):
+    with pytest.raises(ImportError, match=f"'{name}' but the {name} package is not installed: pip install") as err:
         Tracking("p", "e", ["file", name], log_dir=str(tmp_path))
+    assert "\n" not in str(err.value) and f"drop '{name}' from trainer.logger" in str(err.value)
+    if name == "swanlab":
+        assert "pip install swanlab" in str(err.value)
+
+
+class _FakeText:
+    def __init__(self, content, caption=None):
+        self.content, self.caption = content, caption
+
+
+def _fake_swanlab(calls: list) -> types.ModuleType:
+    mod = types.ModuleType("swanlab")
+    mod.login = lambda api_key: calls.append(("login", api_key))
+    mod.init = lambda **kw: calls.append(("init", kw)) or object()
+    mod.log = lambda data, step: calls.append(("log", dict(data), step))
+    mod.finish = lambda: calls.append(("finish",))
+    mod.Text = _FakeText
+    return mod
+
+
+def _clear_swanlab_env(monkeypatch) -> None:
+    for var in ("SWANLAB_MODE", "SWANLAB_LOG_DIR", "SWANLAB_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_swanlab_backend_offline_under_log_dir(tmp_path, monkeypatch) -> None:
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "swanlab", _fake_swanlab(calls))
+    _clear_swanlab_env(monkeypatch)
+    tracker = Tracking("proj", "exp", ["file", "swanlab"], config={"lr": 0.1, "a": {"b": 2}}, log_dir=str(tmp_path))
+    tracker.log({"critic/score/mean": torch.tensor(0.5), "count": np.int64(3), "val-core/x@2": float("nan")}, step=7)
+    tracker.log_generations([{"input": "q1", "output": "a1", "score": 1.0}], step=7)
+    tracker.finish()
+    assert [c[0] for c in calls] == ["init", "log", "log", "finish"]  # no login without a key
+    init = calls[0][1]
+    assert init["project"] == "proj" and init["experiment_name"] == "exp" and init["mode"] == "offline"
+    assert init["config"] == {"FRAMEWORK": "verl", "lr": 0.1, "a": {"b": 2}}
+    assert init["logdir"] == str(tmp_path / "swanlog") and os.path.isdir(init["logdir"])
+    assert "group" not in init
+    _, logged, step = calls[1]
+    assert step == 7 and logged["critic/score/mean"] == 0.5 and logged["count"] == 3
+    assert isinstance(logged["count"], int) and math.isnan(logged["val-core/x@2"])
+    _, generations, gen_step = calls[2]
+    (text,) = generations["val/generations"]
+    assert gen_step == 7 and text.caption == "sample 0"
+    assert "input: q1" in text.content and "output: a1" in text.content and "score: 1.0" in text.content
+    # the file backend logged the same step alongside
+    assert _read_jsonl(str(tmp_path / "metrics.jsonl"))[0]["step"] == 7
+
+
+def test_swanlab_backend_env_namespace_and_login(tmp_path, monkeypatch) -> None:
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "swanlab", _fake_swanlab(calls))
+    _clear_swanlab_env(monkeypatch)
+    monkeypatch.setenv("SWANLAB_MODE", "cloud")
+    monkeypatch.setenv("SWANLAB_API_KEY", "k-123")
+    monkeypatch.setenv("SWANLAB_LOG_DIR", str(tmp_path / "elsewhere"))
+    Tracking("proj", "exp", ["swanlab"], log_dir=str(tmp_path / "logs"), namespace="team-a").finish()
+    assert calls[0] == ("login", "k-123")
+    init = calls[1][1]
+    assert init["mode"] == "cloud" and init["group"] == "team-a" and init["config"] == {"FRAMEWORK": "verl"}
+    assert init["logdir"] == str(tmp_path / "elsewhere")
+    assert calls[2] == ("finish",)
+    # a key but no cloud mode: nothing to log in to
+    calls.clear()
+    monkeypatch.setenv("SWANLAB_MODE", "local")
+    monkeypatch.delenv("SWANLAB_LOG_DIR")
+    Tracking("proj", "exp", ["swanlab"], log_dir=str(tmp_path / "logs"), namespace="team-a").finish()
+    assert [c[0] for c in calls] == ["init", "finish"]
+    assert calls[0][1]["mode"] == "local" and calls[0][1]["logdir"] == str(tmp_path / "logs" / "team-a" / "swanlog")
+
+
+def test_swanlab_is_a_known_trainer_logger() -> None:
+    """The PPO config checks (BACKENDS) take ``swanlab`` and suggest it for a near miss; the offline trainers'
+    configs keep the list for their Tracking, which checks against the same BACKENDS."""
+    from verl.reporting import SUPPORTED_BACKENDS
+    from verl.trainer.config import ConfigError, load_config
+    from verl.trainer.config.offline_schema import DPOConfig, KTOConfig, SFTConfig
+
+    assert "swanlab" in SUPPORTED_BACKENDS
+    assert load_config(["trainer.logger=[console,swanlab]"]).trainer.logger == ["console", "swanlab"]
+    with pytest.raises(ConfigError, match=r"unknown backend 'swanlabs'; supported: .*mlflow, swanlab; did you mean"):
+        load_config(["trainer.logger=[console,swanlabs]"])
+    for schema in (SFTConfig, DPOConfig, KTOConfig):
+        cfg = load_config(["trainer.logger=[console,swanlab]"], config_name=schema.config_name, schema=schema)
+        assert list(cfg.trainer.logger) == ["console", "swanlab"]
 
 
 def test_mlflow_backend_local_store(tmp_path, monkeypatch) -> None:
@@ -333,3 +419,27 @@ def test_validation_generations_logger_wandb_and_trackio(monkeypatch) -> None:
     assert data == [[1, "q1", "a1", 1.0, None, None, None], [2, "q2", "a2", 0.0, "q3", "a3", 0.5]]
     (step, [(messages, metadata)]) = traces[0]
     assert step == 1 and messages[1] == {"role": "assistant", "content": "a1"} and metadata["score"] == 1.0
+
+
+@pytest.mark.parametrize("api", ["has_run", "get_run"])
+def test_validation_generations_logger_swanlab(monkeypatch, api: str) -> None:
+    """One swanlab.Text per sample while a run is active (newer swanlab: has_run(); older: get_run() or None)."""
+    from verl.reporting import ValidationGenerationsLogger
+
+    calls: list = []
+    swanlab = _fake_swanlab(calls)
+    active = {"run": None}
+    if api == "has_run":
+        swanlab.has_run = lambda: active["run"] is not None
+    else:
+        swanlab.get_run = lambda: active["run"]
+    monkeypatch.setitem(sys.modules, "swanlab", swanlab)
+    gen_logger = ValidationGenerationsLogger()
+    gen_logger.log(["swanlab"], [["q1", "a1", 1.0]], step=1)  # no active run: nothing
+    assert calls == []
+    active["run"] = object()
+    gen_logger.log(["console", "swanlab"], [["q1", "a1", 1.0], ["q2", "a2", 0.0]], step=2)
+    ((kind, data, step),) = calls
+    texts = data["val/generations"]
+    assert kind == "log" and step == 2 and [t.caption for t in texts] == ["sample 0", "sample 1"]
+    assert "input: q2" in texts[1].content and "output: a2" in texts[1].content and "score: 0.0" in texts[1].content

@@ -1,12 +1,12 @@
-"""Reporting: one ``Tracking.log(metrics, step)`` fans out to console, JSONL file, TensorBoard, W&B, MLflow.
+"""Reporting: one ``Tracking.log(metrics, step)`` fans out to console, JSONL file, TensorBoard, W&B, MLflow, SwanLab.
 
 The room of everything that watches a run, behind this one interface:
 
 - :mod:`~verl.reporting.backends`: the backends (``trainer.logger``), one class each;
 - :mod:`~verl.reporting.values`: metric values as plain numbers (:func:`to_scalar`);
 - :mod:`~verl.reporting.progress`: the tqdm :class:`ProgressBar` fed with the same metrics dict;
-- :mod:`~verl.reporting.tables`: verl's W&B / MLflow / trackio table loggers (``DapoFilteredRewardTableLogger``,
-  ``ValidationGenerationsLogger``);
+- :mod:`~verl.reporting.tables`: verl's W&B / MLflow / SwanLab / trackio table loggers
+  (``DapoFilteredRewardTableLogger``, ``ValidationGenerationsLogger``);
 - :mod:`~verl.reporting.rollout_dump`: :func:`dump_rollout_jsonl`, the ``trainer.rollout_data_dir`` /
   ``trainer.validation_data_dir`` sample dumps;
 - :mod:`~verl.reporting.plotting`: the panels of a run's ``metrics.jsonl`` (``metrics.png``, the report's
@@ -18,8 +18,8 @@ The room of everything that watches a run, behind this one interface:
 verl's ``verl.utils.tracking`` is this package.
 
 Metric values may be Python ints/floats/bools, 0-d (or one-element) torch tensors, numpy scalars or 0-d arrays.
-Non-finite values (NaN, +-inf) are kept as floats for console/TensorBoard/W&B/MLflow; the JSONL file stays strict
-JSON, so there they are written as ``null`` and their kind is recorded next to the metrics in
+Non-finite values (NaN, +-inf) are kept as floats for console/TensorBoard/W&B/MLflow/SwanLab; the JSONL file stays
+strict JSON, so there they are written as ``null`` and their kind is recorded next to the metrics in
 ``"nonfinite": {"key": "nan" | "inf" | "-inf"}``.
 """
 
@@ -36,6 +36,7 @@ from verl.reporting.backends import (
     ConsoleBackend,
     FileBackend,
     MlflowBackend,
+    SwanlabBackend,
     TensorboardBackend,
     WandbBackend,
 )
@@ -66,11 +67,11 @@ class Tracking:
     """Log a metrics dict per step to several backends at once (verl's ``Tracking``).
 
     Args:
-        project_name: project (W&B project, MLflow experiment).
+        project_name: project (W&B / SwanLab project, MLflow experiment).
         experiment_name: run name.
         default_backend: one backend name or a list of them, from :data:`SUPPORTED_BACKENDS`.
         config: the run config (DictConfig, dataclass or dict), stored with the run where the backend allows.
-        log_dir: directory for ``metrics.jsonl``, ``tensorboard/``, ``wandb/``, ``mlruns/``
+        log_dir: directory for ``metrics.jsonl``, ``tensorboard/``, ``wandb/``, ``mlruns/``, ``swanlog/``
             (default ``outputs/<project>/<experiment>/logs``).
         namespace: if set, everything is written under ``<log_dir>/<namespace>``; metric keys are untouched.
         keep_through_step: the step a run starts after (the resumed step, -1 for a fresh run): rows of later steps
@@ -127,6 +128,8 @@ class Tracking:
             return TensorboardBackend(self.log_dir, config)
         if name == "wandb":
             return WandbBackend(self.project_name, self.experiment_name, self.log_dir, config, self.namespace)
+        if name == "swanlab":
+            return SwanlabBackend(self.project_name, self.experiment_name, self.log_dir, config, self.namespace)
         return MlflowBackend(self.project_name, self.experiment_name, self.log_dir, config, self.namespace)
 
     @property
@@ -149,7 +152,8 @@ class Tracking:
     def log_generations(self, rows: Sequence[Mapping[str, Any]], step: int) -> None:
         """Log validation generations as a table (``trainer.log_val_generations``): each row has ``input``,
         ``output`` and ``score``. Console: printed; file: ``val_generations.jsonl``; tensorboard: a markdown text
-        table; wandb: a ``wandb.Table``; mlflow: a JSON table artifact. All under the name ``val/generations``."""
+        table; wandb: a ``wandb.Table``; mlflow: a JSON table artifact; swanlab: one ``swanlab.Text`` per row. All under
+        the name ``val/generations``."""
         if not isinstance(step, numbers.Integral):
             raise ValueError(f"Tracking.log_generations: step must be an int, got {type(step).__name__}: {step!r}")
         clean = []

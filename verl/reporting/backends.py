@@ -1,9 +1,9 @@
-"""The backends behind :class:`~verl.reporting.Tracking`: console, JSONL file, TensorBoard, W&B, MLflow.
+"""The backends behind :class:`~verl.reporting.Tracking`: console, JSONL file, TensorBoard, W&B, MLflow, SwanLab.
 
 Each backend has ``log(scalars, step)``, ``log_generations(rows, step)`` and ``finish()``; the values it gets are
 already plain numbers (:func:`~verl.reporting.values.to_scalar`). Non-finite values (NaN, +-inf) are kept as
-floats for console/TensorBoard/W&B/MLflow; the JSONL file stays strict JSON, so there they are written as ``null``
-and their kind is recorded next to the metrics in ``"nonfinite": {"key": "nan" | "inf" | "-inf"}``.
+floats for console/TensorBoard/W&B/MLflow/SwanLab; the JSONL file stays strict JSON, so there they are written as
+``null`` and their kind is recorded next to the metrics in ``"nonfinite": {"key": "nan" | "inf" | "-inf"}``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verl.reporting.values import fmt
@@ -25,9 +25,11 @@ __all__ = [
     "ConsoleBackend",
     "FileBackend",
     "MlflowBackend",
+    "SwanlabBackend",
     "TensorboardBackend",
     "WandbBackend",
     "drop_rows_after",
+    "swanlab_texts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -300,6 +302,69 @@ class MlflowBackend:
         self.mlflow.end_run()
 
 
+def swanlab_texts(swanlab: Any, samples: Sequence[tuple[Any, Any, Any]]) -> list[Any]:
+    """Validation samples ``(input, output, score)`` as SwanLab shows them: one ``swanlab.Text`` each, holding the
+    three parts, captioned ``sample <i>``."""
+    texts = []
+    for i, (prompt, output, score) in enumerate(samples):
+        body = f"input: {prompt}\n\n---\n\noutput: {output}\n\n---\n\nscore: {score}"
+        texts.append(swanlab.Text(body, caption=f"sample {i}"))
+    return texts
+
+
+# SwanLab modes that talk to the SwanLab cloud; only these log in with SWANLAB_API_KEY ("online" is newer swanlab's
+# name for "cloud")
+_SWANLAB_CLOUD_MODES = ("cloud", "online")
+
+
+class SwanlabBackend:
+    """SwanLab; offline (files under ``<log_dir>/swanlog``, for ``swanlab sync``) unless ``SWANLAB_MODE`` is set.
+
+    Environment: ``SWANLAB_MODE`` (``cloud``, ``local``, ``offline``, ``disabled``), ``SWANLAB_LOG_DIR`` (instead
+    of ``<log_dir>/swanlog``), ``SWANLAB_API_KEY`` (``swanlab.login`` with it before a ``cloud`` run).
+    """
+
+    def __init__(
+        self, project: str, experiment: str, log_dir: str, config: dict[str, Any] | None, namespace: str | None
+    ) -> None:
+        try:
+            import swanlab
+        except ImportError as e:
+            raise ImportError(
+                "trainer.logger includes 'swanlab' but the swanlab package is not installed: pip install swanlab "
+                "(or pip install 'verl[swanlab]') or drop 'swanlab' from trainer.logger"
+            ) from e
+        self.swanlab = swanlab
+        mode = os.environ.get("SWANLAB_MODE") or "offline"
+        self.dir = os.environ.get("SWANLAB_LOG_DIR") or os.path.join(log_dir, "swanlog")
+        makedirs(self.dir)
+        api_key = os.environ.get("SWANLAB_API_KEY")
+        if api_key and mode in _SWANLAB_CLOUD_MODES:
+            swanlab.login(api_key)
+        # experiment_name / logdir / mode "cloud": the names every swanlab since 0.7 accepts (newer ones map them)
+        kwargs: dict[str, Any] = dict(
+            project=project,
+            experiment_name=experiment,
+            config={"FRAMEWORK": "verl", **(config or {})},
+            logdir=self.dir,
+            mode=mode,
+        )
+        if namespace:
+            kwargs["group"] = namespace
+        self.run = swanlab.init(**kwargs)
+
+    def log(self, data: dict[str, int | float], step: int) -> None:
+        self.swanlab.log(data=data, step=step)
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """One ``swanlab.Text`` per row (input, output and score in it) under ``val/generations``."""
+        texts = swanlab_texts(self.swanlab, [(r["input"], r["output"], r["score"]) for r in rows])
+        self.swanlab.log(data={"val/generations": texts}, step=step)
+
+    def finish(self) -> None:
+        self.swanlab.finish()
+
+
 # backend name (``trainer.logger``) -> class, in the order of verl's names
 BACKENDS: dict[str, type] = {
     "console": ConsoleBackend,
@@ -307,4 +372,5 @@ BACKENDS: dict[str, type] = {
     "tensorboard": TensorboardBackend,
     "wandb": WandbBackend,
     "mlflow": MlflowBackend,
+    "swanlab": SwanlabBackend,
 }

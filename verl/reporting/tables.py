@@ -1,14 +1,14 @@
 """verl's table loggers of ``verl.utils.tracking``: tables written to the experiment trackers' active runs.
 
 Both take the ``trainer.logger`` list and write only to the trackers named in it that have a table to show; the
-run itself (``wandb.init``, ``mlflow.start_run``, ``trackio.init``) is the :class:`~verl.reporting.Tracking`
-backend's or the caller's:
+run itself (``wandb.init``, ``mlflow.start_run``, ``swanlab.init``, ``trackio.init``) is the
+:class:`~verl.reporting.Tracking` backend's or the caller's:
 
 - :class:`DapoFilteredRewardTableLogger`: per step, how many groups DAPO's dynamic sampling dropped for each reward
   value (``algorithm.filter_groups``), as one W&B table row ``"0:3, 1:2"``;
 - :class:`ValidationGenerationsLogger`: validation samples ``[input, output, score]`` as a W&B table, an MLflow
-  table artifact or trackio traces. ``Tracking.log_generations`` covers the console, file and TensorBoard
-  backends.
+  table artifact, SwanLab texts or trackio traces. ``Tracking.log_generations`` covers the console, file and
+  TensorBoard backends.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class ValidationGenerationsLogger:
     - ``wandb`` (active run): the table ``val/generations`` with columns ``step``, ``input_i``, ``output_i``,
       ``score_i`` for the i-th sample, one row per call, earlier rows kept (verl's layout);
     - ``mlflow`` (active run): ``val_generations/step_<step>.json``, a table of ``input``, ``output``, ``score``;
+    - ``swanlab`` (active run): one ``swanlab.Text`` per sample (input, output and score, captioned
+      ``sample <i>``) logged as ``val/generations``;
     - ``trackio``: one ``trackio.Trace`` per sample (the input as the user turn, the output as the assistant turn,
       metadata ``source="validation_generations"``, ``sample_index``, ``score``) logged as ``val/generations``.
     """
@@ -119,6 +121,8 @@ class ValidationGenerationsLogger:
             self._to_wandb(rows, step)
         if "mlflow" in loggers:
             self._to_mlflow(rows, step)
+        if "swanlab" in loggers:
+            self._to_swanlab(rows, step)
         if "trackio" in loggers:
             self._to_trackio(rows, step)
 
@@ -142,6 +146,18 @@ class ValidationGenerationsLogger:
             return
         table = {"input": [r[0] for r in rows], "output": [r[1] for r in rows], "score": [r[2] for r in rows]}
         mlflow.log_table(table, artifact_file=f"val_generations/step_{step}.json")
+
+    @staticmethod
+    def _to_swanlab(rows: list[tuple[str, str, Any]], step: int) -> None:
+        import swanlab
+
+        from verl.reporting.backends import swanlab_texts
+
+        # swanlab >= 0.10 has has_run(); older ones return None from get_run() when no run is active
+        has_run = getattr(swanlab, "has_run", None)
+        if not (has_run() if callable(has_run) else swanlab.get_run() is not None):
+            return
+        swanlab.log(data={"val/generations": swanlab_texts(swanlab, rows)}, step=step)
 
     @staticmethod
     def _to_trackio(rows: list[tuple[str, str, Any]], step: int) -> None:

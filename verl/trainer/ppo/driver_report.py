@@ -1,8 +1,8 @@
 """What the PPO driver tells the user while it runs: :class:`DriverReport`, the part of
 :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer` held as ``trainer.report``.
 
-It holds the run's :class:`~verl.reporting.Tracking` (console, JSONL file, tensorboard, wandb, mlflow), the step
-hooks every logged row goes to, and the run report (``metrics.png`` with ``trainer.plot``, ``report.html`` and
+It holds the run's :class:`~verl.reporting.Tracking` (console, JSONL file, tensorboard, wandb, mlflow, swanlab), the
+step hooks every logged row goes to, and the run report (``metrics.png`` with ``trainer.plot``, ``report.html`` and
 ``samples.jsonl`` with ``trainer.report.*``). It is built from the ``trainer`` section, the run directory and what
 the report shows about the run; it is handed the step and batches to report, so it works without a trainer.
 """
