@@ -175,6 +175,29 @@ def test_use_liger_runs_the_loss_through_the_chunked_head() -> None:
     assert fused() is False and fused("model.use_liger=true") is True
 
 
+@pytest.mark.parametrize("size", [-1, 1, 16])
+def test_fsdp_size_is_accepted_and_reaches_the_trainer(size) -> None:
+    """Upstream recipes set engine.fsdp_size=1 on 1 GPU and 16 on 8 GPUs (both: all ranks, as -1); the value becomes
+    the trainer's model.fsdp_size, checked against the world size at launch."""
+    cfg = load_config([f"engine.fsdp_size={size}"], config_name="sft_trainer_engine", schema=SFTEngineConfig)
+    assert to_sft_overrides(cfg)["model.fsdp_size"] == size
+
+
+def test_fsdp_size_against_the_world_size() -> None:
+    """Upstream's create_device_mesh: -1 or the world size and more shard over all ranks, a divisor is HSDP; another
+    size stops the launch in one line naming the key, the value and the world size."""
+    from verl.trainer.config.sft_engine_checks import check_world
+    from verl.trainer.config.validation import ConfigError
+
+    def cfg(size: int):
+        return load_config([f"engine.fsdp_size={size}"], config_name="sft_trainer_engine", schema=SFTEngineConfig)
+
+    for size, world in ((-1, 8), (16, 8), (8, 8), (2, 8), (1, 2), (1, None), (4, None)):
+        check_world(cfg(size), world)
+    with pytest.raises(ConfigError, match=r"engine\.fsdp_size=3 does not divide the world size 4"):
+        check_world(cfg(3), 4)
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
@@ -183,6 +206,7 @@ def test_use_liger_runs_the_loss_through_the_chunked_head() -> None:
         ("engine=automodel", "the NeMo Automodel engine is not available here"),
         ("engine@engine=veomni", "the VeOmni engine is not available here"),
         ("engine.param_offload=true", "CPU offload is not available for SFT"),
+        ("engine.fsdp_size=0", "engine.fsdp_size=0: must be -1 (shard over all ranks) or a group size >= 1"),
         ("engine.strategy=fsdp_turbo", "FSDP Turbo is not an engine here"),
         ("model.lora.rank=8", "use model.lora_rank"),
         ("model.mtp.enable=true", "multi-token prediction"),

@@ -37,22 +37,41 @@ def is_fsdp_module(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def fsdp_mesh(device_type: str, fsdp_size: int = -1):
+def fsdp_size_problem(fsdp_size: int, world: int, key: str = "fsdp_config.fsdp_size") -> str | None:
+    """None when :func:`fsdp_mesh` takes ``fsdp_size`` on ``world`` ranks, else one line naming ``key``, the value
+    and the world size (upstream verl's rule: -1 or the world size and more shard over all ranks, a divisor of
+    the world size is hybrid sharding)."""
+    size = int(fsdp_size)
+    if size == -1 or (size >= 1 and (size >= world or world % size == 0)):
+        return None
+    if size < 1:
+        return f"{key}={size}: must be -1 (shard over all ranks) or a group size >= 1"
+    return (
+        f"{key}={size} does not divide the world size {world}: use a divisor of {world} (shard within groups of "
+        f"that many ranks, replicate across the groups) or -1 (shard over all ranks)"
+    )
+
+
+def fsdp_mesh(device_type: str, fsdp_size: int = -1, key: str = "fsdp_config.fsdp_size"):
     """The device mesh of ``fsdp_config.fsdp_size`` over the default process group, or None for plain FSDP.
 
-    ``-1`` (or the world size) shards every parameter over all ranks: None, i.e. the default group. A divisor ``k``
-    of the world size gives a 2-D mesh ``(world / k, k)`` named ``("ddp", "fsdp")``: ``fully_shard`` on it shards
-    within each group of ``k`` consecutive ranks and replicates across groups (hybrid sharding, HSDP), so gradients
-    are reduce-scattered inside a group and all-reduced between groups.
+    ``-1`` (or the world size and more, as upstream verl) shards every parameter over all ranks: None, i.e. the
+    default group. A divisor ``k`` of the world size gives a 2-D mesh ``(world / k, k)`` named ``("ddp", "fsdp")``:
+    ``fully_shard`` on it shards within each group of ``k`` consecutive ranks and replicates across groups (hybrid
+    sharding, HSDP), so gradients are reduce-scattered inside a group and all-reduced between groups.
+
+    Raises:
+        ValueError: another size (:func:`fsdp_size_problem`, naming ``key``).
     """
     from torch.distributed.device_mesh import init_device_mesh
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     size = int(fsdp_size)
+    problem = fsdp_size_problem(size, world, key)
+    if problem is not None:
+        raise ValueError(problem)
     if size == -1 or size >= world:
         return None
-    if size < 1 or world % size != 0:
-        raise ValueError(f"fsdp_config.fsdp_size={size} must be -1 or a positive divisor of the world size {world}")
     return init_device_mesh(device_type, (world // size, size), mesh_dim_names=("ddp", "fsdp"))
 
 

@@ -44,3 +44,16 @@ def test_trust_remote_code_needs_the_unsafe_switch(schema) -> None:
         schema=schema,
     )
     assert cfg.model.trust_remote_code is True
+
+
+@pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])
+def test_fsdp_size_is_minus_one_or_a_group_size(schema) -> None:
+    """``model.fsdp_size``: -1 or any group size >= 1 at config time (the world size is only known at launch, where
+    a size that does not divide it is refused: tests/trainer/offline/test_hsdp.py); 0 and < -1 are refused."""
+    from verl.trainer.config import ConfigError
+
+    for size in (-1, 1, 16):
+        assert load_config([f"model.fsdp_size={size}"], schema.config_name, schema=schema).model.fsdp_size == size
+    for size in (0, -2):
+        with pytest.raises(ConfigError, match=rf"model.fsdp_size: must be -1 \(shard over all ranks\) .*got {size}"):
+            load_config([f"model.fsdp_size={size}"], config_name=schema.config_name, schema=schema)

@@ -90,6 +90,10 @@ class OfflineModelConfig:
     # the valid tokens of each micro-batch packed, no padding computed (null: where the packed forward equals the
     # padded one, verl.utils.fsdp_utils.resolve_remove_padding); same losses and gradients
     use_remove_padding: Optional[bool] = None
+    # FSDP2 sharding group under torchrun (world size > 1): -1 (or the world size and more) shards the policy, and a
+    # DPO/KTO reference model, over all ranks; a divisor k of the world size shards within groups of k ranks and
+    # replicates across the world / k groups (hybrid sharding, HSDP); same loss and gradients
+    fsdp_size: int = -1
 
 
 @dataclass
@@ -202,6 +206,9 @@ def _common_checks(cfg: DictConfig) -> list[str]:
         errors.append(f"trainer.total_training_steps: must be >= 1 or null, got {trainer.total_training_steps}")
     if trainer.logging_steps < 1:
         errors.append(f"trainer.logging_steps: must be >= 1, got {trainer.logging_steps}")
+    fsdp_size = cfg.model.fsdp_size
+    if fsdp_size != -1 and fsdp_size < 1:
+        errors.append(f"model.fsdp_size: must be -1 (shard over all ranks) or a group size >= 1, got {fsdp_size}")
     if cfg.model.trust_remote_code and not trainer.allow_unsafe_operations:
         errors.append(
             "model.trust_remote_code=true runs Python files from the model directory; it needs "

@@ -139,7 +139,8 @@ def _value_errors(cfg: DictConfig) -> list[str]:
          "only 0 is supported (FSDP2 shards every decoder layer); remove it")
     need(bool(e.reshard_after_forward), "engine.reshard_after_forward", e.reshard_after_forward,
          "parameters are always resharded after the forward here; remove it")
-    need(e.fsdp_size == -1, "engine.fsdp_size", e.fsdp_size, "SFT shards over all ranks (no hybrid sharding); use -1")
+    need(e.fsdp_size == -1 or e.fsdp_size >= 1, "engine.fsdp_size", e.fsdp_size,
+         "must be -1 (shard over all ranks) or a group size >= 1")
     need(str(e.model_dtype) in ("fp32", "float32"), "engine.model_dtype", e.model_dtype,
          "only fp32 master weights are supported; compute runs in engine.dtype")
     need(e.ulysses_sequence_parallel_size >= 1, "engine.ulysses_sequence_parallel_size",
@@ -267,6 +268,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         # use_liger: Liger's loss kernel (fused linear cross-entropy) is the same chunked LM head
         "model.use_fused_kernels": bool(model.use_fused_kernels) or bool(model.use_liger),
         "model.use_remove_padding": bool(model.use_remove_padding),
+        "model.fsdp_size": int(engine.fsdp_size),  # checked against the world size at launch (check_world)
         "optim.lr": float(optim.lr),
         "optim.betas": list(optim.betas),
         "optim.weight_decay": float(optim.weight_decay),
@@ -299,7 +301,9 @@ def check_world(cfg: DictConfig, world_size: int | None) -> None:
 
     Upstream reads the world from torchrun and not from ``trainer.nnodes`` / ``n_gpus_per_node``; here a config that
     asks for several GPUs without a launcher is refused with the torchrun command, and the Ulysses size must divide
-    the world as upstream's device mesh requires.
+    the world as upstream's device mesh requires. ``engine.fsdp_size`` follows upstream's ``create_device_mesh``:
+    -1 or the world size and more shard over all ranks, a divisor ``k`` of the world size shards within groups of
+    ``k`` ranks and replicates across them (HSDP); another size is refused here, before anything loads.
 
     Raises:
         ConfigError: one line with the fix.
@@ -318,3 +322,8 @@ def check_world(cfg: DictConfig, world_size: int | None) -> None:
             f"engine.ulysses_sequence_parallel_size={sp} does not divide the world size {world} (as upstream's "
             "device mesh requires); use a divisor of the number of ranks"
         )
+    from verl.utils.fsdp_utils import fsdp_size_problem
+
+    problem = fsdp_size_problem(int(cfg.engine.fsdp_size), world, "engine.fsdp_size")
+    if problem is not None:
+        raise ConfigError(problem)

@@ -6,8 +6,9 @@ tokens, pairs or rows) and its loss (``_compute_loss`` -> :class:`LossOutput`); 
 reference log-prob columns (``reference_keys``) and how a model scores them (``_reference_pair_logps``), from which
 this class precomputes them or reads them from a live reference model. The step's loss is ``sum over micro-batches
 of loss_sum / units in the step``, so gradient accumulation gives exactly the gradient of the whole batch. Under
-torch.distributed (world size > 1) the policy is sharded with FSDP2, each rank takes every ``world``-th row of a
-batch, and the per-rank loss is scaled by the world size because FSDP averages gradients over ranks. What is
+torch.distributed (world size > 1) the policy is sharded with FSDP2 (over all ranks, or within groups of
+``model.fsdp_size`` ranks and replicated across them: hybrid sharding), each rank takes every ``world``-th row of a
+batch, and the per-rank loss is scaled by the world size because FSDP averages gradients over all ranks. What is
 trained (the tokenizer, the policy module with LoRA and gradient checkpointing, the run identity) is built by
 :mod:`verl.trainer.offline.policy_setup`.
 """
@@ -44,7 +45,7 @@ from verl.trainer.offline.reference import ReferencePolicyMixin
 from verl.trainer.offline.reporting import OfflineReportMixin
 from verl.utils.device import get_device_name, get_torch_device, init_distributed_if_needed
 from verl.utils.fs import namespaced_path
-from verl.utils.fsdp_utils import resolve_remove_padding
+from verl.utils.fsdp_utils import apply_fsdp2, fsdp_mesh, fsdp_size_problem, resolve_remove_padding
 from verl.utils.graceful_stop import GracefulStop
 from verl.utils.logging_utils import console_write
 from verl.utils.optim import build_lr_scheduler, build_optimizer
@@ -105,10 +106,18 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
         init_distributed_if_needed(self.device_name)
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
+        # model.fsdp_size against the world torchrun gave: refused here, before anything loads
+        fsdp_size = int(self.config.model.fsdp_size)
+        problem = fsdp_size_problem(fsdp_size, self.world_size, "model.fsdp_size")
+        if problem is not None:
+            raise ConfigError(problem)
         self.resumed_from: str | None = None  # the checkpoint fit() continued from, None for a fresh run
         self.stopped_by: str | None = None  # "SIGTERM"/"SIGINT" when the last fit() stopped early on a signal
         self.device = get_torch_device(self.device_name)
         self.compute_dtype = resolve_dtype(self.config.model.dtype, self.device)
+        # where the policy (and a DPO/KTO reference) is sharded: None for all ranks, a 2-D (replicate, shard) mesh
+        # for groups of model.fsdp_size ranks (HSDP); built once, on every rank
+        self.fsdp_mesh = fsdp_mesh(self.device.type, fsdp_size, "model.fsdp_size") if self.world_size > 1 else None
         if self.config.trainer.torch_threads:
             torch.set_num_threads(self.config.trainer.torch_threads)
 
@@ -134,9 +143,7 @@ class OfflineTrainer(OfflineReportMixin, ReferencePolicyMixin):
             self.ref_model = self._prepare_frozen(self.ref_model)
         self.model.to(self.device)
         if self.world_size > 1:
-            from verl.utils.fsdp_utils import apply_fsdp2
-
-            apply_fsdp2(self.model)
+            apply_fsdp2(self.model, mesh=self.fsdp_mesh)
         self.global_step = 0
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None

@@ -27,6 +27,7 @@ class ReferencePolicyMixin:
     """
 
     reference_keys: tuple[str, str]
+    fsdp_mesh: Any  # the trainer's sharding mesh (None: all ranks)
 
     def _needs_live_reference(self) -> bool:
         """A reference model is kept when some dataset lacks reference log-probs and they are not precomputed (and
@@ -58,7 +59,7 @@ class ReferencePolicyMixin:
             from verl.utils.fsdp_utils import apply_fsdp2, is_fsdp_module
 
             if not is_fsdp_module(module):
-                apply_fsdp2(module)
+                apply_fsdp2(module, mesh=self.fsdp_mesh)  # the policy's layout (model.fsdp_size)
         return module
 
     def _ensure_reference(self, dataset: Any) -> None:
