@@ -127,6 +127,16 @@ def script_relative_paths(args: list[str], tree: str, script: str) -> list[str]:
     return out
 
 
+def _import_root(work: str) -> str:
+    """A directory holding only this project's ``verl`` package (a link), for the verl-recipe calls: with this
+    checkout itself on the path its own ``recipe/`` package would shadow verl-recipe's (``recipe.retool``, ...)."""
+    root = os.path.join(work, "import_root")
+    if not os.path.isdir(root):
+        os.makedirs(root)
+        os.symlink(os.path.join(ROOT, "verl"), os.path.join(root, "verl"))
+    return root
+
+
 def _last_error(text: str) -> str:
     """The line that says why a run stopped: a config problem (``  - ...`` under ``invalid config``), else the last
     line naming an error."""
@@ -181,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                 call_args = script_relative_paths(call["args"], tree, call["script"]) if tree else call["args"]
                 cmd = [sys.executable, "-m", call["module"],
                        *one_step_args(call_args, model_dir, data_dir, out, args.rollout)]  # fmt: skip
-                env = {**os.environ, "HOME": os.path.join(out, "home"), "PYTHONPATH": ROOT}
+                env = {
+                    **os.environ,
+                    "HOME": os.path.join(out, "home"),
+                    "PYTHONPATH": _import_root(work) if tree else ROOT,
+                }
                 start = time.perf_counter()
                 try:
                     proc = subprocess.run(

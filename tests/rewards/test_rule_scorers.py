@@ -129,3 +129,28 @@ def test_upstreams_math_reward_module_name_and_boxed_helpers() -> None:
     )
     with pytest.raises(ValueError, match="is not a"):
         math_reward.remove_boxed("42")
+
+
+def test_an_async_custom_reward_function_is_awaited_in_the_trainer_and_in_worker_processes(tmp_path) -> None:
+    """Upstream v0.9's reward loop awaits `async def compute_score` (verl-recipe's FAPO / GenRM scorers)."""
+    import pickle
+
+    from verl.trainer.ppo.reward import get_custom_reward_fn, takes_batch
+    from verl.utils.ray_utils import get_event_loop
+
+    path = tmp_path / "async_score.py"
+    path.write_text(
+        "import asyncio\n\n\nasync def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0):\n"
+        "    await asyncio.sleep(0)\n    return float(solution_str == ground_truth) + bonus\n"
+    )
+    config = {"custom_reward_function": {"path": str(path), "name": "compute_score", "reward_kwargs": {"bonus": 1}}}
+    fn = get_custom_reward_fn(config)
+    assert fn("d", "4", "4") == 2.0 and fn("d", "5", "4") == 1.0 and not takes_batch(fn)
+
+    async def inside_a_running_loop() -> float:
+        return fn("d", "4", "4")
+
+    assert get_event_loop().run_until_complete(inside_a_running_loop()) == 2.0
+    assert get_event_loop() is get_event_loop()
+    config["custom_reward_function"]["reward_kwargs"] = {}
+    assert pickle.loads(pickle.dumps(get_custom_reward_fn(config)))("d", "4", "4") == 1.0

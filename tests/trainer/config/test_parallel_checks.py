@@ -108,6 +108,7 @@ def test_sequence_parallel_and_fsdp_sizes_must_divide_the_world() -> None:
             "trainer.n_gpus_per_node=4",
             "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
             "critic.fsdp_config.fsdp_size=2",
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=16",  # >= the world: every rank, as upstream
         ]
     )
     # the reference follows the actor's sequence-parallel size unless set

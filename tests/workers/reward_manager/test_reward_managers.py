@@ -96,6 +96,25 @@ def test_naive_passes_decoded_strings_and_collects_extras(byte_tokenizer):
     assert out["reward_tensor"][0, 1].item() == 2.0 and out["reward_tensor"][1, 1].item() == 0.5
 
 
+def test_an_agent_loop_trajectory_gives_the_scorer_its_turns(byte_tokenizer):
+    """As upstream's managers: extra_info gets num_turns and rollout_reward_scores after agent loops (verl-recipe's
+    ReTool scorer rewards tool calls by num_turns); the batch's own extra_info rows are not changed."""
+    seen = []
+
+    def fn(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append(extra_info)
+        return 0.0
+
+    data = make_batch(byte_tokenizer, ["p1", "p2"], ["a", "b"], ["x", "y"])
+    data.non_tensor_batch["agent_metrics"] = np.array([{"num_turns": 4}, {"num_turns": 2}], dtype=object)
+    NaiveRewardManager(byte_tokenizer, 0, compute_score=fn)(data)
+    assert seen == [
+        {"index": 0, "num_turns": 4, "rollout_reward_scores": {}},
+        {"index": 1, "num_turns": 2, "rollout_reward_scores": {}},
+    ]
+    assert data.non_tensor_batch["extra_info"][0] == {"index": 0}
+
+
 def test_reward_fn_key_and_num_examine(byte_tokenizer, capsys):
     data = make_batch(byte_tokenizer, ["p", "p", "p"], ["1", "2", "3"], ["1", "2", "3"])
     data.non_tensor_batch["task"] = np.array(["arithmetic"] * 3, dtype=object)

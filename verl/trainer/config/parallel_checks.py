@@ -68,11 +68,12 @@ def check_placement(cfg: DictConfig, errors: list[str]) -> None:
         ("critic.fsdp_config", cfg.critic.fsdp_config),
     ):
         size = int(section.fsdp_size)
-        if size == -1:
+        if size == -1 or size >= world:  # upstream's rule: a group of at least the world is every rank (plain FSDP)
             continue
         if size < 1 or world % size != 0:
             errors.append(
-                f"{path}.fsdp_size={size} must be -1 (shard over all ranks) or a positive divisor of the world size "
+                f"{path}.fsdp_size={size} must be -1 or at least the world size (shard over all ranks) or a "
+                f"positive divisor of the world size "
                 f"{expr} = {world}: parameters are sharded within groups of fsdp_size ranks and replicated across "
                 f"the world / fsdp_size groups"
             )

@@ -79,11 +79,15 @@ def load_function_from_file(path: str, name: str) -> Callable[..., Any]:
 
 def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:
     """The user's reward function from ``custom_reward_function`` (``path``, ``name``, ``reward_kwargs``), with
-    ``reward_kwargs`` bound by functools.partial; None when no path is set."""
+    ``reward_kwargs`` bound by functools.partial; None when no path is set. A coroutine function (``async def``)
+    is called like a plain one (:class:`verl.rewards.awaited.AwaitedCall`)."""
     section = _section(config, "custom_reward_function", CustomRewardFunctionConfig)
     if not section.path:
         return None
-    fn = load_function_from_file(str(section.path), str(section.name or "compute_score"))
+    from verl.rewards.awaited import awaited_if_coroutine
+
+    # an `async def` scorer (upstream v0.9's reward loop awaits those) runs to completion on each call
+    fn = awaited_if_coroutine(load_function_from_file(str(section.path), str(section.name or "compute_score")))
     reward_kwargs = dict(_plain(section.reward_kwargs or {}))
     if not reward_kwargs:
         return fn

@@ -222,6 +222,7 @@ class AbstractRewardManager:
         if "reward_model" not in ntb:
             raise KeyError(f"reward manager: the batch has no 'reward_model' (ground truth); keys: {sorted(ntb)}")
         extra_infos = ntb.get("extra_info")
+        turns = agent_turns(ntb)
         samples = []
         # the text every reward sees (verl.protocol.rollout_text): a multi-turn response is the whole conversation
         # after the prompt, its tool and user turns included; one device-to-host copy for the batch
@@ -235,7 +236,7 @@ class AbstractRewardManager:
                     prompt_str=prompt_str,
                     response_str=response_str,
                     ground_truth=ground_truth_of(ntb["reward_model"][i]),
-                    extra_info=None if extra_infos is None else extra_infos[i],
+                    extra_info=_with_turns(None if extra_infos is None else extra_infos[i], turns, i),
                     valid_response_length=n_valid,
                 )
             )
@@ -306,3 +307,22 @@ class AbstractRewardManager:
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": reward_extra_info}
         return reward_tensor
+
+
+def agent_turns(ntb: dict[str, Any]) -> list[Any] | None:
+    """Turns of each trajectory when the rollout went through agent loops (``agent_metrics[i]["num_turns"]``, or
+    upstream's ``__num_turns__`` column), else None."""
+    if "__num_turns__" in ntb:
+        return [int(n) for n in ntb["__num_turns__"]]
+    if "agent_metrics" in ntb:
+        return [(m or {}).get("num_turns") for m in ntb["agent_metrics"]]
+    return None
+
+
+def _with_turns(extra_info: Any, turns: list[Any] | None, i: int) -> Any:
+    """``extra_info`` with ``num_turns`` and ``rollout_reward_scores`` added for an agent-loop trajectory, as
+    upstream's reward managers pass them (verl-recipe's ReTool scorer rewards tool use by ``num_turns``); a copy,
+    so the batch's own rows are unchanged. Other rollouts: ``extra_info`` as it is."""
+    if turns is None or not (extra_info is None or isinstance(extra_info, dict)):
+        return extra_info
+    return {**(extra_info or {}), "num_turns": turns[i], "rollout_reward_scores": {}}
