@@ -140,7 +140,8 @@ def test_an_async_custom_reward_function_is_awaited_in_the_trainer_and_in_worker
 
     path = tmp_path / "async_score.py"
     path.write_text(
-        "import asyncio\n\n\nasync def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0):\n"
+        "import asyncio\n\n\n"
+        "async def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0):\n"
         "    await asyncio.sleep(0)\n    return float(solution_str == ground_truth) + bonus\n"
     )
     config = {"custom_reward_function": {"path": str(path), "name": "compute_score", "reward_kwargs": {"bonus": 1}}}
