@@ -5,7 +5,8 @@ Usage::
     PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo [GIT_DIR ...]
         [--folder-depth 1] [--top 25] [--show rejected|refused|unfaithful|all] [--json OUT.json]
 
-For each upstream git directory (no work tree needed): the ``examples/`` tree at ``HEAD`` is extracted to a temporary
+For each upstream git directory (no work tree needed): the ``examples/`` tree at ``HEAD`` (and the asynchronous
+trainers' ``verl/experimental/*/shell/``, :data:`SCRIPT_DIRS`) is extracted to a temporary
 directory (``git archive``; nothing is fetched), and every ``*.sh`` is run with ``bash`` from that copy's root with
 stub executables first on ``PATH`` (``python``, ``python3``, ``torchrun``, ``uv``, ``ray``, ``nvidia-smi``, ``hf``,
 ``huggingface-cli``, ``git``, ``pip``, ``wget``): each records its argv and exits 0 (``python -c ...``, such as the
@@ -117,19 +118,34 @@ def is_recipe_repo(git_dir: str) -> bool:
     return "examples" not in names and "verl" not in names
 
 
+# launch-script folders of verl's tree besides examples/: the asynchronous trainers' scripts (v0.9) live with them
+SCRIPT_DIRS = ("examples", "verl/experimental/fully_async_policy/shell", "verl/experimental/one_step_off_policy/shell")
+
+
 def extract_examples(git_dir: str, dest: str) -> list[str]:
-    """``git archive HEAD examples`` of ``git_dir`` unpacked under ``dest`` (for verl-recipe: the whole tree under
-    ``recipe/``); returns the ``*.sh`` paths (relative), without verl-recipe's ``install_verl.sh``."""
+    """``git archive HEAD`` of ``git_dir``'s script folders (:data:`SCRIPT_DIRS` that exist; for verl-recipe: the
+    whole tree under ``recipe/``) unpacked under ``dest``; returns the ``*.sh`` paths (relative), without
+    verl-recipe's ``install_verl.sh``."""
     recipe = is_recipe_repo(git_dir)
     cmd = ["git", "--git-dir", git_dir, "archive", "--format=tar"]
-    cmd += ["--prefix=recipe/", "HEAD"] if recipe else ["HEAD", "examples"]
+    if recipe:
+        cmd += ["--prefix=recipe/", "HEAD"]
+        tops = ["recipe"]
+    else:
+        tops = [d for d in SCRIPT_DIRS if _has_path(git_dir, d)]
+        cmd += ["HEAD", *tops]
     archive = subprocess.run(cmd, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
-    top = os.path.join(dest, "recipe" if recipe else "examples")
     found = []
-    for base, _dirs, files in os.walk(top):
-        found.extend(os.path.relpath(os.path.join(base, f), dest) for f in files if f.endswith(".sh"))
+    for top in tops:
+        for base, _dirs, files in os.walk(os.path.join(dest, top)):
+            found.extend(os.path.relpath(os.path.join(base, f), dest) for f in files if f.endswith(".sh"))
     return sorted(f for f in found if f != "recipe/install_verl.sh")
+
+
+def _has_path(git_dir: str, path: str) -> bool:
+    listed = subprocess.run(["git", "--git-dir", git_dir, "ls-tree", "HEAD", path], capture_output=True, text=True)
+    return bool(listed.stdout.strip())
 
 
 def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list[str]] | str:
@@ -413,6 +429,10 @@ def measure(
 
 
 def folder_of(script: str, depth: int) -> str:
+    """The table row of ``script``: its folders under ``examples/`` (or ``recipe/``) to ``depth``; a script
+    folder of verl's own tree (``verl/experimental/fully_async_policy/shell``) is its row whole."""
+    if not script.startswith(("examples/", "recipe/")):
+        return os.path.dirname(script)
     parts = script.split("/")[1:-1]  # without examples/ and the file name
     return "/".join(parts[:depth]) or "."
 
