@@ -1,16 +1,19 @@
 """Train one step of every upstream launch script our config accepts, shrunk to a tiny model on this machine.
 
 ``scripts/upstream_scripts.py --json calls.json`` says which of upstream verl's ``examples/**/*.sh`` our entry point
-accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call for real, for one step::
+accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call (and the asynchronous trainers'
+entry points, :data:`TRAINERS`) for real, for one step::
 
     PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo --json /tmp/calls.json
     PYTHONPATH=$PWD python scripts/upstream_scripts_step.py /tmp/calls.json [--rollout hf] [--only grpo_trainer]
 
 What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
 a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
-the data is the arithmetic task, the world is one rank (parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
+the data is the arithmetic task, the world is one rank and the asynchronous trainers' rollout pool one device
+(parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
 upstream's ``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in
-micro-batches of 2 for one step without validation or checkpoints. DAPO's keys are shrunk with it: the generation
+micro-batches of 2 for one step without validation or checkpoints. A call refused only for those sizes (a rollout
+pool or trainer of several GPUs, :func:`only_sizes`) is trained too. DAPO's keys are shrunk with it: the generation
 batch (``data.gen_batch_size``) to 2 prompts and the overlong buffer to 4 of the 8 tokens (``max_resp_len`` from the
 data's length); and where a script turns on dynamic sampling (``algorithm.filter_groups.enable=True``), the score is a
 hash of the response in [0, 1) (:data:`VARIED_SCORER`), since a random model's answers all score 0 and every group
@@ -40,6 +43,27 @@ _DROPPED = re.compile(
     r"(ulysses_sequence_parallel_size|fsdp_size|py_executable|micro_batch_size(_per_gpu)?|max_model_len"
     r"|gen_batch_size|overlong_buffer(_cfg)?\.len|max_resp_len)="
 )
+# the PPO entry points whose calls are trained (the asynchronous trainers are main_ppo with another default config)
+TRAINERS = (
+    "verl.trainer.main_ppo",
+    "verl.experimental.fully_async_policy.fully_async_main",
+    "verl.experimental.one_step_off_policy.main_ppo",
+)
+# refusals of sizes this harness shrinks anyway: a call stopped only by them is trained too (v0.9's async scripts ask
+# for rollout pools and trainer ranks of several GPUs; shrunk to one each, their algorithm runs)
+_SHRUNK_SIZES = (
+    re.compile(r"^rollout\.nnodes \* rollout\.n_gpus_per_node = "),
+    re.compile(r"^async_training\.mode=\w+: the trainer runs on one rank of the local backend"),
+    re.compile(r"do not split evenly over world size trainer\.nnodes \* trainer\.n_gpus_per_node"),
+)
+
+
+def only_sizes(call: dict) -> bool:
+    """Whether every error of a rejected call is a size :func:`one_step_args` shrinks."""
+    errors = call.get("errors") or []
+    return bool(errors) and all(any(p.match(e) for p in _SHRUNK_SIZES) for e in errors)
+
+
 # the reward of a dynamic-sampling step: groups of a random model's responses must score differently to be kept
 VARIED_SCORER = """import hashlib
 
@@ -106,6 +130,8 @@ def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, 
     if any(re.match(r"^algorithm\.filter_groups\.enable=[Tt]rue$", a) for a in args):
         extra += [f"reward.custom_reward_function.path={os.path.join(os.path.dirname(data_dir), 'varied_score.py')}",
                   "reward.custom_reward_function.name=compute_score"]  # fmt: skip
+    if any(a.startswith(("rollout.nnodes=", "rollout.n_gpus_per_node=")) for a in args):
+        extra += ["rollout.nnodes=1", "rollout.n_gpus_per_node=1"]  # v0.9's async scripts: the rollouter's pool
     if rollout:
         extra.append(f"actor_rollout_ref.rollout.name={rollout}")
     return [a for a in kept if not a.startswith(("actor_rollout_ref.model.path=", "data.train_files=",
@@ -180,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, snapshot in snapshots.items():
             print(f"## {label} ({snapshot['head']})", flush=True)
             for i, call in enumerate(snapshot["calls"]):
-                if call["status"] != "accepted" or call["module"] != "verl.trainer.main_ppo":
+                if call["module"] not in TRAINERS or not (call["status"] == "accepted" or only_sizes(call)):
                     continue
                 if args.only and not any(o in call["script"] for o in args.only):
                     continue

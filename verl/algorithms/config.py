@@ -56,7 +56,7 @@ class RolloutCorrectionConfig(RolloutCorrectionPresets, BaseConfig):
 
     rollout_is: Optional[Literal["token", "sequence"]] = None  # importance weights; None: no weights
     # a number: truncation of the weights (TIS); "lower_upper" (e.g. "0.5_5.0"): IcePop, weights outside -> 0
-    rollout_is_threshold: Union[float, str] = 2.0
+    rollout_is_threshold: Optional[Union[float, str]] = 2.0  # null only when nothing reads it (rollout_is null)
     rollout_is_batch_normalize: bool = False  # divide the weights by their batch mean
     # rejection: token | sequence | geometric (bounds [rollout_rs_threshold_lower, rollout_rs_threshold] on the
     # weight), or upstream v0.9's comma-separated divergence options (token_k1, seq_mean_k1, seq_max_k2, ...)

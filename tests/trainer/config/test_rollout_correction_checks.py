@@ -47,7 +47,7 @@ def test_unknown_level_is_refused() -> None:
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0"], f"{RC}.rollout_is_threshold=0.0 must be > 0"),
+        ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0"], f"{RC}.rollout_is_threshold=0"),
         ([f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=-1"], f"{RC}.rollout_rs_threshold=-1.0 must be > 0"),
         (
             [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=1.5", f"{RC}.rollout_rs_threshold_lower=2"],
@@ -79,3 +79,23 @@ def test_unknown_level_is_refused() -> None:
 def test_bad_values_name_the_key(overrides: list[str], fragment: str) -> None:
     problems = _problems([LOGP, *overrides])
     assert any(fragment in p for p in problems), problems
+
+
+def test_a_null_is_threshold_is_fine_while_nothing_reads_it() -> None:
+    """v0.9's one_step_off_policy/shell/dapo_7b_math_fsdp2_64_64_ris.sh: rejection only, rollout_is(_threshold)=null."""
+    rs_only = [LOGP, f"{RC}.rollout_is=null", f"{RC}.rollout_is_threshold=null"]
+    rs_only += ["algorithm.rollout_correction.rollout_rs=seq_mean_k1"]
+    cfg = load_config([*rs_only, f"{RC}.rollout_rs_threshold=0.999_1.001"])
+    assert cfg.algorithm.rollout_correction.rollout_is_threshold is None
+    assert any(
+        "rollout_is_threshold is null but rollout_rs=token" in p
+        for p in _problems(
+            ["algorithm.rollout_correction.rollout_is_threshold=null", "algorithm.rollout_correction.rollout_rs=token"]
+        )
+    )
+    assert any(
+        "rollout_is_threshold is null but rollout_is reads it" in p
+        for p in _problems(
+            ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=null"]
+        )
+    )

@@ -58,10 +58,21 @@ def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
     if rc is None:
         return
     prefix = "algorithm.rollout_correction"
-    try:
-        parse_is_threshold(rc.rollout_is_threshold)
-    except (TypeError, ValueError) as exc:
-        errors.append(f"{prefix}.{exc}")
+    if rc.rollout_is_threshold is None:
+        # upstream v0.9's scripts null it beside rollout_is=null (one_step_off_policy/shell/*_ris.sh): fine while unread
+        readers = ["rollout_is"] if rc.rollout_is is not None else []
+        if rc.rollout_rs in RS_LEVELS and rc.rollout_rs_threshold is None:
+            readers.append(f"rollout_rs={rc.rollout_rs} without rollout_rs_threshold")
+        if readers:
+            errors.append(
+                f"{prefix}.rollout_is_threshold is null but {' and '.join(readers)} reads it: give a threshold"
+            )
+            return
+    else:
+        try:
+            parse_is_threshold(rc.rollout_is_threshold)
+        except (TypeError, ValueError) as exc:
+            errors.append(f"{prefix}.{exc}")
     _check_rs(rc, prefix, errors)
     veto = rc.rollout_token_veto_threshold
     if veto is not None and not 0 < float(veto) < 1:

@@ -68,6 +68,17 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+_CONFIG_OPTIONS = ("--config", "--config-path", "-cp", "--config-name", "-cn")
+
+
+def with_default_config(argv: list[str], name: str) -> list[str]:
+    """``["--config-name", name]`` when ``argv`` names no config of its own (``--config``, ``--config-path``,
+    ``--config-name`` or their short forms), else ``[]``: an entry point whose upstream default config is another
+    packaged one (``fully_async_ppo_trainer`` for the fully asynchronous trainer) puts this before its arguments."""
+    named = any(arg in _CONFIG_OPTIONS or arg.startswith(tuple(f"{o}=" for o in _CONFIG_OPTIONS)) for arg in argv)
+    return [] if named else ["--config-name", name]
+
+
 def config_source(args: argparse.Namespace, default_name: str) -> tuple[str, str | None, str | None]:
     """``(packaged config name, user YAML path or None, user config directory or None)`` from the options.
 

@@ -134,11 +134,9 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
     from verl.trainer.config.upstream_keys import check_upstream_values
 
     check_upstream_values(cfg, errors)
-    if not bool(arr.hybrid_engine):
-        errors.append(
-            "actor_rollout_ref.hybrid_engine=false (rollout on separate workers) is not implemented; actor, rollout "
-            "and reference always share one worker per rank, as in verl: set actor_rollout_ref.hybrid_engine=true"
-        )
+    from verl.trainer.config.async_layout import check_async_layout
+
+    check_async_layout(cfg, errors)  # hybrid_engine=false and the top-level rollout pool (v0.9's async scripts)
     tp = int(arr.rollout.tensor_model_parallel_size)
     if str(arr.rollout.name) == "hf" and tp > 1:
         warns.append(

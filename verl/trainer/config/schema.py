@@ -92,6 +92,17 @@ class AsyncTrainingConfig(BaseConfig):
     use_rollout_log_probs: bool = False  # the rollout's log-probs are the old policy (bypass mode)
 
 
+@dataclass
+class RolloutPoolConfig(BaseConfig):
+    """``rollout`` (top level, upstream v0.9's asynchronous trainers): the rollouter's devices and how many prompts it
+    generates (verl/trainer/config/async_layout.py). Here the rollouter is one process on one device, so the pool is
+    1 x 1; ``total_rollout_steps`` (prompts) sets ``trainer.total_training_steps`` as upstream counts it."""
+
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    total_rollout_steps: Optional[int] = None  # null: the data's prompts x trainer.total_epochs
+
+
 # ------------------------------------------------------------------------------------------------------ trainer
 @dataclass
 class ReportConfig(BaseConfig):
@@ -207,6 +218,10 @@ class PPOConfig(BaseConfig):
         # upstream v0.9's optimizer section names the clipping norm clip_grad; the worker's key is grad_clip
         "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
         "critic.optim.clip_grad": "critic.grad_clip",
+        # upstream v0.9's engine section names the strategy too (fsdp | fsdp2): one setting, the worker's key
+        "actor_rollout_ref.actor.fsdp_config.strategy": "actor_rollout_ref.actor.strategy",
+        "actor_rollout_ref.ref.fsdp_config.strategy": "actor_rollout_ref.ref.strategy",
+        "critic.fsdp_config.strategy": "critic.strategy",
         # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
         **{
             f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"
@@ -223,6 +238,7 @@ class PPOConfig(BaseConfig):
     reward: RewardSectionConfig = field(default_factory=RewardSectionConfig)  # v0.9 (reward_section.py)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # v0.9: the async trainers' rollouter
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     # upstream v0.9's engine choice (config group model_engine/): every FSDP name selects our FSDP2 workers
     model_engine: Literal["dp", "fsdp", "fsdp2"] = "dp"
@@ -256,6 +272,9 @@ class PPOConfig(BaseConfig):
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
 
         changed = adapt_upstream_keys(cfg, user_keys)
+        from verl.trainer.config.async_layout import resolve_async_layout
+
+        changed.update(resolve_async_layout(cfg, user_keys))  # v0.9's async scripts: streaming batch, rollout pool
         changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
         # upstream v0.9's sections (trainer.v1, reward, distillation's new keys) onto the keys the trainers read

@@ -107,6 +107,8 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
     """
     import torch.utils.data
 
+    from verl.base_config import omega_conf_to_dataclass
+    from verl.data.config import DataConfig
     from verl.data.rl_dataset import RLHFDataset
     from verl.trainer.config.validation import ConfigError
 
@@ -126,7 +128,7 @@ def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, process
                 "torch.utils.data.Dataset"
             )
     kwargs: dict[str, Any] = {}
-    max_samples = int(data_config.get("train_max_samples", -1) or -1) if is_train else -1
+    max_samples = int(omega_conf_to_dataclass(data_config, DataConfig).train_max_samples) if is_train else -1
     if max_samples > 0:  # data.train_max_samples (upstream passes it to the dataset class as max_samples)
         import inspect
 

@@ -1,0 +1,113 @@
+"""Upstream verl v0.9's launch layout of the asynchronous trainers, resolved onto this project's.
+
+v0.9's fully asynchronous and one-step-off scripts (``verl/experimental/*/shell/*.sh``) give the rollout a pool of
+its own (a top-level ``rollout:`` section: ``nnodes``, ``n_gpus_per_node``; ``actor_rollout_ref.hybrid_engine=False``)
+and, fully asynchronously, stream prompts one at a time (``data.train_batch_size=0``, ``data.gen_batch_size=1``)
+until ``rollout.total_rollout_steps`` prompts were generated; a training step consumes ``require_batches *
+ppo_mini_batch_size`` of them. Here the rollouter is one process on one device (the second GPU when there are two)
+beside one trainer rank (docs/async_training.md), so:
+
+* ``rollout.nnodes * rollout.n_gpus_per_node`` must be 1 (anything larger is refused in one line) and the
+  ``rollout`` section is refused in synchronous training, where the rollout shares the actor's ranks;
+* ``actor_rollout_ref.hybrid_engine=false`` is what the asynchronous trainers do (their rollouter has its own copy
+  of the policy), so it is accepted with ``async_training.mode`` and refused without;
+* the streaming layout becomes the same batch arithmetic: ``data.train_batch_size`` takes
+  ``actor.ppo_mini_batch_size`` (so a step still consumes ``require_batches * ppo_mini_batch_size`` prompts) and the
+  prompts are requested in batches of that size, not one at a time (a warning says so);
+* ``rollout.total_rollout_steps`` (prompts to generate) sets ``trainer.total_training_steps`` the way upstream
+  counts them, ``total_rollout_steps // (require_batches * train_batch_size * trigger_parameter_sync_step) *
+  trigger_parameter_sync_step``, unless the user set the step count.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verl.utils.errors import ConfigWarning
+
+__all__ = ["check_async_layout", "resolve_async_layout"]
+
+_POOL_KEYS = ("rollout.nnodes", "rollout.n_gpus_per_node", "rollout.total_rollout_steps")
+_POOL_DEFAULTS = (1, 1, None)  # RolloutPoolConfig's: one rollouter, the data's prompts
+
+
+def _select(pool: Any, key: str) -> Any:
+    return pool.get(key.split(".", 1)[1]) if isinstance(pool, DictConfig) else None
+
+
+def _mode(cfg: DictConfig) -> str | None:
+    at = cfg.get("async_training")
+    return at.get("mode") if isinstance(at, DictConfig) else None
+
+
+def resolve_async_layout(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """Translate the streaming layout and ``rollout.total_rollout_steps`` in place (module docstring); returns what
+    changed. Called before validation from :meth:`PPOConfig.adapt_defaults`."""
+    changed: dict[str, Any] = {}
+    mode = _mode(cfg)
+    pool = cfg.get("rollout")
+    if mode is None or not isinstance(pool, DictConfig):
+        return changed
+    data = cfg.data
+    if mode == "fully_async" and int(data.train_batch_size) == 0:
+        mini = int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size)
+        data.train_batch_size = mini
+        changed["data.train_batch_size"] = mini
+        if data.get("gen_batch_size") is not None:
+            data.gen_batch_size = None
+            changed["data.gen_batch_size"] = None
+        warnings.warn(
+            f"data.train_batch_size=0 (upstream's streaming layout): the rollouter is sent batches of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini} prompts, a training step consumes "
+            f"async_training.require_batches of them (upstream: one prompt at a time, the same count a step)",
+            ConfigWarning,
+            stacklevel=2,
+        )
+    total = pool.get("total_rollout_steps")
+    if total is not None and "trainer.total_training_steps" not in user_keys:
+        at = cfg.async_training
+        trigger = max(int(at.get("trigger_parameter_sync_step") or 1), 1) if mode == "fully_async" else 1
+        per_step = max(int(at.get("require_batches") or 1), 1) if mode == "fully_async" else 1
+        prompts = per_step * max(int(data.train_batch_size), 1) * trigger
+        steps = int(total) // prompts * trigger
+        cfg.trainer.total_training_steps = steps
+        changed["trainer.total_training_steps"] = steps
+    return changed
+
+
+def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
+    """One line for a rollout pool this project cannot place (module docstring), for the ``rollout`` section or
+    ``hybrid_engine=false`` in synchronous training, and for a negative ``total_rollout_steps``."""
+    mode = _mode(cfg)
+    pool = cfg.get("rollout")
+    hybrid = bool(cfg.actor_rollout_ref.hybrid_engine)
+    if mode is None:
+        if not hybrid:
+            errors.append(
+                "actor_rollout_ref.hybrid_engine=false (rollout on workers of its own) is what the asynchronous "
+                "trainers do (async_training.mode=one_step_off | fully_async); synchronous training shares one "
+                "worker per rank between actor, rollout and reference: set actor_rollout_ref.hybrid_engine=true"
+            )
+        set_here = [key for key, default in zip(_POOL_KEYS, _POOL_DEFAULTS) if _select(pool, key) != default]
+        if isinstance(pool, DictConfig) and set_here:
+            errors.append(
+                f"{', '.join(set_here)}: the top-level rollout section sizes the asynchronous trainers' rollouter "
+                "(async_training.mode); in synchronous training the rollout shares the actor's ranks: drop it"
+            )
+        return
+    if not isinstance(pool, DictConfig):
+        return
+    ranks = int(pool.nnodes) * int(pool.n_gpus_per_node)
+    if ranks != 1:
+        errors.append(
+            f"rollout.nnodes * rollout.n_gpus_per_node = {pool.nnodes} * {pool.n_gpus_per_node} = {ranks}: a "
+            f"rollout pool of more than one device is not implemented here (async_training.mode={mode} runs one "
+            "rollouter process, on the second GPU when there are two, beside one trainer rank); set both to 1 "
+            "(docs/async_training.md)"
+        )
+    total = pool.get("total_rollout_steps")
+    if total is not None and int(total) < 1:
+        errors.append(f"rollout.total_rollout_steps={total} must be >= 1 (or null: the data's prompts x epochs)")
