@@ -72,3 +72,22 @@ def test_the_async_entry_points_start_from_upstreams_default_configs() -> None:
     assert load_config([*BASE, "algorithm.rollout_correction.rollout_is=token"], config_name="fully_async_ppo_trainer")
     off = load_config(BASE, config_name="one_step_off_ppo_trainer")
     assert off.async_training.mode == "one_step_off" and not off.actor_rollout_ref.rollout.free_cache_engine
+
+
+def test_verl_januarys_rollouter_keys_land_on_the_trainers() -> None:
+    """verl (January 2026) fully_async scripts: rollout.total_epochs, rollout.test_freq (in weight versions) and
+    async_training.compute_prox_log_prob."""
+    jan = [
+        *FULLY_ASYNC,
+        "async_training.trigger_parameter_sync_step=4",
+        "rollout.total_epochs=3",
+        "rollout.test_freq=2",
+    ]
+    cfg = load_config([*jan, "async_training.compute_prox_log_prob=True"], config_name="fully_async_ppo_trainer")
+    assert cfg.trainer.total_epochs == 3 and cfg.trainer.test_freq == 8  # 2 pushes x 4 steps
+    assert cfg.algorithm.rollout_correction.bypass_mode is False  # the old log-probs are recomputed
+    assert load_config([*jan, "trainer.test_freq=5"]).trainer.test_freq == 5  # the trainer's own key wins
+    with pytest.raises(ConfigError, match="compute_prox_log_prob=true recomputes the old log-probs"):
+        load_config(
+            [*jan, "async_training.compute_prox_log_prob=True", "algorithm.rollout_correction.bypass_mode=true"]
+        )

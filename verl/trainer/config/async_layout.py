@@ -16,7 +16,11 @@ beside one trainer rank (docs/async_training.md), so:
   prompts are requested in batches of that size, not one at a time (a warning says so);
 * ``rollout.total_rollout_steps`` (prompts to generate) sets ``trainer.total_training_steps`` the way upstream
   counts them, ``total_rollout_steps // (require_batches * train_batch_size * trigger_parameter_sync_step) *
-  trigger_parameter_sync_step``, unless the user set the step count.
+  trigger_parameter_sync_step``, unless the user set the step count;
+* verl's January layout: ``rollout.total_epochs`` is ``trainer.total_epochs``, ``rollout.test_freq`` (weight
+  versions) is ``trainer.test_freq`` in steps (times ``trigger_parameter_sync_step``), each unless the trainer's key
+  is set, and ``async_training.compute_prox_log_prob=true`` (recompute the old log-probs with the policy before the
+  update) turns bypass mode off.
 """
 
 from __future__ import annotations
@@ -30,8 +34,14 @@ from verl.utils.errors import ConfigWarning
 
 __all__ = ["check_async_layout", "resolve_async_layout"]
 
-_POOL_KEYS = ("rollout.nnodes", "rollout.n_gpus_per_node", "rollout.total_rollout_steps")
-_POOL_DEFAULTS = (1, 1, None)  # RolloutPoolConfig's: one rollouter, the data's prompts
+_POOL_KEYS = (
+    "rollout.nnodes",
+    "rollout.n_gpus_per_node",
+    "rollout.total_rollout_steps",
+    "rollout.total_epochs",
+    "rollout.test_freq",
+)
+_POOL_DEFAULTS = (1, 1, None, None, None)  # RolloutPoolConfig's: one rollouter, the trainer's data and validation
 
 
 def _select(pool: Any, key: str) -> Any:
@@ -66,10 +76,24 @@ def resolve_async_layout(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]
             ConfigWarning,
             stacklevel=2,
         )
+    at = cfg.async_training
+    trigger_steps = max(int(at.get("trigger_parameter_sync_step") or 1), 1) if mode == "fully_async" else 1
+    # verl's January layout: the rollouter's own epochs and validation period (in weight versions)
+    if pool.get("total_epochs") is not None and "trainer.total_epochs" not in user_keys:
+        cfg.trainer.total_epochs = int(pool.total_epochs)
+        changed["trainer.total_epochs"] = int(pool.total_epochs)
+    if pool.get("test_freq") is not None and "trainer.test_freq" not in user_keys:
+        freq = int(pool.test_freq) * trigger_steps if int(pool.test_freq) > 0 else int(pool.test_freq)
+        cfg.trainer.test_freq = freq
+        changed["trainer.test_freq"] = freq
+    if at.get("compute_prox_log_prob") and "algorithm.rollout_correction.bypass_mode" not in user_keys:
+        # the old log-probs recomputed by the policy before the update: the non-bypass path (rollout_is weighs it)
+        cfg.algorithm.rollout_correction.bypass_mode = False
+        at.use_rollout_log_probs = False
+        changed["algorithm.rollout_correction.bypass_mode"] = False
     total = pool.get("total_rollout_steps")
     if total is not None and "trainer.total_training_steps" not in user_keys:
-        at = cfg.async_training
-        trigger = max(int(at.get("trigger_parameter_sync_step") or 1), 1) if mode == "fully_async" else 1
+        trigger = trigger_steps
         per_step = max(int(at.get("require_batches") or 1), 1) if mode == "fully_async" else 1
         prompts = per_step * max(int(data.train_batch_size), 1) * trigger
         steps = int(total) // prompts * trigger
@@ -107,6 +131,11 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
             f"rollout pool of more than one device is not implemented here (async_training.mode={mode} runs one "
             "rollouter process, on the second GPU when there are two, beside one trainer rank); set both to 1 "
             "(docs/async_training.md)"
+        )
+    if cfg.async_training.get("compute_prox_log_prob") and bool(cfg.algorithm.rollout_correction.bypass_mode):
+        errors.append(
+            "async_training.compute_prox_log_prob=true recomputes the old log-probs, which "
+            "algorithm.rollout_correction.bypass_mode=true skips: set one of them"
         )
     total = pool.get("total_rollout_steps")
     if total is not None and int(total) < 1:

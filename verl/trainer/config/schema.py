@@ -90,6 +90,8 @@ class AsyncTrainingConfig(BaseConfig):
     require_batches: int = 1  # prompt batches consumed per step
     partial_rollout: bool = False  # continue unfinished responses with the weights pushed meanwhile
     use_rollout_log_probs: bool = False  # the rollout's log-probs are the old policy (bypass mode)
+    # verl's January key: true recomputes the old log-probs with the policy before the update (bypass_mode=false)
+    compute_prox_log_prob: Optional[bool] = None
 
 
 @dataclass
@@ -101,6 +103,10 @@ class RolloutPoolConfig(BaseConfig):
     nnodes: int = 1
     n_gpus_per_node: int = 1
     total_rollout_steps: Optional[int] = None  # null: the data's prompts x trainer.total_epochs
+    # verl's January layout: the rollouter's passes over the data (= trainer.total_epochs) and its validation
+    # period in weight versions (trainer.test_freq = test_freq x async_training.trigger_parameter_sync_step)
+    total_epochs: Optional[int] = None
+    test_freq: Optional[int] = None
 
 
 # ------------------------------------------------------------------------------------------------------ trainer
