@@ -139,8 +139,7 @@ def test_missing_optional_backend_clear_error(tmp_path, monkeypatch, name: str) 
     with pytest.raises(ImportError, match=f"'{name}' but the {name} package is not installed: pip install") as err:
         Tracking("p", "e", ["file", name], log_dir=str(tmp_path))
     assert "\n" not in str(err.value) and f"drop '{name}' from trainer.logger" in str(err.value)
-    if name == "swanlab":
-        assert "pip install swanlab" in str(err.value)
+    assert f"pip install 'verl[{name}]'" in str(err.value)  # each is an optional extra of pyproject.toml
 
 
 class _FakeText:

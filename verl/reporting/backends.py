@@ -8,6 +8,7 @@ floats for console/TensorBoard/W&B/MLflow/SwanLab; the JSONL file stays strict J
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -222,20 +223,25 @@ class TensorboardBackend:
         self.writer.close()
 
 
+def _import_backend(name: str) -> Any:
+    """The logger package ``name`` (``wandb``, ``mlflow``, ``swanlab``: an optional extra of this project), or one
+    ImportError line saying how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ImportError(
+            f"trainer.logger includes {name!r} but the {name} package is not installed: pip install 'verl[{name}]' "
+            f"or drop {name!r} from trainer.logger"
+        ) from e
+
+
 class WandbBackend:
     """Weights & Biases; offline (files under ``<log_dir>/wandb``) unless ``WANDB_MODE`` is set."""
 
     def __init__(
         self, project: str, experiment: str, log_dir: str, config: dict[str, Any] | None, namespace: str | None
     ) -> None:
-        try:
-            import wandb
-        except ImportError as e:
-            raise ImportError(
-                "trainer.logger includes 'wandb' but the wandb package is not installed: pip install 'verl[wandb]' "
-                "or drop 'wandb' from trainer.logger"
-            ) from e
-        self.wandb = wandb
+        self.wandb = wandb = _import_backend("wandb")
         makedirs(log_dir)
         kwargs: dict[str, Any] = dict(project=project, name=experiment, config=config, dir=log_dir)
         if namespace:
@@ -266,14 +272,7 @@ class MlflowBackend:
     def __init__(
         self, project: str, experiment: str, log_dir: str, config: dict[str, Any] | None, namespace: str | None
     ) -> None:
-        try:
-            import mlflow
-        except ImportError as e:
-            raise ImportError(
-                "trainer.logger includes 'mlflow' but the mlflow package is not installed: pip install "
-                "'verl[mlflow]' or drop 'mlflow' from trainer.logger"
-            ) from e
-        self.mlflow = mlflow
+        self.mlflow = mlflow = _import_backend("mlflow")
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             store = os.path.abspath(os.path.join(log_dir, "mlruns"))
             makedirs(store)
@@ -327,14 +326,7 @@ class SwanlabBackend:
     def __init__(
         self, project: str, experiment: str, log_dir: str, config: dict[str, Any] | None, namespace: str | None
     ) -> None:
-        try:
-            import swanlab
-        except ImportError as e:
-            raise ImportError(
-                "trainer.logger includes 'swanlab' but the swanlab package is not installed: pip install swanlab "
-                "(or pip install 'verl[swanlab]') or drop 'swanlab' from trainer.logger"
-            ) from e
-        self.swanlab = swanlab
+        self.swanlab = swanlab = _import_backend("swanlab")
         mode = os.environ.get("SWANLAB_MODE") or "offline"
         self.dir = os.environ.get("SWANLAB_LOG_DIR") or os.path.join(log_dir, "swanlog")
         makedirs(self.dir)
