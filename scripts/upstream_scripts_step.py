@@ -61,7 +61,7 @@ _SHRUNK_SIZES = (
 def only_sizes(call: dict) -> bool:
     """Whether every error of a rejected call is a size :func:`one_step_args` shrinks."""
     errors = call.get("errors") or []
-    return bool(errors) and all(any(p.match(e) for p in _SHRUNK_SIZES) for e in errors)
+    return bool(errors) and all(any(p.search(e) for p in _SHRUNK_SIZES) for e in errors)
 
 
 # the reward of a dynamic-sampling step: groups of a random model's responses must score differently to be kept
