@@ -134,6 +134,10 @@ class RolloutConfig(BaseConfig):
     dtype: ComputeDType = "auto"
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
+    # upstream v0.9's other engine layouts: only 1 here (one engine per tensor-parallel group of actor ranks)
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
     max_num_seqs: int = 256
     enforce_eager: bool = False  # false: decode with CUDA graphs (vLLM, and the hf engine on CUDA)
     free_cache_engine: bool = True

@@ -318,3 +318,19 @@ def test_a_missing_relative_config_path_with_another_name_is_still_an_error() ->
 def test_sglang_engine_kwargs_section_is_refused() -> None:
     assert "SGLang" in (refusal_for_override(f"+{ARR}.rollout.engine_kwargs.sglang={{}}") or "")
     assert refusal_for_override(f"+{ARR}.rollout.engine_kwargs.vllm.swap_space=4") is None
+
+
+def test_v09_engine_layout_keys_of_one_and_the_engines_compile_switch() -> None:
+    """v0.9's fully_async geo3k Qwen3-VL-30B-A3B script: fsdp_config.use_torch_compile, rollout.expert_parallel_size."""
+    cfg = _cfg(
+        f"{ARR}.actor.fsdp_config.use_torch_compile=False",
+        f"{ARR}.ref.fsdp_config.use_torch_compile=False",
+        f"{ARR}.rollout.expert_parallel_size=1",
+        f"{ARR}.rollout.data_parallel_size=1",
+    )
+    assert (
+        cfg.actor_rollout_ref.actor.use_torch_compile is False and cfg.actor_rollout_ref.ref.use_torch_compile is False
+    )
+    for key in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size"):
+        with pytest.raises(ConfigError, match=rf"rollout.{key}=4: that rollout layout is not implemented here"):
+            _cfg(f"{ARR}.rollout.{key}=4")

@@ -228,6 +228,9 @@ class PPOConfig(BaseConfig):
         "actor_rollout_ref.actor.fsdp_config.strategy": "actor_rollout_ref.actor.strategy",
         "actor_rollout_ref.ref.fsdp_config.strategy": "actor_rollout_ref.ref.strategy",
         "critic.fsdp_config.strategy": "critic.strategy",
+        # and whether the engine compiles the model: the workers' key (each decoder layer compiled after sharding)
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile": "actor_rollout_ref.actor.use_torch_compile",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile": "actor_rollout_ref.ref.use_torch_compile",
         # upstream v0.9 also spells the actor's entropy keys under its engine section (fsdp_config)
         **{
             f"actor_rollout_ref.{role}.fsdp_config.{key}": f"actor_rollout_ref.{role}.{key}"

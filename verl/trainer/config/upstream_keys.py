@@ -139,6 +139,13 @@ def check_upstream_values(cfg: DictConfig, errors: list[str]) -> None:
             f"actor_rollout_ref.ref.strategy={ref_strategy!r} is not implemented (the reference is FSDP2, like the "
             f"actor); use one of {', '.join(IMPLEMENTED_STRATEGIES)}"
         )
+    for key in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size"):
+        size = int(arr.rollout[key])
+        if size != 1:
+            errors.append(
+                f"actor_rollout_ref.rollout.{key}={size}: that rollout layout is not implemented here (each engine "
+                "serves one group of tensor_model_parallel_size actor ranks, and every group is a replica); set it to 1"
+            )
     for path, section in (
         ("actor_rollout_ref.actor", arr.actor),
         ("actor_rollout_ref.ref", arr.ref),
