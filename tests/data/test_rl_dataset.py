@@ -246,3 +246,24 @@ def test_filter_workers_tokenise_in_parallel_with_same_result(tmp_path, byte_tok
         assert [three[i][key] for i in range(len(three))] == [one[i][key] for i in range(len(one))]
     with pytest.raises(ValueError, match="filter_overlong_prompts_workers must be >= 1, got 0"):
         RLHFDataset(path, byte_tokenizer, _cfg(filter_overlong_prompts_workers=0))
+
+
+# a chat template that reads a template argument, as Qwen3's reads enable_thinking
+_THINK_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+    "<nothink>{% endif %}{% endif %}"
+)
+
+
+def test_apply_chat_template_kwargs_reach_the_template(tmp_path, byte_tokenizer):
+    """data.apply_chat_template_kwargs (upstream v0.9; e.g. enable_thinking=false for Qwen3)."""
+    import copy
+
+    tok = copy.deepcopy(byte_tokenizer)
+    tok.chat_template = _THINK_TEMPLATE
+    path = _write(str(tmp_path / "d.parquet"), [_row("hi", "7")])
+    plain = RLHFDataset(path, tok, _cfg())[0]["raw_prompt_ids"]
+    off = RLHFDataset(path, tok, _cfg(apply_chat_template_kwargs={"enable_thinking": False}))[0]["raw_prompt_ids"]
+    assert bytes(plain).decode() == "<|user|>hi\n<|assistant|>"
+    assert bytes(off).decode() == "<|user|>hi\n<|assistant|><nothink>"

@@ -7,7 +7,7 @@ It lives with the datasets that read it (:class:`verl.data.rl_dataset.RLHFDatase
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from verl.base_config import BaseConfig
 
@@ -46,6 +46,9 @@ class DataConfig(BaseConfig):
     filter_overlong_prompts_workers: int = 1  # processes that tokenise the prompts for the length filter
     truncation: Literal["error", "left", "right"] = "error"
     apply_chat_template: bool = True
+    # extra arguments of the chat template (upstream v0.9; e.g. {enable_thinking: false} for Qwen3), given to every
+    # rendering of a prompt: the dataset's and the agent loops'
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     dataloader_num_workers: int = 0
     image_key: str = "images"
     video_key: str = "videos"

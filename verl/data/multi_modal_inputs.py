@@ -24,6 +24,7 @@ def processor_inputs(
     add_generation_prompt: bool = True,
     videos: list[Any] | None = None,
     video_max_frames: int | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], dict[str, Any], dict[str, list[Any]], str]:
     """Chat ``messages`` with ``<image>`` / ``<video>`` placeholders and their stored ``images`` / ``videos`` through
     a multi-modal processor.
@@ -34,8 +35,8 @@ def processor_inputs(
     ``second_per_grid_ts [videos]`` (``temporal_patch_size / fps``: the seconds of one temporal patch); the decoded
     media (``{"image": [RGB PIL images], "video": [[RGB PIL frames], ...]}``, keys present only when non-empty);
     and the rendered chat text (one placeholder token per image or video). Videos are read by
-    :func:`verl.data.video_utils.process_video` (at most ``video_max_frames`` frames each). Errors name
-    ``where``.
+    :func:`verl.data.video_utils.process_video` (at most ``video_max_frames`` frames each). ``template_kwargs``:
+    extra chat-template arguments (``data.apply_chat_template_kwargs``). Errors name ``where``.
     """
     from verl.models.vlm import MULTI_MODAL_INPUT_KEYS
 
@@ -50,7 +51,9 @@ def processor_inputs(
     if clips:
         kwargs["videos"] = [clip.frames for clip in clips]
     try:
-        text = processor.apply_chat_template(rendered, add_generation_prompt=add_generation_prompt, tokenize=False)
+        text = processor.apply_chat_template(
+            rendered, add_generation_prompt=add_generation_prompt, tokenize=False, **(template_kwargs or {})
+        )
         inputs = processor(text=[text], return_tensors="pt", **kwargs)
     except Exception as e:
         raise ValueError(f"{where}: the processor failed on the chat and its images/videos: {e}") from e

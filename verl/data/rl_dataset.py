@@ -144,6 +144,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.filter_overlong_prompts: bool = config.filter_overlong_prompts
         self.truncation: str = config.truncation
         self.apply_chat_template: bool = config.apply_chat_template
+        self.chat_template_kwargs: dict[str, Any] = dict(config.apply_chat_template_kwargs or {})
         self.filter_workers: int = config.filter_overlong_prompts_workers
         self.processor = processor
         self.image_key: str = config.image_key
@@ -351,7 +352,9 @@ class RLHFDataset(torch.utils.data.Dataset):
 
     def _prompt_text(self, messages: list[dict[str, str]]) -> str:
         if self.use_chat_template:
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            )
         # No template: the raw message contents, one per line.
         return "\n".join(m["content"] for m in messages)
 
@@ -375,6 +378,7 @@ class RLHFDataset(torch.utils.data.Dataset):
             self.max_pixels,
             videos=row.get(self.video_key),
             video_max_frames=self.video_max_frames,
+            template_kwargs=self.chat_template_kwargs,
         )
         raw_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return ids, mm_inputs, media, raw_ids

@@ -232,3 +232,34 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 class EchoAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         return AgentLoopOutput(prompt_ids=kwargs["prompt_ids"], response_ids=[65, 66], response_mask=[1, 1])
+
+
+def test_the_loops_render_with_the_data_sections_chat_template_kwargs(byte_tokenizer) -> None:
+    """data.apply_chat_template_kwargs reaches every rendering of the agent loops (prompt, appended turns, the
+    sanity check) through AgentLoopSettings, from the run's config (AgentLoopManager.from_config)."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from verl.experimental.agent_loop.chat import encode_prompt, sanity_check
+    from verl.experimental.agent_loop.manager import AgentLoopManager
+    from verl.trainer.config import load_config
+
+    tok = copy.deepcopy(byte_tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+        "<nothink>{% endif %}{% endif %}"
+    )
+    off = {"enable_thinking": False}
+    user = [{"role": "user", "content": "hi"}]
+    assert tok.decode(encode_prompt(tok, user, None, off)).endswith("<|assistant|><nothink>")
+    assert tok.decode(encode_prompt(tok, user, None)).endswith("<|assistant|>")
+    appended = tok.decode(encode_appended(tok, [{"role": "tool", "content": "4"}], off))
+    assert appended.endswith("<|assistant|><nothink>")
+    turns = encode_prompt(tok, user, None, off)
+    assert sanity_check(tok, turns, user, None, "strict", off) is not None  # no generation prompt in the whole chat
+    cfg = load_config(["data.train_files=x.parquet", "+data.apply_chat_template_kwargs.enable_thinking=false"])
+    cfg = OmegaConf.merge(cfg, {"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True}}}})
+    manager = AgentLoopManager.from_config(cfg, tok, worker_group=None)
+    assert manager.runner.settings.chat_template_kwargs == off

@@ -58,11 +58,16 @@ class AgentLoopSettings:
     default_agent_loop: str
     num_workers: int
     openai: Any = None  # agent.openai (OpenAIAgentConfig): the openai_agent loop's settings
+    # data.apply_chat_template_kwargs: extra chat-template arguments of every prompt and turn the loops render
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_rollout_config(cls, rollout: Any, validate: bool = True) -> AgentLoopSettings:
+    def from_rollout_config(
+        cls, rollout: Any, validate: bool = True, chat_template_kwargs: dict[str, Any] | None = None
+    ) -> AgentLoopSettings:
         """Read the settings from a complete rollout section (a ``RolloutConfig``, or the validated ``DictConfig``)
-        and, with ``validate``, raise ValueError listing :meth:`problems`."""
+        and, with ``validate``, raise ValueError listing :meth:`problems`. ``chat_template_kwargs``: the data
+        section's ``apply_chat_template_kwargs``, so the loops render prompts as the dataset does."""
         section = rollout
         mt, agent = section.multi_turn, section.agent
         settings = cls(
@@ -78,6 +83,7 @@ class AgentLoopSettings:
             default_agent_loop=str(agent.default_agent_loop),
             num_workers=int(agent.num_workers),
             openai=agent.openai,
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
         )
         problems = settings.problems() if validate else []
         if problems:

@@ -18,23 +18,41 @@ __all__ = ["encode_appended", "encode_prompt", "sanity_check", "truncate_text"]
 _ANCHOR = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None, generation_prompt: bool) -> str:
+def _render(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None,
+    generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     return tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+        messages,
+        tools=tools or None,
+        add_generation_prompt=generation_prompt,
+        tokenize=False,
+        **(template_kwargs or {}),
     )
 
 
-def encode_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
-    """Token ids of the prompt messages with the tool schemas and the assistant generation prompt."""
-    text = _render(tokenizer, messages, tools, True)
+def encode_prompt(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """Token ids of the prompt messages with the tool schemas and the assistant generation prompt;
+    ``template_kwargs``: extra chat-template arguments (``data.apply_chat_template_kwargs``)."""
+    text = _render(tokenizer, messages, tools, True, template_kwargs)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def encode_appended(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def encode_appended(
+    tokenizer: Any, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
     """Token ids of ``messages`` (tool results or a user reply) appended after an assistant turn, followed by the
     next assistant generation prompt: the template's text after a stand-in assistant turn."""
-    before = _render(tokenizer, _ANCHOR, None, False)
-    after = _render(tokenizer, _ANCHOR + list(messages), None, True)
+    before = _render(tokenizer, _ANCHOR, None, False, template_kwargs)
+    after = _render(tokenizer, _ANCHOR + list(messages), None, True, template_kwargs)
     if not after.startswith(before):
         raise ValueError(
             "the chat template does not render a longer conversation as an extension of a shorter one; the agent "
@@ -57,14 +75,19 @@ def truncate_text(text: str, limit: int, side: str) -> tuple[str, bool]:
 
 
 def sanity_check(
-    tokenizer: Any, turn_ids: list[int], messages: list[dict[str, Any]], tools: list[dict] | None, mode: str
+    tokenizer: Any,
+    turn_ids: list[int],
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None,
+    mode: str,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str | None:
     """Compare ``turn_ids`` (prompt + response tokens, turn by turn) with the template's tokenization of the whole
     conversation ``messages``. Returns None when they agree under ``mode``, else a description of the first
     difference (``disable``: always None)."""
     if mode == "disable":
         return None
-    whole = tokenizer.encode(_render(tokenizer, messages, tools, False), add_special_tokens=False)
+    whole = tokenizer.encode(_render(tokenizer, messages, tools, False, template_kwargs), add_special_tokens=False)
     if whole == turn_ids:
         return None
     matcher = difflib.SequenceMatcher(a=turn_ids, b=whole, autojunk=False)

@@ -46,6 +46,7 @@ class AgentLoopManager:
         tools: ``BaseTool`` objects (the Python API's ``tools=``) next to those of the config.
         judge_config: the ``reward_model.judge`` mapping when ``overlap_rollout`` is on
             (:func:`~verl.experimental.agent_loop.judge_overlap.judge_overlap_config`), else None.
+        chat_template_kwargs: ``data.apply_chat_template_kwargs``, for every chat-template rendering of the loops.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class AgentLoopManager:
         worker_group: Any,
         tools: list[Any] | None = None,
         judge_config: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         section = rollout_config
         if not isinstance(section, RolloutConfig):
@@ -65,21 +67,28 @@ class AgentLoopManager:
 
             judge = JudgeOverlap.from_config(judge_config)
         self.worker_group = worker_group
-        self.runner = AgentLoopRunner(section, tokenizer, tools=tools, judge=judge)
+        self.runner = AgentLoopRunner(
+            section, tokenizer, tools=tools, judge=judge, chat_template_kwargs=chat_template_kwargs
+        )
 
     @classmethod
     def from_config(
         cls, config: Any, tokenizer: Any, worker_group: Any, tools: list[Any] | None = None
     ) -> AgentLoopManager:
-        """From a run's whole config (``actor_rollout_ref.rollout``, and ``reward_model.judge`` for the judge)."""
+        """From a run's whole config (``actor_rollout_ref.rollout``, ``reward_model.judge`` for the judge and
+        ``data.apply_chat_template_kwargs`` for the chat template)."""
+        from verl.data.config import DataConfig
         from verl.experimental.agent_loop.judge_overlap import judge_overlap_config
 
+        data = config.get("data") if hasattr(config, "get") else None
+        template_kwargs = omega_conf_to_dataclass(data, DataConfig).apply_chat_template_kwargs if data else None
         return cls(
             config.actor_rollout_ref.rollout,
             tokenizer,
             worker_group,
             tools=tools,
             judge_config=judge_overlap_config(config),
+            chat_template_kwargs=template_kwargs,
         )
 
     @property

@@ -101,6 +101,8 @@ class AgentLoopRunner:
         tools: ``BaseTool`` objects (e.g. from the Python API) added to those of ``multi_turn.tool_config_path``.
         judge: a :class:`~verl.experimental.agent_loop.judge_overlap.JudgeOverlap`: each row's judge request is
             sent as soon as its loop ends (ground truths from the batch's ``reward_model`` column).
+        chat_template_kwargs: ``data.apply_chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``): given to
+            every chat-template rendering of the loops.
     """
 
     def __init__(
@@ -110,13 +112,14 @@ class AgentLoopRunner:
         generate_batch: Callable[[DataProto], DataProto] | None = None,
         tools: list[Any] | None = None,
         judge: TrajectoryJudge | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
         from verl.tools.utils.tool_registry import load_all_tools
 
         if tokenizer is None:
             raise ValueError("multi-turn rollouts need the model's tokenizer (the engine was built without one)")
-        self.settings = AgentLoopSettings.from_rollout_config(rollout_config)
+        self.settings = AgentLoopSettings.from_rollout_config(rollout_config, chat_template_kwargs=chat_template_kwargs)
         self.tokenizer = tokenizer
         self.generate_batch = generate_batch
         self.judge = judge

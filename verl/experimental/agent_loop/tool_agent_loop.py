@@ -146,7 +146,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     def _append_reply(self, ep: _Episode, messages: list[dict[str, Any]]) -> bool:
         """Append tool/user ``messages`` (mask 0); False when they did not fit (cut, episode truncated)."""
-        ids = encode_appended(self.tokenizer, messages)
+        ids = encode_appended(self.tokenizer, messages, self.settings.chat_template_kwargs)
         ep.messages.extend(messages)
         ep.transcript.extend(dict(m) for m in messages)
         budget = self._budget(ep)
@@ -222,7 +222,7 @@ class ToolAgentLoop(AgentLoopBase):
         interaction_kwargs = extra_info.get("interaction_kwargs")
         schemas = self._schemas()
         messages = [dict(m) for m in raw_prompt]
-        prompt_ids = encode_prompt(self.tokenizer, messages, schemas)
+        prompt_ids = encode_prompt(self.tokenizer, messages, schemas, self.settings.chat_template_kwargs)
         if len(prompt_ids) > self.settings.prompt_length:
             raise ValueError(
                 f"sample {kwargs.get('index')}: the prompt with its tool schemas is {len(prompt_ids)} tokens, longer "
@@ -259,6 +259,7 @@ class ToolAgentLoop(AgentLoopBase):
                 ep.transcript,
                 schemas,
                 self.settings.tokenization_sanity_check_mode,
+                self.settings.chat_template_kwargs,
             )
             if mismatch:
                 _report_mismatch(kwargs.get("index"), mismatch, self.settings.tokenization_sanity_check_mode)

@@ -84,6 +84,7 @@ class TrajectoryEndpoint:
         model_name: the id ``/v1/models`` lists.
         max_requests: generation requests allowed.
         request_sampling: honour a request's ``temperature``/``top_p``.
+        template_kwargs: extra chat-template arguments (``data.apply_chat_template_kwargs``).
     """
 
     def __init__(
@@ -96,9 +97,11 @@ class TrajectoryEndpoint:
         model_name: str,
         max_requests: int,
         request_sampling: bool,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})  # data.apply_chat_template_kwargs
         self.parser = parser
         self.recorder = recorder
         self.api_key = api_key
@@ -261,7 +264,7 @@ class TrajectoryEndpoint:
 
         def full_ids() -> list[int]:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=schemas or None, add_generation_prompt=True, tokenize=False
+                messages, tools=schemas or None, add_generation_prompt=True, tokenize=False, **self.template_kwargs
             )
             return self.tokenizer.encode(text, add_special_tokens=False)
 

@@ -107,11 +107,13 @@ class OpenAIAgentLoop(AgentLoopBase):
         eos = sampling_params.get("eos_token_id")
         eos = eos[0] if isinstance(eos, (list, tuple)) else (self.tokenizer.eos_token_id if eos is None else eos)
         s = self.settings
-        recorder = TrajectoryRecorder(self.tokenizer, int(eos), s.prompt_length, s.response_length)
+        recorder = TrajectoryRecorder(
+            self.tokenizer, int(eos), s.prompt_length, s.response_length, s.chat_template_kwargs
+        )
         api_key = f"verl-{secrets.token_hex(16)}"
         endpoint = TrajectoryEndpoint(
             self.server, self.tokenizer, ToolParser.get_tool_parser(s.format, self.tokenizer), recorder, api_key,
-            str(cfg.model_name), int(cfg.max_requests), bool(cfg.request_sampling),
+            str(cfg.model_name), int(cfg.max_requests), bool(cfg.request_sampling), s.chat_template_kwargs,
         )  # fmt: skip
         http = LoopbackServer(endpoint)
         base_url = f"http://127.0.0.1:{await http.start()}/v1"

@@ -106,10 +106,19 @@ class TrajectoryRecorder:
         eos_token_id: closes an assistant turn that stopped without EOS before appended messages.
         prompt_length: the longest segment prompt (``rollout.prompt_length``).
         response_length: the longest segment response (``rollout.response_length``).
+        template_kwargs: extra chat-template arguments (``data.apply_chat_template_kwargs``).
     """
 
-    def __init__(self, tokenizer: Any, eos_token_id: int, prompt_length: int, response_length: int) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        eos_token_id: int,
+        prompt_length: int,
+        response_length: int,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})  # data.apply_chat_template_kwargs
         self.eos_token_id = int(eos_token_id)
         self.prompt_length = int(prompt_length)
         self.response_length = int(response_length)
@@ -154,7 +163,9 @@ class TrajectoryRecorder:
             seg = self.current
             choice, start = found
             if kind == "chat":
-                tail = ([] if choice.ended else [self.eos_token_id]) + encode_appended(self.tokenizer, history[start:])
+                tail = ([] if choice.ended else [self.eos_token_id]) + encode_appended(
+                    self.tokenizer, history[start:], self.template_kwargs
+                )
             else:
                 tail = self.tokenizer.encode(history[start:], add_special_tokens=False)
             used = len(seg.response_ids) + len(choice.ids) + len(tail)
