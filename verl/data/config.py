@@ -39,6 +39,7 @@ class DataConfig(BaseConfig):
     val_batch_size: Optional[int] = None
     train_max_samples: int = -1  # cap on training rows (-1: all); with shuffle a seeded random subset, else the first
     val_max_samples: int = -1
+    validation_shuffle: bool = False  # upstream v0.9: the validation rows in one random order seeded by data.seed
     return_raw_chat: bool = False
     shuffle: bool = True
     seed: int = 42

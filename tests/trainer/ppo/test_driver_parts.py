@@ -177,3 +177,16 @@ def test_the_driver_holds_the_parts_and_keeps_upstreams_names(tmp_path: Path) ->
     assert driver.data.total_training_steps == 2
     assert driver.checkpoint_dir == driver.checkpoints.checkpoint_dir == str(tmp_path)
     assert driver.step_hooks is driver.report.step_hooks and driver.actor_rollout_wg is None
+
+
+def test_validation_rows_in_a_seeded_random_order_with_validation_shuffle() -> None:
+    """data.validation_shuffle (upstream v0.9): with val_max_samples, a random subset of the validation rows."""
+
+    def first_rows(shuffle: bool, seed: int = 1) -> list[int]:
+        cfg = DataConfig(train_batch_size=2, val_batch_size=4, validation_shuffle=shuffle, seed=seed)
+        data = DriverData(cfg, TrainerConfig(total_epochs=1, total_training_steps=None), _Rows(4), _Rows(12))
+        data.create_dataloaders()
+        return next(iter(data.val_dataloader))["input_ids"][:, 0].tolist()
+
+    assert first_rows(False) == [0, 1, 2, 3]
+    assert first_rows(True) != [0, 1, 2, 3] and first_rows(True) == first_rows(True)  # seeded: the same every run

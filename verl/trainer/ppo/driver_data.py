@@ -105,10 +105,15 @@ class DriverData:
             num_workers=num_workers,
         )
         if self.val_dataset is not None and len(self.val_dataset) > 0:
+            val_sampler = None
+            if self.data_cfg.validation_shuffle:  # one seeded order: every validation (and run) sees the same rows
+                from verl.data.sampler import ResumableSampler
+
+                val_sampler = ResumableSampler(self.val_dataset, shuffle=True, seed=int(self.data_cfg.seed))
             self.val_dataloader = StatefulDataLoader(
                 self.val_dataset,
                 batch_size=int(self.data_cfg.val_batch_size or len(self.val_dataset)),
-                sampler=None,
+                sampler=val_sampler,
                 collate_fn=collate,
                 drop_last=False,
                 num_workers=num_workers,
