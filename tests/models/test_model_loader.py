@@ -347,3 +347,19 @@ def test_forward_logits_at_runs_the_head_at_the_positions_only() -> None:
 
     out = forward_logits_at(Plain(), torch.tensor([[1, 2], [3, 4]]), None, None, torch.tensor([3, 0]))
     assert out.argmax(-1).tolist() == [[4, 1]]
+
+
+def test_a_custom_chat_template_replaces_the_tokenizers(tiny_model_dir) -> None:
+    """actor_rollout_ref.model.custom_chat_template (upstream v0.9): the driver's and the workers' tokenizer."""
+    from verl.models.loader import load_tokenizer
+    from verl.trainer.config import load_config
+
+    template = (
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    )
+    tok = load_tokenizer(tiny_model_dir, chat_template=template)
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert text == "[user] hi\n>" and load_tokenizer(tiny_model_dir).chat_template != template
+    one_line = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    cfg = load_config(["data.train_files=x.parquet", f"actor_rollout_ref.model.custom_chat_template='{one_line}'"])
+    assert cfg.actor_rollout_ref.model.custom_chat_template == one_line

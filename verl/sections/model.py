@@ -33,6 +33,7 @@ class ModelConfig(BaseConfig):
 
     path: str = "smollm2-135m-instruct"
     tokenizer_path: Optional[str] = None
+    custom_chat_template: Optional[str] = None  # upstream v0.9: a Jinja chat template replacing the tokenizer's
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
     use_remove_padding: Optional[bool] = None  # null: packed where it equals padded (fsdp_utils.resolve_remove_padding)

@@ -210,6 +210,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             self.tokenizer = load_tokenizer(
                 model_cfg.tokenizer_path or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
                 trust_remote_code=bool(model_cfg.trust_remote_code),
+                chat_template=model_cfg.custom_chat_template,
             )
         from verl.models.vlm import processor_for_model
 

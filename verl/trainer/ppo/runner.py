@@ -262,7 +262,11 @@ def build_ppo_trainer(
 
     tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
     trust = bool(config.data.trust_remote_code)  # upstream's data.trust_remote_code: the driver's tokenizer/processor
-    tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path, trust_remote_code=trust)
+    tokenizer = load_tokenizer(
+        tokenizer_path or config.actor_rollout_ref.model.path,
+        trust_remote_code=trust,
+        chat_template=config.actor_rollout_ref.model.custom_chat_template,
+    )
     from verl.models.vlm import check_image_patch_size, processor_for_model
 
     # a vision-language model's processor (verl's hf_processor), None for text models
