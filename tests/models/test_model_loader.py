@@ -357,7 +357,9 @@ def test_a_custom_chat_template_replaces_the_tokenizers(tiny_model_dir) -> None:
     template = (
         "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}>{% endif %}"
     )
-    tok = load_tokenizer(tiny_model_dir, chat_template=template)
+    from verl.utils.tokenizer import use_chat_template
+
+    tok = use_chat_template(load_tokenizer(tiny_model_dir), template)
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     assert text == "[user] hi\n>" and load_tokenizer(tiny_model_dir).chat_template != template
     one_line = "{% for m in messages %}{{ m.content }}{% endfor %}"

@@ -32,6 +32,7 @@ def test_cfg_job_prints_the_resolved_config(capsys: pytest.CaptureFixture[str]) 
         "reward",
         "algorithm",
         "async_training",
+        "rollout",
         "distillation",
         "model_engine",
         "trainer",

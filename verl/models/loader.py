@@ -227,14 +227,10 @@ def resolve_model_path(name_or_path: str | os.PathLike, require_weights: bool = 
     )
 
 
-def load_tokenizer(
-    path: str, trust_remote_code: bool = False, padding_side: str = "left", chat_template: str | None = None
-) -> Any:
+def load_tokenizer(path: str, trust_remote_code: bool = False, padding_side: str = "left") -> Any:
     """Load the tokenizer of a model path; a tokenizer without a pad token gets ``pad = eos``.
 
-    ``padding_side`` defaults to ``"left"`` because prompts are left-padded for generation. ``chat_template``
-    (``actor_rollout_ref.model.custom_chat_template``, a Jinja template) replaces the tokenizer's own, so every
-    rendering and the tokenizer saved with checkpoints and exports use it.
+    ``padding_side`` defaults to ``"left"`` because prompts are left-padded for generation.
     """
     from transformers import AutoTokenizer
 
@@ -245,8 +241,6 @@ def load_tokenizer(
             raise ValueError(f"tokenizer at {local!r} has neither a pad token nor an eos token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = padding_side
-    if chat_template:
-        tokenizer.chat_template = str(chat_template)
     return tokenizer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["hf_processor", "hf_tokenizer", "set_pad_token_id"]
+__all__ = ["hf_processor", "hf_tokenizer", "set_pad_token_id", "use_chat_template"]
 
 logger = logging.getLogger(__name__)
 
@@ -17,6 +17,14 @@ def set_pad_token_id(tokenizer: Any) -> None:
         logger.warning("tokenizer has no pad token; using eos_token_id %s", tokenizer.eos_token_id)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+
+
+def use_chat_template(tokenizer: Any, template: str | None) -> Any:
+    """``tokenizer`` with its chat template replaced by ``template`` (``actor_rollout_ref.model.custom_chat_template``,
+    a Jinja template; None or empty: unchanged). The tokenizer saved with checkpoints and exports keeps it."""
+    if template:
+        tokenizer.chat_template = str(template)
+    return tokenizer
 
 
 def hf_tokenizer(name_or_path: str, correct_pad_token: bool = True, correct_gemma2: bool = True, **kwargs: Any):

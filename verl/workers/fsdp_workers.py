@@ -194,6 +194,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     def init_model(self) -> None:
         """Load tokenizer and models, shard them, and build the actor, the rollout engine and the reference."""
         from verl.models.loader import load_tokenizer, resolve_model_path
+        from verl.utils.tokenizer import use_chat_template
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         model_cfg = self.config.model
@@ -210,8 +211,8 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             self.tokenizer = load_tokenizer(
                 model_cfg.tokenizer_path or model_cfg.path,  # load_tokenizer resolves it (no weights needed)
                 trust_remote_code=bool(model_cfg.trust_remote_code),
-                chat_template=model_cfg.custom_chat_template,
             )
+            use_chat_template(self.tokenizer, model_cfg.custom_chat_template)
         from verl.models.vlm import processor_for_model
 
         # a vision-language model's processor, saved with the tokenizer into checkpoints' huggingface/ dir

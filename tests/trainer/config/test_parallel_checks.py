@@ -43,7 +43,7 @@ def test_explicit_local_backend_with_several_ranks_is_an_error_with_the_fix() ->
             "actor_rollout_ref.actor.strategy=megatron: Megatron-LM is not an engine here",
         ),
         ("critic.strategy=megatron", "critic.strategy=megatron: Megatron-LM is not an engine here"),
-        ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=false (rollout on separate"),
+        ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=false (rollout on workers of its"),
     ],
 )
 def test_values_without_an_implementation_are_rejected(override: str, fragment: str) -> None:

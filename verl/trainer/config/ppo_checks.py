@@ -16,11 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.algorithm_checks import (
-    check_algorithm_keys,
-    check_dynamic_sampling,
-    check_rollout_correction,
-)
+from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_dynamic_sampling, check_rollout_correction
 from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size

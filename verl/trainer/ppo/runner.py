@@ -249,6 +249,7 @@ def build_ppo_trainer(
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import check_reward_endpoints, check_reward_sources, load_reward_manager
+    from verl.utils.tokenizer import use_chat_template
 
     trainer_cfg = config.trainer
     if identity is None:
@@ -262,11 +263,8 @@ def build_ppo_trainer(
 
     tokenizer_path = config.data.tokenizer or config.actor_rollout_ref.model.tokenizer_path
     trust = bool(config.data.trust_remote_code)  # upstream's data.trust_remote_code: the driver's tokenizer/processor
-    tokenizer = load_tokenizer(
-        tokenizer_path or config.actor_rollout_ref.model.path,
-        trust_remote_code=trust,
-        chat_template=config.actor_rollout_ref.model.custom_chat_template,
-    )
+    tokenizer = load_tokenizer(tokenizer_path or config.actor_rollout_ref.model.path, trust_remote_code=trust)
+    use_chat_template(tokenizer, config.actor_rollout_ref.model.custom_chat_template)  # v0.9's custom_chat_template
     from verl.models.vlm import check_image_patch_size, processor_for_model
 
     # a vision-language model's processor (verl's hf_processor), None for text models
