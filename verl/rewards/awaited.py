@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -39,4 +40,4 @@ class AwaitedCall:
 
 def awaited_if_coroutine(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` itself, or :class:`AwaitedCall` around it when it is a coroutine function."""
-    return AwaitedCall(fn) if asyncio.iscoroutinefunction(fn) else fn
+    return AwaitedCall(fn) if inspect.iscoroutinefunction(fn) else fn
