@@ -148,6 +148,9 @@ def test_translation_of_the_keys_that_move() -> None:
             "engine.dtype=float16",
             "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
             "model.use_fused_kernels=true",
+            "optim.optimizer=SGD",
+            "optim.zero_indexed_step=false",
+            "optim.override_optimizer_config={momentum: 0.9}",
         ],
         config_name="sft_trainer_engine",
         schema=SFTEngineConfig,
@@ -161,6 +164,8 @@ def test_translation_of_the_keys_that_move() -> None:
     assert sft["model.dtype"] == "float16" and sft["trainer.export_hf"] is True
     assert sft["data.use_dynamic_bsz"] is True and sft["data.max_token_len_per_gpu"] == 8192  # upstream's default
     assert sft["model.use_fused_kernels"] is True  # the chunked LM head of sft_trainer.yaml
+    assert (sft["optim.optimizer"], sft["optim.optimizer_impl"]) == ("SGD", "torch.optim")  # verl/utils/optim.py
+    assert sft["optim.override_optimizer_config"] == {"momentum": 0.9} and sft["optim.zero_indexed_step"] is False
     padded = load_config(["data.truncation=left", "data.pad_mode=right"], "sft_trainer_engine", schema=SFTEngineConfig)
     assert to_sft_overrides(padded)["data.truncation"] == "left"
     assert to_sft_overrides(padded)["trainer.export_hf"] is False  # upstream saves no HF model unless asked
@@ -210,7 +215,6 @@ def test_fsdp_size_against_the_world_size() -> None:
         ("engine.strategy=fsdp_turbo", "FSDP Turbo is not an engine here"),
         ("model.lora.rank=8", "use model.lora_rank"),
         ("model.mtp.enable=true", "multi-token prediction"),
-        ("optim.optimizer=FusedAdam", "only AdamW from torch.optim"),
         ("model.fused_kernel_options.impl_backend=cuda", "expected torch or triton"),
         ("optim.total_training_steps=10", "set trainer.total_training_steps instead"),
         ("data.train_max_samples=10", "write a smaller file instead"),

@@ -43,6 +43,37 @@ def test_build_optimizer_rejects_unknown() -> None:
         build_optimizer([torch.nn.Parameter(torch.zeros(1))], {"optimizer": "Lion"})
 
 
+def test_build_optimizer_builds_the_named_class_with_upstreams_arguments() -> None:
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    sgd = build_optimizer(params, {"optimizer": "SGD", "lr": 0.5, "weight_decay": 0.1,
+                                   "override_optimizer_config": {"momentum": 0.9, "nesterov": True}})  # fmt: skip
+    group = sgd.param_groups[0]
+    assert type(sgd) is torch.optim.SGD and "betas" not in group  # betas and eps only for an Adam-family name
+    assert (group["lr"], group["weight_decay"], group["momentum"], group["nesterov"]) == (0.5, 0.1, 0.9, True)
+    adam = build_optimizer(
+        params, {"optimizer": "Adam", "betas": [0.5, 0.6], "override_optimizer_config": {"amsgrad": True}}
+    )
+    assert type(adam) is torch.optim.Adam and adam.param_groups[0]["betas"] == (0.5, 0.6)
+    assert adam.param_groups[0]["amsgrad"] is True
+
+
+def test_build_optimizer_names_the_key_of_a_missing_module_or_class() -> None:
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    with pytest.raises(ValueError, match=r"optim\.optimizer_impl=no_such_pkg\.optim: cannot import it"):
+        build_optimizer(params, {"optimizer": "AdamW8bit", "optimizer_impl": "no_such_pkg.optim"})
+    with pytest.raises(ValueError, match=r"optim\.optimizer=AdamW9: torch\.optim has no optimizer .*AdamW, "):
+        build_optimizer(params, {"optimizer": "AdamW9"})
+
+
+def test_zero_indexed_step_false_starts_the_schedule_at_step_one() -> None:
+    cfg = {"lr": 2.0, "lr_warmup_steps": 4, "zero_indexed_step": False}
+    sched = build_lr_scheduler(build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg), cfg)
+    assert _lrs(sched, 5) == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.0])  # zero-indexed: 0, 0.5, 1.0, 1.5, 2.0
+    cosine = {**cfg, "lr_scheduler_type": "cosine", "total_training_steps": 6, "lr_warmup_steps": 0}
+    sched = build_lr_scheduler(build_optimizer([torch.nn.Parameter(torch.zeros(1))], cosine), cosine)
+    assert _lrs(sched, 1) == pytest.approx([2.0 * 0.5 * (1 + math.cos(math.pi / 6))])
+
+
 def test_constant_with_warmup() -> None:
     sched = get_constant_schedule_with_warmup(_opt(2.0), num_warmup_steps=4)
     assert _lrs(sched, 6) == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.0])

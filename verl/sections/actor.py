@@ -60,12 +60,14 @@ class ActorConfig(BaseConfig):
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
     use_torch_compile: Optional[bool] = None  # compile each decoder layer after sharding; null: on CUDA only
-    entropy_from_logits_with_chunking: bool = False  # entropy in blocks of 2048 tokens (upstream's chunk size)
+    entropy_from_logits_with_chunking: bool = False  # entropy in blocks of entropy_from_logits_chunk_size tokens
+    entropy_from_logits_chunk_size: int = 2048  # tokens per block with the switch above (upstream's default)
     entropy_checkpointing: bool = False  # satisfied by design: the entropy backward recomputes softmax per block
     freeze_vision_tower: bool = False  # a vision-language model's vision encoder gets no updates
     ulysses_sequence_parallel_size: int = 1
     skip_old_log_prob_on_policy: bool = True
     shuffle: bool = False
+    data_loader_seed: int = 42  # seeds the mini-batch shuffles (with the step and epoch), upstream's key
     clip_ratio: float = 0.2
     clip_ratio_low: Optional[float] = None
     clip_ratio_high: Optional[float] = None
@@ -93,6 +95,11 @@ class ActorConfig(BaseConfig):
     rollout_n: int = 1  # YAML: ${actor_rollout_ref.rollout.n} (upstream's second name of rollout.n; set from it)
 
     def __post_init__(self) -> None:
+        if self.entropy_from_logits_chunk_size < 1:
+            raise ValueError(
+                f"actor.entropy_from_logits_chunk_size={self.entropy_from_logits_chunk_size}: tokens per entropy "
+                "block, >= 1"
+            )
         check_micro_batch_sizes(
             "actor", self.ppo_micro_batch_size, self.ppo_micro_batch_size_per_gpu, self.use_dynamic_bsz
         )

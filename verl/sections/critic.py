@@ -50,6 +50,7 @@ class CriticConfig(BaseConfig):
     ulysses_sequence_parallel_size: int = 1
     rollout_n: int = 1  # YAML: ${actor_rollout_ref.rollout.n}
     shuffle: bool = False
+    data_loader_seed: int = 42  # seeds the mini-batch shuffles (with the step and epoch), upstream's key
     cliprange_value: float = 0.5
     loss_agg_mode: LossAggMode = "token-mean"
     loss_scale_factor: Optional[int] = None  # seq-mean-token-sum-norm divisor; None: the response length

@@ -49,6 +49,8 @@ class ModelConfig(BaseConfig):
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
     # log-probs and entropy through the LM head in chunks, never [batch, seq, vocab] logits (fused_head.py)
     use_fused_kernels: bool = False
+    # upstream's Liger switch: Liger's kernel for this is a fused linear cross-entropy, the same chunked head here
+    use_liger: bool = False
     fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
 
     def __post_init__(self) -> None:
@@ -78,6 +80,7 @@ class CriticModelConfig(BaseConfig):
 
     path: str = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
     tokenizer_path: Optional[str] = "smollm2-135m-instruct"  # YAML: ${actor_rollout_ref.model.path}
+    trust_remote_code: bool = False  # run the model repository's own code (auto_map) to build the value model
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
     use_shm: bool = False  # load from a copy in /dev/shm (verl/models/shm.py)

@@ -37,8 +37,17 @@ class OptimConfig(BaseConfig):
     min_lr_ratio: Optional[float] = 0.0
     num_cycles: float = 0.5  # cosine periods over the run (0.5: one half-cosine)
     total_training_steps: int = -1
+    # the optimizer class: <optimizer_impl>.<optimizer> (upstream v0.9's keys), built with lr, weight_decay, betas
+    # and eps (Adam-family names) and then override_optimizer_config's keyword arguments
+    optimizer: str = "AdamW"
+    optimizer_impl: str = "torch.optim"
+    override_optimizer_config: Optional[dict[str, Any]] = None
+    zero_indexed_step: bool = True  # false: the schedule's first update is its step 1, not 0 (torchtitan's count)
 
     def __post_init__(self) -> None:
+        for key in ("optimizer", "optimizer_impl"):
+            if not str(getattr(self, key)).strip():
+                raise ValueError(f"optim.{key} is empty: name the optimizer (AdamW) and its module (torch.optim)")
         if self.warmup_style is not None:
             if self.warmup_style not in _SCHEDULES:
                 raise ValueError(

@@ -1,13 +1,14 @@
 """Optimizer and learning-rate schedules built from an ``optim`` config section (``actor.optim``, ``critic.optim``).
 
-Keys (verl's names): ``lr``, ``betas``, ``eps``, ``weight_decay``, ``lr_warmup_steps``, ``lr_warmup_steps_ratio``,
+Keys (verl's names): ``optimizer`` / ``optimizer_impl`` / ``override_optimizer_config`` (the class and its extra
+arguments), ``lr``, ``betas``, ``eps``, ``weight_decay``, ``lr_warmup_steps``, ``lr_warmup_steps_ratio``,
 ``lr_scheduler_type`` (``constant`` | ``cosine``; ``warmup_style`` is its deprecated name and wins when set, as in
-verl), ``min_lr_ratio``,
-``num_cycles``, ``total_training_steps``.
+verl), ``min_lr_ratio``, ``num_cycles``, ``total_training_steps``, ``zero_indexed_step``.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,26 +30,51 @@ def _typed(optim_config: OptimConfig | Mapping[str, Any]) -> OptimConfig:
 def build_optimizer(
     params: Iterable[torch.nn.Parameter] | Iterable[dict], optim_config: OptimConfig | Mapping[str, Any]
 ) -> Optimizer:
-    """AdamW (Loshchilov & Hutter, 2019) over ``params`` with ``lr``, ``betas``, ``eps``, ``weight_decay``.
+    """The optimizer ``<optimizer_impl>.<optimizer>`` over ``params`` (upstream v0.9's keys; default torch's AdamW,
+    Loshchilov & Hutter, 2019).
 
-    An ``optimizer`` key, when present, must name AdamW (the only optimizer built here).
+    Keyword arguments: ``lr`` and ``weight_decay``; ``betas`` and ``eps`` for an Adam-family name (``adam`` or
+    ``ademamix`` in it, as upstream decides); then ``override_optimizer_config`` on top (e.g.
+    ``{"bf16_stochastic_round": true}`` for ``torchao.optim._AdamW``). Torch's AdamW uses its fused kernel where the
+    tensors allow it.
+
+    Raises:
+        ValueError: bad ``lr`` / ``betas``, a module that cannot be imported or a name it does not have.
     """
     cfg = _typed(optim_config)
-    name = cfg.get("optimizer")
-    if name is not None and str(name).lower() not in ("adamw", "adamw_torch"):
-        raise ValueError(f"optim.optimizer={name!r} is not supported; use 'AdamW'")
-    lr = cfg.lr
     betas = tuple(float(b) for b in cfg.betas)
     if len(betas) != 2:
         raise ValueError(f"optim.betas must have two values, got {list(cfg.betas)}")
-    eps = cfg.eps
-    weight_decay = cfg.weight_decay
-    if lr < 0:
-        raise ValueError(f"optim.lr must be >= 0, got {lr}")
+    if cfg.lr < 0:
+        raise ValueError(f"optim.lr must be >= 0, got {cfg.lr}")
     params = list(params)
-    return torch.optim.AdamW(
-        params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=_can_fuse(params) or None
-    )
+    name, module_name = str(cfg.optimizer), str(cfg.optimizer_impl)
+    kwargs: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    if "adam" in name.lower() or "ademamix" in name.lower():
+        kwargs.update(betas=betas, eps=cfg.eps)
+    kwargs.update(dict(cfg.override_optimizer_config or {}))
+    if module_name == "torch.optim" and name.lower() in ("adamw", "adamw_torch"):
+        kwargs.setdefault("fused", _can_fuse(params) or None)
+        return torch.optim.AdamW(params, **kwargs)
+    return optimizer_class(name, module_name)(params, **kwargs)
+
+
+def optimizer_class(name: str, module_name: str) -> type[Optimizer]:
+    """``getattr(import_module(module_name), name)``, with one-line errors naming the keys."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"optim.optimizer_impl={module_name}: cannot import it ({e}); install the package that provides it, or "
+            "use torch.optim"
+        ) from e
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        available = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Optimizer))
+        raise ValueError(
+            f"optim.optimizer={name}: {module_name} has no optimizer of that name (it has: {', '.join(available)})"
+        )
+    return cls
 
 
 def _can_fuse(params: list) -> bool:
@@ -67,13 +93,17 @@ def _can_fuse(params: list) -> bool:
     )
 
 
-def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
+def get_constant_schedule_with_warmup(
+    optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1, step_offset: int = 0
+) -> LambdaLR:
     """Linear warmup then constant: ``lr(step) = base_lr * min(1, step / num_warmup_steps)``.
 
-    ``step`` counts scheduler steps (0 before the first ``scheduler.step()``); with no warmup the factor is 1.
+    ``step`` counts scheduler steps (0 before the first ``scheduler.step()``) plus ``step_offset`` (1: the first
+    update is step 1, upstream's ``zero_indexed_step=false``); with no warmup the factor is 1.
     """
 
     def lr_lambda(step: int) -> float:
+        step += step_offset
         if num_warmup_steps > 0 and step < num_warmup_steps:
             return float(step) / float(num_warmup_steps)
         return 1.0
@@ -88,18 +118,21 @@ def get_cosine_schedule_with_warmup(
     min_lr_ratio: float = 0.0,
     num_cycles: float = 0.5,
     last_epoch: int = -1,
+    step_offset: int = 0,
 ) -> LambdaLR:
     """Linear warmup, then cosine decay from ``base_lr`` to ``min_lr_ratio * base_lr`` (Loshchilov & Hutter, SGDR).
 
     Factor at scheduler step ``t`` (``w`` warmup steps, ``T`` training steps, ``r`` = min_lr_ratio):
     ``t / w`` for ``t < w``; otherwise with ``p = min(1, (t - w) / max(1, T - w))``:
     ``r + (1 - r) * 0.5 * (1 + cos(2 * pi * num_cycles * p))``. ``num_cycles=0.5`` is one half-cosine ending at
-    ``r``; ``p`` is clamped so training past ``T`` stays at the end value.
+    ``r``; ``p`` is clamped so training past ``T`` stays at the end value. ``t`` is the scheduler's step plus
+    ``step_offset`` (see :func:`get_constant_schedule_with_warmup`).
     """
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
 
     def lr_lambda(step: int) -> float:
+        step += step_offset
         if num_warmup_steps > 0 and step < num_warmup_steps:
             return float(step) / float(num_warmup_steps)
         progress = min(1.0, float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps)))
@@ -143,8 +176,9 @@ def build_lr_scheduler(
     warmup = resolve_warmup_steps(cfg, total)
     # verl: warmup_style, when given, overrides lr_scheduler_type (it is the older name of the same setting)
     style = str(cfg.warmup_style or cfg.lr_scheduler_type)
+    offset = 0 if cfg.zero_indexed_step else 1
     if style == "constant":
-        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup, step_offset=offset)
     if style == "cosine":
         if total <= 0:
             raise ValueError(f"optim.lr_scheduler_type=cosine needs total_training_steps > 0, got {total}")
@@ -154,5 +188,6 @@ def build_lr_scheduler(
             num_training_steps=total,
             min_lr_ratio=0.0 if cfg.min_lr_ratio is None else cfg.min_lr_ratio,  # None: no floor (upstream's FSDP)
             num_cycles=float(cfg.num_cycles),
+            step_offset=offset,
         )
     raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")

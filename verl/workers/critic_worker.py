@@ -64,7 +64,9 @@ class CriticWorker(Worker):
         if self._given_tokenizer is not None:
             self.tokenizer = self._given_tokenizer
         else:
-            self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path)
+            self.tokenizer = load_tokenizer(
+                model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=bool(model_cfg.trust_remote_code)
+            )
         if module is None:
             from verl.models.vlm import config_has_vision
 
@@ -81,6 +83,7 @@ class CriticWorker(Worker):
             module = load_value_model(
                 critic_path,
                 dtype=torch.float32,
+                trust_remote_code=bool(model_cfg.trust_remote_code),
                 attn_implementation=resolve_attn_implementation(
                     model_cfg.attn_implementation, self.compute_device.type
                 ),

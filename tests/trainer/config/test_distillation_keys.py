@@ -55,7 +55,7 @@ def test_upstream_keys_resolve_onto_ours() -> None:
             ["+distillation.teacher_models.geo.model_path=/t2", "+distillation.teacher_models.geo.key=geo"],
             "upstream drops the default entry teacher_model",
         ),
-        (["+distillation.teacher_models.teacher_model.inference.enforce_eager=true"], "inference.enforce_eager"),
+        (["+distillation.teacher_models.teacher_model.inference.enforce_eager=false"], "inference.enforce_eager"),
         ([f"{INFERENCE}.name=sglang"], "sglang is not an engine here"),
         ([f"{INFERENCE}.tensor_model_parallel_size=3"], "divide the teacher's 1 ranks"),
         ([f"{INFERENCE}.expert_parallel_size=2"], "divide a teacher replica's 1"),

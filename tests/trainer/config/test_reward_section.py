@@ -84,7 +84,9 @@ def test_importlib_reward_manager_and_the_reward_pool(tmp_path, byte_tokenizer) 
     with pytest.raises(
         ConfigError, match="tensor_model_parallel_size x data_parallel_size = 2 must be >= 1 and divide"
     ):
-        load_config(["+reward.reward_model.rollout.tensor_model_parallel_size=2"])
+        load_config(["reward.reward_model.enable=true", "+reward.reward_model.rollout.tensor_model_parallel_size=2"])
+    # not served: upstream's layout defaults (TP 2) stand for nothing
+    load_config(["+reward.reward_model.rollout.tensor_model_parallel_size=2"])
     with pytest.raises(ConfigError, match="source=importlib needs"):
         load_config(["reward.reward_manager.source=importlib"])
 
@@ -117,8 +119,12 @@ def test_reward_model_rollout_maps_onto_the_rm_workers() -> None:
     [
         ([f"{RM_ROLLOUT}.name=mystery"], "mystery is not an engine here"),
         ([f"{RM_ROLLOUT}.gpu_memory_utilization=2"], "in (0, 1]"),
-        ([f"{RM_ROLLOUT}.enforce_eager=true"], "rollout.enforce_eager: upstream's reward-model server setting"),
-        ([f"{RM_ROLLOUT}.expert_parallel_size=2"], "must divide a replica's 1 ranks"),
+        ([f"{RM_ROLLOUT}.enforce_eager=false"], "rollout.enforce_eager=False: upstream's reward-model server setting"),
+        ([f"{RM_ROLLOUT}.speculative=1"], "rollout.speculative: upstream's reward-model server setting"),
+        (
+            ["reward.reward_model.enable=true", f"{RM_ROLLOUT}.expert_parallel_size=2"],
+            "must divide a replica's 1 ranks",
+        ),
     ],
 )
 def test_reward_model_rollout_refusals_are_one_line(extra: list[str], needle: str) -> None:

@@ -157,12 +157,15 @@ def test_entropy_chunking_selects_upstream_block_size() -> None:
     import torch
 
     from verl.workers.actor.dp_actor import DataParallelPPOActor
-    from verl.workers.actor.response_forward import ENTROPY_CHUNK_TOKENS
     from verl.workers.actor.token_scoring import entropy_or_none
 
     cfg = _cfg(f"{ARR}.actor.entropy_from_logits_with_chunking=true")
     actor = DataParallelPPOActor(cfg.actor_rollout_ref.actor, torch.nn.Linear(2, 2))
-    assert actor.entropy_chunk_size == ENTROPY_CHUNK_TOKENS == 2048
+    assert actor.entropy_chunk_size == 2048  # upstream's default block
+    sized = _cfg(
+        f"{ARR}.actor.entropy_from_logits_with_chunking=true", f"{ARR}.actor.entropy_from_logits_chunk_size=64"
+    )
+    assert DataParallelPPOActor(sized.actor_rollout_ref.actor, torch.nn.Linear(2, 2)).entropy_chunk_size == 64
     plain = DataParallelPPOActor(_cfg().actor_rollout_ref.actor, torch.nn.Linear(2, 2))
     assert plain.entropy_chunk_size is None
     logits = torch.randn(2, 5, 7)

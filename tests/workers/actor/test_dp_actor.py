@@ -426,3 +426,16 @@ def test_log_prob_gap_is_measured_before_the_first_step_and_split_invariant(mode
     assert len(splits[3]["rollout_corr/kl"]) == 1 and splits[3]["rollout_corr/log_prob_abs_diff_max"][0] > 0
     plain = sgd_update(model, perturbed_data(model))[0]
     assert not any(k.startswith("rollout_corr/") for k in plain)
+
+
+def test_data_loader_seed_orders_the_shuffled_mini_batches(model) -> None:
+    """With shuffle, the mini-batches of a step are drawn from (data_loader_seed, step, epoch): the same seed repeats
+    the update exactly, another seed orders the rows differently (so the second mini-batch starts elsewhere)."""
+    data = make_data(bs=8)
+    data = with_old_log_probs(DataParallelPPOActor(actor_config(), model), data)
+    settings = {"shuffle": True, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2}
+    _, first = sgd_update(model, data, data_loader_seed=42, **settings)
+    _, again = sgd_update(model, data, data_loader_seed=42, **settings)
+    _, other = sgd_update(model, data, data_loader_seed=7, **settings)
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert any(not torch.allclose(first[n], other[n], atol=1e-6) for n in first)

@@ -200,9 +200,6 @@ class FSDPSFTConfig:
                 "across ranks here; every rank trains whole sequences of its share of the batch (same loss and "
                 "gradient, more activation memory per GPU)"
             )
-        if str(optim.optimizer).lower() != "adamw" or str(optim.optimizer_impl) != "torch.optim":
-            errors.append(f"optim.optimizer={optim.optimizer} / optimizer_impl={optim.optimizer_impl}: only AdamW "
-                          "from torch.optim is available")  # fmt: skip
         if str(optim.lr_scheduler) not in ("cosine", "constant"):
             errors.append(f"optim.lr_scheduler={optim.lr_scheduler!r}: expected cosine or constant (wsd is not "
                           "available)")  # fmt: skip
@@ -270,6 +267,8 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "model.use_fused_kernels": bool(model.use_liger),
         "model.use_remove_padding": bool(cfg.use_remove_padding),
         "optim.lr": optim.lr,
+        "optim.optimizer": str(optim.optimizer),
+        "optim.optimizer_impl": str(optim.optimizer_impl),
         "optim.betas": list(optim.betas),
         "optim.weight_decay": optim.weight_decay,
         "optim.lr_warmup_steps_ratio": warmup_ratio,

@@ -145,11 +145,15 @@ _ABSENT = object()
 
 
 def rename_aliased_key(key: str, aliases: dict[str, str]) -> str:
-    """``key`` with a leading alias path replaced by its canonical path (unchanged when no alias matches)."""
-    for alias, canonical in aliases.items():
-        if key == alias or key.startswith(alias + "."):
-            return canonical + key[len(alias) :]
-    return key
+    """``key`` with a leading alias path replaced by its canonical path, again until no alias matches (an alias of
+    a section can lead to an alias of a key in it: ``critic.fsdp.dtype`` -> ``critic.fsdp_config.dtype`` ->
+    ``critic.dtype``); unchanged when none matches."""
+    for _ in range(len(aliases) + 1):
+        alias = next((a for a in aliases if key == a or key.startswith(a + ".")), None)
+        if alias is None:
+            return key
+        key = aliases[alias] + key[len(alias) :]
+    raise ValueError(f"key aliases form a cycle at {key}")
 
 
 def _alias_overrides(overrides: list[str] | list[Override], aliases: dict[str, str]) -> list[Override]:

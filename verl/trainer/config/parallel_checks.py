@@ -37,8 +37,21 @@ def sp_size(section: Any) -> int:
     return int(section.ulysses_sequence_parallel_size or 1)
 
 
+def check_ray_timeline(cfg: DictConfig, errors: list[str]) -> None:
+    """``ray_kwargs.timeline_json_file`` is Ray's record of the run's tasks: it needs the ``ray`` backend."""
+    path = cfg.ray_kwargs.get("timeline_json_file")
+    if path and resolve_backend(cfg.trainer) != "ray":
+        errors.append(
+            f"ray_kwargs.timeline_json_file={path}: this run does not use Ray (trainer.backend resolves to "
+            f"{resolve_backend(cfg.trainer)} for {cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node} rank), so there "
+            "is no Ray timeline; set trainer.backend=ray, or drop it"
+        )
+
+
 def check_placement(cfg: DictConfig, errors: list[str]) -> None:
-    """Backend versus rank count, sequence-parallel sizes and FSDP group sizes versus the world size."""
+    """Backend versus rank count (and the Ray timeline), sequence-parallel sizes and FSDP group sizes versus the
+    world size."""
+    check_ray_timeline(cfg, errors)
     world = world_size(cfg)
     expr = f"trainer.nnodes * trainer.n_gpus_per_node = {cfg.trainer.nnodes} * {cfg.trainer.n_gpus_per_node}"
     if cfg.trainer.backend == "local" and world > 1:

@@ -56,6 +56,11 @@ def resolve_reward_rollout(
     section = cfg.reward.reward_model.rollout
     if not section:
         return
+    if "name" in section and OmegaConf.is_missing(section, "name"):
+        # upstream v0.9's reward.yaml has name: ??? (mandatory only when a reward model is served)
+        if cfg.reward.reward_model.enable:
+            errors.append(f"{source}.name=???: the reward model's engine must be given when it is enabled: vllm or hf")
+        del section["name"]
     for key in sorted(set(section.keys()) - KEYS):
         errors.append(
             f"{source}.{key}: upstream's reward-model server setting with no counterpart here (the reward model is a "
@@ -80,12 +85,25 @@ def resolve_reward_rollout(
             lengths = f"{source}.prompt_length + response_length"
             _set(cfg, "reward_model.max_length", int(prompt) + int(response), lengths, user, errors, changed)
     rm = cfg.reward.reward_model
+    _check_layout(section, rm, cfg.trainer, errors, source)
+    share = section.get("gpu_memory_utilization")
+    if share is not None:
+        if not 0 < float(share) <= 1:
+            errors.append(f"{source}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
+        else:
+            # own pool: also the process's CUDA cap; colocated: the rm's weights + activations bound, weights offloaded
+            # between calls (verl/workers/reward_model_budget.py)
+            _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{source}.gpu_memory_utilization", user,
+                 errors, changed)  # fmt: skip
+
+
+def _check_layout(section: DictConfig, rm: DictConfig, trainer: DictConfig, errors: list[str], source: str) -> None:
+    """A served reward model's replicas divide its ranks (upstream lays them out only when one is served: its
+    defaults, TP 2, stand for nothing with ``reward.reward_model.enable=false``)."""
+    if not rm.enable:
+        return
     own_pool = bool(rm.enable_resource_pool)
-    ranks = (
-        int(rm.nnodes) * int(rm.n_gpus_per_node)
-        if own_pool
-        else int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    )
+    ranks = int(rm.nnodes) * int(rm.n_gpus_per_node) if own_pool else int(trainer.nnodes) * int(trainer.n_gpus_per_node)
     replica = int(section.get("tensor_model_parallel_size") or 1) * int(section.get("data_parallel_size") or 1)
     if replica < 1 or ranks % replica:
         errors.append(
@@ -97,12 +115,3 @@ def resolve_reward_rollout(
         errors.append(
             f"{source}.expert_parallel_size={ep} must divide a replica's {replica} ranks, as upstream requires"
         )
-    share = section.get("gpu_memory_utilization")
-    if share is not None:
-        if not 0 < float(share) <= 1:
-            errors.append(f"{source}.gpu_memory_utilization={share}: a share of the GPU, in (0, 1]")
-        else:
-            # own pool: also the process's CUDA cap; colocated: the rm's weights + activations bound, weights offloaded
-            # between calls (verl/workers/reward_model_budget.py)
-            _set(cfg, "reward_model.gpu_memory_utilization", float(share), f"{source}.gpu_memory_utilization", user,
-                 errors, changed)  # fmt: skip

@@ -59,6 +59,13 @@ def resolve_reward_section(cfg: DictConfig, user: set[str], errors: list[str]) -
     for new, old in REWARD_KEY_PAIRS:
         new_set, old_set = user_set(new, user), user_set(old, user)
         new_value, old_value = _plain(OmegaConf.select(cfg, new)), _plain(OmegaConf.select(cfg, old))
+        if old_set and old_value is None:
+            # upstream v0.9 gives every legacy key as null (legacy_reward_impl.yaml): null is "not given"
+            old_set = False
+            if new_value is not None:
+                OmegaConf.update(cfg, old, new_value, merge=False)
+                changed[old] = new_value
+            continue
         if old_set:
             legacy_used.append(old)
         if new_set and old_set:
@@ -93,7 +100,8 @@ def _legacy_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], c
     differently is an error); off, upstream's legacy reward-model worker never reads it, and neither does this.
     Returns the key prefix the user wrote the section under, for the refusal lines."""
     legacy, new = "reward_model.rollout", "reward.reward_model.rollout"
-    old_value = _plain(cfg.reward_model.rollout) or {}
+    # null entries are upstream v0.9's "not given" (legacy_reward_impl.yaml gives every legacy key as null)
+    old_value = {k: v for k, v in (_plain(cfg.reward_model.rollout) or {}).items() if v is not None}
     if not old_value:
         return new
     if not cfg.reward_model.use_reward_loop:
@@ -118,11 +126,23 @@ def _legacy_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], c
 _UNSHARDED = ("wrap_policy", "reshard_after_forward", "fsdp_size", "forward_prefetch")
 
 
+def _plain_default(value: Any) -> Any:
+    """A dataclass default as the plain value a YAML gives (a section as its dict)."""
+    import dataclasses
+
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
 def _legacy_reward_model_keys(cfg: DictConfig, user: set[str], errors: list[str]) -> None:
-    """One line per ``reward_model.model.fsdp_config`` sharding key the user set: the reward model is not sharded
+    """One line per ``reward_model.model.fsdp_config`` sharding key the user set to another value than upstream's
+    default: the reward model is not sharded
     (each rank holds it whole for a forward pass); ``param_offload`` is honoured by the rm worker."""
+    from verl.sections.model import RewardModelFSDPConfig
+
+    defaults = RewardModelFSDPConfig()  # upstream's defaults: they ask for nothing (a copy of its config has them)
     for key in _UNSHARDED:
-        if user_set(f"reward_model.model.fsdp_config.{key}", user):
+        value = _plain(OmegaConf.select(cfg, f"reward_model.model.fsdp_config.{key}"))
+        if user_set(f"reward_model.model.fsdp_config.{key}", user) and value != _plain_default(getattr(defaults, key)):
             errors.append(
                 f"reward_model.model.fsdp_config.{key}: the reward model is not sharded here (every rank holds the "
                 "whole model for its forward pass), so FSDP sharding settings do not apply; drop it "

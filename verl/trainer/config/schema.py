@@ -202,6 +202,8 @@ class RayKwargsConfig(BaseConfig):
 
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
     placement_timeout_s: float = 120.0
+    # Ray's timeline of the run's tasks (chrome://tracing JSON), written when training ends (verl's key)
+    timeline_json_file: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------------------------ top level
@@ -237,6 +239,11 @@ class PPOConfig(BaseConfig):
             for role in ("actor", "ref")
             for key in ("entropy_from_logits_with_chunking", "entropy_checkpointing")
         },
+        # and the compute dtype: the worker's key (auto | bfloat16 | float16 | float32)
+        "actor_rollout_ref.actor.fsdp_config.dtype": "actor_rollout_ref.actor.dtype",
+        "critic.fsdp_config.dtype": "critic.dtype",
+        # verl's January top-level reward_manager section: v0.9's reward.reward_manager
+        "reward_manager": "reward.reward_manager",
     }
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -279,7 +286,13 @@ class PPOConfig(BaseConfig):
         mini-batch)."""
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
+        from verl.trainer.config.v09_inert_keys import settle_inert_keys
+        from verl.trainer.config.validation import ConfigError
 
+        errors: list[str] = []
+        settle_inert_keys(cfg, cls, errors)  # v0.9 keys with no setting here: dropped at upstream's default
+        if errors:
+            raise ConfigError(errors)
         changed = adapt_upstream_keys(cfg, user_keys)
         from verl.trainer.config.async_layout import resolve_async_layout
 

@@ -110,8 +110,6 @@ def _refused(cfg: DictConfig) -> dict[str, tuple[Any, str]]:
         "engine.forward_only": (e.forward_only, "the SFT trainer trains; use python -m verl.trainer.main_eval to "
                                 "score a model"),
         "engine.qat.enable": (e.qat.enable, "quantization-aware training is not available; remove it"),
-        "optim.override_optimizer_config": (cfg.optim.override_optimizer_config, "AdamW takes optim.lr, "
-                                            "optim.betas and optim.weight_decay only here"),
         "profiler.enable": (cfg.profiler.enable, "the SFT trainer has no profiler here; remove it"),
         "data.balance_dp_token": (d.balance_dp_token, "not implemented (upstream's SFT trainer does not read it "
                                   "either); remove it"),
@@ -152,13 +150,9 @@ def _value_errors(cfg: DictConfig) -> list[str]:
          "fsdp or fsdp2 (both run FSDP2 here); fsdp_turbo is not available")
     need(str(e.dtype) in ("auto", "bfloat16", "float16", "float32"), "engine.dtype", e.dtype,
          "expected auto, bfloat16, float16 or float32")
-    need(str(o.optimizer).lower() == "adamw" and str(o.optimizer_impl) == "torch.optim", "optim.optimizer",
-         f"{o.optimizer} (optimizer_impl={o.optimizer_impl})", "only AdamW from torch.optim is available")
     need(o.total_training_steps == -1, "optim.total_training_steps", o.total_training_steps,
          "filled in by the trainer (as upstream); set trainer.total_training_steps instead")
     need(o.num_cycles == 0.5, "optim.num_cycles", o.num_cycles, "only 0.5 (one half-cosine) is available")
-    need(bool(o.zero_indexed_step), "optim.zero_indexed_step", o.zero_indexed_step,
-         "the schedule starts at step 0 here; remove it")
     for key in ("lr_scheduler_type", "warmup_style"):
         value = o[key]
         need(value is None and key == "warmup_style" or str(value) in ("constant", "cosine"), f"optim.{key}", value,
@@ -270,6 +264,12 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "model.use_remove_padding": bool(model.use_remove_padding),
         "model.fsdp_size": int(engine.fsdp_size),  # checked against the world size at launch (check_world)
         "optim.lr": float(optim.lr),
+        "optim.optimizer": str(optim.optimizer),
+        "optim.optimizer_impl": str(optim.optimizer_impl),
+        "optim.override_optimizer_config": (
+            None if optim.override_optimizer_config is None else dict(optim.override_optimizer_config)
+        ),
+        "optim.zero_indexed_step": bool(optim.zero_indexed_step),
         "optim.betas": list(optim.betas),
         "optim.weight_decay": float(optim.weight_decay),
         "optim.lr_warmup_steps": max(int(optim.lr_warmup_steps), 0),  # -1: the ratio decides, as upstream

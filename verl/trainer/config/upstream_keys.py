@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.sections.rollout import agent_loops_on
 from verl.trainer.config.strategies import IMPLEMENTED_STRATEGIES
@@ -113,14 +113,72 @@ def _per_rank_micro_sizes(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any
     return changed
 
 
+# upstream v0.9's per-engine determinism switches (enable_full_determinism: deterministic kernels, seeded ranks);
+# here one switch covers every worker: trainer.deterministic
+_DETERMINISM_KEYS = (
+    "actor_rollout_ref.actor.fsdp_config.full_determinism",
+    "actor_rollout_ref.ref.fsdp_config.full_determinism",
+    "actor_rollout_ref.rollout.full_determinism",
+    "critic.fsdp_config.full_determinism",
+)
+
+
+def _full_determinism(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """Upstream's ``full_determinism`` keys -> ``trainer.deterministic`` (true when any is true), then removed:
+    they are one setting here. ``trainer.deterministic=false`` set by the user beside a true one is an error."""
+    asked = []
+    for key in _DETERMINISM_KEYS:
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key)
+        if isinstance(parent, DictConfig) and leaf in parent:
+            if bool(parent[leaf]):
+                asked.append(key)
+            del parent[leaf]
+    if not asked or bool(cfg.trainer.deterministic):
+        return {}
+    if _set_by_user("trainer.deterministic", user_keys):
+        raise ConfigError(
+            f"{asked[0]}=true and trainer.deterministic=false: one setting here (deterministic kernels for every "
+            "worker); keep trainer.deterministic"
+        )
+    cfg.trainer.deterministic = True
+    return {"trainer.deterministic": True}
+
+
+def _data_seed(cfg: DictConfig) -> dict[str, Any]:
+    """``data.seed: null`` (upstream v0.9's default: an unseeded shuffle) -> ``trainer.seed``, so the data order is
+    still one a resumed run can check and repeat."""
+    if "seed" in cfg.data and cfg.data.seed is None:
+        cfg.data.seed = cfg.trainer.seed
+        return {"data.seed": cfg.data.seed}
+    return {}
+
+
+def _null_reward_micro_batch(cfg: DictConfig) -> dict[str, Any]:
+    """``reward_model.micro_batch_size_per_gpu: null`` (verl's January default) with no reward model served: the
+    schema's default, so the copy loads; a served reward model needs a size (the type check says so)."""
+    from verl.sections.reward_model import RewardModelConfig
+
+    rm = cfg.reward_model
+    if "micro_batch_size_per_gpu" in rm and rm.micro_batch_size_per_gpu is None and not rm.enable:
+        rm.micro_batch_size_per_gpu = RewardModelConfig.micro_batch_size_per_gpu
+        return {"reward_model.micro_batch_size_per_gpu": rm.micro_batch_size_per_gpu}
+    return {}
+
+
 def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
-    """Reconcile upstream's second names of our keys in place (see the module docstring) and turn the deprecated
-    global micro-batch sizes into the per-rank ones; returns ``{dotted key: new value}`` of what changed.
+    """Reconcile upstream's second names of our keys in place (see the module docstring); turn the deprecated
+    global micro-batch sizes into the per-rank ones, upstream's ``full_determinism`` switches into
+    ``trainer.deterministic``, ``data.seed: null`` into ``trainer.seed`` and January's null reward micro-batch
+    size into the default. Returns ``{dotted key: new value}`` of what changed.
 
     Raises:
         ConfigError: when both names of one setting are given different values.
     """
-    changed = _reconcile(cfg, "actor_rollout_ref.actor", user_keys, None)
+    changed = _full_determinism(cfg, user_keys)
+    changed.update(_data_seed(cfg))
+    changed.update(_null_reward_micro_batch(cfg))
+    changed.update(_reconcile(cfg, "actor_rollout_ref.actor", user_keys, None))
     actor_sp = cfg.actor_rollout_ref.actor.get(_SP)
     ref_keys = (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}")
     ref_own = any(_set_by_user(k, user_keys) for k in ref_keys)

@@ -92,6 +92,21 @@ def init_ray(config: DictConfig) -> None:
     logger.info("Ray: %s; cluster resources %s", where, ray.cluster_resources())
 
 
+def write_ray_timeline(path: str | None) -> None:
+    """``ray_kwargs.timeline_json_file``: Ray's timeline of this run's tasks (chrome://tracing JSON), written
+    atomically to ``path`` (nothing when ``path`` is empty)."""
+    if not path:
+        return
+    import ray
+
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.partial"
+    ray.timeline(filename=partial)
+    os.replace(partial, path)
+    print(f"Ray timeline: {path}")
+
+
 def _score_summary(metrics: dict[str, float]) -> str:
     core = {k: v for k, v in metrics.items() if k.startswith("val-core/") and "/mean@" in k}
     return ", ".join(f"{k} = {v:.4f}" for k, v in sorted(core.items())) or "(no validation metrics)"
@@ -344,6 +359,7 @@ def run_ppo(
     with torch.autograd.set_detect_anomaly(bool(trainer_cfg.enable_debug_mode)):
         trainer.fit()
     trainer.release_rollout()
+    write_ray_timeline(config.ray_kwargs.timeline_json_file)
 
     _close_reward_managers(reward_fn, val_reward_fn)  # their reward worker processes are not needed any more
     # stopped_by: "SIGTERM"/"SIGINT" when a signal ended the run early (checkpoint saved; the CLI exits 128+N)

@@ -34,7 +34,6 @@ from verl.workers.actor.micro_batching import (
 )
 from verl.workers.actor.prefix_grouping import grouped_response_forward
 from verl.workers.actor.response_forward import (
-    ENTROPY_CHUNK_TOKENS,
     response_logits_forward,
     sequence_parallel_response_forward,
 )
@@ -110,7 +109,9 @@ class DataParallelPPOActor(BasePPOActor):
             use_remove_padding = bool(self.config.get("use_remove_padding"))  # a +key extra; the worker passes it
         self.use_remove_padding = bool(use_remove_padding)
         # actor.entropy_from_logits_with_chunking: entropy in fixed blocks of 2048 tokens (upstream's), else automatic
-        self.entropy_chunk_size = ENTROPY_CHUNK_TOKENS if self.config.entropy_from_logits_with_chunking else None
+        self.entropy_chunk_size = (
+            int(self.config.entropy_from_logits_chunk_size) if self.config.entropy_from_logits_with_chunking else None
+        )
         enable_input_grads_for_checkpointing(actor_module)
         self.use_fused_kernels = bool(use_fused_kernels)
         self.log_prob_kernels = log_prob_kernels

@@ -308,10 +308,11 @@ def run_mini_batch_updates(
     Each micro-batch's loss from ``micro_loss`` is checked for NaN/inf, scaled by the micro-batch's
     :func:`loss_share` of its mini-batch (``loss_agg_mode``; tokens averaged over data-parallel ranks) and
     backpropagated, so the accumulated gradient equals the mini-batch loss's. The step clips to ``grad_clip`` and
-    is skipped on a non-finite norm. Reads ``ppo_epochs``, ``ppo_mini_batch_size`` (rows of ``batch`` on this
-    rank), ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
-    ``grad_clip`` from ``config``; the shuffle seed is ``global_step`` when it is an int. ``group_prompts`` keeps
-    each prompt group's rows of a mini-batch in one micro-batch (``actor.use_prefix_grouper``).
+    is skipped on a non-finite norm. Reads ``ppo_epochs``, ``ppo_mini_batch_size`` (rows of ``batch`` on this rank),
+    ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
+    ``grad_clip`` from ``config``; the shuffles are seeded by ``data_loader_seed`` and ``global_step`` (when an
+    int). ``group_prompts`` keeps each prompt group's rows of a mini-batch in one micro-batch
+    (``actor.use_prefix_grouper``).
 
     Returns metric name -> values: each of ``micro_loss``'s metrics as its mini-batch value (a loss term weighted by
     its :func:`loss_share`, a token mean by the micro-batch's share of the tokens; see ``MicroLossFn``) and
@@ -324,7 +325,8 @@ def run_mini_batch_updates(
     micro_batch_size = config.ppo_micro_batch_size_per_gpu
     max_token_len = config.ppo_max_token_len_per_gpu
     device = module_device(module)
-    seed = int(global_step) if isinstance(global_step, int) else 0
+    # the shuffles of step t draw from (data_loader_seed, t, epoch): the same run repeats them, another seed differs
+    seed = keyed_seed(int(config.data_loader_seed), int(global_step) if isinstance(global_step, int) else 0)
 
     module.train()
     metrics: dict[str, list[float]] = defaultdict(list)

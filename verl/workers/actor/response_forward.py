@@ -23,9 +23,6 @@ from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.actor.fused_head import fused_logprobs_forward
 from verl.workers.actor.token_scoring import entropy_or_none, next_token_logprobs_at, sum_pi_squared_of
 
-# tokens per block of the entropy with actor.entropy_from_logits_with_chunking (upstream's chunk size)
-ENTROPY_CHUNK_TOKENS = 2048
-
 
 def ulysses_size(group: Any) -> int:
     """The number of ranks of a sequence-parallel group."""
