@@ -1,10 +1,11 @@
-"""Load upstream verl's generated default config as a user's YAML, then train one step with it.
+"""Load upstream verl's default config as a user's copy of it, then train one step with it.
 
-Users copy upstream's ``verl/trainer/config/_generated_ppo_trainer.yaml`` (every key with its default) and edit a few
-values. This checks that such a copy is accepted as it is, and that it trains once the values a user must give are
-set (:data:`USER_VALUES`: model, data, micro-batch sizes, which upstream refuses as null too, and the device)::
+Users copy upstream's ``verl/trainer/config/_generated_ppo_trainer.yaml`` (every key with its default), or its whole
+config directory (``ppo_trainer.yaml`` composed from its groups: ``--whole-dir``), and edit a few values. This checks
+that such a copy is accepted as it is, and that it trains once the values a user must give are set
+(:data:`USER_VALUES`: model, data, micro-batch sizes, which upstream refuses as null too, and the device)::
 
-    PYTHONPATH=$PWD python scripts/upstream_config_copy.py /work/.mirror/verl-project+verl/repo [--step] [--gae]
+    PYTHONPATH=$PWD python scripts/upstream_config_copy.py /work/.mirror/verl-project+verl/repo [--whole-dir] [--step]
 
 ``--step`` trains one step as ``scripts/upstream_scripts_step.py`` does (tiny random model, arithmetic task, one
 rank, 2 prompts x 2 responses of 8 tokens; :func:`upstream_scripts_step.one_step_args`); ``--gae`` with a critic.
@@ -42,6 +43,17 @@ def extract_generated(verl_git_dir: str, out_dir: str) -> str:
     return path
 
 
+def extract_config_dir(verl_git_dir: str, out_dir: str) -> str:
+    """Unpack upstream's ``verl/trainer/config`` (at ``HEAD``) under ``out_dir``; returns its ``ppo_trainer.yaml``."""
+    archive = subprocess.run(
+        ["git", "--git-dir", verl_git_dir, "archive", "HEAD", os.path.dirname(GENERATED)],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", out_dir], input=archive, check=True)
+    return os.path.join(out_dir, os.path.dirname(GENERATED), "ppo_trainer.yaml")
+
+
 def command(config_path: str, overrides: list[str]) -> list[str]:
     """``python -m verl.trainer.main_ppo`` with the copy as the primary config."""
     directory, name = os.path.split(config_path)
@@ -54,13 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("verl_git_dir", help="a git directory of upstream verl (e.g. from fetch)")
     parser.add_argument("--step", action="store_true", help="also train one step with the copy")
     parser.add_argument("--gae", action="store_true", help="with a critic (algorithm.adv_estimator=gae)")
+    parser.add_argument("--whole-dir", action="store_true", help="upstream's config directory, not the generated file")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from upstream_scripts_step import make_inputs, one_step_args
 
     env = {**os.environ, "PYTHONPATH": ROOT}
     with tempfile.TemporaryDirectory(prefix="upstream_copy_") as work:
-        config = extract_generated(args.verl_git_dir, work)
+        extract = extract_config_dir if args.whole_dir else extract_generated
+        config = extract(args.verl_git_dir, work)
+        what = "config directory" if args.whole_dir else GENERATED
         model_dir, data_dir = make_inputs(os.path.join(work, "inputs"))
         own = ["algorithm.adv_estimator=gae", "critic.enable=true"] if args.gae else []
         overrides = [*one_step_args(own, model_dir, data_dir, os.path.join(work, "run"), "hf"), *USER_VALUES,
@@ -71,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             overrides.append(f"trainer.device={'cuda' if torch.cuda.is_available() else 'cpu'}")
         loaded = subprocess.run([*command(config, overrides), "--cfg", "job"], env=env, capture_output=True, text=True)
         if loaded.returncode != 0:
-            print(f"the copy of {GENERATED} is refused:\n{loaded.stderr.strip()}")
+            print(f"the copy of {what} is refused:\n{loaded.stderr.strip()}")
             return 1
-        print(f"the copy of {GENERATED} loads ({len(loaded.stdout.splitlines())} lines of resolved config)")
+        print(f"the copy of {what} loads ({len(loaded.stdout.splitlines())} lines of resolved config)")
         if not args.step:
             return 0
         trained = subprocess.run(command(config, overrides), env=env, capture_output=True, text=True)

@@ -136,6 +136,26 @@ def test_defaults_without_the_packaged_base_says_so(tmp_path: Path) -> None:
         load_config([DATA], config_file=str(exp))
 
 
+def test_a_whole_trainer_config_of_its_own_groups_is_laid_over_the_base(tmp_path: Path) -> None:
+    """A copy of upstream's config directory: ppo_trainer.yaml composed from its own group files, with no entry for
+    the packaged base; the sections this project adds come from the base, the file's values win."""
+    _write(tmp_path, "actor/dp_actor.yaml", "ppo_mini_batch_size: 8\nppo_micro_batch_size_per_gpu: 2\n")
+    main = _write(
+        tmp_path,
+        "ppo_trainer.yaml",
+        "defaults:\n  - actor@actor_rollout_ref.actor: dp_actor\n  - _self_\n"
+        "data: {train_batch_size: 16}\nactor_rollout_ref: {rollout: {n: 2}}\nalgorithm: {adv_estimator: grpo}\n"
+        "trainer: {total_epochs: 3}\n",
+    )
+    cfg = load_config([DATA], config_file=str(main))
+    assert (cfg.actor_rollout_ref.actor.ppo_mini_batch_size, cfg.data.train_batch_size, cfg.trainer.total_epochs) == (
+        8,
+        16,
+        3,
+    )
+    assert "async_training" in cfg and cfg.critic.strategy == "fsdp"  # from the packaged base
+
+
 def test_hydra_override_conflicts_are_one_line(tmp_path: Path) -> None:
     exp = _write(tmp_path, "exp.yaml", "defaults:\n  - ppo_trainer\n  - override nothing@here: x\n  - _self_\n")
     with pytest.raises(ConfigError) as info:

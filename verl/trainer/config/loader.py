@@ -93,6 +93,10 @@ class BuiltConfig:
     user_keys: set[str]
 
 
+# the sections that make a user's primary config a whole trainer config rather than a fragment (see build_config)
+_WHOLE_TRAINER = ("data", "actor_rollout_ref", "algorithm", "trainer")
+
+
 def load_config(
     overrides: list[str] | None = None,
     config_name: str = "ppo_trainer",
@@ -129,7 +133,9 @@ def build_config(
        demo layered on it when the schema names one and nothing sets ``data.train_files``), or the user's
        ``config_file`` with its ``defaults:`` list (a file without one starts from ``<config_name>``); config-group
        choices and ``hydra.*`` overrides are applied by Hydra here. ``config_dir`` puts a directory of the user's
-       configs on the search path without a primary file of its own.
+       configs on the search path without a primary file of its own. A user file composing a whole trainer config
+       of its own groups (``data``, ``actor_rollout_ref``, ``algorithm``, ``trainer``; e.g. a copy of upstream's
+       config directory) is laid over the packaged base; a fragment without the base is an error.
     2. Key aliases of the schema (``critic.model.fsdp_config`` -> ``critic.fsdp_config``).
     3. ``overrides`` (see the module docstring for the grammar; a sweep value such as ``key=a,b`` is an error here:
        the entry point expands ``-m`` sweeps into one call per job).
@@ -171,6 +177,11 @@ def build_config(
     cfg = OmegaConf.create(reorder_like(OmegaConf.to_container(composed.cfg, resolve=False), template))
     if config_file is not None:
         missing = [k for k in template if k not in cfg]
+        if missing and all(k in cfg for k in _WHOLE_TRAINER):
+            # a whole trainer config of its own (a copy of upstream's config directory, composed from its own
+            # groups): the sections this project adds come from the packaged base, the user's values win
+            cfg = OmegaConf.merge(OmegaConf.create(template), cfg)
+            missing = []
         if missing:
             raise ConfigError(
                 f"config file {config_file}: the composed config has no {', '.join(missing)}: does its defaults "
