@@ -49,7 +49,8 @@ class ModelConfig(BaseConfig):
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2
     # log-probs and entropy through the LM head in chunks, never [batch, seq, vocab] logits (fused_head.py)
     use_fused_kernels: bool = False
-    # upstream's Liger switch: Liger's kernel for this is a fused linear cross-entropy, the same chunked head here
+    # upstream's Liger switch: true turns use_fused_kernels on (Liger's LM-head kernel is a fused linear
+    # cross-entropy, the same chunked head; verl/trainer/config/upstream_keys.py)
     use_liger: bool = False
     fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
 

@@ -249,7 +249,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 use_remove_padding=use_remove_padding,
                 sp_group=self._sp_group(self.actor_sp),
                 offload_activations=bool(model_cfg.enable_activation_offload),
-                use_fused_kernels=bool(model_cfg.use_fused_kernels or model_cfg.use_liger),
+                use_fused_kernels=bool(model_cfg.use_fused_kernels),
                 log_prob_kernels=fsdp_utils.log_prob_kernels_for(setting, self.compute_device),
             )
         if self._is_rollout:

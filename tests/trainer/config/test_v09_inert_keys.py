@@ -161,3 +161,11 @@ def test_januarys_defaults_and_sections_are_accepted_too() -> None:
         _cfg("+actor_rollout_ref.rollout.skip_rollout=true")
     with pytest.raises(ConfigError, match="the reward model is not sharded here"):
         _cfg("reward_model.model.fsdp_config.fsdp_size=2")
+
+
+def test_use_liger_turns_the_chunked_head_on_and_critic_remote_code_is_a_security_switch() -> None:
+    assert _cfg("actor_rollout_ref.model.use_liger=true").actor_rollout_ref.model.use_fused_kernels is True
+    assert _cfg().actor_rollout_ref.model.use_fused_kernels is False
+    with pytest.raises(ConfigError, match=r"critic\.model\.trust_remote_code=true runs Python files"):
+        _cfg("critic.model.trust_remote_code=true")
+    assert _cfg("critic.model.trust_remote_code=true", "trainer.allow_unsafe_operations=true").critic.model

@@ -215,7 +215,9 @@ def compose(
             warnings.filterwarnings("ignore", message=r".*is not available\.", category=UserWarning)
             # a user's copy of upstream's config directory holds group files named like our ConfigStore entries
             # (actor/dp_actor, ...): Hydra validates them against ours and warns; the schema check is ours anyway
-            warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning)
+            warnings.filterwarnings(
+                "ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning
+            )
             full = hydra_compose(config_name=name, overrides=list(hydra_overrides), return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise ConfigError(f"{where}: {hydra_message(e, config_file)}") from e

@@ -12,6 +12,11 @@ The deprecated global micro-batch sizes of older scripts (``actor.ppo_micro_batc
 ``rollout/ref.log_prob_micro_batch_size``, ``critic.ppo_micro_batch_size``, ``critic.forward_micro_batch_size``) are
 divided by the data-parallel ranks into their ``*_per_gpu`` keys, as upstream's workers do
 (``verl/workers/fsdp_workers.py``: ``ppo_micro_batch_size //= world_size // ulysses_size``); giving both is refused.
+
+Single switches that upstream spells several times or under another name become the one key here: every
+``full_determinism`` -> ``trainer.deterministic``, ``model.use_liger`` -> ``model.use_fused_kernels``; and upstream's
+nulls that mean "not given" get this project's value (``data.seed`` -> ``trainer.seed``, January's
+``reward_model.micro_batch_size_per_gpu`` with no reward model served -> the default).
 """
 
 from __future__ import annotations
@@ -166,11 +171,22 @@ def _null_reward_micro_batch(cfg: DictConfig) -> dict[str, Any]:
     return {}
 
 
+def _liger(cfg: DictConfig) -> dict[str, Any]:
+    """``model.use_liger=true`` -> ``model.use_fused_kernels=true``: Liger's kernel for the LM head is a fused linear
+    cross-entropy, which is the chunked head here (its other kernels change speed only)."""
+    model = cfg.actor_rollout_ref.model
+    if model.get("use_liger") and not model.get("use_fused_kernels"):
+        model.use_fused_kernels = True
+        return {"actor_rollout_ref.model.use_fused_kernels": True}
+    return {}
+
+
 def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
     """Reconcile upstream's second names of our keys in place (see the module docstring); turn the deprecated
     global micro-batch sizes into the per-rank ones, upstream's ``full_determinism`` switches into
-    ``trainer.deterministic``, ``data.seed: null`` into ``trainer.seed`` and January's null reward micro-batch
-    size into the default. Returns ``{dotted key: new value}`` of what changed.
+    ``trainer.deterministic``, ``data.seed: null`` into ``trainer.seed``, January's null reward micro-batch size into
+    the default and ``model.use_liger`` into ``model.use_fused_kernels``. Returns ``{dotted key: new value}`` of what
+    changed.
 
     Raises:
         ConfigError: when both names of one setting are given different values.
@@ -178,6 +194,7 @@ def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
     changed = _full_determinism(cfg, user_keys)
     changed.update(_data_seed(cfg))
     changed.update(_null_reward_micro_batch(cfg))
+    changed.update(_liger(cfg))
     changed.update(_reconcile(cfg, "actor_rollout_ref.actor", user_keys, None))
     actor_sp = cfg.actor_rollout_ref.actor.get(_SP)
     ref_keys = (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}")
