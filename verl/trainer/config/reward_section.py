@@ -135,8 +135,8 @@ def _plain_default(value: Any) -> Any:
 
 def _legacy_reward_model_keys(cfg: DictConfig, user: set[str], errors: list[str]) -> None:
     """One line per ``reward_model.model.fsdp_config`` sharding key the user set to another value than upstream's
-    default: the reward model is not sharded
-    (each rank holds it whole for a forward pass); ``param_offload`` is honoured by the rm worker."""
+    default: the reward model is not sharded (each rank holds it whole for a forward pass); ``param_offload`` is
+    honoured by the rm worker."""
     from verl.sections.model import RewardModelFSDPConfig
 
     defaults = RewardModelFSDPConfig()  # upstream's defaults: they ask for nothing (a copy of its config has them)

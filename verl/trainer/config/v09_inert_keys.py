@@ -1,13 +1,13 @@
 """Upstream verl v0.9 keys with no setting here: accepted at upstream's default, refused otherwise.
 
 A user's YAML copied from upstream's generated ``ppo_trainer`` config (v0.9, or January 2026's, whose defaults of a
-few of these keys differ and are accepted too), or a launch script written against it, carries
-some 260 keys this project has no field for: engines it lacks (FSDP Turbo, Megatron-Bridge LoRA, multi-token
-prediction, TransferQueue), serving settings of upstream's reward-model and teacher servers, switches of features not
-implemented here (router replay, prefill/decode disaggregation, Prometheus). At upstream's default each asks for what
-upstream does when the feature is off, which is what runs here, so the key is dropped before validation; a user who
-changes one asks for something this project cannot do, and gets one line naming the key, the value, why, and what to
-use instead.
+few of these keys differ and are accepted too), or a launch script written against it, carries some 300 keys this
+project has no field for: engines it lacks (FSDP Turbo, Megatron-Bridge LoRA, multi-token prediction,
+TransferQueue), serving settings of upstream's reward-model and teacher servers, switches of features not
+implemented here (router replay, prefill/decode disaggregation, Prometheus). At upstream's default each asks for
+what upstream does when the feature is off, which is what runs here, so the key is dropped before validation; a user
+who changes one asks for something this project cannot do, and gets one line naming the key, the value, why, and
+what to use instead.
 
 The keys, their defaults and the reasons are data (``upstream_data/v09_inert_keys.yaml``). Keys this project honours
 are not listed there: they are fields of the typed sections, or aliases of them
