@@ -292,9 +292,27 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
             found = override_found(a, cfg, aliases)
         except Exception:  # noqa: BLE001 - an override our parser refuses is not found
             found = False
-        if not found and not converted_micro_size(a, cfg):
+        if not found and not converted_micro_size(a, cfg) and not accepted_as_inert(a):
             kept.append(a)
     return kept
+
+
+def accepted_as_inert(override: str) -> bool:
+    """Whether ``override`` gives one of upstream's keys with no setting here a value accepted as upstream's default
+    (verl/trainer/config/v09_inert_keys.py): it asks for what runs, and the config drops it."""
+    import yaml
+
+    from verl.trainer.config.v09_inert_keys import inert_keys
+
+    key, _, text = override.lstrip("+").partition("=")
+    entry = inert_keys().get(key)
+    if entry is None or entry.follows is not None:
+        return False
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        return False
+    return entry.accepts(value)
 
 
 def converted_micro_size(override: str, cfg: Any) -> bool:

@@ -84,6 +84,9 @@ def test_an_unfaithful_override_is_reported() -> None:
     cfg = {"data": {"train_batch_size": 32}, "trainer": {"logger": ["console"]}}
     args = ["data.train_batch_size=16", "trainer.logger=console", "model_engine=fsdp", "hydra.run.dir=x"]
     assert harness.unfaithful_keys(main_ppo, args, cfg) == ["data.train_batch_size=16"]
+    # upstream's keys with no setting here, at a value the config accepts (and drops): kept as asked
+    inert = ["+actor_rollout_ref.model.lora.merge=True", "transfer_queue.enable=false", "+trainer.esi_redundant_time=9"]
+    assert harness.unfaithful_keys(main_ppo, inert, cfg) == ["+trainer.esi_redundant_time=9"]
 
 
 def test_blocking_key_of_error_lines() -> None:

@@ -44,6 +44,10 @@ class InertKey:
     also: tuple[Any, ...] = ()
     follows: str | None = None
 
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` (a plain YAML value) is accepted, for a key without ``follows``."""
+        return any(_same(value, v) for v in (self.default, *self.also))
+
 
 @functools.lru_cache(maxsize=1)
 def inert_keys() -> dict[str, InertKey]:
@@ -126,7 +130,7 @@ def settle_inert_keys(cfg: DictConfig, schema: type | None, errors: list[str]) -
             ok = plain is None or _same(plain, expected)
             default = f"{entry.follows}'s value, {expected}"
         else:
-            ok = any(_same(plain, v) for v in (entry.default, *entry.also))
+            ok = entry.accepts(plain)
             default = entry.default
         if ok:
             _delete(cfg, key, schema)
