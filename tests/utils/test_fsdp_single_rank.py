@@ -51,6 +51,11 @@ CHILD = textwrap.dedent(
         after = {n: p.detach().clone() for n, p in sharded.named_parameters()}
     for name, p in model.named_parameters():
         torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-5)
+    # fsdp_config.mixed_precision.reduce_dtype (verl's key): FSDP2 reduces the gradients in that dtype
+    mixed = copy.deepcopy(model)
+    fsdp_utils.apply_fsdp2(mixed, mesh=fsdp_utils.single_rank_mesh(torch.device("cpu")), reduce_dtype=torch.bfloat16)
+    assert mixed._get_fsdp_state()._mp_policy.reduce_dtype == torch.bfloat16
+    assert sharded._get_fsdp_state()._mp_policy.reduce_dtype is None  # no policy: fp32 gradients reduced as they are
     dist.destroy_process_group()
     print("OK")
     """

@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from verl.base_config import BaseConfig, dict_field
 
 # upstream v0.9's fsdp_config.model_dtype spellings: fp32 keeps fp32 parameters (ours always); bf16 makes FSDP2
 # gather the parameters in bf16 for compute (MixedPrecisionPolicy), the sharded master copy staying fp32
 ModelDType = Literal["fp32", "float32", "bf16", "bfloat16"]
+
+
+@dataclass
+class MixedPrecisionConfig(BaseConfig):
+    """``fsdp_config.mixed_precision`` (verl's FSDP key): the dtypes of FSDP2's ``MixedPrecisionPolicy``. The section
+    is a mapping in the config, as upstream's scripts add its keys with ``+``; this class reads and checks it.
+
+    ``param_dtype``: the dtype parameters are gathered in for compute; ``model_dtype`` under another name (one
+    setting, verl/trainer/config/upstream_keys.py; null: ``model_dtype`` decides). ``reduce_dtype``: the dtype
+    gradients are reduced across ranks in (bf16 halves the traffic and rounds the sum); the sharded master copy and
+    the optimizer stay fp32 either way. ``buffer_dtype``: buffers (rotary tables, ...) stay fp32, the only value.
+    """
+
+    param_dtype: Optional[ModelDType] = None
+    reduce_dtype: ModelDType = "fp32"
+    buffer_dtype: Literal["fp32", "float32"] = "fp32"
+
+    def __post_init__(self) -> None:
+        dtypes = ("fp32", "float32", "bf16", "bfloat16")
+        for key, allowed in (("param_dtype", (None, *dtypes)), ("reduce_dtype", dtypes), ("buffer_dtype", dtypes[:2])):
+            value = getattr(self, key)
+            if value not in allowed:
+                raise ValueError(
+                    f"mixed_precision.{key}={value}: one of {', '.join(str(a) for a in allowed if a)} here"
+                    + (" (buffers stay fp32)" if key == "buffer_dtype" else "")
+                )
 
 
 @dataclass
@@ -31,6 +57,8 @@ class FSDPConfig(BaseConfig):
     use_orig_params: bool = False  # FSDP1 flag; FSDP2 always exposes the original parameters
     ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size} (one setting, two names)
     qat: dict[str, Any] = dict_field()  # upstream v0.9's quantization-aware training: enable=true is refused
+    # verl's FSDP key, as upstream's scripts add it (+...mixed_precision.param_dtype=bf16): MixedPrecisionConfig's keys
+    mixed_precision: dict[str, Any] = dict_field()
 
 
 @dataclass
@@ -47,3 +75,4 @@ class RefFSDPConfig(BaseConfig):
     use_orig_params: bool = False
     ulysses_sequence_parallel_size: int = 1  # YAML: ${..ulysses_sequence_parallel_size}
     qat: dict[str, Any] = dict_field()
+    mixed_precision: dict[str, Any] = dict_field()  # MixedPrecisionConfig's keys; the reference reduces no gradients

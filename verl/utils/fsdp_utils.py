@@ -103,13 +103,14 @@ def apply_fsdp2(
     mesh=None,
     forward_prefetch: bool = False,
     cpu_offload: bool = False,
+    reduce_dtype: torch.dtype = torch.float32,
 ) -> nn.Module:
     """Shard ``model`` in place: each decoder layer, then the root.
 
     ``mesh``: None shards over the default process group, on the device the parameters are on; a 2-D mesh from
     :func:`fsdp_mesh` gives hybrid sharding.
     ``param_dtype`` (e.g. bf16) makes FSDP gather parameters in that dtype for compute while the sharded master
-    copy and the gradients' reduction stay fp32.
+    copy stays fp32; ``reduce_dtype`` is the dtype of the gradients' reduction across ranks (fp32 by default).
     ``forward_prefetch``: each decoder layer starts the all-gather of the next one before its own forward
     (``set_modules_to_forward_prefetch``; upstream's ``fsdp_config.forward_prefetch``).
     ``cpu_offload``: FSDP2's ``CPUOffloadPolicy`` (sharded parameters, gradients and optimizer step on CPU; upstream's
@@ -117,7 +118,8 @@ def apply_fsdp2(
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
+    mixed = param_dtype is not None or reduce_dtype != torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype) if mixed else None
     kwargs = {"reshard_after_forward": reshard_after_forward}
     if mp is not None:
         kwargs["mp_policy"] = mp

@@ -12,6 +12,7 @@ import torch
 
 from verl.base_config import omega_conf_to_dataclass
 from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+from verl.sections.engine import MixedPrecisionConfig
 from verl.single_controller.base import Worker
 from verl.utils import fsdp_utils
 from verl.workers.config import CheckpointContentsConfig, FSDPConfig, OptimConfig, RefFSDPConfig
@@ -75,6 +76,7 @@ def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | Ref
     if is_already_placed(module):
         return module
     cpu_offload = bool(fsdp_config.offload_policy) and worker.compute_device.type == "cuda"
+    mixed = MixedPrecisionConfig(**dict(fsdp_config.mixed_precision or {}))  # its defaults: fp32 reduction
     if worker.world_size <= 1:
         if not cpu_offload:
             return module
@@ -88,6 +90,7 @@ def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | Ref
         mesh=mesh,
         forward_prefetch=bool(fsdp_config.forward_prefetch),
         cpu_offload=cpu_offload,
+        reduce_dtype=fsdp_utils.gather_dtype(str(mixed.reduce_dtype)) or torch.float32,
     )
 
 

@@ -337,3 +337,18 @@ def test_v09_engine_layout_keys_of_one_and_the_engines_compile_switch() -> None:
     for key in ("data_parallel_size", "expert_parallel_size", "pipeline_model_parallel_size"):
         with pytest.raises(ConfigError, match=rf"rollout.{key}=4: that rollout layout is not implemented here"):
             _cfg(f"{ARR}.rollout.{key}=4")
+
+
+def test_fsdp_mixed_precision_as_upstreams_scripts_add_it() -> None:
+    """``+...fsdp_config.mixed_precision.*`` (v0.9's LoRA scripts): param_dtype is model_dtype, reduce_dtype is the
+    gradients' reduction dtype (verl/workers/fsdp_setup.py), buffers stay fp32."""
+    mp = f"+{ARR}.actor.fsdp_config.mixed_precision"
+    cfg = _cfg(f"{mp}.param_dtype=bf16", f"{mp}.reduce_dtype=bf16", f"{mp}.buffer_dtype=fp32")
+    fsdp = cfg.actor_rollout_ref.actor.fsdp_config
+    assert fsdp.model_dtype == "bf16" and fsdp.mixed_precision.reduce_dtype == "bf16"
+    with pytest.raises(ConfigError, match="one setting here"):
+        _cfg(f"{mp}.param_dtype=bf16", f"{ARR}.actor.fsdp_config.model_dtype=fp32")
+    with pytest.raises(ConfigError, match=r"buffer_dtype=bf16: one of fp32, float32 here"):
+        _cfg(f"{mp}.buffer_dtype=bf16")
+    with pytest.raises(ConfigError, match="its keys are param_dtype, reduce_dtype, buffer_dtype"):
+        _cfg("+critic.fsdp_config.mixed_precision.cast_forward_inputs=true")

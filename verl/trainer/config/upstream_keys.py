@@ -14,7 +14,8 @@ divided by the data-parallel ranks into their ``*_per_gpu`` keys, as upstream's 
 (``verl/workers/fsdp_workers.py``: ``ppo_micro_batch_size //= world_size // ulysses_size``); giving both is refused.
 
 Single switches that upstream spells several times or under another name become the one key here: every
-``full_determinism`` -> ``trainer.deterministic``, ``model.use_liger`` -> ``model.use_fused_kernels``; and upstream's
+``full_determinism`` -> ``trainer.deterministic``, ``model.use_liger`` -> ``model.use_fused_kernels``,
+``fsdp_config.mixed_precision.param_dtype`` -> ``fsdp_config.model_dtype``; and upstream's
 nulls that mean "not given" get this project's value (``data.seed`` -> ``trainer.seed``, January's
 ``reward_model.micro_batch_size_per_gpu`` with no reward model served -> the default).
 """
@@ -181,11 +182,48 @@ def _liger(cfg: DictConfig) -> dict[str, Any]:
     return {}
 
 
+_BF16 = {"bf16", "bfloat16"}
+
+
+def _mixed_precision_param_dtype(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """``fsdp_config.mixed_precision.param_dtype`` (verl's FSDP key) is ``fsdp_config.model_dtype`` here: FSDP2
+    gathers parameters in it. Given, it sets ``model_dtype``; both set to different dtypes is an error."""
+    changed: dict[str, Any] = {}
+    for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
+        fsdp = OmegaConf.select(cfg, f"{section}.fsdp_config")
+        mixed = fsdp.get("mixed_precision") if isinstance(fsdp, DictConfig) else None
+        if not isinstance(mixed, DictConfig):
+            continue
+        from verl.sections.engine import MixedPrecisionConfig
+
+        try:
+            MixedPrecisionConfig(**OmegaConf.to_container(mixed, resolve=True))
+        except (TypeError, ValueError) as e:
+            known = "param_dtype, reduce_dtype, buffer_dtype"
+            why = str(e) if isinstance(e, ValueError) else f"its keys are {known}"
+            raise ConfigError(f"{section}.fsdp_config.mixed_precision={dict(mixed)}: {why}") from e
+        if mixed.get("param_dtype") is None:
+            continue
+        wanted, current = str(mixed.param_dtype), str(fsdp.model_dtype)
+        if (wanted in _BF16) == (current in _BF16):
+            continue
+        key = f"{section}.fsdp_config.model_dtype"
+        if _set_by_user(key, user_keys):
+            raise ConfigError(
+                f"{section}.fsdp_config.mixed_precision.param_dtype={wanted} and {key}={current}: one setting here "
+                "(the dtype FSDP gathers parameters in for compute); keep one"
+            )
+        fsdp.model_dtype = wanted
+        changed[key] = wanted
+    return changed
+
+
 def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
     """Reconcile upstream's second names of our keys in place (see the module docstring); turn the deprecated
     global micro-batch sizes into the per-rank ones, upstream's ``full_determinism`` switches into
     ``trainer.deterministic``, ``data.seed: null`` into ``trainer.seed``, January's null reward micro-batch size into
-    the default and ``model.use_liger`` into ``model.use_fused_kernels``. Returns ``{dotted key: new value}`` of what
+    the default, ``model.use_liger`` into ``model.use_fused_kernels`` and ``mixed_precision.param_dtype`` into
+    ``model_dtype``. Returns ``{dotted key: new value}`` of what
     changed.
 
     Raises:
@@ -195,6 +233,7 @@ def adapt_upstream_keys(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
     changed.update(_data_seed(cfg))
     changed.update(_null_reward_micro_batch(cfg))
     changed.update(_liger(cfg))
+    changed.update(_mixed_precision_param_dtype(cfg, user_keys))
     changed.update(_reconcile(cfg, "actor_rollout_ref.actor", user_keys, None))
     actor_sp = cfg.actor_rollout_ref.actor.get(_SP)
     ref_keys = (f"actor_rollout_ref.ref.{_SP}", f"actor_rollout_ref.ref.fsdp_config.{_SP}")
