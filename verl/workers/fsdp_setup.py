@@ -76,7 +76,7 @@ def shard(worker: Worker, module: torch.nn.Module, fsdp_config: FSDPConfig | Ref
     if is_already_placed(module):
         return module
     cpu_offload = bool(fsdp_config.offload_policy) and worker.compute_device.type == "cuda"
-    mixed = MixedPrecisionConfig(**dict(fsdp_config.mixed_precision or {}))  # its defaults: fp32 reduction
+    mixed = MixedPrecisionConfig(**dict(fsdp_config.mixed_precision))  # keys not given: the class's (fp32 reduction)
     if worker.world_size <= 1:
         if not cpu_offload:
             return module

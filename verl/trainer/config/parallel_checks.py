@@ -39,7 +39,7 @@ def sp_size(section: Any) -> int:
 
 def check_ray_timeline(cfg: DictConfig, errors: list[str]) -> None:
     """``ray_kwargs.timeline_json_file`` is Ray's record of the run's tasks: it needs the ``ray`` backend."""
-    path = cfg.ray_kwargs.get("timeline_json_file")
+    path = cfg.ray_kwargs.timeline_json_file
     if path and resolve_backend(cfg.trainer) != "ray":
         errors.append(
             f"ray_kwargs.timeline_json_file={path}: this run does not use Ray (trainer.backend resolves to "

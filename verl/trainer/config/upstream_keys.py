@@ -176,7 +176,7 @@ def _liger(cfg: DictConfig) -> dict[str, Any]:
     """``model.use_liger=true`` -> ``model.use_fused_kernels=true``: Liger's kernel for the LM head is a fused linear
     cross-entropy, which is the chunked head here (its other kernels change speed only)."""
     model = cfg.actor_rollout_ref.model
-    if model.get("use_liger") and not model.get("use_fused_kernels"):
+    if model.use_liger and not model.use_fused_kernels:
         model.use_fused_kernels = True
         return {"actor_rollout_ref.model.use_fused_kernels": True}
     return {}
@@ -191,20 +191,20 @@ def _mixed_precision_param_dtype(cfg: DictConfig, user_keys: set[str]) -> dict[s
     changed: dict[str, Any] = {}
     for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
         fsdp = OmegaConf.select(cfg, f"{section}.fsdp_config")
-        mixed = fsdp.get("mixed_precision") if isinstance(fsdp, DictConfig) else None
+        mixed = fsdp.mixed_precision
         if not isinstance(mixed, DictConfig):
-            continue
+            continue  # ill-typed: the schema validation names it
         from verl.sections.engine import MixedPrecisionConfig
 
         try:
-            MixedPrecisionConfig(**OmegaConf.to_container(mixed, resolve=True))
+            parsed = MixedPrecisionConfig(**OmegaConf.to_container(mixed, resolve=True))
         except (TypeError, ValueError) as e:
             known = "param_dtype, reduce_dtype, buffer_dtype"
             why = str(e) if isinstance(e, ValueError) else f"its keys are {known}"
             raise ConfigError(f"{section}.fsdp_config.mixed_precision={dict(mixed)}: {why}") from e
-        if mixed.get("param_dtype") is None:
+        if parsed.param_dtype is None:
             continue
-        wanted, current = str(mixed.param_dtype), str(fsdp.model_dtype)
+        wanted, current = str(parsed.param_dtype), str(fsdp.model_dtype)
         if (wanted in _BF16) == (current in _BF16):
             continue
         key = f"{section}.fsdp_config.model_dtype"

@@ -126,7 +126,8 @@ def settle_inert_keys(cfg: DictConfig, schema: type | None, errors: list[str]) -
             continue
         plain = _plain(value)
         if entry.follows is not None:
-            expected = _plain(OmegaConf.select(cfg, entry.follows, default=None, throw_on_missing=False))
+            source = OmegaConf.select(cfg, entry.follows, default=_ABSENT, throw_on_missing=False)
+            expected = None if source is _ABSENT else _plain(source)  # the copy of an absent key is upstream's null
             ok = plain is None or _same(plain, expected)
             default = f"{entry.follows}'s value, {expected}"
         else:
