@@ -257,3 +257,28 @@ def test_rendezvous_store_of_a_loopback_master_binds_loopback_only(monkeypatch: 
         assert os.environ["GLOO_SOCKET_IFNAME"]  # applied before gloo opened its sockets
     finally:
         dist.destroy_process_group()
+
+
+def test_the_process_group_is_destroyed_at_exit(tmp_path) -> None:
+    """A process that joined a group and returns without destroying it has it destroyed at exit (before the
+    interpreter's teardown, where gloo's joinable threads call std::terminate)."""
+    import subprocess
+    import sys
+
+    from verl.single_controller.base.worker import find_free_port
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import atexit, os\n"
+        "import torch.distributed as dist\n"
+        "from verl.utils.distributed import init_process_group_from_env\n"
+        "atexit.register(lambda: print('initialized at exit:', dist.is_initialized()))  # runs last (LIFO)\n"
+        "init_process_group_from_env('gloo', timeout_s=30)\n"
+        "print('initialized:', dist.is_initialized())\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_USE_AGENT_STORE",)}
+    env.update(PYTHONPATH=root, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(find_free_port()), RANK="0", WORLD_SIZE="1")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:2] == ["initialized: True", "initialized at exit: False"], run.stdout

@@ -18,6 +18,7 @@ A non-loopback ``MASTER_ADDR`` (a multi-node run, or a single machine opened on 
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import ipaddress
 import os
@@ -125,17 +126,34 @@ def init_process_group_from_env(backend: str, timeout_s: float = 1800.0) -> None
         dist.init_process_group(
             backend=backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout
         )
-        return
-    store = _loopback_store(addr.strip("[]"), int(os.environ["MASTER_PORT"]), rank, world_size, timeout)
-    # the prefix env:// adds too, so keys of this group never collide with other users of the store
-    dist.init_process_group(
-        backend=backend, store=dist.PrefixStore("default_pg", store), rank=rank, world_size=world_size, timeout=timeout
-    )
+    else:
+        store = _loopback_store(addr.strip("[]"), int(os.environ["MASTER_PORT"]), rank, world_size, timeout)
+        # the prefix env:// adds too, so keys of this group never collide with other users of the store
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore("default_pg", store),
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout,
+        )
+    atexit.register(destroy_process_group_at_exit)
+
+
+def destroy_process_group_at_exit() -> None:
+    """Destroy the default process group if it still exists (registered at exit by
+    :func:`init_process_group_from_env`). A group left to the interpreter's teardown lets gloo's threads be destroyed
+    while joinable (``terminate called without an active exception``, a non-zero exit after a finished run) and
+    NCCL warns that its communicators leaked; no collective is issued, so a peer that already died cannot hang it."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 __all__ = [
     "LOOPBACK_NETWORK_ENV_KEYS",
     "apply_loopback_network_env",
+    "destroy_process_group_at_exit",
     "init_process_group_from_env",
     "is_loopback_host",
     "loopback_interface",

@@ -43,7 +43,9 @@ class ScriptedWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def open_request_server(self, meta_info: dict[str, Any]) -> BatchingRequestServer:
-        server = BatchingRequestServer(self._generate, meta_info)
+        # every trajectory is registered before its first turn, so the batch forms once all have queued; the long cap
+        # only keeps a loaded machine (threads starting late) from splitting it, which the test counts
+        server = BatchingRequestServer(self._generate, meta_info, batch_wait_s=30.0)
         server.on_close(self._count_close)
         return server
 
