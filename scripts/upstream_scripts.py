@@ -10,7 +10,8 @@ trainers' ``verl/experimental/*/shell/``, :data:`SCRIPT_DIRS`) is extracted to a
 directory (``git archive``; nothing is fetched), and every ``*.sh`` is run with ``bash`` from that copy's root with
 stub executables first on ``PATH`` (``python``, ``python3``, ``torchrun``, ``uv``, ``ray``, ``nvidia-smi``, ``hf``,
 ``huggingface-cli``, ``git``, ``pip``, ``wget``): each records its argv and exits 0 (``python -c ...``, such as the
-``import torch_npu`` probe, exits 1 so scripts pick the GPU branch). Every recorded ``-m verl.<module> ...`` call is
+``import torch_npu`` probe, exits 1 so scripts pick the GPU branch; a program read from stdin, the
+``python3 - <<EOF ... get_device_name()`` probe, prints ``cuda``). Every recorded ``-m verl.<module> ...`` call is
 then run in-process through this project's ``<module>.main(argv + ["--cfg", "job"])`` and classified:
 
 * ``accepted``: exit 0; ``faithful`` when additionally every ``key=value`` override of the call is found at its key
@@ -93,10 +94,13 @@ def _stub_text(name: str, log: str) -> str:
         "import json, sys; open(sys.argv[1], 'a').write(json.dumps({'exe': sys.argv[2], 'argv': sys.argv[3:]}) + '\\n')"
     )
     fail_c = 'case "$1" in -c) exit 1;; esac\n' if name.startswith("python") else ""
+    # a program read from stdin as the last argument (`python3 - <<EOF`, `uv run ... python3 -`) is the scripts'
+    # device probe (`print(get_device_name())`): it answers cuda, so the script takes its GPU branch
+    probe = 'for last in "$@"; do :; done\nif [ "${last:-}" = "-" ]; then cat >/dev/null; echo cuda; fi\n'
     return (
         "#!/bin/sh\n"
         f'{sys.executable} -c {shlex.quote(recorder)} {shlex.quote(log)} {shlex.quote(name)} "$@"\n'
-        f"{fail_c}exit 0\n"
+        f"{fail_c}{probe}exit 0\n"
     )
 
 
@@ -180,9 +184,15 @@ def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list
 
 
 def record_calls(
-    script: str, workdir: str, stub_dir: str, timeout: float = 30.0, args: tuple[str, ...] | list[str] = ()
+    script: str,
+    workdir: str,
+    stub_dir: str,
+    timeout: float = 30.0,
+    args: tuple[str, ...] | list[str] = (),
+    env_vars: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run one script (with positional ``args``) under the stubs; returns the recorded calls in order."""
+    """Run one script (with positional ``args`` and the variables ``env_vars``) under the stubs; returns the
+    recorded calls in order."""
     log = os.path.join(stub_dir, "calls.jsonl")
     if os.path.exists(log):
         os.remove(log)
@@ -195,6 +205,7 @@ def record_calls(
         "TERM": "dumb",
         "LANG": "C.UTF-8",
     }
+    env.update({k: v for k, v in (env_vars or {}).items() if k not in ("PATH", "HOME")})
     with contextlib.suppress(subprocess.TimeoutExpired):
         subprocess.run(
             ["bash", script, *args],
@@ -238,6 +249,9 @@ def run_call(call: Call, cwd: str) -> None:
     directory of launch) and classify it in place."""
     import yaml
 
+    if call.module == "verl.model_merger":
+        merger_call(call)
+        return
     try:
         mod = importlib.import_module(call.module)
         # a package run as `python -m pkg` (verl.model_merger) has its main() in pkg.__main__
@@ -275,6 +289,27 @@ def run_call(call: Call, cwd: str) -> None:
     call.reason = call.unfaithful[0] if call.unfaithful else ""
 
 
+def merger_call(call: Call) -> None:
+    """Classify a ``python -m verl.model_merger ...`` call by its arguments alone (the checkpoint it names exists only
+    after a training run): accepted when they parse, refused when a flag is refused in one line, else rejected."""
+    from verl.model_merger.__main__ import _refused_flag, build_parser
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(call.args)
+    except SystemExit:
+        call.status = "rejected"
+        call.errors = _error_lines(err.getvalue())[-1:] or ["argument error"]
+        call.reason = call.errors[0]
+        return
+    refused = _refused_flag(args)
+    if refused:
+        call.status, call.reason, call.errors = "refused", refused, [refused]
+        return
+    call.status, call.faithful = "accepted", True
+
+
 def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
     """The ``key=value`` overrides of ``args`` whose value is not found at their key in the printed ``cfg``
     (Hydra's own ``hydra.*`` keys and config-group choices such as ``model_engine=fsdp`` are not config keys)."""
@@ -292,7 +327,12 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
             found = override_found(a, cfg, aliases)
         except Exception:  # noqa: BLE001 - an override our parser refuses is not found
             found = False
-        if not found and not converted_micro_size(a, cfg) and not accepted_as_inert(a):
+        if (
+            not found
+            and not converted_micro_size(a, cfg)
+            and not accepted_as_inert(a)
+            and not null_function_name(a, cfg)
+        ):
             kept.append(a)
     return kept
 
@@ -313,6 +353,18 @@ def accepted_as_inert(override: str) -> bool:
     except yaml.YAMLError:
         return False
     return entry.accepts(value)
+
+
+def null_function_name(override: str, cfg: Any) -> bool:
+    """Whether ``override`` is ``reward.custom_reward_function.name=null`` (or the legacy key), which the config
+    keeps as the default name (verl/trainer/config/reward_section.py): upstream's e2e script passes it with
+    ``path=null``."""
+    from verl.trainer.config.script_check import value_at
+
+    key, _, text = override.lstrip("+").partition("=")
+    if key not in ("reward.custom_reward_function.name", "custom_reward_function.name"):
+        return False
+    return text.strip().strip("'\"").lower() in ("null", "none", "~", "") and value_at(cfg, key) == "compute_score"
 
 
 def converted_micro_size(override: str, cfg: Any) -> bool:

@@ -9,7 +9,8 @@ entry points, :data:`TRAINERS`) for real, for one step::
 
 What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
 a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
-the data is the arithmetic task, the world is one rank and the asynchronous trainers' rollout pool one device
+the data is the arithmetic task, a script's ``trainer.device=cuda`` is ``cpu`` on a machine without CUDA, the world
+is one rank and the asynchronous trainers' rollout pool one device
 (parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
 upstream's ``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in
 micro-batches of 2 for one step without validation or checkpoints. A call refused only for those sizes (a rollout
@@ -80,6 +81,12 @@ _MODEL_PATH = re.compile(
 )
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, rollout: str | None) -> list[str]:
     """The call's arguments with the changes of the module docstring (later overrides win, so they come last)."""
     kept, extra = [], []
@@ -134,6 +141,8 @@ def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, 
         extra += ["rollout.nnodes=1", "rollout.n_gpus_per_node=1"]  # v0.9's async scripts: the rollouter's pool
     if rollout:
         extra.append(f"actor_rollout_ref.rollout.name={rollout}")
+    if any(a == "trainer.device=cuda" for a in args) and not _has_cuda():
+        extra.append("trainer.device=cpu")  # upstream's CI scripts name the device; this machine has none
     return [a for a in kept if not a.startswith(("actor_rollout_ref.model.path=", "data.train_files=",
                                                    "data.val_files="))] + extra  # fmt: skip
 

@@ -165,3 +165,31 @@ def test_lora_adapter_saved_in_huggingface_subdir(tmp_path, tiny_model_dir, byte
     with torch.no_grad():
         torch.testing.assert_close(merged(PROMPT).logits, peft_model(PROMPT).logits, rtol=1e-4, atol=1e-5)
     assert os.path.isfile(tmp_path / "m" / "tokenizer.json")
+
+
+def test_test_operation_compares_the_merged_weights_with_a_hf_dir(tmp_path, actor_ckpt, byte_tokenizer, capsys) -> None:
+    """Upstream CI's check after a save with hf_model: ``test --local_dir <role dir> --test_hf_dir <hf dir>``."""
+    actor, _trained, _other = actor_ckpt
+    argv = ["test", "--backend", "fsdp", "--local_dir", actor, "--test_hf_dir"]
+    # the role dir's own huggingface/ holds another model's weights: every differing tensor is named
+    assert merger_main([*argv, os.path.join(actor, "huggingface")]) == 1
+    err = capsys.readouterr().err
+    assert "does not match" in err and "model.embed_tokens.weight: values differ" in err
+    # the trained weights (seed 1, as the shards) in Hugging Face form, fp32 and bf16 (compared at its precision)
+    for dtype in (torch.float32, torch.bfloat16):
+        reference = str(tmp_path / f"ref_{dtype}".replace("torch.", ""))
+        save_model_hf(make_tiny_causal_lm(tokenizer=byte_tokenizer, seed=1).to(dtype), byte_tokenizer, reference)
+        assert merger_main([*argv, reference, "--use_cpu_initialization"]) == 0
+        assert f"tensors of {actor} match {reference}" in capsys.readouterr().out
+    assert merger_main([*argv, str(tmp_path / "absent")]) == 2
+    assert "no weights in" in capsys.readouterr().err
+
+
+def test_upstream_flags_it_cannot_honour_are_refused_in_one_line(tmp_path, actor_ckpt, capsys) -> None:
+    actor, _trained, _other = actor_ckpt
+    base = ["merge", "--backend", "fsdp", "--local_dir", actor, "--target_dir", str(tmp_path / "m")]
+    for extra, word in ((["--tie-word-embedding"], "Megatron"), (["--hf_upload_path", "me/model"], "hf upload")):
+        assert merger_main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert word in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "m")

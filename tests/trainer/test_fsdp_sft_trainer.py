@@ -97,6 +97,15 @@ def test_unsupported_settings_are_refused_with_the_reason(override, message, cap
     assert message in capsys.readouterr().err
 
 
+def test_a_checkpoint_with_hf_model_is_accepted(capsys) -> None:
+    """verl's CI saves ``[model,optimizer,extra,hf_model]``: the Hugging Face form is the export written at the end."""
+    argv = ["--cfg", "job", "trainer.checkpoint.save_contents=[model,optimizer,extra,hf_model]"]
+    assert fsdp_sft_trainer.main(argv) == 0
+    argv = ["--cfg", "job", "trainer.checkpoint.load_contents=[model,optimizer,extra,hf_model]"]
+    assert fsdp_sft_trainer.main(argv) == 2
+    assert "always hold model, optimizer and extra" in capsys.readouterr().err
+
+
 def test_kernel_and_sequence_parallel_keys_of_verl_scripts_are_accepted(capsys) -> None:
     """verl's sp2 / liger scripts: the same loss here (the token mean over the global batch), a warning for SP."""
     argv = ["--cfg", "job", "model.use_liger=True", "ulysses_sequence_parallel_size=2", "use_remove_padding=true"]

@@ -156,3 +156,19 @@ def test_january_reward_loop_keys_are_the_reward_sections() -> None:
     assert any("use_reward_loop=false" in str(w.message) for w in caught)
     with pytest.raises(ConfigError, match="set the same thing; keep reward.reward_model.rollout"):
         load_config(["+reward_model.rollout.name=vllm", "+reward.reward_model.rollout.name=hf"])
+
+
+def test_a_null_function_name_is_the_default_name(tmp_path) -> None:
+    """Upstream's e2e script passes ``reward.custom_reward_function.path=null name=null`` when it tests no custom
+    function; with a path, the null name loads ``compute_score``."""
+    for overrides in (
+        ["reward.custom_reward_function.path=null", "reward.custom_reward_function.name=null"],
+        ["custom_reward_function.path=null", "custom_reward_function.name=null"],
+    ):
+        cfg, _ = _load(overrides)
+        assert cfg.reward.custom_reward_function.name == cfg.custom_reward_function.name == "compute_score"
+        assert get_custom_reward_fn(cfg) is None
+    scorer = tmp_path / "score.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.5\n")
+    cfg, _ = _load([f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=null"])
+    assert get_custom_reward_fn(cfg)("gsm8k", "x", "y") == 0.5

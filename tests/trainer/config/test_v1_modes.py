@@ -63,6 +63,23 @@ def test_separate_async_is_fully_async_with_upstreams_sync_invariant() -> None:
     assert cfg.async_training.partial_rollout is False
 
 
+def test_separate_async_rollout_pool_is_the_top_level_rollout_section() -> None:
+    """Upstream's e2e script sizes the standalone pool with actor_rollout_ref.rollout.nnodes / n_gpus_per_node."""
+    sep = ["trainer.v1.trainer_mode=separate_async", *BATCH]
+    cfg = load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"])
+    assert (cfg.rollout.nnodes, cfg.rollout.n_gpus_per_node) == (1, 1)
+    assert "nnodes" not in cfg.actor_rollout_ref.rollout
+    # the pool's size is then checked as the asynchronous trainers' (one rollouter device here); unset per-node
+    # count: upstream's default, the trainer's
+    with pytest.raises(ConfigError, match=r"rollout.nnodes \* rollout.n_gpus_per_node = 1 \* 8 = 8"):
+        load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "trainer.n_gpus_per_node=8"])
+    with pytest.raises(ConfigError, match="both size the rollout pool of separate_async"):
+        load_config([*sep, "actor_rollout_ref.rollout.nnodes=2", "rollout.nnodes=1"])
+    # the synchronous trainer has no standalone pool: refused as before
+    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.nnodes=1: a standalone rollout pool"):
+        load_config(["actor_rollout_ref.rollout.nnodes=1"])
+
+
 def test_conflicts_and_refusals_are_one_line_each() -> None:
     with pytest.raises(ConfigError, match=r"async_training.mode=one_step_off conflicts with trainer.v1.trainer_mode"):
         load_config(["trainer.v1.trainer_mode=separate_async", "async_training.mode=one_step_off", *BATCH])

@@ -205,10 +205,13 @@ class FSDPSFTConfig:
                           "available)")  # fmt: skip
         for key in ("save_contents", "load_contents"):
             contents = set(trainer.checkpoint[key])
-            if contents != _FULL_CHECKPOINT:
+            # hf_model (saving only): the weights in Hugging Face form, which this trainer writes at the end anyway
+            allowed = _FULL_CHECKPOINT | ({"hf_model"} if key == "save_contents" else set())
+            if not _FULL_CHECKPOINT <= contents <= allowed:
                 errors.append(
                     f"trainer.checkpoint.{key}={sorted(contents)}: SFT checkpoints always hold model, optimizer "
                     "and extra (RNG, scheduler, step) so that a resume is exact"
+                    + ("; add hf_model for a Hugging Face export" if key == "save_contents" else "")
                 )
         if model.lora_rank < 0:
             errors.append(f"model.lora_rank: must be >= 0, got {model.lora_rank}")

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.reward_rollout import resolve_reward_rollout
+from verl.trainer.config.v09_schema import RewardCustomFunctionConfig
 from verl.trainer.config.v1_modes import user_set
 from verl.utils.errors import ConfigWarning
 
@@ -55,6 +56,7 @@ def resolve_reward_section(cfg: DictConfig, user: set[str], errors: list[str]) -
     changed: dict[str, Any] = {}
     if not isinstance(cfg.get("reward"), DictConfig):
         return changed
+    _null_function_name(cfg, user, changed)
     legacy_used: list[str] = []
     for new, old in REWARD_KEY_PAIRS:
         new_set, old_set = user_set(new, user), user_set(old, user)
@@ -92,6 +94,18 @@ def resolve_reward_section(cfg: DictConfig, user: set[str], errors: list[str]) -
     resolve_reward_rollout(cfg, user, errors, changed, source)  # reward.reward_model.rollout (reward_rollout.py)
     _legacy_reward_model_keys(cfg, user, errors)
     return changed
+
+
+def _null_function_name(cfg: DictConfig, user: set[str], changed: dict[str, Any]) -> None:
+    """``reward.custom_reward_function.name=null`` is the default name (``compute_score``). Upstream's own e2e script
+    (tests/special_e2e/ppo_trainer/run_function_reward.sh) passes ``path=null name=null`` when it tests no custom
+    function, and upstream's loader never reads the name without a path; with a path, the default name is the
+    function upstream documents."""
+    key = "reward.custom_reward_function.name"
+    if user_set(key, user) and OmegaConf.select(cfg, key, default="") is None:
+        default = RewardCustomFunctionConfig().name
+        OmegaConf.update(cfg, key, default, merge=False)
+        changed[key] = default
 
 
 def _legacy_reward_rollout(cfg: DictConfig, user: set[str], errors: list[str], changed: dict[str, Any]) -> str:

@@ -289,11 +289,14 @@ class PPOConfig(BaseConfig):
         from verl.trainer.config.v09_inert_keys import settle_inert_keys
         from verl.trainer.config.validation import ConfigError
 
+        from verl.trainer.config.v1_modes import move_v1_rollout_pool
+
         errors: list[str] = []
+        moved = move_v1_rollout_pool(cfg, user_keys, errors)  # separate_async's pool: the top-level rollout section
         settle_inert_keys(cfg, cls, errors)  # v0.9 keys with no setting here: dropped at upstream's default
         if errors:
             raise ConfigError(errors)
-        changed = adapt_upstream_keys(cfg, user_keys)
+        changed = {**moved, **adapt_upstream_keys(cfg, user_keys)}
         from verl.trainer.config.async_layout import resolve_async_layout
 
         changed.update(resolve_async_layout(cfg, user_keys))  # v0.9's async scripts: streaming batch, rollout pool

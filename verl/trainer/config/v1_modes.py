@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["resolve_v1_modes", "v1_async_active"]
+__all__ = ["move_v1_rollout_pool", "resolve_v1_modes", "v1_async_active"]
 
 
 def user_set(key: str, user: set[str]) -> bool:
@@ -41,6 +41,31 @@ def v1_async_active(cfg: Any) -> bool:
     use_v1 = OmegaConf.select(cfg, "trainer.use_v1")
     mode = OmegaConf.select(cfg, "trainer.v1.trainer_mode")
     return bool(use_v1) and mode in ("colocate_async", "separate_async")
+
+
+def move_v1_rollout_pool(cfg: DictConfig, user: set[str], errors: list[str]) -> dict[str, Any]:
+    """``separate_async``'s standalone rollout pool, ``actor_rollout_ref.rollout.nnodes x n_gpus_per_node`` upstream
+    (``n_gpus_per_node`` unset: ``trainer.n_gpus_per_node``), is the asynchronous trainers' top-level ``rollout.nnodes``
+    / ``n_gpus_per_node`` here (async_layout.py checks its size). The two keys move there before the config is
+    settled; a top-level value the user gave differently is a conflict naming both keys. Returns what changed."""
+    changed: dict[str, Any] = {}
+    if not v1_async_active(cfg) or OmegaConf.select(cfg, "trainer.v1.trainer_mode") != "separate_async":
+        return changed
+    rollout = OmegaConf.select(cfg, "actor_rollout_ref.rollout")
+    if not isinstance(rollout, DictConfig) or "nnodes" not in rollout or not rollout.nnodes:
+        return changed  # no standalone pool asked for (upstream's 0)
+    per_node = rollout.n_gpus_per_node if "n_gpus_per_node" in rollout else cfg.trainer.n_gpus_per_node
+    for name, value in (("nnodes", rollout.nnodes), ("n_gpus_per_node", per_node)):
+        src, dst = f"actor_rollout_ref.rollout.{name}", f"rollout.{name}"
+        current = OmegaConf.select(cfg, dst)
+        if user_set(dst, user) and current != value:
+            errors.append(f"{src}={value} and {dst}={current} both size the rollout pool of separate_async; keep one")
+        elif current != value:
+            OmegaConf.update(cfg, dst, value, merge=False)
+            changed[dst] = value
+        if name in rollout:
+            del rollout[name]
+    return changed
 
 
 def _set(cfg: DictConfig, key: str, value: Any, why: str, user: set[str], errors: list[str], changed: dict) -> None:
