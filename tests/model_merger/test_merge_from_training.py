@@ -61,6 +61,7 @@ def trained_run(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -
             "trainer.val_before_train=true",
             "trainer.logger=[file]",
             "trainer.export_hf=false",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
             "trainer.plot=false",
             "trainer.resume_mode=disable",
             f"trainer.default_local_dir={out}",
@@ -129,3 +130,17 @@ def test_merged_checkpoint_in_bfloat16_loads(trained_run: tuple[Path, dict[int, 
     assert merger_main(["merge", "--local_dir", local_dir, "--target_dir", str(target), "--dtype", "bfloat16"]) == 0
     model = AutoModelForCausalLM.from_pretrained(str(target))
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_test_operation_after_a_save_with_hf_model(
+    trained_run: tuple[Path, dict[int, DataProto]], tiny_model_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Upstream CI's check: the weights reassembled from the rank shards equal the save's Hugging Face weights,
+    and differ from the model the run started from."""
+    out, _ = trained_run
+    local_dir = str(out / f"global_step_{STEPS}" / "actor")
+    argv = ["test", "--backend", "fsdp", "--local_dir", local_dir, "--test_hf_dir"]
+    assert merger_main([*argv, f"{local_dir}/huggingface"]) == 0
+    assert "match" in capsys.readouterr().out
+    assert merger_main([*argv, tiny_model_dir]) == 1
+    assert "values differ" in capsys.readouterr().err
