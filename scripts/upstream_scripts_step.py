@@ -2,7 +2,8 @@
 
 ``scripts/upstream_scripts.py --json calls.json`` says which of upstream verl's ``examples/**/*.sh`` our entry point
 accepts (``--cfg job``); this runs each accepted ``verl.trainer.main_ppo`` call (and the asynchronous trainers'
-entry points, :data:`TRAINERS`) for real, for one step::
+entry points, :data:`TRAINERS`, and v0.9's SFT entry points, :data:`SFT_TRAINERS`, :func:`one_sft_step_args`) for
+real, for one step::
 
     PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo --json /tmp/calls.json
     PYTHONPATH=$PWD python scripts/upstream_scripts_step.py /tmp/calls.json [--rollout hf] [--only grpo_trainer]
@@ -50,6 +51,8 @@ TRAINERS = (
     "verl.experimental.fully_async_policy.fully_async_main",
     "verl.experimental.one_step_off_policy.main_ppo",
 )
+# v0.9's SFT entry points (the same sft_trainer_engine keys): their calls are trained too, on conversations
+SFT_TRAINERS = ("verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray")
 # refusals of sizes this harness shrinks anyway: a call stopped only by them is trained too (v0.9's async scripts ask
 # for rollout pools and trainer ranks of several GPUs; shrunk to one each, their algorithm runs)
 _SHRUNK_SIZES = (
@@ -147,6 +150,33 @@ def one_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str, 
                                                    "data.val_files="))] + extra  # fmt: skip
 
 
+def one_sft_step_args(args: list[str], model_dir: str, data_dir: str, out_dir: str) -> list[str]:
+    """An SFT call's arguments shrunk as :func:`one_step_args` shrinks a PPO call's: the tiny model, the arithmetic
+    task as conversations (``messages``), one rank, a batch of 2 rows in micro-batches of 1, one step without
+    validation or checkpoints; every other key (LoRA, Liger, packing, dynamic batch sizes, the optimizer and its
+    schedule, padding modes) as the call wrote it."""
+    kept = [a for a in args if not _DROPPED.search(a) and not a.startswith(("trainer.nnodes=", "trainer.n_gpus"))]
+    kept = [a for a in kept if not a.startswith(("model.path=", "data.train_files=", "data.val_files="))]
+    extra = [
+        f"model.path={model_dir}",
+        f"data.train_files={data_dir}/sft_train.parquet",
+        f"data.val_files={data_dir}/sft_test.parquet",
+        "data.messages_key=messages",
+        "data.train_batch_size=2",
+        "data.micro_batch_size_per_gpu=1",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={out_dir}",
+    ]
+    if not _has_cuda():
+        extra.append("trainer.device=cpu")  # upstream's SFT default device is cuda
+    return kept + extra
+
+
 def script_relative_paths(args: list[str], tree: str, script: str) -> list[str]:
     """``args`` with each relative ``*.path=FILE`` that exists next to the script (not under ``tree``, the directory
     the scripts run from) made absolute: verl-recipe's ``char_count`` is run from its own folder
@@ -193,6 +223,11 @@ def make_inputs(workdir: str) -> tuple[str, str]:
     os.makedirs(data_dir)
     write_parquet(train, os.path.join(data_dir, "train.parquet"))
     write_parquet(test, os.path.join(data_dir, "test.parquet"))
+    import pandas as pd
+
+    for name, rows in (("sft_train", train), ("sft_test", test)):  # the same problems as conversations
+        chats = [[*r["prompt"], {"role": "assistant", "content": r["reward_model"]["ground_truth"]}] for r in rows]
+        pd.DataFrame({"messages": chats}).to_parquet(os.path.join(data_dir, f"{name}.parquet"))
     with open(os.path.join(workdir, "varied_score.py"), "w") as f:
         f.write(VARIED_SCORER)
     return model_dir, data_dir
@@ -215,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, snapshot in snapshots.items():
             print(f"## {label} ({snapshot['head']})", flush=True)
             for i, call in enumerate(snapshot["calls"]):
-                if call["module"] not in TRAINERS or not (call["status"] == "accepted" or only_sizes(call)):
+                sft = call["module"] in SFT_TRAINERS and call["status"] == "accepted"
+                if not sft and (
+                    call["module"] not in TRAINERS or not (call["status"] == "accepted" or only_sizes(call))
+                ):
                     continue
                 if args.only and not any(o in call["script"] for o in args.only):
                     continue
@@ -224,8 +262,12 @@ def main(argv: list[str] | None = None) -> int:
                     "tree"
                 )  # verl-recipe: its calls run from the kept tree (scripts/upstream_scripts.py)
                 call_args = script_relative_paths(call["args"], tree, call["script"]) if tree else call["args"]
-                cmd = [sys.executable, "-m", call["module"],
-                       *one_step_args(call_args, model_dir, data_dir, out, args.rollout)]  # fmt: skip
+                shrunk = (
+                    one_sft_step_args(call_args, model_dir, data_dir, out)
+                    if sft
+                    else one_step_args(call_args, model_dir, data_dir, out, args.rollout)
+                )
+                cmd = [sys.executable, "-m", call["module"], *shrunk]
                 env = {
                     **os.environ,
                     "HOME": os.path.join(out, "home"),
