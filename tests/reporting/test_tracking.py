@@ -442,3 +442,29 @@ def test_validation_generations_logger_swanlab(monkeypatch, api: str) -> None:
     texts = data["val/generations"]
     assert kind == "log" and step == 2 and [t.caption for t in texts] == ["sample 0", "sample 1"]
     assert "input: q2" in texts[1].content and "output: a2" in texts[1].content and "score: 0.0" in texts[1].content
+
+
+def test_upstream_logging_environment(tmp_path, monkeypatch) -> None:
+    """VERL_FILE_LOGGER_ROOT / _PATH: upstream's {"step", "data"} file beside metrics.jsonl; TENSORBOARD_DIR."""
+    import json
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path / "root"))
+    tracker = Tracking("proj", "exp", ["file"], log_dir=str(tmp_path / "logs"), keep_through_step=-1)
+    tracker.log({"critic/score/mean": 0.5, "x": float("nan")}, step=1)
+    tracker.finish()
+    lines = (tmp_path / "root" / "proj" / "exp.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"step": 1, "data": {"critic/score/mean": 0.5, "x": None}}]
+    assert (tmp_path / "logs" / "metrics.jsonl").is_file()  # ours, as always
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "one.jsonl"))  # the path wins over the root
+    tracker = Tracking("p", "e", ["file"], log_dir=str(tmp_path / "l2"), upstream_names=lambda k: f"train/{k}")
+    tracker.log({"loss": 1.0}, step=3)
+    tracker.finish()
+    assert json.loads((tmp_path / "one.jsonl").read_text()) == {"step": 3, "data": {"train/loss": 1.0}}
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH")
+    monkeypatch.delenv("VERL_FILE_LOGGER_ROOT")
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    tracker = Tracking("p", "e", ["tensorboard"], log_dir=str(tmp_path / "l3"))
+    tracker.log({"loss": 1.0}, step=1)
+    tracker.finish()
+    assert any(n.startswith("events.out.tfevents") for n in os.listdir(tmp_path / "tb"))
+    assert not (tmp_path / "l3" / "tensorboard").exists()

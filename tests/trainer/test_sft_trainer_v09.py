@@ -245,10 +245,11 @@ def test_dynamic_micro_batches_respect_the_token_budget() -> None:
     assert all(sum(g) <= 10 for g in groups) and len(groups) == 3
 
 
-def test_short_run_follows_total_epochs_and_after_each_epoch(tiny_model_dir, tmp_path) -> None:
+def test_short_run_follows_total_epochs_and_after_each_epoch(tiny_model_dir, tmp_path, monkeypatch) -> None:
     """Two epochs of 3 conversations at 2 per step: 2 steps (the last partial batch is dropped, as upstream's
     loader does), an evaluation after each epoch, a checkpoint at the end (the reports drawn at each checkpoint take
-    most of the time, so there is one)."""
+    most of the time, so there is one). ``VERL_FILE_LOGGER_PATH`` gets upstream's file with upstream's names."""
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "upstream" / "golden.jsonl"))
     rows = [
         {"messages": [{"role": "user", "content": f"{i} + {i}?"}, {"role": "assistant", "content": f"{2 * i}"}]}
         for i in range(3)
@@ -281,6 +282,13 @@ def test_short_run_follows_total_epochs_and_after_each_epoch(tiny_model_dir, tmp
         records = [json.loads(line) for line in f if line.strip()]
     assert max(r["step"] for r in records) == 2
     assert {r["step"] for r in records if "eval/loss" in r["metrics"]} == {1, 2}
+    # upstream's compare script reads data["train/loss"] and data["train/grad_norm"] of its file
+    with open(tmp_path / "upstream" / "golden.jsonl") as f:
+        upstream = [json.loads(line) for line in f if line.strip()]
+    train = [r for r in upstream if "train/loss" in r["data"]]
+    assert [r["step"] for r in train] == [1, 2] and all("train/grad_norm" in r["data"] for r in train)
+    assert train[0]["data"]["train/loss"] == next(r["metrics"]["loss"] for r in records if "loss" in r["metrics"])
+    assert {r["step"] for r in upstream if "val/loss" in r["data"]} == {1, 2}
 
 
 def test_upstream_config_name_resolves(tmp_path, capsys) -> None:

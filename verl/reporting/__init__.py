@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from verl.reporting.backends import (
@@ -77,6 +77,8 @@ class Tracking:
         keep_through_step: the step a run starts after (the resumed step, -1 for a fresh run): rows of later steps
             already in ``metrics.jsonl`` / ``val_generations.jsonl`` are dropped, so no step is logged twice.
             None keeps the files as they are.
+        upstream_names: metric name -> the name in upstream's ``VERL_FILE_LOGGER_*`` file
+            (:mod:`verl.reporting.upstream_env`); None keeps the names.
 
     Example::
 
@@ -94,6 +96,7 @@ class Tracking:
         log_dir: str | None = None,
         namespace: str | None = None,
         keep_through_step: int | None = None,
+        upstream_names: Callable[[str], str] | None = None,
     ) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         for name in backends:
@@ -109,6 +112,7 @@ class Tracking:
         self.log_dir = namespaced_path(base, namespace)
         config_dict = config_to_dict(config)
         self._keep_through_step = keep_through_step
+        self._upstream_names = upstream_names
         self.logger: dict[str, Any] = {}
         self._metrics_path = os.path.join(self.log_dir, "metrics.jsonl") if "file" in backends else None
         try:
@@ -123,7 +127,11 @@ class Tracking:
         if name == "console":
             return ConsoleBackend()
         if name == "file":
-            return FileBackend(self.log_dir, config, self._keep_through_step)
+            from verl.reporting.upstream_env import UpstreamFileLog, upstream_file_path
+
+            path = upstream_file_path(self.project_name, self.experiment_name)
+            mirror = None if path is None else UpstreamFileLog(path, self._keep_through_step, self._upstream_names)
+            return FileBackend(self.log_dir, config, self._keep_through_step, upstream_file=mirror)
         if name == "tensorboard":
             return TensorboardBackend(self.log_dir, config)
         if name == "wandb":

@@ -153,9 +153,16 @@ def drop_rows_after(path: str, step: int) -> int:
 class FileBackend:
     """JSONL: one ``{"step": N, "metrics": {...}}`` per line in ``<log_dir>/metrics.jsonl``, flushed every step."""
 
-    def __init__(self, log_dir: str, config: dict[str, Any] | None, keep_through_step: int | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str,
+        config: dict[str, Any] | None,
+        keep_through_step: int | None = None,
+        upstream_file: Any = None,
+    ) -> None:
         makedirs(log_dir)
         self.path = os.path.join(log_dir, "metrics.jsonl")
+        self.upstream_file = upstream_file  # an UpstreamFileLog (VERL_FILE_LOGGER_*: verl/reporting/upstream_env.py)
         if config is not None:
             atomic_write_text(os.path.join(log_dir, "config.json"), json.dumps(config, indent=2, default=str))
         if keep_through_step is not None:
@@ -178,6 +185,8 @@ class FileBackend:
             record["nonfinite"] = nonfinite
         self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
+        if self.upstream_file is not None:
+            self.upstream_file.log(data, step)
 
     def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
         """Append one ``{"step", "input", "output", "score"}`` line per row to ``val_generations.jsonl``."""
@@ -189,15 +198,20 @@ class FileBackend:
     def finish(self) -> None:
         if not self._f.closed:
             self._f.close()
+        if self.upstream_file is not None:
+            self.upstream_file.close()
 
 
 class TensorboardBackend:
-    """``torch.utils.tensorboard.SummaryWriter`` writing into ``<log_dir>/tensorboard``."""
+    """``torch.utils.tensorboard.SummaryWriter`` writing into ``<log_dir>/tensorboard`` (``TENSORBOARD_DIR`` when
+    set, as upstream)."""
 
     def __init__(self, log_dir: str, config: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.dir = os.path.join(log_dir, "tensorboard")
+        from verl.reporting.upstream_env import tensorboard_dir
+
+        self.dir = tensorboard_dir(os.path.join(log_dir, "tensorboard"))
         makedirs(self.dir)
         self.writer = SummaryWriter(log_dir=self.dir)
         if config is not None:

@@ -293,4 +293,5 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "trainer.resume_mode": resume_mode,
         "trainer.resume_from_path": resume_from,
         "trainer.device": trainer.device,
+        "trainer.upstream_log_names": True,  # VERL_FILE_LOGGER_* files name metrics as upstream's SFT trainer
     }

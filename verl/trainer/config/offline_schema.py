@@ -166,6 +166,8 @@ class OfflineTrainerConfig:
     overwrite_checkpoints: bool = False  # resume_mode=disable in a directory with checkpoints: delete them
     default_local_dir: str = "outputs/verl/offline"
     export_hf: bool = True
+    # names in upstream's VERL_FILE_LOGGER_* file: upstream SFT's train/<name>, val/<name> (reporting/upstream_env.py)
+    upstream_log_names: bool = False
     plot: bool = True  # metrics.png at each save and at the end
     report: OfflineReportConfig = field(default_factory=OfflineReportConfig)
     seed: int = 1

@@ -287,9 +287,8 @@ class PPOConfig(BaseConfig):
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
         from verl.trainer.config.v09_inert_keys import settle_inert_keys
-        from verl.trainer.config.validation import ConfigError
-
         from verl.trainer.config.v1_modes import move_v1_rollout_pool
+        from verl.trainer.config.validation import ConfigError
 
         errors: list[str] = []
         moved = move_v1_rollout_pool(cfg, user_keys, errors)  # separate_async's pool: the top-level rollout section

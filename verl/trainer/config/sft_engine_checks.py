@@ -292,6 +292,7 @@ def to_sft_overrides(cfg: DictConfig) -> dict[str, Any]:
         "trainer.resume_from_path": trainer.resume_from_path,
         "trainer.device": str(trainer.device),
         "trainer.export_hf": "hf_model" in list(cfg.checkpoint.save_contents),
+        "trainer.upstream_log_names": True,  # VERL_FILE_LOGGER_* files name metrics as upstream's SFT trainer
         "trainer.allow_unsafe_operations": bool(trainer.allow_unsafe_operations),
     }
 

@@ -18,6 +18,7 @@ class OfflineReportMixin:
     def _make_tracker(self, keep_through_step: int | None = None) -> Any:
         """The :class:`~verl.reporting.Tracking` of this run, appending after ``keep_through_step`` on resume."""
         from verl.reporting import Tracking
+        from verl.reporting.upstream_env import upstream_sft_name
 
         tcfg = self.config.trainer
         log_dir = tcfg.log_dir or os.path.join(self.output_root, "logs")
@@ -29,6 +30,7 @@ class OfflineReportMixin:
             log_dir=str(log_dir),
             namespace=tcfg.namespace if tcfg.log_dir else None,
             keep_through_step=keep_through_step,
+            upstream_names=upstream_sft_name if tcfg.upstream_log_names else None,
         )
 
     def _make_reporter(self, tracker: Any) -> Any:
