@@ -49,6 +49,7 @@ from upstream_scripts import (  # noqa: E402  (scripts/ is not a package)
     record_calls,
     report,
     run_call,
+    snapshot_head,
     upstream_config_lacks,
     upstream_has_module,
 )
@@ -214,9 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for git_dir in args.git_dirs:
         tree = os.path.join(args.tree, os.path.basename(os.path.dirname(git_dir.rstrip("/")))) if args.tree else None
         calls, no_call, made = measure(git_dir, args.timeout, tree)
-        head = subprocess.run(
-            ["git", "--git-dir", git_dir, "log", "-1", "--format=%h %cs"], capture_output=True, text=True
-        ).stdout.strip()
+        head = snapshot_head(git_dir)
         # a row per workflow file: report() groups by the folder of each call's "script"
         label = f"{git_dir} ({head}): {len(calls)} distinct calls of {made} made by the workflows' steps"
         sys.stdout.write(report(label, calls, no_call, 1, args.top, args.show) + "\n")

@@ -559,6 +559,13 @@ def report(label: str, calls: list[Call], no_call: list[str], depth: int, top: i
     return "\n".join(lines) + "\n"
 
 
+def snapshot_head(git_dir: str) -> str:
+    """``<short hash> <commit date>`` of ``git_dir``'s ``HEAD``."""
+    return subprocess.run(
+        ["git", "--git-dir", git_dir, "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+    ).stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure every given upstream snapshot; prints the tables (and writes every call as JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -584,9 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     for git_dir in args.git_dirs:
         tree = os.path.join(args.tree, os.path.basename(os.path.dirname(git_dir.rstrip("/")))) if args.tree else None
         calls, no_call = measure(git_dir, args.timeout, tree, args.verl)
-        head = subprocess.run(
-            ["git", "--git-dir", git_dir, "log", "-1", "--format=%h %cs"], capture_output=True, text=True
-        ).stdout.strip()
+        head = snapshot_head(git_dir)
         sys.stdout.write(report(f"{git_dir} ({head})", calls, no_call, args.folder_depth, args.top, args.show) + "\n")
         dump[git_dir] = {"head": head, "calls": [asdict(c) for c in calls], "no_call": no_call, "tree": tree}
     if args.json:

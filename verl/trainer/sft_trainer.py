@@ -87,22 +87,31 @@ def _load_run() -> Callable[[DictConfig], Any]:
     return run_sft_engine
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run v0.9-style SFT from command-line arguments (``sys.argv[1:]`` when ``argv`` is None); the exit code."""
+def run_sft_entrypoint(
+    argv: list[str] | None, prog: str, description: str, load_run_fn: Callable[[], Callable[[DictConfig], Any]]
+) -> int:
+    """Parse, validate and run (or print, ``--cfg job``) a v0.9 SFT command line (``sys.argv[1:]`` when ``argv``
+    is None) with ``load_run_fn``'s run function; a group of another engine is refused first. The exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         args = [a for a in args if not refuse_engine_group(a)]
     except ConfigError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     return run_entrypoint(
         args,
-        prog=PROG,
-        description="Supervised fine-tuning with verl v0.9's SFT keys (defaults in sft_trainer_engine.yaml).",
+        prog=prog,
+        description=description,
         config_name=SFTEngineConfig.config_name,
         schema=SFTEngineConfig,
-        load_run_fn=_load_run,
+        load_run_fn=load_run_fn,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run v0.9-style SFT from command-line arguments (``sys.argv[1:]`` when ``argv`` is None); the exit code."""
+    description = "Supervised fine-tuning with verl v0.9's SFT keys (defaults in sft_trainer_engine.yaml)."
+    return run_sft_entrypoint(argv, PROG, description, _load_run)
 
 
 if __name__ == "__main__":

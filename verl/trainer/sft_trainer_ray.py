@@ -25,12 +25,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.entrypoint import run_entrypoint
 from verl.trainer.config.fsdp_sft_schema import launcher_world_size
-from verl.trainer.config.sft_engine_checks import refuse_engine_group
-from verl.trainer.config.sft_engine_schema import SFTEngineConfig
 from verl.trainer.config.validation import ConfigError
-from verl.trainer.sft_trainer import run_sft_engine
+from verl.trainer.sft_trainer import run_sft_engine, run_sft_entrypoint
 
 PROG = "python -m verl.trainer.sft_trainer_ray"
 LAUNCH_DIR = ".launch"
@@ -89,21 +86,11 @@ def _load_run() -> Callable[[DictConfig], Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run v0.9's driver-launched SFT from command-line arguments (``sys.argv[1:]`` when None); the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = [a for a in args if not refuse_engine_group(a)]
-    except ConfigError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    return run_entrypoint(
-        args,
-        prog=PROG,
-        description="Supervised fine-tuning started from one driver process (v0.9's sft_trainer_ray; the keys of "
-        "sft_trainer_engine.yaml).",
-        config_name=SFTEngineConfig.config_name,
-        schema=SFTEngineConfig,
-        load_run_fn=_load_run,
+    description = (
+        "Supervised fine-tuning started from one driver process (v0.9's sft_trainer_ray; the keys of "
+        "sft_trainer_engine.yaml)."
     )
+    return run_sft_entrypoint(argv, PROG, description, _load_run)
 
 
 if __name__ == "__main__":
