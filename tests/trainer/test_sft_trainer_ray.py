@@ -22,8 +22,9 @@ def _data(tmp_path) -> list[str]:
     return [f"data.train_files={tmp_path}/train.parquet", "data.val_files=null", "data.messages_key=messages"]
 
 
-def test_several_nodes_are_refused_with_the_torchrun_command(tmp_path, capsys) -> None:
-    argv = [*_data(tmp_path), "model.path=/m", "trainer.nnodes=2", "trainer.n_gpus_per_node=4", "trainer.device=cpu"]
+def test_several_nodes_are_refused_with_the_torchrun_command(tiny_model_dir, tmp_path, capsys) -> None:
+    argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
+    argv.append("trainer.device=cpu")
     assert sft_trainer_ray.main(argv) == 2
     err = capsys.readouterr().err
     assert "torchrun --nnodes=2 --nproc_per_node=4" in err and "-m verl.trainer.sft_trainer" in err

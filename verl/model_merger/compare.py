@@ -9,7 +9,6 @@ to the reference's dtype (the reference is often saved in bf16 while the shards 
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -26,9 +25,11 @@ def _tied_head(hf_dir: str) -> bool:
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(path):
         return False
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
-    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
+    from transformers import AutoConfig
+
+    # transformers' own reading of config.json (its default, and a nested text_config's, included)
+    config = AutoConfig.from_pretrained(hf_dir)
+    return bool(config.get_text_config().tie_word_embeddings)
 
 
 def compare_with_hf_dir(

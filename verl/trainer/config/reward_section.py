@@ -102,7 +102,7 @@ def _null_function_name(cfg: DictConfig, user: set[str], changed: dict[str, Any]
     function, and upstream's loader never reads the name without a path; with a path, the default name is the
     function upstream documents."""
     key = "reward.custom_reward_function.name"
-    if user_set(key, user) and OmegaConf.select(cfg, key, default="") is None:
+    if user_set(key, user) and OmegaConf.select(cfg, key) is None:  # given, as null
         default = RewardCustomFunctionConfig().name
         OmegaConf.update(cfg, key, default, merge=False)
         changed[key] = default
