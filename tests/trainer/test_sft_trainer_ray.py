@@ -24,7 +24,7 @@ def _data(tmp_path) -> list[str]:
 
 def test_several_nodes_are_refused_with_the_torchrun_command(tiny_model_dir, tmp_path, capsys) -> None:
     argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
-    argv.append("trainer.device=cpu")
+    argv += ["trainer.device=cpu", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1"]
     assert sft_trainer_ray.main(argv) == 2
     err = capsys.readouterr().err
     assert "torchrun --nnodes=2 --nproc_per_node=4" in err and "-m verl.trainer.sft_trainer" in err
