@@ -22,12 +22,26 @@ def _data(tmp_path) -> list[str]:
     return [f"data.train_files={tmp_path}/train.parquet", "data.val_files=null", "data.messages_key=messages"]
 
 
+@pytest.fixture(autouse=True)
+def _not_under_a_launcher(monkeypatch) -> None:
+    # an in-process vLLM engine earlier in the suite may have left WORLD_SIZE=1 behind
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def test_several_nodes_are_refused_with_the_torchrun_command(tiny_model_dir, tmp_path, capsys) -> None:
     argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
     argv += ["trainer.device=cpu", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1"]
     assert sft_trainer_ray.main(argv) == 2
     err = capsys.readouterr().err
     assert "torchrun --nnodes=2 --nproc_per_node=4" in err and "-m verl.trainer.sft_trainer" in err
+
+
+def test_a_launcher_world_that_disagrees_with_the_config_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=1", "trainer.n_gpus_per_node=4"]
+    assert sft_trainer_ray.main([*argv, "trainer.device=cpu"]) == 2
+    assert "WORLD_SIZE=1" in capsys.readouterr().err
 
 
 def test_upstream_ci_call_with_the_fsdp_engine_is_accepted(capsys) -> None:
@@ -41,8 +55,6 @@ def test_two_ranks_started_by_the_driver_train(tiny_model_dir, tmp_path, monkeyp
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     monkeypatch.setenv("PYTHONPATH", root)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        monkeypatch.delenv(var, raising=False)
     out = tmp_path / "out"
     argv = [
         *_data(tmp_path),

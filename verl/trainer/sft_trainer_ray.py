@@ -55,11 +55,18 @@ def run_from_driver(cfg: DictConfig) -> dict[str, float] | None:
     Returns the final metrics when the run trained in this process, None when ranks started by the driver did.
 
     Raises:
-        ConfigError: several nodes (one line with the ``torchrun`` command of each node).
+        ConfigError: several nodes (one line with the ``torchrun`` command of each node), or a launcher's
+            ``WORLD_SIZE`` that differs from ``trainer.nnodes x trainer.n_gpus_per_node``.
         RuntimeError: the ranks' launcher exited with an error (its exit code).
     """
     nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
-    if launcher_world_size() is not None or nnodes * per_node == 1:
+    launched = launcher_world_size()
+    if launched is not None and nnodes * per_node > 1 and launched != nnodes * per_node:
+        raise ConfigError(
+            f"trainer.nnodes x trainer.n_gpus_per_node = {nnodes * per_node}, but this process runs under a launcher "
+            f"with WORLD_SIZE={launched}; make them agree, or unset WORLD_SIZE so that the driver starts the ranks"
+        )
+    if launched is not None or nnodes * per_node == 1:
         return run_sft_engine(cfg)  # under torchrun already (each rank runs this), or one rank
     if nnodes > 1:
         raise ConfigError(
