@@ -49,7 +49,7 @@ demo-fresh: $(DEMO_STAMP)
 	$(PY) -m verl.trainer.main_ppo trainer.resume_mode=disable trainer.overwrite_checkpoints=true
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -1,6 +1,6 @@
 """``python -m verl.trainer.sft_trainer_ray``: v0.9's driver-launched SFT. One rank trains in the driver; the ranks
-of one node are started by the driver (the same trainer as a torchrun launch); several nodes are refused in one
-line."""
+of one node are started by the driver (the same trainer as a torchrun launch); the ranks of several nodes are Ray
+actors."""
 
 from __future__ import annotations
 
@@ -29,12 +29,28 @@ def _not_under_a_launcher(monkeypatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-def test_several_nodes_are_refused_with_the_torchrun_command(tiny_model_dir, tmp_path, capsys) -> None:
-    argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
-    argv += ["trainer.device=cpu", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1"]
-    assert sft_trainer_ray.main(argv) == 2
-    err = capsys.readouterr().err
-    assert "torchrun --nnodes=2 --nproc_per_node=4" in err and "-m verl.trainer.sft_trainer" in err
+@pytest.mark.slow
+def test_several_nodes_train_as_ray_actors(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """Two "nodes" of one rank each: two Ray actors (two placement groups) join one gloo group and train; the driver
+    process holds no process group, so it could not have trained them itself (its world check would refuse)."""
+    import ray
+    import torch.distributed as dist
+
+    ray_was_running = ray.is_initialized()
+    out = tmp_path / "out"
+    argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
+    argv += ["trainer.device=cpu", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2", "engine.dtype=float32"]
+    argv += ["model.enable_gradient_checkpointing=false", "trainer.total_epochs=1", "trainer.logger=[file]"]
+    try:
+        assert sft_trainer_ray.main([*argv, f"trainer.default_local_dir={out}"]) == 0
+    finally:
+        if not ray_was_running:
+            ray.shutdown()
+    assert not dist.is_initialized()
+    with open(out / "logs" / "metrics.jsonl") as f:
+        steps = [json.loads(line)["step"] for line in f if line.strip()]
+    assert max(steps) == 2  # 8 rows at 4 a step
+    assert not (out / ".launch").exists()  # not the one-node torchrun path
 
 
 def test_a_launcher_world_that_disagrees_with_the_config_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -9,8 +9,11 @@ job`` prints it, as for ``sft_trainer``), and
 * the ranks of one node are started by the driver as ``torch.distributed.run --standalone --nproc_per_node=N -m
   verl.trainer.sft_trainer`` with the validated config written to ``<trainer.default_local_dir>/.launch/`` (the same
   trainer, loss and checkpoints as a ``torchrun`` launch); the driver waits and returns their exit code;
-* several nodes are refused in one line: start ``torchrun`` on each node, which is upstream's multi-controller mode
-  of the same trainer.
+* the ranks of several nodes are Ray actors, as upstream's are: the driver starts or joins Ray (``$RAY_ADDRESS``,
+  as ``ray.init()`` does upstream; a local Ray listens on loopback only), asks for one placement group of
+  ``n_gpus_per_node`` bundles per node and starts one :class:`SFTRankWorker` per bundle. Each actor gets
+  torchrun's variables from the worker group and runs the same SPMD trainer as a ``torchrun`` rank; the driver
+  waits for all of them and returns rank 0's final metrics. A rank that dies stops the others and names its node.
 
 See docs/offline_trainers.md.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.single_controller.base.worker import Worker
 from verl.trainer.config.fsdp_sft_schema import launcher_world_size
 from verl.trainer.config.validation import ConfigError
 from verl.trainer.sft_trainer import run_sft_engine, run_sft_entrypoint
@@ -49,15 +53,50 @@ def launch_command(config_dir: str, config_name: str, nproc: int) -> list[str]:
     ]
 
 
+class SFTRankWorker(Worker):
+    """One rank of the SFT trainer in a Ray actor: the worker group's environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ...) makes it join the others' torch.distributed group, as a ``torchrun`` rank would."""
+
+    def __init__(self, config_yaml: str) -> None:
+        super().__init__()
+        self._config_yaml = config_yaml
+
+    def fit(self) -> dict[str, float]:
+        """Train this rank; its final metrics."""
+        return run_sft_engine(OmegaConf.create(self._config_yaml))
+
+
+def run_on_ray(cfg: DictConfig) -> dict[str, float]:
+    """Train ``cfg`` with one Ray actor per rank: ``trainer.nnodes`` placement groups of ``trainer.n_gpus_per_node``
+    bundles (a GPU each when ``trainer.device=cuda``); rank 0's final metrics.
+
+    Raises:
+        WorkerDiedError: a rank's process died (the others are stopped).
+        RuntimeError: the cluster cannot hold the placement groups (what was asked for and what it has).
+    """
+    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, start_or_join_ray
+
+    start_or_join_ray(include_dashboard=False, log_to_driver=True)
+    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
+    pool = RayResourcePool([per_node] * nnodes, use_gpu=str(cfg.trainer.device) == "cuda", name_prefix="sft")
+    worker = RayClassWithInitArgs(SFTRankWorker, OmegaConf.to_yaml(cfg, resolve=True))
+    group = RayWorkerGroup(pool, worker, worker_env={"TOKENIZERS_PARALLELISM": "false"})
+    try:
+        return group.execute_all_sync("fit")[0]
+    finally:
+        group.shutdown()
+        pool.remove()
+
+
 def run_from_driver(cfg: DictConfig) -> dict[str, float] | None:
     """Train ``cfg`` (a validated ``sft_trainer_engine`` config) from this driver process (module docstring).
 
-    Returns the final metrics when the run trained in this process, None when ranks started by the driver did.
+    Returns the final metrics when the run trained in this process or in Ray actors (rank 0's), None when the
+    ranks of one node started by ``torch.distributed.run`` did.
 
     Raises:
-        ConfigError: several nodes (one line with the ``torchrun`` command of each node), or a launcher's
-            ``WORLD_SIZE`` that differs from ``trainer.nnodes x trainer.n_gpus_per_node``.
-        RuntimeError: the ranks' launcher exited with an error (its exit code).
+        ConfigError: a launcher's ``WORLD_SIZE`` that differs from ``trainer.nnodes x trainer.n_gpus_per_node``.
+        RuntimeError: the ranks' launcher exited with an error (its exit code), or Ray could not place the ranks.
     """
     nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
     launched = launcher_world_size()
@@ -69,11 +108,7 @@ def run_from_driver(cfg: DictConfig) -> dict[str, float] | None:
     if launched is not None or nnodes * per_node == 1:
         return run_sft_engine(cfg)  # under torchrun already (each rank runs this), or one rank
     if nnodes > 1:
-        raise ConfigError(
-            f"trainer.nnodes={nnodes}: the driver starts the ranks of one node only; on each node run `torchrun "
-            f"--nnodes={nnodes} --nproc_per_node={per_node} --rdzv_endpoint=<node 0>:29500 -m verl.trainer.sft_trainer "
-            "...` with the same arguments"
-        )
+        return run_on_ray(cfg)
     config_dir = os.path.join(os.path.abspath(os.path.expanduser(str(cfg.trainer.default_local_dir))), LAUNCH_DIR)
     os.makedirs(config_dir, exist_ok=True)
     path = os.path.join(config_dir, "sft_trainer_engine.yaml")
