@@ -8,21 +8,19 @@ real, for one step::
     PYTHONPATH=$PWD python scripts/upstream_scripts.py /work/.mirror/verl-project+verl/repo --json /tmp/calls.json
     PYTHONPATH=$PWD python scripts/upstream_scripts_step.py /tmp/calls.json [--rollout hf] [--only grpo_trainer]
 
-What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is
-a random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it),
-the data is the arithmetic task, a script's ``trainer.device=cuda`` is ``cpu`` on a machine without CUDA, the world
-is one rank and the asynchronous trainers' rollout pool one device
-(parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
+What is changed, and only that (:func:`one_step_args`): every model path (actor, critic, reward model, teachers) is a
+random Qwen2-shaped model of 264k parameters with a byte tokenizer (head size 64, so vLLM's CPU kernels take it), the
+data is the arithmetic task, a script's ``trainer.device=cuda`` is ``cpu`` on a machine without CUDA, the world is one
+rank and the asynchronous trainers' rollout pool one device (parallel sizes 1; ``fsdp_size``, ``max_model_len`` and
 upstream's ``uv run`` ``py_executable`` dropped), and the batch is 2 prompts x 2 responses of at most 8 tokens in
-micro-batches of 2 for one step without validation or checkpoints. A call refused only for those sizes (a rollout
-pool or trainer of several GPUs, :func:`only_sizes`) is trained too. DAPO's keys are shrunk with it: the generation
-batch (``data.gen_batch_size``) to 2 prompts and the overlong buffer to 4 of the 8 tokens (``max_resp_len`` from the
-data's length); and where a script turns on dynamic sampling (``algorithm.filter_groups.enable=True``), the score is a
-hash of the response in [0, 1) (:data:`VARIED_SCORER`), since a random model's answers all score 0 and every group
-would be filtered out. Every other key (the algorithm, losses, offload,
-LoRA, dynamic batch sizes, rollout correction, distillation, ...) runs as the script wrote it. ``--rollout hf``
-swaps vLLM for the ``hf`` engine (faster to start on CPU). A call fails when it exits non-zero; its last error line
-is printed.
+micro-batches of 2 for one step without validation or checkpoints. A call refused only for those sizes (a rollout pool
+of several GPUs, :func:`only_sizes`) is trained too. DAPO's keys are shrunk with it: the generation batch
+(``data.gen_batch_size``) to 2 prompts and the overlong buffer to 4 of the 8 tokens (``max_resp_len`` from the data's
+length); and where a script turns on dynamic sampling (``algorithm.filter_groups.enable=True``), the score is a hash
+of the response in [0, 1) (:data:`VARIED_SCORER`), since a random model's answers all score 0 and every group would be
+filtered out. Every other key (the algorithm, losses, offload, LoRA, dynamic batch sizes, rollout correction,
+distillation, ...) runs as the script wrote it. ``--rollout hf`` swaps vLLM for the ``hf`` engine (faster to start on
+CPU). A call fails when it exits non-zero; its last error line is printed.
 """
 
 from __future__ import annotations
@@ -54,10 +52,9 @@ TRAINERS = (
 # v0.9's SFT entry points (the same sft_trainer_engine keys): their calls are trained too, on conversations
 SFT_TRAINERS = ("verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray")
 # refusals of sizes this harness shrinks anyway: a call stopped only by them is trained too (v0.9's async scripts ask
-# for rollout pools and trainer ranks of several GPUs; shrunk to one each, their algorithm runs)
+# for rollout pools of several GPUs; shrunk to one, their algorithm runs)
 _SHRUNK_SIZES = (
     re.compile(r"^rollout\.nnodes \* rollout\.n_gpus_per_node = "),
-    re.compile(r"^async_training\.mode=\w+: the trainer runs on one rank of the local backend"),
     re.compile(r"do not split evenly over world size trainer\.nnodes \* trainer\.n_gpus_per_node"),
 )
 

@@ -170,3 +170,29 @@ def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path
     assert "exited with code -9" in str(outcome["error"])
     assert seen == [0, 1]  # batch 1 from the initial weights, batch 2 one version old
     assert old_is_rollout == [True, True]
+
+
+@pytest.mark.slow
+def test_two_trainer_ranks_push_to_the_rollouter(tiny_model_dir, task, tmp_path):
+    """Fully asynchronous training with the trainer's two ranks as Ray actors (FSDP across them) and the rollouter
+    process: rank 0 pushes the gathered weights, and after every push the rollouter's engine holds exactly what was
+    sent (rollout.check_weight_sync compares the digests, else the run raises)."""
+    import ray
+
+    ray_was_running = ray.is_initialized()
+    extra = [
+        "async_training.mode=fully_async",
+        "async_training.staleness_threshold=1",
+        "trainer.n_gpus_per_node=2",
+        "trainer.device=cpu",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.check_weight_sync=true",
+    ]
+    try:
+        trainer, metrics = _train(_config(tiny_model_dir, task, tmp_path / "out", 2, extra))
+    finally:
+        if not ray_was_running:
+            ray.shutdown()
+    assert trainer.actor_rollout_wg.world_size == 2
+    assert len(metrics) == 2 and metrics[-1]["async/weight_version"] == 1  # step 2 trained after a push
+    assert any(m.get("async/param_sync_bytes", 0) > 0 for m in metrics)

@@ -122,7 +122,7 @@ def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     syncs: queue.Queue = queue.Queue()
-    proc = _RolloutProcess(cfg, port, syncs, threading.Event(), partial_rollout=False)
+    proc = _RolloutProcess(cfg, ("127.0.0.1", port, "gloo"), syncs, threading.Event(), partial_rollout=False)
     ids = torch.tensor([[5, 17, 33, 48, 60, 72]])
 
     def logits(module: torch.nn.Module) -> torch.Tensor:
@@ -156,7 +156,6 @@ def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
         ),
         (["async_training.mode=fully_async", "async_training.use_rollout_log_probs=true"], "calculate_log_probs"),
         (["async_training.mode=fully_async", "async_training.trigger_parameter_sync_step=0"], "must be >= 1"),
-        (["async_training.mode=fully_async", "trainer.n_gpus_per_node=2"], "one rank"),
         (["async_training.mode=sometimes"], "async_training.mode"),
     ],
 )

@@ -122,7 +122,7 @@ def _push(tiny_model_dir: str, extra: list[str] = ()) -> tuple[dict, dict]:
                 p.add_(0.01 * torch.randn_like(p))
     acks: queue.Queue = queue.Queue()
     syncs: queue.Queue = queue.Queue()
-    proc = _RolloutProcess(cfg, port, syncs, threading.Event(), partial_rollout=False, acks=acks)
+    proc = _RolloutProcess(cfg, ("127.0.0.1", port, "gloo"), syncs, threading.Event(), partial_rollout=False, acks=acks)
     joiner = threading.Thread(target=proc.connect)
     joiner.start()
     actor.init_weight_sender("127.0.0.1", port, "gloo")

@@ -4,8 +4,8 @@ v0.9's fully asynchronous and one-step-off scripts (``verl/experimental/*/shell/
 its own (a top-level ``rollout:`` section: ``nnodes``, ``n_gpus_per_node``; ``actor_rollout_ref.hybrid_engine=False``)
 and, fully asynchronously, stream prompts one at a time (``data.train_batch_size=0``, ``data.gen_batch_size=1``)
 until ``rollout.total_rollout_steps`` prompts were generated; a training step consumes ``require_batches *
-ppo_mini_batch_size`` of them. Here the rollouter is one process on one device (the second GPU when there are two)
-beside one trainer rank (docs/async_training.md), so:
+ppo_mini_batch_size`` of them. Here the rollouter is one process on one device beside the trainer's ranks
+(:mod:`verl.trainer.fully_async_policy.placement`, docs/async_training.md), so:
 
 * ``rollout.nnodes * rollout.n_gpus_per_node`` must be 1 (anything larger is refused in one line) and the
   ``rollout`` section is refused in synchronous training, where the rollout shares the actor's ranks;
@@ -129,7 +129,7 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(
             f"rollout.nnodes * rollout.n_gpus_per_node = {pool.nnodes} * {pool.n_gpus_per_node} = {ranks}: a "
             f"rollout pool of more than one device is not implemented here (async_training.mode={mode} runs one "
-            "rollouter process, on the second GPU when there are two, beside one trainer rank); set both to 1 "
+            "rollouter process, on a GPU of its own when one is free, beside the trainer's ranks); set both to 1 "
             "(docs/async_training.md)"
         )
     if cfg.async_training.get("compute_prox_log_prob") and bool(cfg.algorithm.rollout_correction.bypass_mode):

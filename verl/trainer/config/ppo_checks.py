@@ -299,7 +299,7 @@ def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:
 def check_async_training(cfg: DictConfig, errors: list[str]) -> None:
     """``async_training``: values in range; ``partial_rollout`` and the fully-async schedule keys only with
     ``mode=fully_async``; the rollout's log-probs available for ``use_rollout_log_probs``; the stages a queued
-    rollout cannot go through refused (ReMax's greedy baseline, DAPO's regeneration); one local trainer rank."""
+    rollout cannot go through refused (ReMax's greedy baseline, DAPO's regeneration)."""
     at = cfg.get("async_training")
     if at is None:
         return
@@ -339,13 +339,6 @@ def check_async_training(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"{prefix}.mode={mode}: algorithm.adv_estimator=remax needs a greedy rollout per step")
     if cfg.algorithm.filter_groups.enable:
         errors.append(f"{prefix}.mode={mode}: algorithm.filter_groups regenerates within a step; not supported")
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    if world != 1 or str(cfg.trainer.backend) == "ray":
-        errors.append(
-            f"{prefix}.mode={mode}: the trainer runs on one rank of the local backend (trainer.nnodes * "
-            f"trainer.n_gpus_per_node = {world}, trainer.backend={cfg.trainer.backend}); the rollouter is the "
-            "second process"
-        )
 
 
 def check_namespace(cfg: DictConfig, errors: list[str]) -> None:

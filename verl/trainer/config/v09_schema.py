@@ -31,8 +31,8 @@ class ColocateAsyncConfig(BaseConfig):
 @dataclass
 class HybridRolloutSwitchConfig(BaseConfig):
     """``trainer.v1.separate_async.hybrid_rollout``: upstream lends idle trainer GPUs to rollout. Only
-    ``enable_switch=false`` is accepted here (the trainer is one rank); the other keys act only with the switch, as
-    upstream documents."""
+    ``enable_switch=false`` is accepted here (the rollouter is one process); the other keys act only with the switch,
+    as upstream documents."""
 
     enable_switch: bool = False
     switch_threshold_ratio: float = 0.4

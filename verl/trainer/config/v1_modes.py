@@ -100,7 +100,7 @@ def _refusals(v1: DictConfig, errors: list[str]) -> None:
     if v1.separate_async.hybrid_rollout.enable_switch:
         errors.append(
             f"{p}.separate_async.hybrid_rollout.enable_switch=true: lending trainer GPUs to rollout needs several "
-            "trainer ranks and rollout replicas; the asynchronous trainer here is one rank: leave it false"
+            "rollout replicas; the asynchronous trainers here have one rollouter process: leave it false"
         )
     if len(v1.sync) > 0:
         errors.append(f"{p}.sync: upstream's sync mode has no keys; got {sorted(v1.sync.keys())}")

@@ -2,8 +2,9 @@
 
 Driver side, :class:`Rollouter` starts the process, hands it prompt batches (:meth:`Rollouter.submit`), reads the
 finished rollouts in submission order (:meth:`Rollouter.next_result`, from a bounded queue) and pushes new weights
-(:meth:`Rollouter.push_weights`) over the one weight-transfer path
-(:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU). Process side,
+(:meth:`Rollouter.push_weights`) from the trainer's rank 0 over the one weight-transfer path
+(:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU; where the process
+runs and which wire it uses: :mod:`verl.trainer.fully_async_policy.placement`). Process side,
 :func:`rollouter_main` builds a rollout-only :class:`~verl.workers.fsdp_workers.ActorRolloutRefWorker` (its own copy
 of the policy and engine, loaded from ``actor_rollout_ref.model.path``) and loops: take pending weights, take the
 next prompt batch, generate ``rollout.n`` responses per prompt (:func:`verl.trainer.ppo.batch_rollout.generate_groups`,
@@ -34,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.models.lora import lora_enabled
 from verl.protocol import DataProto
+from verl.trainer.fully_async_policy.placement import place_rollouter
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +47,6 @@ _STOP = "stop"
 
 class RolloutWorkerError(RuntimeError):
     """The rollout worker process died or failed; the run stops instead of waiting for rollouts that never come."""
-
-
-def _weight_backend(device: str) -> str:
-    """NCCL between two GPUs; gloo on CPU, and where the rollouter shares the trainer's only GPU (time-sliced:
-    NCCL cannot join two ranks on one device, so the tensors travel through host memory)."""
-    import torch
-
-    return "nccl" if device == "cuda" and torch.cuda.device_count() > 1 else "gloo"
 
 
 class Rollouter:
@@ -82,25 +76,27 @@ class Rollouter:
         # rollout.check_weight_sync: after each push the process reports the digests of what its engine holds
         self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync)
         self._acks: Any = ctx.Queue() if self.check_weight_sync else None
-        port = find_free_port()
+        self.placement = place_rollouter(self.device, actor_group)
+        wire = (self.placement.host, find_free_port(), self.placement.backend)
         container = OmegaConf.to_container(config, resolve=True)
         self.process = ctx.Process(
             target=rollouter_main,
-            args=(container, port, self._requests, self._results, self._syncs, self._sync_pending, os.getpid()),
+            args=(container, wire, self._requests, self._results, self._syncs, self._sync_pending, os.getpid()),
             kwargs={"partial_rollout": bool(partial_rollout), "acks": self._acks},
             name="verl-rollouter",
             daemon=True,
         )
-        # with a second GPU the rollouter generates there (the trainer's one rank is on the first)
-        second_gpu = _weight_backend(self.device) == "nccl"
+        gpu = self.placement.cuda_visible_devices
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if second_gpu:
-            visible = (saved or ",".join(str(i) for i in range(2))).split(",")
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible[1]
+        if gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # the child reads it at start; the driver's own is restored
         try:
             self.process.start()
+        except BaseException:
+            self.placement.release()
+            raise
         finally:
-            if second_gpu:
+            if gpu is not None:
                 if saved is None:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
                 else:
@@ -110,7 +106,7 @@ class Rollouter:
         self._actor_group = actor_group
         try:
             self._wait_ready()
-            actor_group.init_weight_sender("127.0.0.1", port, _weight_backend(self.device))
+            actor_group.init_weight_sender(*wire)
         except BaseException:
             self.close()
             raise
@@ -213,6 +209,7 @@ class Rollouter:
                 continue
             q.cancel_join_thread()
             q.close()
+        self.placement.release()
 
 
 # ------------------------------------------------------------------------------------------------- process side
@@ -220,7 +217,13 @@ class _RolloutProcess:
     """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
 
     def __init__(
-        self, config: DictConfig, port: int, syncs: Any, sync_pending: Any, partial_rollout: bool, acks: Any = None
+        self,
+        config: DictConfig,
+        wire: tuple[str, int, str],
+        syncs: Any,
+        sync_pending: Any,
+        partial_rollout: bool,
+        acks: Any = None,
     ) -> None:
         from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
@@ -234,7 +237,7 @@ class _RolloutProcess:
         self.lora = lora_enabled(config.actor_rollout_ref.model)
         if self.lora and self.worker.rollout_name == "hf":
             self._add_lora()
-        self.port = port
+        self.wire = wire  # (rank 0's host, port, backend) of the weight-transfer group
         self.transfer: Any = None  # joined in connect(), after the trainer saw "ready"
         self.syncs = syncs
         self.sync_pending = sync_pending
@@ -244,11 +247,10 @@ class _RolloutProcess:
 
     def connect(self) -> None:
         """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready")."""
-        from verl.utils.device import get_device_name
         from verl.workers.rollout.weight_transfer import WeightTransferGroup
 
-        device = get_device_name(self.config.trainer.device)
-        self.transfer = WeightTransferGroup("127.0.0.1", self.port, rank=1, backend=_weight_backend(device))
+        host, port, backend = self.wire
+        self.transfer = WeightTransferGroup(host, port, rank=1, backend=backend)
         self.transfer.connect()
 
     def _add_lora(self) -> None:
@@ -318,7 +320,7 @@ class _RolloutProcess:
 
 def rollouter_main(
     config: dict[str, Any],
-    port: int,
+    wire: tuple[str, int, str],
     requests: Any,
     results: Any,
     syncs: Any,
@@ -334,7 +336,7 @@ def rollouter_main(
     configure_logging(False, None)
     cfg = OmegaConf.create(config)
     try:
-        proc = _RolloutProcess(cfg, port, syncs, sync_pending, partial_rollout, acks)
+        proc = _RolloutProcess(cfg, wire, syncs, sync_pending, partial_rollout, acks)
         results.put("ready")
         proc.connect()
         while True:
