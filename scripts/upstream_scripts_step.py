@@ -52,9 +52,10 @@ TRAINERS = (
 # v0.9's SFT entry points (the same sft_trainer_engine keys): their calls are trained too, on conversations
 SFT_TRAINERS = ("verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray")
 # refusals of sizes this harness shrinks anyway: a call stopped only by them is trained too (v0.9's async scripts ask
-# for rollout pools of several GPUs; shrunk to one, their algorithm runs)
+# for rollout pools on several machines and tensor-parallel rollout; shrunk to one device, their algorithm runs)
 _SHRUNK_SIZES = (
-    re.compile(r"^rollout\.nnodes \* rollout\.n_gpus_per_node = "),
+    re.compile(r"^rollout\.nnodes=\d+: the rollout processes run on the driver's machine"),
+    re.compile(r"^actor_rollout_ref\.rollout\.tensor_model_parallel_size=\d+: each rollout process"),
     re.compile(r"do not split evenly over world size trainer\.nnodes \* trainer\.n_gpus_per_node"),
 )
 

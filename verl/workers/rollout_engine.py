@@ -191,13 +191,13 @@ class RolloutEngineMixin:
         check_vllm_sync(stream.digests, pulled, report, f"rank {self.rank}, vLLM engine")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_weight_sender(self, host: str, port: int, backend: str) -> None:
-        """Rank 0 opens the weight-transfer group to a rollout process of its own (the asynchronous trainers,
-        :mod:`verl.workers.rollout.weight_transfer`); waits until that process joins."""
+    def init_weight_sender(self, host: str, port: int, backend: str, receivers: int = 1) -> None:
+        """Rank 0 opens the weight-transfer group to ``receivers`` rollout processes of its own (the asynchronous
+        trainers, :mod:`verl.workers.rollout.weight_transfer`); waits until they all join."""
         from verl.workers.rollout.weight_transfer import WeightTransferGroup
 
         if self.rank == 0:
-            self._weight_sender = WeightTransferGroup(host, port, rank=0, backend=backend)
+            self._weight_sender = WeightTransferGroup(host, port, rank=0, backend=backend, receivers=receivers)
             self._weight_sender.connect()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -39,10 +39,10 @@ def test_hybrid_engine_false_is_what_the_async_trainers_do() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
+        ([*FULLY_ASYNC, "rollout.nnodes=2"], "rollout.nnodes=2: the rollout processes run on the driver's machine"),
         (
-            [*FULLY_ASYNC, "rollout.n_gpus_per_node=8"],
-            r"rollout.nnodes \* rollout.n_gpus_per_node = 1 \* 8 = 8: a rollout pool of more than one device is not "
-            "implemented here",
+            [*FULLY_ASYNC, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+            "tensor_model_parallel_size=2: each rollout process of async_training.mode=fully_async is one device",
         ),
         ([*BASE, "rollout.n_gpus_per_node=2"], "sizes the asynchronous trainers' rollouter"),
         ([*FULLY_ASYNC, "rollout.total_rollout_steps=0"], "must be >= 1"),
@@ -51,6 +51,11 @@ def test_hybrid_engine_false_is_what_the_async_trainers_do() -> None:
 def test_a_rollout_pool_this_project_cannot_place_is_one_line(overrides: list[str], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         load_config(overrides)
+
+
+def test_a_rollout_pool_of_several_devices_on_one_machine_is_accepted() -> None:
+    cfg = load_config([*FULLY_ASYNC, "rollout.n_gpus_per_node=8"])
+    assert cfg.rollout.n_gpus_per_node == 8
 
 
 def test_the_engine_sections_strategy_is_the_workers_strategy() -> None:

@@ -173,17 +173,29 @@ def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path
 
 
 @pytest.mark.slow
-def test_two_trainer_ranks_push_to_the_rollouter(tiny_model_dir, task, tmp_path):
-    """Fully asynchronous training with the trainer's two ranks as Ray actors (FSDP across them) and the rollouter
-    process: rank 0 pushes the gathered weights, and after every push the rollouter's engine holds exactly what was
-    sent (rollout.check_weight_sync compares the digests, else the run raises)."""
+def test_two_trainer_ranks_and_a_pool_of_two_rollout_processes(tiny_model_dir, task, tmp_path, monkeypatch):
+    """Fully asynchronous training with the trainer's two ranks as Ray actors (FSDP across them) and a rollout pool
+    of two processes: batches alternate between the processes, rank 0's one push per version reaches both, and
+    after every push each engine holds exactly what was sent (rollout.check_weight_sync compares the digests, else
+    the run raises)."""
     import ray
 
+    from verl.trainer.fully_async_policy.rollouter import Rollouter
+
+    served: list[list[int]] = []
+    real_close = Rollouter.close
+
+    def close(self: Rollouter) -> None:
+        served.append(list(self.served))
+        real_close(self)
+
+    monkeypatch.setattr(Rollouter, "close", close)
     ray_was_running = ray.is_initialized()
     extra = [
         "async_training.mode=fully_async",
         "async_training.staleness_threshold=1",
         "trainer.n_gpus_per_node=2",
+        "rollout.n_gpus_per_node=2",
         "trainer.device=cpu",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.check_weight_sync=true",
@@ -196,3 +208,4 @@ def test_two_trainer_ranks_push_to_the_rollouter(tiny_model_dir, task, tmp_path)
     assert trainer.actor_rollout_wg.world_size == 2
     assert len(metrics) == 2 and metrics[-1]["async/weight_version"] == 1  # step 2 trained after a push
     assert any(m.get("async/param_sync_bytes", 0) > 0 for m in metrics)
+    assert len(served) == 1 and len(served[0]) == 2 and min(served[0]) >= 1  # both processes generated

@@ -15,10 +15,10 @@ class _RayLikeGroup:
 
 def test_on_cpu_the_wire_is_gloo_to_rank_zeros_node() -> None:
     placement = place_rollouter("cpu", _RayLikeGroup())
-    assert (placement.cuda_visible_devices, placement.backend, placement.host) == (None, "gloo", "10.1.2.3")
+    assert (placement.cuda_visible_devices, placement.backend, placement.host) == ([None], "gloo", "10.1.2.3")
     placement.release()  # nothing reserved: a no-op
 
 
 def test_a_trainer_in_the_driver_process_sends_on_loopback() -> None:
-    placement = place_rollouter("cpu", object())
-    assert (placement.backend, placement.host, placement.holder) == ("gloo", "127.0.0.1", None)
+    placement = place_rollouter("cpu", object(), replicas=2)
+    assert (placement.cuda_visible_devices, placement.host, placement.holders) == ([None, None], "127.0.0.1", [])

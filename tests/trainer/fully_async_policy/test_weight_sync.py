@@ -1,4 +1,4 @@
-"""The weight-transfer path (gloo, two members on loopback), partial rollouts continued after a sync, the LoRA
+"""The weight-transfer path (gloo on loopback: one receiver, and a pool of two), partial rollouts continued after a sync, the LoRA
 adapter push reaching the rollout engine, and the async_training config checks. All in this process: the two ends
 of a transfer run in two threads."""
 
@@ -44,6 +44,43 @@ def test_transfer_streams_tensors_and_meta():
     for (_, want), (_, have) in zip(tensors, got):
         assert have.dtype == want.dtype and torch.equal(have, want)
     assert sent == [12 * 4 + 5 * 8] and receiver.pushes == 1 and receiver.bytes_last == sent[0]
+
+
+def test_one_push_reaches_every_receiver_of_a_pool():
+    """Two rollout processes (receivers 1 and 2) get the same tensors from one send: a broadcast, not two pushes."""
+    port = find_free_port()
+    groups: dict[int, WeightTransferGroup] = {}
+
+    def make(rank: int) -> None:
+        groups[rank] = WeightTransferGroup("127.0.0.1", port, rank=rank, timeout_s=30, receivers=2)
+        groups[rank].connect()
+
+    threads = [threading.Thread(target=make, args=(rank,)) for rank in (0, 1)]
+    for t in threads:
+        t.start()
+    make(2)
+    for t in threads:
+        t.join()
+    tensors = [("w", torch.randn(4, 3))]
+    got: dict[int, list] = {}
+
+    def receive(rank: int) -> None:
+        meta, stream = groups[rank].receive()
+        got[rank] = [meta, list(stream)]
+
+    receiver = threading.Thread(target=receive, args=(1,))
+    receiver.start()
+    sender = threading.Thread(target=lambda: groups[0].send(iter(tensors), {"version": 3}))
+    sender.start()
+    receive(2)
+    receiver.join()
+    sender.join()
+    for rank in (1, 2):
+        meta, stream = got[rank]
+        assert meta == {"version": 3} and torch.equal(stream[0][1], tensors[0][1])
+    assert groups[0].pushes == 1
+    with pytest.raises(ValueError, match="1..2"):
+        WeightTransferGroup("127.0.0.1", find_free_port(), rank=3, receivers=2)
 
 
 def test_load_named_tensors_refuses_unknown_names():
@@ -122,7 +159,7 @@ def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     syncs: queue.Queue = queue.Queue()
-    proc = _RolloutProcess(cfg, ("127.0.0.1", port, "gloo"), syncs, threading.Event(), partial_rollout=False)
+    proc = _RolloutProcess(cfg, ("127.0.0.1", port, "gloo", 1, 1), syncs, threading.Event(), partial_rollout=False)
     ids = torch.tensor([[5, 17, 33, 48, 60, 72]])
 
     def logits(module: torch.nn.Module) -> torch.Tensor:

@@ -4,11 +4,13 @@ v0.9's fully asynchronous and one-step-off scripts (``verl/experimental/*/shell/
 its own (a top-level ``rollout:`` section: ``nnodes``, ``n_gpus_per_node``; ``actor_rollout_ref.hybrid_engine=False``)
 and, fully asynchronously, stream prompts one at a time (``data.train_batch_size=0``, ``data.gen_batch_size=1``)
 until ``rollout.total_rollout_steps`` prompts were generated; a training step consumes ``require_batches *
-ppo_mini_batch_size`` of them. Here the rollouter is one process on one device beside the trainer's ranks
-(:mod:`verl.trainer.fully_async_policy.placement`, docs/async_training.md), so:
+ppo_mini_batch_size`` of them. Here the rollouter is ``rollout.n_gpus_per_node`` processes on the driver's machine,
+one device each, beside the trainer's ranks (:mod:`verl.trainer.fully_async_policy.placement`,
+docs/async_training.md), so:
 
-* ``rollout.nnodes * rollout.n_gpus_per_node`` must be 1 (anything larger is refused in one line) and the
-  ``rollout`` section is refused in synchronous training, where the rollout shares the actor's ranks;
+* ``rollout.nnodes`` must be 1 and ``actor_rollout_ref.rollout.tensor_model_parallel_size`` 1 (each is refused in
+  one line otherwise), and the ``rollout`` section is refused in synchronous training, where the rollout shares the
+  actor's ranks;
 * ``actor_rollout_ref.hybrid_engine=false`` is what the asynchronous trainers do (their rollouter has its own copy
   of the policy), so it is accepted with ``async_training.mode`` and refused without;
 * the streaming layout becomes the same batch arithmetic: ``data.train_batch_size`` takes
@@ -124,13 +126,18 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
         return
     if not isinstance(pool, DictConfig):
         return
-    ranks = int(pool.nnodes) * int(pool.n_gpus_per_node)
-    if ranks != 1:
+    if int(pool.nnodes) != 1:
         errors.append(
-            f"rollout.nnodes * rollout.n_gpus_per_node = {pool.nnodes} * {pool.n_gpus_per_node} = {ranks}: a "
-            f"rollout pool of more than one device is not implemented here (async_training.mode={mode} runs one "
-            "rollouter process, on a GPU of its own when one is free, beside the trainer's ranks); set both to 1 "
-            "(docs/async_training.md)"
+            f"rollout.nnodes={pool.nnodes}: the rollout processes run on the driver's machine (one per device of "
+            f"rollout.n_gpus_per_node, async_training.mode={mode}); a rollout pool across machines is not "
+            "implemented here: set rollout.nnodes=1 (docs/async_training.md)"
+        )
+    tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
+    if tp != 1:
+        errors.append(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: each rollout process of "
+            f"async_training.mode={mode} is one device (a replica); set it to 1 and size the pool with "
+            "rollout.n_gpus_per_node"
         )
     if cfg.async_training.get("compute_prox_log_prob") and bool(cfg.algorithm.rollout_correction.bypass_mode):
         errors.append(

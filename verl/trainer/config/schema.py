@@ -97,8 +97,9 @@ class AsyncTrainingConfig(BaseConfig):
 @dataclass
 class RolloutPoolConfig(BaseConfig):
     """``rollout`` (top level, upstream v0.9's asynchronous trainers): the rollouter's devices and how many prompts it
-    generates (verl/trainer/config/async_layout.py). Here the rollouter is one process on one device, so the pool is
-    1 x 1; ``total_rollout_steps`` (prompts) sets ``trainer.total_training_steps`` as upstream counts it."""
+    generates (verl/trainer/config/async_layout.py). Here the rollouter is ``n_gpus_per_node`` processes (one device
+    each) on the driver's machine, so ``nnodes`` is 1; ``total_rollout_steps`` (prompts) sets
+    ``trainer.total_training_steps`` as upstream counts it."""
 
     nnodes: int = 1
     n_gpus_per_node: int = 1

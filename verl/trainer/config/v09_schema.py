@@ -31,8 +31,8 @@ class ColocateAsyncConfig(BaseConfig):
 @dataclass
 class HybridRolloutSwitchConfig(BaseConfig):
     """``trainer.v1.separate_async.hybrid_rollout``: upstream lends idle trainer GPUs to rollout. Only
-    ``enable_switch=false`` is accepted here (the rollouter is one process); the other keys act only with the switch,
-    as upstream documents."""
+    ``enable_switch=false`` is accepted here (the rollout pool is fixed); the other keys act only with the switch, as
+    upstream documents."""
 
     enable_switch: bool = False
     switch_threshold_ratio: float = 0.4

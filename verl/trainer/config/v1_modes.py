@@ -99,8 +99,8 @@ def _refusals(v1: DictConfig, errors: list[str]) -> None:
         errors.append(f"{p}.sampler.sampler_kwargs: only read by a custom sampler, which is not provided; drop it")
     if v1.separate_async.hybrid_rollout.enable_switch:
         errors.append(
-            f"{p}.separate_async.hybrid_rollout.enable_switch=true: lending trainer GPUs to rollout needs several "
-            "rollout replicas; the asynchronous trainers here have one rollouter process: leave it false"
+            f"{p}.separate_async.hybrid_rollout.enable_switch=true: lending idle trainer GPUs to rollout is not "
+            "implemented here (the rollout pool is fixed: size it with rollout.n_gpus_per_node): leave it false"
         )
     if len(v1.sync) > 0:
         errors.append(f"{p}.sync: upstream's sync mode has no keys; got {sorted(v1.sync.keys())}")

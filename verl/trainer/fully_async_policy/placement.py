@@ -1,15 +1,16 @@
-"""Where the rollouter process runs beside the trainer's ranks, and how their weights reach it.
+"""Where the rollout processes run beside the trainer's ranks, and how their weights reach them.
 
-The rollouter is a process the driver starts on its own machine. The trainer is the actor worker group: one rank in
-the driver process (the local backend) or ranks that are Ray actors, on this machine or on others.
+The rollouter is ``rollout.nnodes * rollout.n_gpus_per_node`` processes (replicas, one device each) that the driver
+starts on its own machine. The trainer is the actor worker group: one rank in the driver process (the local
+backend) or ranks that are Ray actors, on this machine or on others.
 
-* **Device.** On CPU there is nothing to place. With one local trainer rank the rollouter takes the second visible
-  GPU when there is one, else it shares the trainer's GPU. With Ray ranks the driver reserves a GPU of its own
-  machine in Ray (a zero-CPU actor holding ``num_gpus=1`` for the rollouter's lifetime), so Ray never hands that GPU
-  to a trainer rank or another job; the rollouter sees only that GPU. A machine with no GPU left is refused in one
-  line.
-* **Wire.** NCCL when the rollouter has a GPU of its own, else gloo (tensors through host memory: NCCL cannot join
-  two ranks on one device).
+* **Device.** On CPU there is nothing to place. With one local trainer rank the replicas take the visible GPUs after
+  the first; a single replica with no second GPU shares the trainer's. With Ray ranks the driver reserves one GPU
+  of its own machine per replica in Ray (zero-CPU actors holding ``num_gpus=1`` for the rollouter's lifetime), so
+  Ray never hands those GPUs to a trainer rank or another job; each replica sees only its GPU. Too few GPUs is
+  refused in one line.
+* **Wire.** One push reaches every replica (a broadcast in one group). NCCL when every replica has a GPU of its own,
+  else gloo (tensors through host memory: NCCL cannot join two ranks on one device).
 * **Address.** The trainer's rank 0 sends, so the weight-transfer store listens on rank 0's node: its
   ``MASTER_ADDR`` in a Ray group, 127.0.0.1 in the driver process.
 """
@@ -28,36 +29,37 @@ GPU_RESERVE_TIMEOUT_S = 30.0
 
 @dataclass
 class RolloutPlacement:
-    """The rollouter's device and weight path.
+    """The rollout replicas' devices and weight path.
 
     Attributes:
-        cuda_visible_devices: the rollouter's ``CUDA_VISIBLE_DEVICES`` (None: inherit the driver's).
+        cuda_visible_devices: each replica's ``CUDA_VISIBLE_DEVICES`` (None: inherit the driver's).
         backend: the weight-transfer backend (``nccl`` or ``gloo``).
-        host: the address the trainer's rank 0 listens on for the rollouter.
-        holder: the Ray actor holding the reserved GPU (None when nothing is reserved).
+        host: the address the trainer's rank 0 listens on for the replicas.
+        holders: the Ray actors holding reserved GPUs (empty when nothing is reserved).
     """
 
-    cuda_visible_devices: str | None
+    cuda_visible_devices: list[str | None]
     backend: str
     host: str
-    holder: Any = field(default=None, repr=False)
+    holders: list[Any] = field(default_factory=list, repr=False)
 
     def release(self) -> None:
-        """Give a reserved GPU back to Ray (after the rollouter has exited)."""
-        if self.holder is not None:
+        """Give reserved GPUs back to Ray (after the rollout processes have exited)."""
+        if self.holders:
             import ray
 
-            ray.kill(self.holder)
-            self.holder = None
+            for holder in self.holders:
+                ray.kill(holder)
+            self.holders = []
 
 
 def _is_ray_group(group: Any) -> bool:
     return hasattr(group, "master_address_port") and hasattr(group, "worker_nodes")
 
 
-def _reserve_ray_gpu() -> tuple[str, Any]:
-    """Reserve one GPU of the driver's machine in Ray; its id (as Ray names it in ``CUDA_VISIBLE_DEVICES``) and the
-    actor that holds it."""
+def _reserve_ray_gpus(count: int) -> tuple[list[str], list[Any]]:
+    """Reserve ``count`` GPUs of the driver's machine in Ray; their ids (as Ray names them in
+    ``CUDA_VISIBLE_DEVICES``) and the actors that hold them."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -67,33 +69,45 @@ def _reserve_ray_gpu() -> tuple[str, Any]:
             return [str(i) for i in ray.get_gpu_ids()]
 
     here = ray.get_runtime_context().get_node_id()
-    holder = _RolloutGpuHold.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-    ).remote()
+    strategy = NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+    holders = [_RolloutGpuHold.options(scheduling_strategy=strategy).remote() for _ in range(count)]
     try:
-        ids = ray.get(holder.gpu_ids.remote(), timeout=GPU_RESERVE_TIMEOUT_S)
+        ids = ray.get([h.gpu_ids.remote() for h in holders], timeout=GPU_RESERVE_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
-        ray.kill(holder)
+        for holder in holders:
+            ray.kill(holder)
         raise RuntimeError(
-            f"the rollouter needs a GPU of its own on the driver's machine, and Ray had none free there after "
-            f"{GPU_RESERVE_TIMEOUT_S:.0f}s (the trainer's ranks hold the others): give the trainer one GPU fewer "
-            "(trainer.n_gpus_per_node) or start the driver on a machine with a free GPU"
+            f"the rollouter needs {count} GPU(s) of its own on the driver's machine (rollout.nnodes * "
+            f"rollout.n_gpus_per_node), and Ray had fewer free there after {GPU_RESERVE_TIMEOUT_S:.0f}s (the "
+            "trainer's ranks hold the others): give the trainer or the rollout pool fewer GPUs, or start the driver "
+            "on a machine with free GPUs"
         ) from None
-    return ids[0], holder
+    return [i[0] for i in ids], holders
 
 
-def place_rollouter(device: str, actor_group: Any) -> RolloutPlacement:
-    """The placement of a rollouter on ``device`` (``cuda`` or ``cpu``) beside ``actor_group`` (module docstring)."""
+def place_rollouter(device: str, actor_group: Any, replicas: int = 1) -> RolloutPlacement:
+    """The placement of ``replicas`` rollout processes on ``device`` (``cuda`` or ``cpu``) beside ``actor_group``
+    (module docstring).
+
+    Raises:
+        RuntimeError: too few GPUs for the replicas (one line with what to change).
+    """
     ray_group = _is_ray_group(actor_group)
     host = str(actor_group.master_address_port[0]) if ray_group else LOOPBACK
     if device != "cuda":
-        return RolloutPlacement(None, "gloo", host)
+        return RolloutPlacement([None] * replicas, "gloo", host)
     if ray_group:
-        gpu, holder = _reserve_ray_gpu()
-        return RolloutPlacement(gpu, "nccl", host, holder)
+        gpus, holders = _reserve_ray_gpus(replicas)
+        return RolloutPlacement(list(gpus), "nccl", host, holders)
     import torch
 
-    if torch.cuda.device_count() < 2:
-        return RolloutPlacement(None, "gloo", host)  # time-sliced with the trainer's GPU
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(i) for i in range(torch.cuda.device_count()))
-    return RolloutPlacement(visible.split(",")[1], "nccl", host)
+    count = torch.cuda.device_count()
+    if replicas == 1 and count < 2:
+        return RolloutPlacement([None], "gloo", host)  # time-sliced with the trainer's GPU
+    if count < replicas + 1:
+        raise RuntimeError(
+            f"rollout.nnodes * rollout.n_gpus_per_node = {replicas} rollout GPUs beside the trainer's one rank need "
+            f"{replicas + 1} visible GPUs; this machine shows {count}: make the rollout pool smaller"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(i) for i in range(count))
+    return RolloutPlacement(list(visible.split(",")[1 : replicas + 1]), "nccl", host)

@@ -28,6 +28,7 @@ import os
 import pickle
 import queue
 import traceback
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -49,14 +50,94 @@ class RolloutWorkerError(RuntimeError):
     """The rollout worker process died or failed; the run stops instead of waiting for rollouts that never come."""
 
 
+class _Replica:
+    """Driver side of one rollout process: its queues, the process, and how it died if it did."""
+
+    def __init__(self, ctx: Any, index: int, max_outstanding: int, check_weight_sync: bool) -> None:
+        self.index = index
+        self.requests: Any = ctx.Queue()
+        self.results: Any = ctx.Queue(maxsize=max_outstanding)
+        self.syncs: Any = ctx.Queue()
+        self.sync_pending = ctx.Event()
+        # rollout.check_weight_sync: after each push the process reports the digests of what its engine holds
+        self.acks: Any = ctx.Queue() if check_weight_sync else None
+        self.process: Any = None
+
+    def start(self, ctx: Any, container: dict[str, Any], wire: tuple, partial_rollout: bool, gpu: str | None) -> None:
+        self.process = ctx.Process(
+            target=rollouter_main,
+            args=(container, wire, self.requests, self.results, self.syncs, self.sync_pending, os.getpid()),
+            kwargs={"partial_rollout": bool(partial_rollout), "acks": self.acks},
+            name=f"verl-rollouter-{self.index}",
+            daemon=True,
+        )
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # the child reads it at start; the driver's own is restored
+        try:
+            self.process.start()
+        finally:
+            if gpu is not None:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def dead_error(self, doing: str) -> RolloutWorkerError:
+        code = self.process.exitcode if self.process is not None else None
+        pid = self.process.pid if self.process is not None else None
+        return RolloutWorkerError(
+            f"the rollout worker {self.index} (pid {pid}) exited with code {code} while the trainer was {doing}; "
+            "see its log above for the cause"
+        )
+
+    def get(self, doing: str, source: Any = None) -> Any:
+        while True:
+            try:
+                item = (self.results if source is None else source).get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.alive():
+                    raise self.dead_error(doing) from None
+                continue
+            except (OSError, EOFError) as err:  # the queue's other end went away mid-message
+                raise self.dead_error(doing) from err
+            if isinstance(item, bytes):
+                item = pickle.loads(item)  # noqa: S301 - written by our own rollout process
+            if isinstance(item, tuple) and item and item[0] == "error":
+                raise RolloutWorkerError(f"the rollout worker {self.index} (pid {self.process.pid}) failed:\n{item[1]}")
+            return item
+
+    def close(self) -> None:
+        """Stop the process (politely, then by force) and close its queues."""
+        if self.alive():
+            self.requests.put(_STOP)
+            self.process.join(timeout=10)
+        if self.alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        for q in (self.requests, self.results, self.syncs, self.acks):
+            if q is None:
+                continue
+            q.cancel_join_thread()
+            q.close()
+
+
 class Rollouter:
-    """The driver's handle on the rollout process.
+    """The driver's handle on the rollout processes: ``rollout.nnodes * rollout.n_gpus_per_node`` replicas, one
+    device each (:mod:`verl.trainer.fully_async_policy.placement`).
+
+    Prompt batches go to the replicas in turn and their results are read back in submission order, so the data
+    order (and a resumed run's) does not depend on which replica finishes first. One push reaches every replica.
 
     Args:
-        config: the full PPO config (``actor_rollout_ref`` builds the engine; ``trainer.device`` picks the backend).
+        config: the full PPO config (``actor_rollout_ref`` builds the engine; ``trainer.device`` picks the backend;
+            ``rollout.nnodes * rollout.n_gpus_per_node`` is the number of replicas).
         actor_group: the trainer's actor worker group, whose rank 0 sends the weights
             (``init_weight_sender`` / ``send_rollout_weights`` of ``ActorRolloutRefWorker``).
-        max_outstanding: the most prompt batches submitted and not yet read (the bound of the result queue).
+        max_outstanding: the most prompt batches submitted and not yet read.
         partial_rollout: stop unfinished responses at a weight sync and continue them with the new weights.
     """
 
@@ -69,115 +150,85 @@ class Rollouter:
         self.device = get_device_name(config.trainer.device)
         ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited torch threads, CUDA or locks
         self.max_outstanding = int(max_outstanding)
-        self._requests: Any = ctx.Queue()
-        self._results: Any = ctx.Queue(maxsize=self.max_outstanding)
-        self._syncs: Any = ctx.Queue()
-        self._sync_pending = ctx.Event()
-        # rollout.check_weight_sync: after each push the process reports the digests of what its engine holds
         self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync)
-        self._acks: Any = ctx.Queue() if self.check_weight_sync else None
-        self.placement = place_rollouter(self.device, actor_group)
-        wire = (self.placement.host, find_free_port(), self.placement.backend)
+        pool = config.get("rollout")
+        count = int(pool.nnodes) * int(pool.n_gpus_per_node) if pool is not None else 1
+        self.replicas = [_Replica(ctx, i, self.max_outstanding, self.check_weight_sync) for i in range(count)]
+        self.placement = place_rollouter(self.device, actor_group, count)
+        host, port, backend = self.placement.host, find_free_port(), self.placement.backend
         container = OmegaConf.to_container(config, resolve=True)
-        self.process = ctx.Process(
-            target=rollouter_main,
-            args=(container, wire, self._requests, self._results, self._syncs, self._sync_pending, os.getpid()),
-            kwargs={"partial_rollout": bool(partial_rollout), "acks": self._acks},
-            name="verl-rollouter",
-            daemon=True,
-        )
-        gpu = self.placement.cuda_visible_devices
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if gpu is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # the child reads it at start; the driver's own is restored
-        try:
-            self.process.start()
-        except BaseException:
-            self.placement.release()
-            raise
-        finally:
-            if gpu is not None:
-                if saved is None:
-                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
         self.outstanding = 0
         self.version = 0
+        self.served = [0] * count  # batches each replica generated (read back)
+        self._route: deque[int] = deque()  # the replica of each batch in flight, oldest first
+        self._submitted = 0
         self._actor_group = actor_group
         try:
-            self._wait_ready()
-            actor_group.init_weight_sender(*wire)
+            for replica, gpu in zip(self.replicas, self.placement.cuda_visible_devices):
+                wire = (host, port, backend, replica.index + 1, count)  # receiver ranks 1..count
+                replica.start(ctx, container, wire, partial_rollout, gpu)
+            for replica in self.replicas:
+                item = replica.get("waiting for it to load the model")
+                if item != "ready":
+                    raise RolloutWorkerError(f"unexpected first message from rollout worker {replica.index}: {item!r}")
+            actor_group.init_weight_sender(host, port, backend, count)
         except BaseException:
             self.close()
             raise
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        """The first replica's process id."""
+        return self.replicas[0].process.pid
 
-    def _dead_error(self, doing: str) -> RolloutWorkerError:
-        code = self.process.exitcode
-        return RolloutWorkerError(
-            f"the rollout worker (pid {self.process.pid}) exited with code {code} while the trainer was {doing}; "
-            "see its log above for the cause"
-        )
-
-    def _get(self, doing: str, source: Any = None) -> Any:
-        while True:
-            try:
-                item = (self._results if source is None else source).get(timeout=POLL_S)
-            except queue.Empty:
-                if not self.process.is_alive():
-                    raise self._dead_error(doing) from None
-                continue
-            except (OSError, EOFError) as err:  # the queue's other end went away mid-message
-                raise self._dead_error(doing) from err
-            if isinstance(item, bytes):
-                item = pickle.loads(item)  # noqa: S301 - written by our own rollout process
-            if isinstance(item, tuple) and item and item[0] == "error":
-                raise RolloutWorkerError(f"the rollout worker (pid {self.process.pid}) failed:\n{item[1]}")
-            return item
-
-    def _wait_ready(self) -> None:
-        item = self._get("waiting for it to load the model")
-        if item != "ready":
-            raise RolloutWorkerError(f"unexpected first message from the rollout worker: {item!r}")
+    @property
+    def pids(self) -> list[int | None]:
+        return [r.process.pid if r.process is not None else None for r in self.replicas]
 
     def submit(self, prompts: DataProto, meta: dict[str, Any]) -> None:
-        """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each; ``meta`` is the generation
-        call's ``meta_info`` (stop/pad ids, ``seed``)."""
+        """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each, on the next replica in turn;
+        ``meta`` is the generation call's ``meta_info`` (stop/pad ids, ``seed``)."""
         if self.outstanding >= self.max_outstanding:
             raise RuntimeError(f"more than {self.max_outstanding} prompt batches in flight: read results first")
-        if not self.process.is_alive():
-            raise self._dead_error("submitting prompts")
+        replica = self.replicas[self._submitted % len(self.replicas)]
+        if not replica.alive():
+            raise replica.dead_error("submitting prompts")
         # plain pickles both ways: torch's queue pickler would share tensor storage through file descriptors of
         # the producing process, which a killed rollouter takes with it mid-read
-        self._requests.put(pickle.dumps((prompts, dict(meta))))
+        replica.requests.put(pickle.dumps((prompts, dict(meta))))
+        self._route.append(replica.index)
+        self._submitted += 1
         self.outstanding += 1
 
     def next_result(self) -> DataProto:
         """The rollouts of the oldest submitted batch (``bs * n`` rows), waiting for them."""
         if self.outstanding == 0:
             raise RuntimeError("no prompt batch in flight")
-        result = self._get("waiting for rollouts")
+        index = self._route[0]
+        result = self.replicas[index].get("waiting for rollouts")
+        self._route.popleft()
         self.outstanding -= 1
+        self.served[index] += 1
         return result
 
     def push_weights(self, version: int) -> int:
-        """Send the trainer's weights as ``version``; returns the bytes sent. Blocks until the rollouter has taken
-        them (between two batches, or at once with partial rollouts)."""
-        if not self.process.is_alive():
-            raise self._dead_error("pushing weights")
-        self._syncs.put(int(version))
-        self._sync_pending.set()
+        """Send the trainer's weights as ``version`` to every replica; returns the bytes sent. Blocks until each
+        replica has taken them (between two batches, or at once with partial rollouts)."""
+        for replica in self.replicas:
+            if not replica.alive():
+                raise replica.dead_error("pushing weights")
+        for replica in self.replicas:
+            replica.syncs.put(int(version))
+            replica.sync_pending.set()
         try:
             sent = int(sum(self._actor_group.send_rollout_weights(int(version))))
         except Exception as err:
-            # a broadcast fails as soon as the peer's socket closes, which can be before the killed process is
+            # a broadcast fails as soon as a peer's socket closes, which can be before the killed process is
             # reaped: wait for it briefly, so a dead rollout worker is named as such (not as a transfer failure)
-            self.process.join(timeout=5.0)
-            if not self.process.is_alive():
-                raise self._dead_error("pushing weights") from err
+            for replica in self.replicas:
+                replica.process.join(timeout=5.0 / len(self.replicas))
+                if not replica.alive():
+                    raise replica.dead_error("pushing weights") from err
             raise
         self.version = int(version)
         if self.check_weight_sync:
@@ -185,30 +236,25 @@ class Rollouter:
         return sent
 
     def _check_sync(self, version: int) -> None:
-        """Compare the digests of what the rollout engine holds after push ``version`` (reported by the process)
+        """Compare the digests of what each replica's engine holds after push ``version`` (reported by the process)
         with those of what the actor sent; raises ``WeightSyncMismatchError`` naming the tensors that differ."""
         from verl.workers.rollout.weight_digest import check_push_report
 
-        ack = self._get(f"waiting for it to report the weights of push {version}", self._acks)
         sent = {}
         for part in self._actor_group.last_sent_digest():
             sent.update(part)
-        where = f"weight push {version} to the rollout process (pid {self.process.pid}, {ack['engine']} engine)"
-        check_push_report(sent, ack, where)
+        for replica in self.replicas:
+            ack = replica.get(f"waiting for it to report the weights of push {version}", replica.acks)
+            where = (
+                f"weight push {version} to rollout process {replica.index} (pid {replica.process.pid}, "
+                f"{ack['engine']} engine)"
+            )
+            check_push_report(sent, ack, where)
 
     def close(self) -> None:
-        """Stop the process (politely, then by force)."""
-        if self.process.is_alive():
-            self._requests.put(_STOP)
-            self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        for q in (self._requests, self._results, self._syncs, self._acks):
-            if q is None:
-                continue
-            q.cancel_join_thread()
-            q.close()
+        """Stop the processes (politely, then by force) and give their GPUs back."""
+        for replica in self.replicas:
+            replica.close()
         self.placement.release()
 
 
@@ -219,7 +265,7 @@ class _RolloutProcess:
     def __init__(
         self,
         config: DictConfig,
-        wire: tuple[str, int, str],
+        wire: tuple[str, int, str, int, int],
         syncs: Any,
         sync_pending: Any,
         partial_rollout: bool,
@@ -237,7 +283,8 @@ class _RolloutProcess:
         self.lora = lora_enabled(config.actor_rollout_ref.model)
         if self.lora and self.worker.rollout_name == "hf":
             self._add_lora()
-        self.wire = wire  # (rank 0's host, port, backend) of the weight-transfer group
+        # the weight-transfer group: (rank 0's host, port, backend, this process's rank, how many receive)
+        self.wire = wire
         self.transfer: Any = None  # joined in connect(), after the trainer saw "ready"
         self.syncs = syncs
         self.sync_pending = sync_pending
@@ -249,8 +296,8 @@ class _RolloutProcess:
         """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready")."""
         from verl.workers.rollout.weight_transfer import WeightTransferGroup
 
-        host, port, backend = self.wire
-        self.transfer = WeightTransferGroup(host, port, rank=1, backend=backend)
+        host, port, backend, rank, receivers = self.wire
+        self.transfer = WeightTransferGroup(host, port, rank=rank, backend=backend, receivers=receivers)
         self.transfer.connect()
 
     def _add_lora(self) -> None:
@@ -320,7 +367,7 @@ class _RolloutProcess:
 
 def rollouter_main(
     config: dict[str, Any],
-    wire: tuple[str, int, str],
+    wire: tuple[str, int, str, int, int],
     requests: Any,
     results: Any,
     syncs: Any,

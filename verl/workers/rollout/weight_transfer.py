@@ -1,12 +1,13 @@
 """One weight-transfer path from the trainer to a rollout engine in another process, over ``torch.distributed``.
 
-A :class:`WeightTransferGroup` is a two-member process group of its own (a ``TCPStore`` rendezvous on the given
-host and port, then ``ProcessGroupGloo`` on CPU or ``ProcessGroupNCCL`` on GPU), separate from the trainer's
-default group, so a rollout process that is not part of the training world can still receive broadcasts. Rank 0
-sends, rank 1 receives. One push is a stream of tensors, each preceded by a small header (name, shape, dtype) and
-ended by an empty header, so the sender can hand over a lazy iterator (a sharded actor gathers one tensor at a time)
-and never holds a second full copy of the model. The same path carries full weights and, with LoRA, only the
-adapter tensors (``lora_A`` / ``lora_B``): what is pushed is the caller's choice of ``named_tensors``.
+A :class:`WeightTransferGroup` is a process group of its own (a ``TCPStore`` rendezvous on the given host and port,
+then ``ProcessGroupGloo`` on CPU or ``ProcessGroupNCCL`` on GPU), separate from the trainer's default group, so
+rollout processes that are not part of the training world can still receive broadcasts. Rank 0 sends; ranks 1 to
+``receivers`` receive, every one of them each broadcast (a pool of rollout processes gets one push, not one each).
+One push is a stream of tensors, each preceded by a small header (name, shape, dtype) and ended by an empty header,
+so the sender can hand over a lazy iterator (a sharded actor gathers one tensor at a time) and never holds a second
+full copy of the model. The same path carries full weights and, with LoRA, only the adapter tensors (``lora_A`` /
+``lora_B``): what is pushed is the caller's choice of ``named_tensors``.
 
 Upstream verl syncs with NCCL broadcasts between the trainer and the rollout workers in its one-step-off and fully
 asynchronous trainers (``verl/experimental/one_step_off_policy``, ``fully_async_policy``); this is the same idea on
@@ -25,7 +26,7 @@ import torch.distributed as dist
 
 __all__ = ["WeightTransferError", "WeightTransferGroup", "load_named_tensors"]
 
-SENDER, RECEIVER = 0, 1
+SENDER = 0
 
 
 class WeightTransferError(RuntimeError):
@@ -33,20 +34,26 @@ class WeightTransferError(RuntimeError):
 
 
 class WeightTransferGroup:
-    """The two-process group of one trainer (rank 0, sender) and one rollout process (rank 1, receiver).
+    """The group of one trainer (rank 0, sender) and ``receivers`` rollout processes (ranks 1 to ``receivers``).
 
     Args:
         host: the rendezvous address (``127.0.0.1`` on one machine).
         port: the rendezvous port; the sender listens on it.
-        rank: 0 (sender) or 1 (receiver).
+        rank: 0 (sender) or 1 to ``receivers`` (a receiver).
         backend: ``gloo`` (tensors on CPU) or ``nccl`` (tensors on the current CUDA device).
         timeout_s: how long the rendezvous and one broadcast may wait for the other side.
+        receivers: how many rollout processes receive each push.
     """
 
-    def __init__(self, host: str, port: int, rank: int, backend: str = "gloo", timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, host: str, port: int, rank: int, backend: str = "gloo", timeout_s: float = 600.0, receivers: int = 1
+    ) -> None:
         self._host, self._port, self._timeout_s = host, int(port), float(timeout_s)
-        if rank not in (SENDER, RECEIVER):
-            raise ValueError(f"rank must be {SENDER} (sender) or {RECEIVER} (receiver), got {rank}")
+        if int(receivers) < 1:
+            raise ValueError(f"receivers must be >= 1, got {receivers}")
+        self.world_size = 1 + int(receivers)
+        if not 0 <= int(rank) < self.world_size:
+            raise ValueError(f"rank must be {SENDER} (sender) or 1..{receivers} (a receiver), got {rank}")
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
         self.rank = rank
@@ -57,7 +64,7 @@ class WeightTransferGroup:
             # the sender's store listens at once and does not wait: the caller checks that the receiver lives
             # while the process group below forms (a receiver that dies first must not leave it waiting)
             self._store = dist.TCPStore(
-                host, int(port), 2, is_master=rank == SENDER, timeout=timeout, wait_for_workers=False
+                host, int(port), self.world_size, is_master=rank == SENDER, timeout=timeout, wait_for_workers=False
             )
         except Exception as err:  # noqa: BLE001 - reported as what it is
             raise WeightTransferError(f"weight-transfer store on {host}:{port} failed: {err}") from err
@@ -66,15 +73,15 @@ class WeightTransferGroup:
         self.bytes_last = 0  # payload bytes of the last push
 
     def connect(self) -> None:
-        """Form the two-member process group (both sides call it; it waits for the other one)."""
+        """Form the process group (every member calls it; it waits for the others)."""
         if self._pg is not None:
             return
         timeout = datetime.timedelta(seconds=self._timeout_s)
         try:
             if self.backend == "nccl":
-                self._pg = dist.ProcessGroupNCCL(self._store, self.rank, 2)
+                self._pg = dist.ProcessGroupNCCL(self._store, self.rank, self.world_size)
             else:
-                self._pg = dist.ProcessGroupGloo(self._store, self.rank, 2, timeout)
+                self._pg = dist.ProcessGroupGloo(self._store, self.rank, self.world_size, timeout)
         except Exception as err:  # noqa: BLE001 - reported as what it is: the peer never joined
             raise WeightTransferError(f"weight-transfer rendezvous on {self._host}:{self._port} failed: {err}") from err
 
@@ -116,9 +123,9 @@ class WeightTransferGroup:
 
     def receive(self) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]]:
         """The ``meta`` of the next push and a lazy iterator of its ``(name, tensor)`` pairs, which the caller must
-        drain (each step receives one tensor). Rank 1 only."""
-        if self.rank != RECEIVER:
-            raise RuntimeError("receive() is for rank 1 (the rollout side)")
+        drain (each step receives one tensor). Receivers only."""
+        if self.rank == SENDER:
+            raise RuntimeError("receive() is for the receivers (the rollout side)")
         first = self._recv_header()
         meta = dict(first.get("meta", {})) if isinstance(first, dict) else {}
 
