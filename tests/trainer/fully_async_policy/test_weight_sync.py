@@ -1,6 +1,6 @@
-"""The weight-transfer path (gloo on loopback: one receiver, and a pool of two), partial rollouts continued after a sync, the LoRA
-adapter push reaching the rollout engine, and the async_training config checks. All in this process: the two ends
-of a transfer run in two threads."""
+"""The weight-transfer path (gloo on loopback: one receiver, and a pool of two), partial rollouts continued after a
+sync, the LoRA adapter push reaching the rollout engine, and the async_training config checks. All in this process:
+the ends of a transfer run in threads."""
 
 from __future__ import annotations
 
