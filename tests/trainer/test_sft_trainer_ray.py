@@ -36,6 +36,7 @@ def test_several_nodes_train_as_ray_actors(tiny_model_dir, tmp_path, monkeypatch
     import ray
     import torch.distributed as dist
 
+    monkeypatch.setenv("VERL_DEVICE", "cpu")  # in case trainer.device=cpu sets it in this process: undone after
     ray_was_running = ray.is_initialized()
     out = tmp_path / "out"
     argv = [*_data(tmp_path), f"model.path={tiny_model_dir}", "trainer.nnodes=2", "trainer.n_gpus_per_node=1"]

@@ -190,6 +190,8 @@ def test_two_trainer_ranks_and_a_pool_of_two_rollout_processes(tiny_model_dir, t
         real_close(self)
 
     monkeypatch.setattr(Rollouter, "close", close)
+    # trainer.device=cpu sets VERL_DEVICE in this process for the workers to inherit; undone after the test
+    monkeypatch.setenv("VERL_DEVICE", "cpu")
     ray_was_running = ray.is_initialized()
     extra = [
         "async_training.mode=fully_async",
