@@ -69,10 +69,12 @@ def test_separate_async_rollout_pool_is_the_top_level_rollout_section() -> None:
     cfg = load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"])
     assert (cfg.rollout.nnodes, cfg.rollout.n_gpus_per_node) == (1, 1)
     assert "nnodes" not in cfg.actor_rollout_ref.rollout
-    # the pool's size is then checked as the asynchronous trainers' (one rollouter device here); unset per-node
-    # count: upstream's default, the trainer's
-    with pytest.raises(ConfigError, match=r"rollout.nnodes \* rollout.n_gpus_per_node = 1 \* 8 = 8"):
-        load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "trainer.n_gpus_per_node=8"])
+    # unset per-node count: upstream's default, the trainer's; the pool is then checked as the asynchronous
+    # trainers' (processes on the driver's machine: one node)
+    cfg = load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "trainer.n_gpus_per_node=8"])
+    assert (cfg.rollout.nnodes, cfg.rollout.n_gpus_per_node) == (1, 8)
+    with pytest.raises(ConfigError, match="rollout.nnodes=2: the rollout processes run on the driver's machine"):
+        load_config([*sep, "actor_rollout_ref.rollout.nnodes=2"])
     with pytest.raises(ConfigError, match="both size the rollout pool of separate_async"):
         load_config([*sep, "actor_rollout_ref.rollout.nnodes=2", "rollout.nnodes=1"])
     # the synchronous trainer has no standalone pool: refused as before
