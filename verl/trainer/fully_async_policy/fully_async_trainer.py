@@ -64,6 +64,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             with open_dict(self.config):
                 self.config.algorithm.rollout_correction.bypass_mode = True
         self.rollouter: Any = None
+        self._reserved_rollout_gpus: Any = None  # GPUs held in Ray for the rollout processes until they start
         self.weight_version = 0
         # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
         self._inflight: deque[dict[str, Any]] = deque()
@@ -118,6 +119,20 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             # a step consumes require_batches loader batches
             self.total_training_steps = max(1, self.total_training_steps // self.schedule_require_batches())
 
+    def init_workers(self) -> None:
+        """With ranks that are Ray actors on GPUs, first reserve the rollout processes' GPUs on the driver's machine
+        (:func:`~verl.trainer.fully_async_policy.placement.reserve_ray_gpus`), then place the trainer's ranks."""
+        from verl.trainer.config.parallel_checks import resolve_backend
+        from verl.utils.device import get_device_name
+
+        if resolve_backend(self.config.trainer) == "ray" and get_device_name(self.config.trainer.device) == "cuda":
+            from verl.trainer.fully_async_policy.placement import reserve_ray_gpus, rollout_replicas
+            from verl.trainer.ppo.runner import init_ray
+
+            init_ray(self.config)
+            self._reserved_rollout_gpus = reserve_ray_gpus(rollout_replicas(self.config))
+        super().init_workers()
+
     # ---------------------------------------------------------------------------------------------- rollouter
     def start_rollouter(self) -> None:
         """Start the rollout process and give it the trainer's current weights (version ``weight_version``: 0, or
@@ -127,8 +142,13 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         if self.rollouter is not None:
             return
         bound = math.ceil((1 + self.staleness_threshold) * self.batches_per_version) + 1
+        reserved, self._reserved_rollout_gpus = self._reserved_rollout_gpus, None  # the rollouter releases them
         self.rollouter = Rollouter(
-            self.config, self.actor_rollout_wg, max_outstanding=bound, partial_rollout=self.partial_rollout
+            self.config,
+            self.actor_rollout_wg,
+            max_outstanding=bound,
+            partial_rollout=self.partial_rollout,
+            reserved=reserved,
         )
         resumed = (self.resumed_state or {}).get("weight_version")
         self.weight_version = int(resumed) if resumed is not None else 0
@@ -140,6 +160,12 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     def close_rollouter(self) -> None:
         if self.rollouter is not None:
             self.rollouter.close()
+        if self._reserved_rollout_gpus is not None:  # reserved, but the rollouter never started
+            import ray
+
+            for holder in self._reserved_rollout_gpus[1]:
+                ray.kill(holder)
+            self._reserved_rollout_gpus = None
             self.rollouter = None
 
     def _push(self, version: int) -> float:

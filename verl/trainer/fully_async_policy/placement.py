@@ -6,9 +6,9 @@ backend) or ranks that are Ray actors, on this machine or on others.
 
 * **Device.** On CPU there is nothing to place. With one local trainer rank the replicas take the visible GPUs after
   the first; a single replica with no second GPU shares the trainer's. With Ray ranks the driver reserves one GPU
-  of its own machine per replica in Ray (zero-CPU actors holding ``num_gpus=1`` for the rollouter's lifetime), so
-  Ray never hands those GPUs to a trainer rank or another job; each replica sees only its GPU. Too few GPUs is
-  refused in one line.
+  of its own machine per replica in Ray before the trainer's ranks are placed (zero-CPU actors holding
+  ``num_gpus=1`` for the rollouter's lifetime), so Ray never hands those GPUs to a trainer rank or another job;
+  each replica sees only its GPU. Too few GPUs is refused in one line.
 * **Wire.** One push reaches every replica (a broadcast in one group). NCCL when every replica has a GPU of its own,
   else gloo (tensors through host memory: NCCL cannot join two ranks on one device).
 * **Address.** The trainer's rank 0 sends, so the weight-transfer store listens on rank 0's node: its
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RolloutPlacement", "place_rollouter"]
+__all__ = ["ReservedGpus", "RolloutPlacement", "place_rollouter", "reserve_ray_gpus", "rollout_replicas"]
 
 LOOPBACK = "127.0.0.1"
 GPU_RESERVE_TIMEOUT_S = 30.0
@@ -57,9 +57,20 @@ def _is_ray_group(group: Any) -> bool:
     return hasattr(group, "master_address_port") and hasattr(group, "worker_nodes")
 
 
-def _reserve_ray_gpus(count: int) -> tuple[list[str], list[Any]]:
+ReservedGpus = tuple[list[str], list[Any]]  # GPU ids (as Ray names them in CUDA_VISIBLE_DEVICES), their holders
+
+
+def rollout_replicas(config: Any) -> int:
+    """How many rollout processes a config asks for: ``rollout.nnodes * rollout.n_gpus_per_node`` (1 without the
+    top-level ``rollout`` section)."""
+    pool = config.get("rollout")
+    return int(pool.nnodes) * int(pool.n_gpus_per_node) if pool is not None else 1
+
+
+def reserve_ray_gpus(count: int) -> ReservedGpus:
     """Reserve ``count`` GPUs of the driver's machine in Ray; their ids (as Ray names them in
-    ``CUDA_VISIBLE_DEVICES``) and the actors that hold them."""
+    ``CUDA_VISIBLE_DEVICES``) and the actors that hold them. The asynchronous trainer does this before its ranks
+    are placed, so the ranks cannot take the GPUs of the driver's machine that the rollout needs."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -85,9 +96,11 @@ def _reserve_ray_gpus(count: int) -> tuple[list[str], list[Any]]:
     return [i[0] for i in ids], holders
 
 
-def place_rollouter(device: str, actor_group: Any, replicas: int = 1) -> RolloutPlacement:
+def place_rollouter(
+    device: str, actor_group: Any, replicas: int = 1, reserved: ReservedGpus | None = None
+) -> RolloutPlacement:
     """The placement of ``replicas`` rollout processes on ``device`` (``cuda`` or ``cpu``) beside ``actor_group``
-    (module docstring).
+    (module docstring); ``reserved``: GPUs :func:`reserve_ray_gpus` already holds for them (Ray ranks on GPU).
 
     Raises:
         RuntimeError: too few GPUs for the replicas (one line with what to change).
@@ -97,8 +110,8 @@ def place_rollouter(device: str, actor_group: Any, replicas: int = 1) -> Rollout
     if device != "cuda":
         return RolloutPlacement([None] * replicas, "gloo", host)
     if ray_group:
-        gpus, holders = _reserve_ray_gpus(replicas)
-        return RolloutPlacement(list(gpus), "nccl", host, holders)
+        gpus, holders = reserved if reserved is not None else reserve_ray_gpus(replicas)
+        return RolloutPlacement(list(gpus), "nccl", host, list(holders))
     import torch
 
     count = torch.cuda.device_count()

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.models.lora import lora_enabled
 from verl.protocol import DataProto
-from verl.trainer.fully_async_policy.placement import place_rollouter
+from verl.trainer.fully_async_policy.placement import ReservedGpus, place_rollouter, rollout_replicas
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,16 @@ class Rollouter:
             (``init_weight_sender`` / ``send_rollout_weights`` of ``ActorRolloutRefWorker``).
         max_outstanding: the most prompt batches submitted and not yet read.
         partial_rollout: stop unfinished responses at a weight sync and continue them with the new weights.
+        reserved: GPUs already reserved in Ray for the processes (released when the rollouter closes).
     """
 
     def __init__(
-        self, config: DictConfig, actor_group: Any, max_outstanding: int, partial_rollout: bool = False
+        self,
+        config: DictConfig,
+        actor_group: Any,
+        max_outstanding: int,
+        partial_rollout: bool = False,
+        reserved: ReservedGpus | None = None,
     ) -> None:
         from verl.single_controller.base.worker import find_free_port
         from verl.utils.device import get_device_name
@@ -151,10 +157,9 @@ class Rollouter:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited torch threads, CUDA or locks
         self.max_outstanding = int(max_outstanding)
         self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync)
-        pool = config.get("rollout")
-        count = int(pool.nnodes) * int(pool.n_gpus_per_node) if pool is not None else 1
+        count = rollout_replicas(config)
         self.replicas = [_Replica(ctx, i, self.max_outstanding, self.check_weight_sync) for i in range(count)]
-        self.placement = place_rollouter(self.device, actor_group, count)
+        self.placement = place_rollouter(self.device, actor_group, count, reserved)
         host, port, backend = self.placement.host, find_free_port(), self.placement.backend
         container = OmegaConf.to_container(config, resolve=True)
         self.outstanding = 0
