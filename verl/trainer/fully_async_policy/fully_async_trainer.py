@@ -161,10 +161,9 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         if self.rollouter is not None:
             self.rollouter.close()
         if self._reserved_rollout_gpus is not None:  # reserved, but the rollouter never started
-            import ray
+            from verl.trainer.fully_async_policy.placement import release_ray_gpus
 
-            for holder in self._reserved_rollout_gpus[1]:
-                ray.kill(holder)
+            release_ray_gpus(self._reserved_rollout_gpus[1])
             self._reserved_rollout_gpus = None
             self.rollouter = None
 

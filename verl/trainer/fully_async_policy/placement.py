@@ -21,7 +21,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReservedGpus", "RolloutPlacement", "place_rollouter", "reserve_ray_gpus", "rollout_replicas"]
+__all__ = [
+    "ReservedGpus",
+    "RolloutPlacement",
+    "place_rollouter",
+    "release_ray_gpus",
+    "reserve_ray_gpus",
+    "rollout_replicas",
+]
 
 LOOPBACK = "127.0.0.1"
 GPU_RESERVE_TIMEOUT_S = 30.0
@@ -45,12 +52,8 @@ class RolloutPlacement:
 
     def release(self) -> None:
         """Give reserved GPUs back to Ray (after the rollout processes have exited)."""
-        if self.holders:
-            import ray
-
-            for holder in self.holders:
-                ray.kill(holder)
-            self.holders = []
+        release_ray_gpus(self.holders)
+        self.holders = []
 
 
 def _is_ray_group(group: Any) -> bool:
@@ -65,6 +68,16 @@ def rollout_replicas(config: Any) -> int:
     top-level ``rollout`` section)."""
     pool = config.get("rollout")
     return int(pool.nnodes) * int(pool.n_gpus_per_node) if pool is not None else 1
+
+
+def release_ray_gpus(holders: list[Any]) -> None:
+    """Give the GPUs held by ``holders`` (from :func:`reserve_ray_gpus`) back to Ray."""
+    if not holders:
+        return
+    import ray
+
+    for holder in holders:
+        ray.kill(holder)
 
 
 def reserve_ray_gpus(count: int) -> ReservedGpus:
@@ -85,8 +98,7 @@ def reserve_ray_gpus(count: int) -> ReservedGpus:
     try:
         ids = ray.get([h.gpu_ids.remote() for h in holders], timeout=GPU_RESERVE_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
-        for holder in holders:
-            ray.kill(holder)
+        release_ray_gpus(holders)
         raise RuntimeError(
             f"the rollouter needs {count} GPU(s) of its own on the driver's machine (rollout.nnodes * "
             f"rollout.n_gpus_per_node), and Ray had fewer free there after {GPU_RESERVE_TIMEOUT_S:.0f}s (the "
