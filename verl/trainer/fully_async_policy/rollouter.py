@@ -186,10 +186,6 @@ class Rollouter:
         """The first replica's process id."""
         return self.replicas[0].process.pid
 
-    @property
-    def pids(self) -> list[int | None]:
-        return [r.process.pid if r.process is not None else None for r in self.replicas]
-
     def submit(self, prompts: DataProto, meta: dict[str, Any]) -> None:
         """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each, on the next replica in turn;
         ``meta`` is the generation call's ``meta_info`` (stop/pad ids, ``seed``)."""
