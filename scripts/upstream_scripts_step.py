@@ -54,7 +54,7 @@ SFT_TRAINERS = ("verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray")
 # refusals of sizes this harness shrinks anyway: a call stopped only by them is trained too (v0.9's async scripts ask
 # for rollout pools on several machines and tensor-parallel rollout; shrunk to one device, their algorithm runs)
 _SHRUNK_SIZES = (
-    re.compile(r"^rollout\.nnodes=\d+: the rollout processes run on the driver's machine"),
+    re.compile(r"^rollout\.nnodes=\d+: a rollout pool across machines runs as Ray actors"),
     re.compile(r"^actor_rollout_ref\.rollout\.tensor_model_parallel_size=\d+: each rollout process"),
     re.compile(r"do not split evenly over world size trainer\.nnodes \* trainer\.n_gpus_per_node"),
 )

@@ -39,7 +39,7 @@ def test_hybrid_engine_false_is_what_the_async_trainers_do() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ([*FULLY_ASYNC, "rollout.nnodes=2"], "rollout.nnodes=2: the rollout processes run on the driver's machine"),
+        ([*FULLY_ASYNC, "rollout.nnodes=2"], r"rollout.nnodes=2: .*\(trainer.backend resolves to local\): set trainer"),
         (
             [*FULLY_ASYNC, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
             "tensor_model_parallel_size=2: each rollout process of async_training.mode=fully_async is one device",
@@ -56,6 +56,12 @@ def test_a_rollout_pool_this_project_cannot_place_is_one_line(overrides: list[st
 def test_a_rollout_pool_of_several_devices_on_one_machine_is_accepted() -> None:
     cfg = load_config([*FULLY_ASYNC, "rollout.n_gpus_per_node=8"])
     assert cfg.rollout.n_gpus_per_node == 8
+
+
+def test_a_rollout_pool_across_machines_is_accepted_beside_a_trainer_on_ray() -> None:
+    cfg = load_config([*FULLY_ASYNC, "rollout.nnodes=2", "trainer.backend=ray"])
+    assert (cfg.rollout.nnodes, cfg.trainer.backend) == (2, "ray")
+    assert load_config([*FULLY_ASYNC, "rollout.nnodes=4", "trainer.n_gpus_per_node=2"]).rollout.nnodes == 4
 
 
 def test_the_engine_sections_strategy_is_the_workers_strategy() -> None:

@@ -173,11 +173,11 @@ def test_one_step_off_and_a_killed_rollout_worker(tiny_model_dir, task, tmp_path
 
 
 @pytest.mark.slow
-def test_two_trainer_ranks_and_a_pool_of_two_rollout_processes(tiny_model_dir, task, tmp_path, monkeypatch):
+def test_two_trainer_ranks_and_a_rollout_pool_on_two_nodes(tiny_model_dir, task, tmp_path, monkeypatch):
     """Fully asynchronous training with the trainer's two ranks as Ray actors (FSDP across them) and a rollout pool
-    of two processes: batches alternate between the processes, rank 0's one push per version reaches both, and
-    after every push each engine holds exactly what was sent (rollout.check_weight_sync compares the digests, else
-    the run raises)."""
+    of two Ray actors, one on each of two rollout "nodes" (a placement group each; one machine here): batches
+    alternate between the replicas, rank 0's one push per version reaches both, and after every push each engine
+    holds exactly what was sent (rollout.check_weight_sync compares the digests, else the run raises)."""
     import ray
 
     from verl.trainer.fully_async_policy.rollouter import Rollouter
@@ -192,12 +192,15 @@ def test_two_trainer_ranks_and_a_pool_of_two_rollout_processes(tiny_model_dir, t
     monkeypatch.setattr(Rollouter, "close", close)
     # trainer.device=cpu sets VERL_DEVICE in this process for the workers to inherit; undone after the test
     monkeypatch.setenv("VERL_DEVICE", "cpu")
-    ray_was_running = ray.is_initialized()
+    if ray.is_initialized():
+        ray.shutdown()  # this run starts its own local Ray, with logical CPUs for 2 ranks and 2 replicas
     extra = [
         "async_training.mode=fully_async",
         "async_training.staleness_threshold=1",
         "trainer.n_gpus_per_node=2",
-        "rollout.n_gpus_per_node=2",
+        "rollout.nnodes=2",
+        "rollout.n_gpus_per_node=1",
+        "ray_kwargs.ray_init.num_cpus=4",
         "trainer.device=cpu",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.check_weight_sync=true",
@@ -205,9 +208,10 @@ def test_two_trainer_ranks_and_a_pool_of_two_rollout_processes(tiny_model_dir, t
     try:
         trainer, metrics = _train(_config(tiny_model_dir, task, tmp_path / "out", 2, extra))
     finally:
-        if not ray_was_running:
-            ray.shutdown()
+        ray.shutdown()
     assert trainer.actor_rollout_wg.world_size == 2
     assert len(metrics) == 2 and metrics[-1]["async/weight_version"] == 1  # step 2 trained after a push
     assert any(m.get("async/param_sync_bytes", 0) > 0 for m in metrics)
-    assert len(served) == 1 and len(served[0]) == 2 and min(served[0]) >= 1  # both processes generated
+    assert len(served) == 1 and len(served[0]) == 2 and min(served[0]) >= 1  # both replicas generated
+    assert [type(r).__name__ for r in trainer.rollouter.replicas] == ["RayReplica", "RayReplica"]
+    assert {r.pid for r in trainer.rollouter.replicas}.isdisjoint({os.getpid()})

@@ -1,7 +1,10 @@
-"""Where the rollouter runs beside the trainer (verl/trainer/fully_async_policy/placement.py): the weight-transfer
-group listens on the trainer's rank 0, and on CPU nothing is reserved."""
+"""Where the rollout replicas run beside the trainer (verl/trainer/fully_async_policy/placement.py): the
+weight-transfer group listens on the trainer's rank 0; a trainer in the driver spawns its replicas, a trainer on Ray
+places them on the rollout pool reserved in Ray."""
 
 from __future__ import annotations
+
+import pytest
 
 from verl.trainer.fully_async_policy.placement import place_rollouter
 
@@ -13,12 +16,34 @@ class _RayLikeGroup:
     worker_nodes = [("node-a", "10.1.2.3"), ("node-b", "10.1.2.4")]
 
 
-def test_on_cpu_the_wire_is_gloo_to_rank_zeros_node() -> None:
-    placement = place_rollouter("cpu", _RayLikeGroup())
-    assert (placement.cuda_visible_devices, placement.backend, placement.host) == ([None], "gloo", "10.1.2.3")
-    placement.release()  # nothing reserved: a no-op
+class _Pool:
+    """What the placement reads of the rollout pool's RayResourcePool."""
+
+    store = [1, 1]
+    world_size = 2
+    removed = False
+
+    def get_placement_groups(self) -> list[str]:
+        return ["pg-node0", "pg-node1"]
+
+    def remove(self) -> None:
+        self.removed = True
+
+
+def test_a_trainer_on_ray_sends_from_rank_zeros_node_to_the_rollout_pool() -> None:
+    pool = _Pool()
+    placement = place_rollouter("cpu", _RayLikeGroup(), replicas=2, pool=pool)
+    assert (placement.backend, placement.host) == ("gloo", "10.1.2.3")
+    assert placement.bundles() == [("pg-node0", 0), ("pg-node1", 0)]  # one replica on each node's group
+    assert place_rollouter("cuda", _RayLikeGroup(), replicas=2, pool=pool).backend == "nccl"
+    placement.release()
+    assert pool.removed and placement.pool is None
+    with pytest.raises(ValueError, match="rollout pool has 2 bundles for 3 replicas"):
+        place_rollouter("cpu", _RayLikeGroup(), replicas=3, pool=pool)
+    with pytest.raises(ValueError, match="rollout pool"):
+        place_rollouter("cpu", _RayLikeGroup(), replicas=2)
 
 
 def test_a_trainer_in_the_driver_process_sends_on_loopback() -> None:
     placement = place_rollouter("cpu", object(), replicas=2)
-    assert (placement.cuda_visible_devices, placement.host, placement.holders) == ([None, None], "127.0.0.1", [])
+    assert (placement.cuda_visible_devices, placement.host, placement.pool) == ([None, None], "127.0.0.1", None)

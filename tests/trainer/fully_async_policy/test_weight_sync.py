@@ -147,7 +147,7 @@ def test_partial_rollout_continues_exactly(tiny_model_dir: str):
 def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
     """Only adapter tensors travel, and afterwards the rollout model's log-probs equal the actor's (before the
     push they differ: the actor's adapter is non-zero, the rollout's fresh one is zero)."""
-    from verl.trainer.fully_async_policy.rollouter import _RolloutProcess
+    from verl.trainer.fully_async_policy.rollout_process import RolloutReplicaBody
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     port = find_free_port()
@@ -159,7 +159,7 @@ def test_lora_adapter_push_reaches_the_rollout_engine(tiny_model_dir: str):
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     syncs: queue.Queue = queue.Queue()
-    proc = _RolloutProcess(cfg, ("127.0.0.1", port, "gloo", 1, 1), syncs, threading.Event(), partial_rollout=False)
+    proc = RolloutReplicaBody(cfg, ("127.0.0.1", port, "gloo", 1, 1), syncs, threading.Event(), partial_rollout=False)
     ids = torch.tensor([[5, 17, 33, 48, 60, 72]])
 
     def logits(module: torch.nn.Module) -> torch.Tensor:

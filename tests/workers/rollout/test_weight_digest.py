@@ -108,7 +108,7 @@ def _rollout_cfg(model_dir: str, extra: list[str] = ()):
 def _push(tiny_model_dir: str, extra: list[str] = ()) -> tuple[dict, dict]:
     """An actor worker pushes its (changed) weights to a rollout process's hf engine over the gloo transfer;
     returns what the actor sent (digests) and what the process reports it holds."""
-    from verl.experimental.fully_async_policy.rollouter import _RolloutProcess
+    from verl.trainer.fully_async_policy.rollout_process import RolloutReplicaBody
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
     port = find_free_port()
@@ -123,7 +123,7 @@ def _push(tiny_model_dir: str, extra: list[str] = ()) -> tuple[dict, dict]:
     acks: queue.Queue = queue.Queue()
     syncs: queue.Queue = queue.Queue()
     wire = ("127.0.0.1", port, "gloo", 1, 1)
-    proc = _RolloutProcess(cfg, wire, syncs, threading.Event(), partial_rollout=False, acks=acks)
+    proc = RolloutReplicaBody(cfg, wire, syncs, threading.Event(), partial_rollout=False, acks=acks)
     joiner = threading.Thread(target=proc.connect)
     joiner.start()
     actor.init_weight_sender("127.0.0.1", port, "gloo")

@@ -4,13 +4,14 @@ v0.9's fully asynchronous and one-step-off scripts (``verl/experimental/*/shell/
 its own (a top-level ``rollout:`` section: ``nnodes``, ``n_gpus_per_node``; ``actor_rollout_ref.hybrid_engine=False``)
 and, fully asynchronously, stream prompts one at a time (``data.train_batch_size=0``, ``data.gen_batch_size=1``)
 until ``rollout.total_rollout_steps`` prompts were generated; a training step consumes ``require_batches *
-ppo_mini_batch_size`` of them. Here the rollouter is ``rollout.n_gpus_per_node`` processes on the driver's machine,
-one device each, beside the trainer's ranks (:mod:`verl.trainer.fully_async_policy.placement`,
+ppo_mini_batch_size`` of them. Here the rollouter is ``rollout.nnodes * rollout.n_gpus_per_node`` replicas, one
+device each, beside the trainer's ranks: processes on the driver's machine when the trainer runs in the driver, Ray
+actors on ``rollout.nnodes`` nodes when its ranks are Ray actors (:mod:`verl.trainer.fully_async_policy.placement`,
 docs/async_training.md), so:
 
-* ``rollout.nnodes`` must be 1 and ``actor_rollout_ref.rollout.tensor_model_parallel_size`` 1 (each is refused in
-  one line otherwise), and the ``rollout`` section is refused in synchronous training, where the rollout shares the
-  actor's ranks;
+* ``rollout.nnodes > 1`` needs the trainer on Ray (``trainer.backend`` resolving to ``ray``), and
+  ``actor_rollout_ref.rollout.tensor_model_parallel_size`` must be 1 (each is refused in one line otherwise); the
+  ``rollout`` section is refused in synchronous training, where the rollout shares the actor's ranks;
 * ``actor_rollout_ref.hybrid_engine=false`` is what the asynchronous trainers do (their rollouter has its own copy
   of the policy), so it is accepted with ``async_training.mode`` and refused without;
 * the streaming layout becomes the same batch arithmetic: ``data.train_batch_size`` takes
@@ -126,11 +127,13 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
         return
     if not isinstance(pool, DictConfig):
         return
-    if int(pool.nnodes) != 1:
+    from verl.trainer.config.parallel_checks import resolve_backend
+
+    if int(pool.nnodes) != 1 and resolve_backend(cfg.trainer) != "ray":
         errors.append(
-            f"rollout.nnodes={pool.nnodes}: the rollout processes run on the driver's machine (one per device of "
-            f"rollout.n_gpus_per_node, async_training.mode={mode}); a rollout pool across machines is not "
-            "implemented here: set rollout.nnodes=1 (docs/async_training.md)"
+            f"rollout.nnodes={pool.nnodes}: a rollout pool across machines runs as Ray actors beside a trainer on "
+            f"Ray, and this trainer's one rank runs in the driver (trainer.backend resolves to local): set "
+            "trainer.backend=ray, or rollout.nnodes=1 (docs/async_training.md)"
         )
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     if tp != 1:

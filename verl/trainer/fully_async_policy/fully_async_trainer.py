@@ -64,7 +64,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             with open_dict(self.config):
                 self.config.algorithm.rollout_correction.bypass_mode = True
         self.rollouter: Any = None
-        self._reserved_rollout_gpus: Any = None  # GPUs held in Ray for the rollout processes until they start
+        self._rollout_pool: Any = None  # the rollout pool reserved in Ray, until the rollouter takes it
         self.weight_version = 0
         # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
         self._inflight: deque[dict[str, Any]] = deque()
@@ -120,18 +120,22 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             self.total_training_steps = max(1, self.total_training_steps // self.schedule_require_batches())
 
     def init_workers(self) -> None:
-        """With ranks that are Ray actors on GPUs, first reserve the rollout processes' GPUs on the driver's machine
-        (:func:`~verl.trainer.fully_async_policy.placement.reserve_ray_gpus`), then place the trainer's ranks."""
+        """With ranks that are Ray actors, first reserve the rollout pool in Ray
+        (:func:`~verl.trainer.fully_async_policy.placement.rollout_pool`: its replicas will be Ray actors on
+        ``rollout.nnodes`` nodes), then place the trainer's ranks."""
         from verl.trainer.config.parallel_checks import resolve_backend
-        from verl.utils.device import get_device_name
 
-        if resolve_backend(self.config.trainer) == "ray" and get_device_name(self.config.trainer.device) == "cuda":
-            from verl.trainer.fully_async_policy.placement import reserve_ray_gpus, rollout_replicas
+        if resolve_backend(self.config.trainer) == "ray" and self._rollout_pool is None:
+            from verl.trainer.fully_async_policy.placement import rollout_pool
             from verl.trainer.ppo.runner import init_ray
 
             init_ray(self.config)
-            self._reserved_rollout_gpus = reserve_ray_gpus(rollout_replicas(self.config))
-        super().init_workers()
+            self._rollout_pool = rollout_pool(self.config)
+        try:
+            super().init_workers()
+        except BaseException:
+            self.close_rollouter()  # the trainer's ranks could not be placed: give the rollout pool back
+            raise
 
     # ---------------------------------------------------------------------------------------------- rollouter
     def start_rollouter(self) -> None:
@@ -142,13 +146,13 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         if self.rollouter is not None:
             return
         bound = math.ceil((1 + self.staleness_threshold) * self.batches_per_version) + 1
-        reserved, self._reserved_rollout_gpus = self._reserved_rollout_gpus, None  # the rollouter releases them
+        pool, self._rollout_pool = self._rollout_pool, None  # the rollouter releases it
         self.rollouter = Rollouter(
             self.config,
             self.actor_rollout_wg,
             max_outstanding=bound,
             partial_rollout=self.partial_rollout,
-            reserved=reserved,
+            pool=pool,
         )
         resumed = (self.resumed_state or {}).get("weight_version")
         self.weight_version = int(resumed) if resumed is not None else 0
@@ -160,12 +164,9 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     def close_rollouter(self) -> None:
         if self.rollouter is not None:
             self.rollouter.close()
-        if self._reserved_rollout_gpus is not None:  # reserved, but the rollouter never started
-            from verl.trainer.fully_async_policy.placement import release_ray_gpus
-
-            release_ray_gpus(self._reserved_rollout_gpus[1])
-            self._reserved_rollout_gpus = None
-            self.rollouter = None
+        if self._rollout_pool is not None:  # reserved, but the rollouter never started
+            self._rollout_pool.remove()
+            self._rollout_pool = None
 
     def _push(self, version: int) -> float:
         start = time.perf_counter()
