@@ -261,9 +261,7 @@ class RayReplica(Replica):
 
         strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle_index)
         # a read waits on one thread of the actor while the others take requests and push announcements
-        host = ray.remote(RolloutReplicaHost).options(
-            **self.resources, max_concurrency=4, scheduling_strategy=strategy, name=None
-        )
+        host = ray.remote(RolloutReplicaHost).options(**self.resources, max_concurrency=4, scheduling_strategy=strategy)
         self.actor = host.remote(container, wire, partial_rollout, self.check_weight_sync, self.max_outstanding)
         try:
             self.node_ip, self.pid = ray.get(self.actor.where.remote())
