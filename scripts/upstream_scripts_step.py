@@ -55,7 +55,7 @@ SFT_TRAINERS = ("verl.trainer.sft_trainer", "verl.trainer.sft_trainer_ray")
 # for rollout pools on several machines and tensor-parallel rollout; shrunk to one device, their algorithm runs)
 _SHRUNK_SIZES = (
     re.compile(r"^rollout\.nnodes=\d+: a rollout pool across machines runs as Ray actors"),
-    re.compile(r"^actor_rollout_ref\.rollout\.tensor_model_parallel_size=\d+: each rollout process"),
+    re.compile(r"^actor_rollout_ref\.rollout\.tensor_model_parallel_size=\d+: (a tensor-parallel|each replica)"),
     re.compile(r"do not split evenly over world size trainer\.nnodes \* trainer\.n_gpus_per_node"),
 )
 

@@ -256,3 +256,29 @@ def test_local_and_ray_agree(local_group: Any, ray_group: Any) -> None:
 def test_all_reduce_over_gloo_between_ray_workers(ray_group: Any) -> None:
     # rank r contributes 1.5 * (r + 1): 1.5 + 3.0 on both ranks
     assert ray_group.all_reduce(1.5) == [4.5, 4.5]
+
+
+def test_a_group_on_a_slice_of_a_node_takes_those_bundles(ray_session: None) -> None:
+    """``RayResourcePool.slice``: a worker group on bundles 1..2 of a node's group of 3 (a tensor-parallel rollout
+    replica's share of a node) numbers its ranks from 0, and removing the slice leaves the group to its pool."""
+    import ray
+    import ray.cloudpickle
+    from ray.util.placement_group import placement_group_table
+
+    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = RayResourcePool(process_on_nodes=[3], use_gpu=False, max_colocate_count=1, cpus_per_bundle=0.5)
+    part = pool.slice(0, 1, 2)
+    with pytest.raises(ValueError, match="outside the pool's groups"):
+        pool.slice(0, 2, 2)
+    group = RayWorkerGroup(part, RayClassWithInitArgs(ToyWorker, offset=0))
+    try:
+        env = group.read_env()
+        assert [(e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"]) for e in env] == [("0", "2", "0"), ("1", "2", "1")]
+        assert group.all_reduce(1.0) == [3.0, 3.0]  # their own 2-rank world
+    finally:
+        group.shutdown()
+        part.remove()
+    assert placement_group_table(pool.pgs[0])["state"] == "CREATED"  # still the pool's
+    pool.remove()

@@ -227,6 +227,63 @@ class RolloutEngineMixin:
                 pass
         return 0
 
+    # ------------------------------------------------------------------ the receiving side (a rollout replica)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add_rollout_lora(self) -> None:
+        """A rollout-only hf worker's model gets the actor's LoRA adapters (same rank, alpha, targets), so a push
+        of only the adapter tensors lands in parameters of the same names (the engine generates with the module
+        in place)."""
+        from verl.models.lora import build_lora
+
+        module = build_lora(self.actor_module, self.config.model)
+        module.requires_grad_(False)
+        module.eval()
+        self.actor_module = module
+        self.rollout.module = module
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def join_weight_receivers(self, host: str, port: int, backend: str, first_rank: int, receivers: int) -> None:
+        """Join the trainer's weight-transfer group (:meth:`init_weight_sender`) as receiver ``first_rank +
+        rank``: every rank of a rollout replica receives each push (a tensor-parallel engine loads its shard of
+        each tensor on every rank). Blocks until the whole group has joined."""
+        from verl.workers.rollout.weight_transfer import WeightTransferGroup
+
+        self._weight_receiver = WeightTransferGroup(
+            host, port, rank=int(first_rank) + self.rank, backend=backend, receivers=int(receivers)
+        )
+        self._weight_receiver.connect()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def receive_rollout_weights(self, report: bool = False) -> dict[str, Any]:
+        """Receive one push (blocking on the trainer's broadcast) and load it into this rank's engine: the hf
+        engine generates with the worker's module, so copying into it is the update; vLLM loads the stream.
+
+        Returns ``{"version": v}``, with ``report``: ``"engine"`` and what the engine holds afterwards, for
+        :func:`verl.workers.rollout.weight_digest.check_push_report` (``rollout.check_weight_sync``)."""
+        from verl.models.lora import lora_enabled
+        from verl.workers.rollout.weight_digest import DigestingStream, module_digest, vllm_held_digest
+        from verl.workers.rollout.weight_transfer import load_named_tensors
+
+        meta, tensors = self._weight_receiver.receive()
+        out: dict[str, Any] = {"version": int(meta["version"])}
+        if self.rollout_name == "hf":
+            load_named_tensors(self.actor_module, tensors)
+            if report:
+                out.update(
+                    engine="hf", held=module_digest(self.actor_module, lora_only=lora_enabled(self.config.model))
+                )
+            return out
+        stream = DigestingStream(tensors)
+        self.rollout.update_weights(stream)
+        pulled = stream.pulled
+        for _ in stream:  # whatever the engine left unread, so the stream stays aligned
+            pass
+        if report:
+            out.update(
+                engine="vllm", report=self.rollout.llm.collective_rpc(vllm_held_digest)[0], pulled=sorted(pulled)
+            )
+        return out
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def last_sent_digest(self) -> dict[str, Any]:
         """Rank 0: name -> :class:`~verl.workers.rollout.weight_digest.TensorDigest` of each tensor the last

@@ -41,8 +41,12 @@ def test_hybrid_engine_false_is_what_the_async_trainers_do() -> None:
     [
         ([*FULLY_ASYNC, "rollout.nnodes=2"], r"rollout.nnodes=2: .*\(trainer.backend resolves to local\): set trainer"),
         (
-            [*FULLY_ASYNC, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
-            "tensor_model_parallel_size=2: each rollout process of async_training.mode=fully_async is one device",
+            [*FULLY_ASYNC, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "rollout.n_gpus_per_node=2"],
+            r"tensor_model_parallel_size=2: a tensor-parallel rollout replica .* is a Ray worker group, and this",
+        ),
+        (
+            [*FULLY_ASYNC, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.backend=ray"],
+            r"each replica's ranks are on one node, so rollout.n_gpus_per_node=1 must be a multiple of it",
         ),
         ([*BASE, "rollout.n_gpus_per_node=2"], "sizes the asynchronous trainers' rollouter"),
         ([*FULLY_ASYNC, "rollout.total_rollout_steps=0"], "must be >= 1"),
@@ -56,6 +60,12 @@ def test_a_rollout_pool_this_project_cannot_place_is_one_line(overrides: list[st
 def test_a_rollout_pool_of_several_devices_on_one_machine_is_accepted() -> None:
     cfg = load_config([*FULLY_ASYNC, "rollout.n_gpus_per_node=8"])
     assert cfg.rollout.n_gpus_per_node == 8
+
+
+def test_tensor_parallel_replicas_are_accepted_beside_a_trainer_on_ray() -> None:
+    tp = ["actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"]
+    cfg = load_config([*FULLY_ASYNC, *tp, "rollout.nnodes=2", "rollout.n_gpus_per_node=8"])
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 4
 
 
 def test_a_rollout_pool_across_machines_is_accepted_beside_a_trainer_on_ray() -> None:

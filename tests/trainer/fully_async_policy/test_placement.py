@@ -30,15 +30,22 @@ class _Pool:
         self.removed = True
 
 
+class _WidePool(_Pool):
+    """Two nodes of four bundles each."""
+
+    store = [4, 4]
+    world_size = 8
+
+
 def test_a_trainer_on_ray_sends_from_rank_zeros_node_to_the_rollout_pool() -> None:
     pool = _Pool()
     placement = place_rollouter("cpu", _RayLikeGroup(), replicas=2, pool=pool)
     assert (placement.backend, placement.host) == ("gloo", "10.1.2.3")
-    assert placement.bundles() == [("pg-node0", 0), ("pg-node1", 0)]  # one replica on each node's group
+    assert placement.slots() == [(0, 0), (1, 0)]  # one replica on each node's group
     assert place_rollouter("cuda", _RayLikeGroup(), replicas=2, pool=pool).backend == "nccl"
     placement.release()
     assert pool.removed and placement.pool is None
-    with pytest.raises(ValueError, match="rollout pool has 2 bundles for 3 replicas"):
+    with pytest.raises(ValueError, match="rollout pool's 2 bundles do not split into 3 replicas"):
         place_rollouter("cpu", _RayLikeGroup(), replicas=3, pool=pool)
     with pytest.raises(ValueError, match="rollout pool"):
         place_rollouter("cpu", _RayLikeGroup(), replicas=2)
@@ -47,3 +54,9 @@ def test_a_trainer_on_ray_sends_from_rank_zeros_node_to_the_rollout_pool() -> No
 def test_a_trainer_in_the_driver_process_sends_on_loopback() -> None:
     placement = place_rollouter("cpu", object(), replicas=2)
     assert (placement.cuda_visible_devices, placement.host, placement.pool) == ([None, None], "127.0.0.1", None)
+
+
+def test_tensor_parallel_replicas_take_consecutive_bundles_of_one_node() -> None:
+    placement = place_rollouter("cuda", _RayLikeGroup(), replicas=4, pool=_WidePool())
+    assert placement.slots(ranks=2) == [(0, 0), (0, 2), (1, 0), (1, 2)]
+    assert placement.slots(ranks=4) == [(0, 0), (1, 0)]

@@ -65,6 +65,32 @@ class RayResourcePool:
         self.detached = detached
         self.placement_timeout_s = placement_timeout_s
         self.pgs: list[PlacementGroup] | None = None
+        # a slice of another pool's placement group (bundles bundle_offset.. of its one group): see slice()
+        self.bundle_offset = 0
+        self._owns_pgs = True
+
+    def slice(self, group: int, start: int, count: int, name_prefix: str = "") -> RayResourcePool:
+        """A pool of bundles ``start .. start + count - 1`` of this pool's placement group ``group`` (one node), for
+        a worker group of its own on part of a node: e.g. one tensor-parallel rollout engine of several GPUs out of
+        a node's group. The slice shares the placement group; removing it leaves the group to this pool."""
+        pgs = self.get_placement_groups()
+        if not 0 <= group < len(pgs) or start < 0 or count < 1 or start + count > self.store[group]:
+            raise ValueError(
+                f"slice(group={group}, start={start}, count={count}) is outside the pool's groups {self.store}"
+            )
+        part = RayResourcePool(
+            [count],
+            use_gpu=self.use_gpu,
+            max_colocate_count=self.max_colocate_count,
+            name_prefix=name_prefix or f"{self.name_prefix}_{group}_{start}",
+            cpus_per_bundle=self.cpus_per_bundle,
+            detached=self.detached,
+            placement_timeout_s=self.placement_timeout_s,
+        )
+        part.pgs = [pgs[group]]
+        part.bundle_offset = int(start)
+        part._owns_pgs = False
+        return part
 
     @property
     def world_size(self) -> int:
@@ -147,13 +173,16 @@ class RayResourcePool:
         out: list[tuple[str, str]] = []
         for pg, n in zip(self.get_placement_groups(), self.store):
             table = placement_group_table(pg).get("bundles_to_node_id", {})
-            out.extend((str(table.get(i, "?")), str(ips.get(table.get(i), "?"))) for i in range(n))
+            bundles = range(self.bundle_offset, self.bundle_offset + n)
+            out.extend((str(table.get(i, "?")), str(ips.get(table.get(i), "?"))) for i in bundles)
         return out
 
     def remove(self) -> None:
-        """Release the placement groups (actors still placed on them are killed by Ray)."""
-        for pg in self.pgs or []:
-            remove_placement_group(pg)
+        """Release the placement groups (actors still placed on them are killed by Ray); a slice releases
+        nothing (its group belongs to the pool it was cut from)."""
+        if self._owns_pgs:
+            for pg in self.pgs or []:
+                remove_placement_group(pg)
         self.pgs = None
 
 
@@ -241,18 +270,19 @@ class RayWorkerGroup(WorkerGroup):
     def _create_actors(self, cia: RayClassWithInitArgs, worker_env: dict[str, str]) -> None:
         pool = self.resource_pool
         pgs = pool.get_placement_groups()
-        placements = [(pg, idx, n) for pg, n in zip(pgs, pool.store) for idx in range(n)]
+        offset = pool.bundle_offset  # a slice of a node's group starts past its first bundle
+        placements = [(pg, offset + idx, n) for pg, n in zip(pgs, pool.store) for idx in range(n)]
         user_options = cia.options
         remote_cls = cia.remote_cls
-        master = self._master_from_driver(pgs[0]) or self._master_from_bundle(pgs[0])
+        master = self._master_from_driver(pgs[0]) or self._master_from_bundle(pgs[0], offset)
         for rank, (pg, bundle_index, local_world_size) in enumerate(placements):
             env = {
                 **worker_env,
                 "RANK": str(rank),
                 "WORLD_SIZE": str(self._world_size),
                 "LOCAL_WORLD_SIZE": str(local_world_size),
-                "LOCAL_RANK": "0" if pool.use_gpu else str(bundle_index),
-                "RAY_LOCAL_RANK": str(bundle_index),
+                "LOCAL_RANK": "0" if pool.use_gpu else str(bundle_index - offset),
+                "RAY_LOCAL_RANK": str(bundle_index - offset),
                 "WG_PREFIX": self.name_prefix,
                 BACKEND_ENV_KEY: "ray",
                 **master,
@@ -276,14 +306,14 @@ class RayWorkerGroup(WorkerGroup):
         ray.get([w.get_master_addr_port.remote() for w in self.workers])
 
     @staticmethod
-    def _master_from_bundle(pg: PlacementGroup) -> dict[str, str]:
+    def _master_from_bundle(pg: PlacementGroup, bundle_index: int = 0) -> dict[str, str]:
         """MASTER_ADDR/PORT probed on rank 0's node by a zero-CPU task in rank 0's bundle.
 
         Workers that join the process group in ``__init__`` (the FSDP workers do) block there until every rank
         has started, so rank 0 cannot be asked for its address after it starts: the other ranks would never be
         created. Probing first lets all ranks start together wherever rank 0 is.
         """
-        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0)
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle_index)
         addr, port = ray.get(_probe_master.options(scheduling_strategy=strategy).remote())
         return {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
 

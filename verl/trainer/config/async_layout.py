@@ -9,9 +9,11 @@ device each, beside the trainer's ranks: processes on the driver's machine when 
 actors on ``rollout.nnodes`` nodes when its ranks are Ray actors (:mod:`verl.trainer.fully_async_policy.placement`,
 docs/async_training.md), so:
 
-* ``rollout.nnodes > 1`` needs the trainer on Ray (``trainer.backend`` resolving to ``ray``), and
-  ``actor_rollout_ref.rollout.tensor_model_parallel_size`` must be 1 (each is refused in one line otherwise); the
-  ``rollout`` section is refused in synchronous training, where the rollout shares the actor's ranks;
+* ``rollout.nnodes > 1`` and a tensor-parallel rollout (``actor_rollout_ref.rollout.tensor_model_parallel_size >
+  1``: replicas of that many devices on one node, ``rollout.n_gpus_per_node`` a multiple of it) need the trainer on
+  Ray (``trainer.backend`` resolving to ``ray``); each is
+  refused in one line otherwise; the ``rollout`` section is refused in synchronous training, where the rollout
+  shares the actor's ranks;
 * ``actor_rollout_ref.hybrid_engine=false`` is what the asynchronous trainers do (their rollouter has its own copy
   of the policy), so it is accepted with ``async_training.mode`` and refused without;
 * the streaming layout becomes the same batch arithmetic: ``data.train_batch_size`` takes
@@ -137,11 +139,7 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
         )
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     if tp != 1:
-        errors.append(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: each rollout process of "
-            f"async_training.mode={mode} is one device (a replica); set it to 1 and size the pool with "
-            "rollout.n_gpus_per_node"
-        )
+        _check_tensor_parallel_replicas(cfg, pool, tp, mode, errors)
     if cfg.async_training.get("compute_prox_log_prob") and bool(cfg.algorithm.rollout_correction.bypass_mode):
         errors.append(
             "async_training.compute_prox_log_prob=true recomputes the old log-probs, which "
@@ -150,3 +148,22 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
     total = pool.get("total_rollout_steps")
     if total is not None and int(total) < 1:
         errors.append(f"rollout.total_rollout_steps={total} must be >= 1 (or null: the data's prompts x epochs)")
+
+
+def _check_tensor_parallel_replicas(cfg: DictConfig, pool: DictConfig, tp: int, mode: str, errors: list[str]) -> None:
+    """A tensor-parallel rollout replica is a Ray worker group of ``tp`` ranks on one node, each rank a receiver of
+    every push: it needs the trainer on Ray and whole replicas per node."""
+    from verl.trainer.config.parallel_checks import resolve_backend
+
+    key = f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"
+    if resolve_backend(cfg.trainer) != "ray":
+        errors.append(
+            f"{key}: a tensor-parallel rollout replica of async_training.mode={mode} is a Ray worker group, and this "
+            "trainer's one rank runs in the driver (trainer.backend resolves to local): set trainer.backend=ray, "
+            "or the size to 1"
+        )
+    if int(pool.n_gpus_per_node) % tp:
+        errors.append(
+            f"{key}: each replica's ranks are on one node, so rollout.n_gpus_per_node={pool.n_gpus_per_node} must "
+            "be a multiple of it"
+        )

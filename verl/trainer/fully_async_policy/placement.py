@@ -1,19 +1,24 @@
 """Where the rollout replicas run beside the trainer's ranks, and how their weights reach them.
 
-The rollouter is ``rollout.nnodes * rollout.n_gpus_per_node`` replicas, one device each. The trainer is the actor
-worker group: one rank in the driver process (``trainer.backend`` resolves to ``local``) or ranks that are Ray
+The rollouter is ``rollout.nnodes * rollout.n_gpus_per_node`` devices in replicas of
+``actor_rollout_ref.rollout.tensor_model_parallel_size`` devices each (one engine per replica). The trainer is the
+actor worker group: one rank in the driver process (``trainer.backend`` resolves to ``local``) or ranks that are Ray
 actors, on this machine or on others.
 
 * **Trainer in the driver.** The replicas are processes the driver spawns on its own machine
-  (:class:`~verl.trainer.fully_async_policy.replicas.ProcessReplica`; ``rollout.nnodes`` must be 1). On CPU there is
+  (:class:`~verl.trainer.fully_async_policy.replicas.ProcessReplica`; ``rollout.nnodes`` and the rollout's
+  tensor-parallel size must be 1). On CPU there is
   nothing to place; on GPU they take the visible GPUs after the trainer's first, and a single replica with no second
   GPU shares the trainer's. Too few GPUs is refused in one line.
 * **Trainer on Ray.** The replicas are Ray actors (:class:`~verl.trainer.fully_async_policy.replicas.RayReplica`) on
   the rollout pool: one placement group per rollout node of ``rollout.n_gpus_per_node`` bundles (a GPU each with
   ``trainer.device=cuda``, one logical CPU each), reserved by :func:`rollout_pool` *before* the trainer's ranks are
   placed, so Ray never gives the rollout's GPUs to a trainer rank, and vice versa. A pool the cluster cannot hold
-  is refused in one line naming the keys.
-* **Wire.** One push reaches every replica (a broadcast in one group). NCCL when every replica has a GPU of its own,
+  is refused in one line naming the keys. A replica of one device is an actor on its bundle; a tensor-parallel
+  replica is a worker group on ``tensor_model_parallel_size`` consecutive bundles of one node, one vLLM engine over
+  its ranks, driven by a light actor of its own.
+* **Wire.** One push reaches every rank of every replica (a broadcast in one group; a tensor-parallel engine loads its
+  shard of each tensor on each rank). NCCL when every replica has a GPU of its own,
   else gloo (tensors through host memory: NCCL cannot join two ranks on one device).
 * **Address.** The trainer's rank 0 sends, so the weight-transfer store listens on rank 0's node: its
   ``MASTER_ADDR`` in a Ray group (reachable from the other nodes), 127.0.0.1 in the driver process.
@@ -25,7 +30,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RolloutPlacement", "place_rollouter", "rollout_pool", "rollout_replicas"]
+__all__ = ["RolloutPlacement", "place_rollouter", "rollout_pool", "rollout_replicas", "rollout_tp"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -47,9 +52,10 @@ class RolloutPlacement:
     host: str
     pool: Any = None
 
-    def bundles(self) -> list[tuple[Any, int]]:
-        """``(placement group, bundle index)`` of each Ray replica, node by node."""
-        return [(pg, i) for pg, n in zip(self.pool.get_placement_groups(), self.pool.store) for i in range(n)]
+    def slots(self, ranks: int = 1) -> list[tuple[int, int]]:
+        """``(node group, first bundle)`` of each Ray replica of ``ranks`` bundles (``tensor_model_parallel_size``),
+        node by node: a replica's bundles are consecutive bundles of one node's group."""
+        return [(g, start) for g, n in enumerate(self.pool.store) for start in range(0, n - ranks + 1, ranks)]
 
     def release(self) -> None:
         """Give the rollout pool's placement groups back to Ray (after its replicas have stopped)."""
@@ -62,11 +68,17 @@ def _is_ray_group(group: Any) -> bool:
     return hasattr(group, "master_address_port") and hasattr(group, "worker_nodes")
 
 
+def rollout_tp(config: Any) -> int:
+    """The devices of one rollout replica: ``actor_rollout_ref.rollout.tensor_model_parallel_size`` (one engine
+    over that many ranks)."""
+    return int(config.actor_rollout_ref.rollout.tensor_model_parallel_size or 1)
+
+
 def rollout_replicas(config: Any) -> int:
-    """How many rollout replicas a config asks for: ``rollout.nnodes * rollout.n_gpus_per_node`` (1 without the
-    top-level ``rollout`` section)."""
+    """How many rollout replicas a config asks for: ``rollout.nnodes * rollout.n_gpus_per_node`` devices over
+    :func:`rollout_tp` each (1 without the top-level ``rollout`` section)."""
     pool = config.get("rollout")
-    return int(pool.nnodes) * int(pool.n_gpus_per_node) if pool is not None else 1
+    return int(pool.nnodes) * int(pool.n_gpus_per_node) // rollout_tp(config) if pool is not None else 1
 
 
 def rollout_pool(config: Any) -> Any:
@@ -109,8 +121,8 @@ def place_rollouter(device: str, actor_group: Any, replicas: int = 1, pool: Any 
     if ray_group and pool is None:
         raise ValueError("a trainer on Ray places its rollout replicas on a rollout pool: pass rollout_pool(config)")
     if pool is not None:
-        if pool.world_size != replicas:
-            raise ValueError(f"the rollout pool has {pool.world_size} bundles for {replicas} replicas")
+        if pool.world_size % replicas:
+            raise ValueError(f"the rollout pool's {pool.world_size} bundles do not split into {replicas} replicas")
         return RolloutPlacement([None] * replicas, "nccl" if device == "cuda" else "gloo", host, pool)
     if device != "cuda":
         return RolloutPlacement([None] * replicas, "gloo", host)

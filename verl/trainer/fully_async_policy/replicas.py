@@ -187,7 +187,8 @@ class ProcessReplica(Replica):
 
 class RolloutReplicaHost:
     """The body of a Ray rollout replica: :func:`rollouter_main` in a thread, fed through thread queues, so the
-    actor keeps answering (a new request, a push announcement, a read) while the thread generates."""
+    actor keeps answering (a new request, a push announcement, a read) while the thread generates.
+    ``engine_pool``: a tensor-parallel replica's bundles, where its engine's worker group goes."""
 
     def __init__(
         self,
@@ -196,6 +197,7 @@ class RolloutReplicaHost:
         partial_rollout: bool,
         check_weight_sync: bool,
         max_outstanding: int,
+        engine_pool: Any = None,
     ) -> None:
         self.requests: queue.Queue = queue.Queue()
         self.results: queue.Queue = queue.Queue(maxsize=max_outstanding)
@@ -205,7 +207,7 @@ class RolloutReplicaHost:
         self.thread = threading.Thread(
             target=rollouter_main,
             args=(container, wire, self.requests, self.results, self.syncs, self.sync_pending, None),
-            kwargs={"partial_rollout": bool(partial_rollout), "acks": self.acks},
+            kwargs={"partial_rollout": bool(partial_rollout), "acks": self.acks, "pool": engine_pool},
             name="verl-rollouter",
             daemon=True,
         )
@@ -242,27 +244,41 @@ class RolloutReplicaHost:
 
 
 class RayReplica(Replica):
-    """A rollout replica as a Ray actor on bundle ``bundle_index`` of placement group ``pg`` (Ray gives it the
-    bundle's GPU, if any: ``CUDA_VISIBLE_DEVICES`` inside the actor)."""
+    """A rollout replica whose loop runs in a Ray actor, on slot ``(group, start)`` of the rollout pool (``pool``,
+    :func:`~verl.trainer.fully_async_policy.placement.rollout_pool`).
 
-    def __init__(self, index: int, max_outstanding: int, check_weight_sync: bool, resources: dict[str, float]) -> None:
+    One device (``ranks == 1``): the actor takes bundle ``start`` of the node's group (Ray gives it the bundle's GPU:
+    ``CUDA_VISIBLE_DEVICES`` inside) and runs the engine itself. A tensor-parallel replica (``ranks > 1``): the
+    actor holds nothing and drives a worker group on bundles ``start .. start + ranks - 1``, one engine over them.
+    """
+
+    def __init__(self, index: int, max_outstanding: int, check_weight_sync: bool, pool: Any, ranks: int = 1) -> None:
         super().__init__(index)
         self.max_outstanding = max_outstanding
         self.check_weight_sync = check_weight_sync
-        self.resources = dict(resources)  # num_cpus / num_gpus of the actor: one bundle
+        self.pool = pool
+        self.ranks = int(ranks)
         self.actor: Any = None
         self.node_ip = "?"
         self.pid: int | None = None
         self._gone: str | None = None
 
-    def start(self, container: dict[str, Any], wire: tuple, partial_rollout: bool, pg: Any, bundle_index: int) -> None:
+    def start(self, container: dict[str, Any], wire: tuple, partial_rollout: bool, group: int, start: int) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle_index)
+        args = (container, wire, partial_rollout, self.check_weight_sync, self.max_outstanding)
+        if self.ranks == 1:
+            pg = self.pool.get_placement_groups()[group]
+            strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=start)
+            options = {**self.pool.actor_resources(), "scheduling_strategy": strategy}
+            engine_pool = None
+        else:  # the engine's ranks take the bundles; the driving actor needs no resources of its own
+            options = {"num_cpus": 0, "num_gpus": 0}
+            engine_pool = self.pool.slice(group, start, self.ranks, name_prefix=f"rollout_replica{self.index}")
         # a read waits on one thread of the actor while the others take requests and push announcements
-        host = ray.remote(RolloutReplicaHost).options(**self.resources, max_concurrency=4, scheduling_strategy=strategy)
-        self.actor = host.remote(container, wire, partial_rollout, self.check_weight_sync, self.max_outstanding)
+        host = ray.remote(RolloutReplicaHost).options(**options, max_concurrency=4)
+        self.actor = host.remote(*args, engine_pool)
         try:
             self.node_ip, self.pid = ray.get(self.actor.where.remote())
         except ray.exceptions.RayError as err:
@@ -306,7 +322,8 @@ class RayReplica(Replica):
             return False
 
     def describe(self) -> str:
-        return f"rollout worker {self.index} (pid {self.pid} on node {self.node_ip})"
+        ranks = f", an engine over {self.ranks} ranks" if self.ranks > 1 else ""
+        return f"rollout worker {self.index} (pid {self.pid} on node {self.node_ip}{ranks})"
 
     def death(self) -> str:
         return self._gone or "died"

@@ -11,6 +11,7 @@ loops and tools run here too), stamp every row with the weight version it was ge
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import queue
@@ -25,12 +26,21 @@ from verl.protocol import DataProto
 
 __all__ = ["POLL_S", "STOP", "rollouter_main"]
 
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.05  # how often a waiting side checks that the other one is still alive
 STOP = "stop"  # the request that ends the loop
 
 
 class RolloutReplicaBody:
-    """What runs inside the rollout process: the worker, the weight receiver, the request loop."""
+    """What runs inside a rollout replica: its engine, the weight receiver, the request loop.
+
+    The engine is one rollout-only :class:`~verl.workers.fsdp_workers.ActorRolloutRefWorker` in this process, or,
+    for a tensor-parallel replica (``pool``: a slice of the rollout pool of ``tensor_model_parallel_size``
+    bundles), a Ray worker group of that many rollout workers forming one vLLM engine over its ranks. Either way
+    the replica speaks to it through the worker's methods (``receive_rollout_weights``, ``generate_sequences``, the
+    agent loops' calls), so there is one receive path and one generation path.
+    """
 
     def __init__(
         self,
@@ -40,70 +50,61 @@ class RolloutReplicaBody:
         sync_pending: Any,
         partial_rollout: bool,
         acks: Any = None,
+        pool: Any = None,
     ) -> None:
         from verl.trainer.ppo.batch_rollout import make_agent_loop_manager
-        from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
         self.config = config
-        self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout")
-        self.worker.init_model()
-        # rollout.multi_turn.enable: the agent loops run here, over this worker's engine (with the judge of
+        self.worker: Any = None  # the engine's worker when it runs in this process
+        if pool is None:
+            from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+            self.worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="rollout")
+            self.worker.init_model()
+            self.engine: Any = self.worker
+            tokenizer = self.worker.tokenizer
+        else:
+            self.engine = _rollout_group(config, pool)
+            tokenizer = _tokenizer(config)
+        info = self._each("rollout_info")
+        self.rollout_name = str(info[0]["name"])
+        logger.info(
+            "rollout replica ready: %s engine over %d rank(s)%s",
+            self.rollout_name,
+            len(info),
+            f" (tensor-parallel size {info[0]['tp_size']})" if "tp_size" in info[0] else "",
+        )
+        # rollout.multi_turn.enable: the agent loops run here, over this replica's engine (with the judge of
         # reward_model.judge.overlap_rollout scoring each trajectory as it ends)
-        self.agent_loops = make_agent_loop_manager(config, self.worker.tokenizer, self.worker)
-        self.lora = lora_enabled(config.actor_rollout_ref.model)
-        if self.lora and self.worker.rollout_name == "hf":
-            self._add_lora()
-        # the weight-transfer group: (rank 0's host, port, backend, this process's rank, how many receive)
+        self.agent_loops = make_agent_loop_manager(config, tokenizer, self.engine)
+        if lora_enabled(config.actor_rollout_ref.model) and self.rollout_name == "hf":
+            self._each("add_rollout_lora")
+        # the weight-transfer group: (rank 0's host, port, backend, this replica's first rank, how many receive)
         self.wire = wire
-        self.transfer: Any = None  # joined in connect(), after the trainer saw "ready"
         self.syncs = syncs
         self.sync_pending = sync_pending
         self.partial_rollout = partial_rollout
         self.version = 0
         self.acks = acks  # rollout.check_weight_sync: where each push's held-weight digests go
 
+    def _each(self, method: str, *args: Any) -> list[Any]:
+        """``method(*args)`` on every rank of the engine: the one worker here, or each actor of the group."""
+        result = getattr(self.engine, method)(*args)
+        return [result] if self.worker is not None else list(result)
+
     def connect(self) -> None:
-        """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready")."""
-        from verl.workers.rollout.weight_transfer import WeightTransferGroup
-
-        host, port, backend, rank, receivers = self.wire
-        self.transfer = WeightTransferGroup(host, port, rank=rank, backend=backend, receivers=receivers)
-        self.transfer.connect()
-
-    def _add_lora(self) -> None:
-        """The rollout model gets the actor's LoRA adapters (same rank, alpha, targets), so a push of only the
-        adapter tensors lands in parameters of the same names (the engine generates with the module in place)."""
-        from verl.models.lora import build_lora
-
-        module = build_lora(self.worker.actor_module, self.config.actor_rollout_ref.model)
-        module.requires_grad_(False)
-        module.eval()
-        self.worker.actor_module = module
-        self.worker.rollout.module = module
+        """Join the trainer's weight-transfer group (its store exists once the trainer saw "ready"): every rank of
+        the engine is a receiver."""
+        host, port, backend, first_rank, receivers = self.wire
+        self._each("join_weight_receivers", host, port, backend, first_rank, receivers)
 
     def take_sync(self) -> None:
-        """Receive one push (blocking on the trainer's broadcast) and load it into the engine."""
-        from verl.workers.rollout.weight_digest import DigestingStream, module_digest, vllm_held_digest
-        from verl.workers.rollout.weight_transfer import load_named_tensors
-
+        """Receive one push on every rank (blocking on the trainer's broadcast) and load it into the engine."""
         self.syncs.get()
-        meta, tensors = self.transfer.receive()
-        if self.worker.rollout_name == "hf":
-            # the hf engine generates with this module: copying into it is the update
-            load_named_tensors(self.worker.actor_module, tensors)
-            if self.acks is not None:
-                held = module_digest(self.worker.actor_module, lora_only=self.lora)
-                self.acks.put({"engine": "hf", "held": held})
-        else:
-            stream = DigestingStream(tensors)
-            self.worker.rollout.update_weights(stream)
-            pulled = stream.pulled
-            for _ in stream:  # whatever the engine left unread, so the stream stays aligned
-                pass
-            if self.acks is not None:
-                report = self.worker.rollout.llm.collective_rpc(vllm_held_digest)[0]
-                self.acks.put({"engine": "vllm", "report": report, "pulled": sorted(pulled)})
-        self.version = int(meta["version"])
+        reports = self._each("receive_rollout_weights", self.acks is not None)
+        if self.acks is not None:
+            self.acks.put({k: v for k, v in reports[0].items() if k != "version"})
+        self.version = int(reports[0]["version"])
         if self.syncs.empty():
             self.sync_pending.clear()
 
@@ -112,16 +113,17 @@ class RolloutReplicaBody:
 
         start_version = self.version
         interruptions = 0
-        rollout = self.worker.rollout
         n = int(self.config.actor_rollout_ref.rollout.n)
+        # partial rollouts stop and continue the hf engine's own decode loop (in this process)
+        use_partial = self.partial_rollout and self.rollout_name == "hf" and self.agent_loops is None
 
         def generate_fn(gen_batch: DataProto) -> DataProto:
             nonlocal interruptions
-            use_partial = self.partial_rollout and self.worker.rollout_name == "hf" and self.agent_loops is None
             if not use_partial:
-                return generate_rollouts(self.worker, self.agent_loops, gen_batch)
+                return generate_rollouts(self.engine, self.agent_loops, gen_batch)
             from verl.trainer.fully_async_policy.partial_rollout import generate_resumable
 
+            rollout = self.worker.rollout
             out, interruptions = generate_resumable(rollout, gen_batch, self.sync_pending.is_set, self.take_sync)
             return out
 
@@ -135,6 +137,29 @@ class RolloutReplicaBody:
         return rollouts
 
 
+def _rollout_group(config: DictConfig, pool: Any) -> Any:
+    """A Ray worker group of rollout-only workers on ``pool`` (``tensor_model_parallel_size`` bundles of one node),
+    its engine started: vLLM over the group's ranks (its ``external_launcher``, as in synchronous training)."""
+    from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    cia = RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, role="rollout")
+    group = RayWorkerGroup(pool, cia)
+    group.init_model()
+    return group
+
+
+def _tokenizer(config: DictConfig) -> Any:
+    """The policy's tokenizer, loaded here (the agent loops' renderer of a replica whose engine runs elsewhere)."""
+    from verl.models.loader import load_tokenizer
+    from verl.utils.tokenizer import use_chat_template
+
+    model = config.actor_rollout_ref.model
+    tokenizer = load_tokenizer(model.tokenizer_path or model.path, trust_remote_code=bool(model.trust_remote_code))
+    use_chat_template(tokenizer, model.custom_chat_template)
+    return tokenizer
+
+
 def rollouter_main(
     config: dict[str, Any],
     wire: tuple[str, int, str, int, int],
@@ -145,18 +170,20 @@ def rollouter_main(
     parent_pid: int | None,
     partial_rollout: bool = False,
     acks: Any = None,
+    pool: Any = None,
 ) -> None:
     """Entry point of a rollout replica (see the module docstring). Reports ``"ready"`` once the model is loaded,
     then one result per request; an exception is reported as ``("error", traceback)`` before exiting.
 
     ``parent_pid``: the driver's pid, for a spawned process to exit when the driver is gone (None in a Ray actor,
-    which Ray stops with its owner)."""
+    which Ray stops with its owner). ``pool``: a tensor-parallel replica's slice of the rollout pool, where its
+    engine's ranks run (None: the engine runs in this process)."""
     from verl.utils.logging_utils import configure_logging
 
     configure_logging(False, None)
     cfg = OmegaConf.create(config)
     try:
-        proc = RolloutReplicaBody(cfg, wire, syncs, sync_pending, partial_rollout, acks)
+        proc = RolloutReplicaBody(cfg, wire, syncs, sync_pending, partial_rollout, acks, pool)
         results.put("ready")
         proc.connect()
         while True:

@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto
-from verl.trainer.fully_async_policy.placement import place_rollouter, rollout_replicas
+from verl.trainer.fully_async_policy.placement import place_rollouter, rollout_replicas, rollout_tp
 from verl.trainer.fully_async_policy.replicas import ProcessReplica, RayReplica, Replica, RolloutWorkerError
 
 logger = logging.getLogger(__name__)
@@ -68,8 +68,10 @@ class Rollouter:
 
         self.device = get_device_name(config.trainer.device)
         self.max_outstanding = int(max_outstanding)
-        self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync)
-        count = rollout_replicas(config)
+        count, self.ranks = rollout_replicas(config), rollout_tp(config)
+        # a tensor-parallel engine holds shards, whose digests are not the full tensors': not read back (as in
+        # synchronous training, docs/trust.md)
+        self.check_weight_sync = bool(config.actor_rollout_ref.rollout.check_weight_sync) and self.ranks == 1
         self.placement = place_rollouter(self.device, actor_group, count, pool)
         self.replicas = self._make_replicas(count)
         host, port, backend = self.placement.host, find_free_port(), self.placement.backend
@@ -81,14 +83,15 @@ class Rollouter:
         self._submitted = 0
         self._actor_group = actor_group
         try:
+            receivers = count * self.ranks  # every rank of every replica receives each push
             for replica, where in zip(self.replicas, self._where()):
-                wire = (host, port, backend, replica.index + 1, count)  # receiver ranks 1..count
+                wire = (host, port, backend, 1 + replica.index * self.ranks, receivers)  # receiver ranks from 1
                 replica.start(container, wire, partial_rollout, *where)
             for replica in self.replicas:
                 item = replica.get("waiting for it to load the model")
                 if item != "ready":
                     raise RolloutWorkerError(f"unexpected first message from the {replica.describe()}: {item!r}")
-            actor_group.init_weight_sender(host, port, backend, count)
+            actor_group.init_weight_sender(host, port, backend, receivers)
         except BaseException:
             self.close()
             raise
@@ -97,14 +100,14 @@ class Rollouter:
         if self.placement.pool is None:
             ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited torch threads, CUDA or locks
             return [ProcessReplica(ctx, i, self.max_outstanding, self.check_weight_sync) for i in range(count)]
-        resources = self.placement.pool.actor_resources()
-        return [RayReplica(i, self.max_outstanding, self.check_weight_sync, resources) for i in range(count)]
+        pool = self.placement.pool
+        return [RayReplica(i, self.max_outstanding, self.check_weight_sync, pool, self.ranks) for i in range(count)]
 
     def _where(self) -> list[tuple[Any, ...]]:
-        """Each replica's place: its ``CUDA_VISIBLE_DEVICES`` (processes), or its placement group and bundle (Ray)."""
+        """Each replica's place: its ``CUDA_VISIBLE_DEVICES`` (processes), or its node group and first bundle (Ray)."""
         if self.placement.pool is None:
             return [(gpu,) for gpu in self.placement.cuda_visible_devices]
-        return self.placement.bundles()
+        return self.placement.slots(self.ranks)
 
     @property
     def pid(self) -> int | None:
