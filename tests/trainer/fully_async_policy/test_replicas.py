@@ -29,9 +29,8 @@ def _pool_config(nnodes: int, per_node: int) -> object:
 
 
 def _start(pool, container: dict) -> RayReplica:
-    replica = RayReplica(0, max_outstanding=2, check_weight_sync=False, resources=pool.actor_resources())
-    pg = pool.get_placement_groups()[0]
-    replica.start(container, ("127.0.0.1", 1, "gloo", 1, 1), False, pg, 0)
+    replica = RayReplica(0, max_outstanding=2, check_weight_sync=False, pool=pool)
+    replica.start(container, ("127.0.0.1", 1, "gloo", 1, 1), False, 0, 0)
     return replica
 
 
