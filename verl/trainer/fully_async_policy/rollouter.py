@@ -1,7 +1,8 @@
 """The rollouter: rollout replicas that turn prompt batches into rollouts while the trainer trains.
 
-:class:`Rollouter` starts ``rollout.nnodes * rollout.n_gpus_per_node`` replicas (each its own copy of the policy and
-engine, one device each: :mod:`verl.trainer.fully_async_policy.rollout_process`), hands them prompt batches in turn
+:class:`Rollouter` starts the rollout replicas (``rollout.nnodes * rollout.n_gpus_per_node`` devices, in replicas of
+``tensor_model_parallel_size`` devices with one engine and copy of the policy each:
+:mod:`verl.trainer.fully_async_policy.rollout_process`), hands them prompt batches in turn
 (:meth:`Rollouter.submit`), reads the finished rollouts in submission order (:meth:`Rollouter.next_result`) and
 pushes new weights (:meth:`Rollouter.push_weights`) from the trainer's rank 0 over the one weight-transfer path
 (:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU). Where the replicas
@@ -37,8 +38,8 @@ __all__ = ["Rollouter", "RolloutWorkerError"]
 
 
 class Rollouter:
-    """The driver's handle on the rollout replicas: ``rollout.nnodes * rollout.n_gpus_per_node`` of them, one
-    device each (:mod:`verl.trainer.fully_async_policy.placement`).
+    """The driver's handle on the rollout replicas: ``rollout.nnodes * rollout.n_gpus_per_node`` devices over
+    ``actor_rollout_ref.rollout.tensor_model_parallel_size`` each (:mod:`verl.trainer.fully_async_policy.placement`).
 
     Prompt batches go to the replicas in turn and their results are read back in submission order, so the data
     order (and a resumed run's) does not depend on which replica finishes first. One push reaches every replica.
