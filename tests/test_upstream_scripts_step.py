@@ -57,8 +57,10 @@ def test_one_step_args_shrink_dapos_sizes_and_vary_the_score_under_dynamic_sampl
 def test_a_call_refused_only_for_sizes_the_harness_shrinks_is_trained() -> None:
     from scripts.upstream_scripts_step import only_sizes
 
-    pool = "rollout.nnodes=2: the rollout processes run on the driver's machine (one per device of ..."
+    pool = "rollout.nnodes=2: a rollout pool across machines runs as Ray actors beside a trainer on Ray, and ..."
     split = "data.train_batch_size * actor_rollout_ref.rollout.n = 32 * 16 = 512 sequences per step do not split "
     split += "evenly over world size trainer.nnodes * trainer.n_gpus_per_node = 2 * 6 = 12 (512 % 12 = 8)"
     assert only_sizes({"errors": [pool, split]})
     assert not only_sizes({"errors": [pool, "a.b: unknown key"]}) and not only_sizes({"errors": []})
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size=4: each replica's ranks are on one node, so ..."
+    assert only_sizes({"errors": [tp, split]})

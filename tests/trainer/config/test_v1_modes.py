@@ -73,8 +73,10 @@ def test_separate_async_rollout_pool_is_the_top_level_rollout_section() -> None:
     # trainers' (processes on the driver's machine: one node)
     cfg = load_config([*sep, "actor_rollout_ref.rollout.nnodes=1", "trainer.n_gpus_per_node=8"])
     assert (cfg.rollout.nnodes, cfg.rollout.n_gpus_per_node) == (1, 8)
-    with pytest.raises(ConfigError, match="rollout.nnodes=2: the rollout processes run on the driver's machine"):
+    # a pool across machines is Ray actors beside a trainer on Ray: refused beside one rank in the driver
+    with pytest.raises(ConfigError, match=r"rollout.nnodes=2: a rollout pool across machines .* set trainer.backend"):
         load_config([*sep, "actor_rollout_ref.rollout.nnodes=2"])
+    assert load_config([*sep, "actor_rollout_ref.rollout.nnodes=2", "trainer.backend=ray"]).rollout.nnodes == 2
     with pytest.raises(ConfigError, match="both size the rollout pool of separate_async"):
         load_config([*sep, "actor_rollout_ref.rollout.nnodes=2", "rollout.nnodes=1"])
     # the synchronous trainer has no standalone pool: refused as before
