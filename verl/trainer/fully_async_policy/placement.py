@@ -71,7 +71,7 @@ def _is_ray_group(group: Any) -> bool:
 def rollout_tp(config: Any) -> int:
     """The devices of one rollout replica: ``actor_rollout_ref.rollout.tensor_model_parallel_size`` (one engine
     over that many ranks)."""
-    return int(config.actor_rollout_ref.rollout.tensor_model_parallel_size or 1)
+    return int(config.actor_rollout_ref.rollout.tensor_model_parallel_size)
 
 
 def rollout_replicas(config: Any) -> int:
