@@ -43,6 +43,7 @@ from verl.workers.fsdp_setup import (
 )
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 from verl.workers.reward_model_worker import RewardModelWorker
+from verl.workers.roles import ACTOR_ROLES, REF_ROLES, ROLES, ROLLOUT_ROLES
 from verl.workers.rollout.request_server import RequestServer
 from verl.workers.rollout_engine import RolloutEngineMixin
 
@@ -53,7 +54,6 @@ logger = logging.getLogger(__name__)
 # MFU peaks already logged by this process (one line per peak, not one per step)
 _LOGGED_PEAKS: set[str] = set()
 
-ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
 
 class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
@@ -93,9 +93,9 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         set_torch_threads()
         self.config = private_section(config, ActorRolloutRefConfig)
         self.role = role
-        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
-        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
-        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._is_actor = role in ACTOR_ROLES
+        self._is_rollout = role in ROLLOUT_ROLES
+        self._is_ref = role in REF_ROLES
         self._is_lora = lora_enabled(self.config.model)
         self.device_name = get_device_name(os.environ.get("VERL_DEVICE", "auto"))
         init_distributed_if_needed(self.device_name, timeout_s=float(self.config.nccl_timeout))
@@ -314,7 +314,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         prompts = prompts.to(self.compute_device)
         prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
-        rollout = self._require(self.rollout, "generate_sequences", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        rollout = self._require(self.rollout, "generate_sequences", ROLLOUT_ROLES)
         # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
         # the group pools its chunks, generates them together and each rank keeps its own rows
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
@@ -344,7 +344,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         """``hold=True``: keep this rank ready to generate across several :meth:`generate_sequences` calls (the hf
         engine's parameters gathered once, vLLM awake) until ``hold=False``. The driver's agent loops hold a Ray
         group for one batch of turns, whose waiting requests go out as one ``generate_sequences`` call at a time."""
-        self._require(self.rollout, "hold_generation", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        self._require(self.rollout, "hold_generation", ROLLOUT_ROLES)
         if hold and self._generation_held is None:
             self._generation_held = self._generation_hold()
         elif not hold and self._generation_held is not None:
@@ -360,7 +360,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
 
         The server is a live object of this process (threads, futures): the local backend hands it to the driver;
         a Ray group's driver batches the waiting requests into :meth:`generate_sequences` calls instead."""
-        rollout = self._require(self.rollout, "open_request_server", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        rollout = self._require(self.rollout, "open_request_server", ROLLOUT_ROLES)
         if self._rollout_tp_group is not None:
             raise ValueError(
                 "open_request_server: a tensor-parallel engine spans several ranks and serves batches through "
@@ -390,7 +390,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs (``old_log_probs``) and entropies (``entropys``) of the responses under the current actor, and
         ``sum_pi_squared`` with ``actor.calculate_sum_pi_squared``."""
-        actor = self._require(self.actor, "compute_log_prob", ("actor", "actor_rollout", "actor_rollout_ref"))
+        actor = self._require(self.actor, "compute_log_prob", ACTOR_ROLES)
         data, rows = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         with_sq = bool(self.config.actor.calculate_sum_pi_squared)
@@ -411,7 +411,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of the responses under the frozen reference policy (``ref_log_prob``)."""
-        ref_policy = self._require(self.ref_policy, "compute_ref_log_prob", ("ref", "actor_rollout_ref"))
+        ref_policy = self._require(self.ref_policy, "compute_ref_log_prob", REF_ROLES)
         data, rows = gather_group_batch(data.to(self.compute_device), ref_policy.sp_group)
         self._log_prob_meta(data, self.config.ref, self.ref_sp)
         on_actor = self._is_lora and self.ref_module is None
@@ -426,7 +426,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
-        actor = self._require(self.actor, "update_actor", ("actor", "actor_rollout", "actor_rollout_ref"))
+        actor = self._require(self.actor, "update_actor", ACTOR_ROLES)
         data, _ = gather_group_batch(data.to(self.compute_device), actor.sp_group)
         data.meta_info["temperature"] = float(self.config.rollout.temperature)
         hints = memory_hints.explain_out_of_memory("the actor update", lambda: memory_hints.update_hints(self.config))

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import fsdp_utils
 from verl.workers.fsdp_setup import loaded
+from verl.workers.roles import ACTOR_ROLES, ROLLOUT_ROLES
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class RolloutEngineMixin:
         the gathers of a sharded actor). With LoRA only the adapter tensors travel (``lora_A``/``lora_B`` under
         the PEFT names; the rollout model carries the same adapters), else the full weights under transformers
         names. Returns the bytes sent (0 on the other ranks)."""
-        actor = self._require(self.actor, "send_rollout_weights", ("actor", "actor_rollout", "actor_rollout_ref"))
+        actor = self._require(self.actor, "send_rollout_weights", ACTOR_ROLES)
         if self._is_lora:
             items = (
                 (name, fsdp_utils.full_tensor_cpu(p.detach()))
@@ -296,7 +297,7 @@ class RolloutEngineMixin:
         it runs in and, for vLLM, ``tp_size`` / ``dp_rank`` / ``dp_size`` (tensor-parallel size, index of this
         rank's replica, number of replicas), ``weight_syncs`` (weight updates received) and ``last_weight_sync_s``.
         The group returns one dict per rank."""
-        rollout = self._require(self.rollout, "rollout_info", ("rollout", "actor_rollout", "actor_rollout_ref"))
+        rollout = self._require(self.rollout, "rollout_info", ROLLOUT_ROLES)
         info: dict[str, Any] = {"name": self.rollout_name, "rank": self.rank, "pid": os.getpid()}
         for key in ("tp_size", "dp_rank", "dp_size", "weight_syncs", "last_weight_sync_s"):
             if hasattr(rollout, key):

@@ -1,6 +1,7 @@
 """The asynchronous trainers end to end on a tiny model, with the rollouter in a second process.
 
-- staleness 0 reproduces the synchronous run on the same seed (same batches, same losses) and every sample is
+- staleness 0 reproduces the synchronous run on the same seed (same batches, same losses, the same validation
+  figures, though validation runs on the rollouter and the trainer's ranks hold no engine) and every sample is
   stamped with the weight version the trainer holds when it trains on it (on-policy for real);
 - with staleness 1 and partial rollouts every consumed sample's staleness is logged and within the bound, and a run
   resumed from its step-2 checkpoint trains on the same prompts, in the same order, as the uninterrupted run;
@@ -36,10 +37,11 @@ LOSS_TOL = 1e-6
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("async_task")
-    train, _ = generate_arithmetic_splits(train_size=24, test_size=2, seed=3)
+    train, test = generate_arithmetic_splits(train_size=24, test_size=3, seed=3)
     write_parquet(train, str(root / "train.parquet"))
+    write_parquet(test, str(root / "test.parquet"))
     (root / "reward.py").write_text(REWARD_SOURCE)
-    return {"train": str(root / "train.parquet"), "reward": str(root / "reward.py")}
+    return {"train": str(root / "train.parquet"), "test": str(root / "test.parquet"), "reward": str(root / "reward.py")}
 
 
 def _config(model: str, task: dict[str, str], out: Path, steps: int, extra: list[str]) -> DictConfig:
@@ -80,17 +82,33 @@ def _train(cfg: DictConfig):
     return trainer, [r["metrics"] for r in rows if "metrics" in r]
 
 
+def _validating(task: dict[str, str], test_freq: int) -> list[str]:
+    return [f"data.val_files={task['test']}", "trainer.val_before_train=true", f"trainer.test_freq={test_freq}"]
+
+
+def _val_core(trainer) -> list[tuple[int, dict[str, float]]]:
+    return [(step, {k: v for k, v in m.items() if k.startswith("val-core/")}) for step, m in trainer.val_history]
+
+
 def test_staleness_zero_reproduces_the_synchronous_run(tiny_model_dir, task, tmp_path):
-    _, sync = _train(_config(tiny_model_dir, task, tmp_path / "sync", 3, []))
+    validating = _validating(task, 2)
+    synchronous, sync = _train(_config(tiny_model_dir, task, tmp_path / "sync", 3, validating))
     trainer, fully = _train(
         _config(
             tiny_model_dir,
             task,
             tmp_path / "async",
             3,
-            ["async_training.mode=fully_async", "async_training.staleness_threshold=0"],
+            ["async_training.mode=fully_async", "async_training.staleness_threshold=0", *validating],
         )
     )
+    # validated on the rollouter (the trainer's rank holds no engine) before training, after step 2 (the weights
+    # pushed after it) and after step 3 (pushed for the validation): the synchronous run's figures exactly
+    assert trainer.worker_roles()["actor_rollout"][1]["role"] == "actor"
+    assert [step for step, _ in _val_core(trainer)] == [0, 2, 3]
+    assert _val_core(trainer) == _val_core(synchronous) and all(m for _, m in _val_core(trainer))
+    assert trainer.val_history[-1][1]["async/val_weight_version"] == 3
+    sync, fully = ([m for m in rows if "actor/pg_loss" in m] for rows in (sync, fully))
     assert len(sync) == len(fully) == 3
     for a, b in zip(sync, fully):
         assert a["critic/score/mean"] == b["critic/score/mean"]
@@ -109,8 +127,13 @@ def test_staleness_bound_logged_and_resume_keeps_the_data_order(tiny_model_dir, 
         "async_training.mode=fully_async",
         "async_training.staleness_threshold=1",
         "async_training.partial_rollout=true",
+        # validation after step 2, with a batch in flight on the rollouter: answered after it, order kept
+        f"data.val_files={task['test']}",
+        "trainer.test_freq=2",
     ]
     full, metrics = _train(_config(tiny_model_dir, task, tmp_path / "full", 4, extra))
+    assert [step for step, _ in full.val_history] == [2, 4]
+    metrics = [m for m in metrics if "async/staleness/max" in m]
     staleness = [m["async/staleness/max"] for m in metrics]
     assert len(staleness) == 4 and max(staleness) <= 1
     # one version ahead: the rollouter used its allowance (a batch it had not started before a push would be 0)
@@ -204,6 +227,9 @@ def test_two_trainer_ranks_and_a_rollout_pool_on_two_nodes(tiny_model_dir, task,
         "trainer.device=cpu",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.check_weight_sync=true",
+        # validation split over the two replicas, after step 1 with step 2's batch in flight on one of them
+        f"data.val_files={task['test']}",
+        "trainer.test_freq=1",
     ]
     try:
         trainer, metrics = _train(_config(tiny_model_dir, task, tmp_path / "out", 2, extra))
@@ -211,6 +237,8 @@ def test_two_trainer_ranks_and_a_rollout_pool_on_two_nodes(tiny_model_dir, task,
         ray.shutdown()
     assert trainer.actor_rollout_wg.world_size == 2
     assert len(metrics) == 2 and metrics[-1]["async/weight_version"] == 1  # step 2 trained after a push
+    assert [m["async/val_weight_version"] for m in metrics] == [1, 2]  # the last step's weights pushed to validate
+    assert all(any(k.startswith("val-core/") for k in m) for m in metrics)
     assert any(m.get("async/param_sync_bytes", 0) > 0 for m in metrics)
     assert len(served) == 1 and len(served[0]) == 2 and min(served[0]) >= 1  # both replicas generated
     assert [type(r).__name__ for r in trainer.rollouter.replicas] == ["RayReplica", "RayReplica"]

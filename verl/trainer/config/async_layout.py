@@ -37,7 +37,7 @@ from omegaconf import DictConfig
 
 from verl.utils.errors import ConfigWarning
 
-__all__ = ["check_async_layout", "resolve_async_layout"]
+__all__ = ["check_async_layout", "engine_on_actor_ranks", "resolve_async_layout"]
 
 _POOL_KEYS = (
     "rollout.nnodes",
@@ -56,6 +56,13 @@ def _select(pool: Any, key: str) -> Any:
 def _mode(cfg: DictConfig) -> str | None:
     at = cfg.get("async_training")
     return at.get("mode") if isinstance(at, DictConfig) else None
+
+
+def engine_on_actor_ranks(cfg: DictConfig) -> bool:
+    """Whether the actor's ranks hold a rollout engine: in synchronous training (the hybrid engine), and in the
+    asynchronous trainers only with ``async_training.use_trainer_do_validate`` (validation on the trainer's ranks,
+    upstream v0.9's key); otherwise their rollouts and validation run on the rollouter."""
+    return _mode(cfg) is None or bool(cfg.async_training.get("use_trainer_do_validate"))
 
 
 def resolve_async_layout(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
@@ -107,9 +114,10 @@ def resolve_async_layout(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]
     return changed
 
 
-def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
+def check_async_layout(cfg: DictConfig, errors: list[str], warns: list[str] | None = None) -> None:
     """One line for a rollout pool this project cannot place (module docstring), for the ``rollout`` section or
-    ``hybrid_engine=false`` in synchronous training, and for a negative ``total_rollout_steps``."""
+    ``hybrid_engine=false`` in synchronous training, and for a negative ``total_rollout_steps``; a warning in
+    ``warns`` when validation on the rollouter would see weights older than the step's."""
     mode = _mode(cfg)
     pool = cfg.get("rollout")
     hybrid = bool(cfg.actor_rollout_ref.hybrid_engine)
@@ -127,6 +135,7 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
                 "(async_training.mode); in synchronous training the rollout shares the actor's ranks: drop it"
             )
         return
+    _check_validation_weights(cfg, mode, warns if warns is not None else [])
     if not isinstance(pool, DictConfig):
         return
     from verl.trainer.config.parallel_checks import resolve_backend
@@ -148,6 +157,21 @@ def check_async_layout(cfg: DictConfig, errors: list[str]) -> None:
     total = pool.get("total_rollout_steps")
     if total is not None and int(total) < 1:
         errors.append(f"rollout.total_rollout_steps={total} must be >= 1 (or null: the data's prompts x epochs)")
+
+
+def _check_validation_weights(cfg: DictConfig, mode: str, warns: list[str]) -> None:
+    """Validation on the rollouter validates the last weights pushed: with a ``trainer.test_freq`` that is not a
+    multiple of ``trigger_parameter_sync_step`` some validations see weights a few steps old."""
+    trigger = int(cfg.async_training.trigger_parameter_sync_step) if mode == "fully_async" else 1
+    freq = int(cfg.trainer.test_freq)
+    if engine_on_actor_ranks(cfg) or trigger <= 1 or freq <= 0 or freq % trigger == 0:
+        return
+    warns.append(
+        f"trainer.test_freq={freq} is not a multiple of async_training.trigger_parameter_sync_step={trigger}: "
+        "validation runs on the rollouter with the last weights pushed, so some passes validate weights up to "
+        f"{trigger - 1} steps old (the last step's are pushed first); use a multiple, or "
+        "async_training.use_trainer_do_validate=true to validate on the trainer's ranks"
+    )
 
 
 def _check_tensor_parallel_replicas(cfg: DictConfig, pool: DictConfig, tp: int, mode: str, errors: list[str]) -> None:

@@ -147,16 +147,16 @@ def check_implemented(cfg: DictConfig, errors: list[str], warns: list[str]) -> N
     from verl.trainer.config.upstream_keys import check_upstream_values
 
     check_upstream_values(cfg, errors)
-    from verl.trainer.config.async_layout import check_async_layout
+    from verl.trainer.config.async_layout import check_async_layout, engine_on_actor_ranks
 
-    check_async_layout(cfg, errors)  # hybrid_engine=false and the top-level rollout pool (v0.9's async scripts)
+    check_async_layout(cfg, errors, warns)  # hybrid_engine=false and the top-level rollout pool (v0.9's async scripts)
     tp = int(arr.rollout.tensor_model_parallel_size)
     if str(arr.rollout.name) == "hf" and tp > 1:
         warns.append(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} applies to the vllm engine; the hf engine "
             f"generates on each rank with the actor's own (gathered) weights, so it has no tensor parallelism"
         )
-    elif tp > 1:
+    elif tp > 1 and engine_on_actor_ranks(cfg):  # else the engines are the rollouter's (async_layout checks them)
         from verl.workers.rollout.base import rollout_tp_error
 
         # refused here rather than when the engines start: under rollout.name=auto an unusable size would

@@ -92,13 +92,16 @@ class AsyncTrainingConfig(BaseConfig):
     use_rollout_log_probs: bool = False  # the rollout's log-probs are the old policy (bypass mode)
     # verl's January key: true recomputes the old log-probs with the policy before the update (bypass_mode=false)
     compute_prox_log_prob: Optional[bool] = None
+    # upstream v0.9's key: validate on the trainer's ranks, which then hold a rollout engine each (the hybrid
+    # engine); false: the trainer's ranks hold no engine and validation runs on the rollouter's replicas
+    use_trainer_do_validate: bool = False
 
 
 @dataclass
 class RolloutPoolConfig(BaseConfig):
     """``rollout`` (top level, upstream v0.9's asynchronous trainers): the rollouter's devices and how many prompts it
-    generates (verl/trainer/config/async_layout.py). Here the rollouter is ``n_gpus_per_node`` processes (one device
-    each) on the driver's machine, so ``nnodes`` is 1; ``total_rollout_steps`` (prompts) sets
+    generates (verl/trainer/config/async_layout.py): ``nnodes * n_gpus_per_node`` devices in replicas of
+    ``actor_rollout_ref.rollout.tensor_model_parallel_size``; ``total_rollout_steps`` (prompts) sets
     ``trainer.total_training_steps`` as upstream counts it."""
 
     nnodes: int = 1

@@ -48,8 +48,10 @@ __all__ = ["FullyAsyncRayPPOTrainer", "StalenessError"]
 class FullyAsyncRayPPOTrainer(RayPPOTrainer):
     """:class:`RayPPOTrainer` whose rollouts come from a separate rollouter process (see the module docstring).
 
-    The trainer's own worker group trains (and validates); the rollouter holds a second copy of the policy and
-    its engine; rank 0 of the actor group pushes the weights to it.
+    The trainer's own worker group trains; the rollouter's replicas hold the policy's other copies and their
+    engines, and rank 0 of the actor group pushes the weights to them. Validation runs on the rollouter too
+    (:meth:`generate_on_engines`), so the trainer's ranks hold no engine, as upstream's; with
+    ``async_training.use_trainer_do_validate`` they keep one and validate on it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -66,6 +68,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         self.rollouter: Any = None
         self._rollout_pool: Any = None  # the rollout pool reserved in Ray, until the rollouter takes it
         self.weight_version = 0
+        self._pushed_at_step = -1  # the trainer's step when it last pushed its weights (-1: never)
         # per submitted batch not yet consumed: where the data loader was before it was drawn (resume point)
         self._inflight: deque[dict[str, Any]] = deque()
         self._issued = 0  # prompt batches given to the rollouter so far in this run (its data index)
@@ -138,6 +141,36 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
             raise
 
     # ---------------------------------------------------------------------------------------------- rollouter
+    def engine_on_actor_ranks(self) -> bool:
+        """Only with ``async_training.use_trainer_do_validate`` (:func:`~verl.trainer.config.async_layout.
+        engine_on_actor_ranks`); otherwise the trainer's ranks are actors (and reference) only."""
+        from verl.trainer.config.async_layout import engine_on_actor_ranks
+
+        return engine_on_actor_ranks(self.config)
+
+    def generate_on_engines(self, gen_batch: DataProto) -> DataProto:
+        """The trainer's own generation calls (validation, evaluators): on its ranks' engines with
+        ``use_trainer_do_validate``, else on the rollouter's replicas (:meth:`Rollouter.generate`)."""
+        if self.engine_on_actor_ranks():
+            return super().generate_on_engines(gen_batch)
+        self.start_rollouter()
+        return self.rollouter.generate(gen_batch)
+
+    def _validate(self) -> dict[str, float]:
+        """Validation on the rollouter validates the weights it holds: the last push. The last step pushes its
+        weights first (no rollout follows it, so the staleness schedule is untouched); mid-run, a ``test_freq``
+        that is not a multiple of ``trigger_parameter_sync_step`` validates weights up to that many steps old
+        (the config check warns). ``async/val_weight_version`` says which version was validated."""
+        if self.engine_on_actor_ranks():
+            return super()._validate()
+        self.start_rollouter()
+        if self.global_steps >= self.total_training_steps and self._pushed_at_step < self.global_steps:
+            self._push(self.weight_version + 1)
+        metrics = super()._validate()
+        if metrics:
+            metrics["async/val_weight_version"] = float(self.weight_version)
+        return metrics
+
     def start_rollouter(self) -> None:
         """Start the rollout process and give it the trainer's current weights (version ``weight_version``: 0, or
         the number of pushes before the resumed step)."""
@@ -172,6 +205,7 @@ class FullyAsyncRayPPOTrainer(RayPPOTrainer):
         start = time.perf_counter()
         sent = self.rollouter.push_weights(version)
         self.weight_version = version
+        self._pushed_at_step = self.global_steps
         self._step_async_metrics["async/param_sync_bytes"] = float(sent)
         return time.perf_counter() - start
 

@@ -45,7 +45,7 @@ class Replica:
 
     # -------------------------------------------------------------------------------------------- transport
     def put_request(self, item: bytes) -> None:
-        """Queue one pickled ``(prompts, meta)`` request."""
+        """Queue one pickled request ``(kind, *payload)`` (:mod:`~verl.trainer.fully_async_policy.rollout_process`)."""
         raise NotImplementedError
 
     def put_sync(self, version: int) -> None:

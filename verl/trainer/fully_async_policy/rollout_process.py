@@ -4,9 +4,15 @@
 ProcessReplica`) or in a thread of a Ray actor (:class:`~verl.trainer.fully_async_policy.replicas.RayReplica`); the
 two hand it the same five channels (requests, results, syncs, the sync-pending flag, acks), as multiprocessing or
 thread queues. It builds a rollout-only :class:`~verl.workers.fsdp_workers.ActorRolloutRefWorker` (loaded from
-``actor_rollout_ref.model.path``) and loops: take pending weights, take the next prompt batch, generate
-``rollout.n`` responses per prompt (:func:`verl.trainer.ppo.batch_rollout.generate_groups`, so multi-turn agent
-loops and tools run here too), stamp every row with the weight version it was generated with, and queue the result.
+``actor_rollout_ref.model.path``) and loops: take pending weights, take the next request, answer it, queue the
+result. A request is one of two kinds:
+
+* :data:`ROLLOUTS` ``(prompts, meta)``: a training prompt batch; ``rollout.n`` responses per prompt
+  (:func:`verl.trainer.ppo.batch_rollout.generate_groups`, so multi-turn agent loops and tools run here too), every
+  row stamped with the weight version it was generated with;
+* :data:`GENERATE` ``(gen_batch,)``: one generation call as the trainer would make it on an engine of its own
+  (prompts already repeated, ``meta_info`` the call's sampling: validation's greedy decoding), the result's
+  ``meta_info["rollout_weight_version"]`` the version that generated it.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from omegaconf import DictConfig, OmegaConf
 from verl.models.lora import lora_enabled
 from verl.protocol import DataProto
 
-__all__ = ["POLL_S", "STOP", "rollouter_main"]
+__all__ = ["GENERATE", "POLL_S", "ROLLOUTS", "STOP", "rollouter_main"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often a waiting side checks that the other one is still alive
 STOP = "stop"  # the request that ends the loop
+ROLLOUTS = "rollouts"  # a training prompt batch (module docstring)
+GENERATE = "generate"  # one generation call of the trainer's (module docstring)
 
 
 class RolloutReplicaBody:
@@ -136,6 +144,24 @@ class RolloutReplicaBody:
         rollouts.meta_info["partial_rollout_interruptions"] = interruptions
         return rollouts
 
+    def generate_call(self, gen_batch: DataProto) -> DataProto:
+        """One generation call of the trainer's (validation's): ``gen_batch`` (repeated prompts, the call's
+        sampling in ``meta_info``) -> its rollouts on this replica's engine or agent loops, with the weight version
+        that generated them in ``meta_info["rollout_weight_version"]``."""
+        from verl.trainer.ppo.batch_rollout import generate_rollouts
+
+        out = generate_rollouts(self.engine, self.agent_loops, gen_batch)
+        out.meta_info["rollout_weight_version"] = self.version
+        return out
+
+    def answer(self, kind: str, payload: tuple) -> DataProto:
+        """The result of one request of ``kind`` (module docstring)."""
+        if kind == ROLLOUTS:
+            return self.generate(*payload)
+        if kind == GENERATE:
+            return self.generate_call(*payload)
+        raise ValueError(f"unknown rollout request {kind!r}; expected {ROLLOUTS!r} or {GENERATE!r}")
+
 
 def _rollout_group(config: DictConfig, pool: Any) -> Any:
     """A Ray worker group of rollout-only workers on ``pool`` (``tensor_model_parallel_size`` bundles of one node),
@@ -199,8 +225,8 @@ def rollouter_main(
                 continue
             if item == STOP:
                 return
-            prompts, meta = pickle.loads(item)  # noqa: S301 - written by the driver
-            results.put(pickle.dumps(proc.generate(prompts, meta)))
+            kind, *payload = pickle.loads(item)  # noqa: S301 - written by the driver
+            results.put(pickle.dumps(proc.answer(kind, tuple(payload))))
     except Exception:  # noqa: BLE001 - the driver reports it, naming this process
         results.put(("error", traceback.format_exc()))
         raise

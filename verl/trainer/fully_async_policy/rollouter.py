@@ -3,7 +3,8 @@
 :class:`Rollouter` starts the rollout replicas (``rollout.nnodes * rollout.n_gpus_per_node`` devices, in replicas of
 ``tensor_model_parallel_size`` devices with one engine and copy of the policy each:
 :mod:`verl.trainer.fully_async_policy.rollout_process`), hands them prompt batches in turn
-(:meth:`Rollouter.submit`), reads the finished rollouts in submission order (:meth:`Rollouter.next_result`) and
+(:meth:`Rollouter.submit`), reads the finished rollouts in submission order (:meth:`Rollouter.next_result`),
+answers the trainer's own generation calls (validation: :meth:`Rollouter.generate`, split over the replicas) and
 pushes new weights (:meth:`Rollouter.push_weights`) from the trainer's rank 0 over the one weight-transfer path
 (:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU). Where the replicas
 run (processes on the driver's machine, or Ray actors on the rollout pool's nodes) and which wire they use:
@@ -26,11 +27,13 @@ import pickle
 from collections import deque
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from verl.protocol import DataProto
 from verl.trainer.fully_async_policy.placement import place_rollouter, rollout_replicas, rollout_tp
 from verl.trainer.fully_async_policy.replicas import ProcessReplica, RayReplica, Replica, RolloutWorkerError
+from verl.trainer.fully_async_policy.rollout_process import GENERATE, ROLLOUTS
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ class Rollouter:
         self.version = 0
         self.served = [0] * count  # batches each replica generated (read back)
         self._route: deque[int] = deque()  # the replica of each batch in flight, oldest first
+        # per replica: results of batches in flight read early (to reach a generation call's answer behind them)
+        self._early: list[deque[DataProto]] = [deque() for _ in range(count)]
         self._submitted = 0
         self._actor_group = actor_group
         try:
@@ -125,7 +130,7 @@ class Rollouter:
             raise replica.dead_error("submitting prompts")
         # plain pickles both ways: torch's queue pickler would share tensor storage through file descriptors of
         # the producing process, which a killed rollouter takes with it mid-read
-        replica.put_request(pickle.dumps((prompts, dict(meta))))
+        replica.put_request(pickle.dumps((ROLLOUTS, prompts, dict(meta))))
         self._route.append(replica.index)
         self._submitted += 1
         self.outstanding += 1
@@ -135,11 +140,40 @@ class Rollouter:
         if self.outstanding == 0:
             raise RuntimeError("no prompt batch in flight")
         index = self._route[0]
-        result = self.replicas[index].get("waiting for rollouts")
+        early = self._early[index]
+        result = early.popleft() if early else self.replicas[index].get("waiting for rollouts")
         self._route.popleft()
         self.outstanding -= 1
         self.served[index] += 1
         return result
+
+    def generate(self, gen_batch: DataProto) -> DataProto:
+        """One generation call of the trainer's (validation's, evaluators'): ``gen_batch`` (prompts already
+        repeated, ``meta_info`` the call's sampling) split into contiguous parts over the replicas, each answered
+        after the batches already in flight on it (whose results are kept for :meth:`next_result`), joined in
+        order. Every replica answers with the weights it holds: the last push
+        (``meta_info["rollout_weight_version"]``, the oldest of the parts')."""
+        rows = len(gen_batch)
+        count = min(len(self.replicas), max(rows, 1))
+        bounds = [rows * i // count for i in range(count + 1)]
+        used = []
+        for index in range(count):
+            replica = self.replicas[index]
+            if not replica.alive():
+                raise replica.dead_error("submitting a generation call")
+            part = gen_batch.select_idxs(np.arange(bounds[index], bounds[index + 1]))  # a copy: a view pickles it all
+            replica.put_request(pickle.dumps((GENERATE, part)))
+            used.append(index)
+        parts = []
+        for index in used:
+            replica, early = self.replicas[index], self._early[index]
+            while len(early) < sum(1 for routed in self._route if routed == index):  # its batches in flight first
+                early.append(replica.get("waiting for rollouts ahead of a generation call"))
+            parts.append(replica.get("waiting for a generation call"))
+        version = min(int(part.meta_info.get("rollout_weight_version", self.version)) for part in parts)
+        out = parts[0] if len(parts) == 1 else DataProto.concat(parts, meta_info_conflicts="first")
+        out.meta_info["rollout_weight_version"] = version
+        return out
 
     def push_weights(self, version: int) -> int:
         """Send the trainer's weights as ``version`` to every replica; returns the bytes sent. Blocks until each

@@ -149,7 +149,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         # verl's constructor arguments: pools from a ResourcePoolManager; the rest must match what this trainer does
         check_verl_trainer_args(config, ray_worker_group_cls, processor, device_name)
         used = {"reference": self.use_reference_policy, "critic": self.use_critic, "reward_model": self.use_rm}
-        used.update(teacher=self.use_teacher, judge=self.use_judge_worker)
+        used.update(teacher=self.use_teacher, judge=self.use_judge_worker, rollout=self.engine_on_actor_ranks())
         self.workers = DriverWorkers(
             config,
             used,
@@ -258,7 +258,17 @@ class RayPPOTrainer(VerlTrainerSurface):
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = generation_seed(seed, self._gen_calls)
         self._gen_calls += 1
+        return self.generate_on_engines(gen_batch)
+
+    def generate_on_engines(self, gen_batch: DataProto) -> DataProto:
+        """``gen_batch`` (prompts already repeated, its ``meta_info`` the call's sampling) -> rollouts, on the
+        engines of the actor's ranks (the hybrid engine)."""
         return generate_rollouts(self.actor_rollout_wg, self.workers.agent_loop_manager, gen_batch)
+
+    def engine_on_actor_ranks(self) -> bool:
+        """Whether the actor's ranks hold the rollout engine (verl's hybrid engine): always here; the asynchronous
+        trainers generate on the rollouter instead."""
+        return True
 
     def generate_groups(self, prompts: DataProto, n: int | None = None, **meta: Any) -> DataProto:
         """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged
@@ -480,9 +490,10 @@ class RayPPOTrainer(VerlTrainerSurface):
         # own batches) it is the configured step budget
         self.workers.start(self.total_training_steps or int(self.config.trainer.total_training_steps or 1))
         workers = self.workers
-        workers.agent_loop_manager = make_agent_loop_manager(
-            self.config, self.tokenizer, workers.actor, workers.agent_tools
-        )
+        if self.engine_on_actor_ranks():
+            workers.agent_loop_manager = make_agent_loop_manager(
+                self.config, self.tokenizer, workers.actor, workers.agent_tools
+            )
         if workers.judge is not None:  # the reward functions were built before the workers: hand them the group
             from verl.workers.reward_manager.judge import bind_judge_worker_group
 

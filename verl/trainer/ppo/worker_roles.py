@@ -1,7 +1,8 @@
 """Which worker roles a PPO run has, with their classes and constructor arguments, and where they are placed.
 
 The one place roles are decided (:meth:`verl.trainer.ppo.ray_trainer.RayPPOTrainer.worker_roles` calls it): the actor
-(with rollout, and the reference policy when a KL needs one), the critic when the estimator trains one, the reward
+(with its rollout engine unless the rollouts come from elsewhere, the asynchronous trainers' rollouter, and the
+reference policy when a KL needs one), the critic when the estimator trains one, the reward
 model when enabled, the teacher (``distillation.enable``) and the judge (``reward_model.judge.backend=worker``).
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from verl.workers import roles
 
 __all__ = ["pool_settings", "worker_roles"]
 
@@ -24,9 +27,11 @@ def worker_roles(
     reward_model: bool,
     teacher: bool,
     judge: bool,
+    rollout: bool = True,
 ) -> dict[str, tuple[type, dict[str, Any]]]:
     """Role -> (worker class, constructor arguments) of a run with ``config`` and the roles it uses (the trainer
-    derives the flags from the config: a reference policy when a KL needs one, a critic for GAE, ...).
+    derives the flags from the config: a reference policy when a KL needs one, a critic for GAE, ...). ``rollout``
+    false gives the actor's ranks no rollout engine (roles ``actor`` / ``actor_ref``).
 
     ``role_worker_mapping`` (verl's name: role -> class) replaces the built-in class of a role; ``role_kwargs``
     (role -> arguments, e.g. the Python API's model objects) is merged over the arguments derived from the config.
@@ -43,7 +48,7 @@ def worker_roles(
         "judge": JudgeWorker,
     }
     classes.update(role_worker_mapping)
-    actor_role = "actor_rollout_ref" if reference else "actor_rollout"
+    actor_role = roles.actor_role(rollout=rollout, reference=reference)
     kwargs: dict[str, dict[str, Any]] = {"actor_rollout": {"config": config.actor_rollout_ref, "role": actor_role}}
     if critic:
         kwargs["critic"] = {"config": config.critic}
