@@ -160,23 +160,23 @@ def test_actor_rollout_ref_shapes_keys_and_update(tiny_model_dir: str) -> None:
     )
 
 
-@pytest.mark.parametrize("role", ["actor", "rollout", "ref", "actor_rollout"])
+@pytest.mark.parametrize("role", ["actor", "rollout", "ref", "actor_rollout", "actor_ref"])
 def test_roles_build_only_their_parts(tiny_model_dir: str, role: str) -> None:
     group = _actor_group(tiny_model_dir, role)
     worker = group.workers[0]
-    assert (worker.actor is not None) == (role in ("actor", "actor_rollout"))
+    assert (worker.actor is not None) == (role in ("actor", "actor_rollout", "actor_ref"))
     assert (worker.rollout is not None) == (role in ("rollout", "actor_rollout"))
-    assert (worker.ref_policy is not None) == (role == "ref")
+    assert (worker.ref_policy is not None) == (role in ("ref", "actor_ref"))
     data = _scored_batch()
-    if role == "ref":
+    if role in ("ref", "actor_ref"):  # actor_ref: an asynchronous trainer's rank with a KL, no engine
         ref = group.compute_ref_log_prob(data).batch["ref_log_prob"]
         assert ref.shape == (BATCH, RESPONSE_LEN)
     if role == "rollout":
         assert group.generate_sequences(_prompts()).batch["responses"].shape == (BATCH, RESPONSE_LEN)
         with pytest.raises(RuntimeError, match="update_actor is not available .* role .rollout.; it needs one of"):
             group.update_actor(data)
-    if role == "actor":
-        with pytest.raises(RuntimeError, match="generate_sequences is not available .* role .actor.; it needs one of"):
+    if role in ("actor", "actor_ref"):
+        with pytest.raises(RuntimeError, match=f"generate_sequences is not available .* role .{role}.; it needs one"):
             group.generate_sequences(_prompts())
 
 

@@ -4,6 +4,8 @@ entry points' upstream default configs."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from verl.trainer.config import load_config
@@ -72,6 +74,28 @@ def test_a_rollout_pool_across_machines_is_accepted_beside_a_trainer_on_ray() ->
     cfg = load_config([*FULLY_ASYNC, "rollout.nnodes=2", "trainer.backend=ray"])
     assert (cfg.rollout.nnodes, cfg.trainer.backend) == (2, "ray")
     assert load_config([*FULLY_ASYNC, "rollout.nnodes=4", "trainer.n_gpus_per_node=2"]).rollout.nnodes == 4
+
+
+def test_the_trainers_ranks_hold_an_engine_only_to_validate_on_them() -> None:
+    from verl.trainer.config.async_layout import engine_on_actor_ranks
+
+    tp = ["actor_rollout_ref.rollout.tensor_model_parallel_size=4", "rollout.n_gpus_per_node=4"]
+    layout = [*FULLY_ASYNC, *tp, "trainer.backend=ray", "trainer.n_gpus_per_node=2"]
+    # the engines are the rollouter's: their size need not divide the trainer's two ranks
+    assert not engine_on_actor_ranks(load_config(layout))
+    with pytest.raises(ConfigError, match="tensor_model_parallel_size=4 must divide the number of actor ranks"):
+        load_config([*layout, "async_training.use_trainer_do_validate=true"])
+    assert engine_on_actor_ranks(load_config(BASE))  # synchronous: the hybrid engine
+
+
+def test_validation_between_two_pushes_is_warned() -> None:
+    layout = [*FULLY_ASYNC, "async_training.trigger_parameter_sync_step=2"]
+    with pytest.warns(ConfigWarning, match="test_freq=3 is not a multiple of .*trigger_parameter_sync_step=2"):
+        load_config([*layout, "trainer.test_freq=3"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        load_config([*layout, "trainer.test_freq=4"])
+        load_config([*layout, "trainer.test_freq=3", "async_training.use_trainer_do_validate=true"])
 
 
 def test_the_engine_sections_strategy_is_the_workers_strategy() -> None:

@@ -1,0 +1,75 @@
+"""The rollouter's bookkeeping of requests (verl/trainer/fully_async_policy/rollouter.py), with replicas that answer
+in order as the real ones do (one request at a time, first in, first out) but generate nothing: a generation call of
+the trainer's (validation) is split over the replicas in contiguous parts and answered after the batches already in
+flight on each, whose results then come out of ``next_result`` in submission order."""
+
+from __future__ import annotations
+
+import pickle
+from collections import deque
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.fully_async_policy.rollout_process import GENERATE, ROLLOUTS
+from verl.trainer.fully_async_policy.rollouter import Rollouter
+
+
+class InOrderReplica:
+    """A replica that answers its requests first in, first out: a prompt batch with its ``tag``, a generation call
+    with its own rows and the replica's weight version."""
+
+    def __init__(self, index: int, version: int) -> None:
+        self.index, self.version = index, version
+        self.requests: deque = deque()
+        self.calls: list[str] = []
+
+    def alive(self) -> bool:
+        return True
+
+    def put_request(self, item: bytes) -> None:
+        self.requests.append(pickle.loads(item))
+
+    def get(self, doing: str) -> DataProto:
+        kind, *payload = self.requests.popleft()
+        self.calls.append(kind)
+        if kind == ROLLOUTS:
+            prompts, meta = payload
+            return DataProto.from_dict(tensors={"tag": torch.full((2,), meta["tag"])})
+        out = payload[0]
+        out.meta_info["rollout_weight_version"] = self.version
+        return out
+
+
+def _rollouter(versions: list[int]) -> Rollouter:
+    rollouter = Rollouter.__new__(Rollouter)  # the bookkeeping alone: no processes, no engines
+    rollouter.replicas = [InOrderReplica(i, v) for i, v in enumerate(versions)]
+    rollouter.max_outstanding, rollouter.outstanding, rollouter._submitted = 8, 0, 0
+    rollouter.version = max(versions)
+    rollouter.served = [0] * len(versions)
+    rollouter._route, rollouter._early = deque(), [deque() for _ in versions]
+    return rollouter
+
+
+def test_a_generation_call_is_answered_behind_the_batches_in_flight_and_keeps_their_order() -> None:
+    rollouter = _rollouter([3, 3])
+    prompts = DataProto.from_dict(tensors={"input_ids": torch.zeros(1, 2)})
+    for tag in range(3):  # replica 0 gets batches 0 and 2, replica 1 batch 1
+        rollouter.submit(prompts, {"tag": tag})
+    call = DataProto.from_dict(tensors={"row": torch.arange(5)}, meta_info={"validate": True})
+    out = rollouter.generate(call)
+    assert out.batch["row"].tolist() == [0, 1, 2, 3, 4]  # parts joined in order: rows 0-1 and 2-4
+    assert out.meta_info["rollout_weight_version"] == 3 and out.meta_info["validate"] is True
+    assert [r.calls for r in rollouter.replicas] == [[ROLLOUTS, ROLLOUTS, GENERATE], [ROLLOUTS, GENERATE]]
+    tags = [int(rollouter.next_result().batch["tag"][0]) for _ in range(3)]
+    assert tags == [0, 1, 2] and rollouter.outstanding == 0 and rollouter.served == [2, 1]
+
+
+def test_a_call_smaller_than_the_pool_uses_as_many_replicas_as_it_has_rows_and_names_the_oldest_weights() -> None:
+    rollouter = _rollouter([2, 1, 2])
+    out = rollouter.generate(DataProto.from_dict(tensors={"row": torch.arange(2)}))
+    assert out.batch["row"].tolist() == [0, 1]
+    assert [r.calls for r in rollouter.replicas] == [[GENERATE], [GENERATE], []]
+    assert out.meta_info["rollout_weight_version"] == 1
+    assert np.array_equal(rollouter.generate(DataProto.from_dict(tensors={"row": torch.arange(1)})).batch["row"], [0])
