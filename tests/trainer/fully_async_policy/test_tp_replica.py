@@ -1,6 +1,6 @@
 """A tensor-parallel rollout replica of the fully asynchronous trainer: one vLLM engine over a Ray worker group of two
 ranks (CPU, gloo), driven by its replica actor through the agent loops (``rollout.mode=async``, as upstream v0.9's
-async scripts run it).
+async scripts run it), which also validates the last step's weights.
 
 On-policy (``staleness_threshold=0``, a push every step) the rollout's log-probs must equal the trainer's to
 float32 noise at every step: measured 6e-7 (``rollout_corr/k3_kl``) when every push reaches both ranks' shards,
@@ -33,8 +33,9 @@ def test_a_tensor_parallel_replica_follows_every_push(tmp_path, monkeypatch) -> 
     from verl.trainer.config import load_config
     from verl.trainer.ppo.runner import build_ppo_trainer
 
-    train, _ = generate_arithmetic_splits(train_size=16, test_size=2, seed=3)
+    train, test = generate_arithmetic_splits(train_size=16, test_size=2, seed=3)
     write_parquet(train, str(tmp_path / "train.parquet"))
+    write_parquet(test, str(tmp_path / "test.parquet"))
     (tmp_path / "reward.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    return float(len(solution_str))\n"
@@ -71,6 +72,9 @@ def test_a_tensor_parallel_replica_follows_every_push(tmp_path, monkeypatch) -> 
             "ray_kwargs.ray_init.num_cpus=4",
             "trainer.total_training_steps=2",
             "trainer.val_before_train=false",
+            # validated on the replica (through its agent loops) after the last step; the trainer holds no engine
+            f"data.val_files={tmp_path / 'test.parquet'}",
+            "trainer.test_freq=2",
             "trainer.save_freq=0",
             "trainer.logger=[file]",
             "trainer.export_hf=false",
@@ -92,3 +96,5 @@ def test_a_tensor_parallel_replica_follows_every_push(tmp_path, monkeypatch) -> 
     assert [m["async/weight_version"] for m in metrics] == [0, 1]
     gaps = [m["rollout_corr/k3_kl"] for m in metrics]
     assert all(0 <= gap < GAP_BOUND for gap in gaps), gaps
+    assert trainer.worker_roles()["actor_rollout"][1]["role"] == "actor"
+    assert metrics[-1]["async/val_weight_version"] == 2 and any(k.startswith("val-core/") for k in metrics[-1])

@@ -156,18 +156,16 @@ class Rollouter:
         rows = len(gen_batch)
         count = min(len(self.replicas), max(rows, 1))
         bounds = [rows * i // count for i in range(count + 1)]
-        used = []
         for index in range(count):
             replica = self.replicas[index]
             if not replica.alive():
                 raise replica.dead_error("submitting a generation call")
             part = gen_batch.select_idxs(np.arange(bounds[index], bounds[index + 1]))  # a copy: a view pickles it all
             replica.put_request(pickle.dumps((GENERATE, part)))
-            used.append(index)
         parts = []
-        for index in used:
+        for index in range(count):
             replica, early = self.replicas[index], self._early[index]
-            while len(early) < sum(1 for routed in self._route if routed == index):  # its batches in flight first
+            while len(early) < self._route.count(index):  # the batches in flight on it come first
                 early.append(replica.get("waiting for rollouts ahead of a generation call"))
             parts.append(replica.get("waiting for a generation call"))
         version = min(int(part.meta_info.get("rollout_weight_version", self.version)) for part in parts)
