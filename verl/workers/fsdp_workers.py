@@ -55,7 +55,6 @@ logger = logging.getLogger(__name__)
 _LOGGED_PEAKS: set[str] = set()
 
 
-
 class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
     """Actor (PPO updates), rollout (generation) and reference policy of one data-parallel rank.
 
