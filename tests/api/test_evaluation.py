@@ -141,6 +141,16 @@ def test_accuracy_evaluator_counts_correct_greedy_answers(byte_tokenizer):
     assert set(prompts.batch.keys()) == set(before) and all(torch.equal(prompts.batch[k], before[k]) for k in before)
 
 
+def test_evaluation_generates_where_the_trainer_does(byte_tokenizer):
+    """A PPO trainer's ``generate_on_engines`` (its agent loops, or an asynchronous trainer's rollouter) is the path
+    evaluation takes, not the actor group directly (an asynchronous trainer's ranks hold no engine)."""
+    engines = ScriptedActorGroup(byte_tokenizer, RESPONSES)
+    trainer = _trainer(byte_tokenizer, None, generate_on_engines=engines.generate_sequences)
+    prompts = _prompts(byte_tokenizer, [65, 66, 67], ["7", "13", "9"])
+    assert AccuracyEvaluator(dataloader=[prompts]).evaluate(trainer)["eval/acc"] == pytest.approx(2 / 3)
+    assert len(engines.gen_meta) == 1 and engines.gen_meta[0]["validate"] is True
+
+
 def test_reward_evaluator_uses_the_reward_manager(byte_tokenizer):
     from verl.rewards import default_compute_score
     from verl.workers.reward_manager.naive import NaiveRewardManager

@@ -108,8 +108,9 @@ class Evaluator:
 def generate_for_eval(
     trainer: Any, batch: DataProto, n: int = 1, do_sample: bool = False, temperature: float | None = None
 ) -> DataProto:
-    """Generate ``n`` responses per prompt of ``batch`` with the trainer's actor group
-    (:func:`verl.trainer.ppo.batch_rollout.generate_groups`).
+    """Generate ``n`` responses per prompt of ``batch`` where the trainer generates (its ``generate_on_engines``:
+    its ranks' engines and agent loops, or an asynchronous trainer's rollouter; else its ``actor_rollout_wg``),
+    through :func:`verl.trainer.ppo.batch_rollout.generate_groups`.
 
     Greedy calls (``do_sample=False``) are marked ``validate`` so the engine applies ``rollout.val_kwargs``; sampled
     calls use the rollout's training settings unless ``temperature`` is given. Evaluation calls are not numbered
@@ -126,10 +127,12 @@ def generate_for_eval(
     if temperature is not None:
         meta["temperature"] = float(temperature)
     prompts = DataProto(batch.batch, {k: v for k, v in batch.non_tensor_batch.items() if k != "uid"}, batch.meta_info)
-    agent_loops = getattr(trainer, "agent_loop_manager", None)  # rollout.multi_turn.enable: the agent loops
-    rollouts = generate_groups(
-        prompts, n, lambda gen: generate_rollouts(trainer.actor_rollout_wg, agent_loops, gen), meta
-    )
+    # a PPO trainer's own generation path: its ranks' engines or agent loops, or the asynchronous trainers'
+    # rollouter (whose trainer ranks hold no engine); an object with an actor group alone generates on that group
+    engines = getattr(trainer, "generate_on_engines", None)
+    if engines is None:
+        engines = lambda gen: generate_rollouts(trainer.actor_rollout_wg, None, gen)  # noqa: E731
+    rollouts = generate_groups(prompts, n, engines, meta)
     return final_rows(rollouts)  # one row per trajectory (an agent's split history gave several)
 
 
