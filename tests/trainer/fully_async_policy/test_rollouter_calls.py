@@ -1,7 +1,8 @@
 """The rollouter's bookkeeping of requests (verl/trainer/fully_async_policy/rollouter.py), with replicas that answer
-in order as the real ones do (one request at a time, first in, first out) but generate nothing: a generation call of
-the trainer's (validation) is split over the replicas in contiguous parts and answered after the batches already in
-flight on each, whose results then come out of ``next_result`` in submission order."""
+in order as the real ones do (one request at a time, first in, first out) but generate nothing: a prompt batch and a
+generation call of the trainer's (validation) are split over the replicas in contiguous parts, a call is answered
+after the batches already in flight on each replica, and batches come out of ``next_result`` whole, in submission
+order."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ class InOrderReplica:
         self.calls.append(kind)
         if kind == ROLLOUTS:
             prompts, meta = payload
-            return DataProto.from_dict(tensors={"tag": torch.full((2,), meta["tag"])})
+            tags = torch.full((len(prompts),), meta["tag"])
+            out = DataProto.from_dict(tensors={"row": prompts.batch["row"], "tag": tags})
+            out.meta_info["partial_rollout_interruptions"] = 1
+            return out
         out = payload[0]
         out.meta_info["rollout_weight_version"] = self.version
         return out
@@ -52,18 +56,33 @@ def _rollouter(versions: list[int]) -> Rollouter:
     return rollouter
 
 
+def _batch(rows: int) -> DataProto:
+    return DataProto.from_dict(tensors={"row": torch.arange(rows)})
+
+
+def test_batches_are_split_over_the_replicas_and_read_back_whole_in_order() -> None:
+    rollouter = _rollouter([1, 1])
+    rollouter.submit(_batch(3), {"tag": 0})  # rows 0 | 1-2
+    rollouter.submit(_batch(1), {"tag": 1})  # one row: the first replica only
+    first, second = rollouter.next_result(), rollouter.next_result()
+    assert first.batch["row"].tolist() == [0, 1, 2] and first.batch["tag"].tolist() == [0, 0, 0]
+    assert first.meta_info["partial_rollout_interruptions"] == 2  # each part's, added up
+    assert second.batch["row"].tolist() == [0] and second.batch["tag"].tolist() == [1]
+    assert rollouter.served == [2, 1] and rollouter.outstanding == 0
+
+
 def test_a_generation_call_is_answered_behind_the_batches_in_flight_and_keeps_their_order() -> None:
     rollouter = _rollouter([3, 3])
-    prompts = DataProto.from_dict(tensors={"input_ids": torch.zeros(1, 2)})
-    for tag in range(3):  # replica 0 gets batches 0 and 2, replica 1 batch 1
-        rollouter.submit(prompts, {"tag": tag})
+    for tag, rows in enumerate([2, 1, 2]):  # both replicas hold parts of batches 0 and 2, only the first of 1
+        rollouter.submit(_batch(rows), {"tag": tag})
     call = DataProto.from_dict(tensors={"row": torch.arange(5)}, meta_info={"validate": True})
     out = rollouter.generate(call)
     assert out.batch["row"].tolist() == [0, 1, 2, 3, 4]  # parts joined in order: rows 0-1 and 2-4
     assert out.meta_info["rollout_weight_version"] == 3 and out.meta_info["validate"] is True
-    assert [r.calls for r in rollouter.replicas] == [[ROLLOUTS, ROLLOUTS, GENERATE], [ROLLOUTS, GENERATE]]
-    tags = [int(rollouter.next_result().batch["tag"][0]) for _ in range(3)]
-    assert tags == [0, 1, 2] and rollouter.outstanding == 0 and rollouter.served == [2, 1]
+    expected = [[ROLLOUTS, ROLLOUTS, ROLLOUTS, GENERATE], [ROLLOUTS, ROLLOUTS, GENERATE]]
+    assert [r.calls for r in rollouter.replicas] == expected
+    tags = [rollouter.next_result().batch["tag"].tolist() for _ in range(3)]
+    assert tags == [[0, 0], [1], [2, 2]] and rollouter.outstanding == 0 and rollouter.served == [3, 2]
 
 
 def test_a_call_smaller_than_the_pool_uses_as_many_replicas_as_it_has_rows_and_names_the_oldest_weights() -> None:

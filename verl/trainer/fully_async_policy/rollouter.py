@@ -2,9 +2,9 @@
 
 :class:`Rollouter` starts the rollout replicas (``rollout.nnodes * rollout.n_gpus_per_node`` devices, in replicas of
 ``tensor_model_parallel_size`` devices with one engine and copy of the policy each:
-:mod:`verl.trainer.fully_async_policy.rollout_process`), hands them prompt batches in turn
+:mod:`verl.trainer.fully_async_policy.rollout_process`), splits each prompt batch over them
 (:meth:`Rollouter.submit`), reads the finished rollouts in submission order (:meth:`Rollouter.next_result`),
-answers the trainer's own generation calls (validation: :meth:`Rollouter.generate`, split over the replicas) and
+answers the trainer's own generation calls (validation: :meth:`Rollouter.generate`, split the same way) and
 pushes new weights (:meth:`Rollouter.push_weights`) from the trainer's rank 0 over the one weight-transfer path
 (:class:`~verl.workers.rollout.weight_transfer.WeightTransferGroup`: gloo on CPU, NCCL on GPU). Where the replicas
 run (processes on the driver's machine, or Ray actors on the rollout pool's nodes) and which wire they use:
@@ -25,7 +25,7 @@ import logging
 import multiprocessing as mp
 import pickle
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -44,8 +44,9 @@ class Rollouter:
     """The driver's handle on the rollout replicas: ``rollout.nnodes * rollout.n_gpus_per_node`` devices over
     ``actor_rollout_ref.rollout.tensor_model_parallel_size`` each (:mod:`verl.trainer.fully_async_policy.placement`).
 
-    Prompt batches go to the replicas in turn and their results are read back in submission order, so the data
-    order (and a resumed run's) does not depend on which replica finishes first. One push reaches every replica.
+    Each prompt batch is split over the replicas and its parts are read back in order, batch after batch in
+    submission order, so the data order (and a resumed run's) does not depend on which replica finishes first.
+    One push reaches every replica.
 
     Args:
         config: the full PPO config (``actor_rollout_ref`` builds the engine; ``trainer.device`` picks the backend;
@@ -82,8 +83,8 @@ class Rollouter:
         container = OmegaConf.to_container(config, resolve=True)
         self.outstanding = 0
         self.version = 0
-        self.served = [0] * count  # batches each replica generated (read back)
-        self._route: deque[int] = deque()  # the replica of each batch in flight, oldest first
+        self.served = [0] * count  # parts of batches each replica generated (read back)
+        self._route: deque[tuple[int, ...]] = deque()  # the replicas of each batch in flight, oldest first
         # per replica: results of batches in flight read early (to reach a generation call's answer behind them)
         self._early: list[deque[DataProto]] = [deque() for _ in range(count)]
         self._submitted = 0
@@ -121,57 +122,70 @@ class Rollouter:
         return self.replicas[0].pid
 
     def submit(self, prompts: DataProto, meta: dict[str, Any]) -> None:
-        """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each, on the next replica in turn;
-        ``meta`` is the generation call's ``meta_info`` (stop/pad ids, ``seed``)."""
+        """Queue a prompt batch ``[bs, prompt_len]`` for ``rollout.n`` responses each, split over the replicas
+        (:meth:`_put_parts`); ``meta`` is the generation call's ``meta_info`` (stop/pad ids, ``seed``)."""
         if self.outstanding >= self.max_outstanding:
             raise RuntimeError(f"more than {self.max_outstanding} prompt batches in flight: read results first")
-        replica = self.replicas[self._submitted % len(self.replicas)]
-        if not replica.alive():
-            raise replica.dead_error("submitting prompts")
-        # plain pickles both ways: torch's queue pickler would share tensor storage through file descriptors of
-        # the producing process, which a killed rollouter takes with it mid-read
-        replica.put_request(pickle.dumps((ROLLOUTS, prompts, dict(meta))))
-        self._route.append(replica.index)
+        self._route.append(self._put_parts(prompts, lambda part: (ROLLOUTS, part, dict(meta)), "submitting prompts"))
         self._submitted += 1
         self.outstanding += 1
 
     def next_result(self) -> DataProto:
-        """The rollouts of the oldest submitted batch (``bs * n`` rows), waiting for them."""
+        """The rollouts of the oldest submitted batch (``bs * n`` rows, its parts joined in order), waiting for
+        them."""
         if self.outstanding == 0:
             raise RuntimeError("no prompt batch in flight")
-        index = self._route[0]
-        early = self._early[index]
-        result = early.popleft() if early else self.replicas[index].get("waiting for rollouts")
+        route = self._route[0]
+        parts = []
+        for index in route:
+            early = self._early[index]
+            parts.append(early.popleft() if early else self.replicas[index].get("waiting for rollouts"))
+            self.served[index] += 1
         self._route.popleft()
         self.outstanding -= 1
-        self.served[index] += 1
-        return result
+        out = _join(parts)
+        out.meta_info["partial_rollout_interruptions"] = sum(
+            int(part.meta_info.get("partial_rollout_interruptions", 0)) for part in parts
+        )
+        return out
 
     def generate(self, gen_batch: DataProto) -> DataProto:
         """One generation call of the trainer's (validation's, evaluators'): ``gen_batch`` (prompts already
-        repeated, ``meta_info`` the call's sampling) split into contiguous parts over the replicas, each answered
-        after the batches already in flight on it (whose results are kept for :meth:`next_result`), joined in
-        order. Every replica answers with the weights it holds: the last push
+        repeated, ``meta_info`` the call's sampling) split over the replicas (:meth:`_put_parts`), each part
+        answered after the batches already in flight on its replica (whose results are kept for
+        :meth:`next_result`), joined in order. Every replica answers with the weights it holds: the last push
         (``meta_info["rollout_weight_version"]``, the oldest of the parts')."""
-        rows = len(gen_batch)
-        count = min(len(self.replicas), max(rows, 1))
-        bounds = [rows * i // count for i in range(count + 1)]
-        for index in range(count):
-            replica = self.replicas[index]
-            if not replica.alive():
-                raise replica.dead_error("submitting a generation call")
-            part = gen_batch.select_idxs(np.arange(bounds[index], bounds[index + 1]))  # a copy: a view pickles it all
-            replica.put_request(pickle.dumps((GENERATE, part)))
+        route = self._put_parts(gen_batch, lambda part: (GENERATE, part), "submitting a generation call")
         parts = []
-        for index in range(count):
+        for index in route:
             replica, early = self.replicas[index], self._early[index]
-            while len(early) < self._route.count(index):  # the batches in flight on it come first
+            while len(early) < sum(index in batch for batch in self._route):  # the batches in flight on it first
                 early.append(replica.get("waiting for rollouts ahead of a generation call"))
             parts.append(replica.get("waiting for a generation call"))
-        version = min(int(part.meta_info.get("rollout_weight_version", self.version)) for part in parts)
-        out = parts[0] if len(parts) == 1 else DataProto.concat(parts, meta_info_conflicts="first")
-        out.meta_info["rollout_weight_version"] = version
+        out = _join(parts)
+        out.meta_info["rollout_weight_version"] = min(
+            int(part.meta_info.get("rollout_weight_version", self.version)) for part in parts
+        )
         return out
+
+    def _put_parts(self, data: DataProto, request: Callable[[DataProto], tuple], doing: str) -> tuple[int, ...]:
+        """Split ``data`` into contiguous parts of near-equal rows, one per replica (fewer when it has fewer rows),
+        and queue ``request(part)`` on each; returns the replicas used, in the parts' order. Every replica works
+        on every batch, so none idles while one batch is in flight (``staleness_threshold=0``), and the parts are
+        read back in order, so the data order does not depend on which replica finishes first."""
+        rows = len(data)
+        count = min(len(self.replicas), max(rows, 1))
+        for replica in self.replicas[:count]:
+            if not replica.alive():
+                raise replica.dead_error(doing)
+        bounds = [rows * i // count for i in range(count + 1)]
+        for index in range(count):
+            # a copy of the rows (a view would pickle the whole batch); plain pickles both ways: torch's queue
+            # pickler would share tensor storage through file descriptors of the producing process, which a killed
+            # replica takes with it mid-read
+            part = data.select_idxs(np.arange(bounds[index], bounds[index + 1]))
+            self.replicas[index].put_request(pickle.dumps(request(part)))
+        return tuple(range(count))
 
     def push_weights(self, version: int) -> int:
         """Send the trainer's weights as ``version`` to every replica; returns the bytes sent. Blocks until each
@@ -214,3 +228,8 @@ class Rollouter:
         for replica in self.replicas:
             replica.close()
         self.placement.release()
+
+
+def _join(parts: list[DataProto]) -> DataProto:
+    """The parts of one batch, in order, as one batch (the first part's meta where they differ)."""
+    return parts[0] if len(parts) == 1 else DataProto.concat(parts, meta_info_conflicts="first")
