@@ -25,7 +25,8 @@ import logging
 import multiprocessing as mp
 import pickle
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf

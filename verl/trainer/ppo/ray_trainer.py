@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.algorithms import core_algos
 from verl.algorithms.registry import AdvantageEstimator  # noqa: F401  (verl imports it from here)
 from verl.protocol import DataProto
+from verl.trainer.config.async_layout import engine_on_actor_ranks
 from verl.trainer.config.log_prob_passes import runs_old_log_prob_pass
 from verl.trainer.ppo import rollout_correction, sessions
 from verl.trainer.ppo.batch_rollout import (
@@ -149,7 +150,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         # verl's constructor arguments: pools from a ResourcePoolManager; the rest must match what this trainer does
         check_verl_trainer_args(config, ray_worker_group_cls, processor, device_name)
         used = {"reference": self.use_reference_policy, "critic": self.use_critic, "reward_model": self.use_rm}
-        used.update(teacher=self.use_teacher, judge=self.use_judge_worker, rollout=self.engine_on_actor_ranks())
+        used.update(teacher=self.use_teacher, judge=self.use_judge_worker, rollout=engine_on_actor_ranks(config))
         self.workers = DriverWorkers(
             config,
             used,
@@ -247,13 +248,10 @@ class RayPPOTrainer(VerlTrainerSurface):
         return prompt_meta(self.tokenizer, self.global_steps)
 
     def generate(self, gen_batch: DataProto) -> DataProto:
-        """Generate through the actor group, or its engines' agent loops (:func:`generate_rollouts`).
-
-        With ``rollout.seed`` set, call ``i`` of the run samples with seed ``rollout.seed + i``
-        (:func:`~verl.utils.seeding.generation_seed`). The driver numbers the calls (not the rollout engine) because
-        the count is part of the checkpointed driver state: a resumed run then draws exactly the samples the
-        uninterrupted run drew.
-        """
+        """Generate where this driver generates (:meth:`generate_on_engines`). With ``rollout.seed``, call ``i`` of
+        the run samples with seed ``rollout.seed + i`` (:func:`~verl.utils.seeding.generation_seed`), numbered by the
+        driver, not the engine: the count is checkpointed, so a resumed run draws the samples the uninterrupted one
+        drew."""
         seed = self.config.actor_rollout_ref.rollout.seed
         if seed is not None and gen_batch.meta_info.get("seed") is None:
             gen_batch.meta_info["seed"] = generation_seed(seed, self._gen_calls)
@@ -264,11 +262,6 @@ class RayPPOTrainer(VerlTrainerSurface):
         """``gen_batch`` (prompts already repeated, its ``meta_info`` the call's sampling) -> rollouts, on the
         engines of the actor's ranks (the hybrid engine)."""
         return generate_rollouts(self.actor_rollout_wg, self.workers.agent_loop_manager, gen_batch)
-
-    def engine_on_actor_ranks(self) -> bool:
-        """Whether the actor's ranks hold the rollout engine (verl's hybrid engine): always here; the asynchronous
-        trainers generate on the rollouter instead."""
-        return True
 
     def generate_groups(self, prompts: DataProto, n: int | None = None, **meta: Any) -> DataProto:
         """Prompts ``[bs, prompt_len]`` -> ``bs * n`` rollouts (default ``rollout.n``), each prompt's group tagged
@@ -490,7 +483,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         # own batches) it is the configured step budget
         self.workers.start(self.total_training_steps or int(self.config.trainer.total_training_steps or 1))
         workers = self.workers
-        if self.engine_on_actor_ranks():
+        if workers.used["rollout"]:  # else the rollouter's replicas run the agent loops
             workers.agent_loop_manager = make_agent_loop_manager(
                 self.config, self.tokenizer, workers.actor, workers.agent_tools
             )
@@ -526,13 +519,9 @@ class RayPPOTrainer(VerlTrainerSurface):
 
     def driver_state(self) -> dict[str, Any]:
         """``data.pt``: the step, the data position (epoch, loader, ledger), generation counter and KL coefficient."""
-        from verl.trainer.ppo.resume_check import StepCounterError
+        from verl.trainer.ppo.resume_check import check_step_counter
 
-        if self.data.ledger.steps != self.global_steps:
-            raise StepCounterError(
-                f"saving step {self.global_steps}, but {self.data.ledger.steps} training steps ran: the step counter "
-                "was changed outside a training step (verl #7933); this checkpoint would resume at the wrong step"
-            )
+        check_step_counter(self.global_steps, self.data.ledger.steps)
         state: dict[str, Any] = {"global_steps": self.global_steps, "gen_calls": self._gen_calls}
         state.update(self.data.state_dict())
         if self.kl_ctrl_in_reward is not None:

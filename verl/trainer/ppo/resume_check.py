@@ -37,6 +37,7 @@ __all__ = [
     "DataOrderError",
     "ResumeContinuityError",
     "StepCounterError",
+    "check_step_counter",
     "expected_position",
     "sample_fingerprint",
     "verify_resume",
@@ -53,6 +54,16 @@ class ResumeContinuityError(RunHealthError):
 
 class StepCounterError(ResumeContinuityError):
     """The step counter repeated, skipped or double-counted a step."""
+
+
+def check_step_counter(global_steps: int, steps_run: int) -> None:
+    """Before a save: the step counter must equal the training steps that ran (the ledger's count), else the
+    checkpoint would resume at the wrong step (verl #7933: the counter changed outside a training step)."""
+    if steps_run != global_steps:
+        raise StepCounterError(
+            f"saving step {global_steps}, but {steps_run} training steps ran: the step counter was changed outside "
+            "a training step (verl #7933); this checkpoint would resume at the wrong step"
+        )
 
 
 class DataOrderError(ResumeContinuityError):
