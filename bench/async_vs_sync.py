@@ -12,18 +12,28 @@ start-up excluded and given separately), response tokens per second, the time th
     python bench/async_vs_sync.py                     # 8 steps each (about 3 minutes on 2 CPU cores)
     python bench/async_vs_sync.py --steps 2 --smoke   # a quick check of the script
     python bench/async_vs_sync.py --modes fully_async_s0 --rollout-replicas 2   # on-policy over two replicas
+    python bench/async_vs_sync.py --modes fully_async_s0 --rollout-replicas 2 --other /tmp/base --rounds 3
+
+``--other DIR`` compares this checkout with another one of the project: each mode runs in fresh processes that
+import ``verl`` from this checkout and from ``DIR`` in turn, alternating the order each round; the figures are the
+ratios of the medians over rounds, ``this / other``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+THIS_ROOT = Path(__file__).resolve().parents[1]
+# after PYTHONPATH: a side of --other imports verl (and these helpers) from its own checkout
+sys.path.append(str(THIS_ROOT))
 
 from bench._common import markdown_table, save_result  # noqa: E402
 
@@ -46,7 +56,7 @@ MODES = {
 }
 
 
-def make_hazard_model(path: str, hazard: float, seed: int = 0) -> None:
+def make_hazard_model(path: str, hazard: float, seed: int = 0, hidden: int = 64, layers: int = 2) -> None:
     """A tiny random Llama that ends each response after a token with probability about ``hazard``.
 
     The residual stream carries a constant in dimension 0 (every embedding has it, no layer writes to it), so after
@@ -61,7 +71,7 @@ def make_hazard_model(path: str, hazard: float, seed: int = 0) -> None:
     from verl.models.tiny import TinyModelSpec, make_byte_tokenizer, make_tiny_causal_lm
 
     tok = make_byte_tokenizer()
-    spec = TinyModelSpec(hidden_size=64, num_hidden_layers=2, intermediate_size=128)
+    spec = TinyModelSpec(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=2 * hidden)
     model = make_tiny_causal_lm(spec=spec, seed=seed, tokenizer=tok)
     eos = tok.eos_token_id
     with torch.no_grad():
@@ -130,8 +140,11 @@ def run_mode(mode: str, model: str, data: str, reward: str, args: argparse.Names
     rows = [r for r in rows if "actor/pg_loss" in r]
     per_step = args.batch * args.n
     tokens = sum(r["response_length/mean"] * per_step for r in rows)
+    import verl
+
     return {
         "mode": mode,
+        "verl": str(Path(verl.__file__).resolve().parent),
         "steps": len(rows),
         "samples": len(rows) * per_step,
         "wall_s": wall,
@@ -156,19 +169,27 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2, help="responses per prompt")
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--hazard", type=float, default=0.02, help="per-token EOS probability")
+    parser.add_argument("--hidden", type=int, default=64, help="the policy's hidden size (4 heads)")
+    parser.add_argument("--layers", type=int, default=2, help="the policy's decoder layers")
     parser.add_argument("--modes", nargs="+", default=["sync", "one_step_off", "fully_async"], choices=list(MODES))
     parser.add_argument(
         "--rollout-replicas", type=int, default=1, help="rollout replicas of the asynchronous modes (one process each)"
     )
+    parser.add_argument("--other", help="another checkout of this project to compare with (see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --other: runs of each side")
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)  # one side of --other: no files
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
+    if args.other:
+        compare_checkouts(args)
+        return
 
     from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        make_hazard_model(str(root / "model"), args.hazard)
+        make_hazard_model(str(root / "model"), args.hazard, hidden=args.hidden, layers=args.layers)
         train, _ = generate_arithmetic_splits(train_size=args.batch * (args.steps + 2), test_size=2, seed=4)
         write_parquet(train, str(root / "train.parquet"))
         (root / "reward.py").write_text(REWARD)
@@ -178,6 +199,8 @@ def main() -> None:
             )
             print(json.dumps(res), flush=True)
             results.append(res)
+    if args.side:
+        return
     base = next((r for r in results if r["mode"] == "sync"), results[0])
     for r in results:
         r["speedup_vs_sync"] = r["tokens_per_s"] / base["tokens_per_s"]
@@ -212,6 +235,54 @@ def main() -> None:
     name = "async_vs_sync" if args.rollout_replicas == 1 else f"async_vs_sync_replicas{args.rollout_replicas}"
     path = save_result(name, {"args": vars(args), "results": results}, smoke=args.smoke)
     print(f"saved {path}")
+
+
+def _run_side(root: Path, args: argparse.Namespace) -> list[dict]:
+    """The modes in a fresh process importing ``verl`` from ``root``: one result per mode."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--side", "--modes", *args.modes]
+    for flag in ("steps", "batch", "n", "response_length", "hazard", "hidden", "layers", "rollout_replicas"):
+        cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=str(root))
+    if out.returncode != 0:
+        raise SystemExit(f"side {root} failed:\n{out.stderr[-3000:]}")
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    for res in results:
+        if Path(res["verl"]) != (root / "verl").resolve():
+            raise SystemExit(f"side {root} imported verl from {res['verl']}")
+    return results
+
+
+def compare_checkouts(args: argparse.Namespace) -> None:
+    """This checkout against ``args.other``, alternating sides round by round (module docstring)."""
+    other = Path(args.other).resolve()
+    runs: dict[str, list[dict]] = {"this": [], "other": []}
+    for round_ in range(args.rounds):
+        sides = [("this", THIS_ROOT), ("other", other)]
+        for name, root in sides if round_ % 2 == 0 else sides[::-1]:
+            results = _run_side(root, args)
+            print(json.dumps({"side": name, "round": round_, "results": results}), flush=True)
+            runs[name].append(results)
+    rows, summary = [], []
+    for i, mode in enumerate(args.modes):
+        med = {
+            side: {
+                key: statistics.median(r[i][key] for r in runs[side])
+                for key in ("tokens_per_s", "wall_s", "trainer_wait_for_rollouts_s", "response_tokens")
+            }
+            for side in runs
+        }
+        # the wait per response token: the sides sample different responses (their replicas split the draws)
+        wait = {side: med[side]["trainer_wait_for_rollouts_s"] / med[side]["response_tokens"] for side in med}
+        ratio = {"tokens_per_s": med["this"]["tokens_per_s"] / med["other"]["tokens_per_s"]}
+        ratio["wait_per_token"] = wait["this"] / wait["other"]
+        summary.append({"mode": mode, "median": med, "this_over_other": ratio})
+        rows.append([mode, med["this"]["tokens_per_s"], med["other"]["tokens_per_s"], ratio["tokens_per_s"]])
+        rows[-1] += [1e3 * wait["this"], 1e3 * wait["other"], ratio["wait_per_token"]]
+    header = ["mode", "this tokens/s", "other tokens/s", "this/other", "this wait ms/token", "other wait ms/token"]
+    print(markdown_table([*header, "this/other"], rows))
+    record = {"args": vars(args), "other": str(other), "runs": runs, "summary": summary}
+    print(f"saved {save_result('async_vs_sync_vs_checkout', record, smoke=args.smoke)}")
 
 
 if __name__ == "__main__":
