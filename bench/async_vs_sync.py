@@ -282,7 +282,8 @@ def compare_checkouts(args: argparse.Namespace) -> None:
     header = ["mode", "this tokens/s", "other tokens/s", "this/other", "this wait ms/token", "other wait ms/token"]
     print(markdown_table([*header, "this/other"], rows))
     record = {"args": vars(args), "other": str(other), "runs": runs, "summary": summary}
-    print(f"saved {save_result('async_vs_sync_vs_checkout', record, smoke=args.smoke)}")
+    name = f"async_vs_sync_vs_checkout_h{args.hidden}"
+    print(f"saved {save_result(name, record, smoke=args.smoke)}")
 
 
 if __name__ == "__main__":
