@@ -25,12 +25,15 @@ class InOrderReplica:
         self.index, self.version = index, version
         self.requests: deque = deque()
         self.calls: list[str] = []
+        self.seeds: list[int | None] = []  # the seed of each request, as queued
 
     def alive(self) -> bool:
         return True
 
     def put_request(self, item: bytes) -> None:
-        self.requests.append(pickle.loads(item))
+        kind, *payload = pickle.loads(item)
+        self.seeds.append(payload[1].get("seed") if kind == ROLLOUTS else payload[0].meta_info.get("seed"))
+        self.requests.append((kind, *payload))
 
     def get(self, doing: str) -> DataProto:
         kind, *payload = self.requests.popleft()
@@ -83,6 +86,16 @@ def test_a_generation_call_is_answered_behind_the_batches_in_flight_and_keeps_th
     assert [r.calls for r in rollouter.replicas] == expected
     tags = [rollouter.next_result().batch["tag"].tolist() for _ in range(3)]
     assert tags == [[0, 0], [1], [2, 2]] and rollouter.outstanding == 0 and rollouter.served == [3, 2]
+
+
+def test_each_part_samples_with_the_calls_seed_offset_by_its_replica() -> None:
+    """As data-parallel rank ``i`` of a synchronous call does: copies of one prompt split over two replicas would
+    otherwise draw the same responses (a greedy or unseeded call is unaffected)."""
+    rollouter = _rollouter([0, 0, 0])
+    rollouter.submit(_batch(6), {"tag": 0, "seed": 40})
+    rollouter.generate(DataProto.from_dict(tensors={"row": torch.arange(4)}, meta_info={"seed": 7}))
+    rollouter.submit(_batch(2), {"tag": 1})  # unseeded: two parts, no seed
+    assert [r.seeds for r in rollouter.replicas] == [[40, 7, None], [41, 8, None], [42, 9]]
 
 
 def test_a_call_smaller_than_the_pool_uses_as_many_replicas_as_it_has_rows_and_names_the_oldest_weights() -> None:

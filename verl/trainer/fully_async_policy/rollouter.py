@@ -35,6 +35,7 @@ from verl.protocol import DataProto
 from verl.trainer.fully_async_policy.placement import place_rollouter, rollout_replicas, rollout_tp
 from verl.trainer.fully_async_policy.replicas import ProcessReplica, RayReplica, Replica, RolloutWorkerError
 from verl.trainer.fully_async_policy.rollout_process import GENERATE, ROLLOUTS
+from verl.utils.seeding import replica_seed
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ class Rollouter:
         (:meth:`_put_parts`); ``meta`` is the generation call's ``meta_info`` (stop/pad ids, ``seed``)."""
         if self.outstanding >= self.max_outstanding:
             raise RuntimeError(f"more than {self.max_outstanding} prompt batches in flight: read results first")
-        self._route.append(self._put_parts(prompts, lambda part: (ROLLOUTS, part, dict(meta)), "submitting prompts"))
+        request = lambda part, seed: (ROLLOUTS, part, {**meta, "seed": seed})  # noqa: E731
+        self._route.append(self._put_parts(prompts, request, meta.get("seed"), "submitting prompts"))
         self._submitted += 1
         self.outstanding += 1
 
@@ -156,7 +158,12 @@ class Rollouter:
         answered after the batches already in flight on its replica (whose results are kept for
         :meth:`next_result`), joined in order. Every replica answers with the weights it holds: the last push
         (``meta_info["rollout_weight_version"]``, the oldest of the parts')."""
-        route = self._put_parts(gen_batch, lambda part: (GENERATE, part), "submitting a generation call")
+
+        def call(part: DataProto, seed: int | None) -> tuple:
+            part.meta_info["seed"] = seed
+            return (GENERATE, part)
+
+        route = self._put_parts(gen_batch, call, gen_batch.meta_info.get("seed"), "submitting a generation call")
         parts = []
         for index in route:
             replica, early = self.replicas[index], self._early[index]
@@ -169,11 +176,17 @@ class Rollouter:
         )
         return out
 
-    def _put_parts(self, data: DataProto, request: Callable[[DataProto], tuple], doing: str) -> tuple[int, ...]:
+    def _put_parts(
+        self, data: DataProto, request: Callable[..., tuple], seed: int | None, doing: str
+    ) -> tuple[int, ...]:
         """Split ``data`` into contiguous parts of near-equal rows, one per replica (fewer when it has fewer rows),
-        and queue ``request(part)`` on each; returns the replicas used, in the parts' order. Every replica works
-        on every batch, so none idles while one batch is in flight (``staleness_threshold=0``), and the parts are
-        read back in order, so the data order does not depend on which replica finishes first."""
+        and queue ``request(part, seed)`` on each; returns the replicas used, in the parts' order. Every replica
+        works on every batch, so none idles while one batch is in flight (``staleness_threshold=0``), and the parts
+        are read back in order, so the data order does not depend on which replica finishes first.
+
+        Part ``i`` samples with the call's ``seed`` (None: unseeded) offset by ``i``, as
+        data-parallel rank ``i`` of a synchronous call does (:func:`~verl.utils.seeding.replica_seed`): copies of
+        one prompt in two parts would otherwise draw the same responses."""
         rows = len(data)
         count = min(len(self.replicas), max(rows, 1))
         for replica in self.replicas[:count]:
@@ -185,7 +198,8 @@ class Rollouter:
             # pickler would share tensor storage through file descriptors of the producing process, which a killed
             # replica takes with it mid-read
             part = data.select_idxs(np.arange(bounds[index], bounds[index + 1]))
-            self.replicas[index].put_request(pickle.dumps(request(part)))
+            part_seed = None if seed is None else replica_seed(int(seed), index)
+            self.replicas[index].put_request(pickle.dumps(request(part, part_seed)))
         return tuple(range(count))
 
     def push_weights(self, version: int) -> int:
