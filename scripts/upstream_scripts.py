@@ -26,10 +26,10 @@ A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a
 upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
 parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
 (``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
-two whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
-DAPO trainer with the clip-cov / kl-cov losses) are run as ``verl.trainer.main_ppo --config-path
-recipe/<name>/config --config-name <its config>`` with the script's arguments; the others are ``refused`` with the
-reason.
+three whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank) are run as
+``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with the script's arguments;
+the others are ``refused`` with the reason.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ REFUSAL_MARKERS = (
 RECIPE_MAINS = {
     "recipe.dapo.main_dapo": "dapo_trainer",  # RayDAPOTrainer: algorithm.filter_groups + data.gen_batch_size
     "recipe.entropy.main_entropy": "entropy_trainer",  # DAPO's trainer; clip_cov / kl_cov are policy_loss modes
+    "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
 }
 
 

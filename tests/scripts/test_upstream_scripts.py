@@ -118,6 +118,16 @@ RECIPE_REPO = {
 python3 -m recipe.dapo.main_dapo data.train_files=x.parquet data.train_batch_size=4 data.gen_batch_size=12 \\
     algorithm.filter_groups.enable=True algorithm.filter_groups.metric=acc reward_model.reward_manager=dapo
 """,
+    "gvpo/config/gvpo_trainer.yaml": (
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "actor_rollout_ref:\n  actor:\n    _target_: recipe.gvpo.gvpo_actor_config.FSDPActorConfig\n"
+        "    gvpo_beta: 0.1\n"
+    ),
+    "gvpo/run_gvpo.sh": """#!/usr/bin/env bash
+python3 -m recipe.gvpo.gvpo_main_ppo data.train_files=x.parquet actor_rollout_ref.actor.policy_loss.loss_mode="gvpo" \\
+    actor_rollout_ref.actor.gvpo_beta=0.2 actor_rollout_ref.rollout.n=4 \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 algorithm.norm_adv_by_std_in_grpo=False
+""",
     "prime/run_prime.sh": "#!/usr/bin/env bash\npython3 -m recipe.prime.main_prime data.train_files=x.parquet\n",
     "install_verl.sh": "#!/usr/bin/env bash\npip install verl\n",
 }
@@ -128,10 +138,16 @@ def test_a_verl_recipe_tree_runs_its_dapo_main_as_main_ppo_and_refuses_own_train
     assert harness.is_recipe_repo(repo)
     calls, no_call = harness.measure(repo, timeout=60, tree=str(tmp_path / "tree"))
     by_script = {c.script: c for c in calls}
-    assert no_call == [] and set(by_script) == {"recipe/dapo/run_dapo.sh", "recipe/prime/run_prime.sh"}
+    assert no_call == [] and set(by_script) == {
+        "recipe/dapo/run_dapo.sh",
+        "recipe/gvpo/run_gvpo.sh",
+        "recipe/prime/run_prime.sh",
+    }
     dapo = by_script["recipe/dapo/run_dapo.sh"]
     assert dapo.module == "verl.trainer.main_ppo" and dapo.status == "accepted" and dapo.faithful, dapo
     assert dapo.args[:2] == [f"--config-path={tmp_path}/tree/recipe/dapo/config", "--config-name=dapo_trainer"]
+    gvpo = by_script["recipe/gvpo/run_gvpo.sh"]  # the recipe's actor class (gvpo_beta) is this schema's actor
+    assert gvpo.module == "verl.trainer.main_ppo" and gvpo.status == "accepted" and gvpo.faithful, gvpo
     prime = by_script["recipe/prime/run_prime.sh"]
     assert prime.status == "refused" and "recipe's own program" in prime.reason
 

@@ -58,6 +58,7 @@ from verl.algorithms.policy_loss import (
     compute_policy_loss_vanilla,
 )
 from verl.algorithms.policy_loss_bypass import compute_policy_loss_bypass_mode, compute_policy_loss_reinforce
+from verl.algorithms.policy_loss_gvpo import compute_policy_loss_gvpo
 from verl.algorithms.policy_loss_trust_region import (
     compute_policy_loss_dppo_kl,
     compute_policy_loss_dppo_tv,
@@ -99,6 +100,7 @@ __all__ = [
     "compute_policy_loss_dro",
     "compute_policy_loss_reinforce",
     "compute_policy_loss_sapo",
+    "compute_policy_loss_gvpo",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",

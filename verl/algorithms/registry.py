@@ -131,6 +131,12 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     return POLICY_LOSSES.get(_key(name))
 
 
+def needs_groups(loss_fn: PolicyLossFn) -> bool:
+    """Whether a policy loss centres over prompt groups (its ``needs_groups`` attribute, e.g. ``gvpo``): the actor
+    then calls it with each row's ``group_index`` and ``group_size`` ``[bs]``, on micro-batches of whole groups."""
+    return bool(getattr(loss_fn, "needs_groups", False))
+
+
 def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
     """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
     ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default). A ``config`` that is

@@ -28,6 +28,14 @@ UPSTREAM_SCRIPTS = {
         '+algorithm.gdpo_reward_keys=["accuracy_reward", "format_reward"]',
         f"{A}.kl_loss_type=low_var_kl",
     ],
+    "verl-recipe gvpo": [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.norm_adv_by_std_in_grpo=False",
+        f"{A}.policy_loss.loss_mode=gvpo",
+        f"{A}.gvpo_beta=0.1",
+        f"{A}.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.n=4",
+    ],
     "otb_trainer": ["algorithm.adv_estimator=optimal_token_baseline", f"{A}.calculate_sum_pi_squared=True"],
     "sapo_trainer": [
         f"{A}.policy_loss.loss_mode=sapo",
@@ -63,6 +71,9 @@ UPSTREAM_SCRIPTS = {
         LOGP,
     ],
 }
+
+
+GVPO = [f"{A}.policy_loss.loss_mode=gvpo", "actor_rollout_ref.rollout.n=4", f"{A}.ppo_micro_batch_size_per_gpu=8"]
 
 
 @pytest.mark.parametrize("script", sorted(UPSTREAM_SCRIPTS))
@@ -110,6 +121,15 @@ def _problems(overrides: list[str]) -> list[str]:
         (["critic.loss_scale_factor=-2"], "critic.loss_scale_factor=-2 must be > 0"),
         ([f"{A}.policy_loss.loss_mode=sapo", f"{A}.tau_neg=0"], "tau_pos/tau_neg must be > 0"),
         ([f"{A}.loss_agg_mode=token-summ"], "token-summ"),
+        (
+            [f"{A}.policy_loss.loss_mode=gvpo", "actor_rollout_ref.rollout.n=1"],
+            "loss_mode=gvpo centres each prompt's responses: set",
+        ),
+        ([*GVPO, f"{A}.ppo_micro_batch_size_per_gpu=6"], "=6 is not a multiple of actor_rollout_ref.rollout.n=4"),
+        ([*GVPO, f"{A}.use_dynamic_bsz=true"], f"{A}.use_dynamic_bsz=true packs micro-batches by tokens"),
+        ([*GVPO, f"{A}.shuffle=true"], f"{A}.shuffle=true mixes the rows of prompt groups"),
+        ([*GVPO, f"{RC}.rollout_is=token", LOGP], "loss_mode=gvpo has no probability ratio to correct"),
+        ([*GVPO, f"{A}.gvpo_beta=0"], f"{A}.gvpo_beta=0.0 must be > 0"),
     ],
 )
 def test_what_a_loss_or_estimator_needs_is_named(overrides: list[str], fragment: str) -> None:

@@ -97,6 +97,32 @@ def test_balance_batch_keeps_uid_groups_on_one_rank_for_the_prefix_grouper(keep_
         assert per_rank == [16, 16] and not ranks[0].isdisjoint(ranks[1])
 
 
+@pytest.mark.parametrize(
+    ("loss_mode", "grouper", "whole"), [("vanilla", False, False), ("vanilla", True, True), ("gvpo", False, True)]
+)
+def test_the_trainer_keeps_groups_whole_for_the_prefix_grouper_and_a_group_loss(loss_mode, grouper, whole) -> None:
+    """``_balance_batch`` keeps uid groups on one rank when the loss centres over groups (gvpo), as the recipe's
+    trainer does, or for the prefix grouper; otherwise it balances rows."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo.verl_surface import VerlTrainerSurface
+
+    actor = {"use_prefix_grouper": grouper, "policy_loss": {"loss_mode": loss_mode}}
+    trainer = SimpleNamespace(
+        config=OmegaConf.create({"actor_rollout_ref": {"actor": actor}}),
+        workers=SimpleNamespace(actor=SimpleNamespace(world_size=2)),
+    )
+    lengths = [8, 8, 1, 1, 6, 6, 1, 1]
+    mask = torch.stack([torch.cat([torch.ones(n), torch.zeros(8 - n)]) for n in lengths]).long()
+    uids = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
+    batch = DataProto.from_dict({"attention_mask": mask}, non_tensors={"uid": uids})
+    VerlTrainerSurface._balance_batch(trainer, batch, {})
+    ranks = [set(batch.non_tensor_batch["uid"][:4]), set(batch.non_tensor_batch["uid"][4:])]
+    assert ranks[0].isdisjoint(ranks[1]) == whole
+
+
 class _Group:
     """A worker group that writes and reads one file per checkpoint."""
 

@@ -1,6 +1,7 @@
 """One training step on the tiny model with each upstream-v0.9 algorithm wired through driver and actor: the
 optimal token baseline (the actor returns sum_pi_squared), GDPO (reward components from the reward function's dict),
-bypass-mode REINFORCE with sequence weights (upstream's rollout_correction example), DPPO-TV with token-sum."""
+bypass-mode REINFORCE with sequence weights (upstream's rollout_correction example), DPPO-TV with token-sum, and
+verl-recipe's GVPO."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ MODES = {
         f"{A}.policy_loss.loss_mode=dppo_tv",
         f"{A}.loss_agg_mode=token-sum",
         f"{A}.clip_ratio=0.15",
+    ],
+    # verl-recipe's GVPO: its loss mode and beta, GRPO advantages without the std
+    "gvpo": [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.norm_adv_by_std_in_grpo=false",
+        f"{A}.policy_loss.loss_mode=gvpo",
+        f"{A}.gvpo_beta=0.1",
     ],
 }
 
@@ -83,6 +91,8 @@ def test_one_step(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Pat
     lines = (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
     (record,) = [r["metrics"] for r in map(json.loads, lines) if "actor/pg_loss" in r.get("metrics", {})]
     assert math.isfinite(record["actor/pg_loss"])
+    if mode == "gvpo":  # the residual of the regression GVPO runs (0 only at its optimum)
+        assert record["actor/gvpo_residual_rms"] > 0
     if mode == "otb":  # the baseline needs the old-log-prob pass (it carries sum_pi_squared)
         assert "timing_s/old_log_prob" in record
     if mode == "bypass_reinforce":  # no old-log-prob pass; the weights are computed in the actor's loss

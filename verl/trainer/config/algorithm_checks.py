@@ -194,3 +194,37 @@ def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
             "(algorithm.filter_groups.enable=true), which keeps data.train_batch_size groups out of it"
         )
         errors.append(f"data.gen_batch_size={gen} with data.train_batch_size={train}: {why}; drop it")
+
+
+def check_gvpo(cfg: DictConfig, errors: list[str]) -> None:
+    """``policy_loss.loss_mode=gvpo`` centres each prompt group over all its responses inside one micro-batch
+    (verl/algorithms/policy_loss_gvpo.py): groups of at least two, fixed micro-batches of whole groups, no shuffle,
+    a positive ``gvpo_beta``, and no importance weights or bypass loss (GVPO has no probability ratio)."""
+    actor = cfg.actor_rollout_ref.actor
+    if str(actor.policy_loss.loss_mode) != "gvpo":
+        return
+    prefix, n = "actor_rollout_ref.actor", int(cfg.actor_rollout_ref.rollout.n)
+    if not float(actor.gvpo_beta) > 0:
+        errors.append(f"{prefix}.gvpo_beta={actor.gvpo_beta} must be > 0 for loss_mode=gvpo (the recipe uses 0.1)")
+    if n < 2:
+        errors.append(f"loss_mode=gvpo centres each prompt's responses: set actor_rollout_ref.rollout.n >= 2 (got {n})")
+    whole = "GVPO centres each prompt group inside one micro-batch"
+    if actor.use_dynamic_bsz:
+        errors.append(
+            f"{prefix}.use_dynamic_bsz=true packs micro-batches by tokens, cutting prompt groups; {whole}: set it "
+            f"false and {prefix}.ppo_micro_batch_size_per_gpu to a multiple of rollout.n"
+        )
+    elif actor.ppo_micro_batch_size_per_gpu is not None and n >= 2 and int(actor.ppo_micro_batch_size_per_gpu) % n:
+        errors.append(
+            f"{prefix}.ppo_micro_batch_size_per_gpu={actor.ppo_micro_batch_size_per_gpu} is not a multiple of "
+            f"actor_rollout_ref.rollout.n={n}; {whole}"
+        )
+    if actor.shuffle:
+        errors.append(f"{prefix}.shuffle=true mixes the rows of prompt groups across mini-batches; {whole}: set false")
+    rc = cfg.algorithm.get("rollout_correction")
+    if rc is not None and (rc.get("rollout_is") is not None or rc.get("bypass_mode")):
+        what = "rollout_is" if rc.get("rollout_is") is not None else "bypass_mode"
+        errors.append(
+            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode=gvpo has no "
+            "probability ratio to correct: unset it"
+        )

@@ -225,17 +225,25 @@ def _resolve_and_validate(cfg: DictConfig, schema: type | None, user_keys: set[s
         validate_config(cfg, schema, extra_keys=added)
 
 
+# verl-recipe config classes whose only addition is a key built into this project's schema: their ``_target_`` is
+# dropped like upstream's own (class -> the key it adds)
+RECIPE_CONFIG_CLASSES = {
+    "recipe.gvpo.gvpo_actor_config.FSDPActorConfig": "actor_rollout_ref.actor.gvpo_beta",
+}
+
+
 def drop_upstream_targets(cfg: DictConfig, path: str = "") -> None:
     """Remove, in place, every ``_target_`` key naming one of upstream verl's config classes
-    (``verl.trainer.config.FilterGroupsConfig``, ...), as recipe YAMLs written for verl v0.9 carry them: each section
-    here is typed by this project's schema, so the class is already decided. A ``_target_`` naming anything else
-    (a class of the user's) would not be instantiated: that is a :class:`ConfigError` naming the key."""
+    (``verl.trainer.config.FilterGroupsConfig``, ...) or a recipe's class in :data:`RECIPE_CONFIG_CLASSES`, as recipe
+    YAMLs written for verl v0.9 carry them: each section here is typed by this project's schema, so the class is
+    already decided. A ``_target_`` naming anything else (a class of the user's) would not be instantiated: that is
+    a :class:`ConfigError` naming the key."""
     for key in list(cfg.keys()):
         child = cfg._get_node(key)
         where = f"{path}{key}"
         if key == "_target_":
             value = child._value() if child is not None else None
-            if isinstance(value, str) and value.startswith("verl."):
+            if isinstance(value, str) and (value.startswith("verl.") or value in RECIPE_CONFIG_CLASSES):
                 del cfg[key]
                 continue
             raise ConfigError(

@@ -16,7 +16,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.algorithm_checks import check_algorithm_keys, check_dynamic_sampling, check_rollout_correction
+from verl.trainer.config.algorithm_checks import (
+    check_algorithm_keys,
+    check_dynamic_sampling,
+    check_gvpo,
+    check_rollout_correction,
+)
 from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
@@ -572,6 +577,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(check_rollout_correction, cfg, errors)
     run_check(check_algorithm_keys, cfg, errors)
     run_check(check_dynamic_sampling, cfg, errors)
+    run_check(check_gvpo, cfg, errors)
     run_check(check_async_training, cfg, errors)
     run_check(check_distillation_and_judge, cfg, errors)
     if errors:

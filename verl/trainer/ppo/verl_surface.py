@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl.algorithms.core_algos import get_policy_loss_fn
+from verl.algorithms.registry import needs_groups
 from verl.protocol import DataProto
 from verl.trainer.ppo.driver_data import balance_batch
 
@@ -75,8 +77,10 @@ class VerlTrainerSurface:
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, Any], logging_prefix: str = "global_seqlen") -> None:
         """Upstream's name: :func:`~verl.trainer.ppo.driver_data.balance_batch` over the actor group's ranks (whole
-        ``uid`` groups per rank with ``actor.use_prefix_grouper``, as upstream's)."""
-        keep_groups = bool(self.config.actor_rollout_ref.actor.use_prefix_grouper)
+        ``uid`` groups per rank with ``actor.use_prefix_grouper``, as upstream's, and for a loss that centres over
+        groups, ``gvpo``, as verl-recipe's GVPO trainer)."""
+        actor = self.config.actor_rollout_ref.actor
+        keep_groups = bool(actor.use_prefix_grouper) or needs_groups(get_policy_loss_fn(actor.policy_loss.loss_mode))
         balance_batch(batch, self.workers.actor.world_size, metrics, logging_prefix, keep_groups=keep_groups)
 
     def _save_checkpoint(self) -> str:

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.algorithms.registry import needs_groups
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.vlm import vision_forward_kwargs
@@ -46,6 +47,29 @@ if TYPE_CHECKING:
 # batch key of a row's index into ``non_tensor_batch["multi_modal_inputs"]`` (travels with the row through
 # micro-batching)
 MULTI_MODAL_ROW_KEY = "multi_modal_row"
+
+
+# batch keys of a row's prompt group (0-based, by first appearance) and of that group's response count, for the
+# losses that centre over groups (loss_mode=gvpo)
+GROUP_INDEX_KEY = "group_index"
+GROUP_SIZE_KEY = "group_size"
+
+
+def _grouped_rows(data: DataProto, batch: TensorDict, loss_mode: str, who: str) -> TensorDict:
+    """``batch`` with its rows ordered group by group (stable) and each row's :data:`GROUP_INDEX_KEY` and
+    :data:`GROUP_SIZE_KEY` added, from ``non_tensor_batch["uid"]``: contiguous mini- and micro-batches of whole
+    groups then hold whole groups (the loss checks that they do)."""
+    uids = data.non_tensor_batch.get("uid")
+    if uids is None:
+        raise KeyError(f"{who}: loss_mode={loss_mode} centres over prompt groups and needs non_tensor_batch['uid']")
+    first: dict[Any, int] = {}
+    index = torch.tensor([first.setdefault(u, len(first)) for u in uids.tolist()], dtype=torch.long)
+    order = torch.sort(index, stable=True).indices
+    batch = batch[order.to(batch.device)]
+    index = index[order]
+    batch[GROUP_INDEX_KEY] = index.to(batch.device)
+    batch[GROUP_SIZE_KEY] = torch.bincount(index)[index].to(batch.device)
+    return batch
 
 
 def _require_meta(data: DataProto, key: str, who: str) -> Any:
@@ -277,7 +301,10 @@ class DataParallelPPOActor(BasePPOActor):
         loss_kwargs: dict[str, Any] = {}
         if rollout_correction is not None:
             loss_mode, loss_kwargs = "bypass_mode", {"rollout_correction": rollout_correction}
-        pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
+        loss_fn = get_policy_loss_fn(loss_mode)
+        if needs_groups(loss_fn):
+            loss_kwargs.update(group_index=micro[GROUP_INDEX_KEY], group_size=micro[GROUP_SIZE_KEY])
+        pg_loss, pg_metrics = loss_fn(
             old_log_prob=old_log_prob,
             log_prob=log_prob,
             advantages=micro["advantages"],
@@ -372,6 +399,9 @@ class DataParallelPPOActor(BasePPOActor):
         calculate_entropy = cfg.calculate_entropy or cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch.keys()
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
+        grouped = needs_groups(get_policy_loss_fn(cfg.policy_loss.loss_mode))
+        if grouped:
+            batch = _grouped_rows(data, batch, cfg.policy_loss.loss_mode, who)
         metrics = run_mini_batch_updates(
             self.actor_module,
             self.actor_optimizer,
@@ -390,6 +420,7 @@ class DataParallelPPOActor(BasePPOActor):
                 calculate_entropy=calculate_entropy,
             ),
             group_prompts=self.use_prefix_grouper,
+            share_by_rows=grouped,
         )
         if gap is not None:
             metrics.update({f"rollout_corr/{k}": [v] for k, v in gap.metrics().items()})

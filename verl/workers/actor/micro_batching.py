@@ -302,6 +302,7 @@ def run_mini_batch_updates(
     role: str,
     micro_loss: MicroLossFn,
     group_prompts: bool = False,
+    share_by_rows: bool = False,
 ) -> dict[str, list[float]]:
     """``ppo_epochs`` x mini-batches x micro-batches of gradient accumulation, one optimizer step per mini-batch.
 
@@ -312,14 +313,16 @@ def run_mini_batch_updates(
     ``shuffle``, ``ppo_micro_batch_size_per_gpu``, ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu`` and
     ``grad_clip`` from ``config``; the shuffles are seeded by ``data_loader_seed`` and ``global_step`` (when an
     int). ``group_prompts`` keeps each prompt group's rows of a mini-batch in one micro-batch
-    (``actor.use_prefix_grouper``).
+    (``actor.use_prefix_grouper``). ``share_by_rows`` weighs each micro-batch by its rows whatever
+    ``loss_agg_mode`` says (a loss of one term per response, ``gvpo``, as its recipe weighs micro-batches).
 
     Returns metric name -> values: each of ``micro_loss``'s metrics as its mini-batch value (a loss term weighted by
     its :func:`loss_share`, a token mean by the micro-batch's share of the tokens; see ``MicroLossFn``) and
     ``{role}/grad_norm``, one per mini-batch; ``{role}/grad_norm_nonfinite`` (skipped steps) and ``{role}/lr``
     once.
     """
-    loss_agg_mode = str(config.loss_agg_mode)
+    # the mode that weighs micro-batches into their mini-batch (each micro-batch aggregates with config.loss_agg_mode)
+    loss_agg_mode = "seq-mean-token-mean" if share_by_rows else str(config.loss_agg_mode)
     mini_batch_size = int(config.ppo_mini_batch_size)
     use_dynamic_bsz = bool(config.use_dynamic_bsz)
     micro_batch_size = config.ppo_micro_batch_size_per_gpu
