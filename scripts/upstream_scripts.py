@@ -26,10 +26,11 @@ A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a
 upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
 parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
 (``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
-three whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
-DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank) are run as
-``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with the script's arguments;
-the others are ``refused`` with the reason.
+four whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank; SPPO's estimator and loss)
+are run as ``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with what the
+recipe's trainer always does (:data:`RECIPE_SETTINGS`) and the script's arguments; the others are ``refused`` with
+the reason.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ RECIPE_MAINS = {
     "recipe.dapo.main_dapo": "dapo_trainer",  # RayDAPOTrainer: algorithm.filter_groups + data.gen_batch_size
     "recipe.entropy.main_entropy": "entropy_trainer",  # DAPO's trainer; clip_cov / kl_cov are policy_loss modes
     "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
+    "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
+}
+
+# what a recipe's own trainer does regardless of its config, as main_ppo's keys (given before the script's own)
+RECIPE_SETTINGS = {
+    # the SPPO trainer always centres rewards on their soft mean and its actor always fits the SPPO loss
+    "recipe.sppo.main_sppo": ["algorithm.adv_estimator=sppo", "actor_rollout_ref.actor.policy_loss.loss_mode=sppo"],
 }
 
 
@@ -179,6 +187,7 @@ def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list
         else:
             rest.append(arg)
         i += 1
+    rest[:0] = RECIPE_SETTINGS.get(module, [])
     if not any(a.startswith(("--config-name", "-cn")) for a in rest):
         rest.insert(0, f"--config-name={RECIPE_MAINS[module]}")
     return "verl.trainer.main_ppo", [f"--config-path={config_dir}", *rest]

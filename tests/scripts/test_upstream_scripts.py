@@ -128,6 +128,13 @@ python3 -m recipe.gvpo.gvpo_main_ppo data.train_files=x.parquet actor_rollout_re
     actor_rollout_ref.actor.gvpo_beta=0.2 actor_rollout_ref.rollout.n=4 \\
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 algorithm.norm_adv_by_std_in_grpo=False
 """,
+    "sppo/config/sppo_trainer.yaml": (
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "actor_rollout_ref:\n  actor:\n    _target_: recipe.sppo.config.SPPOActorConfig\n    sppo_eta: 1.0\n"
+        "algorithm:\n  adv_estimator: null\n  sppo_eta: 1.0\n"
+    ),
+    "sppo/run_sppo.sh": "#!/usr/bin/env bash\npython3 -m recipe.sppo.main_sppo data.train_files=x.parquet "
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4\n",
     "prime/run_prime.sh": "#!/usr/bin/env bash\npython3 -m recipe.prime.main_prime data.train_files=x.parquet\n",
     "install_verl.sh": "#!/usr/bin/env bash\npip install verl\n",
 }
@@ -141,6 +148,7 @@ def test_a_verl_recipe_tree_runs_its_dapo_main_as_main_ppo_and_refuses_own_train
     assert no_call == [] and set(by_script) == {
         "recipe/dapo/run_dapo.sh",
         "recipe/gvpo/run_gvpo.sh",
+        "recipe/sppo/run_sppo.sh",
         "recipe/prime/run_prime.sh",
     }
     dapo = by_script["recipe/dapo/run_dapo.sh"]
@@ -148,6 +156,9 @@ def test_a_verl_recipe_tree_runs_its_dapo_main_as_main_ppo_and_refuses_own_train
     assert dapo.args[:2] == [f"--config-path={tmp_path}/tree/recipe/dapo/config", "--config-name=dapo_trainer"]
     gvpo = by_script["recipe/gvpo/run_gvpo.sh"]  # the recipe's actor class (gvpo_beta) is this schema's actor
     assert gvpo.module == "verl.trainer.main_ppo" and gvpo.status == "accepted" and gvpo.faithful, gvpo
+    sppo = by_script["recipe/sppo/run_sppo.sh"]  # what SPPO's trainer always does comes first
+    assert sppo.status == "accepted" and sppo.faithful, sppo
+    assert sppo.args[2:4] == ["algorithm.adv_estimator=sppo", "actor_rollout_ref.actor.policy_loss.loss_mode=sppo"]
     prime = by_script["recipe/prime/run_prime.sh"]
     assert prime.status == "refused" and "recipe's own program" in prime.reason
 

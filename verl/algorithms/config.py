@@ -82,4 +82,5 @@ class AlgorithmConfig(BaseConfig):
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     use_pf_ppo: bool = False  # PF-PPO: resample the batch by reward confidence after GAE
+    sppo_eta: float = 1.0  # adv_estimator=sppo: beta of the batch's soft mean of rewards (verl-recipe sppo; 0: mean)
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)

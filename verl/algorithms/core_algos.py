@@ -77,6 +77,7 @@ from verl.algorithms.registry import (
     register_adv_est,
     register_policy_loss,
 )
+from verl.algorithms.sppo import compute_policy_loss_sppo, compute_sppo_outcome_advantage
 
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
@@ -101,6 +102,8 @@ __all__ = [
     "compute_policy_loss_reinforce",
     "compute_policy_loss_sapo",
     "compute_policy_loss_gvpo",
+    "compute_policy_loss_sppo",
+    "compute_sppo_outcome_advantage",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",

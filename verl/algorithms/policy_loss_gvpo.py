@@ -92,3 +92,4 @@ def compute_policy_loss_gvpo(
 
 
 compute_policy_loss_gvpo.needs_groups = True  # type: ignore[attr-defined]
+compute_policy_loss_gvpo.per_response = True  # type: ignore[attr-defined]

@@ -137,6 +137,12 @@ def needs_groups(loss_fn: PolicyLossFn) -> bool:
     return bool(getattr(loss_fn, "needs_groups", False))
 
 
+def per_response(loss_fn: PolicyLossFn) -> bool:
+    """Whether a policy loss is one term per response (its ``per_response`` attribute, e.g. ``gvpo``, ``sppo``):
+    micro-batches are then weighed into their mini-batch by rows, whatever ``loss_agg_mode`` says."""
+    return bool(getattr(loss_fn, "per_response", False))
+
+
 def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
     """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
     ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default). A ``config`` that is

@@ -76,6 +76,7 @@ class ActorConfig(BaseConfig):
     loss_scale_factor: Optional[int] = None  # seq-mean-token-sum-norm divisor; None: the response length
     tau_pos: float = 1.0  # SAPO gate temperature for tokens with A > 0
     tau_neg: float = 1.05  # SAPO gate temperature for tokens with A <= 0
+    sppo_eta: float = 1.0  # loss_mode=sppo: eta scaling the centred reward the log-ratio regresses on (verl-recipe)
     gvpo_beta: float = 0.1  # loss_mode=gvpo: R_theta = beta * log(pi / pi_old) of a response (verl-recipe's key)
     calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0

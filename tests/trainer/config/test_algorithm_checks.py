@@ -36,6 +36,13 @@ UPSTREAM_SCRIPTS = {
         f"{A}.ppo_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.rollout.n=4",
     ],
+    "verl-recipe sppo": [
+        "algorithm.adv_estimator=sppo",
+        f"{A}.policy_loss.loss_mode=sppo",
+        f"{A}.sppo_eta=1.0",
+        "algorithm.sppo_eta=1.0",
+        "actor_rollout_ref.rollout.n=1",
+    ],
     "otb_trainer": ["algorithm.adv_estimator=optimal_token_baseline", f"{A}.calculate_sum_pi_squared=True"],
     "sapo_trainer": [
         f"{A}.policy_loss.loss_mode=sapo",
@@ -129,6 +136,7 @@ def _problems(overrides: list[str]) -> list[str]:
         ([*GVPO, f"{A}.use_dynamic_bsz=true"], f"{A}.use_dynamic_bsz=true packs micro-batches by tokens"),
         ([*GVPO, f"{A}.shuffle=true"], f"{A}.shuffle=true mixes the rows of prompt groups"),
         ([*GVPO, f"{RC}.rollout_is=token", LOGP], "loss_mode=gvpo has no probability ratio to correct"),
+        ([f"{A}.policy_loss.loss_mode=sppo", f"{RC}.bypass_mode=true", LOGP], "loss_mode=sppo has no probability"),
         ([*GVPO, f"{A}.gvpo_beta=0"], f"{A}.gvpo_beta=0.0 must be > 0"),
     ],
 )

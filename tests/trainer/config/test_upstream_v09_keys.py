@@ -56,6 +56,13 @@ def test_fsdp_values_are_not_refused() -> None:
         assert refusal_for_override(ok) is None, ok
 
 
+def test_only_the_last_override_of_a_key_is_refused_or_kept() -> None:
+    # a recipe script asks for SGLang; the user appends another engine, which Hydra's last-wins order selects
+    assert _cfg(f"{ARR}.rollout.name=sglang", f"{ARR}.rollout.name=hf").actor_rollout_ref.rollout.name == "hf"
+    with pytest.raises(ConfigError, match="SGLang is not an engine here"):
+        _cfg(f"{ARR}.rollout.name=hf", f"+{ARR}.rollout.name=sglang")
+
+
 def test_upstream_config_names() -> None:
     assert "Megatron-LM" in (refusal_for_config_name("ppo_megatron_trainer") or "")
     assert refusal_for_config_name("ppo_trainer") is None

@@ -1,7 +1,7 @@
 """One training step on the tiny model with each upstream-v0.9 algorithm wired through driver and actor: the
 optimal token baseline (the actor returns sum_pi_squared), GDPO (reward components from the reward function's dict),
 bypass-mode REINFORCE with sequence weights (upstream's rollout_correction example), DPPO-TV with token-sum, and
-verl-recipe's GVPO."""
+verl-recipe's GVPO and SPPO."""
 
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ MODES = {
         f"{A}.policy_loss.loss_mode=gvpo",
         f"{A}.gvpo_beta=0.1",
     ],
+    # verl-recipe's SPPO: the soft-mean estimator and the squared log-ratio loss
+    "sppo": ["algorithm.adv_estimator=sppo", f"{A}.policy_loss.loss_mode=sppo", "algorithm.sppo_eta=1.0"],
 }
 
 
@@ -93,6 +95,8 @@ def test_one_step(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Pat
     assert math.isfinite(record["actor/pg_loss"])
     if mode == "gvpo":  # the residual of the regression GVPO runs (0 only at its optimum)
         assert record["actor/gvpo_residual_rms"] > 0
+    if mode == "sppo":  # the recipe's metrics
+        assert math.isfinite(record["actor/log_ratio_mean"]) and math.isfinite(record["actor/preference_mean"])
     if mode == "otb":  # the baseline needs the old-log-prob pass (it carries sum_pi_squared)
         assert "timing_s/old_log_prob" in record
     if mode == "bypass_reinforce":  # no old-log-prob pass; the weights are computed in the actor's loss

@@ -196,13 +196,28 @@ def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"data.gen_batch_size={gen} with data.train_batch_size={train}: {why}; drop it")
 
 
-def check_gvpo(cfg: DictConfig, errors: list[str]) -> None:
-    """``policy_loss.loss_mode=gvpo`` centres each prompt group over all its responses inside one micro-batch
-    (verl/algorithms/policy_loss_gvpo.py): groups of at least two, fixed micro-batches of whole groups, no shuffle,
-    a positive ``gvpo_beta``, and no importance weights or bypass loss (GVPO has no probability ratio)."""
+def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
+    """The losses that regress a response's log-ratio, ``gvpo`` and ``sppo``, have no probability ratio: no
+    importance weights or bypass loss. ``gvpo`` also centres each prompt group over all its responses inside one
+    micro-batch (verl/algorithms/policy_loss_gvpo.py): groups of at least two, fixed micro-batches of whole groups,
+    no shuffle, a positive ``gvpo_beta``."""
     actor = cfg.actor_rollout_ref.actor
-    if str(actor.policy_loss.loss_mode) != "gvpo":
+    loss_mode = str(actor.policy_loss.loss_mode)
+    if loss_mode not in ("gvpo", "sppo"):
         return
+    rc = cfg.algorithm.get("rollout_correction")
+    if rc is not None and (rc.get("rollout_is") is not None or rc.get("bypass_mode")):
+        what = "rollout_is" if rc.get("rollout_is") is not None else "bypass_mode"
+        errors.append(
+            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode={loss_mode} has no "
+            "probability ratio to correct: unset it"
+        )
+    if loss_mode == "gvpo":
+        _check_gvpo(cfg, errors)
+
+
+def _check_gvpo(cfg: DictConfig, errors: list[str]) -> None:
+    actor = cfg.actor_rollout_ref.actor
     prefix, n = "actor_rollout_ref.actor", int(cfg.actor_rollout_ref.rollout.n)
     if not float(actor.gvpo_beta) > 0:
         errors.append(f"{prefix}.gvpo_beta={actor.gvpo_beta} must be > 0 for loss_mode=gvpo (the recipe uses 0.1)")
@@ -221,10 +236,3 @@ def check_gvpo(cfg: DictConfig, errors: list[str]) -> None:
         )
     if actor.shuffle:
         errors.append(f"{prefix}.shuffle=true mixes the rows of prompt groups across mini-batches; {whole}: set false")
-    rc = cfg.algorithm.get("rollout_correction")
-    if rc is not None and (rc.get("rollout_is") is not None or rc.get("bypass_mode")):
-        what = "rollout_is" if rc.get("rollout_is") is not None else "bypass_mode"
-        errors.append(
-            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode=gvpo has no "
-            "probability ratio to correct: unset it"
-        )

@@ -229,6 +229,7 @@ def _resolve_and_validate(cfg: DictConfig, schema: type | None, user_keys: set[s
 # dropped like upstream's own (class -> the key it adds)
 RECIPE_CONFIG_CLASSES = {
     "recipe.gvpo.gvpo_actor_config.FSDPActorConfig": "actor_rollout_ref.actor.gvpo_beta",
+    "recipe.sppo.config.SPPOActorConfig": "actor_rollout_ref.actor.sppo_eta",
 }
 
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.algorithm_checks import (
     check_algorithm_keys,
     check_dynamic_sampling,
-    check_gvpo,
+    check_regression_losses,
     check_rollout_correction,
 )
 from verl.trainer.config.hf_decode_checks import check_hf_decode
@@ -577,7 +577,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(check_rollout_correction, cfg, errors)
     run_check(check_algorithm_keys, cfg, errors)
     run_check(check_dynamic_sampling, cfg, errors)
-    run_check(check_gvpo, cfg, errors)
+    run_check(check_regression_losses, cfg, errors)
     run_check(check_async_training, cfg, errors)
     run_check(check_distillation_and_judge, cfg, errors)
     if errors:

@@ -73,6 +73,17 @@ def refusal_for_override(text: str) -> str | None:
     return None
 
 
+def last_override_of_each_key(tokens: list[str]) -> list[str]:
+    """The overrides that decide a value: of several for one key (``+`` / ``~`` prefixes aside), the last, in the
+    order given."""
+    last = {_override_key(text): i for i, text in enumerate(tokens)}
+    return [text for i, text in enumerate(tokens) if last[_override_key(text)] == i]
+
+
+def _override_key(text: str) -> str:
+    return text.strip().lstrip("+~").partition("=")[0].strip()
+
+
 def refusal_for_config_name(name: str | None) -> str | None:
     """The one-line refusal of an upstream config file name of another engine (``ppo_megatron_trainer``, ...)."""
     if not name:
@@ -87,11 +98,12 @@ def refusal_for_config_name(name: str | None) -> str | None:
 def refuse_other_engines(tokens: list[str], config_name: str | None = None) -> None:
     """Raise a one-line :class:`ConfigError` when the command line asks for an engine or device we do not have.
 
-    ``tokens``: the ``key=value`` overrides as typed; ``config_name``: the ``--config-name`` given, if any. The
+    ``tokens``: the ``key=value`` overrides as typed; ``config_name``: the ``--config-name`` given, if any. Only the
+    last override of a key counts, as in Hydra (``rollout.name=sglang ... rollout.name=vllm`` asks for vLLM). The
     first refusal found is the message (the others would name the same engine).
     """
     line = refusal_for_config_name(config_name)
-    for text in tokens:
+    for text in last_override_of_each_key(tokens):
         if line:
             break
         line = refusal_for_override(text)

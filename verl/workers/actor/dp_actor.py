@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-from verl.algorithms.registry import needs_groups
+from verl.algorithms.registry import needs_groups, per_response
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.vlm import vision_forward_kwargs
@@ -399,8 +399,8 @@ class DataParallelPPOActor(BasePPOActor):
         calculate_entropy = cfg.calculate_entropy or cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch.keys()
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
-        grouped = needs_groups(get_policy_loss_fn(cfg.policy_loss.loss_mode))
-        if grouped:
+        loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
+        if needs_groups(loss_fn):
             batch = _grouped_rows(data, batch, cfg.policy_loss.loss_mode, who)
         metrics = run_mini_batch_updates(
             self.actor_module,
@@ -420,7 +420,7 @@ class DataParallelPPOActor(BasePPOActor):
                 calculate_entropy=calculate_entropy,
             ),
             group_prompts=self.use_prefix_grouper,
-            share_by_rows=grouped,
+            share_by_rows=per_response(loss_fn),
         )
         if gap is not None:
             metrics.update({f"rollout_corr/{k}": [v] for k, v in gap.metrics().items()})

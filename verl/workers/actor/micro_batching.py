@@ -314,7 +314,8 @@ def run_mini_batch_updates(
     ``grad_clip`` from ``config``; the shuffles are seeded by ``data_loader_seed`` and ``global_step`` (when an
     int). ``group_prompts`` keeps each prompt group's rows of a mini-batch in one micro-batch
     (``actor.use_prefix_grouper``). ``share_by_rows`` weighs each micro-batch by its rows whatever
-    ``loss_agg_mode`` says (a loss of one term per response, ``gvpo``, as its recipe weighs micro-batches).
+    ``loss_agg_mode`` says (a loss of one term per response, ``gvpo`` or ``sppo``, as their recipes weigh
+    micro-batches).
 
     Returns metric name -> values: each of ``micro_loss``'s metrics as its mini-batch value (a loss term weighted by
     its :func:`loss_share`, a token mean by the micro-batch's share of the tokens; see ``MicroLossFn``) and

@@ -1,5 +1,5 @@
-"""The actor's update with ``loss_mode=gvpo``: rows ordered group by group, whole groups per micro-batch, and the
-recipe's scale (micro-batches weighed by rows, the micro-batch sum of the per-response losses)."""
+"""The actor's update with the losses of one term per response: ``gvpo`` (rows ordered group by group, whole groups
+per micro-batch, the recipe's scale) and ``sppo``; both weigh micro-batches by rows, as their recipes do."""
 
 from __future__ import annotations
 
@@ -66,3 +66,21 @@ def test_a_micro_batch_that_cuts_a_group_is_refused(model) -> None:
     del data.non_tensor_batch["uid"]
     with pytest.raises(KeyError, match="uid"):
         sgd_update(model, data, **GVPO, ppo_micro_batch_size_per_gpu=4)
+
+
+def test_sppo_weighs_micro_batches_by_rows_not_tokens(model) -> None:
+    """The per-response mean is the same however the rows are split, though the rows hold different token counts
+    (token weighting, ``loss_agg_mode=token-mean``'s, would change the gradient)."""
+    data, _, adv = gvpo_data(model)
+    sppo = {"policy_loss.loss_mode": "sppo", "sppo_eta": 0.5, "ppo_mini_batch_size": 8}
+    lp, _ = DataParallelPPOActor(base_config(), model).compute_log_prob(data)
+    mask = data.batch["response_mask"].float()
+    log_ratio = ((lp - data.batch["old_log_probs"]) * mask).sum(-1)
+    expected = (log_ratio - 0.5 * adv).pow(2).mean().item()
+    m8, d8 = sgd_update(model, data, **sppo, ppo_micro_batch_size_per_gpu=8)
+    m2, d2 = sgd_update(model, data, **sppo, ppo_micro_batch_size_per_gpu=2)
+    assert m8["actor/pg_loss"][0] == pytest.approx(expected, rel=1e-4)
+    assert m2["actor/pg_loss"][0] == pytest.approx(expected, rel=1e-4)
+    assert any(d.abs().max() > 1e-4 for d in d8.values())
+    for name in d8:
+        torch.testing.assert_close(d2[name], d8[name], atol=1e-5, rtol=1e-4)
