@@ -26,8 +26,9 @@ A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a
 upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
 parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
 (``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
-four whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
-DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank; SPPO's estimator and loss)
+five whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank; SPPO's estimator and loss;
+SPIN's online DPO with the reference refreshed every ``trainer.ref_update_freq`` steps)
 are run as ``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with what the
 recipe's trainer always does (:data:`RECIPE_SETTINGS`) and the script's arguments; the others are ``refused`` with
 the reason.
@@ -74,12 +75,20 @@ RECIPE_MAINS = {
     "recipe.entropy.main_entropy": "entropy_trainer",  # DAPO's trainer; clip_cov / kl_cov are policy_loss modes
     "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
     "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
+    "recipe.spin.main_spin": "spin_trainer",  # SPIN's online DPO trainer: see RECIPE_SETTINGS
 }
 
 # what a recipe's own trainer does regardless of its config, as main_ppo's keys (given before the script's own)
 RECIPE_SETTINGS = {
     # the SPPO trainer always centres rewards on their soft mean and its actor always fits the SPPO loss
     "recipe.sppo.main_sppo": ["algorithm.adv_estimator=sppo", "actor_rollout_ref.actor.policy_loss.loss_mode=sppo"],
+    # SPIN's trainer ranks each prompt's two responses by reward and fits DPO on the pair (online_dpo); the ranking
+    # needs only the reward's order, which GRPO's centred advantage keeps
+    "recipe.spin.main_spin": [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo",
+        "actor_rollout_ref.rollout.n=2",
+    ],
 }
 
 

@@ -217,6 +217,28 @@ def test_save_load_round_trip_restores_params_and_optimizer(tiny_model_dir: str,
         assert torch.equal(a, b), name
 
 
+def test_update_reference_takes_the_actor_weights_and_checkpoints_keep_it(tiny_model_dir: str, tmp_path) -> None:
+    """trainer.ref_update_freq's worker call: the reference then scores as the actor does; checkpoints hold it
+    (reference/) so a fresh worker resumes with the updated reference, not the initial model."""
+    group = _actor_group(tiny_model_dir, "actor_ref")
+    data = _with_old_log_probs(group, _scored_batch())
+    group.update_actor(data)
+    mask = data.batch["response_mask"]
+    actor_lp = group.compute_log_prob(data).batch["old_log_probs"] * mask
+    initial = group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask
+    assert (actor_lp - initial).abs().max() > 1e-3
+    ckpt = str(tmp_path / "actor")
+    group.save_checkpoint(ckpt, global_step=1)
+    assert not os.path.exists(os.path.join(ckpt, "reference"))  # never updated: the model path restores it
+    group.update_reference()
+    torch.testing.assert_close(group.compute_ref_log_prob(data).batch["ref_log_prob"] * mask, actor_lp)
+    group.save_checkpoint(ckpt, global_step=1)
+    assert os.path.isfile(os.path.join(ckpt, "reference", "model_world_size_1_rank_0.safetensors"))
+    fresh = _actor_group(tiny_model_dir, "actor_ref")
+    fresh.load_checkpoint(ckpt)
+    torch.testing.assert_close(fresh.compute_ref_log_prob(data).batch["ref_log_prob"] * mask, actor_lp)
+
+
 def test_lora_reference_is_the_base_model(tiny_model_dir: str) -> None:
     pytest.importorskip("peft")
     group = _actor_group(tiny_model_dir, "actor_rollout_ref", "actor_rollout_ref.model.lora_rank=4")

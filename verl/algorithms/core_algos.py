@@ -46,6 +46,7 @@ from verl.algorithms.kl import (
     kl_penalty_forward,
 )
 from verl.algorithms.losses import LOSS_AGG_MODES, agg_loss, compute_entropy_loss, compute_value_loss
+from verl.algorithms.online_dpo import compute_policy_loss_online_dpo
 from verl.algorithms.pf_ppo import compute_pf_ppo_reweight_data
 from verl.algorithms.policy_loss import (
     compute_policy_loss,
@@ -102,6 +103,7 @@ __all__ = [
     "compute_policy_loss_reinforce",
     "compute_policy_loss_sapo",
     "compute_policy_loss_gvpo",
+    "compute_policy_loss_online_dpo",
     "compute_policy_loss_sppo",
     "compute_sppo_outcome_advantage",
     "compute_gpg_outcome_advantage",

@@ -143,6 +143,12 @@ def per_response(loss_fn: PolicyLossFn) -> bool:
     return bool(getattr(loss_fn, "per_response", False))
 
 
+def needs_reference(loss_fn: PolicyLossFn) -> bool:
+    """Whether a policy loss compares with the reference policy (its ``needs_reference`` attribute, e.g.
+    ``online_dpo``): the driver then computes ``ref_log_prob`` and the actor passes it as ``ref_log_prob``."""
+    return bool(getattr(loss_fn, "needs_reference", False))
+
+
 def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
     """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
     ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default). A ``config`` that is

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional, get_args
+from typing import Any, Literal, Optional, get_args
 
 from verl.base_config import BaseConfig, list_field
 from verl.sections.engine import FSDPConfig, RefFSDPConfig
@@ -77,6 +77,9 @@ class ActorConfig(BaseConfig):
     tau_pos: float = 1.0  # SAPO gate temperature for tokens with A > 0
     tau_neg: float = 1.05  # SAPO gate temperature for tokens with A <= 0
     sppo_eta: float = 1.0  # loss_mode=sppo: eta scaling the centred reward the log-ratio regresses on (verl-recipe)
+    dpo_beta: float = 0.1  # loss_mode=online_dpo: DPO's beta (verl-recipe spin's key)
+    dpo_loss_type: Literal["sigmoid", "ipo", "hinge"] = "sigmoid"  # loss_mode=online_dpo: DPO, IPO or SLiC's hinge
+    dpo_label_smoothing: float = 0.0  # loss_mode=online_dpo, sigmoid: conservative DPO's label noise eps
     gvpo_beta: float = 0.1  # loss_mode=gvpo: R_theta = beta * log(pi / pi_old) of a response (verl-recipe's key)
     calculate_sum_pi_squared: bool = False  # also return sum_v pi(v)^2 per token (optimal_token_baseline needs it)
     entropy_coeff: float = 0.0

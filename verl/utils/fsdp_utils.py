@@ -189,6 +189,41 @@ def set_full_model_state_dict(model: nn.Module, state_dict: dict[str, torch.Tens
     )
 
 
+def copy_module_weights(src: nn.Module, dst: nn.Module) -> None:
+    """Copy the parameters of ``src`` into ``dst``, two instances of one model (a policy into its reference).
+
+    Each rank copies its own shards when both are sharded alike (or neither is), so nothing is gathered; otherwise
+    the full state dict goes through rank 0 (:func:`get_full_model_state_dict`). Names are compared without
+    ``torch.compile``'s ``_orig_mod.``; a mismatch raises ValueError naming the first differing parameter."""
+    from torch.distributed.tensor import DTensor
+
+    def named(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+        return [(name.replace("_orig_mod.", ""), p) for name, p in module.named_parameters()]
+
+    pairs = list(zip(named(src), named(dst)))
+    if len(pairs) != len(list(dst.parameters())) or len(pairs) != len(list(src.parameters())):
+        raise ValueError("copy_module_weights: the two modules hold different numbers of parameters")
+    for (a_name, _), (b_name, _) in pairs:
+        if a_name != b_name:
+            raise ValueError(f"copy_module_weights: parameter {a_name!r} faces {b_name!r}: not the same model")
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    alike = all(
+        isinstance(a, DTensor) == isinstance(b, DTensor)
+        and (not isinstance(a, DTensor) or a.placements == b.placements)
+        and local(a).shape == local(b).shape
+        for (_, a), (_, b) in pairs
+    )
+    if not alike:
+        set_full_model_state_dict(dst, get_full_model_state_dict(src))
+        return
+    with torch.no_grad():
+        for (_, a), (_, b) in pairs:
+            local(b).copy_(local(a))
+
+
 def get_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Optimizer state keyed by parameter names (independent of the world size), gathered to rank 0 on CPU."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict

@@ -106,6 +106,7 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         self.ref_sp = int(self.config.ref.ulysses_sequence_parallel_size or 1)
         self._sp_groups: dict[int, Any] = {}
         self.actor_offload = self.ref_offload = None
+        self._reference_updated = False  # trainer.ref_update_freq gave the reference the actor's weights
         if self._is_actor:
             actor = self.config.actor
             actor.ppo_max_token_len_per_gpu = int(actor.ppo_max_token_len_per_gpu) * self.actor_sp
@@ -422,6 +423,27 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             log_probs, _ = ref_policy.compute_log_prob(data, calculate_entropy=False)
         return own_rows(DataProto.from_dict(tensors={"ref_log_prob": log_probs}), rows).to("cpu")
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_reference(self) -> None:
+        """``trainer.ref_update_freq``: the reference policy takes the actor's current weights (the opponent of
+        SPIN's next iteration; TR-DPO's hard update). Checkpoints then hold the reference too
+        (:data:`REFERENCE_SUBDIR`), so a resumed run compares with the same one."""
+        self._require(self.actor_module, "update_reference", ACTOR_ROLES)
+        self._require(self.ref_policy, "update_reference", REF_ROLES)
+        if self.ref_module is None:
+            raise RuntimeError(
+                "update_reference: with LoRA the reference is the base model under the actor's adapters and has no "
+                "weights of its own to update"
+            )
+        with loaded(self.actor_offload), loaded(self.ref_offload):
+            fsdp_utils.copy_module_weights(self.actor_module, self.ref_module)
+        self._reference_updated = True
+
+    def _reference_checkpoint(self) -> Any:
+        from verl.checkpoint import FSDPCheckpointManager
+
+        return FSDPCheckpointManager(self.ref_module, None, None, save_contents=["model"], load_contents=["model"])
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update of the actor on this rank's share; then the rollout engine gets the new weights."""
@@ -516,6 +538,9 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
                 self, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.config.actor, save_contents
             )
             manager.save_checkpoint(local_path, global_step)
+        if self._reference_updated:  # no longer the initial model: resuming needs it
+            with loaded(self.ref_offload):
+                self._reference_checkpoint().save_checkpoint(os.path.join(local_path, REFERENCE_SUBDIR), global_step)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> None:
@@ -525,6 +550,16 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             )
             manager.load_checkpoint(local_path)
             self._sync_rollout_weights()
+        reference = os.path.join(local_path, REFERENCE_SUBDIR)
+        if self.ref_module is not None and os.path.isdir(reference):  # updated by trainer.ref_update_freq
+            with loaded(self.ref_offload):
+                self._reference_checkpoint().load_checkpoint(reference, restore_rng=False)
+            self._reference_updated = True
+
+
+# the subdirectory of an actor checkpoint holding the reference policy's weights once trainer.ref_update_freq
+# changed them
+REFERENCE_SUBDIR = "reference"
 
 
 def worker_init_kwargs(config: DictConfig, role: str) -> dict[str, Any]:

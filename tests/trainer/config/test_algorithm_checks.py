@@ -130,7 +130,7 @@ def _problems(overrides: list[str]) -> list[str]:
         ([f"{A}.loss_agg_mode=token-summ"], "token-summ"),
         (
             [f"{A}.policy_loss.loss_mode=gvpo", "actor_rollout_ref.rollout.n=1"],
-            "loss_mode=gvpo centres each prompt's responses: set",
+            "loss_mode=gvpo compares each prompt's responses: set",
         ),
         ([*GVPO, f"{A}.ppo_micro_batch_size_per_gpu=6"], "=6 is not a multiple of actor_rollout_ref.rollout.n=4"),
         ([*GVPO, f"{A}.use_dynamic_bsz=true"], f"{A}.use_dynamic_bsz=true packs micro-batches by tokens"),
@@ -138,11 +138,26 @@ def _problems(overrides: list[str]) -> list[str]:
         ([*GVPO, f"{RC}.rollout_is=token", LOGP], "loss_mode=gvpo has no probability ratio to correct"),
         ([f"{A}.policy_loss.loss_mode=sppo", f"{RC}.bypass_mode=true", LOGP], "loss_mode=sppo has no probability"),
         ([*GVPO, f"{A}.gvpo_beta=0"], f"{A}.gvpo_beta=0.0 must be > 0"),
+        ([f"{A}.policy_loss.loss_mode=online_dpo", f"{A}.dpo_beta=-1"], f"{A}.dpo_beta=-1.0 must be > 0"),
+        ([f"{A}.policy_loss.loss_mode=online_dpo", f"{A}.dpo_label_smoothing=0.5"], "must be in [0, 0.5)"),
+        (["trainer.ref_update_freq=2"], "refreshes the reference policy, which this run does not use"),
+        (
+            [f"{A}.use_kl_loss=true", "trainer.ref_update_freq=2", "actor_rollout_ref.model.lora_rank=8"],
+            "trainer.ref_update_freq=2 with LoRA",
+        ),
     ],
 )
 def test_what_a_loss_or_estimator_needs_is_named(overrides: list[str], fragment: str) -> None:
     problems = _problems(overrides)
     assert any(fragment in p for p in problems), problems
+
+
+def test_online_dpo_uses_the_reference_and_takes_the_recipes_algorithm_spelling() -> None:
+    from verl.trainer.config import need_reference_policy
+
+    cfg = load_config([f"{A}.policy_loss.loss_mode=online_dpo", "+algorithm.dpo_beta=0.3", "trainer.ref_update_freq=1"])
+    assert need_reference_policy(cfg) and cfg.actor_rollout_ref.actor.dpo_beta == 0.3
+    assert not need_reference_policy(load_config([]))
 
 
 def test_pf_ppo_keys() -> None:

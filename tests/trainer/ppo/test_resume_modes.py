@@ -2,8 +2,9 @@
 chosen point of a step (verl/trainer/ppo/kill_resume.py), the same command resumes it in this process, and the end
 is compared with an uninterrupted run of the same config.
 
-- synchronous, synchronous multi-turn agent loops, synchronous LoRA, fully asynchronous at staleness 0: the final
-  weights and optimizer state are bit-identical, and so is the consumed data order;
+- synchronous, synchronous multi-turn agent loops, synchronous LoRA, online DPO with a refreshed reference, fully
+  asynchronous at staleness 0: the final weights and optimizer state are bit-identical, and so is the consumed data
+  order;
 - one-step-off and fully asynchronous at staleness 1: the consumed data order is identical (no prompt lost or
   repeated); the batch that was in flight at the kill is generated again, from the same prompts with the same seed,
   by the resumed weights, so it is fresher than in the uninterrupted run (staleness 0 instead of 1) and the final
@@ -22,9 +23,11 @@ from verl.trainer.config import load_config
 from verl.trainer.ppo.kill_resume import final_state, run_killed, tiny_run_overrides
 from verl.trainer.ppo.runner import run_ppo
 
+# digits score; the characters' codes break most ties, so a group's responses rank (online DPO forms its pairs)
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    return sum(1 for ch in solution_str if ch.isdigit()) / max(len(solution_str), 1)
+    digits = sum(1 for ch in solution_str if ch.isdigit()) / max(len(solution_str), 1)
+    return digits + 1e-3 * (sum(map(ord, solution_str)) % 97)
 """
 STEPS = 4
 
@@ -88,6 +91,7 @@ SLOW = pytest.mark.slow
     [
         ("sync", "update"),
         ("lora", "rollout"),
+        ("online_dpo_ref2", "update"),
         pytest.param("fully_async_s0", "rollout", marks=SLOW),
     ],
 )

@@ -1,7 +1,7 @@
 """One training step on the tiny model with each upstream-v0.9 algorithm wired through driver and actor: the
 optimal token baseline (the actor returns sum_pi_squared), GDPO (reward components from the reward function's dict),
 bypass-mode REINFORCE with sequence weights (upstream's rollout_correction example), DPPO-TV with token-sum, and
-verl-recipe's GVPO and SPPO."""
+verl-recipe's GVPO, SPPO and SPIN's online DPO."""
 
 from __future__ import annotations
 
@@ -52,6 +52,13 @@ MODES = {
     ],
     # verl-recipe's SPPO: the soft-mean estimator and the squared log-ratio loss
     "sppo": ["algorithm.adv_estimator=sppo", f"{A}.policy_loss.loss_mode=sppo", "algorithm.sppo_eta=1.0"],
+    # verl-recipe's SPIN: DPO on each prompt's ranked pair against a reference refreshed every step
+    "online_dpo": [
+        "algorithm.adv_estimator=grpo",
+        f"{A}.policy_loss.loss_mode=online_dpo",
+        f"{A}.dpo_beta=0.1",
+        "trainer.ref_update_freq=1",
+    ],
 }
 
 
@@ -97,6 +104,8 @@ def test_one_step(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Pat
         assert record["actor/gvpo_residual_rms"] > 0
     if mode == "sppo":  # the recipe's metrics
         assert math.isfinite(record["actor/log_ratio_mean"]) and math.isfinite(record["actor/preference_mean"])
+    if mode == "online_dpo":  # the reference was computed (and refreshed) for the DPO margin
+        assert "timing_s/ref" in record and 0.0 <= record["actor/dpo_tied_frac"] <= 1.0
     if mode == "otb":  # the baseline needs the old-log-prob pass (it carries sum_pi_squared)
         assert "timing_s/old_log_prob" in record
     if mode == "bypass_reinforce":  # no old-log-prob pass; the weights are computed in the actor's loss

@@ -168,6 +168,25 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
             )
 
 
+def check_ref_update(cfg: DictConfig, reference_used: bool, errors: list[str]) -> None:
+    """``trainer.ref_update_freq > 0`` refreshes a reference policy that has weights of its own: one must be in use
+    (a KL term, or ``loss_mode=online_dpo``) and not be a LoRA run's base model."""
+    freq = int(cfg.trainer.ref_update_freq)
+    if freq <= 0:
+        return
+    if not reference_used:
+        errors.append(
+            f"trainer.ref_update_freq={freq} refreshes the reference policy, which this run does not use (no KL term, "
+            "loss_mode not online_dpo): drop it, or set actor_rollout_ref.actor.use_kl_loss=true"
+        )
+    model = cfg.actor_rollout_ref.model
+    if int(model.get("lora_rank") or 0) > 0 or model.get("lora_adapter_path"):
+        errors.append(
+            f"trainer.ref_update_freq={freq} with LoRA: the reference is the base model under the adapters and has no "
+            "weights of its own to refresh; train without LoRA to refresh it, or drop the key"
+        )
+
+
 def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
     """DAPO's dynamic sampling (``algorithm.filter_groups``) and its generation batch (``data.gen_batch_size``):
     a metric to filter on when enabled, and a generation batch different from the training batch only with it (the
@@ -196,14 +215,19 @@ def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
         errors.append(f"data.gen_batch_size={gen} with data.train_batch_size={train}: {why}; drop it")
 
 
+# losses of one term per response (or pair) without a probability ratio, and those of them that need whole groups
+_NO_RATIO_LOSSES = ("gvpo", "sppo", "online_dpo")
+_GROUP_LOSSES = ("gvpo", "online_dpo")
+
+
 def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
-    """The losses that regress a response's log-ratio, ``gvpo`` and ``sppo``, have no probability ratio: no
-    importance weights or bypass loss. ``gvpo`` also centres each prompt group over all its responses inside one
-    micro-batch (verl/algorithms/policy_loss_gvpo.py): groups of at least two, fixed micro-batches of whole groups,
-    no shuffle, a positive ``gvpo_beta``."""
+    """The losses without a probability ratio, ``gvpo``, ``sppo`` and ``online_dpo``: no importance weights or
+    bypass loss. ``gvpo`` and ``online_dpo`` also need each prompt group whole inside one micro-batch
+    (verl/algorithms/policy_loss_gvpo.py, online_dpo.py): groups of at least two, fixed micro-batches of whole
+    groups, no shuffle; ``gvpo_beta`` / ``dpo_beta`` positive, ``dpo_label_smoothing`` in [0, 0.5)."""
     actor = cfg.actor_rollout_ref.actor
     loss_mode = str(actor.policy_loss.loss_mode)
-    if loss_mode not in ("gvpo", "sppo"):
+    if loss_mode not in _NO_RATIO_LOSSES:
         return
     rc = cfg.algorithm.get("rollout_correction")
     if rc is not None and (rc.get("rollout_is") is not None or rc.get("bypass_mode")):
@@ -212,18 +236,26 @@ def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
             f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode={loss_mode} has no "
             "probability ratio to correct: unset it"
         )
-    if loss_mode == "gvpo":
-        _check_gvpo(cfg, errors)
+    prefix = "actor_rollout_ref.actor"
+    if loss_mode == "gvpo" and not float(actor.gvpo_beta) > 0:
+        errors.append(f"{prefix}.gvpo_beta={actor.gvpo_beta} must be > 0 for loss_mode=gvpo (the recipe uses 0.1)")
+    if loss_mode == "online_dpo":
+        if not float(actor.dpo_beta) > 0:
+            errors.append(f"{prefix}.dpo_beta={actor.dpo_beta} must be > 0 for loss_mode=online_dpo (e.g. 0.1)")
+        if not 0.0 <= float(actor.dpo_label_smoothing) < 0.5:
+            errors.append(f"{prefix}.dpo_label_smoothing={actor.dpo_label_smoothing} must be in [0, 0.5)")
+    if loss_mode in _GROUP_LOSSES:
+        _check_whole_groups(cfg, loss_mode, errors)
 
 
-def _check_gvpo(cfg: DictConfig, errors: list[str]) -> None:
+def _check_whole_groups(cfg: DictConfig, loss_mode: str, errors: list[str]) -> None:
     actor = cfg.actor_rollout_ref.actor
     prefix, n = "actor_rollout_ref.actor", int(cfg.actor_rollout_ref.rollout.n)
-    if not float(actor.gvpo_beta) > 0:
-        errors.append(f"{prefix}.gvpo_beta={actor.gvpo_beta} must be > 0 for loss_mode=gvpo (the recipe uses 0.1)")
     if n < 2:
-        errors.append(f"loss_mode=gvpo centres each prompt's responses: set actor_rollout_ref.rollout.n >= 2 (got {n})")
-    whole = "GVPO centres each prompt group inside one micro-batch"
+        errors.append(
+            f"loss_mode={loss_mode} compares each prompt's responses: set actor_rollout_ref.rollout.n >= 2 (got {n})"
+        )
+    whole = f"loss_mode={loss_mode} needs each prompt group inside one micro-batch"
     if actor.use_dynamic_bsz:
         errors.append(
             f"{prefix}.use_dynamic_bsz=true packs micro-batches by tokens, cutting prompt groups; {whole}: set it "

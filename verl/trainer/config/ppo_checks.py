@@ -16,30 +16,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.algorithm_checks import (
-    check_algorithm_keys,
-    check_dynamic_sampling,
-    check_regression_losses,
-    check_rollout_correction,
-)
+from verl.trainer.config import algorithm_checks as algo_checks
 from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
+from verl.trainer.config.roles_in_use import critic_enabled, need_reference_policy
 from verl.trainer.config.section_rules import check_section_rules
 from verl.trainer.config.validation import independent_problems, run_check
-
-
-def critic_enabled(cfg: DictConfig) -> bool:
-    """Whether a critic is trained: ``critic.enable`` when set, else ``algorithm.adv_estimator == "gae"``."""
-    enable = cfg.critic.get("enable")
-    if enable is None:
-        return str(cfg.algorithm.adv_estimator) == "gae"
-    return bool(enable)
-
-
-def need_reference_policy(cfg: DictConfig) -> bool:
-    """Whether the reference policy is needed: a KL term in the reward or in the actor loss."""
-    return bool(cfg.algorithm.use_kl_in_reward) or bool(cfg.actor_rollout_ref.actor.use_kl_loss)
 
 
 def registered_names(module: str, attr: str) -> list[str] | None:
@@ -574,10 +557,11 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(check_value_ranges, cfg, use_critic, errors)
     run_check(check_hf_decode, cfg, errors)
     run_check(check_logger, cfg, errors)
-    run_check(check_rollout_correction, cfg, errors)
-    run_check(check_algorithm_keys, cfg, errors)
-    run_check(check_dynamic_sampling, cfg, errors)
-    run_check(check_regression_losses, cfg, errors)
+    run_check(algo_checks.check_rollout_correction, cfg, errors)
+    run_check(algo_checks.check_algorithm_keys, cfg, errors)
+    run_check(algo_checks.check_dynamic_sampling, cfg, errors)
+    run_check(algo_checks.check_regression_losses, cfg, errors)
+    run_check(algo_checks.check_ref_update, cfg, need_reference_policy(cfg), errors)
     run_check(check_async_training, cfg, errors)
     run_check(check_distillation_and_judge, cfg, errors)
     if errors:

@@ -158,6 +158,8 @@ class TrainerConfig(BaseConfig):
     rollout_data_dir: Optional[str] = None
     validation_data_dir: Optional[str] = None
     balance_batch: bool = True
+    # every this many steps the reference policy takes the actor's weights (verl-recipe spin's key); <= 0: never
+    ref_update_freq: int = -1
     export_hf: bool = True
     plot: bool = True
     report: ReportConfig = field(default_factory=ReportConfig)
@@ -230,6 +232,11 @@ class PPOConfig(BaseConfig):
         # upstream v0.9's optimizer section names the clipping norm clip_grad; the worker's key is grad_clip
         "actor_rollout_ref.actor.optim.clip_grad": "actor_rollout_ref.actor.grad_clip",
         "critic.optim.clip_grad": "critic.grad_clip",
+        # verl-recipe spin's trainer reads its DPO settings under algorithm (added with +): the loss's actor keys
+        **{
+            f"algorithm.{key}": f"actor_rollout_ref.actor.{key}"
+            for key in ("dpo_beta", "dpo_loss_type", "dpo_label_smoothing")
+        },
         # upstream v0.9's engine section names the strategy too (fsdp | fsdp2): one setting, the worker's key
         "actor_rollout_ref.actor.fsdp_config.strategy": "actor_rollout_ref.actor.strategy",
         "actor_rollout_ref.ref.fsdp_config.strategy": "actor_rollout_ref.ref.strategy",

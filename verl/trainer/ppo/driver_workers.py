@@ -125,6 +125,15 @@ class DriverWorkers:
             if name in self.groups:
                 self.groups[name].init_model()
 
+    def refresh_reference(self, step: int) -> bool:
+        """``trainer.ref_update_freq``: at the start of each step that is a multiple of it, the reference policy
+        takes the actor's weights (SPIN's iterations, when verl-recipe's spin trainer does it). True when it did."""
+        freq = int(self.config.trainer.ref_update_freq)
+        if freq <= 0 or step % freq != 0 or not self.used.get("reference"):
+            return False
+        self.actor.update_reference()
+        return True
+
     def release_rollout(self) -> None:
         """Stop the rollout engines before the worker processes go away: a vLLM engine then frees its process
         groups and a tensor-parallel CPU engine its shared memory, which killed processes would leave behind. One

@@ -58,6 +58,12 @@ RESUME_MODES: dict[str, tuple[list[str], bool]] = {
         ],
         True,
     ),
+    # SPIN's online DPO with the reference refreshed every 2 steps: a resume between refreshes needs the refreshed
+    # reference from the checkpoint, not the initial model
+    "online_dpo_ref2": (
+        ["actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo", "trainer.ref_update_freq=2"],
+        True,
+    ),
     "fully_async_s0": (["async_training.mode=fully_async", "async_training.staleness_threshold=0"], True),
     "one_step_off": (["async_training.mode=one_step_off"], False),
     "fully_async_s1": (

@@ -311,10 +311,11 @@ class RayPPOTrainer(VerlTrainerSurface):
     @contextlib.contextmanager
     def next_step(self) -> Iterator[int]:
         """The one place the step counter advances: ``global_steps + 1`` for the body (which yields it), traced by
-        the step profiler when that step is selected. For callers that run a step's stages themselves (the Python
-        API's dataflow pipelines); :meth:`step` runs a whole one."""
+        the step profiler when that step is selected, the reference refreshed first when due (``ref_update_freq``).
+        For callers that run a step's stages themselves (the Python API's pipelines); :meth:`step` runs a whole one."""
         self.global_steps += 1
         self.data.ledger.record_step(self.global_steps)  # never repeated, never counted twice: StepCounterError
+        self.workers.refresh_reference(self.global_steps)
         with self.profiler.step(self.global_steps), self.role_profiler.step(self.global_steps, self.workers.groups):
             yield self.global_steps
 

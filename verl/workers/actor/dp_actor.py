@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-from verl.algorithms.registry import needs_groups, per_response
+from verl.algorithms.registry import needs_groups, needs_reference, per_response
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.vlm import vision_forward_kwargs
@@ -304,6 +304,8 @@ class DataParallelPPOActor(BasePPOActor):
         loss_fn = get_policy_loss_fn(loss_mode)
         if needs_groups(loss_fn):
             loss_kwargs.update(group_index=micro[GROUP_INDEX_KEY], group_size=micro[GROUP_SIZE_KEY])
+        if needs_reference(loss_fn):
+            loss_kwargs["ref_log_prob"] = micro["ref_log_prob"]
         pg_loss, pg_metrics = loss_fn(
             old_log_prob=old_log_prob,
             log_prob=log_prob,
@@ -373,7 +375,8 @@ class DataParallelPPOActor(BasePPOActor):
             raise ValueError(f"{who}: meta_info['temperature'] must be > 0, got {temperature}")
         global_step = data.meta_info.get("global_steps", "unknown")
         keys = ["responses", "input_ids", "attention_mask", "advantages"]
-        if cfg.use_kl_loss:
+        loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
+        if cfg.use_kl_loss or needs_reference(loss_fn):
             keys.append("ref_log_prob")
         require_batch_keys(data.batch, keys, who)
         if "old_log_probs" not in data.batch.keys() and not data.meta_info.get("on_policy", False):
@@ -399,7 +402,6 @@ class DataParallelPPOActor(BasePPOActor):
         calculate_entropy = cfg.calculate_entropy or cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch.keys()
         batch = data.batch.select(*keys)
         mm_rows = self._multi_modal_rows(data, batch)
-        loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
         if needs_groups(loss_fn):
             batch = _grouped_rows(data, batch, cfg.policy_loss.loss_mode, who)
         metrics = run_mini_batch_updates(
