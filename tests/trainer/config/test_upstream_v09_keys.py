@@ -63,6 +63,18 @@ def test_only_the_last_override_of_a_key_is_refused_or_kept() -> None:
         _cfg(f"{ARR}.rollout.name=hf", f"+{ARR}.rollout.name=sglang")
 
 
+def test_an_engine_named_in_a_config_file_is_refused_in_the_same_line(tmp_path) -> None:
+    from verl.trainer.config.loader import load_config as load
+
+    (tmp_path / "recipe.yaml").write_text(
+        "defaults:\n  - ppo_trainer\n  - _self_\nactor_rollout_ref:\n  rollout:\n    name: sglang\n"
+    )
+    with pytest.raises(ConfigError, match=r"rollout.name=sglang: SGLang is not an engine here.*from the config file"):
+        load([*DATA], config_file=str(tmp_path / "recipe.yaml"))
+    cfg = load([*DATA, f"{ARR}.rollout.name=hf"], config_file=str(tmp_path / "recipe.yaml"))
+    assert cfg.actor_rollout_ref.rollout.name == "hf"
+
+
 def test_upstream_config_names() -> None:
     assert "Megatron-LM" in (refusal_for_config_name("ppo_megatron_trainer") or "")
     assert refusal_for_config_name("ppo_trainer") is None

@@ -149,7 +149,7 @@ def build_config(
     from verl.trainer.config.compose import _packaged_container, compose, reorder_like
     from verl.trainer.config.hydra_keys import check_hydra_keys
     from verl.trainer.config.sweep import reject_sweeps
-    from verl.trainer.config.upstream_engines import refuse_other_engines
+    from verl.trainer.config.upstream_engines import refuse_engines_in_config, refuse_other_engines
 
     template = _packaged_container(config_name, package, None)  # also: a clear error for an unknown name
     tokens = [item.text if isinstance(item, Override) else item for item in (overrides or [])]
@@ -192,6 +192,7 @@ def build_config(
     user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
     added = apply_overrides(cfg, parsed)
     drop_upstream_targets(cfg)
+    refuse_engines_in_config(cfg)
     _resolve_and_validate(cfg, schema, user_keys, added)
     return BuiltConfig(cfg, composed.hydra, composed.demo_applied, user_keys)
 

@@ -11,6 +11,7 @@ never a list of the engine's unknown keys).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from verl.trainer.config.validation import ConfigError
 
@@ -93,6 +94,18 @@ def refusal_for_config_name(name: str | None) -> str | None:
     if engine:
         return f"--config-name {stem}: {_MODEL_ENGINES[engine]} is not an engine here; {_USE_FSDP} (ppo_trainer)"
     return None
+
+
+def refuse_engines_in_config(cfg: Any) -> None:
+    """Raise the same one-line :class:`ConfigError` as :func:`refuse_other_engines` when the composed config (a
+    recipe's YAML, the command line already applied) still names a rollout engine or device we do not have."""
+    from omegaconf import OmegaConf
+
+    for key in ("actor_rollout_ref.rollout.name", "reward_model.rollout.name", "trainer.device"):
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        line = refusal_for_override(f"{key}={value}") if isinstance(value, str) else None
+        if line:
+            raise ConfigError(f"{line} (from the config file; override it on the command line)")
 
 
 def refuse_other_engines(tokens: list[str], config_name: str | None = None) -> None:
