@@ -50,7 +50,7 @@ MULTI_MODAL_ROW_KEY = "multi_modal_row"
 
 
 # batch keys of a row's prompt group (0-based, by first appearance) and of that group's response count, for the
-# losses that centre over groups (loss_mode=gvpo)
+# losses that compare the responses of a group (loss_mode=gvpo, online_dpo)
 GROUP_INDEX_KEY = "group_index"
 GROUP_SIZE_KEY = "group_size"
 
