@@ -179,8 +179,9 @@ def check_ref_update(cfg: DictConfig, reference_used: bool, errors: list[str]) -
             f"trainer.ref_update_freq={freq} refreshes the reference policy, which this run does not use (no KL term, "
             "loss_mode not online_dpo): drop it, or set actor_rollout_ref.actor.use_kl_loss=true"
         )
-    model = cfg.actor_rollout_ref.model
-    if int(model.get("lora_rank") or 0) > 0 or model.get("lora_adapter_path"):
+    from verl.models.lora import lora_enabled
+
+    if lora_enabled(cfg.actor_rollout_ref.model):
         errors.append(
             f"trainer.ref_update_freq={freq} with LoRA: the reference is the base model under the adapters and has no "
             "weights of its own to refresh; train without LoRA to refresh it, or drop the key"
@@ -229,9 +230,9 @@ def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
     loss_mode = str(actor.policy_loss.loss_mode)
     if loss_mode not in _NO_RATIO_LOSSES:
         return
-    rc = cfg.algorithm.get("rollout_correction")
-    if rc is not None and (rc.get("rollout_is") is not None or rc.get("bypass_mode")):
-        what = "rollout_is" if rc.get("rollout_is") is not None else "bypass_mode"
+    rc = cfg.algorithm.rollout_correction
+    if rc.rollout_is is not None or rc.bypass_mode:
+        what = "rollout_is" if rc.rollout_is is not None else "bypass_mode"
         errors.append(
             f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode={loss_mode} has no "
             "probability ratio to correct: unset it"
