@@ -102,7 +102,7 @@ def refuse_engines_in_config(cfg: Any) -> None:
     from omegaconf import OmegaConf
 
     for key in ("actor_rollout_ref.rollout.name", "reward_model.rollout.name", "trainer.device"):
-        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        value = OmegaConf.select(cfg, key)  # None where the config has no such key (an SFT config)
         line = refusal_for_override(f"{key}={value}") if isinstance(value, str) else None
         if line:
             raise ConfigError(f"{line} (from the config file; override it on the command line)")
