@@ -43,10 +43,10 @@ def test_every_example_is_listed():
     assert scripts == set(EXPECTED)
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(EXPECTED)]
-)
-def test_example_runs_tiny(name, tmp_path):
+@pytest.fixture(scope="module")
+def example_runs(request: pytest.FixtureRequest, run_ahead, tmp_path_factory):
+    """The selected examples, each ``--tiny`` in a fresh interpreter on one torch thread, started ahead two at a
+    time (the interpreter's imports are most of an example's time, and CI has two cores)."""
     env = {
         **os.environ,
         "VERL_EXAMPLE_THREADS": "1",
@@ -54,14 +54,26 @@ def test_example_runs_tiny(name, tmp_path):
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES_DIR / f"{name}.py"), "--tiny", "--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=str(EXAMPLES_DIR.parents[1]),
-    )
+    commands = {
+        name: dict(
+            args=[sys.executable, str(EXAMPLES_DIR / f"{name}.py"), "--tiny", "--output-dir",
+                  str(tmp_path_factory.mktemp(f"example_{name}"))],
+            timeout=300,
+            env=env,
+            cwd=str(EXAMPLES_DIR.parents[1]),
+        )
+        for name in run_ahead.selected(request, "name")
+    }  # fmt: skip
+    runs = run_ahead.start(commands)
+    yield runs
+    runs.close()
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(EXPECTED)]
+)
+def test_example_runs_tiny(name, example_runs):
+    proc = example_runs.result(name)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     last = proc.stdout.strip().splitlines()[-1]
     assert EXPECTED[name] in last, last

@@ -108,26 +108,42 @@ def _check_module_command(module: str, args: list[str], env: dict[str, str], whe
     assert code == 0, f"{where}: python -m {module} {shlex.join(args)} exited {code}:\n{err[-3000:]}"
 
 
-def _script_help(script: str) -> str:
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, script), "--help"], capture_output=True, text=True, timeout=180, cwd=ROOT
+def _script_of(words: list[str]) -> str | None:
+    """The script a ``python script.py ...`` command runs (``None`` for a module, a snippet or another program)."""
+    if words and words[0] == "nsys":
+        words = words[next((i for i, w in enumerate(words) if w in PYTHONS), len(words)) :]
+    if len(words) > 1 and words[0] in PYTHONS and words[1].endswith(".py"):
+        return words[1]
+    return None
+
+
+@pytest.fixture(scope="module")
+def script_helps(request: pytest.FixtureRequest, run_ahead, tmp_path_factory):
+    """``python <script> --help`` of every script the selected commands run, started ahead two at a time (a fresh
+    interpreter each, the slow part of this module); keyed by script path."""
+    tmp = str(tmp_path_factory.mktemp("helps"))
+    scripts = dict.fromkeys(
+        script for cmd in run_ahead.selected(request, "cmd") if (script := _script_of(_words(cmd, tmp)))
     )
-    assert out.returncode == 0, f"{script} --help exited {out.returncode}:\n{out.stderr[-2000:]}"
-    return out.stdout
+    commands = {
+        script: dict(args=[sys.executable, os.path.join(ROOT, script), "--help"], timeout=180, cwd=ROOT)
+        for script in scripts
+        if os.path.isfile(os.path.join(ROOT, script))
+    }
+    runs = run_ahead.start(commands)
+    yield runs
+    runs.close()
 
 
-_HELP_CACHE: dict[str, str] = {}
-
-
-def _check_script(words: list[str], where: str) -> None:
+def _check_script(words: list[str], where: str, helps) -> None:
     script = words[1]
     assert os.path.isfile(os.path.join(ROOT, script)), f"{where}: no such file {script}"
-    if script not in _HELP_CACHE:
-        _HELP_CACHE[script] = _script_help(script)
+    out = helps.result(script)
+    assert out.returncode == 0, f"{script} --help exited {out.returncode}:\n{out.stderr[-2000:]}"
     for word in words[2:]:
         if word.startswith("--"):
             flag = word.split("=", 1)[0]
-            assert re.search(rf"{re.escape(flag)}\b", _HELP_CACHE[script]), f"{where}: {script} has no option {flag}"
+            assert re.search(rf"{re.escape(flag)}\b", out.stdout), f"{where}: {script} has no option {flag}"
 
 
 def _stub_dir(tmp: str) -> str:
@@ -168,7 +184,7 @@ def _check_make(target: str, where: str) -> None:
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[c.id for c in COMMANDS])
-def test_documented_command_runs(cmd: DocCommand, tmp_path) -> None:
+def test_documented_command_runs(cmd: DocCommand, tmp_path, script_helps) -> None:
     tmp, where = str(tmp_path), f"{cmd.id}: {cmd.text[:120]}"
     words = _words(cmd, tmp)
     assert words, f"{where}: nothing to run"
@@ -206,7 +222,7 @@ def test_documented_command_runs(cmd: DocCommand, tmp_path) -> None:
         out = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{where}:\n{out.stderr[-2000:]}"
         return
-    _check_script(words, where)
+    _check_script(words, where, script_helps)
 
 
 def test_readme_says_how_the_environment_is_entered() -> None:
