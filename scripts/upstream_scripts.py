@@ -351,6 +351,7 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
             and not converted_micro_size(a, cfg)
             and not accepted_as_inert(a)
             and not null_function_name(a, cfg)
+            and not streamed_batch_size(a, cfg)
         ):
             kept.append(a)
     return kept
@@ -384,6 +385,21 @@ def null_function_name(override: str, cfg: Any) -> bool:
     if key not in ("reward.custom_reward_function.name", "custom_reward_function.name"):
         return False
     return text.strip().strip("'\"").lower() in ("null", "none", "~", "") and value_at(cfg, key) == "compute_score"
+
+
+def streamed_batch_size(override: str, cfg: Any) -> bool:
+    """Whether ``override`` is upstream's fully asynchronous streaming layout (``data.train_batch_size=0``,
+    ``data.gen_batch_size=1``) that the config turned into batches of ``actor.ppo_mini_batch_size`` prompts
+    (verl/trainer/config/async_layout.py, ``resolve_async_layout``)."""
+    from verl.trainer.config.script_check import value_at
+
+    key, _, value = override.lstrip("+").partition("=")
+    if value_at(cfg, "async_training.mode") != "fully_async":
+        return False
+    batched = value_at(cfg, "data.train_batch_size") == value_at(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    if key == "data.train_batch_size" and value.strip() == "0":
+        return batched
+    return key == "data.gen_batch_size" and batched and value_at(cfg, "data.gen_batch_size") is None
 
 
 def converted_micro_size(override: str, cfg: Any) -> bool:

@@ -89,6 +89,28 @@ def test_an_unfaithful_override_is_reported() -> None:
     assert harness.unfaithful_keys(main_ppo, inert, cfg) == ["+trainer.esi_redundant_time=9"]
 
 
+def test_translations_of_the_async_entry_points_count_as_kept() -> None:
+    import importlib
+
+    from verl.trainer.config.script_check import schema_aliases
+    from verl.trainer.config.schema import PPOConfig
+
+    one_step_off = importlib.import_module("verl.experimental.one_step_off_policy.main_ppo")
+    # an entry point that wraps main_ppo: the wrapped schema's aliases (DAPO's reward_kwargs.overlong_buffer_cfg)
+    assert schema_aliases(one_step_off) == PPOConfig.key_aliases
+    cfg = {
+        "async_training": {"mode": "fully_async"},
+        "data": {"train_batch_size": 8, "gen_batch_size": None},
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 8}},
+    }
+    streaming = ["data.train_batch_size=0", "data.gen_batch_size=1"]
+    assert harness.unfaithful_keys(one_step_off, streaming, cfg) == []
+    cfg["data"]["train_batch_size"] = 16  # not the mini-batch the translation gives: not kept
+    assert harness.unfaithful_keys(one_step_off, streaming, cfg) == streaming
+    cfg["data"]["train_batch_size"], cfg["async_training"]["mode"] = 8, "one_step_off"  # fully async only
+    assert harness.unfaithful_keys(one_step_off, streaming, cfg) == streaming
+
+
 def test_blocking_key_of_error_lines() -> None:
     assert harness.blocking_key("a.b.c: unknown key; did you mean a.b.d?") == "a.b.c"
     assert harness.blocking_key("override '+x.y={a:b}': cannot parse") == "x.y"

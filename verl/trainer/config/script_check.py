@@ -63,10 +63,27 @@ def override_found(text: str, cfg: Any, aliases: dict[str, str] | None = None) -
 
 
 def schema_aliases(module: Any) -> dict[str, str]:
-    """The ``key_aliases`` of the config schema an entry module (``verl.trainer.main_ppo``, ...) builds with."""
+    """The ``key_aliases`` of the config schema an entry module (``verl.trainer.main_ppo``, ...) builds with; an
+    entry that only wraps another (``one_step_off_policy.main_ppo`` calls ``main_ppo.main``) has its wrapped entry's
+    schema."""
+    import importlib
+
+    found = _aliases_in(module)
+    if found is not None:
+        return found
+    for obj in vars(module).values():
+        wrapped = getattr(obj, "__module__", None) if callable(obj) else None
+        if isinstance(wrapped, str) and wrapped != module.__name__ and wrapped.startswith("verl."):
+            found = _aliases_in(importlib.import_module(wrapped))
+            if found is not None:
+                return found
+    return {}
+
+
+def _aliases_in(module: Any) -> dict[str, str] | None:
     for obj in vars(module).values():
         if isinstance(obj, type) and isinstance(getattr(obj, "config_name", None), str):
             aliases = getattr(obj, "key_aliases", None)
             if isinstance(aliases, dict):
                 return dict(aliases)
-    return {}
+    return None
