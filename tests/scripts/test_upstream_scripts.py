@@ -92,8 +92,8 @@ def test_an_unfaithful_override_is_reported() -> None:
 def test_translations_of_the_async_entry_points_count_as_kept() -> None:
     import importlib
 
-    from verl.trainer.config.script_check import schema_aliases
     from verl.trainer.config.schema import PPOConfig
+    from verl.trainer.config.script_check import schema_aliases
 
     one_step_off = importlib.import_module("verl.experimental.one_step_off_policy.main_ppo")
     # an entry point that wraps main_ppo: the wrapped schema's aliases (DAPO's reward_kwargs.overlong_buffer_cfg)
