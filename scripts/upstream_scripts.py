@@ -26,9 +26,10 @@ A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a
 upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
 parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
 (``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
-five whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+six whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
 DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank; SPPO's estimator and loss;
-SPIN's online DPO with the reference refreshed every ``trainer.ref_update_freq`` steps)
+SPIN's online DPO with the reference refreshed every ``trainer.ref_update_freq`` steps; synchronous partial
+rollouts, on upstream's own ``ppo_trainer`` config)
 are run as ``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with what the
 recipe's trainer always does (:data:`RECIPE_SETTINGS`) and the script's arguments; the others are ``refused`` with
 the reason.
@@ -76,6 +77,9 @@ RECIPE_MAINS = {
     "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
     "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
     "recipe.spin.main_spin": "spin_trainer",  # SPIN's online DPO trainer: see RECIPE_SETTINGS
+    # PartialRolloutRayPPOTrainer on upstream's own ppo_trainer config (None: no config of the recipe's own):
+    # synchronous partial rollouts, see RECIPE_SETTINGS
+    "recipe.partial_rollout.main_ppo": None,
 }
 
 # what a recipe's own trainer does regardless of its config, as main_ppo's keys (given before the script's own)
@@ -89,6 +93,8 @@ RECIPE_SETTINGS = {
         "actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo",
         "actor_rollout_ref.rollout.n=2",
     ],
+    # the recipe's trainer always generates two batches' groups and continues the unfinished ones next step
+    "recipe.partial_rollout.main_ppo": ["async_training.partial_rollout=true"],
 }
 
 
@@ -180,7 +186,8 @@ def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list
             "internal classes), which is not run here; a recipe of this project subclasses its trainer "
             "(docs/porting_from_verl.md)"
         )
-    config_dir = os.path.join(tree, *module.split(".")[:-1], "config")
+    own = RECIPE_MAINS[module]
+    config_dir = os.path.join(tree, *module.split(".")[:-1], "config") if own is not None else None
     rest, i = [], 0
     while i < len(args):
         arg = args[i]
@@ -197,9 +204,9 @@ def recipe_main_call(module: str, args: list[str], tree: str) -> tuple[str, list
             rest.append(arg)
         i += 1
     rest[:0] = RECIPE_SETTINGS.get(module, [])
-    if not any(a.startswith(("--config-name", "-cn")) for a in rest):
-        rest.insert(0, f"--config-name={RECIPE_MAINS[module]}")
-    return "verl.trainer.main_ppo", [f"--config-path={config_dir}", *rest]
+    if own is not None and not any(a.startswith(("--config-name", "-cn")) for a in rest):
+        rest.insert(0, f"--config-name={own}")
+    return "verl.trainer.main_ppo", ([f"--config-path={config_dir}"] if config_dir else []) + rest
 
 
 def record_calls(

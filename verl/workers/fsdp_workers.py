@@ -44,6 +44,7 @@ from verl.workers.fsdp_setup import (
 from verl.workers.parallel_state import OffloadPolicy, gather_group_batch, own_rows
 from verl.workers.reward_model_worker import RewardModelWorker
 from verl.workers.roles import ACTOR_ROLES, REF_ROLES, ROLES, ROLLOUT_ROLES
+from verl.workers.rollout.group_quota import generate_with_group_quota
 from verl.workers.rollout.request_server import RequestServer
 from verl.workers.rollout_engine import RolloutEngineMixin
 
@@ -317,11 +318,14 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
         rollout = self._require(self.rollout, "generate_sequences", ROLLOUT_ROLES)
         # a tensor-parallel engine spans its group's ranks and must be given the same requests on each of them:
         # the group pools its chunks, generates them together and each rank keeps its own rows
+        own = len(prompts)
         prompts, rows = gather_group_batch(prompts, self._rollout_tp_group)
         # held already (hold_generation): the parameters stay gathered and the engine awake between the calls
         hints = memory_hints.explain_out_of_memory("generation", lambda: memory_hints.generation_hints(self.config))
         with hints, nullcontext() if self._generation_held is not None else self._generation_hold(), torch.no_grad():
-            output = rollout.generate_sequences(prompts)
+            # a synchronous partial rollout's call ends at its group quota (verl/workers/rollout/group_quota.py)
+            output = generate_with_group_quota(rollout, prompts, pooled=len(prompts) // max(own, 1))
+            output = rollout.generate_sequences(prompts) if output is None else output
         return own_rows(output, rows).to("cpu")
 
     def _generation_hold(self) -> ExitStack:

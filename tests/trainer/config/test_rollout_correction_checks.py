@@ -6,6 +6,7 @@ import pytest
 
 from verl.trainer.config.loader import load_config
 from verl.trainer.config.validation import ConfigError
+from verl.utils.errors import ConfigWarning
 
 RC = "algorithm.rollout_correction"
 LOGP = "actor_rollout_ref.rollout.calculate_log_probs=true"
@@ -32,10 +33,15 @@ def test_valid_settings_load() -> None:
 
 
 def test_correction_needs_the_rollout_log_probs() -> None:
-    (msg,) = _problems([f"{RC}.rollout_is=token"])
+    # unset, the rollout's log-probs are computed (upstream's rollout servers always return them), with a warning
+    with pytest.warns(ConfigWarning, match=f"calculate_log_probs=true: {RC}.rollout_is reads"):
+        cfg = load_config([f"{RC}.rollout_is=token"])
+    assert cfg.actor_rollout_ref.rollout.calculate_log_probs is True
+    # turned off by the user: refused
+    (msg,) = _problems(["actor_rollout_ref.rollout.calculate_log_probs=false", f"{RC}.rollout_is=token"])
     assert f"{RC}.rollout_is needs the rollout's log-probs" in msg
     assert "actor_rollout_ref.rollout.calculate_log_probs=true" in msg
-    (msg,) = _problems([f"{RC}.bypass_mode=true"])
+    (msg,) = _problems(["actor_rollout_ref.rollout.calculate_log_probs=false", f"{RC}.bypass_mode=true"])
     assert f"{RC}.bypass_mode needs" in msg
 
 

@@ -104,6 +104,18 @@ def test_deterministic_modes_resume_bit_exactly(tiny_model_dir, task, tmp_path, 
     assert not list(cut_out.glob(".tmp-*"))  # a save cut short by the kill was cleaned up
 
 
+def test_sync_partial_rollouts_resume_bit_exactly(tiny_model_dir, task, tmp_path):
+    """The pool's unfinished responses are in the checkpoint: the resumed run continues them as the uninterrupted
+    one did. Its first step draws two batches, its last none."""
+    full, resumed, _ = _kill_and_resume(tiny_model_dir, task, tmp_path, "partial_rollout", step=3, point="update")
+    assert resumed["indices"] == full["indices"]
+    order = _uninterrupted_order(tiny_model_dir, task, tmp_path)  # STEPS batches
+    assert len(full["indices"]) == len(order) + len(order) // STEPS and full["indices"][: len(order)] == order
+    assert resumed["digest"] == full["digest"]
+    rows = [json.loads(line) for line in (tmp_path / "full" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["metrics"]["partial_rollout/resumed_rows"] for r in rows) > 0  # responses did continue
+
+
 def test_agent_loop_runs_resume_the_same_data_order(tiny_model_dir, task, tmp_path):
     # turn requests are batched by arrival time, so the sampling draws (and weights) may differ under load; the
     # prompts, their order and the step count may not

@@ -229,3 +229,26 @@ def test_agent_turns_join_the_running_batch_request_by_request(engine):
     assert plain.batch["responses"][0].tolist() == long_out.token_ids
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(server.generate([1, 2], 1))
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_group_quota_cancels_the_rest_with_their_tokens_and_log_probs(engine, make_prompts):
+    from verl.workers.rollout.group_quota import generate_with_group_quota
+
+    rows = [list(b"ab"), list(b"ab"), list(b"xyz"), list(b"xyz"), list(b"q"), list(b"q")]
+    free = engine.generate_sequences(make_prompts(rows, prompt_len=8, validate=True))
+    prompts = make_prompts(rows, prompt_len=8, validate=True, group_quota=2, group_size=2)
+    prompts.batch["token_budget"] = torch.tensor([2, 2, 6, 6, 0, 0])  # group 2 had nothing left: it counts
+    out = generate_with_group_quota(engine, prompts)
+    lengths = out.batch["response_mask"].sum(-1).tolist()
+    assert lengths[:2] == [2, 2] and lengths[4:] == [0, 0] and min(lengths[2:4]) >= 1
+    assert out.batch["partial_interrupted"].tolist() == [False, False, True, True, False, False]
+    # group 0 ended first: group 1 was cancelled after at most as many tokens, answered with them and their log-probs
+    for i in (0, 1, 2, 3):
+        k = lengths[i]
+        assert out.batch["responses"][i, :k].tolist() == free.batch["responses"][i, :k].tolist(), i
+        torch.testing.assert_close(
+            out.batch["rollout_log_probs"][i, :k], free.batch["rollout_log_probs"][i, :k], atol=1e-4, rtol=0
+        )
+    assert out.batch["partial_finish_step"][:2].max() < out.batch["partial_finish_step"][2:4].min()

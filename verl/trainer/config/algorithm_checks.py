@@ -4,10 +4,14 @@ estimators need (``policy_loss.dro_beta``, ``tau_pos``/``tau_neg``, ``loss_scale
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from omegaconf import DictConfig
 
 from verl.algorithms.rollout_correction import RS_LEVELS
 from verl.algorithms.rollout_rejection import parse_is_threshold, parse_rs_options, parse_rs_thresholds
+from verl.utils.errors import ConfigWarning
 
 _OTB = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
@@ -111,6 +115,28 @@ def check_rollout_correction(cfg: DictConfig, errors: list[str]) -> None:
     if (corrections or rc.bypass_mode) and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
         what = ", ".join(f"{prefix}.{k}" for k in corrections + (["bypass_mode"] if rc.bypass_mode else []))
         errors.append(f"{what} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true")
+
+
+def fit_rollout_log_probs(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """``actor_rollout_ref.rollout.calculate_log_probs=true`` when a rollout correction (``rollout_is``,
+    ``rollout_rs``, ``rollout_token_veto_threshold``, ``bypass_mode``) reads the rollout's log-probs and the user did
+    not set the key (upstream's rollout servers always return them; a ConfigWarning says so). Returns what changed."""
+    rc = cfg.algorithm.get("rollout_correction")
+    key = "actor_rollout_ref.rollout.calculate_log_probs"
+    if rc is None or key in user_keys or cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        return {}
+    readers = [k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if rc.get(k) is not None]
+    readers += ["bypass_mode"] if rc.get("bypass_mode") else []
+    if not readers:
+        return {}
+    cfg.actor_rollout_ref.rollout.calculate_log_probs = True
+    warnings.warn(
+        f"{key}=true: algorithm.rollout_correction.{readers[0]} reads the rollout's log-probs (set the key to "
+        "silence this)",
+        ConfigWarning,
+        stacklevel=2,
+    )
+    return {key: True}
 
 
 def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:

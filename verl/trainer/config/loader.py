@@ -150,6 +150,7 @@ def build_config(
     from verl.trainer.config.hydra_keys import check_hydra_keys
     from verl.trainer.config.sweep import reject_sweeps
     from verl.trainer.config.upstream_engines import refuse_engines_in_config, refuse_other_engines
+    from verl.trainer.config.upstream_plus import plus_as_set
 
     template = _packaged_container(config_name, package, None)  # also: a clear error for an unknown name
     tokens = [item.text if isinstance(item, Override) else item for item in (overrides or [])]
@@ -190,6 +191,9 @@ def build_config(
     cfg = _alias_user_yaml(cfg, aliases)
     user_keys = {rename_aliased_key(k, aliases) for k in composed.user_keys}
     user_keys.update(ov.key for ov in parsed if isinstance(ov, Override))
+    upstream_keys = getattr(schema, "upstream_keys", None)
+    if callable(upstream_keys):  # `+key` for a key upstream lacks and this project has: a set
+        parsed = plus_as_set(cfg, parsed, upstream_keys())
     added = apply_overrides(cfg, parsed)
     drop_upstream_targets(cfg)
     refuse_engines_in_config(cfg)

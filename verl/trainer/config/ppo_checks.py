@@ -20,6 +20,7 @@ from verl.trainer.config import algorithm_checks as algo_checks
 from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
+from verl.trainer.config.partial_rollout_checks import check_sync_partial_rollout
 from verl.trainer.config.roles_in_use import critic_enabled, need_reference_policy
 from verl.trainer.config.section_rules import check_section_rules
 from verl.trainer.config.validation import independent_problems, run_check
@@ -298,10 +299,10 @@ def check_async_training(cfg: DictConfig, errors: list[str]) -> None:
         if int(at.get(key)) < 1:
             errors.append(f"{prefix}.{key}={at.get(key)} must be >= 1")
     mode = at.mode
-    if at.partial_rollout and mode != "fully_async":
+    if at.partial_rollout and mode == "one_step_off":
         errors.append(
-            f"{prefix}.partial_rollout=true needs {prefix}.mode=fully_async (there is no weight push during a "
-            f"rollout to continue across with mode={mode})"
+            f"{prefix}.partial_rollout=true continues responses across weight pushes with mode=fully_async, or "
+            f"across steps in synchronous training (mode=null); one_step_off rollouts are whole batches"
         )
     if mode is None:
         if at.use_rollout_log_probs:
@@ -563,6 +564,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(algo_checks.check_regression_losses, cfg, errors)
     run_check(algo_checks.check_ref_update, cfg, need_reference_policy(cfg), errors)
     run_check(check_async_training, cfg, errors)
+    run_check(check_sync_partial_rollout, cfg, errors, warns)
     run_check(check_distillation_and_judge, cfg, errors)
     if errors:
         # the arithmetic below divides by the sizes checked above: it runs anyway (every mistake at once), and

@@ -34,6 +34,7 @@ from verl.base_config import BaseConfig, dict_field, list_field, omega_conf_to_d
 from verl.data.config import CustomDatasetClassConfig, DataConfig  # noqa: F401  (the data section lives with the data)
 from verl.sections.profiler import GlobalProfilerConfig
 from verl.trainer.config import experiment_name as _experiment_name  # noqa: F401
+from verl.trainer.config.upstream_plus import upstream_ppo_keys
 from verl.trainer.config.v09_schema import RewardSectionConfig, SkipConfig, V1TrainerConfig
 from verl.workers.config import (  # noqa: F401  (the worker sections, importable from here as before)
     ActorConfig,
@@ -221,6 +222,8 @@ class PPOConfig(BaseConfig):
     config_name: ClassVar[str] = "ppo_trainer"
     # The embedded demo's quick settings, layered under the user's when no data.train_files is given (loader.py).
     demo_config_name: ClassVar[str] = "demo"
+    # the keys of upstream v0.9's PPO config: `+key` on a key only this project's defaults hold is a set
+    upstream_keys: ClassVar[Any] = staticmethod(upstream_ppo_keys)
     # Other spellings of a section, moved to the canonical key by the loader (verl keeps the critic's FSDP
     # settings under critic.model).
     key_aliases: ClassVar[dict[str, str]] = {
@@ -295,6 +298,7 @@ class PPOConfig(BaseConfig):
         """Fit the defaults the user did not set (``user_keys``) to the values they did, before validation, so an
         unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank
         mini-batch)."""
+        from verl.trainer.config.algorithm_checks import fit_rollout_log_probs
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
         from verl.trainer.config.v09_inert_keys import settle_inert_keys
@@ -312,6 +316,7 @@ class PPOConfig(BaseConfig):
         changed.update(resolve_async_layout(cfg, user_keys))  # v0.9's async scripts: streaming batch, rollout pool
         changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
+        changed.update(fit_rollout_log_probs(cfg, user_keys))  # a rollout correction reads them
         # upstream v0.9's sections (trainer.v1, reward, distillation's new keys) onto the keys the trainers read
         from verl.trainer.config.v09_resolve import resolve_v09_sections
 

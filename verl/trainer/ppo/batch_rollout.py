@@ -82,10 +82,12 @@ def generate_on_group(group: Any, gen_batch: DataProto) -> DataProto:
 def make_agent_loop_manager(config: Any, tokenizer: Any, group: Any, tools: Sequence[Any] = ()) -> Any:
     """The driver's :class:`~verl.experimental.agent_loop.manager.AgentLoopManager` over ``group`` (the actor
     worker group, one actor worker or an engine) when rollouts go through agent loops (``rollout.multi_turn.enable``
-    or ``rollout.mode=async``: :func:`~verl.sections.rollout.agent_loops_on`), else None. ``config`` is the run's
-    whole config; ``tools`` the Python API's own ``BaseTool`` objects."""
-    if not agent_loops_on(config.actor_rollout_ref.rollout):
-        return None
+    or ``rollout.mode=async``: :func:`~verl.sections.rollout.agent_loops_on`; not with synchronous partial rollouts),
+    else None. ``config`` is the run's whole config; ``tools`` the Python API's own ``BaseTool`` objects."""
+    from verl.trainer.config.partial_rollout_checks import sync_partial_rollout
+
+    if not agent_loops_on(config.actor_rollout_ref.rollout) or sync_partial_rollout(config):
+        return None  # partial rollouts generate single turns plainly (the config refuses other agent loops)
     from verl.experimental.agent_loop.manager import AgentLoopManager
 
     return AgentLoopManager.from_config(config, tokenizer, group, tools=list(tools))

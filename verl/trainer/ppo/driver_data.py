@@ -70,6 +70,9 @@ class DriverData:
         # every consumed prompt index and the step count, checked at each step and on resume (resume_check.py)
         self.ledger = DataLedger()
         self._iter: Iterator | None = None
+        # async_training.partial_rollout in synchronous training: the groups drawn and not yet trained on
+        # (verl/trainer/ppo/partial_rollout_pool.py); set by the driver
+        self.partial: Any = None
 
     def create_dataloaders(
         self, train_dataset: Any = None, val_dataset: Any = None, collate_fn: Any = None, train_sampler: Any = None
@@ -126,7 +129,15 @@ class DriverData:
 
     def next_batch(self) -> DataProto | None:
         """The next prompt batch, moving to the next epoch when one is exhausted; None after the last epoch. Every
-        batch drawn is recorded in the ledger."""
+        batch drawn is recorded in the ledger. With a partial-rollout pool still holding groups after the last
+        epoch, an empty batch: the step trains on the pool's groups."""
+        batch = self.next_loader_batch()
+        if batch is None and self.partial is not None and self.partial.groups:
+            return DataProto()
+        return batch
+
+    def next_loader_batch(self) -> DataProto | None:
+        """The loader's next batch across epochs (recorded in the ledger); None after the last epoch."""
         while True:
             if self._iter is None:
                 self._iter = iter(self.train_dataloader)
@@ -142,8 +153,11 @@ class DriverData:
             return DataProto.from_single_dict(raw)
 
     def state_dict(self) -> dict[str, Any]:
-        """The data position for ``data.pt``: the epoch, and with a loader its position and the ledger."""
+        """The data position for ``data.pt``: the epoch, a partial-rollout pool, and with a loader its position and the
+        ledger."""
         state: dict[str, Any] = {"epoch": self.epoch}
+        if self.partial is not None:
+            state["partial_rollout"] = self.partial.state_dict()
         if self.train_dataloader is not None:
             state["dataloader"] = self.train_dataloader.state_dict()
             state[LEDGER_KEY] = self.ledger.state_dict()
@@ -169,6 +183,13 @@ class DriverData:
                     "trainer.overwrite_checkpoints=true (deletes its checkpoints)"
                 ) from None
         self.epoch = int(state.get("epoch", 0))
+        if self.partial is not None:
+            if "partial_rollout" not in state:
+                raise CheckpointMismatchError(
+                    f"refusing to resume checkpoint {path} with async_training.partial_rollout=true: it was saved "
+                    "without partial rollouts (its data.pt has no pool); resume it without them"
+                )
+            self.partial.load_state_dict(state["partial_rollout"])
         ledger = state.get(LEDGER_KEY)
         if ledger is not None and self.train_dataloader is not None:
             if bool(self.trainer_cfg.verify_resume):

@@ -139,3 +139,26 @@ class LogProbGapWatch:
         )
         console_write(message, sys.stderr)
         return True
+
+
+class VersionedDriver:
+    """The driver's side of the policy-version invariant, a base of
+    :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`: the version a step trains, the staleness its rows may
+    have, and the check of a consumed batch (the asynchronous trainers override the first two)."""
+
+    global_steps: int
+    data: Any  # DriverData: ``data.partial``, the synchronous partial-rollout pool (or None)
+    versions: PolicyVersions
+
+    def current_policy_version(self) -> int:
+        """The version of the weights the current step trains: the steps finished before it."""
+        return int(self.global_steps) - 1
+
+    def policy_staleness_bound(self) -> tuple[int, str]:
+        """The largest staleness a consumed row may have, and the setting it comes from."""
+        return self.data.partial.staleness_bound() if self.data.partial else (0, "synchronous training")
+
+    def check_consumed_versions(self, batch: DataProto) -> dict[str, float]:
+        """Every row's ``policy_version`` against this driver's version and bound (:class:`PolicyVersions`)."""
+        bound = self.policy_staleness_bound()
+        return self.versions.check_consumed(batch, self.current_policy_version(), bound, self.global_steps)

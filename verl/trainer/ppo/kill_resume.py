@@ -64,6 +64,15 @@ RESUME_MODES: dict[str, tuple[list[str], bool]] = {
         ["actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo", "trainer.ref_update_freq=2"],
         True,
     ),
+    # synchronous partial rollouts: the checkpoint holds the pool's unfinished responses, continued after the resume
+    "partial_rollout": (
+        [
+            "async_training.partial_rollout=true",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.rollout_is=token",
+        ],
+        True,
+    ),
     "fully_async_s0": (["async_training.mode=fully_async", "async_training.staleness_threshold=0"], True),
     "one_step_off": (["async_training.mode=one_step_off"], False),
     "fully_async_s1": (

@@ -42,7 +42,7 @@ from verl.trainer.ppo.driver_checkpoint import DriverCheckpoints
 from verl.trainer.ppo.driver_data import DriverData, collect_varied_groups
 from verl.trainer.ppo.driver_report import DriverReport
 from verl.trainer.ppo.driver_workers import DriverWorkers
-from verl.trainer.ppo.invariants import PolicyVersions, stamp_policy_version
+from verl.trainer.ppo.invariants import PolicyVersions, VersionedDriver, stamp_policy_version
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_reward_extra_metrics,
@@ -52,6 +52,7 @@ from verl.trainer.ppo.metric_utils import (
     memory_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.partial_rollout_pool import PartialRolloutPool
 from verl.trainer.ppo.rollout_skip import RolloutSkip
 from verl.trainer.ppo.utils import (  # noqa: F401  (Role, ResourcePoolManager, compute_response_mask: verl's home)
     ResourcePoolManager,
@@ -69,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------- trainer
-class RayPPOTrainer(VerlTrainerSurface):
+class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
     """Driver of PPO-family training (PPO with a critic, GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, DAPO settings).
 
     It holds five parts, each built from what it reads: ``data``
@@ -136,6 +137,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         self.namespace = config.trainer.namespace
         run_dir = self._namespaced(config.trainer.default_local_dir)
         self.data = DriverData(config.data, config.trainer, train_dataset, val_dataset, collate_fn, train_sampler)
+        self.data.partial = PartialRolloutPool.from_config(config, tokenizer)  # async_training.partial_rollout
         self.checkpoints = DriverCheckpoints(config.trainer, run_dir, run_identity, lambda: ppo_run_identity(config))
         about = {"algorithm": config.algorithm.adv_estimator, "n_ranks": self.n_ranks}
         about["actor_dtype"] = config.actor_rollout_ref.actor.dtype
@@ -285,7 +287,14 @@ class RayPPOTrainer(VerlTrainerSurface):
     def _rollout(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
         """Repeat prompts ``rollout.n`` times with a group id ``uid`` and generate (plus ReMax greedy baselines:
         the scores of a greedy response to the same prompt, ``reward_baselines [bs * n]``). On a step of
-        ``skip.rollout.steps`` the dumped rollouts replay instead (:mod:`verl.trainer.ppo.rollout_skip`)."""
+        ``skip.rollout.steps`` the dumped rollouts replay instead (:mod:`verl.trainer.ppo.rollout_skip`); with
+        synchronous partial rollouts the pool's first groups to complete (:mod:`~.partial_rollout_pool`)."""
+        if self.data.partial is not None:
+            with marked_timer("gen", timing):
+                return self.data.partial.step_rollouts(
+                    batch, self.data.next_loader_batch, self.generate, self.prompt_batch_meta(),
+                    self.current_policy_version(), self.actor_rollout_wg.world_size,
+                )  # fmt: skip
         if self.rollout_skip is not None:
             replayed = self.rollout_skip.load(self.global_steps)
             if replayed is not None:  # replayed as generated now (upstream restamps replayed samples)
@@ -369,6 +378,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         else:
             batch = self._rollout_and_score(batch, timing, metrics)
         batch.meta_info["global_steps"] = self.global_steps
+        metrics.update(self.data.partial.last_metrics if self.data.partial is not None else {})  # partial rollouts
         critic_ranks = [self.critic_wg.world_size] if self.use_critic else []  # segment rows: pad to split evenly
         batch = sessions.pad_segment_rows(batch, self.actor_rollout_wg.world_size, *critic_ranks)
         if self.config.trainer.balance_batch:
@@ -511,7 +521,7 @@ class RayPPOTrainer(VerlTrainerSurface):
         """Loader batches one training step consumes (what :func:`~verl.trainer.ppo.resume_check.verify_resume`
         checks a checkpoint against): 1, or None (at least one) with dynamic sampling
         (``algorithm.filter_groups.enable``), which draws until enough groups have varied rewards."""
-        return None if self.algorithm.filter_groups.enable else 1
+        return None if self.algorithm.filter_groups.enable or self.data.partial is not None else 1
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _checkpointed_groups(self) -> dict[str, Any]:
@@ -585,16 +595,3 @@ class RayPPOTrainer(VerlTrainerSurface):
     def update_report(self, status: str | None = None, redraw_plot: bool = True) -> None:
         """Redraw ``metrics.png`` and rebuild ``report.html`` now (:meth:`DriverReport.update`)."""
         self.report.update(self.global_steps, status, redraw_plot)
-
-    def current_policy_version(self) -> int:
-        """The version of the weights the current step trains: the steps finished before it."""
-        return int(self.global_steps) - 1
-
-    def policy_staleness_bound(self) -> tuple[int, str]:
-        """The largest staleness a consumed row may have, and the setting it comes from."""
-        return 0, "synchronous training"
-
-    def check_consumed_versions(self, batch: DataProto) -> dict[str, float]:
-        """Every row's ``policy_version`` against this driver's version and bound (:class:`PolicyVersions`)."""
-        bound = self.policy_staleness_bound()
-        return self.versions.check_consumed(batch, self.current_policy_version(), bound, self.global_steps)

@@ -56,6 +56,7 @@ class VLLMRequestServer(RequestServer):
         self._prefix = f"token-request-{next(_SERVER_IDS)}-"
         self._count = itertools.count()
         self._in_flight: dict[str, TokenRequest] = {}
+        self._last: dict[str, Any] = {}  # each read request's last engine output (its log-probs when cancelled)
         self.batch_wait_s = float(batch_wait_s)
         super().__init__(**options)  # max_batch_size, on_start, on_batch
 
@@ -142,22 +143,27 @@ class VLLMRequestServer(RequestServer):
                 if self._feed(turn, token, last and self._ends(turn, token)):
                     done = True
                     break
+            self._last[out.request_id] = completion
             if done or out.finished:
                 self._in_flight.pop(out.request_id)
                 if not out.finished:
                     ended.append(out.request_id)
-                log_probs = None
-                if completion.logprobs is not None and turn.sampling.logprobs is not False:
-                    ids = turn.token_ids
-                    log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
-                self._answer(turn, log_probs)
+                self._answer(turn, self._log_probs(out.request_id, turn))
         for request_id, turn in list(self._in_flight.items()):  # cancelled (a client gone, a time limit)
             if turn.cancelled:
                 turn.end = "cancelled"
-                self._answer(self._in_flight.pop(request_id))
+                self._answer(self._in_flight.pop(request_id), self._log_probs(request_id, turn))
                 ended.append(request_id)
         if ended:
             self.engine.abort_request(ended)
+
+    def _log_probs(self, request_id: str, turn: TokenRequest) -> list[float] | None:
+        """The log-probs of the tokens ``turn`` was given, from its last engine output (None when not asked for);
+        the request's output is forgotten."""
+        completion = self._last.pop(request_id, None)
+        if completion is None or completion.logprobs is None or turn.sampling.logprobs is False:
+            return None
+        return [float(step[tok].logprob) for step, tok in zip(completion.logprobs, turn.token_ids)]
 
     def _ends(self, turn: TokenRequest, token: int) -> bool:
         return token in self.eos_ids or token in turn.sampling.stop_token_ids
@@ -175,3 +181,4 @@ class VLLMRequestServer(RequestServer):
             if not turn.future.done():
                 turn.future.set_exception(error)
         self._in_flight.clear()
+        self._last.clear()

@@ -1,0 +1,51 @@
+"""``+key=value`` on a key upstream verl's config lacks and this project's has: a plain set.
+
+Hydra's ``+`` adds a key and fails when the key exists, and this project's override grammar keeps that rule
+(:mod:`verl.trainer.config.overrides`). But this project's PPO defaults hold keys upstream v0.9's do not
+(``async_training.*``, the asynchronous trainers' section, among them), and scripts written for upstream must add
+those with ``+`` (verl-recipe's ``partial_rollout`` passes ``+async_training.partial_rollout=True``). Such an
+override is applied as a set: the key is where the script means it to be, and validated like any other. A ``+`` on
+a key upstream's config has too is still an error, as in Hydra.
+
+Upstream's keys: ``upstream_data/v09_ppo_trainer_keys.yaml`` (every dotted path of its generated
+``ppo_trainer.yaml``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.overrides import Override
+
+__all__ = ["plus_as_set", "upstream_ppo_keys"]
+
+_KEYS_FILE = os.path.join(os.path.dirname(__file__), "upstream_data", "v09_ppo_trainer_keys.yaml")
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=1)
+def upstream_ppo_keys() -> frozenset[str]:
+    """Every dotted key (sections included) of upstream v0.9's generated PPO trainer config."""
+    with open(_KEYS_FILE, encoding="utf-8") as f:
+        return frozenset(line[2:].strip() for line in f if line.startswith("- "))
+
+
+def plus_as_set(cfg: DictConfig, overrides: list[Any], upstream: frozenset[str]) -> list[Any]:
+    """``overrides`` with each ``+key=value`` whose key ``cfg`` already holds and ``upstream`` (upstream's config's
+    dotted keys, e.g. :func:`upstream_ppo_keys`) lacks turned into ``key=value`` (module docstring); everything else
+    unchanged."""
+    out: list[Any] = []
+    for ov in overrides:
+        if (
+            isinstance(ov, Override)
+            and ov.op == "add"
+            and ov.key not in upstream
+            and OmegaConf.select(cfg, ov.key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
+        ):
+            ov = Override("set", ov.key, ov.value, ov.text)
+        out.append(ov)
+    return out

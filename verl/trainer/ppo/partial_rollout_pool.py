@@ -1,0 +1,296 @@
+"""Synchronous partial rollout: generate two batches' worth of groups, train on the first batch to complete, and
+continue the others next step.
+
+``async_training.partial_rollout=true`` without ``async_training.mode`` (verl-recipe's ``partial_rollout`` recipe;
+APRIL, Zhou et al., arXiv:2509.18521). A synchronous step waits for its longest response, and a few long ones can
+leave most of the generation time idle. Here the pool holds ``2 * data.train_batch_size`` prompt groups
+(``rollout.n`` responses each): at every step it is topped up with fresh loader batches, all its unfinished rows are
+generated together, and generation stops as soon as each rank has completed its share of ``train_batch_size``
+groups (:mod:`verl.workers.rollout.group_quota`). The step trains on those groups, taken in the order they
+completed; the other groups stay in the pool with what they generated so far, and their rows continue next step
+from ``prompt ++ partial response`` under the new weights, within what is left of ``response_length``.
+
+A response continued across steps was sampled by several policies: its ``rollout_log_probs`` are the log-probs of
+the weights that sampled each token, so rollout importance sampling
+(``algorithm.rollout_correction.rollout_is=token``, the recipe's setting) weighs each token by its own sampler.
+``policy_version`` is the version that sampled its first token. Each step consumes one loader batch (two on the
+first, none on the last: the pool is drained), so a run has the steps of one without partial rollouts. The pool is
+saved in the checkpoint (``data.pt``, tensors and plain values) and a resumed run continues it exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.batch_rollout import GEN_KEYS, tag_groups
+from verl.workers.rollout.base import build_rollout_output
+from verl.workers.rollout.group_quota import GROUP_QUOTA, GROUP_SIZE, TOKEN_BUDGET
+
+__all__ = ["POOL_BATCHES", "PartialRolloutPool"]
+
+POOL_BATCHES = 2  # loader batches the pool holds (verl-recipe's prefetch factor)
+_STATE = ("partial_responses", "partial_log_probs", "partial_length", "partial_complete", "partial_version")
+
+
+class PartialRolloutPool:
+    """The driver's pool of prompt groups for synchronous partial rollouts (module docstring).
+
+    Args:
+        n: rows per group (``rollout.n``).
+        batch_size: groups a step trains on (``data.train_batch_size``).
+        response_length: the most tokens of a response (``data.max_response_length``).
+        eos_token_ids: what ends a response; pad_token_id: the padding id.
+
+    A generation runs on ``ranks`` data-parallel ranks (the actor group's), each completing ``batch_size / ranks``
+    groups (:meth:`generation_batch`).
+    """
+
+    def __init__(
+        self, n: int, batch_size: int, response_length: int, eos_token_ids: list[int], pad_token_id: int
+    ) -> None:
+        self.n, self.batch_size, self.ranks = int(n), int(batch_size), 1
+        self.response_length = int(response_length)
+        self.eos_token_ids, self.pad_token_id = list(eos_token_ids), int(pad_token_id)
+        self.rows: DataProto | None = None  # the pool, group by group, oldest first
+        self.last_metrics: dict[str, float] = {}  # the partial_rollout/* metrics of the last take()
+
+    @classmethod
+    def from_config(cls, config: Any, tokenizer: Any) -> PartialRolloutPool | None:
+        """The pool of a run's whole config when it asks for synchronous partial rollouts
+        (``async_training.partial_rollout`` without ``async_training.mode``), else None."""
+        from verl.workers.rollout.base import resolve_special_ids
+
+        at = config.get("async_training")
+        if at is None or not at.partial_rollout or at.mode is not None:
+            return None
+        meta = {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+        eos_ids, pad_id = resolve_special_ids(meta, tokenizer)
+        rollout = config.actor_rollout_ref.rollout
+        return cls(int(rollout.n), int(config.data.train_batch_size), int(rollout.response_length), eos_ids, pad_id)
+
+    def staleness_bound(self) -> tuple[int, str]:
+        """The most steps a consumed row's first token may be older than the step (each step a continued row
+        generates at least one token)."""
+        return self.response_length, "async_training.partial_rollout (a response continues for at most its length)"
+
+    def step_rollouts(
+        self,
+        fresh: DataProto,
+        draw: Callable[[], DataProto | None],
+        generate: Callable[[DataProto], DataProto],
+        meta: dict[str, Any],
+        version: int,
+        ranks: int,
+    ) -> DataProto:
+        """One step's rollouts: ``fresh`` (a loader batch, or empty once the loader is done) added, the pool topped
+        up with ``draw()`` batches, generated by ``generate`` on ``ranks`` ranks (``meta``: the call's sampling
+        meta), and the step's groups taken (:meth:`take`; its metrics in :attr:`last_metrics`). ``version``: the
+        current policy version."""
+        if len(fresh):
+            self.add(fresh, version)
+        for _ in range(self.batches_wanted()):
+            more = draw()
+            if more is None or not len(more):
+                break
+            self.add(more, version)
+        batch, order = self.generation_batch(meta, ranks)
+        rollouts, self.last_metrics = self.take(generate(batch), order, version)
+        return rollouts
+
+    @property
+    def groups(self) -> int:
+        """Prompt groups in the pool."""
+        return 0 if self.rows is None else len(self.rows) // self.n
+
+    def batches_wanted(self) -> int:
+        """Loader batches to add before the next generation: the pool holds :data:`POOL_BATCHES` batches' groups."""
+        return max(0, (POOL_BATCHES * self.batch_size - self.groups) // self.batch_size)
+
+    def add(self, prompts: DataProto, version: int) -> None:
+        """Add a loader batch of ``batch_size`` prompts (``input_ids``/``attention_mask`` ``[bs, prompt_len]`` and
+        their columns) as ``n``-row groups with nothing generated yet; ``version``: the current policy version."""
+        if len(prompts) != self.batch_size:
+            raise ValueError(
+                f"partial rollout: a loader batch of {len(prompts)} prompts, expected data.train_batch_size="
+                f"{self.batch_size} (the last partial batch of an epoch is dropped: data.dataloader drop_last)"
+            )
+        rows = tag_groups(DataProto(prompts.batch, dict(prompts.non_tensor_batch), {})).repeat(self.n, interleave=True)
+        count = len(rows)
+        rows.batch["partial_responses"] = torch.full((count, self.response_length), self.pad_token_id, dtype=torch.long)
+        rows.batch["partial_log_probs"] = torch.zeros((count, self.response_length), dtype=torch.float32)
+        rows.batch["partial_length"] = torch.zeros(count, dtype=torch.long)
+        rows.batch["partial_complete"] = torch.zeros(count, dtype=torch.bool)
+        rows.batch["partial_version"] = torch.full((count,), int(version), dtype=torch.long)
+        self.rows = rows if self.rows is None else _concat_rows(self.rows, rows, self.pad_token_id)
+
+    def _group_order(self) -> list[int]:
+        """Pool groups in generation order: rank ``r``'s block holds groups ``r, r + ranks, ...`` (old and fresh
+        groups spread evenly over the ranks)."""
+        return [g for r in range(self.ranks) for g in range(r, self.groups, self.ranks)]
+
+    def generation_batch(self, meta: dict[str, Any], ranks: int = 1) -> tuple[DataProto, list[int]]:
+        """The engine input of the whole pool (every row, so each of the ``ranks`` ranks holds whole groups): each
+        row's prompt plus what it generated so far, left-padded, with ``token_budget`` (0 for a finished row) and
+        the rank's group quota in ``meta_info``; returns it and the pool row of each of its rows."""
+        if self.batch_size % ranks:
+            raise ValueError(f"partial rollout: {self.batch_size} groups a step do not split over {ranks} ranks")
+        self.ranks = int(ranks)
+        if self.groups % self.ranks:
+            raise ValueError(f"partial rollout: {self.groups} groups in the pool do not split over {self.ranks} ranks")
+        order = [g * self.n + i for g in self._group_order() for i in range(self.n)]
+        rows = self.rows[order]
+        budgets = self._budgets(order)
+        ids, mask, positions = _continuations(rows, self.pad_token_id)
+        batch = DataProto.from_dict(
+            tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions, TOKEN_BUDGET: budgets}
+        )
+        batch.meta_info.update(meta)
+        batch.meta_info[GROUP_QUOTA] = min(self.batch_size, self.groups) // self.ranks
+        batch.meta_info[GROUP_SIZE] = self.n
+        batch.meta_info["response_length"] = max(int(budgets.max()), 1)  # the longest budget left
+        return batch, order
+
+    def _budgets(self, order: list[int]) -> torch.Tensor:
+        """Tokens each row of ``order`` may still generate (0 once it ended)."""
+        state = self.rows.batch
+        return torch.where(state["partial_complete"][order], 0, self.response_length - state["partial_length"][order])
+
+    def take(self, output: DataProto, order: list[int], version: int) -> tuple[DataProto, dict[str, float]]:
+        """Fold one generation's ``output`` (rows in ``order``) into the pool, then remove and return the groups this
+        step trains on: the first ``batch_size`` complete groups, in the order they completed, as a rollout batch
+        (the prompt's columns, ``responses``/``response_mask``/... ``[rows, response_length]``,
+        ``rollout_log_probs`` when the engine gave log-probs, ``policy_version``). Also returns the
+        ``partial_rollout/*`` metrics. ``version``: the current policy version."""
+        rows = self.rows
+        budgets = self._budgets(order)
+        interrupted = output.batch["partial_interrupted"].cpu()
+        new = output.batch["response_mask"].sum(-1).cpu().long().clamp(max=budgets)
+        have_log_probs = "rollout_log_probs" in output.batch.keys()
+        for j, i in enumerate(order):
+            if budgets[j] <= 0:
+                continue
+            start, k = int(rows.batch["partial_length"][i]), int(new[j])
+            rows.batch["partial_responses"][i, start : start + k] = output.batch["responses"][j, :k].cpu()
+            if have_log_probs:
+                rows.batch["partial_log_probs"][i, start : start + k] = output.batch["rollout_log_probs"][j, :k].cpu()
+            rows.batch["partial_length"][i] = start + k
+            rows.batch["partial_complete"][i] = not bool(interrupted[j])
+        finish = torch.full((len(rows),), -1, dtype=torch.long)
+        finish[order] = output.batch["partial_finish_step"].cpu().long()
+        taken = self._taken_groups(finish)
+        keep = sorted(set(range(self.groups)) - set(taken))
+        take_rows = [g * self.n + i for g in taken for i in range(self.n)]
+        chosen = rows[take_rows]
+        self.rows = rows[[g * self.n + i for g in keep for i in range(self.n)]] if keep else None
+        metrics = {
+            "partial_rollout/interrupted_rows": float(interrupted.sum()),
+            "partial_rollout/carried_groups": float(self.groups),
+            "partial_rollout/resumed_rows": float((chosen.batch["partial_version"] < version).sum()),
+            "partial_rollout/max_age_steps": float(version - int(chosen.batch["partial_version"].min())),
+        }
+        return self._rollouts(chosen, have_log_probs), metrics
+
+    def _taken_groups(self, finish: torch.Tensor) -> list[int]:
+        """The first ``batch_size`` complete groups, by completion (step, or order for request servers), then pool
+        order. Each rank (or tensor-parallel group) completed its share, so there are enough."""
+        complete = self.rows.batch["partial_complete"].view(-1, self.n).all(dim=1)
+        done_at = finish.view(-1, self.n).max(dim=1).values
+        quota = min(self.batch_size, self.groups)
+        ready = [g for g in range(self.groups) if bool(complete[g])]
+        if len(ready) < quota:
+            raise RuntimeError(f"partial rollout: {len(ready)} groups completed, fewer than the step's {quota}")
+        return sorted(sorted(ready, key=lambda g: (int(done_at[g]), g))[:quota])
+
+    def _rollouts(self, chosen: DataProto, have_log_probs: bool) -> DataProto:
+        from verl.trainer.ppo.invariants import stamp_policy_version
+
+        state = chosen.batch
+        prompt_keys = [k for k in chosen.batch.keys() if k not in _STATE]
+        prompts = chosen.select(batch_keys=prompt_keys)
+        out = build_rollout_output(
+            prompts.select(batch_keys=[k for k in GEN_KEYS if k in prompt_keys], non_tensor_batch_keys=[]),
+            state["partial_responses"],
+            self.eos_token_ids,
+            self.pad_token_id,
+            self.response_length,
+            log_probs=state["partial_log_probs"] if have_log_probs else None,
+            lengths=state["partial_length"],
+        )
+        rest = prompts.select(batch_keys=[k for k in prompt_keys if k not in GEN_KEYS])
+        out = rest.union(out) if rest.batch is not None and len(rest.batch.keys()) else out
+        out.non_tensor_batch.update(prompts.non_tensor_batch)
+        return stamp_policy_version(out, state["partial_version"].tolist())
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The pool for ``data.pt``: tensors and plain Python values (``torch.load(weights_only=True)``)."""
+        if self.rows is None:
+            return {"tensors": {}, "columns": {}}
+        return {
+            "tensors": {k: v.clone() for k, v in self.rows.batch.items()},
+            "columns": {k: [_plain(x) for x in v] for k, v in self.rows.non_tensor_batch.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the pool saved by :meth:`state_dict`."""
+        if not state["tensors"]:
+            self.rows = None
+            return
+        columns = {k: _object_array(v) for k, v in state["columns"].items()}
+        self.rows = DataProto.from_dict(tensors=dict(state["tensors"]), non_tensors=columns)
+
+
+def _continuations(rows: DataProto, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``prompt ++ partial response`` of each row, left-padded ``[rows, width]``: ids, mask and positions (the
+    prompt's own, then one more per generated token, as the rollout layout numbers a response)."""
+    ids, mask, positions = (rows.batch[k] for k in GEN_KEYS)
+    lengths = rows.batch["partial_length"]
+    width = int(mask.sum(-1).max()) + int(lengths.max())
+    out_ids = torch.full((len(rows), width), pad_id, dtype=ids.dtype)
+    out_mask = torch.zeros((len(rows), width), dtype=mask.dtype)
+    out_pos = torch.zeros((len(rows), width), dtype=positions.dtype)
+    for i in range(len(rows)):
+        keep = mask[i].bool()
+        k = int(lengths[i])
+        seq = torch.cat([ids[i][keep], rows.batch["partial_responses"][i, :k].to(ids.dtype)])
+        pos = torch.cat([positions[i][keep], positions[i][-1] + torch.arange(1, k + 1, dtype=positions.dtype)])
+        out_ids[i, width - len(seq) :] = seq
+        out_mask[i, width - len(seq) :] = 1
+        out_pos[i, width - len(seq) :] = pos
+    return out_ids, out_mask, out_pos
+
+
+def _concat_rows(old: DataProto, new: DataProto, pad_id: int) -> DataProto:
+    """Two pools' rows, their prompt tensors left-padded to one width."""
+    width = max(old.batch["input_ids"].shape[1], new.batch["input_ids"].shape[1])
+    for part in (old, new):
+        for key, fill in (("input_ids", pad_id), ("attention_mask", 0), ("position_ids", 0)):
+            tensor = part.batch[key]
+            if tensor.shape[1] < width:
+                pad = torch.full((len(part), width - tensor.shape[1]), fill, dtype=tensor.dtype)
+                part.batch[key] = torch.cat([pad, tensor], dim=1)
+    return DataProto.concat([old, new])
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays turned into Python numbers and lists (``weights_only`` loading)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [_plain(x) for x in value.tolist()]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _object_array(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
