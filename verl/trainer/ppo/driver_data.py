@@ -138,6 +138,12 @@ class DriverData:
 
     def next_loader_batch(self) -> DataProto | None:
         """The loader's next batch across epochs (recorded in the ledger); None after the last epoch."""
+        if self.train_dataloader is None:
+            raise ValueError(
+                "no training data loader (data.train_files): the trainer draws its prompt batches from it"
+                + (" (async_training.partial_rollout pools two of them, so batches passed to step() one at a time "
+                   "cannot be used)" if self.partial is not None else "")
+            )  # fmt: skip
         while True:
             if self._iter is None:
                 self._iter = iter(self.train_dataloader)
