@@ -69,8 +69,7 @@ def check_sync_partial_rollout(cfg: DictConfig, errors: list[str], warns: list[s
             f"{rollout.max_num_seqs} at a time; rows beyond it start only after those end, then stop at once. Raise "
             f"max_num_seqs to {rows}"
         )
-    correction = cfg.algorithm.get("rollout_correction") or {}
-    if correction.get("rollout_is") is None:
+    if cfg.algorithm.rollout_correction.rollout_is is None:
         warns.append(
             f"{KEY}: a response continued across steps was sampled by several policies; "
             "algorithm.rollout_correction.rollout_is=token weighs each token by its own sampler (verl-recipe's "

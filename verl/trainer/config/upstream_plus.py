@@ -17,14 +17,13 @@ import functools
 import os
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.trainer.config.overrides import Override
 
 __all__ = ["plus_as_set", "upstream_ppo_keys"]
 
 _KEYS_FILE = os.path.join(os.path.dirname(__file__), "upstream_data", "v09_ppo_trainer_keys.yaml")
-_ABSENT = object()
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,12 +39,18 @@ def plus_as_set(cfg: DictConfig, overrides: list[Any], upstream: frozenset[str])
     unchanged."""
     out: list[Any] = []
     for ov in overrides:
-        if (
-            isinstance(ov, Override)
-            and ov.op == "add"
-            and ov.key not in upstream
-            and OmegaConf.select(cfg, ov.key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
-        ):
+        if isinstance(ov, Override) and ov.op == "add" and ov.key not in upstream and _holds(cfg, ov.key):
             ov = Override("set", ov.key, ov.value, ov.text)
         out.append(ov)
     return out
+
+
+def _holds(cfg: DictConfig, key: str) -> bool:
+    """Whether ``cfg`` has the dotted ``key`` (whatever its value, null included)."""
+    node: Any = cfg
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, DictConfig) and parts[-1] in node
