@@ -119,6 +119,13 @@ class PartialRolloutPool:
                 f"partial rollout: a loader batch of {len(prompts)} prompts, expected data.train_batch_size="
                 f"{self.batch_size} (the last partial batch of an epoch is dropped: data.dataloader drop_last)"
             )
+        if any(
+            bool(x) for key in ("multi_modal_inputs", "multi_modal_data") for x in prompts.non_tensor_batch.get(key, ())
+        ):
+            raise ValueError(
+                "partial rollout: prompts with images or videos are not continued across steps (a continuation is "
+                "text ids); train vision-language models without async_training.partial_rollout"
+            )
         rows = tag_groups(DataProto(prompts.batch, dict(prompts.non_tensor_batch), {})).repeat(self.n, interleave=True)
         count = len(rows)
         rows.batch["partial_responses"] = torch.full((count, self.response_length), self.pad_token_id, dtype=torch.long)
