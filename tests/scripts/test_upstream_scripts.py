@@ -191,3 +191,13 @@ def test_a_recipe_call_keeps_the_scripts_config_name_and_path(tmp_path) -> None:
     )
     assert module == "verl.trainer.main_ppo"
     assert args == ["--config-path=/t/recipe/qat/config", "--config-name", "dapo_qat", "a.b=1"]
+
+
+def test_the_partial_rollout_recipe_runs_main_ppo_on_the_packaged_config() -> None:
+    # the recipe's main uses upstream's own ppo_trainer config: no config path of the recipe's, and the setting its
+    # trainer always applies first (the script's `+` of the same key, a key upstream lacks, is then a set)
+    module, args = harness.recipe_main_call(
+        "recipe.partial_rollout.main_ppo", ["+async_training.partial_rollout=True", "a.b=1"], "/t"
+    )
+    assert module == "verl.trainer.main_ppo"
+    assert args == ["async_training.partial_rollout=true", "+async_training.partial_rollout=True", "a.b=1"]
