@@ -52,9 +52,10 @@ class GroupQuota:
         self.ended = self.budgets <= 0  # rows with nothing left to generate count as ended from the start
         self.interrupted = torch.zeros(rows, dtype=torch.bool)
         self.finish_step = torch.where(self.ended, -1, torch.iinfo(torch.long).max)
-        self.reached = self._groups_ended() >= self.quota
+        self.reached = self.groups_ended() >= self.quota
 
-    def _groups_ended(self) -> int:
+    def groups_ended(self) -> int:
+        """Groups whose rows have all ended."""
         return int(self.ended.view(-1, self.group_size).all(dim=1).sum())
 
     def __call__(self, step: int, rows: slice, tokens: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
@@ -62,15 +63,16 @@ class GroupQuota:
         if not self.reached:
             running = ~self.ended[index]
             done = running & (finished.cpu().to(torch.bool) | (step + 1 >= self.budgets[index]))
-            self._end(index[done], step, interrupted=False)
-            self.reached = self._groups_ended() >= self.quota
+            self.end_rows(index[done], step, interrupted=False)
+            self.reached = self.groups_ended() >= self.quota
         if self.reached:  # this step's rows still running are interrupted (a later micro-batch: at its first token)
             still = ~self.ended[index]
-            self._end(index[still], step, interrupted=True)
+            self.end_rows(index[still], step, interrupted=True)
         # every ended row stops (one without budget at its first token, which the caller discards)
         return self.ended[index].clone().to(finished.device)
 
-    def _end(self, index: torch.Tensor, step: int, interrupted: bool) -> None:
+    def end_rows(self, index: torch.Tensor, step: int, interrupted: bool) -> None:
+        """Mark rows ``index`` ended at ``step`` (``interrupted``: by the quota, not their EOS or budget)."""
         self.ended[index] = True
         self.finish_step[index] = step
         self.interrupted[index] = interrupted
@@ -123,8 +125,8 @@ def _serve_until_quota(
     def ended(i: int) -> None:  # on the serving thread, as request i is answered
         if requests[i].end == "cancelled":
             return
-        tracker._end(torch.tensor([i]), next(order), interrupted=False)
-        if not tracker.reached and tracker._groups_ended() >= tracker.quota:
+        tracker.end_rows(torch.tensor([i]), next(order), interrupted=False)
+        if not tracker.reached and tracker.groups_ended() >= tracker.quota:
             tracker.reached = True
             for request in requests.values():
                 request.cancel()
