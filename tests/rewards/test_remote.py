@@ -33,16 +33,25 @@ def _make_server():
     state = _State()
 
     class Handler(BaseHTTPRequestHandler):
+        counted = False  # this request is in state.in_flight
+
         def log_message(self, *args) -> None:  # keep test output clean
             pass
 
         def _reply(self, code: int, payload) -> None:
             body = json.dumps(payload).encode()
+            self._leave()  # before the client can read the answer and send its next request
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def _leave(self) -> None:
+            with state.lock:
+                if self.counted:
+                    state.in_flight -= 1
+                    self.counted = False
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -52,6 +61,7 @@ def _make_server():
                 state.bodies.append(body)
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
+                self.counted = True
             try:
                 if self.path == "/score":
                     time.sleep(0.02)  # long enough for concurrent requests to overlap
@@ -76,8 +86,7 @@ def _make_server():
                 else:
                     self._reply(404, {})
             finally:
-                with state.lock:
-                    state.in_flight -= 1
+                self._leave()
 
     server = _QuietServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
