@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.batch_rollout import GEN_KEYS, tag_groups
+from verl.utils.safe_serialization import decode_array, encode_array
 from verl.workers.rollout.base import build_rollout_output
 from verl.workers.rollout.group_quota import GROUP_QUOTA, GROUP_SIZE, TOKEN_BUDGET
 
@@ -240,7 +240,9 @@ class PartialRolloutPool:
             return {"tensors": {}, "columns": {}}
         return {
             "tensors": {k: v.clone() for k, v in self.rows.batch.items()},
-            "columns": {k: [_plain(x) for x in v] for k, v in self.rows.non_tensor_batch.items()},
+            "columns": {
+                k: encode_array(v, f"partial rollout pool column {k!r}") for k, v in self.rows.non_tensor_batch.items()
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -248,7 +250,7 @@ class PartialRolloutPool:
         if not state["tensors"]:
             self.rows = None
             return
-        columns = {k: _object_array(v) for k, v in state["columns"].items()}
+        columns = {k: decode_array(v) for k, v in state["columns"].items()}
         self.rows = DataProto.from_dict(tensors=dict(state["tensors"]), non_tensors=columns)
 
 
@@ -282,22 +284,3 @@ def _concat_rows(old: DataProto, new: DataProto, pad_id: int) -> DataProto:
                 pad = torch.full((len(part), width - tensor.shape[1]), fill, dtype=tensor.dtype)
                 part.batch[key] = torch.cat([pad, tensor], dim=1)
     return DataProto.concat([old, new])
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars and arrays turned into Python numbers and lists (``weights_only`` loading)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return [_plain(x) for x in value.tolist()]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _object_array(values: list[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
