@@ -310,9 +310,16 @@ def run_call(call: Call, cwd: str) -> None:
         return
     call.status = "accepted"
     cfg = yaml.safe_load(out.getvalue())
-    call.unfaithful = unfaithful_keys(mod, call.args, cfg)
+    call.unfaithful = unfaithful_keys(mod, call.args, cfg) + added_unread(err.getvalue())
     call.faithful = not call.unfaithful
     call.reason = call.unfaithful[0] if call.unfaithful else ""
+
+
+def added_unread(stderr: str) -> list[str]:
+    """The keys a call added with ``+`` that are not keys of this project's config (the loader warns for each:
+    nothing built in reads them), as unfaithful lines: upstream's code may read what ours ignores."""
+    found = re.findall(r"warning: (\S+): added with \+, but it is not a key of this config", stderr)
+    return [f"{key}: added with +, not a key here (nothing reads it)" for key in found]
 
 
 def merger_call(call: Call) -> None:

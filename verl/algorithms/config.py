@@ -84,3 +84,7 @@ class AlgorithmConfig(BaseConfig):
     use_pf_ppo: bool = False  # PF-PPO: resample the batch by reward confidence after GAE
     sppo_eta: float = 1.0  # adv_estimator=sppo: beta of the batch's soft mean of rewards (verl-recipe sppo; 0: mean)
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
+    # adv_estimator=gdpo: the reward function's dict keys normalised one by one, and their weights (None: all 1);
+    # upstream's config lacks both and its scripts add them with +
+    gdpo_reward_keys: Optional[list[str]] = None
+    gdpo_reward_weights: Optional[list[float]] = None

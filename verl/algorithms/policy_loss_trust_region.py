@@ -153,6 +153,15 @@ def compute_policy_loss_dro(
     return pg_loss, _pg_metrics(_log_ratio(log_prob, old_log_prob), response_mask, zero, zero)
 
 
+def sapo_temperatures(actor: Any) -> tuple[float, float]:
+    """``(tau_pos, tau_neg)`` of SAPO's gate for an actor section (typed or a ``DictConfig``):
+    ``policy_loss.tau_pos`` / ``tau_neg`` where set, else the actor's ``tau_pos`` / ``tau_neg``."""
+    loss = actor.policy_loss
+    tau_pos = actor.tau_pos if loss.tau_pos is None else loss.tau_pos
+    tau_neg = actor.tau_neg if loss.tau_neg is None else loss.tau_neg
+    return float(tau_pos), float(tau_neg)
+
+
 @register_policy_loss("sapo")
 def compute_policy_loss_sapo(
     old_log_prob: torch.Tensor,
@@ -173,8 +182,7 @@ def compute_policy_loss_sapo(
     # upstream's SAPO scripts add +policy_loss.tau_pos/tau_neg (which upstream's loss does not read); here they
     # take precedence over actor.tau_pos/tau_neg, so what the script writes is what runs
     cfg = actor_config(config)
-    tau_pos = float(cfg.policy_loss.get("tau_pos", cfg.tau_pos))
-    tau_neg = float(cfg.policy_loss.get("tau_neg", cfg.tau_neg))
+    tau_pos, tau_neg = sapo_temperatures(cfg)
     if not (tau_pos > 0 and tau_neg > 0):
         raise ValueError(f"actor.tau_pos / actor.tau_neg must be > 0 for loss_mode=sapo, got {tau_pos}, {tau_neg}")
     log_ratio = _log_ratio(log_prob, old_log_prob)

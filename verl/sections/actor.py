@@ -26,6 +26,9 @@ class PolicyLossConfig(BaseConfig):
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
     dro_beta: Optional[float] = None  # DRO's quadratic log-ratio penalty; required (> 0) with loss_mode=dro
+    # loss_mode=sapo: upstream's SAPO scripts add +policy_loss.tau_pos/tau_neg; set, they win over actor.tau_pos/neg
+    tau_pos: Optional[float] = None
+    tau_neg: Optional[float] = None
 
 
 @dataclass

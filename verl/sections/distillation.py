@@ -52,6 +52,9 @@ class TeacherModelsConfig(BaseConfig):
     """``distillation.teacher_models``: upstream's default entry ``teacher_model`` (others added with ``+``, which
     drops it; the added entries are read off the section by :func:`verl.workers.teacher_routing.teacher_specs`)."""
 
+    # entries added with + are teachers of the map, read and checked as such (verl/trainer/config/distillation_keys.py)
+    entries_added_with_plus = True  # not a field: no annotation
+
     teacher_model: TeacherEntryConfig = field(default_factory=TeacherEntryConfig)
 
 

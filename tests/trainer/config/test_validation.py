@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 
 import pytest
 from omegaconf import OmegaConf
 
 from verl.trainer.config.loader import load_config
 from verl.trainer.config.schema import PPOConfig
-from verl.trainer.config.validation import ConfigError, validate_config
+from verl.trainer.config.validation import ConfigError, ConfigWarning, validate_config
+from verl.trainer.ppo.runner import ray_init_kwargs
 
 
 def _problems(overrides: list[str]) -> list[str]:
@@ -55,6 +57,37 @@ def test_plus_keys_are_exempt_only_when_added_with_plus() -> None:
     with pytest.raises(ConfigError, match="trainer.my_tag: unknown key"):
         validate_config(cfg, PPOConfig)
     validate_config(cfg, PPOConfig, extra_keys=["trainer.my_tag"])
+
+
+def test_a_key_added_with_plus_that_nothing_reads_is_warned_with_the_closest_key() -> None:
+    # a misspelt + key would otherwise pass silently: it is kept (a user's own code may read it) and named
+    with pytest.warns(ConfigWarning) as caught:
+        cfg = load_config(["+actor_rollout_ref.actor.clip_ratio_hihg=0.3", "+my_section.alpha=0.5"])
+    messages = [str(w.message) for w in caught if "added with +" in str(w.message)]
+    assert len(messages) == 2
+    (typo,) = [m for m in messages if m.startswith("actor_rollout_ref.actor.clip_ratio_hihg:")]
+    assert "did you mean actor_rollout_ref.actor.clip_ratio_high" in typo
+    assert cfg.actor_rollout_ref.actor.clip_ratio_hihg == 0.3
+    # keys under a free-form mapping are the mapping's own, and a section whose entries are added with + (ray.init's
+    # arguments) reads them all: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        cfg = load_config(
+            ["+actor_rollout_ref.model.override_config.attention_dropout=0.0", "+ray_kwargs.ray_init.num_gpus=0"]
+        )
+    assert ray_init_kwargs(cfg)["num_gpus"] == 0
+
+
+def test_a_plus_on_a_key_upstream_lacks_is_a_set_of_ours() -> None:
+    # upstream v0.9's config has no gdpo keys and its GDPO script adds them with +: here they are fields
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        cfg = load_config(["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[accuracy,format]"])
+    assert list(cfg.algorithm.gdpo_reward_keys) == ["accuracy", "format"]
+    with pytest.raises(ConfigError, match="gdpo_reward_weights has 1 entries for 2"):
+        load_config(
+            ["algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[a,b]", "algorithm.gdpo_reward_weights=[1.0]"]
+        )
 
 
 def test_missing_key_is_reported() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.algorithms.policy_loss_trust_region import sapo_temperatures
 from verl.algorithms.rollout_correction import RS_LEVELS
 from verl.algorithms.rollout_rejection import parse_is_threshold, parse_rs_options, parse_rs_thresholds
 from verl.utils.errors import ConfigWarning
@@ -150,10 +151,13 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
             f"actor_rollout_ref.actor.policy_loss.dro_beta={actor.policy_loss.dro_beta}: loss_mode=dro needs a "
             "positive beta (the weight of its squared log-ratio penalty, e.g. 0.1)"
         )
-    if loss_mode == "sapo" and not (float(actor.tau_pos) > 0 and float(actor.tau_neg) > 0):
-        errors.append(
-            f"actor_rollout_ref.actor.tau_pos/tau_neg must be > 0 for loss_mode=sapo ({actor.tau_pos}, {actor.tau_neg})"
-        )
+    if loss_mode == "sapo":
+        tau_pos, tau_neg = sapo_temperatures(actor)
+        if not (tau_pos > 0 and tau_neg > 0):
+            errors.append(
+                f"actor_rollout_ref.actor.tau_pos/tau_neg must be > 0 for loss_mode=sapo ({tau_pos}, {tau_neg}; "
+                "policy_loss.tau_pos/tau_neg win where set)"
+            )
     for path, value in (
         ("actor_rollout_ref.actor.loss_scale_factor", actor.loss_scale_factor),
         ("critic.loss_scale_factor", cfg.critic.loss_scale_factor),
@@ -180,13 +184,13 @@ def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
             "would do nothing: set use_pf_ppo=false or adv_estimator=gae"
         )
     if estimator == "gdpo":
-        keys = algo.get("gdpo_reward_keys")
+        keys = algo.gdpo_reward_keys
         if not keys:
             errors.append(
                 "algorithm.adv_estimator=gdpo needs +algorithm.gdpo_reward_keys=[...]: the keys of the reward "
                 "function's dict to normalise one by one (e.g. '[accuracy_reward, format_reward]')"
             )
-        weights = algo.get("gdpo_reward_weights")
+        weights = algo.gdpo_reward_weights
         if keys and weights is not None and len(weights) != len(keys):
             errors.append(
                 f"algorithm.gdpo_reward_weights has {len(weights)} entries for {len(keys)} gdpo_reward_keys: give one "

@@ -198,6 +198,8 @@ class TrainerConfig(BaseConfig):
 class RayInitConfig(BaseConfig):
     """``ray_kwargs.ray_init``: keyword arguments of ``ray.init()`` (others can be added with ``+key=value``)."""
 
+    entries_added_with_plus = True  # not a field: every key of the section goes to ray.init (runner.ray_init_kwargs)
+
     address: Optional[str] = None  # null: $RAY_ADDRESS if set, else a new local cluster
     num_cpus: Optional[int] = None  # a new local cluster only
     runtime_env: dict[str, Any] = dict_field()  # merged over the driver's default env vars for the workers

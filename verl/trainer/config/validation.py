@@ -45,7 +45,10 @@ def validate_config(cfg: DictConfig, schema: type, extra_keys: Iterable[str] = (
     Checks, in order: every key is a field of its section (otherwise the closest valid names are suggested), every
     field is present, every value has the annotated type (``Optional``/``Literal``/``list``/``dict``/nested
     dataclass), and finally ``schema.cross_field_checks(cfg)`` when the schema defines it. ``extra_keys`` are the
-    dotted paths added with ``+key=value``: they and everything under them are exempt from the unknown-key check.
+    dotted paths added with ``+key=value``: they and everything under them are exempt from the unknown-key check,
+    and each one that lands in a typed section beside its fields gets a warning (nothing built in reads it, so a
+    misspelt ``+actor_rollout_ref.actor.clip_ratio_hihg`` would otherwise pass unnoticed; code of the user's own
+    that reads the config can use it).
 
     Harmless conversions are written back into ``cfg``: an int for a float field becomes a float, a number for a
     string field becomes a string, a bare string for a ``list[str]`` field becomes a one-item list.
@@ -54,11 +57,13 @@ def validate_config(cfg: DictConfig, schema: type, extra_keys: Iterable[str] = (
         ConfigError: listing every problem found, one per line.
     """
     errors: list[str] = []
-    _check_section(cfg, schema, "", frozenset(extra_keys), errors)
-    warns: list[str] = []
+    added_unread: list[str] = []
+    _check_section(cfg, schema, "", frozenset(extra_keys), errors, added_unread)
+    warns: list[str] = list(added_unread)
     checks = getattr(schema, "cross_field_checks", None)
     if callable(checks) and not errors:
-        more_errors, warns = checks(cfg)
+        more_errors, more_warns = checks(cfg)
+        warns.extend(more_warns)
         errors.extend(more_errors)
     elif callable(checks):
         # the cross-field checks run on the ill-typed config too, so every mistake is reported at once; what they
@@ -99,8 +104,12 @@ def _is_exempt(path: str, extra_keys: frozenset[str]) -> bool:
     return any(path == k or k.startswith(path + ".") or path.startswith(k + ".") for k in extra_keys)
 
 
-def _check_section(node: Any, schema: type, prefix: str, extra_keys: frozenset[str], errors: list[str]) -> None:
-    """Check one dataclass-typed section ``node`` (at dotted path ``prefix``) and recurse into sub-sections."""
+def _check_section(
+    node: Any, schema: type, prefix: str, extra_keys: frozenset[str], errors: list[str], added_unread: list[str]
+) -> None:
+    """Check one dataclass-typed section ``node`` (at dotted path ``prefix``) and recurse into sub-sections; a key
+    added with ``+`` beside the section's fields goes into ``added_unread`` (a warning), any other unknown key into
+    ``errors``."""
     where = prefix.rstrip(".") or "<root>"
     if not isinstance(node, DictConfig):
         errors.append(f"{where}: expected a section (mapping) of {schema.__name__}, got {_show(node)}")
@@ -110,7 +119,12 @@ def _check_section(node: Any, schema: type, prefix: str, extra_keys: frozenset[s
     for key in node.keys():
         key = str(key)
         path = f"{prefix}{key}"
-        if key in hints or _is_exempt(path, extra_keys):
+        if key in hints:
+            continue
+        if _is_exempt(path, extra_keys):
+            # a section whose entries are added with + (a map such as distillation.teacher_models) reads them
+            if not getattr(schema, "entries_added_with_plus", False):
+                added_unread.append(_added_key_message(path, key, names, prefix))
             continue
         errors.append(_unknown_key_message(path, key, names, prefix))
     for name in names:
@@ -123,7 +137,7 @@ def _check_section(node: Any, schema: type, prefix: str, extra_keys: frozenset[s
             continue
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            _check_section(node[name], tp, path + ".", extra_keys, errors)
+            _check_section(node[name], tp, path + ".", extra_keys, errors, added_unread)
             continue
         ok, value = _check_value(node[name], tp, path, errors)
         if ok and value is not _UNCHANGED:
@@ -138,6 +152,16 @@ def _unknown_key_message(path: str, key: str, valid: list[str], prefix: str) -> 
     else:
         hint = f"valid keys here: {', '.join(valid)}"
     return f"{path}: unknown key; {hint} (to add a new key on purpose, use +{path}=...)"
+
+
+def _added_key_message(path: str, key: str, valid: list[str], prefix: str) -> str:
+    """The warning for a key added with ``+`` where the schema has no such field (``_check_section``)."""
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(f'{prefix}{c}' for c in close)}?" if close else ""
+    return (
+        f"{path}: added with +, but it is not a key of this config, so nothing in verl reads it (only code of your "
+        f"own that reads the config can){hint}"
+    )
 
 
 # Sentinel: the value is valid as it is (nothing to write back).
