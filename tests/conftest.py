@@ -46,6 +46,25 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def model_dir_with_code(tmp_path_factory) -> str:
+    """A tiny Llama directory whose config.json maps AutoModelForCausalLM to a module of its own (``auto_map``), as a
+    repository that needs ``trust_remote_code`` does; the module raises if it is ever imported."""
+    import json
+
+    from verl.models.tiny import make_tiny_model_dir
+
+    path = make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_with_code")))
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with open(os.path.join(path, "modeling_custom.py"), "w", encoding="utf-8") as f:
+        f.write("raise RuntimeError('the model directory's own code ran')\n")
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen2_dir(tmp_path_factory) -> str:
     """A directory holding a tiny random Qwen2 (tied embeddings) and its byte tokenizer."""
     from verl.models.tiny import TinyModelSpec, make_tiny_model_dir

@@ -57,13 +57,20 @@ def test_prompts_in_responses_out(tmp_path, tiny_model_dir: str) -> None:
     assert any(s for r in rows for s in r["responses"]), "the tiny model generated text"
 
 
+def test_remote_code_is_refused_where_the_model_has_code(tmp_path, model_dir_with_code, tiny_model_dir, capsys) -> None:
+    out = str(tmp_path / "o.parquet")
+    assert main(_args("p.parquet", out, model_dir_with_code, "+model.trust_remote_code=True", "--cfg", "job")) == 2
+    assert "model.trust_remote_code=true runs Python files" in capsys.readouterr().err
+    assert main(_args("p.parquet", out, tiny_model_dir, "+model.trust_remote_code=True", "--cfg", "job")) == 0
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
         (["rollout.n=4"], "rollout.n=4: does nothing in generation here; set data.n_samples"),
         (["actor.ulysses_sequence_parallel_size=2"], "actor.ulysses_sequence_parallel_size=2: does nothing"),
         (["ray_kwargs.ray_init.num_cpus=4"], "ray_kwargs.ray_init.num_cpus=4: does nothing"),
-        (["+model.trust_remote_code=True"], "trainer.allow_unsafe_operations=true"),
+        (["model.external_lib=my_models"], "trainer.allow_unsafe_operations=true"),
         (["rollout.do_sample=false"], "data.n_samples=2 with greedy decoding"),
         (["rollout.name=vllm", "rollout.tensor_model_parallel_size=2"], "must divide"),
     ],

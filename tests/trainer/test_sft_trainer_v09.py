@@ -222,7 +222,6 @@ def test_fsdp_size_against_the_world_size() -> None:
         ("profiler.enable=true", "no profiler"),
         ("checkpoint.save_contents=[model]", "always hold model, optimizer and extra"),
         ("trainer.device=npu", "Ascend NPU is not a device here"),
-        ("model.trust_remote_code=true", "trainer.allow_unsafe_operations=true"),
         ("data.messages_kye=m", "data.messages_kye: unknown key; did you mean data.messages_key?"),
     ],
 )
@@ -230,6 +229,14 @@ def test_unsupported_settings_are_refused_in_one_line(override, message, capsys)
     assert sft_trainer.main([override, "--cfg", "job"]) == 2
     err = capsys.readouterr().err
     assert "invalid config (1 problem)" in err and message in err  # one line, naming the key and what to do
+
+
+def test_remote_code_needs_the_switch_only_where_the_model_has_code(
+    model_dir_with_code, tiny_model_dir, capsys
+) -> None:
+    assert sft_trainer.main([f"model.path={model_dir_with_code}", "model.trust_remote_code=true", "--cfg", "job"]) == 2
+    assert "model.trust_remote_code=true runs Python files" in capsys.readouterr().err
+    assert sft_trainer.main([f"model.path={tiny_model_dir}", "model.trust_remote_code=true", "--cfg", "job"]) == 0
 
 
 def test_dynamic_micro_batches_respect_the_token_budget() -> None:

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from verl.models.remote_code import trust_remote_code_for
+
 logger = logging.getLogger(__name__)
 
 BUNDLED_PREFIX = "bundled://"
@@ -235,7 +237,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, padding_side: str
     from transformers import AutoTokenizer
 
     local = resolve_model_path(path, require_weights=False)
-    tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code_for(local, trust_remote_code))
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer at {local!r} has neither a pad token nor an eos token to pad with")
@@ -247,7 +249,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, padding_side: str
 def _load_config(local: str, trust_remote_code: bool, override_config: Mapping[str, Any] | None) -> Any:
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code_for(local, trust_remote_code))
     for key, value in dict(override_config or {}).items():
         setattr(config, key, value)
     return config
@@ -280,7 +282,7 @@ def _from_pretrained(
         local,
         config=config,
         dtype=_resolve_dtype(dtype),
-        trust_remote_code=trust_remote_code,
+        trust_remote_code=trust_remote_code_for(local, trust_remote_code),
         attn_implementation=attn_implementation,
     )
 
@@ -391,7 +393,7 @@ def load_value_model(
         if "Unrecognized configuration class" not in str(err):
             raise
         backbone = AutoModel.from_pretrained(
-            local, config=config, dtype=torch_dtype, trust_remote_code=trust_remote_code
+            local, config=config, dtype=torch_dtype, trust_remote_code=trust_remote_code_for(local, trust_remote_code)
         )
         model = ValueHeadModel(backbone, config.hidden_size).to(torch_dtype)
     _init_scalar_head(model, head_init_std)

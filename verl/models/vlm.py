@@ -355,11 +355,13 @@ def processor_for_model(model_path: str, tokenizer: Any = None, trust_remote_cod
     model (whose directory is not searched for a processor at all); ``trust_remote_code`` lets a repository's own
     processor code run (``data.trust_remote_code``)."""
     from verl.models.loader import resolve_model_path
+    from verl.models.remote_code import trust_remote_code_for
 
     local = resolve_model_path(model_path, require_weights=False)
     if not config_has_vision(local):
         return None
-    processor = load_processor(local, tokenizer, **({"trust_remote_code": True} if trust_remote_code else {}))
+    trust = trust_remote_code_for(local, trust_remote_code, "data.trust_remote_code")
+    processor = load_processor(local, tokenizer, **({"trust_remote_code": True} if trust else {}))
     if processor is None:
         raise ValueError(f"{model_path} is a vision-language model but no processor could be loaded from {local}")
     return processor

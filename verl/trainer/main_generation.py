@@ -30,6 +30,7 @@ from typing import ClassVar, Literal, Optional
 from omegaconf import DictConfig
 
 from verl.trainer.config.entrypoint import run_entrypoint
+from verl.trainer.config.remote_code_checks import remote_code_errors
 
 __all__ = ["GenerationConfig", "main", "run_main_generation", "to_generation_server_config"]
 
@@ -195,13 +196,14 @@ class GenerationConfig:
             errors.append(
                 f"rollout.tensor_model_parallel_size={tp} must divide trainer.n_gpus_per_node x trainer.nnodes = {gpus}"
             )
-        if not cfg.trainer.allow_unsafe_operations:
-            for key in ("model.trust_remote_code", "model.external_lib"):
-                if OmegaConf.select(cfg, key):
-                    errors.append(
-                        f"{key} runs Python code of your choosing, which is not allowed here unless "
-                        "trainer.allow_unsafe_operations=true (the security switch): add it to run that code"
-                    )
+        if cfg.model.trust_remote_code:
+            requested = [("model.trust_remote_code", cfg.model.path)]
+            errors += remote_code_errors(requested, cfg.trainer.allow_unsafe_operations)
+        if cfg.model.external_lib and not cfg.trainer.allow_unsafe_operations:
+            errors.append(
+                "model.external_lib runs Python code of your choosing, which is not allowed here unless "
+                "trainer.allow_unsafe_operations=true (the security switch): add it to run that code"
+            )
         for key, default, instead in _INERT:
             value = OmegaConf.select(cfg, key)
             if value != default:

@@ -230,7 +230,6 @@ def test_unset_micro_batch_default_adapts_and_an_explicit_one_is_checked(tmp_pat
         ("actor_rollout_ref.rollout.temperature=-1", "temperature=-1.0 must be >= 0"),
         ("actor_rollout_ref.rollout.top_p=0", r"top_p=0.0 must be in \(0, 1\]"),
         ("actor_rollout_ref.actor.clip_ratio=-0.2", "clip_ratio=-0.2 must be >= 0"),
-        ("actor_rollout_ref.model.trust_remote_code=true", "not allowed here unless trainer.allow_unsafe_operations"),
     ],
 )
 def test_out_of_range_values_fail_at_config_time(override, message):
@@ -241,4 +240,17 @@ def test_out_of_range_values_fail_at_config_time(override, message):
 def test_in_range_edge_values_pass():
     load_config(BASE + ["actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"])
     load_config(BASE + ["actor_rollout_ref.actor.optim.lr=0"])  # a frozen actor is legitimate
-    load_config(BASE + ["actor_rollout_ref.model.trust_remote_code=true", "trainer.allow_unsafe_operations=true"])
+
+
+def test_remote_code_is_refused_only_where_the_model_has_code(model_dir_with_code, tiny_model_dir):
+    code = [f"actor_rollout_ref.model.path={model_dir_with_code}", "actor_rollout_ref.model.trust_remote_code=true"]
+    (problem,) = [p for p in _problems(code) if "trust_remote_code" in p]
+    key = "actor_rollout_ref.model.trust_remote_code"
+    assert problem.startswith(f"{key}=true runs Python files from the model directory {model_dir_with_code} (")
+    assert "config.json: AutoModelForCausalLM -> modeling_custom.CustomForCausalLM" in problem
+    assert "trainer.allow_unsafe_operations=true" in problem
+    load_config(BASE + code + ["trainer.allow_unsafe_operations=true"])
+    # a model transformers builds itself (no auto_map) runs no code of its own: the key changes nothing there
+    load_config(
+        BASE + [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.model.trust_remote_code=true"]
+    )

@@ -319,16 +319,18 @@ def test_activation_offload_moves_saved_tensors_to_the_host_on_accelerators() ->
     assert actor.offload_activations is True
 
 
-def test_data_trust_remote_code_needs_unsafe_operations_like_the_models() -> None:
+def test_data_trust_remote_code_needs_unsafe_operations_like_the_models(model_dir_with_code) -> None:
+    model = f"{ARR}.model.path={model_dir_with_code}"
     with pytest.raises(ConfigError, match="data.trust_remote_code=true runs Python files"):
-        _cfg("data.trust_remote_code=true")
-    assert _cfg("data.trust_remote_code=true", "trainer.allow_unsafe_operations=true").data.trust_remote_code
+        _cfg(model, "data.trust_remote_code=true")
+    assert _cfg(model, "data.trust_remote_code=true", "trainer.allow_unsafe_operations=true").data.trust_remote_code
     with pytest.raises(ConfigError) as err:  # upstream's MiniCPM-o script sets both: one line names both keys
-        _cfg("data.trust_remote_code=true", f"{ARR}.model.trust_remote_code=true")
+        _cfg(model, "data.trust_remote_code=true", f"{ARR}.model.trust_remote_code=true")
     assert err.value.problems == [
         "data.trust_remote_code, actor_rollout_ref.model.trust_remote_code=true runs Python files from the model "
-        "directory, which is not allowed here unless trainer.allow_unsafe_operations=true (the security switch): add "
-        "it to run the model's code"
+        f"directory {model_dir_with_code} (config.json: AutoModelForCausalLM -> modeling_custom.CustomForCausalLM), "
+        "which is not allowed here unless trainer.allow_unsafe_operations=true (the security switch): add it to run "
+        "the model's code"
     ]
 
 

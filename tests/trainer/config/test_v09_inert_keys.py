@@ -163,9 +163,11 @@ def test_januarys_defaults_and_sections_are_accepted_too() -> None:
         _cfg("reward_model.model.fsdp_config.fsdp_size=2")
 
 
-def test_use_liger_turns_the_chunked_head_on_and_critic_remote_code_is_a_security_switch() -> None:
+def test_use_liger_turns_the_chunked_head_on_and_critic_remote_code_is_a_security_switch(model_dir_with_code) -> None:
     assert _cfg("actor_rollout_ref.model.use_liger=true").actor_rollout_ref.model.use_fused_kernels is True
     assert _cfg().actor_rollout_ref.model.use_fused_kernels is False
+    critic = [f"critic.model.path={model_dir_with_code}", "critic.model.trust_remote_code=true"]
     with pytest.raises(ConfigError, match=r"critic\.model\.trust_remote_code=true runs Python files"):
-        _cfg("critic.model.trust_remote_code=true")
-    assert _cfg("critic.model.trust_remote_code=true", "trainer.allow_unsafe_operations=true").critic.model
+        _cfg(*critic)
+    assert _cfg(*critic, "trainer.allow_unsafe_operations=true").critic.model
+    assert _cfg("critic.model.trust_remote_code=true").critic.model.trust_remote_code  # the demo model has no code

@@ -33,17 +33,16 @@ def test_cross_field_checks() -> None:
 
 
 @pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig, GKDConfig])
-def test_trust_remote_code_needs_the_unsafe_switch(schema) -> None:
+def test_trust_remote_code_needs_the_unsafe_switch(schema, model_dir_with_code) -> None:
     from verl.trainer.config import ConfigError
 
+    code = [f"model.path={model_dir_with_code}", "model.trust_remote_code=true"]
     with pytest.raises(ConfigError, match="trust_remote_code=true .* trainer.allow_unsafe_operations=true"):
-        load_config(["model.trust_remote_code=true"], config_name=schema.config_name, schema=schema)
-    cfg = load_config(
-        ["model.trust_remote_code=true", "trainer.allow_unsafe_operations=true"],
-        config_name=schema.config_name,
-        schema=schema,
-    )
+        load_config(code, config_name=schema.config_name, schema=schema)
+    cfg = load_config(code + ["trainer.allow_unsafe_operations=true"], config_name=schema.config_name, schema=schema)
     assert cfg.model.trust_remote_code is True
+    # the default model has no code of its own: nothing would run, nothing to refuse
+    assert load_config(["model.trust_remote_code=true"], config_name=schema.config_name, schema=schema).model
 
 
 @pytest.mark.parametrize("schema", [SFTConfig, DPOConfig, KTOConfig])

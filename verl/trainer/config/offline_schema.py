@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, Union
 
+from verl.trainer.config.remote_code_checks import remote_code_errors
 from verl.trainer.config.schema import ComputeDType, OptimConfig
 
 if TYPE_CHECKING:
@@ -211,11 +212,8 @@ def _common_checks(cfg: DictConfig) -> list[str]:
     fsdp_size = cfg.model.fsdp_size
     if fsdp_size != -1 and fsdp_size < 1:
         errors.append(f"model.fsdp_size: must be -1 (shard over all ranks) or a group size >= 1, got {fsdp_size}")
-    if cfg.model.trust_remote_code and not trainer.allow_unsafe_operations:
-        errors.append(
-            "model.trust_remote_code=true runs Python files from the model directory; it needs "
-            "trainer.allow_unsafe_operations=true as well"
-        )
+    if cfg.model.trust_remote_code:
+        errors += remote_code_errors([("model.trust_remote_code", cfg.model.path)], trainer.allow_unsafe_operations)
     if trainer.namespace is not None:
         from verl.utils.fs import validate_namespace
 

@@ -21,6 +21,7 @@ from verl.trainer.config.hf_decode_checks import check_hf_decode
 from verl.trainer.config.multi_turn_checks import check_multi_turn
 from verl.trainer.config.parallel_checks import check_implemented, check_placement, sp_size
 from verl.trainer.config.partial_rollout_checks import check_sync_partial_rollout
+from verl.trainer.config.remote_code_checks import remote_code_errors
 from verl.trainer.config.roles_in_use import critic_enabled, need_reference_policy
 from verl.trainer.config.section_rules import check_section_rules
 from verl.trainer.config.validation import independent_problems, run_check
@@ -235,17 +236,20 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
         value = arr.actor.get(key)
         if value is not None and float(value) < 0:
             errors.append(f"actor_rollout_ref.actor.{key}={value} must be >= 0")
-    if not cfg.trainer.allow_unsafe_operations:
-        remote = [
-            f"{prefix}.trust_remote_code"
-            for prefix in ("data", "actor_rollout_ref.model", "critic.model", "reward_model.model")
-            if isinstance(section := OmegaConf.select(cfg, prefix), DictConfig) and section.get("trust_remote_code")
-        ]
-        if remote:  # one line for all of them: one switch allows them all (verl/utils/security.py)
-            errors.append(
-                f"{', '.join(remote)}=true runs Python files from the model directory, which is not allowed here "
-                "unless trainer.allow_unsafe_operations=true (the security switch): add it to run the model's code"
-            )
+    # the data section's tokenizer/processor is the actor model's (or its tokenizer_path)
+    model = cfg.actor_rollout_ref.model
+    paths = {
+        "data": model.tokenizer_path or model.path,
+        "actor_rollout_ref.model": model.path,
+        "critic.model": OmegaConf.select(cfg, "critic.model.path"),
+        "reward_model.model": OmegaConf.select(cfg, "reward_model.model.path"),
+    }
+    requested = [
+        (f"{prefix}.trust_remote_code", path)
+        for prefix, path in paths.items()
+        if isinstance(section := OmegaConf.select(cfg, prefix), DictConfig) and section.get("trust_remote_code")
+    ]
+    errors.extend(remote_code_errors(requested, bool(cfg.trainer.allow_unsafe_operations)))
 
 
 def check_distillation_and_judge(cfg: DictConfig, errors: list[str]) -> None:

@@ -26,6 +26,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from verl.trainer.config.remote_code_checks import remote_code_errors
 from verl.trainer.config.validation import ConfigError
 
 if TYPE_CHECKING:
@@ -186,11 +187,8 @@ def engine_config_errors(cfg: DictConfig) -> list[str]:
     """Every setting of a v0.9 SFT config refused here, one line each (key, value, why, what to use instead)."""
     errors = [f"{key}={value!r}: not supported: {why}" for key, (value, why) in _refused(cfg).items() if _is_set(value)]
     errors += _value_errors(cfg)
-    if cfg.model.trust_remote_code and not cfg.trainer.allow_unsafe_operations:
-        errors.append(
-            "model.trust_remote_code=true runs Python files from the model directory; it needs "
-            "trainer.allow_unsafe_operations=true as well"
-        )
+    if cfg.model.trust_remote_code:
+        errors += remote_code_errors([("model.trust_remote_code", cfg.model.path)], cfg.trainer.allow_unsafe_operations)
     return errors
 
 

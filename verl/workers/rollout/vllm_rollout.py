@@ -34,6 +34,7 @@ import torch
 from verl.base_config import get_config_value, omega_conf_to_dataclass
 from verl.hardware.precision import resolve_dtype_name
 from verl.models.loader import resolve_model_path
+from verl.models.remote_code import trust_remote_code_for
 from verl.protocol import DataProto
 from verl.sections.rollout import RolloutConfig
 from verl.utils.errors import ConfigError
@@ -333,7 +334,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             tensor_parallel_size=self.tp_size,
-            trust_remote_code=bool(config.get("trust_remote_code")),  # the worker adds model.trust_remote_code
+            # the worker adds model.trust_remote_code; a directory without code of its own gets false
+            trust_remote_code=trust_remote_code_for(self.model_path, bool(config.get("trust_remote_code"))),
             # log-probs of the sampled token after temperature (and top-k/top-p, when set)
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self._sleep_enabled,
