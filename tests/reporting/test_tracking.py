@@ -220,6 +220,12 @@ def test_swanlab_is_a_known_trainer_logger() -> None:
     assert load_config(["trainer.logger=[console,swanlab]"]).trainer.logger == ["console", "swanlab"]
     with pytest.raises(ConfigError, match=r"unknown backend 'swanlabs'; supported: .*mlflow, swanlab; did you mean"):
         load_config(["trainer.logger=[console,swanlabs]"])
+    # a list quoted into one string (upstream's geo3k NPU script: trainer.logger='["console","wandb"]' inside a
+    # double-quoted shell variable) is named as such, with the spelling that works
+    with pytest.raises(
+        ConfigError, match=r"one string that looks like a list .* write trainer.logger=\[console,wandb\]"
+    ):
+        load_config(["trainer.logger='[console,wandb]'"])
     for schema in (SFTConfig, DPOConfig, KTOConfig):
         cfg = load_config(["trainer.logger=[console,swanlab]"], config_name=schema.config_name, schema=schema)
         assert list(cfg.trainer.logger) == ["console", "swanlab"]

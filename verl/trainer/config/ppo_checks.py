@@ -509,7 +509,17 @@ def check_logger(cfg: DictConfig, errors: list[str]) -> None:
 
     for name in cfg.trainer.logger or []:
         if str(name) not in BACKENDS:
-            close = difflib.get_close_matches(str(name), list(BACKENDS), n=1)
+            text = str(name)
+            if text.startswith("[") and text.endswith("]"):
+                # a list that reached us as one string: quotes around it (trainer.logger='[console,wandb]', or
+                # quotes nested in a shell variable) make Hydra's grammar read a string
+                listed = text[1:-1].replace('"', "").replace("'", "").replace(" ", "")
+                errors.append(
+                    f"trainer.logger: {text!r} is one string that looks like a list (quotes around the brackets); "
+                    f"write trainer.logger=[{listed}] without them"
+                )
+                continue
+            close = difflib.get_close_matches(text, list(BACKENDS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             errors.append(f"trainer.logger: unknown backend {name!r}; supported: {', '.join(BACKENDS)}{hint}")
 
