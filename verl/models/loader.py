@@ -11,7 +11,6 @@ A *model path* is one of:
 
 :func:`resolve_model_path` is the one function every model path goes through (actor, critic, reward model,
 reference, tokenizer paths, the offline trainers, ``verl serve``, ``main_eval``, the model merger's base model).
-
 The ``forward_logits`` / ``forward_values`` helpers let the actor and critic call either a transformers model or any
 plain ``torch.nn.Module`` whose ``forward(input_ids, attention_mask=None)`` returns logits.
 """
@@ -282,7 +281,7 @@ def _from_pretrained(
         local,
         config=config,
         dtype=_resolve_dtype(dtype),
-        trust_remote_code=trust_remote_code_for(local, trust_remote_code),
+        trust_remote_code=trust_remote_code_for(local, trust_remote_code),  # false where the directory has no code
         attn_implementation=attn_implementation,
     )
 
@@ -392,9 +391,8 @@ def load_value_model(
     except ValueError as err:
         if "Unrecognized configuration class" not in str(err):
             raise
-        backbone = AutoModel.from_pretrained(
-            local, config=config, dtype=torch_dtype, trust_remote_code=trust_remote_code_for(local, trust_remote_code)
-        )
+        trust = trust_remote_code_for(local, trust_remote_code)
+        backbone = AutoModel.from_pretrained(local, config=config, dtype=torch_dtype, trust_remote_code=trust)
         model = ValueHeadModel(backbone, config.hidden_size).to(torch_dtype)
     _init_scalar_head(model, head_init_std)
     return model
