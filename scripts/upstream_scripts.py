@@ -77,6 +77,7 @@ RECIPE_MAINS = {
     "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
     "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
     "recipe.spin.main_spin": "spin_trainer",  # SPIN's online DPO trainer: see RECIPE_SETTINGS
+    "recipe.flowrl.main_flowrl": "flowrl_trainer",  # DAPO's trainer with FlowRL's actor: see RECIPE_SETTINGS
     # PartialRolloutRayPPOTrainer on upstream's own ppo_trainer config (None: no config of the recipe's own):
     # synchronous partial rollouts, see RECIPE_SETTINGS
     "recipe.partial_rollout.main_ppo": None,
@@ -93,6 +94,8 @@ RECIPE_SETTINGS = {
         "actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo",
         "actor_rollout_ref.rollout.n=2",
     ],
+    # FlowRL's actor always fits the trajectory-balance loss with its log Z head
+    "recipe.flowrl.main_flowrl": ["actor_rollout_ref.actor.policy_loss.loss_mode=flowrl"],
     # the recipe's trainer always generates two batches' groups and continues the unfinished ones next step
     "recipe.partial_rollout.main_ppo": ["async_training.partial_rollout=true"],
 }
@@ -366,6 +369,7 @@ def unfaithful_keys(module: Any, args: list[str], cfg: Any) -> list[str]:
             and not accepted_as_inert(a)
             and not null_function_name(a, cfg)
             and not streamed_batch_size(a, cfg)
+            and not unfiltered_generation_batch(a, cfg)
         ):
             kept.append(a)
     return kept
@@ -399,6 +403,21 @@ def null_function_name(override: str, cfg: Any) -> bool:
     if key not in ("reward.custom_reward_function.name", "custom_reward_function.name"):
         return False
     return text.strip().strip("'\"").lower() in ("null", "none", "~", "") and value_at(cfg, key) == "compute_score"
+
+
+def unfiltered_generation_batch(override: str, cfg: Any) -> bool:
+    """Whether ``override`` is a ``data.train_batch_size`` that the config replaced by ``data.gen_batch_size``
+    because dynamic sampling is off in synchronous training: upstream's trainers then train on the whole generation
+    batch (verl/trainer/config/algorithm_checks.py, ``fit_generation_batch``)."""
+    from verl.trainer.config.script_check import value_at
+
+    key = override.lstrip("+").partition("=")[0]
+    if key != "data.train_batch_size" or value_at(cfg, "async_training.mode") is not None:
+        return False
+    if value_at(cfg, "algorithm.filter_groups.enable"):
+        return False
+    gen = value_at(cfg, "data.gen_batch_size")
+    return gen is not None and value_at(cfg, "data.train_batch_size") == gen
 
 
 def streamed_batch_size(override: str, cfg: Any) -> bool:

@@ -109,6 +109,16 @@ def test_translations_of_the_async_entry_points_count_as_kept() -> None:
     assert harness.unfaithful_keys(one_step_off, streaming, cfg) == streaming
     cfg["data"]["train_batch_size"], cfg["async_training"]["mode"] = 8, "one_step_off"  # fully async only
     assert harness.unfaithful_keys(one_step_off, streaming, cfg) == streaming
+    # FlowRL's script: a generation batch of 3x the training batch, dynamic sampling off -> trained whole
+    sync = {
+        "async_training": {"mode": None},
+        "algorithm": {"filter_groups": {"enable": False}},
+        "data": {"train_batch_size": 24, "gen_batch_size": 24},
+    }
+    unfiltered = ["data.train_batch_size=8", "data.gen_batch_size=24"]
+    assert harness.unfaithful_keys(one_step_off, unfiltered, sync) == []
+    sync["algorithm"]["filter_groups"]["enable"] = True  # filtering keeps the training batch: 24 is not what was set
+    assert harness.unfaithful_keys(one_step_off, unfiltered, sync) == unfiltered[:1]
 
 
 def test_blocking_key_of_error_lines() -> None:

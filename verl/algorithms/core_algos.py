@@ -36,6 +36,7 @@ from verl.algorithms.advantage_otb import (
     compute_multi_turn_optimal_token_baseline_advantage,
     compute_optimal_token_baseline_advantage,
 )
+from verl.algorithms.flowrl import compute_policy_loss_flowrl
 from verl.algorithms.kl import (
     KL_PENALTY_TYPES,
     AdaptiveKLController,
@@ -98,6 +99,7 @@ __all__ = [
     "compute_optimal_token_baseline_advantage",
     "compute_policy_loss_bypass_mode",
     "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_flowrl",
     "compute_policy_loss_dppo_tv",
     "compute_policy_loss_dro",
     "compute_policy_loss_reinforce",

@@ -149,6 +149,13 @@ def needs_reference(loss_fn: PolicyLossFn) -> bool:
     return bool(getattr(loss_fn, "needs_reference", False))
 
 
+def needs_log_z(loss_fn: PolicyLossFn) -> bool:
+    """Whether a policy loss fits a learned log-partition per prompt (its ``needs_log_z`` attribute, ``flowrl``):
+    the actor's model then carries the log Z head (:mod:`verl.models.log_z_head`) and the actor passes each row's
+    ``log_z`` ``[bs]``."""
+    return bool(getattr(loss_fn, "needs_log_z", False))
+
+
 def resolve_param(name: str, explicit: Any, config: AlgorithmConfig | Any) -> Any:
     """An estimator parameter: the explicit keyword if given (not None), else the ``algorithm`` section's field
     ``name`` (``config`` completed from :class:`AlgorithmConfig`, the one home of its default). A ``config`` that is

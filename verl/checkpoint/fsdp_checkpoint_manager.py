@@ -45,6 +45,7 @@ from verl.checkpoint.sharded_state import (
     load_state_shards,
     save_state_shards,
 )
+from verl.models.log_z_head import without_training_only
 
 __all__ = ["ALL_CONTENTS", "DEFAULT_CONTENTS", "FSDPCheckpointManager"]
 
@@ -160,6 +161,7 @@ class FSDPCheckpointManager:
 
             full = get_full_model_state_dict(module)  # collective: every rank takes part
             if rank == 0:
+                full = dict(without_training_only(full.items()))  # a loss's head (FlowRL's log Z) is no model weight
                 if is_peft_model(module):
                     from verl.models.lora import merged_state_dict
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from verl.checkpoint.sharded_state import has_shards, hf_weights_state_dict, read_full_state_dict
+from verl.models.log_z_head import without_training_only
 from verl.utils.fs import atomic_directory
 
 __all__ = ["DTYPES", "load_full_state_dict", "merge_checkpoint"]  # load_full_state_dict re-exported
@@ -50,6 +51,8 @@ def load_full_state_dict(local_dir: str, merge_lora: bool = True) -> dict[str, t
     when ``merge_lora`` is false), else from the full weights in ``huggingface/`` (or the dir itself)."""
     if has_shards(local_dir, "model"):
         state, meta = read_full_state_dict(local_dir, "model")
+        # a head the loss trained beside the policy (FlowRL's log Z) is not part of the model
+        state = dict(without_training_only(state.items()))
         lora = meta.get("lora")
         if lora:
             from verl.models.lora import merged_state_dict

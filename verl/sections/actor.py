@@ -29,6 +29,12 @@ class PolicyLossConfig(BaseConfig):
     # loss_mode=sapo: upstream's SAPO scripts add +policy_loss.tau_pos/tau_neg; set, they win over actor.tau_pos/neg
     tau_pos: Optional[float] = None
     tau_neg: Optional[float] = None
+    # loss_mode=flowrl (verl/algorithms/flowrl.py): the reward scale beta and the cap of the sequence importance
+    # weight (the recipe's constants), and the log Z head's depth and dropout (the recipe's actor.proj_layer, 3)
+    flowrl_beta: float = 15.0
+    flowrl_weight_cap: float = 10.0
+    flowrl_proj_layers: int = 3
+    flowrl_proj_dropout: float = 0.1
 
 
 @dataclass

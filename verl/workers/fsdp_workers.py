@@ -172,11 +172,25 @@ class ActorRolloutRefWorker(RolloutEngineMixin, Worker):
             from verl.models.lora import build_lora
 
             module = build_lora(module, model_cfg)
+        self._attach_loss_heads(module)
         if model_cfg.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if hasattr(module, "enable_input_require_grads"):
                 module.enable_input_require_grads()
         return module
+
+    def _attach_loss_heads(self, module: torch.nn.Module) -> None:
+        """The trainable heads the policy loss fits beside the policy (before sharding, so FSDP2 shards them with
+        the root): FlowRL's log Z head (``needs_log_z``), initialised alike on every rank."""
+        from verl.algorithms.core_algos import get_policy_loss_fn
+        from verl.algorithms.registry import needs_log_z
+        from verl.models.log_z_head import attach_log_z_head
+
+        loss = self.config.actor.policy_loss
+        if needs_log_z(get_policy_loss_fn(loss.loss_mode)):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                attach_log_z_head(module, loss.flowrl_proj_layers, loss.flowrl_proj_dropout)
 
     def _maybe_shard(self, module: torch.nn.Module, fsdp_config: FSDPConfig | RefFSDPConfig) -> torch.nn.Module:
         return shard(self, module, fsdp_config)

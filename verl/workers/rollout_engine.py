@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.models.log_z_head import without_training_only
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import fsdp_utils
 from verl.workers.fsdp_setup import loaded
@@ -132,6 +133,8 @@ class RolloutEngineMixin:
             items = fsdp_utils.iter_full_params_layered(module)
         else:
             items = iter(fsdp_utils.get_full_model_state_dict(module).items())
+        # a head the loss trains beside the policy (FlowRL's log Z) is no weight of the model the engine serves
+        items = without_training_only(items)
         # a wrapper (e.g. verl.ActorModel) names its inner transformers model's weights "<prefix><name>"
         prefix = getattr(module, "weights_prefix", "")
         if prefix:

@@ -43,6 +43,14 @@ UPSTREAM_SCRIPTS = {
         "algorithm.sppo_eta=1.0",
         "actor_rollout_ref.rollout.n=1",
     ],
+    "verl-recipe flowrl": [
+        "algorithm.adv_estimator=grpo",
+        f"{A}.policy_loss.loss_mode=flowrl",
+        f"{A}.use_kl_loss=True",
+        f"{A}.kl_loss_coef=0.0",
+        f"{A}.clip_ratio_low=0.2",
+        f"{A}.clip_ratio_high=0.28",
+    ],
     "otb_trainer": ["algorithm.adv_estimator=optimal_token_baseline", f"{A}.calculate_sum_pi_squared=True"],
     "sapo_trainer": [
         f"{A}.policy_loss.loss_mode=sapo",
@@ -80,6 +88,7 @@ UPSTREAM_SCRIPTS = {
 }
 
 
+FLOWRL = [f"{A}.policy_loss.loss_mode=flowrl"]
 GVPO = [f"{A}.policy_loss.loss_mode=gvpo", "actor_rollout_ref.rollout.n=4", f"{A}.ppo_micro_batch_size_per_gpu=8"]
 
 
@@ -140,6 +149,11 @@ def _problems(overrides: list[str]) -> list[str]:
         ([*GVPO, f"{A}.gvpo_beta=0"], f"{A}.gvpo_beta=0.0 must be > 0"),
         ([f"{A}.policy_loss.loss_mode=online_dpo", f"{A}.dpo_beta=-1"], f"{A}.dpo_beta=-1.0 must be > 0"),
         ([f"{A}.policy_loss.loss_mode=online_dpo", f"{A}.dpo_label_smoothing=0.5"], "must be in [0, 0.5)"),
+        ([*FLOWRL, f"{RC}.rollout_is=token", LOGP], "loss_mode=flowrl weighs each response by its own capped"),
+        ([*FLOWRL, "actor_rollout_ref.model.lora_rank=8"], "loss_mode=flowrl trains a log Z head beside the policy"),
+        ([*FLOWRL, f"{A}.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2"], "is not split over"),
+        ([*FLOWRL, f"{A}.policy_loss.flowrl_beta=0"], f"{A}.policy_loss.flowrl_beta=0.0 must be > 0"),
+        ([*FLOWRL, f"{A}.policy_loss.flowrl_proj_layers=0"], "flowrl_proj_layers=0 must be >= 1"),
         (["trainer.ref_update_freq=2"], "refreshes the reference policy, which this run does not use"),
         (
             [f"{A}.use_kl_loss=true", "trainer.ref_update_freq=2", "actor_rollout_ref.model.lora_rank=8"],
@@ -158,6 +172,7 @@ def test_online_dpo_uses_the_reference_and_takes_the_recipes_algorithm_spelling(
     cfg = load_config([f"{A}.policy_loss.loss_mode=online_dpo", "+algorithm.dpo_beta=0.3", "trainer.ref_update_freq=1"])
     assert need_reference_policy(cfg) and cfg.actor_rollout_ref.actor.dpo_beta == 0.3
     assert not need_reference_policy(load_config([]))
+    assert need_reference_policy(load_config(FLOWRL))  # FlowRL's residual compares with the reference
 
 
 def test_pf_ppo_keys() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from verl.trainer.config import load_config
-from verl.trainer.config.validation import ConfigError
+from verl.trainer.config.validation import ConfigError, ConfigWarning
 
 DATA = ["data.train_files=train.parquet"]
 
@@ -93,7 +93,6 @@ def test_a_plus_on_the_older_reward_kwargs_spelling_sets_the_existing_key() -> N
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["data.train_batch_size=4", "data.gen_batch_size=12"], "drawn only by dynamic sampling"),
         (["data.gen_batch_size=0", "algorithm.filter_groups.enable=true"], "must be >= 1"),
         (["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=null"], "metric is null"),
         (["actor_rollout_ref.actor.fsdp_config.qat.enable=true"], "quantization-aware training"),
@@ -102,6 +101,14 @@ def test_a_plus_on_the_older_reward_kwargs_spelling_sets_the_existing_key() -> N
 def test_dynamic_sampling_and_qat_values_we_cannot_honour_are_one_line(overrides: list[str], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         load_config([*DATA, *overrides])
+
+
+def test_an_unfiltered_generation_batch_is_trained_whole_as_upstream_does() -> None:
+    """FlowRL's and two DAPO scripts set gen_batch_size = 3 x train_batch_size with dynamic sampling off: upstream's
+    trainers then train on every prompt drawn."""
+    with pytest.warns(ConfigWarning, match="trains on the whole generation batch of 12 prompts"):
+        cfg = load_config([*DATA, "data.train_batch_size=4", "data.gen_batch_size=12"])
+    assert cfg.data.train_batch_size == 12 and cfg.data.gen_batch_size == 12
 
 
 def test_a_generation_batch_equal_to_the_training_batch_needs_no_dynamic_sampling() -> None:

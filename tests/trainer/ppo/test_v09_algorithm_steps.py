@@ -1,7 +1,7 @@
 """One training step on the tiny model with each upstream-v0.9 algorithm wired through driver and actor: the
 optimal token baseline (the actor returns sum_pi_squared), GDPO (reward components from the reward function's dict),
 bypass-mode REINFORCE with sequence weights (upstream's rollout_correction example), DPPO-TV with token-sum, and
-verl-recipe's GVPO, SPPO and SPIN's online DPO."""
+verl-recipe's GVPO, SPPO, SPIN's online DPO and FlowRL (its export without the log Z head)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ MODES = {
         f"{A}.dpo_beta=0.1",
         "trainer.ref_update_freq=1",
     ],
+    # verl-recipe's FlowRL: the trajectory-balance loss against the reference, KL term at 0 as its script; exported
+    "flowrl": [
+        "algorithm.adv_estimator=grpo",
+        f"{A}.policy_loss.loss_mode=flowrl",
+        f"{A}.use_kl_loss=true",
+        f"{A}.kl_loss_coef=0.0",
+        "trainer.export_hf=true",
+    ],
 }
 
 
@@ -106,6 +114,13 @@ def test_one_step(tiny_model_dir: str, task_files: dict[str, str], tmp_path: Pat
         assert math.isfinite(record["actor/log_ratio_mean"]) and math.isfinite(record["actor/preference_mean"])
     if mode == "online_dpo":  # the reference was computed (and refreshed) for the DPO margin
         assert "timing_s/ref" in record and 0.0 <= record["actor/dpo_tied_frac"] <= 1.0
+    if mode == "flowrl":  # the log Z head learned beside the policy and stayed out of the export
+        assert "timing_s/ref" in record and math.isfinite(record["actor/log_z"])
+        from transformers import AutoModelForCausalLM
+
+        exported = next(tmp_path.rglob("hf_model/config.json")).parent
+        _, info = AutoModelForCausalLM.from_pretrained(str(exported), output_loading_info=True)
+        assert not info["unexpected_keys"] and not info["missing_keys"]
     if mode == "otb":  # the baseline needs the old-log-prob pass (it carries sum_pi_squared)
         assert "timing_s/old_log_prob" in record
     if mode == "bypass_reinforce":  # no old-log-prob pass; the weights are computed in the actor's loss

@@ -140,6 +140,30 @@ def fit_rollout_log_probs(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any
     return {key: True}
 
 
+def fit_generation_batch(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]:
+    """``data.gen_batch_size`` other than ``data.train_batch_size`` in synchronous training without dynamic sampling
+    (``algorithm.filter_groups.enable=false``): upstream's trainers (the PPO trainer, DAPO's, FlowRL's) then draw
+    ``gen_batch_size`` prompts a step and train on all of them, since nothing trims the batch. So does this trainer:
+    ``data.train_batch_size`` becomes ``gen_batch_size``, and a ConfigWarning says so. Returns what changed."""
+    del user_keys  # the rule holds whoever set the two sizes
+    gen = cfg.data.get("gen_batch_size")
+    at = cfg.get("async_training")
+    if gen is None or cfg.algorithm.filter_groups.enable or (at is not None and at.get("mode") is not None):
+        return {}
+    gen, train = int(gen), int(cfg.data.train_batch_size)
+    if gen == train or gen < 1:
+        return {}
+    cfg.data.train_batch_size = gen
+    warnings.warn(
+        f"data.gen_batch_size={gen} with data.train_batch_size={train} and dynamic sampling off: each step trains on "
+        f"the whole generation batch of {gen} prompts, as upstream's trainers do (nothing trims it), so "
+        f"data.train_batch_size is {gen}; set algorithm.filter_groups.enable=true to keep {train} varied groups of it",
+        ConfigWarning,
+        stacklevel=2,
+    )
+    return {"data.train_batch_size": gen}
+
+
 def check_algorithm_keys(cfg: DictConfig, errors: list[str]) -> None:
     """What the upstream v0.9 losses and estimators need to run: ``dro_beta`` for ``dro``, positive SAPO
     temperatures and ``loss_scale_factor``, ``calculate_sum_pi_squared`` (and an old-log-prob pass) for the optimal
@@ -220,8 +244,8 @@ def check_ref_update(cfg: DictConfig, reference_used: bool, errors: list[str]) -
 
 def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
     """DAPO's dynamic sampling (``algorithm.filter_groups``) and its generation batch (``data.gen_batch_size``):
-    a metric to filter on when enabled, and a generation batch different from the training batch only with it (the
-    loader yields ``gen_batch_size`` prompts; without filtering nothing would trim them to ``train_batch_size``)."""
+    a metric to filter on when enabled, and a generation batch different from the training batch only with it or in
+    synchronous training, where :func:`fit_generation_batch` has made it the training batch (upstream's rule)."""
     fg = cfg.algorithm.filter_groups
     if fg.enable and not fg.metric:
         errors.append(
@@ -299,3 +323,40 @@ def _check_whole_groups(cfg: DictConfig, loss_mode: str, errors: list[str]) -> N
         )
     if actor.shuffle:
         errors.append(f"{prefix}.shuffle=true mixes the rows of prompt groups across mini-batches; {whole}: set false")
+
+
+def check_flowrl(cfg: DictConfig, errors: list[str]) -> None:
+    """``loss_mode=flowrl`` (verl/algorithms/flowrl.py): its own sequence importance weight (no rollout correction
+    on top), a log Z head trained beside full weights (no LoRA, whose optimizer sees only the adapters), one
+    sequence per rank (the prompt pass is not split over a Ulysses group), and positive constants."""
+    actor = cfg.actor_rollout_ref.actor
+    if str(actor.policy_loss.loss_mode) != "flowrl":
+        return
+    prefix = "actor_rollout_ref.actor"
+    rc = cfg.algorithm.rollout_correction
+    if rc.rollout_is is not None or rc.bypass_mode:
+        what = "rollout_is" if rc.rollout_is is not None else "bypass_mode"
+        errors.append(
+            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode=flowrl weighs each "
+            "response by its own capped sequence importance weight (policy_loss.flowrl_weight_cap): unset it"
+        )
+    from verl.models.lora import lora_enabled
+
+    if lora_enabled(cfg.actor_rollout_ref.model):
+        errors.append(
+            "loss_mode=flowrl trains a log Z head beside the policy, and a LoRA run trains only its adapters: set "
+            "actor_rollout_ref.model.lora_rank=0 (upstream's FlowRL recipe trains full weights too)"
+        )
+    if int(actor.ulysses_sequence_parallel_size) > 1:
+        errors.append(
+            f"{prefix}.ulysses_sequence_parallel_size={actor.ulysses_sequence_parallel_size}: loss_mode=flowrl's log Z "
+            "pass over the prompts is not split over a sequence-parallel group here; set it to 1"
+        )
+    loss = actor.policy_loss
+    for key in ("flowrl_beta", "flowrl_weight_cap"):
+        if not float(loss[key]) > 0:
+            errors.append(f"{prefix}.policy_loss.{key}={loss[key]} must be > 0 for loss_mode=flowrl")
+    if int(loss.flowrl_proj_layers) < 1:
+        errors.append(f"{prefix}.policy_loss.flowrl_proj_layers={loss.flowrl_proj_layers} must be >= 1")
+    if not 0.0 <= float(loss.flowrl_proj_dropout) < 1.0:
+        errors.append(f"{prefix}.policy_loss.flowrl_proj_dropout={loss.flowrl_proj_dropout} must be in [0, 1)")

@@ -576,6 +576,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(algo_checks.check_algorithm_keys, cfg, errors)
     run_check(algo_checks.check_dynamic_sampling, cfg, errors)
     run_check(algo_checks.check_regression_losses, cfg, errors)
+    run_check(algo_checks.check_flowrl, cfg, errors)
     run_check(algo_checks.check_ref_update, cfg, need_reference_policy(cfg), errors)
     run_check(check_async_training, cfg, errors)
     run_check(check_sync_partial_rollout, cfg, errors, warns)

@@ -300,7 +300,7 @@ class PPOConfig(BaseConfig):
         """Fit the defaults the user did not set (``user_keys``) to the values they did, before validation, so an
         unset default never causes an error (mini-batches above the step's batch, micro-batch sizes above the per-rank
         mini-batch)."""
-        from verl.trainer.config.algorithm_checks import fit_rollout_log_probs
+        from verl.trainer.config.algorithm_checks import fit_generation_batch, fit_rollout_log_probs
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
         from verl.trainer.config.v09_inert_keys import settle_inert_keys
@@ -316,6 +316,7 @@ class PPOConfig(BaseConfig):
         from verl.trainer.config.async_layout import resolve_async_layout
 
         changed.update(resolve_async_layout(cfg, user_keys))  # v0.9's async scripts: streaming batch, rollout pool
+        changed.update(fit_generation_batch(cfg, user_keys))  # upstream trains a whole unfiltered generation batch
         changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))
         changed.update(fit_rollout_log_probs(cfg, user_keys))  # a rollout correction reads them

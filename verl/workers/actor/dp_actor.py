@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from verl.algorithms.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-from verl.algorithms.registry import needs_groups, needs_reference, per_response
+from verl.algorithms.registry import needs_groups, needs_log_z, needs_reference, per_response
 from verl.algorithms.rollout_correction import LogProbGapSums
 from verl.base_config import omega_conf_to_dataclass
 from verl.models.vlm import vision_forward_kwargs
@@ -23,6 +23,7 @@ from verl.utils.logprob_kernels import ChunkKernels
 from verl.utils.prefix_grouper_checks import refusal as prefix_grouper_refusal
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.fused_head import output_head
+from verl.workers.actor.log_z import prompt_log_z
 from verl.workers.actor.micro_batching import (
     autocast_context,
     enable_input_grads_for_checkpointing,
@@ -306,6 +307,14 @@ class DataParallelPPOActor(BasePPOActor):
             loss_kwargs.update(group_index=micro[GROUP_INDEX_KEY], group_size=micro[GROUP_SIZE_KEY])
         if needs_reference(loss_fn):
             loss_kwargs["ref_log_prob"] = micro["ref_log_prob"]
+        if needs_log_z(loss_fn):
+            if multi_modal_rows is not None:
+                raise ValueError(
+                    f"loss_mode={loss_mode} does not support vision-language inputs yet (log Z's prompt pass)"
+                )
+            device = module_device(self.actor_module)
+            with activation_offload(self.offload_activations, device.type), autocast_context(device, cfg.dtype):
+                loss_kwargs["log_z"] = prompt_log_z(self.actor_module, micro)
         pg_loss, pg_metrics = loss_fn(
             old_log_prob=old_log_prob,
             log_prob=log_prob,
