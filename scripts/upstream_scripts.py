@@ -77,7 +77,7 @@ RECIPE_MAINS = {
     "recipe.gvpo.gvpo_main_ppo": "gvpo_trainer",  # RayGVPOTrainer: whole groups per rank; gvpo is a policy_loss mode
     "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
     "recipe.spin.main_spin": "spin_trainer",  # SPIN's online DPO trainer: see RECIPE_SETTINGS
-    "recipe.flowrl.main_flowrl": "flowrl_trainer",  # DAPO's trainer with FlowRL's actor: see RECIPE_SETTINGS
+    "recipe.flowrl.main_flowrl": "flowrl_trainer",  # the PPO trainer with FlowRL's actor: see RECIPE_SETTINGS
     # PartialRolloutRayPPOTrainer on upstream's own ppo_trainer config (None: no config of the recipe's own):
     # synchronous partial rollouts, see RECIPE_SETTINGS
     "recipe.partial_rollout.main_ppo": None,

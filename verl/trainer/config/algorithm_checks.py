@@ -327,8 +327,8 @@ def _check_whole_groups(cfg: DictConfig, loss_mode: str, errors: list[str]) -> N
 
 def check_flowrl(cfg: DictConfig, errors: list[str]) -> None:
     """``loss_mode=flowrl`` (verl/algorithms/flowrl.py): its own sequence importance weight (no rollout correction
-    on top), a log Z head trained beside full weights (no LoRA, whose optimizer sees only the adapters), one
-    sequence per rank (the prompt pass is not split over a Ulysses group), and positive constants."""
+    on top), a log Z head trained beside full weights (no LoRA, whose optimizer sees only the adapters), no Ulysses
+    sequence parallelism (the prompt pass is not split over a group), and constants in range."""
     actor = cfg.actor_rollout_ref.actor
     if str(actor.policy_loss.loss_mode) != "flowrl":
         return
