@@ -284,13 +284,7 @@ def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
     loss_mode = str(actor.policy_loss.loss_mode)
     if loss_mode not in _NO_RATIO_LOSSES:
         return
-    rc = cfg.algorithm.rollout_correction
-    if rc.rollout_is is not None or rc.bypass_mode:
-        what = "rollout_is" if rc.rollout_is is not None else "bypass_mode"
-        errors.append(
-            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode={loss_mode} has no "
-            "probability ratio to correct: unset it"
-        )
+    _refuse_rollout_correction(cfg, f"loss_mode={loss_mode} has no probability ratio to correct", errors)
     prefix = "actor_rollout_ref.actor"
     if loss_mode == "gvpo" and not float(actor.gvpo_beta) > 0:
         errors.append(f"{prefix}.gvpo_beta={actor.gvpo_beta} must be > 0 for loss_mode=gvpo (the recipe uses 0.1)")
@@ -301,6 +295,15 @@ def check_regression_losses(cfg: DictConfig, errors: list[str]) -> None:
             errors.append(f"{prefix}.dpo_label_smoothing={actor.dpo_label_smoothing} must be in [0, 0.5)")
     if loss_mode in _GROUP_LOSSES:
         _check_whole_groups(cfg, loss_mode, errors)
+
+
+def _refuse_rollout_correction(cfg: DictConfig, why: str, errors: list[str]) -> None:
+    """One line when ``algorithm.rollout_correction`` reweights (``rollout_is``) or replaces (``bypass_mode``) the
+    policy loss of a loss that cannot take it, ``why`` saying so."""
+    rc = cfg.algorithm.rollout_correction
+    if rc.rollout_is is not None or rc.bypass_mode:
+        what = "rollout_is" if rc.rollout_is is not None else "bypass_mode"
+        errors.append(f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; {why}: unset it")
 
 
 def _check_whole_groups(cfg: DictConfig, loss_mode: str, errors: list[str]) -> None:
@@ -333,13 +336,8 @@ def check_flowrl(cfg: DictConfig, errors: list[str]) -> None:
     if str(actor.policy_loss.loss_mode) != "flowrl":
         return
     prefix = "actor_rollout_ref.actor"
-    rc = cfg.algorithm.rollout_correction
-    if rc.rollout_is is not None or rc.bypass_mode:
-        what = "rollout_is" if rc.rollout_is is not None else "bypass_mode"
-        errors.append(
-            f"algorithm.rollout_correction.{what} reweights or replaces the policy loss; loss_mode=flowrl weighs each "
-            "response by its own capped sequence importance weight (policy_loss.flowrl_weight_cap): unset it"
-        )
+    why = "loss_mode=flowrl weighs each response by its own capped sequence importance weight (flowrl_weight_cap)"
+    _refuse_rollout_correction(cfg, why, errors)
     from verl.models.lora import lora_enabled
 
     if lora_enabled(cfg.actor_rollout_ref.model):
