@@ -2,9 +2,9 @@
 chosen point of a step (verl/trainer/ppo/kill_resume.py), the same command resumes it in this process, and the end
 is compared with an uninterrupted run of the same config.
 
-- synchronous, synchronous multi-turn agent loops, synchronous LoRA, online DPO with a refreshed reference, fully
-  asynchronous at staleness 0: the final weights and optimizer state are bit-identical, and so is the consumed data
-  order;
+- synchronous, synchronous multi-turn agent loops, synchronous LoRA, online DPO with a refreshed reference, FlowRL
+  (its log Z head), fully asynchronous at staleness 0: the final weights and optimizer state are bit-identical, and
+  so is the consumed data order;
 - one-step-off and fully asynchronous at staleness 1: the consumed data order is identical (no prompt lost or
   repeated); the batch that was in flight at the kill is generated again, from the same prompts with the same seed,
   by the resumed weights, so it is fresher than in the uninterrupted run (staleness 0 instead of 1) and the final
@@ -92,6 +92,7 @@ SLOW = pytest.mark.slow
         ("sync", "update"),
         ("lora", "rollout"),
         ("online_dpo_ref2", "update"),
+        ("flowrl", "update"),
         pytest.param("fully_async_s0", "rollout", marks=SLOW),
     ],
 )

@@ -64,6 +64,8 @@ RESUME_MODES: dict[str, tuple[list[str], bool]] = {
         ["actor_rollout_ref.actor.policy_loss.loss_mode=online_dpo", "trainer.ref_update_freq=2"],
         True,
     ),
+    # FlowRL: its log Z head (weights, Adam moments, the dropout's draws) resumes with the policy
+    "flowrl": (["actor_rollout_ref.actor.policy_loss.loss_mode=flowrl"], True),
     # synchronous partial rollouts: the checkpoint holds the pool's unfinished responses, continued after the resume
     "partial_rollout": (
         [
