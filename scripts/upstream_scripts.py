@@ -26,10 +26,10 @@ A git directory of ``verl-project/verl-recipe`` (no ``examples/``; each recipe a
 upstream as verl's ``recipe/`` submodule) is extracted under ``recipe/`` and all its ``*.sh`` are run from the
 parent, as upstream runs them. Calls of ``-m verl.*`` are classified as above. Calls of a recipe's own entry point
 (``-m recipe.<name>.main_<name>``) run upstream's trainer subclass of its own, which this project does not run: the
-six whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
+recipes whose trainer is built into ``main_ppo`` (:data:`RECIPE_MAINS`: DAPO's dynamic sampling; the entropy recipe's
 DAPO trainer with the clip-cov / kl-cov losses; GVPO's loss with whole groups per rank; SPPO's estimator and loss;
-SPIN's online DPO with the reference refreshed every ``trainer.ref_update_freq`` steps; synchronous partial
-rollouts, on upstream's own ``ppo_trainer`` config)
+SPIN's online DPO with the reference refreshed every ``trainer.ref_update_freq`` steps; FlowRL's loss; SPO's tracked
+prompt values under its ``trainer.spo`` keys; synchronous partial rollouts, on upstream's own ``ppo_trainer`` config)
 are run as ``verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <its config>`` with what the
 recipe's trainer always does (:data:`RECIPE_SETTINGS`) and the script's arguments; the others are ``refused`` with
 the reason.
@@ -78,6 +78,8 @@ RECIPE_MAINS = {
     "recipe.sppo.main_sppo": "sppo_trainer",  # RaySPPOTrainer: see RECIPE_SETTINGS
     "recipe.spin.main_spin": "spin_trainer",  # SPIN's online DPO trainer: see RECIPE_SETTINGS
     "recipe.flowrl.main_flowrl": "flowrl_trainer",  # the PPO trainer with FlowRL's actor: see RECIPE_SETTINGS
+    # SPO's trainer: tracked prompt values and priority draws under its trainer.spo keys (algorithm.spo here)
+    "recipe.spo.spo_main_ppo": "spo_trainer",
     # PartialRolloutRayPPOTrainer on upstream's own ppo_trainer config (None: no config of the recipe's own):
     # synchronous partial rollouts, see RECIPE_SETTINGS
     "recipe.partial_rollout.main_ppo": None,

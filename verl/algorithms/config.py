@@ -15,7 +15,15 @@ from typing import Literal, Optional, Union
 from verl.algorithms.rollout_correction_presets import RolloutCorrectionPresets
 from verl.base_config import BaseConfig
 
-__all__ = ["AlgorithmConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig", "RolloutCorrectionConfig"]
+__all__ = [
+    "AlgorithmConfig",
+    "FilterGroupsConfig",
+    "KLControlConfig",
+    "PFPPOConfig",
+    "RolloutCorrectionConfig",
+    "SPOConfig",
+    "SPORhoConfig",
+]
 
 
 @dataclass
@@ -69,6 +77,30 @@ class RolloutCorrectionConfig(RolloutCorrectionPresets, BaseConfig):
 
 
 @dataclass
+class SPORhoConfig(BaseConfig):
+    """``algorithm.spo.rho``: how fast SPO's per-prompt value forgets old outcomes (verl/algorithms/spo.py)."""
+
+    # kl: from how far the policy moved on the prompt's previous response; constant: rho = value
+    type: Literal["kl", "constant"] = "kl"
+    value: float = 0.875  # type=constant: the discount
+    # type=kl: the discount's floor; also sets the offline prior's weight, 1 / (1 - clip_lower) outcomes
+    clip_lower: float = 0.875
+
+
+@dataclass
+class SPOConfig(BaseConfig):
+    """``algorithm.spo``: Single-stream Policy Optimization (Xu & Ding 2025; verl-recipe spo's ``trainer.spo``
+    keys, read here too): a tracked per-prompt value as the baseline, prompts drawn by priority out of each loader
+    batch (verl/algorithms/spo.py, verl/trainer/ppo/spo_driver.py). ``enable`` and ``adv_estimator=spo`` are one
+    switch."""
+
+    enable: bool = False
+    offline_values: Optional[str] = None  # JSON {prompt: [scores]} of the base policy (the recipe's merged file)
+    offline_N: int = 8  # scores per prompt the prior takes (more are subsampled); 0: every prompt at p_hat = 1/2
+    rho: SPORhoConfig = field(default_factory=SPORhoConfig)
+
+
+@dataclass
 class AlgorithmConfig(BaseConfig):
     """``algorithm``: advantage estimation and the KL-in-reward penalty."""
 
@@ -88,3 +120,4 @@ class AlgorithmConfig(BaseConfig):
     # upstream's config lacks both and its scripts add them with +
     gdpo_reward_keys: Optional[list[str]] = None
     gdpo_reward_weights: Optional[list[float]] = None
+    spo: SPOConfig = field(default_factory=SPOConfig)  # adv_estimator=spo

@@ -79,6 +79,7 @@ from verl.algorithms.registry import (
     register_adv_est,
     register_policy_loss,
 )
+from verl.algorithms.spo import compute_spo_advantage
 from verl.algorithms.sppo import compute_policy_loss_sppo, compute_sppo_outcome_advantage
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "compute_policy_loss_gvpo",
     "compute_policy_loss_online_dpo",
     "compute_policy_loss_sppo",
+    "compute_spo_advantage",
     "compute_sppo_outcome_advantage",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",

@@ -9,7 +9,9 @@ under the user's ``ray_kwargs.ray_init.runtime_env`` (whose values win):
 - with ``global_profiler.tool=torch``, ``NVTX_INJECTION64_PATH`` set to a path that loads nothing (upstream v0.9,
   ``verl/trainer/constants_ppo.py``): some CUDA images point it at ``libcupti.so``, and the first NVTX range of a
   process then takes the one CUPTI subscriber slot that torch.profiler (Kineto) needs, so traces lose every GPU
-  kernel. ``VERL_KEEP_NVTX_INJECTION=1`` keeps the inherited value.
+  kernel. ``VERL_KEEP_NVTX_INJECTION=1`` keeps the inherited value;
+- with ``trainer.debug`` (verl-recipe spo's key), ``RAY_DEBUG=legacy``: a ``breakpoint()`` in a worker waits for
+  ``ray debug`` in another shell (Ray's legacy debugger) instead of failing without a terminal.
 
 Unlike upstream, a default is sent even when the launching shell has the variable: a worker on a joined Ray
 cluster does not inherit the driver's shell (set the variable under ``ray_kwargs.ray_init.runtime_env.env_vars``
@@ -54,4 +56,6 @@ def get_ppo_ray_runtime_env(config: Any = None) -> dict[str, Any]:
             os.environ.get(NVTX_INJECTION_ENV) or "unset",
             _KEEP_NVTX,
         )
+    if get_config_value(config, "trainer.debug"):
+        env_vars["RAY_DEBUG"] = "legacy"
     return {"env_vars": env_vars}

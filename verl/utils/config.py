@@ -14,9 +14,9 @@ __all__ = ["RECIPE_MAIN_HINT", "omega_conf_to_dataclass"]
 # what a verl-recipe entry point (python -m recipe.<name>.main_<name>) that imports upstream's trainer internals is told
 RECIPE_MAIN_HINT = (
     "verl-recipe's own entry points (python -m recipe.<name>.main_<name>) drive upstream verl's trainer internals, "
-    "which this project does not have; DAPO, the entropy recipe, GVPO, SPPO and SPIN run as python -m "
+    "which this project does not have; DAPO, the entropy recipe, GVPO, SPPO, SPIN, FlowRL and SPO run as python -m "
     "verl.trainer.main_ppo --config-path recipe/<name>/config --config-name <name>_trainer <the script's overrides>, "
-    "SPPO and SPIN with the settings docs/verl_recipes.md gives"
+    "SPPO, SPIN and FlowRL with the settings docs/verl_recipes.md gives"
 )
 
 

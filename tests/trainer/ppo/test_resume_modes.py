@@ -17,17 +17,19 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from verl.data.arithmetic_task import generate_arithmetic_splits, write_parquet
 from verl.trainer.config import load_config
 from verl.trainer.ppo.kill_resume import final_state, run_killed, tiny_run_overrides
 from verl.trainer.ppo.runner import run_ppo
 
-# digits score; the characters' codes break most ties, so a group's responses rank (online DPO forms its pairs)
+# digits score; the characters' codes break most ties, so a group's responses rank (online DPO forms its pairs); in
+# [0, 1) for SPO's success tracker
 REWARD_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     digits = sum(1 for ch in solution_str if ch.isdigit()) / max(len(solution_str), 1)
-    return digits + 1e-3 * (sum(map(ord, solution_str)) % 97)
+    return 0.9 * digits + 1e-3 * (sum(map(ord, solution_str)) % 97)
 """
 STEPS = 4
 
@@ -103,6 +105,26 @@ def test_deterministic_modes_resume_bit_exactly(tiny_model_dir, task, tmp_path, 
     assert full["indices"] == _uninterrupted_order(tiny_model_dir, task, tmp_path)
     assert resumed["digest"] == full["digest"]  # weights and optimizer state bit for bit
     assert not list(cut_out.glob(".tmp-*"))  # a save cut short by the kill was cleaned up
+
+
+def test_spo_resumes_bit_exactly_with_its_prompt_values(tiny_model_dir, task, tmp_path):
+    """The tracker and each prompt's last response are in ``data.pt``: the resumed run draws the prompts the
+    uninterrupted one drew and ends with the same values and weights. Each step reads 4 prompts and trains 2."""
+    from verl.checkpoint.checkpoint_manager import safe_torch_load
+    from verl.checkpoint.layout import newest_complete_step_dir
+
+    full, resumed, cut_out = _kill_and_resume(tiny_model_dir, task, tmp_path, "spo", step=3, point="update")
+    assert resumed["indices"] == full["indices"] and len(full["indices"]) == 4 * STEPS
+    assert resumed["digest"] == full["digest"]
+    states = [
+        safe_torch_load(f"{newest_complete_step_dir(str(out))}/data.pt", "driver state")["spo"]
+        for out in (tmp_path / "full", cut_out)
+    ]
+    assert states[0]["tracker"] == states[1]["tracker"] and sum(states[0]["tracker"]["visits"]) == 2 * STEPS
+    for key in ("past_prompt_ids", "past_response_ids", "past_log_probs"):
+        assert torch.equal(states[0][key], states[1][key]), key
+    rows = [json.loads(line) for line in (cut_out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert all("spo/rho_clipped" in r["metrics"] and "spo/adv_after_norm/p50" in r["metrics"] for r in rows)
 
 
 def test_sync_partial_rollouts_resume_bit_exactly(tiny_model_dir, task, tmp_path):

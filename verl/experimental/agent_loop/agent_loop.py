@@ -278,3 +278,23 @@ def load_agent_loop_config(path: str) -> list[str]:
         register(str(entry["name"]))(cls)
         names.append(str(entry["name"]))
     return names
+
+
+# upstream's agent-loop worker internals, which recipes subclass (verl-recipe spo's worker adds stop="</code>" to
+# every request); loops here run in the driver's request server instead
+_UPSTREAM_WORKER_INTERNALS = ("AgentLoopWorkerBase", "AgentLoopWorker", "get_trajectory_info")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AgentLoopManager":  # upstream's module holds it; here it is verl.experimental.agent_loop's
+        from verl.experimental.agent_loop.manager import AgentLoopManager
+
+        return AgentLoopManager
+    if name in _UPSTREAM_WORKER_INTERNALS:
+        raise ImportError(
+            f"verl.experimental.agent_loop.agent_loop.{name}: upstream's agent-loop worker internals are not provided "
+            "here (agent loops run in the driver's request server; docs/agent_loop.md); an AgentLoopBase subclass "
+            "listed in rollout.agent.agent_loop_config_path runs as it is, a subclass of upstream's workers (and "
+            "what it changes, such as stop strings) does not"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from verl.algorithms.policy_loss_trust_region import sapo_temperatures
 from verl.algorithms.rollout_correction import RS_LEVELS
 from verl.algorithms.rollout_rejection import parse_is_threshold, parse_rs_options, parse_rs_thresholds
+from verl.trainer.config.spo_checks import spo_enabled
 from verl.utils.errors import ConfigWarning
 
 _OTB = ("optimal_token_baseline", "tir_optimal_token_baseline")
@@ -144,11 +145,14 @@ def fit_generation_batch(cfg: DictConfig, user_keys: set[str]) -> dict[str, Any]
     """``data.gen_batch_size`` other than ``data.train_batch_size`` in synchronous training without dynamic sampling
     (``algorithm.filter_groups.enable=false``): upstream's trainers (the PPO trainer, DAPO's, FlowRL's) then draw
     ``gen_batch_size`` prompts a step and train on all of them, since nothing trims the batch. So does this trainer:
-    ``data.train_batch_size`` becomes ``gen_batch_size``, and a ConfigWarning says so. Returns what changed."""
+    ``data.train_batch_size`` becomes ``gen_batch_size``, and a ConfigWarning says so (not with SPO, which draws
+    ``train_batch_size`` prompts out of it by priority). Returns what changed."""
     del user_keys  # the rule holds whoever set the two sizes
     gen = cfg.data.get("gen_batch_size")
     at = cfg.get("async_training")
     if gen is None or cfg.algorithm.filter_groups.enable or (at is not None and at.get("mode") is not None):
+        return {}
+    if spo_enabled(cfg):  # SPO draws train_batch_size prompts out of the generation batch by priority
         return {}
     gen, train = int(gen), int(cfg.data.train_batch_size)
     if gen == train or gen < 1:
@@ -258,7 +262,7 @@ def check_dynamic_sampling(cfg: DictConfig, errors: list[str]) -> None:
     train = int(cfg.data.train_batch_size)
     if int(gen) < 1:
         errors.append(f"data.gen_batch_size={gen} must be >= 1 (or null: data.train_batch_size)")
-    elif int(gen) != train and not fg.enable:
+    elif int(gen) != train and not fg.enable and not spo_enabled(cfg):  # SPO samples from it
         mode = (cfg.get("async_training") or {}).get("mode")
         why = (
             f"async_training.mode={mode} requests whole batches of data.train_batch_size prompts here (upstream's "

@@ -24,6 +24,7 @@ from verl.trainer.config.partial_rollout_checks import check_sync_partial_rollou
 from verl.trainer.config.remote_code_checks import remote_code_errors
 from verl.trainer.config.roles_in_use import critic_enabled, need_reference_policy
 from verl.trainer.config.section_rules import check_section_rules
+from verl.trainer.config.spo_checks import check_spo
 from verl.trainer.config.validation import independent_problems, run_check
 
 
@@ -577,6 +578,7 @@ def check_ppo_config(cfg: DictConfig) -> tuple[list[str], list[str]]:
     run_check(algo_checks.check_dynamic_sampling, cfg, errors)
     run_check(algo_checks.check_regression_losses, cfg, errors)
     run_check(algo_checks.check_flowrl, cfg, errors)
+    run_check(check_spo, cfg, errors, warns)
     run_check(algo_checks.check_ref_update, cfg, need_reference_policy(cfg), errors)
     run_check(check_async_training, cfg, errors)
     run_check(check_sync_partial_rollout, cfg, errors, warns)

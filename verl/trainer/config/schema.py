@@ -185,6 +185,8 @@ class TrainerConfig(BaseConfig):
     enable_profiling: bool = False
     profile_steps: list[int] = list_field()
     enable_debug_mode: bool = False
+    # Ray's debugger in the workers (RAY_DEBUG=legacy: a breakpoint() waits for `ray debug`); verl-recipe spo's key
+    debug: bool = False
     third_party_log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
     allow_unsafe_operations: bool = False
     use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
@@ -260,6 +262,8 @@ class PPOConfig(BaseConfig):
         "critic.fsdp_config.dtype": "critic.dtype",
         # verl's January top-level reward_manager section: v0.9's reward.reward_manager
         "reward_manager": "reward.reward_manager",
+        # verl-recipe spo's trainer reads its settings under trainer.spo: the algorithm section's
+        "trainer.spo": "algorithm.spo",
     }
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -302,6 +306,7 @@ class PPOConfig(BaseConfig):
         mini-batch)."""
         from verl.trainer.config.algorithm_checks import fit_generation_batch, fit_rollout_log_probs
         from verl.trainer.config.ppo_checks import fit_micro_batch_defaults, fit_mini_batch_defaults
+        from verl.trainer.config.spo_checks import resolve_spo
         from verl.trainer.config.upstream_keys import adapt_upstream_keys
         from verl.trainer.config.v09_inert_keys import settle_inert_keys
         from verl.trainer.config.v1_modes import move_v1_rollout_pool
@@ -316,6 +321,7 @@ class PPOConfig(BaseConfig):
         from verl.trainer.config.async_layout import resolve_async_layout
 
         changed.update(resolve_async_layout(cfg, user_keys))  # v0.9's async scripts: streaming batch, rollout pool
+        changed.update(resolve_spo(cfg, user_keys))  # SPO: one switch, the prompts' text kept
         changed.update(fit_generation_batch(cfg, user_keys))  # upstream trains a whole unfiltered generation batch
         changed.update(fit_mini_batch_defaults(cfg, user_keys))
         changed.update(fit_micro_batch_defaults(cfg, user_keys))

@@ -4,11 +4,13 @@ Hydra's ``+`` adds a key and fails when the key exists, and this project's overr
 (:mod:`verl.trainer.config.overrides`). But this project's PPO defaults hold keys upstream v0.9's do not
 (``async_training.*``, the asynchronous trainers' section, among them), and scripts written for upstream must add
 those with ``+`` (verl-recipe's ``partial_rollout`` passes ``+async_training.partial_rollout=True``). Such an
-override is applied as a set: the key is where the script means it to be, and validated like any other. A ``+`` on
-a key upstream's config has too is still an error, as in Hydra.
+override is applied as a set: the key is where the script means it to be, and validated like any other. The same
+holds for a key v0.9 has and January 2026's verl lacked: scripts written for that verl (verl-recipe's spo pins one)
+add it with ``+`` (``+data.gen_batch_size``), and Hydra under v0.9 would refuse them. A ``+`` on a key both
+upstream configs have is still an error, as in Hydra.
 
-Upstream's keys: ``upstream_data/v09_ppo_trainer_keys.yaml`` (every dotted path of its generated
-``ppo_trainer.yaml``).
+Upstream's keys: ``upstream_data/v09_ppo_trainer_keys.yaml`` and ``upstream_data/jan2026_ppo_trainer_keys.yaml``
+(every dotted path of each generated ``ppo_trainer.yaml``).
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from verl.trainer.config.overrides import Override
 
 __all__ = ["plus_as_set", "upstream_ppo_keys"]
 
-_KEYS_FILE = os.path.join(os.path.dirname(__file__), "upstream_data", "v09_ppo_trainer_keys.yaml")
+_DATA = os.path.join(os.path.dirname(__file__), "upstream_data")
+_KEYS_FILES = ("v09_ppo_trainer_keys.yaml", "jan2026_ppo_trainer_keys.yaml")
 
 
 @functools.lru_cache(maxsize=1)
 def upstream_ppo_keys() -> frozenset[str]:
-    """Every dotted key (sections included) of upstream v0.9's generated PPO trainer config."""
-    with open(_KEYS_FILE, encoding="utf-8") as f:
-        return frozenset(line[2:].strip() for line in f if line.startswith("- "))
+    """Every dotted key (sections included) that both upstream generated PPO trainer configs hold (v0.9's and
+    January 2026's): the keys a ``+`` was an error for under either."""
+    keys = []
+    for name in _KEYS_FILES:
+        with open(os.path.join(_DATA, name), encoding="utf-8") as f:
+            keys.append(frozenset(line[2:].strip() for line in f if line.startswith("- ")))
+    return keys[0] & keys[1]
 
 
 def plus_as_set(cfg: DictConfig, overrides: list[Any], upstream: frozenset[str]) -> list[Any]:

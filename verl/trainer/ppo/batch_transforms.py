@@ -151,8 +151,9 @@ def compute_advantage(
 
 
 # Inputs an estimator receives only when its signature names them (upstream passes them to gdpo and the optimal token
-# baselines): the raw batch for per-component rewards, the old-log-prob pass's outputs for the token baselines.
-_NAMED_TENSOR_INPUTS = ("old_log_probs", "sum_pi_squared", "rollout_is_weights")
+# baselines): the raw batch for per-component rewards, the old-log-prob pass's outputs for the token baselines, SPO's
+# tracked prompt values.
+_NAMED_TENSOR_INPUTS = ("old_log_probs", "sum_pi_squared", "rollout_is_weights", "spo_values")
 
 
 def _named_batch_inputs(fn: Any, data: DataProto) -> dict[str, Any]:

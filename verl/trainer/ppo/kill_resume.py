@@ -66,6 +66,9 @@ RESUME_MODES: dict[str, tuple[list[str], bool]] = {
     ),
     # FlowRL: its log Z head (weights, Adam moments, the dropout's draws) resumes with the policy
     "flowrl": (["actor_rollout_ref.actor.policy_loss.loss_mode=flowrl"], True),
+    # SPO: the prompt values and last responses (the discount's drift) resume with the policy; each step draws its
+    # prompts out of a loader batch twice its size (grpo becomes spo; rewards must lie in [0, 1])
+    "spo": (["algorithm.spo.enable=true", "data.gen_batch_size=4"], True),
     # synchronous partial rollouts: the checkpoint holds the pool's unfinished responses, continued after the resume
     "partial_rollout": (
         [
