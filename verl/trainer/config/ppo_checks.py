@@ -200,10 +200,8 @@ def check_value_ranges(cfg: DictConfig, use_critic: bool, errors: list[str]) -> 
             f"trainer.max_degenerate_reward_steps={cfg.trainer.max_degenerate_reward_steps} must be >= 0 "
             "(0: never stop on a degenerate reward)"
         )
-    if int(cfg.trainer.warn_no_tool_call_steps) < 0:
-        errors.append(
-            f"trainer.warn_no_tool_call_steps={cfg.trainer.warn_no_tool_call_steps} must be >= 0 (0: never warn)"
-        )
+    if (steps := int(cfg.trainer.warn_no_tool_call_steps)) < 0:
+        errors.append(f"trainer.warn_no_tool_call_steps={steps} must be >= 0 (0: never warn)")
     if not float(cfg.trainer.log_prob_gap_warn_kl) >= 0:
         errors.append(f"trainer.log_prob_gap_warn_kl={cfg.trainer.log_prob_gap_warn_kl} must be >= 0 (0: never warn)")
     optims = [("actor_rollout_ref.actor.optim", arr.actor.optim)]

@@ -25,6 +25,7 @@ import torch
 from verl.experimental.agent_loop.metrics import compute_agent_metrics
 from verl.protocol import DataProto
 from verl.reporting.metric import reduce_metrics  # noqa: F401 - verl exposes it here too
+from verl.trainer.ppo.sessions import without_padding
 from verl.utils.device import lifetime_max_memory
 
 logger = logging.getLogger(__name__)
@@ -349,3 +350,16 @@ def flatten_validation_metrics(reduced: dict[str, dict[str, dict[str, float]]]) 
                 )
                 out[f"{'val-core' if core else 'val-aux'}/{source}/{var}/{name}"] = value
     return out
+
+
+def finished_step_metrics(
+    batch: DataProto, timing: dict[str, float], use_critic: bool, n_ranks: int
+) -> dict[str, float]:
+    """Data, reward extras, timing, throughput and memory metrics of a finished PPO step (verl's names); the data
+    metrics leave out the padding rows of an agent loop's segments."""
+    metrics = compute_data_metrics(without_padding(batch), use_critic=use_critic)
+    metrics.update(compute_reward_extra_metrics(without_padding(batch)))
+    metrics.update(compute_timing_metrics(batch, timing))
+    metrics.update(compute_throughput_metrics(batch, timing, n_ranks))
+    metrics.update(memory_metrics())
+    return metrics

@@ -43,15 +43,7 @@ from verl.trainer.ppo.driver_data import DriverData, collect_varied_groups
 from verl.trainer.ppo.driver_report import DriverReport
 from verl.trainer.ppo.driver_workers import DriverWorkers
 from verl.trainer.ppo.invariants import PolicyVersions, VersionedDriver, stamp_policy_version
-from verl.trainer.ppo.metric_utils import (
-    compute_data_metrics,
-    compute_reward_extra_metrics,
-    compute_throughput_metrics,
-    compute_timing_metrics,
-    marked_timer,
-    memory_metrics,
-    reduce_metrics,
-)
+from verl.trainer.ppo.metric_utils import finished_step_metrics, marked_timer, reduce_metrics
 from verl.trainer.ppo.partial_rollout_pool import PartialRolloutPool
 from verl.trainer.ppo.rollout_skip import RolloutSkip
 from verl.trainer.ppo.spo_driver import SPODriver
@@ -475,12 +467,7 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         """Data, reward extras, timing, throughput and memory metrics of a finished step (verl's names)."""
-        metrics = compute_data_metrics(sessions.without_padding(batch), use_critic=self.use_critic)
-        metrics.update(compute_reward_extra_metrics(sessions.without_padding(batch)))
-        metrics.update(compute_timing_metrics(batch, timing))
-        metrics.update(compute_throughput_metrics(batch, timing, self.n_ranks))
-        metrics.update(memory_metrics())
-        return metrics
+        return finished_step_metrics(batch, timing, self.use_critic, self.n_ranks)
 
     # ------------------------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
