@@ -73,6 +73,9 @@ class DriverData:
         # async_training.partial_rollout in synchronous training: the groups drawn and not yet trained on
         # (verl/trainer/ppo/partial_rollout_pool.py); set by the driver
         self.partial: Any = None
+        # algorithm.spo: which prompts of a loader batch a step trains, by their tracked values
+        # (verl/trainer/ppo/spo_driver.py); set by the driver
+        self.spo: Any = None
 
     def create_dataloaders(
         self, train_dataset: Any = None, val_dataset: Any = None, collate_fn: Any = None, train_sampler: Any = None
@@ -159,11 +162,13 @@ class DriverData:
             return DataProto.from_single_dict(raw)
 
     def state_dict(self) -> dict[str, Any]:
-        """The data position for ``data.pt``: the epoch, a partial-rollout pool, and with a loader its position and the
-        ledger."""
+        """The data position for ``data.pt``: the epoch, a partial-rollout pool, SPO's prompt values (the recipe keeps
+        them in memory only), and with a loader its position and the ledger."""
         state: dict[str, Any] = {"epoch": self.epoch}
         if self.partial is not None:
             state["partial_rollout"] = self.partial.state_dict()
+        if self.spo is not None:
+            state["spo"] = self.spo.state_dict()
         if self.train_dataloader is not None:
             state["dataloader"] = self.train_dataloader.state_dict()
             state[LEDGER_KEY] = self.ledger.state_dict()
@@ -196,6 +201,10 @@ class DriverData:
                     "without partial rollouts (its data.pt has no pool); resume it without them"
                 )
             self.partial.load_state_dict(state["partial_rollout"])
+        if self.spo is not None and "spo" in state:
+            self.spo.load_state_dict(state["spo"])
+        elif self.spo is not None:
+            logger.warning("checkpoint %s was saved without SPO: every prompt value starts at the prior", path)
         ledger = state.get(LEDGER_KEY)
         if ledger is not None and self.train_dataloader is not None:
             if bool(self.trainer_cfg.verify_resume):

@@ -131,7 +131,7 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
         run_dir = self._namespaced(config.trainer.default_local_dir)
         self.data = DriverData(config.data, config.trainer, train_dataset, val_dataset, collate_fn, train_sampler)
         self.data.partial = PartialRolloutPool.from_config(config, tokenizer)  # async_training.partial_rollout
-        self.spo = SPODriver.from_config(config, tokenizer)  # algorithm.spo: tracked prompt values, priority draws
+        self.data.spo = SPODriver.from_config(config, tokenizer)  # algorithm.spo: prompt values, priority draws
         self.checkpoints = DriverCheckpoints(config.trainer, run_dir, run_identity, lambda: ppo_run_identity(config))
         about = {"algorithm": config.algorithm.adv_estimator, "n_ranks": self.n_ranks}
         about["actor_dtype"] = config.actor_rollout_ref.actor.dtype
@@ -356,8 +356,8 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
         """Generate ``rollout.n`` responses per prompt, balance ranks, and score them (or start scoring in the
         background when ``reward_model.launch_reward_fn_async``: the future is resolved by :meth:`update_stage`)."""
         reward_future = None
-        if self.spo is not None:  # SPO: train_batch_size prompts of the loader's batch, drawn by priority
-            batch, spo_metrics = self.spo.select(batch, self.global_steps)
+        if self.data.spo is not None:  # SPO: train_batch_size prompts of the loader's batch, drawn by priority
+            batch, spo_metrics = self.data.spo.select(batch, self.global_steps)
             metrics.update(spo_metrics)
         if self.algorithm.filter_groups.enable:  # DAPO: generate until enough groups have varied rewards
             batch = collect_varied_groups(
@@ -446,8 +446,8 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            if self.spo is not None:  # each row's prompt value, the baseline of adv_estimator=spo
-                metrics.update(self.spo.attach_values(batch))
+            if self.data.spo is not None:  # each row's prompt value, the baseline of adv_estimator=spo
+                metrics.update(self.data.spo.attach_values(batch))
             # a trajectory that gave several rows: GRPO from its final one (upstream's v1 multi-trajectory rule)
             batch = sessions.multi_trajectory_advantage(batch, self.algorithm)
 
@@ -457,9 +457,9 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
         if int(self.config.trainer.critic_warmup) <= self.global_steps:
             with marked_timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
-        if self.spo is not None:  # the step's outcomes into the prompt values, discounted by the policy's drift
+        if (spo := self.data.spo) is not None:  # the step's outcomes into the prompt values, discounted by the drift
             with marked_timer("spo", timing):
-                metrics.update(self.spo.advantage_metrics(batch) | self.spo.observe(batch, self.actor_rollout_wg))
+                metrics.update(spo.advantage_metrics(batch) | spo.observe(batch, self.actor_rollout_wg))
         if self.config.trainer.rollout_data_dir:
             self.report.dump_rollouts(batch, self.global_steps)
         self.last_batch = batch
@@ -534,8 +534,6 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
         state.update(self.data.state_dict())
         if self.kl_ctrl_in_reward is not None:
             state["kl_coef"] = float(self.kl_ctrl_in_reward.value)
-        if self.spo is not None:  # the prompt values and last responses (the recipe keeps them in memory only)
-            state["spo"] = self.spo.state_dict()
         return state
 
     def save_checkpoint(
@@ -570,8 +568,6 @@ class RayPPOTrainer(VerlTrainerSurface, VersionedDriver):
         self._gen_calls = int(state.get("gen_calls", self._gen_calls))
         if self.kl_ctrl_in_reward is not None and "kl_coef" in state:
             self.kl_ctrl_in_reward.value = state["kl_coef"]
-        if self.spo is not None and "spo" in state:
-            self.spo.load_state_dict(state["spo"])
         self.checkpoints.mark_resumed(path, state, self.data.epoch)
         return self.global_steps
 
