@@ -210,10 +210,10 @@ class SPODriver:
         response_len = batch.batch["responses"].shape[1]
         prompt_len = batch.batch["input_ids"].shape[1] - response_len
         seen = [i for i in range(len(batch)) if keys[i] in self.past]
+        current = self._rows_of(batch, prompt_len, response_len)  # this step's responses, unpadded
         drift = np.zeros(len(batch), dtype=np.float64)
         if seen:
             # every row (a past response where its prompt has one, else itself) so the pass splits as the batch does
-            current = self._rows_of(batch, prompt_len, response_len)
             replay = [self.past.get(keys[i], current[i]) for i in range(len(batch))]
             rebuilt = self._rebuild(replay, prompt_len, response_len)
             now = actor.compute_log_prob(rebuilt).batch["old_log_probs"].float()
@@ -224,9 +224,9 @@ class SPODriver:
         raw, rho_rows = kl_discount(drift, self.clip_lower)
         # this step's responses, under the weights just trained, become each prompt's "previous" one
         # (rebuilt as the past responses are, so a later D compares like with like)
-        rows_now = self._rebuild(self._rows_of(batch, prompt_len, response_len), prompt_len, response_len)
-        updated = actor.compute_log_prob(rows_now).batch["old_log_probs"].float()
-        current = self._rows_of(batch, prompt_len, response_len, updated)
+        updated = actor.compute_log_prob(self._rebuild(current, prompt_len, response_len)).batch["old_log_probs"]
+        for i, row in enumerate(current):
+            row.log_probs = updated[i, : len(row.response_ids)].float().clone()
         first = [i for i in rows if keys[i] not in self.past]
         for i in rows:
             self.past[keys[i]] = current[i]
@@ -240,23 +240,19 @@ class SPODriver:
         }
         return rho_of, metrics
 
-    def _rows_of(
-        self, batch: DataProto, prompt_len: int, response_len: int, log_probs: torch.Tensor | None = None
-    ) -> list[_PastResponse]:
-        """Each row of ``batch`` unpadded (:class:`_PastResponse`; ``log_probs`` ``[rows, response_len]`` or
-        zeros)."""
+    def _rows_of(self, batch: DataProto, prompt_len: int, response_len: int) -> list[_PastResponse]:
+        """Each row of ``batch`` unpadded (:class:`_PastResponse`, log-probs zero until a pass fills them)."""
         ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"].bool()
         loss_mask = batch.batch["response_mask"].bool()
         out = []
         for i in range(len(batch)):
             r = int(mask[i, prompt_len:].sum())
-            lp = log_probs[i, :r] if log_probs is not None else torch.zeros(r)
             out.append(
                 _PastResponse(
                     ids[i, :prompt_len][mask[i, :prompt_len]].to(torch.int32),
                     ids[i, prompt_len : prompt_len + r].to(torch.int32),
                     loss_mask[i, :r].clone(),
-                    lp.to(torch.float32).clone(),
+                    torch.zeros(r, dtype=torch.float32),
                 )
             )
         return out
