@@ -60,10 +60,10 @@ _VERL_CONFIG_DIR_RE = re.compile(r"^(file://)?(.*/)?verl/trainer/config/?$|^pkg:
 
 @dataclass
 class Composed:
-    """The result of :func:`compose`: the job config (plain, not struct), Hydra's own node, and what came from
-    the user's files (dotted keys, for the adapt-defaults step)."""
+    """The result of :func:`compose`: the job config (a plain container, the caller's to change), Hydra's own node,
+    and what came from the user's files (dotted keys, for the adapt-defaults step)."""
 
-    cfg: DictConfig
+    job: dict[str, Any]
     hydra: DictConfig
     user_keys: set[str] = field(default_factory=set)
     primary_file: str | None = None
@@ -82,6 +82,10 @@ def _packaged_container(name: str, package: str, demo_name: str | None) -> dict[
 
 
 _REGISTERED: list[tuple[str, str | None, str | None]] = []
+
+# compose() of the packaged configs alone, as plain (job, hydra) containers, keyed by everything that decides them
+_PACKAGED_COMPOSITIONS: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]] = {}
+_PACKAGED_COMPOSITIONS_MAX = 64
 
 
 def register_packaged_configs(package: str, demo_for: str | None = None, demo_name: str | None = None) -> None:
@@ -187,29 +191,36 @@ def compose(
 
     sources = packaged_sources(package)
     primary_file = None
+    # Hydra's initialize* registers itself globally when constructed, so the context is made only when composing
     if config_file is not None:
         primary_file = os.path.abspath(config_file)
         primary = load_primary(primary_file, config_name)
         sources.user_dirs = _user_dirs(os.path.dirname(primary_file), primary)
         user_keys = check_defaults_list(primary, primary_file, sources, hydra_overrides)
         ConfigStore.instance().store(name=PRIMARY_NAME, node=primary)
-        context: Any = initialize_config_dir(
-            config_dir=os.path.dirname(primary_file), version_base="1.3", job_name=job_name
-        )
+        search_dir: str | None = os.path.dirname(primary_file)
         name = PRIMARY_NAME
     else:
         sources.user_dirs = [os.path.abspath(config_dir)] if config_dir else []
         user_keys = check_defaults_list(None, None, sources, hydra_overrides)
-        if config_dir:
-            context = initialize_config_dir(
-                config_dir=os.path.abspath(config_dir), version_base="1.3", job_name=job_name
-            )
-        else:
-            context = initialize(config_path=None, version_base="1.3", job_name=job_name)
+        search_dir = os.path.abspath(config_dir) if config_dir else None
         name = config_name
     demo = bool(demo_name) and not demo_off and DEMO_OFF_KEY not in user_keys
     register_packaged_configs(package, demo_for=config_name if demo else None, demo_name=demo_name if demo else None)
     where = f"config file {config_file}" if config_file else f"config {config_name!r}"
+    # With no user file or directory only the packaged configs take part, so the same request composes the same
+    # config: it is composed once per process (Hydra's composition is most of a config's load time).
+    memo_key = None
+    if search_dir is None:
+        memo_key = (name, tuple(hydra_overrides), package, demo_name if demo else None, job_name, os.getcwd())
+        plain = _PACKAGED_COMPOSITIONS.get(memo_key)
+        if plain is not None:
+            job_plain, hydra_plain_dict = copy.deepcopy(plain)
+            return Composed(job_plain, OmegaConf.create(hydra_plain_dict), user_keys, None, demo)
+    if search_dir is None:
+        context: Any = initialize(config_path=None, version_base="1.3", job_name=job_name)
+    else:
+        context = initialize_config_dir(config_dir=search_dir, version_base="1.3", job_name=job_name)
     try:
         with warnings.catch_warnings(), context:
             warnings.filterwarnings("ignore", message=r".*is not available\.", category=UserWarning)
@@ -221,11 +232,14 @@ def compose(
             full = hydra_compose(config_name=name, overrides=list(hydra_overrides), return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise ConfigError(f"{where}: {hydra_message(e, config_file)}") from e
-    hydra_node = full.hydra
-    job = OmegaConf.create(OmegaConf.to_container(full, resolve=False))
-    del job["hydra"]
-    hydra_plain = OmegaConf.create(OmegaConf.to_container(hydra_node, resolve=False, enum_to_str=True))
-    return Composed(job, hydra_plain, user_keys, primary_file, demo)
+    job_plain = OmegaConf.to_container(full, resolve=False)
+    del job_plain["hydra"]
+    hydra_plain_dict = OmegaConf.to_container(full.hydra, resolve=False, enum_to_str=True)
+    if memo_key is not None:
+        if len(_PACKAGED_COMPOSITIONS) >= _PACKAGED_COMPOSITIONS_MAX:
+            _PACKAGED_COMPOSITIONS.pop(next(iter(_PACKAGED_COMPOSITIONS)))
+        _PACKAGED_COMPOSITIONS[memo_key] = copy.deepcopy((job_plain, hydra_plain_dict))
+    return Composed(job_plain, OmegaConf.create(hydra_plain_dict), user_keys, primary_file, demo)
 
 
 def hydra_message(e: BaseException, config_file: str | None) -> str:

@@ -175,7 +175,7 @@ def build_config(
         config_dir=config_dir,
         job_name=job_name,
     )
-    cfg = OmegaConf.create(reorder_like(OmegaConf.to_container(composed.cfg, resolve=False), template))
+    cfg = OmegaConf.create(reorder_like(composed.job, template))
     if config_file is not None:
         missing = [k for k in template if k not in cfg]
         if missing and all(k in cfg for k in _WHOLE_TRAINER):

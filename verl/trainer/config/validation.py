@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import difflib
 import re
 import types
@@ -104,6 +105,12 @@ def _is_exempt(path: str, extra_keys: frozenset[str]) -> bool:
     return any(path == k or k.startswith(path + ".") or path.startswith(k + ".") for k in extra_keys)
 
 
+@functools.lru_cache(maxsize=None)
+def _section_fields(schema: type) -> tuple[dict[str, Any], list[str]]:
+    """A schema dataclass's resolved field types and field names (resolving the hints is the slow part of a check)."""
+    return typing.get_type_hints(schema), [f.name for f in dataclasses.fields(schema)]
+
+
 def _check_section(
     node: Any, schema: type, prefix: str, extra_keys: frozenset[str], errors: list[str], added_unread: list[str]
 ) -> None:
@@ -114,8 +121,7 @@ def _check_section(
     if not isinstance(node, DictConfig):
         errors.append(f"{where}: expected a section (mapping) of {schema.__name__}, got {_show(node)}")
         return
-    hints = typing.get_type_hints(schema)
-    names = [f.name for f in dataclasses.fields(schema)]
+    hints, names = _section_fields(schema)
     for key in node.keys():
         key = str(key)
         path = f"{prefix}{key}"
