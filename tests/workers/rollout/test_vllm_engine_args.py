@@ -129,17 +129,6 @@ def test_auto_picks_vllm_for_several_ranks_and_names_an_unusable_tp(tmp_path) ->
     assert not usable and why_not.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=4")
 
 
-def test_stale_cpu_shared_memory_of_one_tp_group_is_removed(tmp_path) -> None:
-    from verl.workers.rollout.vllm_rollout import remove_stale_cpu_shm
-
-    names = ["-tp:0-[0-1]-cpushm_0", "-tp:0-[0-1]-cpushm_1", "-tp:0-[2-3]-cpushm_0", "psm_1234", "other"]
-    for name in names:
-        (tmp_path / name).write_bytes(b"")
-    assert sorted(remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path))) == names[:2]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
-    assert remove_stale_cpu_shm([0, 1], shm_dir=str(tmp_path / "missing")) == []
-
-
 def test_a_context_past_the_models_positions_is_refused_naming_the_keys(tmp_path, monkeypatch) -> None:
     """vLLM refuses max_model_len > max_position_embeddings deep in its engine; the trainer says so at run start."""
     from verl.models.tiny import make_tiny_model_dir

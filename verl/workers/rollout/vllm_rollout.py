@@ -40,6 +40,7 @@ from verl.sections.rollout import RolloutConfig
 from verl.utils.errors import ConfigError
 from verl.utils.logging_utils import current_third_party_level
 from verl.utils.seeding import replica_seed
+from verl.workers.rollout import vllm_cpu_shm
 from verl.workers.rollout.base import (
     BaseRollout,
     SamplingSettings,
@@ -194,33 +195,6 @@ def _export_launcher_env(rank: int, world_size: int) -> None:
         os.environ["LOCAL_RANK"] = str(torch.cuda.current_device() if torch.cuda.is_available() else rank)
 
 
-_SHM_DIR = "/dev/shm"
-
-
-def remove_stale_cpu_shm(group_ranks: list[int], shm_dir: str = _SHM_DIR) -> list[str]:
-    """Delete the shared-memory segments a killed run left for the tensor-parallel group ``group_ranks``; returns
-    the names removed.
-
-    vLLM's CPU tensor-parallel communicator exchanges activations through segments named
-    ``<ident>-tp:<n>-[<ranks>]-cpushm_<i>`` and refuses to start (``create shm in SHMManager failed. errno: 17``)
-    when one exists. ``<ident>`` comes from the executor's init method, which for ``external_launcher`` is always
-    ``env://``: the names are the same for every run on a host, and the segments of ranks that were killed (a
-    Ray group's shutdown kills its actors) outlive them. Unlinking leaves any mapping of a live process intact.
-    """
-    if not os.path.isdir(shm_dir):
-        return []
-    marker = f"-[{'-'.join(str(r) for r in group_ranks)}]-cpushm_"
-    removed = []
-    for name in os.listdir(shm_dir):
-        if "-tp:" in name and marker in name:
-            try:
-                os.unlink(os.path.join(shm_dir, name))
-                removed.append(name)
-            except OSError:  # removed by another process meanwhile, or not ours: vLLM reports what remains
-                pass
-    return removed
-
-
 # verl's rollout keys that are vllm.LLM (EngineArgs) arguments of the same name
 ENGINE_ARG_KEYS = ("enable_chunked_prefill", "max_num_batched_tokens", "enable_prefix_caching", "disable_log_stats")
 
@@ -351,12 +325,14 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
             _export_launcher_env(rank, world)
             args["distributed_executor_backend"] = "external_launcher"
             if self.tp_size > 1 and not on_gpu:
+                # the CPU communicator's shared memory: names of this group's own, dead runs' segments removed
                 first = self.dp_rank * self.tp_size
                 if rank == first:
-                    removed = remove_stale_cpu_shm(list(range(first, first + self.tp_size)))
+                    removed = vllm_cpu_shm.remove_dead_segments()
                     if removed:
-                        logger.warning("removed shared memory left by an earlier vLLM CPU engine: %s", removed)
-                torch.distributed.barrier()  # no rank of the group creates its segment before the clean-up
+                        logger.warning("removed shared memory left by a vLLM CPU engine that was killed: %s", removed)
+                self._cpu_shm_ident = vllm_cpu_shm.group_ident(first)  # a collective: after the clean-up
+                vllm_cpu_shm.use_group_ident(self._cpu_shm_ident)
         args.update(engine_args_from_config(config, max_model_len))
         args.update(engine_kwargs)
         start = time.perf_counter()
@@ -412,6 +388,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - verl's class name
         from vllm.distributed import parallel_state
 
         parallel_state.destroy_model_parallel()
+        ident = getattr(self, "_cpu_shm_ident", None)
+        if ident is not None:  # vLLM leaves its CPU segments in /dev/shm; every rank unlinks its own group's
+            vllm_cpu_shm.remove_group_segments(ident)
         if getattr(self, "external_launcher", False):
             # destroy_distributed_environment() would also destroy the default group, which FSDP still uses:
             # release vLLM's own coordinator of that world only
