@@ -98,3 +98,7 @@ def test_a_tensor_parallel_replica_follows_every_push(tmp_path, monkeypatch) -> 
     assert all(0 <= gap < GAP_BOUND for gap in gaps), gaps
     assert trainer.worker_roles()["actor_rollout"][1]["role"] == "actor"
     assert metrics[-1]["async/val_weight_version"] == 2 and any(k.startswith("val-core/") for k in metrics[-1])
+    # the replica stopped its engine before its ranks were killed: no CPU shared memory of a dead group is left
+    from verl.workers.rollout.vllm_cpu_shm import remove_dead_segments
+
+    assert remove_dead_segments() == []

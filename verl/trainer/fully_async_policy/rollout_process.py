@@ -95,6 +95,16 @@ class RolloutReplicaBody:
         self.version = 0
         self.acks = acks  # rollout.check_weight_sync: where each push's held-weight digests go
 
+    def close(self) -> None:
+        """Stop the engine of a tensor-parallel replica's group, whose ranks are killed when this process ends: a
+        stopped vLLM engine releases its shared memory in /dev/shm, a killed one would leave it there."""
+        if self.worker is not None:
+            return  # an engine in this process ends with it
+        try:
+            self.engine.shutdown_rollout()
+        except Exception:  # noqa: BLE001 - the replica is ending anyway; a start on this host removes what is left
+            logger.warning("stopping the rollout engine of a tensor-parallel replica failed", exc_info=True)
+
     def _each(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every rank of the engine: the one worker here, or each actor of the group."""
         result = getattr(self.engine, method)(*args)
@@ -208,6 +218,7 @@ def rollouter_main(
 
     configure_logging(False, None)
     cfg = OmegaConf.create(config)
+    proc = None
     try:
         proc = RolloutReplicaBody(cfg, wire, syncs, sync_pending, partial_rollout, acks, pool)
         results.put("ready")
@@ -230,3 +241,6 @@ def rollouter_main(
     except Exception:  # noqa: BLE001 - the driver reports it, naming this process
         results.put(("error", traceback.format_exc()))
         raise
+    finally:
+        if proc is not None:
+            proc.close()
