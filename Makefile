@@ -48,11 +48,16 @@ demo: $(DEMO_STAMP)
 demo-fresh: $(DEMO_STAMP)
 	$(PY) -m verl.trainer.main_ppo trainer.resume_mode=disable trainer.overwrite_checkpoints=true
 
+# Test files run in TEST_WORKERS processes side by side (pytest-xdist; each test process uses one torch thread and
+# a file stays in one process, so its module fixtures are built once): one per core, at most 4 (each may start a
+# local Ray). TEST_WORKERS=0 runs everything in this process, one test after another.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = os.cpu_count() or 1; print(min(n, 4) if n > 1 else 0)")
+
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
