@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import functools
 import difflib
+import functools
 import re
 import types
 import typing
@@ -105,7 +105,7 @@ def _is_exempt(path: str, extra_keys: frozenset[str]) -> bool:
     return any(path == k or k.startswith(path + ".") or path.startswith(k + ".") for k in extra_keys)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _section_fields(schema: type) -> tuple[dict[str, Any], list[str]]:
     """A schema dataclass's resolved field types and field names (resolving the hints is the slow part of a check)."""
     return typing.get_type_hints(schema), [f.name for f in dataclasses.fields(schema)]
