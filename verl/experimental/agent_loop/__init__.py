@@ -10,20 +10,15 @@ under its former name.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
-from verl.workers.rollout import request_server as request_batcher
-
-# the former home of the request servers: the same module object under the old path (no file of its own)
-sys.modules[f"{__name__}.request_batcher"] = request_batcher
-
-# Imported on first use (PEP 562): a plain run checks its agent settings without importing the tool stack.
+# Imported on first use (PEP 562): a plain run checks its agent settings (.settings) without importing the tool
+# stack, the engines or torch.
 _EXPORTS = {
     "AgentLoopBase": "agent_loop",
     "AgentLoopMetrics": "agent_loop",
     "AgentLoopOutput": "agent_loop",
-    "AgentLoopSettings": "agent_loop",
+    "AgentLoopSettings": "settings",
     "available_agent_loops": "agent_loop",
     "get_agent_loop_class": "agent_loop",
     "register": "agent_loop",

@@ -31,7 +31,7 @@ def trace_problems(trace: DictConfig) -> list[str]:
 def check_multi_turn(cfg: DictConfig, errors: list[str], warns: list[str]) -> None:
     """Ranges and files of the multi-turn keys; with ``enable`` loops that read chat
     messages need ``data.return_raw_chat``. Keys set while ``enable`` is false are a warning (they do nothing)."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopSettings
+    from verl.experimental.agent_loop.settings import AgentLoopSettings
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     rollout = cfg.actor_rollout_ref.rollout
