@@ -253,6 +253,17 @@ def test_local_and_ray_agree(local_group: Any, ray_group: Any) -> None:
     assert scenario(local_group) == scenario(ray_group)
 
 
+def _niceness() -> int:
+    return os.nice(0)
+
+
+def test_a_local_ray_runs_its_workers_at_the_drivers_priority(ray_group: Any) -> None:
+    """start_or_join_ray's local Ray: niceness 0, not Ray's 15 (at which any busy process starves the actors)."""
+    import ray
+
+    assert ray.get(ray.remote(num_cpus=0)(_niceness).remote()) == 0
+
+
 def test_all_reduce_over_gloo_between_ray_workers(ray_group: Any) -> None:
     # rank r contributes 1.5 * (r + 1): 1.5 + 3.0 on both ranks
     assert ray_group.all_reduce(1.5) == [4.5, 4.5]

@@ -53,6 +53,10 @@ def cluster() -> Iterator[object]:
     # people's memory, and a killed worker here would be a false failure (the raylets inherit this variable)
     old_monitor = os.environ.get("RAY_memory_monitor_refresh_ms")
     os.environ["RAY_memory_monitor_refresh_ms"] = "0"
+    # the workers at the driver's priority, as a local Ray verl starts (Ray's default niceness 15 starves them on
+    # a busy test machine)
+    old_niceness = os.environ.get("RAY_worker_niceness")
+    os.environ["RAY_worker_niceness"] = "0"
     from verl.single_controller.ray import keep_ray_on_loopback
 
     # both raylets and the GCS on 127.0.0.1 only, as a single-machine run (the variable reaches the raylets)
@@ -81,6 +85,10 @@ def cluster() -> Iterator[object]:
     yield two_nodes
     ray.shutdown()
     two_nodes.shutdown()
+    if old_niceness is None:
+        os.environ.pop("RAY_worker_niceness", None)
+    else:
+        os.environ["RAY_worker_niceness"] = old_niceness
     if old_monitor is None:
         os.environ.pop("RAY_memory_monitor_refresh_ms", None)
     else:

@@ -139,11 +139,15 @@ def py_executable_problem(py_executable: str | None, cwd: str | None = None) -> 
     return None
 
 
+WORKER_NICENESS_ENV = "RAY_worker_niceness"  # Ray's own setting of its workers' niceness (default 15)
+
+
 def start_or_join_ray(**init_kwargs: Any) -> bool:
     """``ray.init(**init_kwargs)`` that starts a local Ray on loopback unless a cluster is named.
 
     With no ``address`` (or ``"local"``) and no ``$RAY_ADDRESS`` a new local instance is started with
-    ``address="local"`` after :func:`keep_ray_on_loopback`; otherwise Ray joins the named cluster as usual. A no-op
+    ``address="local"`` after :func:`keep_ray_on_loopback`, its workers at niceness 0 (Ray's default is 15);
+    otherwise Ray joins the named cluster as usual. A no-op
     when Ray is already initialised. Returns True when this call started a local Ray.
     """
     import ray
@@ -164,6 +168,11 @@ def start_or_join_ray(**init_kwargs: Any) -> bool:
         raise ConfigLineError(problem)
     loopback = keep_ray_on_loopback()
     kwargs["address"] = LOCAL_ADDRESS
+    # Ray starts its workers at niceness 15, below every other process: on a busy machine (the rollout process of
+    # fully-async training, a reward worker, another job) the trainer's actors then get almost no CPU. A local Ray
+    # started here runs them at the driver's priority; RAY_worker_niceness or the caller's _system_config win.
+    if WORKER_NICENESS_ENV not in os.environ:
+        kwargs["_system_config"] = {"worker_niceness": 0, **dict(kwargs.get("_system_config") or {})}
     ray.init(**kwargs)
     if loopback:
         logger.info("Ray: started a local instance listening on 127.0.0.1 only")
