@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.experimental.agent_loop.settings import SANITY_MODES, TRUNCATE_SIDES, AgentLoopSettings, SanityMode
+from verl.experimental.agent_loop.settings import AgentLoopSettings
 from verl.utils.import_utils import load_class
 from verl.utils.registry import Registry, same_qualname
 from verl.workers.rollout.request_server import RequestServer
@@ -36,6 +36,7 @@ __all__ = [
     "load_agent_loop_config",
     "register",
 ]
+
 
 @dataclass
 class AgentLoopMetrics:
