@@ -20,13 +20,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def single_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_mesh_metadata_and_recording(single_rank_group):
     model = torch.nn.Linear(2, 2)
     weight = model.weight
